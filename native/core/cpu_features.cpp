@@ -1,0 +1,41 @@
+#include "core/cpu_features.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace lumen {
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = [] {
+    CpuFeatures r;
+    __builtin_cpu_init();
+    r.avx2 = __builtin_cpu_supports("avx2");
+    r.fma = __builtin_cpu_supports("fma");
+    r.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    r.avx512bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
+    return r;
+  }();
+  return f;
+}
+
+Isa active_isa() {
+  static const Isa isa = [] {
+    const auto& f = cpu_features();
+    const bool can512 = f.avx512 && f.avx512bf16;
+    const char* env = std::getenv("LUMEN_ISA");
+    if (env && std::strcmp(env, "avx2") == 0) return Isa::avx2;
+    if (env && std::strcmp(env, "avx512") == 0) {
+      if (can512) return Isa::avx512;
+      std::fprintf(stderr, "lumen: LUMEN_ISA=avx512 but this CPU lacks AVX-512 BF16; using avx2\n");
+      return Isa::avx2;
+    }
+    return can512 ? Isa::avx512 : Isa::avx2;
+  }();
+  return isa;
+}
+
+const char* active_isa_name() { return active_isa() == Isa::avx512 ? "avx512-bf16" : "avx2"; }
+
+}  // namespace lumen

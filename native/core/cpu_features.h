@@ -1,0 +1,22 @@
+#pragma once
+// Run-time CPU feature detection and the choice of kernel ISA.
+
+namespace lumen {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool avx512 = false;      // F + BW + VL + DQ
+  bool avx512bf16 = false;  // vdpbf16ps
+};
+
+const CpuFeatures& cpu_features();
+
+enum class Isa { avx2, avx512 };
+
+// The ISA the kernels run with: the best the CPU supports, unless LUMEN_ISA=avx2|avx512 forces one
+// (forcing a path the CPU lacks falls back to avx2 with a warning on stderr).
+Isa active_isa();
+const char* active_isa_name();
+
+}  // namespace lumen

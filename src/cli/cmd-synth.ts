@@ -1,0 +1,4 @@
+import type { Command } from 'commander';
+
+// Placeholder registration; the real command lands with its module.
+export function registerSynth(_program: Command, _setResult: (code: number) => void): void {}

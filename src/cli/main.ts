@@ -1,0 +1,38 @@
+// `bench` command line: the default command is the sweep; subcommands prompt, synth, convert.
+import { Command, CommanderError } from 'commander';
+import { registerSweep } from './cmd-sweep.js';
+import { registerPrompt } from './cmd-prompt.js';
+import { registerSynth } from './cmd-synth.js';
+import { registerConvert } from './cmd-convert.js';
+import { UsageError } from './usage.js';
+import { TOOL_VERSION } from '../util/version.js';
+
+export async function main(argv: string[]): Promise<number> {
+  const program = new Command('bench');
+  program
+    .version(TOOL_VERSION)
+    .description('Benchmark Qwen3.5 inference on this machine (CSV on stdout, diagnostics on stderr)')
+    .exitOverride()
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+  let result = 0;
+  const setResult = (code: number) => { result = code; };
+  registerSweep(program, setResult);
+  registerPrompt(program, setResult);
+  registerSynth(program, setResult);
+  registerConvert(program, setResult);
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // --help / --version exit 0; anything else commander rejects is a usage error.
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return 0;
+      return 2;
+    }
+    if (err instanceof UsageError) {
+      process.stderr.write(`bench: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  return result;
+}

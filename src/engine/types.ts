@@ -1,0 +1,90 @@
+// The engine's TypeScript-facing contract. The native addon implements it (native/addon).
+
+export type Device = 'cpu' | 'cuda';
+export type KvLayout = 'paged' | 'continuous';
+
+export interface EngineOptions {
+  device: Device;
+  /** CPU worker threads (0 = all cores). */
+  threads: number;
+  /** Tokens per KV block. */
+  blockSize: number;
+  kvcache: KvLayout;
+  /** Byte budget for the KV block pool; when absent the pool holds maxSeq x maxSeqs tokens. */
+  kvMemoryBytes?: number;
+  /** Longest sequence (prompt + generated) the engine accepts. */
+  maxSeq: number;
+  /** Most sequences running at once (recurrent-state slots). */
+  maxSeqs: number;
+  /** Largest prefill chunk per sequence per step. */
+  prefillChunk: number;
+  /** Most tokens in one forward step (decode tokens + prefill chunks). */
+  stepTokenBudget: number;
+  prefixCache: boolean;
+  cudaGraphs?: boolean;
+  profile?: boolean;
+}
+
+export interface SamplingOptions {
+  /** 0 = greedy. */
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  seed?: number;
+}
+
+export interface RequestOptions extends SamplingOptions {
+  prompt: Int32Array | number[];
+  /** Tokens to generate at most. 0 = evaluate the prompt only. */
+  maxTokens: number;
+  stopTokens?: number[];
+  /** Keep generating through stop tokens (benchmarks). */
+  ignoreEos?: boolean;
+  /** Return logits: none, or every evaluated position (prompt positions + each generated token's source). */
+  logits?: 'none' | 'all';
+}
+
+/** A token event. Times are milliseconds on the native monotonic clock (same clock as enqueueMs). */
+export interface TokenEvent {
+  token: number;
+  /** 0-based index among generated tokens. */
+  index: number;
+  tMs: number;
+}
+
+export type FinishReason = 'length' | 'stop' | 'cancelled' | 'error';
+
+export interface RequestResult {
+  id: number;
+  tokens: number[];
+  promptTokens: number;
+  /** Native monotonic times: when submitted, when each token was emitted. */
+  enqueueMs: number;
+  tokenMs: number[];
+  /** Wall time of each prefill step this request took part in (ms). */
+  prefillChunkMs: number[];
+  /** Prompt tokens served from the prefix cache. */
+  cachedPromptTokens: number;
+  finishReason: FinishReason;
+  error?: string;
+  /** Row-major float32 [rows, vocab] when logits: 'all'. */
+  logits?: Float32Array;
+  logitRows?: number;
+}
+
+export interface EngineStats {
+  peakActiveBytes: number;
+  activeBytes: number;
+  numAllocs: number;
+  parkWaits: number;
+  prefixAdmittedTokens: number;
+  prefixHitTokens: number;
+  retires: number;
+  evictions: number;
+  preemptions: number;
+  kvBlocksUsed: number;
+  kvBlocksFree: number;
+  kvBlocksTotal: number;
+  steps: number;
+  weightBytes: number;
+}
