@@ -88,3 +88,59 @@ export interface EngineStats {
   steps: number;
   weightBytes: number;
 }
+
+/** Per-op profile row (native timers; self time excludes nested spans). */
+export interface ProfileOp {
+  name: string;
+  group: string;
+  calls: number;
+  totalUs: number;
+  selfUs: number;
+}
+
+/** Per-stage wall times of the engine loop (scheduling, forward, sampling, JS callbacks). */
+export interface PipelineStage {
+  name: string;
+  calls: number;
+  totalUs: number;
+}
+
+export interface ProfileReport {
+  ops: ProfileOp[];
+  pipeline: PipelineStage[];
+}
+
+export interface EngineInfo {
+  backend: Device;
+  /** CPU kernel path (avx2 | avx512-bf16) or GPU name. */
+  isa: string;
+  threads: number;
+  weightBytes: number;
+  /** Dtype the weights run in (bf16 | f32 | mixed). */
+  dtype: string;
+  kvBlocksTotal: number;
+  blockSize: number;
+  gpuName?: string;
+  gpuMemoryBytes?: number;
+}
+
+export interface RequestHandle {
+  id: number;
+  done: Promise<RequestResult>;
+  cancel(): void;
+}
+
+/** The engine as the CLI sees it. Created by loadEngine() in src/engine/engine.ts. */
+export interface EngineHandle {
+  readonly info: EngineInfo;
+  submit(req: RequestOptions, onToken?: (ev: TokenEvent) => void): RequestHandle;
+  /** Current counters (cumulative since load or the last resetCounters()). */
+  stats(): EngineStats;
+  /** Reset cumulative counters and the peak to the current level (between sweep cells). */
+  resetCounters(): void;
+  /** Native monotonic clock, ms (the clock of every event time). */
+  nowMs(): number;
+  /** Profile since the last call (null unless EngineOptions.profile). */
+  takeProfile(): ProfileReport | null;
+  close(): Promise<void>;
+}
