@@ -1,0 +1,360 @@
+// JS binding of the engine: a worker thread runs the engine loop; events reach JS through one
+// thread-safe function, coalesced so a burst of tokens costs one hop to the JS thread.
+#include "addon/engine_wrap.h"
+
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+
+#include "core/clock.h"
+#include "engine/engine.h"
+
+namespace lumen {
+namespace {
+
+int32_t get_int(const Napi::Object& o, const char* key, int32_t def) {
+  if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
+  return o.Get(key).As<Napi::Number>().Int32Value();
+}
+double get_num(const Napi::Object& o, const char* key, double def) {
+  if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
+  return o.Get(key).As<Napi::Number>().DoubleValue();
+}
+bool get_bool(const Napi::Object& o, const char* key, bool def) {
+  if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
+  return o.Get(key).ToBoolean().Value();
+}
+std::string get_str(const Napi::Object& o, const char* key, const std::string& def) {
+  if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
+  return o.Get(key).ToString().Utf8Value();
+}
+int32_t req_int(const Napi::Object& o, const char* key) {
+  if (!o.Has(key) || !o.Get(key).IsNumber()) throw std::invalid_argument(std::string("config.") + key + " is missing");
+  return o.Get(key).As<Napi::Number>().Int32Value();
+}
+
+DType parse_dtype(const std::string& s, const std::string& tensor) {
+  if (s == "BF16") return DType::bf16;
+  if (s == "F16") return DType::f16;
+  if (s == "F32") return DType::f32;
+  throw std::invalid_argument("tensor " + tensor + ": unsupported dtype " + s);
+}
+
+std::vector<int32_t> to_ids(const Napi::Value& v) {
+  std::vector<int32_t> r;
+  if (v.IsTypedArray()) {
+    auto ta = v.As<Napi::TypedArray>();
+    if (ta.TypedArrayType() == napi_int32_array) {
+      auto a = v.As<Napi::Int32Array>();
+      r.assign(a.Data(), a.Data() + a.ElementLength());
+      return r;
+    }
+  }
+  if (!v.IsArray()) throw std::invalid_argument("prompt must be an array of token ids");
+  auto a = v.As<Napi::Array>();
+  r.reserve(a.Length());
+  for (uint32_t i = 0; i < a.Length(); ++i) r.push_back(a.Get(i).As<Napi::Number>().Int32Value());
+  return r;
+}
+
+ModelConfig parse_config(const Napi::Object& c) {
+  ModelConfig m;
+  m.hidden = req_int(c, "hiddenSize");
+  m.n_layers = req_int(c, "numLayers");
+  m.intermediate = req_int(c, "intermediateSize");
+  m.n_heads = req_int(c, "numHeads");
+  m.n_kv_heads = req_int(c, "numKvHeads");
+  m.head_dim = req_int(c, "headDim");
+  m.lin_k_heads = req_int(c, "linearNumKeyHeads");
+  m.lin_v_heads = req_int(c, "linearNumValueHeads");
+  m.lin_dk = req_int(c, "linearKeyHeadDim");
+  m.lin_dv = req_int(c, "linearValueHeadDim");
+  m.conv_kernel = req_int(c, "linearConvKernelDim");
+  m.vocab = req_int(c, "vocabSize");
+  m.eps = static_cast<float>(get_num(c, "rmsNormEps", 1e-6));
+  m.rope_theta = static_cast<float>(get_num(c, "ropeTheta", 1e7));
+  m.partial_rotary = static_cast<float>(get_num(c, "partialRotaryFactor", 0.25));
+  m.tied = get_bool(c, "tieWordEmbeddings", true);
+  auto lt = c.Get("layerTypes").As<Napi::Array>();
+  if (!c.Get("layerTypes").IsArray() || lt.Length() != static_cast<uint32_t>(m.n_layers))
+    throw std::invalid_argument("config.layerTypes must list every layer");
+  for (uint32_t i = 0; i < lt.Length(); ++i) m.is_full.push_back(lt.Get(i).ToString().Utf8Value() == "full_attention");
+  if (m.n_heads % std::max(1, m.n_kv_heads) != 0 || m.lin_v_heads % std::max(1, m.lin_k_heads) != 0)
+    throw std::invalid_argument("config: head counts must divide evenly");
+  if (m.conv_kernel < 1 || m.conv_kernel > 8) throw std::invalid_argument("config: conv kernel must be 1..8");
+  if (m.rot_dim() > m.head_dim || m.rot_dim() % 2) throw std::invalid_argument("config: bad partial rotary factor");
+  return m;
+}
+
+class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Engine",
+                       {InstanceMethod("submit", &EngineWrap::Submit), InstanceMethod("cancel", &EngineWrap::Cancel),
+                        InstanceMethod("stats", &EngineWrap::Stats), InstanceMethod("resetCounters", &EngineWrap::Reset),
+                        InstanceMethod("info", &EngineWrap::Info), InstanceMethod("nowMs", &EngineWrap::NowMs),
+                        InstanceMethod("takeProfile", &EngineWrap::TakeProfile),
+                        InstanceMethod("close", &EngineWrap::Close)});
+  }
+
+  EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineWrap>(info) {
+    Napi::Env env = info.Env();
+    try {
+      if (info.Length() < 3 || !info[0].IsObject() || !info[1].IsObject() || !info[2].IsFunction())
+        throw std::invalid_argument("Engine(spec, options, onEvents)");
+      auto spec = info[0].As<Napi::Object>();
+      auto opt = info[1].As<Napi::Object>();
+      ModelConfig cfg = parse_config(spec.Get("config").As<Napi::Object>());
+      std::vector<TensorEntry> tensors;
+      if (spec.Has("tensors") && spec.Get("tensors").IsArray()) {
+        auto arr = spec.Get("tensors").As<Napi::Array>();
+        for (uint32_t i = 0; i < arr.Length(); ++i) {
+          auto t = arr.Get(i).As<Napi::Object>();
+          TensorEntry e;
+          e.name = get_str(t, "name", "");
+          e.file = get_str(t, "file", "");
+          e.offset = static_cast<uint64_t>(get_num(t, "offset", 0));
+          e.nbytes = static_cast<uint64_t>(get_num(t, "nbytes", 0));
+          e.dtype = parse_dtype(get_str(t, "dtype", ""), e.name);
+          auto sh = t.Get("shape").As<Napi::Array>();
+          for (uint32_t j = 0; j < sh.Length(); ++j) e.shape.push_back(sh.Get(j).As<Napi::Number>().Int64Value());
+          tensors.push_back(std::move(e));
+        }
+      }
+      EngineConfig ec;
+      ec.device = get_str(opt, "device", "cpu");
+      ec.threads = get_int(opt, "threads", 0);
+      ec.block_size = get_int(opt, "blockSize", 16);
+      ec.paged = get_str(opt, "kvcache", "paged") != "continuous";
+      ec.kv_memory_bytes = static_cast<int64_t>(get_num(opt, "kvMemoryBytes", 0));
+      ec.max_seq = get_int(opt, "maxSeq", 4096);
+      ec.max_seqs = get_int(opt, "maxSeqs", 8);
+      ec.prefill_chunk = get_int(opt, "prefillChunk", 512);
+      ec.step_token_budget = get_int(opt, "stepTokenBudget", 2048);
+      ec.prefix_cache = get_bool(opt, "prefixCache", true);
+      ec.snapshot_interval = get_int(opt, "snapshotInterval", 256);
+      ec.max_snapshots = get_int(opt, "maxSnapshots", 0);
+      ec.gdn_chunk_min = get_int(opt, "gdnChunkMin", 16);
+      ec.profile = get_bool(opt, "profile", false);
+      ec.cuda_graphs = get_bool(opt, "cudaGraphs", true);
+      const std::string wp = get_str(opt, "weightDtype", "auto");
+      ec.weights = wp == "f32" ? WeightPolicy::f32 : wp == "bf16" ? WeightPolicy::bf16 : WeightPolicy::keep;
+      ec.synthetic_dtype = get_str(opt, "syntheticDtype", "bf16") == "f32" ? DType::f32 : DType::bf16;
+      ec.synthetic_seed = static_cast<uint64_t>(get_num(opt, "syntheticSeed", 1));
+
+      tsfn_ = Napi::ThreadSafeFunction::New(env, info[2].As<Napi::Function>(), "lumen-engine-events", 0, 1);
+      auto pending = pending_;
+      auto tsfn = tsfn_;
+      engine_ = std::make_unique<Engine>(std::move(cfg), std::move(tensors), ec, [this, pending]() mutable {
+        if (pending->exchange(true)) return;  // a drain is already queued
+        tsfn_.NonBlockingCall([this](Napi::Env env, Napi::Function cb) { Deliver(env, cb); });
+      });
+      (void)tsfn;
+    } catch (const std::exception& e) {
+      Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
+    }
+  }
+
+  ~EngineWrap() override { Shutdown(); }
+
+ private:
+  void Shutdown() {
+    if (engine_) {
+      engine_.reset();  // joins the worker thread
+      tsfn_.Release();
+    }
+  }
+
+  void Deliver(Napi::Env env, Napi::Function cb) {
+    pending_->store(false);
+    if (!engine_) return;
+    auto events = engine_->drain();
+    if (events.empty()) return;
+    auto arr = Napi::Array::New(env, events.size());
+    uint32_t i = 0;
+    for (auto& e : events) {
+      auto o = Napi::Object::New(env);
+      switch (e.kind) {
+        case EngineEvent::kToken:
+          o.Set("type", "token");
+          o.Set("id", static_cast<double>(e.id));
+          o.Set("token", e.token);
+          o.Set("index", e.index);
+          o.Set("tMs", ns_to_ms(e.t_ns));
+          break;
+        case EngineEvent::kDone: {
+          o.Set("type", "done");
+          o.Set("id", static_cast<double>(e.id));
+          o.Set("finish", e.finish);
+          if (!e.error.empty()) o.Set("error", e.error);
+          auto toks = Napi::Array::New(env, e.tokens.size());
+          for (size_t k = 0; k < e.tokens.size(); ++k) toks.Set(k, e.tokens[k]);
+          o.Set("tokens", toks);
+          auto tms = Napi::Array::New(env, e.token_ns.size());
+          for (size_t k = 0; k < e.token_ns.size(); ++k) tms.Set(k, ns_to_ms(e.token_ns[k]));
+          o.Set("tokenMs", tms);
+          o.Set("enqueueMs", ns_to_ms(e.enqueue_ns));
+          o.Set("doneMs", ns_to_ms(e.t_ns));
+          o.Set("promptTokens", e.prompt_tokens);
+          o.Set("cachedPromptTokens", e.cached_prompt_tokens);
+          auto ch = Napi::Array::New(env, e.prefill_chunk_ms.size());
+          for (size_t k = 0; k < e.prefill_chunk_ms.size(); ++k) ch.Set(k, e.prefill_chunk_ms[k]);
+          o.Set("prefillChunkMs", ch);
+          if (e.logit_rows > 0) {
+            auto buf = Napi::Float32Array::New(env, e.logits.size());
+            std::copy(e.logits.begin(), e.logits.end(), buf.Data());
+            o.Set("logits", buf);
+            o.Set("logitRows", e.logit_rows);
+          }
+          break;
+        }
+        case EngineEvent::kLoadProgress:
+          o.Set("type", "load");
+          o.Set("done", e.done);
+          o.Set("total", e.total);
+          break;
+        case EngineEvent::kLoaded:
+          o.Set("type", "loaded");
+          break;
+        case EngineEvent::kLoadError:
+          o.Set("type", "loadError");
+          o.Set("error", e.error);
+          break;
+      }
+      arr.Set(i++, o);
+    }
+    cb.Call({arr});
+  }
+
+  Engine& eng(const Napi::Env& env) {
+    if (!engine_) throw std::runtime_error("the engine is closed");
+    return *engine_;
+  }
+
+  Napi::Value Submit(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      auto r = info[0].As<Napi::Object>();
+      RequestSpec spec;
+      spec.prompt = to_ids(r.Get("prompt"));
+      spec.max_tokens = get_int(r, "maxTokens", 0);
+      spec.sampling.temperature = static_cast<float>(get_num(r, "temperature", 0));
+      spec.sampling.top_k = get_int(r, "topK", 0);
+      spec.sampling.top_p = static_cast<float>(get_num(r, "topP", 1));
+      spec.sampling.seed = static_cast<uint64_t>(get_num(r, "seed", 0));
+      if (r.Has("stopTokens") && r.Get("stopTokens").IsArray()) spec.stop = to_ids(r.Get("stopTokens"));
+      spec.ignore_eos = get_bool(r, "ignoreEos", false);
+      spec.logits_all = get_str(r, "logits", "none") == "all";
+      return Napi::Number::New(env, static_cast<double>(eng(env).submit(std::move(spec))));
+    } catch (const std::exception& e) {
+      Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
+
+  Napi::Value Cancel(const Napi::CallbackInfo& info) {
+    try {
+      eng(info.Env()).cancel(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
+    } catch (const std::exception& e) {
+      Napi::Error::New(info.Env(), e.what()).ThrowAsJavaScriptException();
+    }
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Stats(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      const EngineStats s = eng(env).stats();
+      auto o = Napi::Object::New(env);
+      o.Set("activeBytes", static_cast<double>(s.active_bytes));
+      o.Set("peakActiveBytes", static_cast<double>(s.peak_active_bytes));
+      o.Set("numAllocs", static_cast<double>(s.num_allocs));
+      o.Set("parkWaits", static_cast<double>(s.park_waits));
+      o.Set("prefixAdmittedTokens", static_cast<double>(s.prefix_admitted_tokens));
+      o.Set("prefixHitTokens", static_cast<double>(s.prefix_hit_tokens));
+      o.Set("retires", static_cast<double>(s.retires));
+      o.Set("evictions", static_cast<double>(s.evictions));
+      o.Set("preemptions", static_cast<double>(s.preemptions));
+      o.Set("kvBlocksUsed", s.kv_blocks_used);
+      o.Set("kvBlocksFree", s.kv_blocks_free);
+      o.Set("kvBlocksTotal", s.kv_blocks_total);
+      o.Set("steps", static_cast<double>(s.steps));
+      o.Set("weightBytes", static_cast<double>(s.weight_bytes));
+      o.Set("running", s.running);
+      o.Set("waiting", s.waiting);
+      return o;
+    } catch (const std::exception& e) {
+      Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
+
+  Napi::Value Reset(const Napi::CallbackInfo& info) {
+    try {
+      eng(info.Env()).reset_counters();
+    } catch (const std::exception& e) {
+      Napi::Error::New(info.Env(), e.what()).ThrowAsJavaScriptException();
+    }
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Info(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      const EngineInfo i = eng(env).info();
+      auto o = Napi::Object::New(env);
+      o.Set("backend", i.backend);
+      o.Set("isa", i.desc);
+      o.Set("dtype", i.dtype);
+      o.Set("threads", i.threads);
+      o.Set("weightBytes", static_cast<double>(i.weight_bytes));
+      o.Set("kvBlocksTotal", i.kv_blocks);
+      o.Set("blockSize", i.block_size);
+      if (i.backend == "cuda") {
+        o.Set("gpuName", i.desc);
+        o.Set("gpuMemoryBytes", static_cast<double>(i.device_memory));
+      }
+      return o;
+    } catch (const std::exception& e) {
+      Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
+
+  Napi::Value NowMs(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), ns_to_ms(now_ns())); }
+
+  Napi::Value TakeProfile(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      auto ops = eng(env).take_profile();
+      auto arr = Napi::Array::New(env, ops.size());
+      for (size_t i = 0; i < ops.size(); ++i) {
+        auto o = Napi::Object::New(env);
+        o.Set("name", ops[i].name);
+        o.Set("group", ops[i].group);
+        o.Set("calls", static_cast<double>(ops[i].calls));
+        o.Set("totalUs", static_cast<double>(ops[i].ns) / 1e3);
+        arr.Set(i, o);
+      }
+      return arr;
+    } catch (const std::exception& e) {
+      Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    Shutdown();
+    return info.Env().Undefined();
+  }
+
+  std::unique_ptr<Engine> engine_;
+  Napi::ThreadSafeFunction tsfn_;
+  std::shared_ptr<std::atomic<bool>> pending_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+}  // namespace
+
+Napi::Function InitEngineClass(Napi::Env env) { return EngineWrap::Define(env); }
+
+}  // namespace lumen

@@ -1,0 +1,141 @@
+#pragma once
+// The backend interface: the operations a forward step of Qwen3.5 needs, on memory the backend
+// owns (host memory for cpu, device memory for cuda). The model code (model/qwen35.cpp) and the
+// engine loop are written once above it. Shapes inside a step vary only through StepBatch, which
+// begin_step() uploads; a backend that captures graphs keys them on the step's bucket.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace lumen {
+
+// A weight matrix [rows = out, cols = in] in backend memory; `aux` is backend-private (packing).
+struct WMat {
+  const void* ptr = nullptr;
+  DType dtype = DType::f32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* aux = nullptr;
+};
+
+struct BLayer {
+  bool is_full = false;
+  int kv_index = -1;   // index among full-attention layers (KV pool)
+  int gdn_index = -1;  // index among Gated DeltaNet layers (state pool)
+  const float* in_norm = nullptr;
+  const float* post_norm = nullptr;
+  WMat gate, up, down;
+  WMat q, k, v, o;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  WMat qkv, z, b, a, out;
+  const float* conv = nullptr;
+  const float* dt_bias = nullptr;
+  const float* neg_exp_a = nullptr;
+  const float* gdn_norm = nullptr;
+};
+
+struct BWeights {
+  WMat embed, head;
+  const float* final_norm = nullptr;
+  std::vector<BLayer> layers;
+};
+
+// One sequence's share of a step: rows [start, start+len) of the step's tokens.
+struct SeqSegment {
+  int start = 0;
+  int len = 0;
+  int pos0 = 0;         // position of the segment's first token
+  int state_slot = 0;   // recurrent-state slot
+  int table_offset = 0; // into StepBatch::block_tables
+  int n_blocks = 0;     // blocks covering positions [0, pos0 + len)
+};
+
+struct StepBatch {
+  int n_tokens = 0;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<SeqSegment> segs;
+  std::vector<int32_t> block_tables;  // concatenated per segment
+  std::vector<int32_t> logit_rows;    // step rows whose logits are wanted, in output order
+  bool decode_only = false;           // every segment has len 1
+};
+
+struct CacheSpec {
+  int n_blocks = 0;
+  int block_size = 16;
+  int n_kv_layers = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int n_state_slots = 0;
+  int n_gdn_layers = 0;
+  int conv_rows = 0;   // kernel - 1
+  int conv_dim = 0;
+  int ssm_elems = 0;   // nv * dk * dv per layer
+};
+
+struct OpStat {
+  std::string name;
+  std::string group;
+  uint64_t calls = 0;
+  uint64_t ns = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;        // "cpu" | "cuda"
+  virtual std::string device_desc() const = 0; // kernel path or GPU name
+  virtual size_t device_memory_bytes() const { return 0; }
+  // Segments of at least n tokens use the chunked Gated DeltaNet kernel, shorter ones the recurrence.
+  virtual void set_gdn_chunk_min(int n) = 0;
+
+  // Makes the weights usable by this backend (references host memory, or uploads).
+  virtual void bind_weights(const HostWeights& w, BWeights& out) = 0;
+  // Allocates the KV block pool and recurrent-state slots; returns bytes allocated.
+  virtual size_t init_caches(const CacheSpec& spec, int max_step_tokens, int max_logit_rows) = 0;
+  virtual void reset_state(int slot) = 0;
+  // Recurrent-state snapshots (prefix cache): a pool of n snapshot buffers.
+  virtual size_t init_snapshots(int n) = 0;
+  virtual void save_state(int slot, int snapshot) = 0;
+  virtual void load_state(int snapshot, int slot) = 0;
+
+  // Step: upload metadata, then run ops on backend activations (owned by the backend).
+  virtual void begin_step(const StepBatch& b) = 0;
+  virtual void embed(const WMat& table, float* x) = 0;                                  // x[T,H]
+  virtual void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) = 0;
+  virtual void matmul(const float* x, int rows, const WMat& w, float* y) = 0;            // y = x Wᵀ
+  virtual void add(float* y, const float* x, int64_t n) = 0;                             // y += x
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;    // silu(g)*u
+  // Full attention for all segments: per-head q/k norm, RoPE, KV write, causal GQA, sigmoid gate.
+  // qg [T, nh*2*hd] (query|gate interleaved per head), k/v [T, nkv*hd] -> out [T, nh*hd].
+  virtual void attention(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v,
+                         float* out) = 0;
+  // Gated DeltaNet for all segments: conv+SiLU, l2norm, decay, delta rule, gated norm.
+  // qkv [T, conv_dim], z [T, value_dim], b/a [T, nv] -> out [T, value_dim].
+  virtual void gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* b,
+                   const float* a, float* out) = 0;
+  // y[i] = x[logit_rows[first + i]] for i < count.
+  virtual void gather_rows(const float* x, int first, int count, float* y, int dim) = 0;
+  virtual void logits_to_host(const float* src, float* dst, int64_t n) = 0;
+  // Scratch activation memory (backend memory), valid for the backend's lifetime.
+  virtual float* scratch(size_t n_floats) = 0;
+  virtual void end_step() {}
+
+  // Profiling (per-op wall time), off unless enabled.
+  virtual void set_profiling(bool on) = 0;
+  virtual std::vector<OpStat> take_profile() = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+#if defined(LUMEN_WITH_CUDA)
+std::unique_ptr<Backend> make_cuda_backend(int device);
+bool cuda_available(std::string* why);
+#endif
+
+}  // namespace lumen

@@ -1,0 +1,395 @@
+// The CPU backend: host memory, a persistent thread pool, and kernels chosen per ISA at run time.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "backend/cpu/gdn_cpu.h"
+#include "backend/cpu/kernels.h"
+#include "core/aligned.h"
+#include "core/clock.h"
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+
+namespace lumen {
+namespace {
+
+inline float sigmoidf(float x) { return 1.f / (1.f + std::exp(-x)); }
+inline float siluf(float x) { return x / (1.f + std::exp(-x)); }
+inline float softplusf(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+
+class ScopedOp {
+ public:
+  ScopedOp(bool on, std::map<std::string, OpStat>& stats, const char* name, const char* group)
+      : on_(on), stats_(stats), name_(name), group_(group), t0_(on ? now_ns() : 0) {}
+  ~ScopedOp() {
+    if (!on_) return;
+    auto& s = stats_[name_];
+    if (s.name.empty()) {
+      s.name = name_;
+      s.group = group_;
+    }
+    s.calls++;
+    s.ns += static_cast<uint64_t>(now_ns() - t0_);
+  }
+
+ private:
+  bool on_;
+  std::map<std::string, OpStat>& stats_;
+  const char* name_;
+  const char* group_;
+  int64_t t0_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads) : pool_(n_threads), K_(cpu::kernels()) {
+    per_thread_.resize(pool_.size());
+  }
+
+  std::string name() const override { return "cpu"; }
+  std::string device_desc() const override { return active_isa_name(); }
+  void set_gdn_chunk_min(int n) override { chunk_threshold_ = n; }
+
+  void bind_weights(const HostWeights& w, BWeights& out) override {
+    auto M = [](const HostMat& m) { return WMat{m.data, m.dtype, m.rows, m.cols, nullptr}; };
+    out.embed = M(w.embed());
+    out.head = M(w.head());
+    out.final_norm = w.final_norm().data;
+    out.layers.clear();
+    int kv = 0, gd = 0;
+    for (const auto& L : w.layers()) {
+      BLayer b;
+      b.is_full = L.is_full;
+      b.in_norm = L.in_norm.data;
+      b.post_norm = L.post_norm.data;
+      b.gate = M(L.gate);
+      b.up = M(L.up);
+      b.down = M(L.down);
+      if (L.is_full) {
+        b.kv_index = kv++;
+        b.q = M(L.q);
+        b.k = M(L.k);
+        b.v = M(L.v);
+        b.o = M(L.o);
+        b.q_norm = L.q_norm.data;
+        b.k_norm = L.k_norm.data;
+      } else {
+        b.gdn_index = gd++;
+        b.qkv = M(L.qkv);
+        b.z = M(L.z);
+        b.b = M(L.b);
+        b.a = M(L.a);
+        b.out = M(L.out);
+        b.conv = L.conv.data;
+        b.dt_bias = L.dt_bias.data;
+        b.neg_exp_a = L.neg_exp_a.data;
+        b.gdn_norm = L.gdn_norm.data;
+      }
+      out.layers.push_back(b);
+    }
+  }
+
+  size_t init_caches(const CacheSpec& spec, int max_step_tokens, int max_logit_rows) override {
+    spec_ = spec;
+    kv_layer_elems_ = static_cast<size_t>(spec.n_blocks) * spec.block_size * spec.n_kv_heads * spec.head_dim;
+    k_cache_.resize(kv_layer_elems_ * spec.n_kv_layers * sizeof(float));
+    v_cache_.resize(kv_layer_elems_ * spec.n_kv_layers * sizeof(float));
+    layer_state_elems_ = static_cast<size_t>(spec.conv_rows) * spec.conv_dim + spec.ssm_elems;
+    slot_elems_ = layer_state_elems_ * spec.n_gdn_layers;
+    state_.resize(slot_elems_ * spec.n_state_slots * sizeof(float));
+    return k_cache_.size() + v_cache_.size() + state_.size();
+  }
+
+  void reset_state(int slot) override {
+    std::fill(slot_ptr(slot), slot_ptr(slot) + slot_elems_, 0.f);
+  }
+
+  size_t init_snapshots(int n) override {
+    snapshots_.resize(slot_elems_ * static_cast<size_t>(n) * sizeof(float));
+    n_snapshots_ = n;
+    return snapshots_.size();
+  }
+  void save_state(int slot, int snap) override {
+    std::copy(slot_ptr(slot), slot_ptr(slot) + slot_elems_, snapshots_.as<float>() + snap * slot_elems_);
+  }
+  void load_state(int snap, int slot) override {
+    const float* s = snapshots_.as<float>() + snap * slot_elems_;
+    std::copy(s, s + slot_elems_, slot_ptr(slot));
+  }
+
+  void begin_step(const StepBatch& b) override { step_ = &b; }
+
+  void embed(const WMat& table, float* x) override {
+    ScopedOp op(profiling_, stats_, "embed", "embed");
+    const StepBatch& b = *step_;
+    for (int t = 0; t < b.n_tokens; ++t) K_.row_to_f32(table.ptr, table.dtype, b.tokens[t], table.cols, x + t * table.cols);
+  }
+
+  void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) override {
+    ScopedOp op(profiling_, stats_, "rmsnorm", "norm");
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) rms_row(x + r * dim, w, y + r * dim, dim, eps);
+    }, 8);
+  }
+
+  void matmul(const float* x, int rows, const WMat& w, float* y) override {
+    ScopedOp op(profiling_, stats_, "matmul", "matmul");
+    if (rows <= 0) return;
+    // Split over output features so every weight row is read once per step (all rows of x at once).
+    const int64_t N = w.rows;
+    pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
+      K_.matmul(x, rows, w.cols, w.ptr, w.dtype, n0, n1, y, N);
+    }, 16);
+  }
+
+  void add(float* y, const float* x, int64_t n) override {
+    ScopedOp op(profiling_, stats_, "add", "elementwise");
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  }
+
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+    ScopedOp op(profiling_, stats_, "swiglu", "elementwise");
+    pool_.parallel_for(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) out[i] = siluf(gate[i]) * up[i];
+    }, 4096);
+  }
+
+  void attention(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v, float* out) override {
+    ScopedOp op(profiling_, stats_, "attention", "attention");
+    const StepBatch& b = *step_;
+    const int hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, rot = c.rot_dim(), half = rot / 2;
+    const int bs = spec_.block_size;
+    float* kc = k_cache_.as<float>() + L.kv_index * kv_layer_elems_;
+    float* vc = v_cache_.as<float>() + L.kv_index * kv_layer_elems_;
+    // inv_freq_j = theta^(-2j/rot), in double for accuracy.
+    std::vector<double> inv_freq(half);
+    for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(static_cast<double>(c.rope_theta), -2.0 * j / rot);
+
+    // 1) per-head RMSNorm (1+w folded) and partial NeoX RoPE on q and k; write k, v into the cache.
+    pool_.parallel_for(b.n_tokens, [&](int64_t t0, int64_t t1) {
+      std::vector<float> cs(rot);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int pos = b.positions[t];
+        for (int j = 0; j < half; ++j) {
+          const double ang = pos * inv_freq[j];
+          cs[j] = static_cast<float>(std::cos(ang));
+          cs[half + j] = static_cast<float>(std::sin(ang));
+        }
+        auto rope = [&](float* x) {
+          for (int j = 0; j < half; ++j) {
+            const float x0 = x[j], x1 = x[j + half];
+            x[j] = x0 * cs[j] - x1 * cs[half + j];
+            x[j + half] = x1 * cs[j] + x0 * cs[half + j];
+          }
+        };
+        for (int h = 0; h < nh; ++h) {
+          float* qh = qg + t * (2 * nh * hd) + h * 2 * hd;
+          rms_row(qh, L.q_norm, qh, hd, c.eps);
+          rope(qh);
+        }
+        for (int h = 0; h < nkv; ++h) {
+          float* kh = k + t * (nkv * hd) + h * hd;
+          rms_row(kh, L.k_norm, kh, hd, c.eps);
+          rope(kh);
+        }
+      }
+    });
+    for (const auto& s : b.segs) {
+      const int32_t* table = b.block_tables.data() + s.table_offset;
+      for (int i = 0; i < s.len; ++i) {
+        const int pos = s.pos0 + i;
+        const size_t base = (static_cast<size_t>(table[pos / bs]) * bs + pos % bs) * nkv * hd;
+        std::copy(k + (s.start + i) * nkv * hd, k + (s.start + i + 1) * nkv * hd, kc + base);
+        std::copy(v + (s.start + i) * nkv * hd, v + (s.start + i + 1) * nkv * hd, vc + base);
+      }
+    }
+    // 2) causal attention per (token, head) through the block table; gate with sigmoid.
+    struct Item { int seg, i, h; };
+    std::vector<Item> items;
+    items.reserve(static_cast<size_t>(b.n_tokens) * nh);
+    for (int si = 0; si < static_cast<int>(b.segs.size()); ++si)
+      for (int i = 0; i < b.segs[si].len; ++i)
+        for (int h = 0; h < nh; ++h) items.push_back({si, i, h});
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    const int group = nh / nkv;
+    pool_.run([&](int tid, int nth) {
+      auto& scores = per_thread_[tid].scores;
+      const size_t n = items.size();
+      const size_t per = (n + nth - 1) / nth;
+      const size_t i0 = tid * per, i1 = std::min(n, i0 + per);
+      for (size_t it = i0; it < i1; ++it) {
+        const auto& s = b.segs[items[it].seg];
+        const int i = items[it].i, h = items[it].h, g = h / group;
+        const int row = s.start + i, ctx = s.pos0 + i + 1;
+        const int32_t* table = b.block_tables.data() + s.table_offset;
+        const float* q = qg + row * (2 * nh * hd) + h * 2 * hd;
+        const float* gate = q + hd;
+        if (static_cast<int>(scores.size()) < ctx) scores.resize(ctx);
+        float mx = -INFINITY;
+        for (int j = 0; j < ctx; ++j) {
+          const float* kj = kc + (static_cast<size_t>(table[j / bs]) * bs + j % bs) * nkv * hd + g * hd;
+          scores[j] = K_.dot(q, kj, hd) * scale;
+          mx = std::max(mx, scores[j]);
+        }
+        float sum = 0.f;
+        for (int j = 0; j < ctx; ++j) {
+          scores[j] = std::exp(scores[j] - mx);
+          sum += scores[j];
+        }
+        float* o = out + row * (nh * hd) + h * hd;
+        std::fill(o, o + hd, 0.f);
+        for (int j = 0; j < ctx; ++j) {
+          const float* vj = vc + (static_cast<size_t>(table[j / bs]) * bs + j % bs) * nkv * hd + g * hd;
+          K_.axpy(scores[j] / sum, vj, o, hd);
+        }
+        for (int d = 0; d < hd; ++d) o[d] *= sigmoidf(gate[d]);
+      }
+    });
+  }
+
+  void gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* bb, const float* aa,
+           float* out) override {
+    ScopedOp op(profiling_, stats_, "gdn", "gdn");
+    const StepBatch& b = *step_;
+    const int cd = c.conv_dim(), kc = c.conv_kernel, hist = kc - 1;
+    const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
+    const int T = b.n_tokens;
+    float* conv_out = conv_buf(static_cast<size_t>(T) * cd);
+    if (small_buf_.size() < static_cast<size_t>(2) * T * nv) small_buf_.resize(static_cast<size_t>(2) * T * nv);
+    float* beta = small_buf_.data();
+    float* gdec = beta + static_cast<size_t>(T) * nv;
+    // 1) causal depthwise conv over q|k|v channels with the per-sequence window, then SiLU.
+    pool_.parallel_for(cd, [&](int64_t c0, int64_t c1) {
+      for (const auto& s : b.segs) {
+        float* cst = conv_state(s.state_slot, L.gdn_index);  // [hist][cd]
+        for (int64_t ch = c0; ch < c1; ++ch) {
+          const float* w = L.conv + ch * kc;
+          float win[8];
+          for (int r = 0; r < hist; ++r) win[r] = cst[r * cd + ch];
+          for (int i = 0; i < s.len; ++i) {
+            const float x = qkv[static_cast<int64_t>(s.start + i) * cd + ch];
+            float acc = w[hist] * x;
+            for (int r = 0; r < hist; ++r) acc += w[r] * win[r];
+            conv_out[static_cast<int64_t>(s.start + i) * cd + ch] = siluf(acc);
+            for (int r = 0; r + 1 < hist; ++r) win[r] = win[r + 1];
+            if (hist > 0) win[hist - 1] = x;
+          }
+          for (int r = 0; r < hist; ++r) cst[r * cd + ch] = win[r];
+        }
+      }
+    }, 64);
+    // 2) l2-normalise q and k per head (q also scaled by 1/sqrt(dk)); beta, decay per value head.
+    const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
+    pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* row = conv_out + t * cd;
+        for (int h = 0; h < 2 * nk; ++h) {
+          float* x = row + h * dk;
+          const float inv = 1.f / std::sqrt(K_.sumsq(x, dk) + 1e-6f);
+          K_.scale(x, h < nk ? inv * qscale : inv, dk);
+        }
+        for (int j = 0; j < nv; ++j) {
+          beta[t * nv + j] = sigmoidf(bb[t * nv + j]);
+          gdec[t * nv + j] = L.neg_exp_a[j] * softplusf(aa[t * nv + j] + L.dt_bias[j]);
+        }
+      }
+    });
+    // 3) delta rule per (segment, value head): chunked for long segments, recurrent otherwise.
+    const int r = nv / nk;
+    const int n_items = static_cast<int>(b.segs.size()) * nv;
+    pool_.run([&](int tid, int nth) {
+      for (int it = tid; it < n_items; it += nth) {
+        const auto& s = b.segs[it / nv];
+        const int j = it % nv, kh = j / r;  // grouped value->key head mapping (HF order)
+        float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+        const float* base = conv_out + static_cast<int64_t>(s.start) * cd;
+        cpu::GdnHeadIO io{base + kh * dk, base + kd + kh * dk, base + 2 * kd + j * dv,
+                          beta + static_cast<int64_t>(s.start) * nv + j, gdec + static_cast<int64_t>(s.start) * nv + j,
+                          out + static_cast<int64_t>(s.start) * nv * dv + j * dv,
+                          cd, cd, cd, nv, static_cast<int64_t>(nv) * dv};
+        if (s.len >= chunk_threshold_)
+          cpu::gdn_chunked(S, io, s.len, dk, dv, 64, per_thread_[tid].gdn_scratch);
+        else
+          cpu::gdn_recurrent(S, io, s.len, dk, dv);
+      }
+    });
+    // 4) gated RMSNorm per value head: norm(o) * w * silu(z).
+    pool_.parallel_for(static_cast<int64_t>(T) * nv, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* o = out + i * dv;
+        const float* zz = z + i * dv;
+        const float inv = 1.f / std::sqrt(K_.sumsq(o, dv) / dv + c.eps);
+        for (int d = 0; d < dv; ++d) o[d] = o[d] * inv * L.gdn_norm[d] * siluf(zz[d]);
+      }
+    }, 4);
+  }
+
+  void gather_rows(const float* x, int first, int count, float* y, int dim) override {
+    const StepBatch& b = *step_;
+    for (int i = 0; i < count; ++i) {
+      const int64_t r = b.logit_rows[first + i];
+      std::copy(x + r * dim, x + (r + 1) * dim, y + static_cast<int64_t>(i) * dim);
+    }
+  }
+
+  void logits_to_host(const float* src, float* dst, int64_t n) override {
+    if (src != dst) std::copy(src, src + n, dst);
+  }
+
+  float* scratch(size_t n) override {
+    scratch_.push_back(std::make_unique<AlignedBuffer>(n * sizeof(float)));
+    return scratch_.back()->as<float>();
+  }
+
+  void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<OpStat> take_profile() override {
+    std::vector<OpStat> r;
+    for (auto& [k, v] : stats_) r.push_back(v);
+    stats_.clear();
+    return r;
+  }
+
+
+ private:
+  void rms_row(const float* x, const float* w, float* y, int dim, float eps) const {
+    const float inv = 1.f / std::sqrt(K_.sumsq(x, dim) / dim + eps);
+    for (int i = 0; i < dim; ++i) y[i] = x[i] * inv * w[i];
+  }
+  float* slot_ptr(int slot) { return state_.as<float>() + static_cast<size_t>(slot) * slot_elems_; }
+  float* conv_state(int slot, int gdn_layer) { return slot_ptr(slot) + gdn_layer * layer_state_elems_; }
+  float* ssm_state(int slot, int gdn_layer) {
+    return conv_state(slot, gdn_layer) + static_cast<size_t>(spec_.conv_rows) * spec_.conv_dim;
+  }
+  float* conv_buf(size_t n) {
+    if (conv_buf_.size() < n * sizeof(float)) conv_buf_.resize(n * sizeof(float), false);
+    return conv_buf_.as<float>();
+  }
+
+  struct PerThread {
+    std::vector<float> scores;
+    std::vector<float> gdn_scratch;
+  };
+
+  ThreadPool pool_;
+  const cpu::Kernels& K_;
+  CacheSpec spec_;
+  AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_;
+  std::vector<float> small_buf_;
+  size_t kv_layer_elems_ = 0, layer_state_elems_ = 0, slot_elems_ = 0;
+  int n_snapshots_ = 0;
+  int chunk_threshold_ = 16;
+  const StepBatch* step_ = nullptr;
+  std::vector<std::unique_ptr<AlignedBuffer>> scratch_;
+  std::vector<PerThread> per_thread_;
+  bool profiling_ = false;
+  std::map<std::string, OpStat> stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+}  // namespace lumen

@@ -1,0 +1,26 @@
+#pragma once
+// Gated DeltaNet core on the CPU: the per-token recurrence (decode) and the chunked form (prefill).
+// Both update S in place (fp32, [dk][dv] row-major) and are mathematically equal.
+#include <cstdint>
+#include <vector>
+
+namespace lumen::cpu {
+
+struct GdnHeadIO {
+  const float* q;     // row i at q + i*q_stride (l2-normalised, scaled by 1/sqrt(dk))
+  const float* k;     // row i at k + i*k_stride (l2-normalised)
+  const float* v;     // row i at v + i*v_stride
+  const float* beta;  // row i at beta[i*bg_stride]
+  const float* g;     // log decay, row i at g[i*bg_stride]
+  float* o;           // row i at o + i*o_stride
+  int64_t q_stride, k_stride, v_stride, bg_stride, o_stride;
+};
+
+// Token-by-token recurrence over n tokens.
+void gdn_recurrent(float* S, const GdnHeadIO& io, int n, int dk, int dv);
+
+// Chunked (WY) form over n tokens in chunks of `chunk` (<= 64), carrying S between chunks.
+// `scratch` is resized as needed (per-thread buffer).
+void gdn_chunked(float* S, const GdnHeadIO& io, int n, int dk, int dv, int chunk, std::vector<float>& scratch);
+
+}  // namespace lumen::cpu

@@ -1,0 +1,45 @@
+#pragma once
+// Qwen3.5 text-model hyper-parameters as the engine uses them.
+#include <cstdint>
+#include <vector>
+
+namespace lumen {
+
+struct ModelConfig {
+  int hidden = 0;
+  int n_layers = 0;
+  int intermediate = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int lin_k_heads = 0;
+  int lin_v_heads = 0;
+  int lin_dk = 0;
+  int lin_dv = 0;
+  int conv_kernel = 0;
+  int vocab = 0;
+  float eps = 1e-6f;
+  float rope_theta = 1e7f;
+  float partial_rotary = 0.25f;
+  bool tied = true;
+  std::vector<bool> is_full;  // per layer: full attention (true) or Gated DeltaNet (false)
+
+  int rot_dim() const { return static_cast<int>(head_dim * partial_rotary) / 2 * 2; }
+  int key_dim() const { return lin_k_heads * lin_dk; }
+  int value_dim() const { return lin_v_heads * lin_dv; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }
+  int n_full_layers() const {
+    int n = 0;
+    for (bool f : is_full) n += f;
+    return n;
+  }
+  int n_linear_layers() const { return n_layers - n_full_layers(); }
+  // Bytes of one sequence's recurrent state (all GDN layers, fp32 conv window + SSM state).
+  size_t state_bytes() const {
+    const size_t per_layer = static_cast<size_t>(conv_kernel - 1) * conv_dim() +
+                             static_cast<size_t>(lin_v_heads) * lin_dk * lin_dv;
+    return per_layer * n_linear_layers() * sizeof(float);
+  }
+};
+
+}  // namespace lumen

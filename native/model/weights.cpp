@@ -1,0 +1,239 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace lumen {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+}  // namespace
+
+float* HostWeights::new_f32(size_t n) {
+  owned_.push_back(std::make_unique<AlignedBuffer>(n * sizeof(float), false));
+  owned_bytes_ += n * sizeof(float);
+  return owned_.back()->as<float>();
+}
+
+const unsigned char* HostWeights::tensor_bytes(const TensorEntry& t) {
+  MappedFile* f = nullptr;
+  for (auto& m : files_)
+    if (m->path() == t.file) f = m.get();
+  if (!f) {
+    files_.push_back(std::make_unique<MappedFile>(t.file));
+    f = files_.back().get();
+  }
+  const uint64_t expect = static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.dtype);
+  if (t.nbytes != expect)
+    throw std::runtime_error("tensor " + t.name + " in " + t.file + ": " + std::to_string(t.nbytes) +
+                             " bytes for shape " + shape_str(t.shape) + " (expected " +
+                             std::to_string(expect) + ")");
+  if (t.offset > f->size() || t.nbytes > f->size() - t.offset)
+    throw std::runtime_error("tensor " + t.name + " in " + t.file + ": data [" + std::to_string(t.offset) +
+                             ", " + std::to_string(t.offset + t.nbytes) + ") lies past the end of the file (" +
+                             std::to_string(f->size()) + " bytes)");
+  return f->data() + t.offset;
+}
+
+HostMat HostWeights::bind_mat(const TensorEntry& t, WeightPolicy policy, int64_t rows, int64_t cols) {
+  if (numel(t.shape) != rows * cols || t.shape.empty() || t.shape[0] != rows)
+    throw std::runtime_error("tensor " + t.name + ": shape " + shape_str(t.shape) + ", expected [" +
+                             std::to_string(rows) + "," + std::to_string(cols) + "]");
+  const unsigned char* src = tensor_bytes(t);
+  DType want = t.dtype == DType::f16 ? DType::f32 : t.dtype;
+  if (policy == WeightPolicy::f32) want = DType::f32;
+  if (policy == WeightPolicy::bf16) want = DType::bf16;
+  HostMat m{src, want, rows, cols};
+  const size_t n = static_cast<size_t>(rows * cols);
+  if (want != t.dtype) {
+    owned_.push_back(std::make_unique<AlignedBuffer>(n * dtype_size(want), false));
+    owned_bytes_ += n * dtype_size(want);
+    void* dst = owned_.back()->data();
+    for (size_t i = 0; i < n; ++i) {
+      float v;
+      if (t.dtype == DType::f32) {
+        std::memcpy(&v, src + 4 * i, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        v = t.dtype == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+      }
+      if (want == DType::f32)
+        static_cast<float*>(dst)[i] = v;
+      else
+        static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v);
+    }
+    m.data = dst;
+  }
+  matrix_bytes_ += m.bytes();
+  return m;
+}
+
+HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n, float add, bool neg_exp) {
+  if (numel(t.shape) != n)
+    throw std::runtime_error("tensor " + t.name + ": shape " + shape_str(t.shape) + " has " +
+                             std::to_string(numel(t.shape)) + " elements, expected " + std::to_string(n));
+  const unsigned char* src = tensor_bytes(t);
+  float* dst = new_f32(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    if (t.dtype == DType::f32) {
+      std::memcpy(&v, src + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      v = t.dtype == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+    // Fold checkpoint conventions in fp32, exactly as the reference computes them.
+    dst[i] = neg_exp ? -std::exp(v) : v + add;
+  }
+  vec_bytes_ += static_cast<size_t>(n) * sizeof(float);
+  return HostVec{dst, n};
+}
+
+HostWeights::HostWeights(const ModelConfig& cfg, const std::vector<TensorEntry>& tensors, WeightPolicy policy,
+                         const std::function<void(int, int)>& on_layer)
+    : cfg_(cfg) {
+  std::unordered_map<std::string, const TensorEntry*> by_name;
+  for (const auto& t : tensors) by_name[t.name] = &t;
+  auto get = [&](const std::string& name) -> const TensorEntry& {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw std::runtime_error("tensor " + name + " is missing from the checkpoint");
+    return *it->second;
+  };
+  const int64_t H = cfg.hidden, I = cfg.intermediate, V = cfg.vocab;
+  embed_ = bind_mat(get("embed_tokens.weight"), policy, V, H);
+  main_dtype_ = embed_.dtype;
+  final_norm_ = bind_vec(get("norm.weight"), H, 1.f);
+  head_ = cfg.tied ? embed_ : bind_mat(get("lm_head.weight"), policy, V, H);
+  layers_.resize(cfg.n_layers);
+  for (int i = 0; i < cfg.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    HostLayer& L = layers_[i];
+    L.is_full = cfg.is_full[i];
+    L.in_norm = bind_vec(get(p + "input_layernorm.weight"), H, 1.f);
+    L.post_norm = bind_vec(get(p + "post_attention_layernorm.weight"), H, 1.f);
+    L.gate = bind_mat(get(p + "mlp.gate_proj.weight"), policy, I, H);
+    L.up = bind_mat(get(p + "mlp.up_proj.weight"), policy, I, H);
+    L.down = bind_mat(get(p + "mlp.down_proj.weight"), policy, H, I);
+    if (L.is_full) {
+      const int64_t hd = cfg.head_dim;
+      L.q = bind_mat(get(p + "self_attn.q_proj.weight"), policy, 2 * cfg.n_heads * hd, H);
+      L.k = bind_mat(get(p + "self_attn.k_proj.weight"), policy, cfg.n_kv_heads * hd, H);
+      L.v = bind_mat(get(p + "self_attn.v_proj.weight"), policy, cfg.n_kv_heads * hd, H);
+      L.o = bind_mat(get(p + "self_attn.o_proj.weight"), policy, H, cfg.n_heads * hd);
+      L.q_norm = bind_vec(get(p + "self_attn.q_norm.weight"), hd, 1.f);
+      L.k_norm = bind_vec(get(p + "self_attn.k_norm.weight"), hd, 1.f);
+    } else {
+      const int64_t nv = cfg.lin_v_heads;
+      L.qkv = bind_mat(get(p + "linear_attn.in_proj_qkv.weight"), policy, cfg.conv_dim(), H);
+      L.z = bind_mat(get(p + "linear_attn.in_proj_z.weight"), policy, cfg.value_dim(), H);
+      L.b = bind_mat(get(p + "linear_attn.in_proj_b.weight"), policy, nv, H);
+      L.a = bind_mat(get(p + "linear_attn.in_proj_a.weight"), policy, nv, H);
+      L.out = bind_mat(get(p + "linear_attn.out_proj.weight"), policy, H, cfg.value_dim());
+      L.conv = bind_vec(get(p + "linear_attn.conv1d.weight"), int64_t{cfg.conv_dim()} * cfg.conv_kernel);
+      L.dt_bias = bind_vec(get(p + "linear_attn.dt_bias"), nv);
+      L.neg_exp_a = bind_vec(get(p + "linear_attn.A_log"), nv, 0.f, true);
+      L.gdn_norm = bind_vec(get(p + "linear_attn.norm.weight"), cfg.lin_dv);
+    }
+    if (on_layer) on_layer(i + 1, cfg.n_layers);
+  }
+}
+
+size_t HostWeights::total_bytes() const { return matrix_bytes_ + vec_bytes_; }
+
+namespace {
+
+// xorshift64* stream: fast, deterministic for a seed. Uniform values with the wanted std.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x1234567ull) {}
+  float uniform() {  // [-1, 1)
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    const uint64_t r = s * 0x2545F4914F6CDD1Dull;
+    return static_cast<float>(static_cast<int64_t>(r >> 11) - (int64_t{1} << 52)) / static_cast<float>(int64_t{1} << 52);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<HostWeights> HostWeights::synthetic(const ModelConfig& cfg, DType dtype, uint64_t seed) {
+  std::unique_ptr<HostWeights> w(new HostWeights(cfg));
+  Rng rng(seed);
+  const float sqrt3 = 1.7320508f;
+  auto mat = [&](int64_t rows, int64_t cols, float std) {
+    const size_t n = static_cast<size_t>(rows * cols);
+    w->owned_.push_back(std::make_unique<AlignedBuffer>(n * dtype_size(dtype), false));
+    void* dst = w->owned_.back()->data();
+    const float a = std * sqrt3;
+    if (dtype == DType::f32) {
+      float* d = static_cast<float*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = a * rng.uniform();
+    } else {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(a * rng.uniform());
+    }
+    HostMat m{dst, dtype, rows, cols};
+    w->matrix_bytes_ += m.bytes();
+    return m;
+  };
+  auto vec = [&](int64_t n, float center, float spread) {
+    float* d = w->new_f32(static_cast<size_t>(n));
+    w->vec_bytes_ += static_cast<size_t>(n) * 4;
+    for (int64_t i = 0; i < n; ++i) d[i] = center + spread * rng.uniform();
+    return HostVec{d, n};
+  };
+  const int64_t H = cfg.hidden, I = cfg.intermediate;
+  const float proj = 1.0f / std::sqrt(static_cast<float>(H));
+  w->embed_ = mat(cfg.vocab, H, 4.0f / std::sqrt(static_cast<float>(H)));
+  w->main_dtype_ = dtype;
+  w->final_norm_ = vec(H, 1.f, 0.05f);
+  w->head_ = cfg.tied ? w->embed_ : mat(cfg.vocab, H, 4.0f / std::sqrt(static_cast<float>(H)));
+  w->layers_.resize(cfg.n_layers);
+  for (int i = 0; i < cfg.n_layers; ++i) {
+    HostLayer& L = w->layers_[i];
+    L.is_full = cfg.is_full[i];
+    L.in_norm = vec(H, 1.f, 0.05f);
+    L.post_norm = vec(H, 1.f, 0.05f);
+    L.gate = mat(I, H, proj);
+    L.up = mat(I, H, proj);
+    L.down = mat(H, I, 0.5f / std::sqrt(static_cast<float>(I)));
+    if (L.is_full) {
+      const int64_t hd = cfg.head_dim;
+      L.q = mat(2 * cfg.n_heads * hd, H, proj);
+      L.k = mat(cfg.n_kv_heads * hd, H, proj);
+      L.v = mat(cfg.n_kv_heads * hd, H, proj);
+      L.o = mat(H, cfg.n_heads * hd, 0.5f / std::sqrt(static_cast<float>(cfg.n_heads * hd)));
+      L.q_norm = vec(hd, 1.f, 0.05f);
+      L.k_norm = vec(hd, 1.f, 0.05f);
+    } else {
+      const int64_t nv = cfg.lin_v_heads;
+      L.qkv = mat(cfg.conv_dim(), H, proj);
+      L.z = mat(cfg.value_dim(), H, proj);
+      L.b = mat(nv, H, proj);
+      L.a = mat(nv, H, proj);
+      L.out = mat(H, cfg.value_dim(), 0.5f / std::sqrt(static_cast<float>(cfg.value_dim())));
+      L.conv = vec(int64_t{cfg.conv_dim()} * cfg.conv_kernel, 0.f, 0.5f);
+      L.dt_bias = vec(nv, -4.f, 1.f);
+      L.neg_exp_a = vec(nv, -8.f, 7.f);
+      L.gdn_norm = vec(cfg.lin_dv, 1.f, 0.05f);
+    }
+  }
+  return w;
+}
+
+}  // namespace lumen

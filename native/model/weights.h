@@ -1,0 +1,94 @@
+#pragma once
+// Host-side weights of a Qwen3.5 checkpoint, bound from the manifest the TypeScript loader built.
+// Matrices whose dtype fits (bf16, f32) point into memory-mapped safetensors files; f16 matrices
+// are widened to f32; every vector (norms, gates, conv taps) is converted to f32 with the
+// checkpoint conventions folded in: (1 + w) for zero-centred norms, -exp(A_log) for the decay.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/aligned.h"
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "model/config.h"
+
+namespace lumen {
+
+// A row-major matrix [rows = out features, cols = in features] in host memory.
+struct HostMat {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t bytes() const { return static_cast<size_t>(rows * cols) * dtype_size(dtype); }
+};
+
+struct HostVec {
+  const float* data = nullptr;
+  int64_t n = 0;
+};
+
+struct HostLayer {
+  bool is_full = false;
+  HostVec in_norm, post_norm;  // (1 + w) folded
+  HostMat gate, up, down;
+  // full attention
+  HostMat q, k, v, o;
+  HostVec q_norm, k_norm;  // (1 + w) folded
+  // Gated DeltaNet
+  HostMat qkv, z, b, a, out;
+  HostVec conv;        // [conv_dim * K], channel-major
+  HostVec dt_bias;     // [nv]
+  HostVec neg_exp_a;   // [nv] = -exp(A_log)
+  HostVec gdn_norm;    // [dv], plain multiplicative weight
+};
+
+struct TensorEntry {
+  std::string name;
+  std::string file;
+  uint64_t offset = 0;
+  uint64_t nbytes = 0;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+};
+
+enum class WeightPolicy { keep, f32, bf16 };  // keep = bf16/f32 as stored (f16 -> f32)
+
+class HostWeights {
+ public:
+  // Binds every tensor; throws std::runtime_error naming the tensor or file at fault.
+  HostWeights(const ModelConfig& cfg, const std::vector<TensorEntry>& tensors, WeightPolicy policy,
+              const std::function<void(int, int)>& on_layer = nullptr);
+  // Random weights of the real shapes, generated in memory (no files), for synthetic models.
+  static std::unique_ptr<HostWeights> synthetic(const ModelConfig& cfg, DType dtype, uint64_t seed);
+
+  const ModelConfig& config() const { return cfg_; }
+  const HostMat& embed() const { return embed_; }
+  const HostMat& head() const { return head_; }
+  const HostVec& final_norm() const { return final_norm_; }
+  const std::vector<HostLayer>& layers() const { return layers_; }
+  size_t matrix_bytes() const { return matrix_bytes_; }
+  size_t total_bytes() const;
+  DType main_dtype() const { return main_dtype_; }
+
+ private:
+  HostWeights(const ModelConfig& cfg) : cfg_(cfg) {}
+  HostMat bind_mat(const TensorEntry& t, WeightPolicy policy, int64_t rows, int64_t cols);
+  HostVec bind_vec(const TensorEntry& t, int64_t n, float add = 0.f, bool neg_exp = false);
+  const unsigned char* tensor_bytes(const TensorEntry& t);
+  float* new_f32(size_t n);
+
+  ModelConfig cfg_;
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::vector<std::unique_ptr<AlignedBuffer>> owned_;
+  HostMat embed_, head_;
+  HostVec final_norm_;
+  std::vector<HostLayer> layers_;
+  size_t matrix_bytes_ = 0;
+  size_t owned_bytes_ = 0;
+  size_t vec_bytes_ = 0;
+  DType main_dtype_ = DType::f32;
+};
+
+}  // namespace lumen
