@@ -1,0 +1,193 @@
+// Row figures from the engine's native timestamps. Pure functions: RequestResults in, numbers out.
+// Every definition here is the one docs/bench.md states; change both together.
+import type { EngineStats, RequestResult } from '../engine/types.js';
+import { summarize, unionLength, type Distribution } from './stats.js';
+
+/** One timed request with its place in the closed loop. */
+export interface TimedRequest {
+  /** Pass index counted from the cell's first warm-up pass. */
+  pass: number;
+  session: number;
+  result: RequestResult;
+}
+
+export interface RowFigures {
+  /** enqueue -> last token of the cell's first request (null when it produced no token). */
+  firstCallMs: number | null;
+  /** Mean over timed requests of (first token - enqueue). */
+  ttftMs: number | null;
+  /** isl * 1000 / ttftMs. */
+  prefillTokS: number | null;
+  itlP50Ms: number | null;
+  itlP99Ms: number | null;
+  prefillChunkP50Ms: number | null;
+  prefillChunkMaxMs: number | null;
+  /** decodeTokens * 1000 / decodeWindowMs. */
+  decodeTokS: number | null;
+  decodeTokens: number;
+  decodeWindowMs: number;
+  generatedTokens: number;
+  /** Timed requests that generated fewer (or more) than osl tokens. */
+  wrongLength: number;
+  minGenerated: number | null;
+  maxGenerated: number | null;
+  /** Decode gaps that overlapped another request's prefill, excluded from the itl figures. */
+  mixedGaps: number;
+  cachedPromptTokens: number;
+  distributions: {
+    ttft_ms: Distribution;
+    /** Decode-only inter-token gaps (what itl_p50_ms/itl_p99_ms read). */
+    itl_ms: Distribution;
+    /** Inter-token gaps that overlapped some other request's prefill (kept out of itl_ms). */
+    itl_mixed_ms: Distribution;
+    /** One sample per (request, prefill step it took part in). */
+    prefill_chunk_ms: Distribution;
+    /** Per request: the sum of its prefill step walls. */
+    prefill_ms: Distribution;
+    /** Per request: enqueue -> last token. */
+    e2e_ms: Distribution;
+    /** Per request: (tokens - 1) * 1000 / (last token - first token). */
+    request_decode_tok_s: Distribution;
+  };
+}
+
+/** End-to-end wall of a request: enqueue -> last token; null without tokens. */
+export function e2eMs(r: RequestResult): number | null {
+  const n = r.tokenMs.length;
+  return n > 0 ? r.tokenMs[n - 1]! - r.enqueueMs : null;
+}
+
+export function ttftOf(r: RequestResult): number | null {
+  return r.tokenMs.length > 0 ? r.tokenMs[0]! - r.enqueueMs : null;
+}
+
+export function computeRowFigures(
+  isl: number,
+  osl: number,
+  timed: readonly TimedRequest[],
+  firstCall: RequestResult | null,
+): RowFigures {
+  const results = timed.map((t) => t.result);
+
+  const ttfts: number[] = [];
+  for (const r of results) {
+    const t = ttftOf(r);
+    if (t !== null) ttfts.push(t);
+  }
+
+  // Prefill intervals [enqueue, first token] of every timed request: while one is open, another request's
+  // gap may contain a prefill step, so that gap is not a decode-only gap.
+  const prefillIntervals = results.map((r) => [r.enqueueMs, r.tokenMs.length ? r.tokenMs[0]! : Number.POSITIVE_INFINITY] as const);
+  const decodeGaps: number[] = [];
+  const mixedGaps: number[] = [];
+  results.forEach((r, idx) => {
+    for (let k = 1; k < r.tokenMs.length; k++) {
+      const a = r.tokenMs[k - 1]!;
+      const b = r.tokenMs[k]!;
+      let mixed = false;
+      for (let q = 0; q < prefillIntervals.length && !mixed; q++) {
+        if (q === idx) continue;
+        const [qs, qe] = prefillIntervals[q]!;
+        if (qs < b && qe > a) mixed = true;
+      }
+      (mixed ? mixedGaps : decodeGaps).push(b - a);
+    }
+  });
+
+  const chunks: number[] = [];
+  const prefillSums: number[] = [];
+  const e2es: number[] = [];
+  const perRequestDecode: number[] = [];
+  const windows: Array<[number, number]> = [];
+  let decodeTokens = 0;
+  let generated = 0;
+  let wrongLength = 0;
+  let minGen: number | null = null;
+  let maxGen: number | null = null;
+  let cached = 0;
+  for (const r of results) {
+    let sum = 0;
+    for (const c of r.prefillChunkMs) { chunks.push(c); sum += c; }
+    if (r.prefillChunkMs.length) prefillSums.push(sum);
+    const e = e2eMs(r);
+    if (e !== null) e2es.push(e);
+    const n = r.tokenMs.length;
+    generated += r.tokens.length;
+    if (r.tokens.length !== osl) wrongLength++;
+    minGen = minGen === null ? r.tokens.length : Math.min(minGen, r.tokens.length);
+    maxGen = maxGen === null ? r.tokens.length : Math.max(maxGen, r.tokens.length);
+    cached += r.cachedPromptTokens;
+    if (n >= 2) {
+      const first = r.tokenMs[0]!;
+      const last = r.tokenMs[n - 1]!;
+      decodeTokens += n - 1;
+      windows.push([first, last]);
+      if (last > first) perRequestDecode.push(((n - 1) * 1000) / (last - first));
+    }
+  }
+  const decodeWindowMs = unionLength(windows);
+
+  const ttft = summarize(ttfts);
+  const itl = summarize(decodeGaps);
+  const chunk = summarize(chunks);
+  const ttftMs = ttfts.length === results.length && results.length > 0 ? ttft.mean : null;
+  const firstE2e = firstCall ? e2eMs(firstCall) : null;
+
+  return {
+    firstCallMs: firstE2e,
+    ttftMs,
+    prefillTokS: ttftMs !== null && ttftMs > 0 ? (isl * 1000) / ttftMs : null,
+    itlP50Ms: itl.p50,
+    itlP99Ms: itl.p99,
+    prefillChunkP50Ms: chunk.p50,
+    prefillChunkMaxMs: chunk.max,
+    decodeTokS: decodeTokens > 0 && decodeWindowMs > 0 ? (decodeTokens * 1000) / decodeWindowMs : null,
+    decodeTokens,
+    decodeWindowMs,
+    generatedTokens: generated,
+    wrongLength,
+    minGenerated: minGen,
+    maxGenerated: maxGen,
+    mixedGaps: mixedGaps.length,
+    cachedPromptTokens: cached,
+    distributions: {
+      ttft_ms: ttft,
+      itl_ms: itl,
+      itl_mixed_ms: summarize(mixedGaps),
+      prefill_chunk_ms: chunk,
+      prefill_ms: summarize(prefillSums),
+      e2e_ms: summarize(e2es),
+      request_decode_tok_s: summarize(perRequestDecode),
+    },
+  };
+}
+
+/** speedup_vs_c1 = decode_tok_s / the same cell's c=1 decode_tok_s; null when either is missing. */
+export function speedupVsC1(decodeTokS: number | null, c1DecodeTokS: number | null): number | null {
+  if (decodeTokS === null || c1DecodeTokS === null || !(c1DecodeTokS > 0)) return null;
+  return decodeTokS / c1DecodeTokS;
+}
+
+/** batching_efficiency = speedup_vs_c1 / concurrency. */
+export function batchingEfficiency(speedup: number | null, concurrency: number): number | null {
+  return speedup === null ? null : speedup / concurrency;
+}
+
+/** Counter columns: the engine's counters over the timed passes (read after resetCounters()). */
+export interface CounterColumns {
+  admitted_tok: number;
+  retires: number;
+  peak_active_bytes: number;
+  num_allocs: number;
+  num_inflight_park_waits: number;
+}
+
+export function counterColumns(s: EngineStats): CounterColumns {
+  return {
+    admitted_tok: s.prefixAdmittedTokens,
+    retires: s.retires,
+    peak_active_bytes: s.peakActiveBytes,
+    num_allocs: s.numAllocs,
+    num_inflight_park_waits: s.parkWaits,
+  };
+}

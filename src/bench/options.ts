@@ -1,0 +1,254 @@
+// Sweep flags: raw commander values -> a validated SweepConfig. Every bad value is a UsageError naming its flag,
+// raised before any model is touched.
+import { existsSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { UsageError } from '../cli/usage.js';
+import type { KvLayout } from '../engine/types.js';
+
+export interface Cell {
+  isl: number;
+  osl: number;
+}
+
+export type DeviceChoice = 'cpu' | 'cuda' | 'auto';
+export type PromptMode = 'unique' | 'repeat';
+export type OutputFormat = 'csv' | 'json' | 'md';
+
+export interface SweepConfig {
+  /** Checkpoint directory; null = the embedded synthetic model. */
+  modelPath: string | null;
+  device: DeviceChoice;
+  threads: number;
+  cells: Cell[];
+  /** Ascending, without duplicates. */
+  concurrency: number[];
+  sharedPrefix: number;
+  prompts: PromptMode;
+  warmup: number;
+  iters: number;
+  kvcache: KvLayout;
+  blockSize: number;
+  prefillChunk: number;
+  stepTokenBudget: number;
+  maxSeq: number;
+  memoryStages: string | null;
+  output: string | null;
+  format: OutputFormat;
+  profile: boolean;
+  profilePipeline: boolean;
+  seed: number;
+  /** -1 quiet, 0 default, 1 info JSON logs, 2 debug JSON logs. */
+  verbosity: number;
+  latencyOnly: boolean;
+  skipTraining: boolean;
+}
+
+export const DEFAULT_CELLS: readonly Cell[] = [
+  { isl: 128, osl: 128 },
+  { isl: 2048, osl: 128 },
+  { isl: 128, osl: 1024 },
+];
+export const DEFAULT_CONCURRENCY: readonly number[] = [1, 4, 8];
+/** Cell used when only one of --isl/--osl (or the peer's --prompt-tokens/--max-output-tokens) is given. */
+export const DEFAULT_ISL = 128;
+export const DEFAULT_OSL = 128;
+
+export const DEFAULTS = {
+  device: 'auto' as DeviceChoice,
+  threads: 0,
+  warmup: 2,
+  iters: 1,
+  kvcache: 'paged' as KvLayout,
+  blockSize: 16,
+  prefillChunk: 512,
+  stepTokenBudget: 2048,
+  maxSeq: 4096,
+  format: 'csv' as OutputFormat,
+  seed: 0,
+  sharedPrefix: 0,
+};
+
+/** Raw option values as commander hands them over (strings, booleans, the -v count). */
+export interface RawSweepOptions {
+  modelPath?: string;
+  device?: string;
+  threads?: string;
+  cells?: string;
+  isl?: string;
+  osl?: string;
+  promptTokens?: string;
+  maxOutputTokens?: string;
+  concurrency?: string;
+  sharedPrefix?: string;
+  uniquePrompts?: boolean;
+  repeatPrompts?: boolean;
+  warmup?: string;
+  iters?: string;
+  kvcache?: string;
+  paged?: boolean;
+  blockSize?: string;
+  prefillChunk?: string;
+  stepTokenBudget?: string;
+  maxSeq?: string;
+  memoryStages?: string;
+  output?: string;
+  format?: string;
+  profile?: boolean;
+  profilePipeline?: boolean;
+  seed?: string;
+  verbose?: number;
+  quiet?: boolean;
+  latencyOnly?: boolean;
+  skipTraining?: boolean;
+}
+
+/** A non-negative decimal integer no larger than max, or a UsageError naming the flag. */
+export function parseCount(flag: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const v = value.trim();
+  if (!/^\d+$/.test(v)) {
+    throw new UsageError(`${flag}: '${value}' is not a whole number`);
+  }
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n > max) throw new UsageError(`${flag}: ${value} is too large (at most ${max})`);
+  if (n < min) throw new UsageError(`${flag}: ${value} is below the minimum of ${min}`);
+  return n;
+}
+
+/** `128:128,2048:128` -> cells. Each side a whole number >= 1. */
+export function parseCells(flag: string, value: string): Cell[] {
+  const parts = value.split(',').map((s) => s.trim());
+  if (parts.length === 0 || parts.some((p) => p === '')) {
+    throw new UsageError(`${flag}: '${value}' is not a comma-separated list of isl:osl pairs (e.g. 128:128,2048:128)`);
+  }
+  return parts.map((p) => {
+    const m = /^([^:]+):([^:]+)$/.exec(p);
+    if (!m) throw new UsageError(`${flag}: '${p}' is not an isl:osl pair (e.g. 128:128)`);
+    const isl = parseCount(`${flag} (isl of '${p}')`, m[1]!, 1);
+    const osl = parseCount(`${flag} (osl of '${p}')`, m[2]!, 1);
+    return { isl, osl };
+  });
+}
+
+/** `1,4,8` -> [1,4,8]: each >= 1; the result is sorted ascending without duplicates. */
+export function parseConcurrency(flag: string, value: string): number[] {
+  const parts = value.split(',').map((s) => s.trim());
+  if (parts.some((p) => p === '')) {
+    throw new UsageError(`${flag}: '${value}' is not a comma-separated list of session counts (e.g. 1,4,8)`);
+  }
+  const list = parts.map((p) => parseCount(flag, p, 1, 4096));
+  return [...new Set(list)].sort((a, b) => a - b);
+}
+
+function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
+  if ((allowed as readonly string[]).includes(value)) return value as T;
+  throw new UsageError(`${flag}: '${value}' is not one of ${allowed.join(', ')}`);
+}
+
+export function resolveSweepConfig(raw: RawSweepOptions): SweepConfig {
+  // Model directory: checked here so a typo costs nothing.
+  let modelPath: string | null = null;
+  if (raw.modelPath !== undefined) {
+    const dir = path.resolve(raw.modelPath);
+    if (!existsSync(dir)) throw new UsageError(`--model-path: ${raw.modelPath} does not exist`);
+    if (!statSync(dir).isDirectory()) throw new UsageError(`--model-path: ${raw.modelPath} is not a directory`);
+    modelPath = dir;
+  }
+
+  const device = oneOf('--device', raw.device ?? DEFAULTS.device, ['cpu', 'cuda', 'auto'] as const);
+
+  // Cells: --cells, or one cell from --isl/--osl (aliases: the peer's --prompt-tokens/--max-output-tokens).
+  if (raw.isl !== undefined && raw.promptTokens !== undefined) {
+    throw new UsageError('--isl and --prompt-tokens both set the prompt length; give one');
+  }
+  if (raw.osl !== undefined && raw.maxOutputTokens !== undefined) {
+    throw new UsageError('--osl and --max-output-tokens both set the output length; give one');
+  }
+  const islFlag = raw.isl !== undefined ? '--isl' : '--prompt-tokens';
+  const oslFlag = raw.osl !== undefined ? '--osl' : '--max-output-tokens';
+  const islRaw = raw.isl ?? raw.promptTokens;
+  const oslRaw = raw.osl ?? raw.maxOutputTokens;
+  let cells: Cell[];
+  if (raw.cells !== undefined) {
+    if (islRaw !== undefined || oslRaw !== undefined) {
+      throw new UsageError(`--cells and ${islRaw !== undefined ? islFlag : oslFlag} both choose the cells; give one`);
+    }
+    cells = parseCells('--cells', raw.cells);
+  } else if (islRaw !== undefined || oslRaw !== undefined) {
+    cells = [{
+      isl: islRaw !== undefined ? parseCount(islFlag, islRaw, 1) : DEFAULT_ISL,
+      osl: oslRaw !== undefined ? parseCount(oslFlag, oslRaw, 1) : DEFAULT_OSL,
+    }];
+  } else {
+    cells = DEFAULT_CELLS.map((c) => ({ ...c }));
+  }
+
+  let concurrency: number[];
+  if (raw.latencyOnly) {
+    if (raw.concurrency !== undefined && raw.concurrency.trim() !== '1') {
+      throw new UsageError('--latency-only runs concurrency 1 only; it cannot be combined with --concurrency');
+    }
+    concurrency = [1];
+  } else {
+    concurrency = raw.concurrency !== undefined ? parseConcurrency('--concurrency', raw.concurrency) : [...DEFAULT_CONCURRENCY];
+  }
+
+  if (raw.uniquePrompts && raw.repeatPrompts) {
+    throw new UsageError('--unique-prompts and --repeat-prompts contradict each other; give one');
+  }
+  const prompts: PromptMode = raw.repeatPrompts ? 'repeat' : 'unique';
+
+  let kvcache = DEFAULTS.kvcache;
+  if (raw.kvcache !== undefined) kvcache = oneOf('--kvcache', raw.kvcache, ['paged', 'continuous'] as const);
+  if (raw.paged && kvcache !== 'paged') {
+    throw new UsageError(`--paged contradicts --kvcache ${raw.kvcache}; give one`);
+  }
+
+  const format = oneOf('--format', raw.format ?? DEFAULTS.format, ['csv', 'json', 'md'] as const);
+
+  const verbose = raw.verbose ?? 0;
+  if (raw.quiet && verbose > 0) throw new UsageError('-q and -v contradict each other; give one');
+  const verbosity = raw.quiet ? -1 : Math.min(verbose, 2);
+
+  const num = (flag: string, v: string | undefined, dflt: number, min: number, max?: number) =>
+    v === undefined ? dflt : parseCount(flag, v, min, max);
+
+  const cfg: SweepConfig = {
+    modelPath,
+    device,
+    threads: num('--threads', raw.threads, DEFAULTS.threads, 0, 4096),
+    cells,
+    concurrency,
+    sharedPrefix: num('--shared-prefix', raw.sharedPrefix, DEFAULTS.sharedPrefix, 0),
+    prompts,
+    warmup: num('--warmup', raw.warmup, DEFAULTS.warmup, 0, 1000),
+    iters: num('--iters', raw.iters, DEFAULTS.iters, 1, 1000),
+    kvcache,
+    blockSize: num('--block-size', raw.blockSize, DEFAULTS.blockSize, 1, 65536),
+    prefillChunk: num('--prefill-chunk', raw.prefillChunk, DEFAULTS.prefillChunk, 1),
+    stepTokenBudget: num('--step-token-budget', raw.stepTokenBudget, DEFAULTS.stepTokenBudget, 1),
+    maxSeq: num('--max-seq', raw.maxSeq, DEFAULTS.maxSeq, 2),
+    memoryStages: raw.memoryStages !== undefined ? path.resolve(raw.memoryStages) : null,
+    output: raw.output !== undefined ? raw.output : null,
+    format,
+    profile: !!raw.profile,
+    profilePipeline: !!raw.profilePipeline,
+    seed: num('--seed', raw.seed, DEFAULTS.seed, 0, 0xffffffff),
+    verbosity,
+    latencyOnly: !!raw.latencyOnly,
+    skipTraining: !!raw.skipTraining,
+  };
+
+  if (cfg.memoryStages !== null) checkWritableParent('--memory-stages', cfg.memoryStages);
+  if (cfg.output !== null) {
+    if (cfg.output === '' || cfg.output.endsWith('/')) throw new UsageError(`--output: '${cfg.output}' is not a file prefix`);
+    checkWritableParent('--output', path.resolve(cfg.output));
+  }
+  return cfg;
+}
+
+function checkWritableParent(flag: string, file: string): void {
+  const dir = path.dirname(file);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) {
+    throw new UsageError(`${flag}: directory ${dir} does not exist`);
+  }
+}

@@ -1,0 +1,373 @@
+// stderr for people: header, load bar, one progress bar per row, summary table. On a TTY with colours (unless
+// NO_COLOR); otherwise plain lines without a single escape code. With -v/-vv the same events become pino JSON
+// lines instead, so stderr stays machine-readable.
+import { Chalk, type ChalkInstance } from 'chalk';
+import cliProgress from 'cli-progress';
+import type { Logger } from './logger.js';
+import type { ReportRow } from './report.js';
+import type { RowOutcome } from './runner.js';
+
+export interface HeaderInfo {
+  toolVersion: string;
+  cpuModel: string;
+  threads: number;
+  modelPath: string;
+  embedded: boolean;
+}
+
+export interface LoadedInfo {
+  seconds: number;
+  backend: string;
+  isa: string;
+  weightBytes: number;
+  threads: number;
+  gpu: { name: string; memoryMb: number } | null;
+  engineLine: string;
+  sweepLine: string;
+}
+
+export interface SweepRenderer {
+  header(h: HeaderInfo): void;
+  loadStage(stage: string, fields: Record<string, unknown>): void;
+  loadProgress(done: number, total: number): void;
+  loaded(l: LoadedInfo): void;
+  note(msg: string): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  error(msg: string, fields?: Record<string, unknown>): void;
+  debug(event: string, fields: Record<string, unknown>): void;
+  sweepStart(): void;
+  rowStart(label: string, fields: Record<string, unknown>, clock: () => number): void;
+  rowPhase(phase: 'warm-up' | 'timed', totalTokens: number): void;
+  token(): void;
+  rowEnd(label: string, out: RowOutcome): void;
+  profile(kind: 'ops' | 'pipeline', text: string, data: unknown): void;
+  summary(rows: readonly ReportRow[], interrupted: boolean): void;
+  close(): void;
+}
+
+/** Colour only on a TTY and only when NO_COLOR is unset or empty (https://no-color.org). */
+export function colorEnabled(isTTY: boolean, env: NodeJS.ProcessEnv = process.env): boolean {
+  return isTTY && !(env.NO_COLOR !== undefined && env.NO_COLOR !== '');
+}
+
+export const fmt = {
+  ms(v: number | null, digits = 1): string {
+    return v === null ? '-' : v.toFixed(digits);
+  },
+  rate(v: number | null): string {
+    if (v === null) return '-';
+    return v >= 100 ? v.toFixed(0) : v.toFixed(1);
+  },
+  mb(bytes: number): string {
+    return `${Math.round(bytes / (1024 * 1024))} MB`;
+  },
+};
+
+/** Rate over the last `windowMs` of (time, count) samples. */
+export class LiveRate {
+  private samples: Array<[number, number]> = [];
+  constructor(private readonly windowMs = 2000) {}
+  sample(t: number, count: number): number | null {
+    this.samples.push([t, count]);
+    while (this.samples.length > 2 && t - this.samples[1]![0] >= this.windowMs) this.samples.shift();
+    const [t0, c0] = this.samples[0]!;
+    return t > t0 ? ((count - c0) * 1000) / (t - t0) : null;
+  }
+  reset(): void {
+    this.samples = [];
+  }
+}
+
+export class HumanRenderer implements SweepRenderer {
+  private readonly c: ChalkInstance;
+  private loadBar: cliProgress.SingleBar | null = null;
+  private rowBar: cliProgress.SingleBar | null = null;
+  private ticker: NodeJS.Timeout | null = null;
+  private tokens = 0;
+  private phase = '';
+  private clock: () => number = () => 0;
+  private readonly rate = new LiveRate();
+  private rowLabel = '';
+
+  constructor(
+    private readonly out: NodeJS.WriteStream | NodeJS.WritableStream,
+    private readonly tty: boolean,
+    color: boolean,
+    private readonly quiet: boolean,
+  ) {
+    this.c = new Chalk({ level: color ? 1 : 0 });
+  }
+
+  private line(s = ''): void {
+    if (!this.quiet) this.out.write(`${s}\n`);
+  }
+
+  private kv(key: string, value: string): void {
+    this.line(`  ${this.c.dim(key.padEnd(22))} ${this.c.bold(value)}`);
+  }
+
+  private section(title: string): void {
+    this.line();
+    this.line(`  ${this.c.cyan.bold('▌')} ${this.c.cyan.bold(title)}`);
+  }
+
+  header(h: HeaderInfo): void {
+    this.line();
+    this.line(`  ${this.c.cyan.bold('lumen-bench')} ${this.c.dim(`v${h.toolVersion}`)}`);
+    this.kv('CPU', `${h.cpuModel} (${h.threads} threads)`);
+    this.kv('Model path', h.embedded ? `${h.modelPath} (embedded synthetic tiny model)` : h.modelPath);
+  }
+
+  loadStage(_stage: string, _fields: Record<string, unknown>): void {}
+
+  loadProgress(done: number, total: number): void {
+    if (!this.tty || this.quiet) return;
+    if (!this.loadBar) {
+      this.loadBar = new cliProgress.SingleBar({
+        stream: this.out as NodeJS.WritableStream,
+        format: `  loading layers ${this.c.cyan('{bar}')} {value}/{total}  ({duration}s)`,
+        barCompleteChar: '#',
+        barIncompleteChar: '-',
+        barsize: 40,
+        hideCursor: true,
+        clearOnComplete: true,
+        fps: 10,
+      });
+      this.loadBar.start(total, done);
+    } else {
+      this.loadBar.setTotal(total);
+      this.loadBar.update(done);
+    }
+  }
+
+  loaded(l: LoadedInfo): void {
+    if (this.loadBar) {
+      this.loadBar.stop();
+      this.loadBar = null;
+    }
+    if (l.gpu) this.kv('GPU', `${l.gpu.name} (${l.gpu.memoryMb} MB)`);
+    this.kv('Model loaded', `${l.seconds.toFixed(2)}s (backend: ${l.backend}, ${fmt.mb(l.weightBytes)}${l.backend === 'cuda' ? ' VRAM' : ''})`);
+    this.kv('Engine', l.engineLine);
+    this.kv('Sweep', l.sweepLine);
+  }
+
+  note(msg: string): void {
+    this.line(`  ${this.c.dim(msg)}`);
+  }
+
+  warn(msg: string): void {
+    this.clearBar();
+    this.out.write(`  ${this.c.yellow('warning:')} ${msg}\n`);
+    this.redrawBar();
+  }
+
+  error(msg: string): void {
+    this.clearBar();
+    this.out.write(`  ${this.c.red('error:')} ${msg}\n`);
+    this.redrawBar();
+  }
+
+  debug(): void {}
+
+  sweepStart(): void {
+    this.section('Sweep');
+  }
+
+  rowStart(label: string, _fields: Record<string, unknown>, clock: () => number): void {
+    this.rowLabel = label;
+    this.tokens = 0;
+    this.clock = clock;
+    this.rate.reset();
+    this.line(`  ${this.c.cyan('→')} ${label}`);
+    if (!this.tty || this.quiet) return;
+    this.rowBar = new cliProgress.SingleBar({
+      stream: this.out as NodeJS.WritableStream,
+      format: `  ${this.c.dim(label)} [${this.c.cyan('{bar}')}] {value}/{total} tok ${this.c.dim('{phase} @ {rate} tok/s')}`,
+      barCompleteChar: '=',
+      barIncompleteChar: '-',
+      barsize: 24,
+      hideCursor: true,
+      clearOnComplete: true,
+      fps: 10,
+    });
+    this.rowBar.start(1, 0, { phase: '', rate: '-' });
+    this.ticker = setInterval(() => this.tick(), 100);
+    this.ticker.unref();
+  }
+
+  rowPhase(phase: 'warm-up' | 'timed', totalTokens: number): void {
+    this.phase = phase;
+    this.rowBar?.setTotal(totalTokens);
+    if (!this.tty && !this.quiet) this.line(`    ${phase} ...`);
+  }
+
+  token(): void {
+    this.tokens++;
+  }
+
+  private tick(): void {
+    if (!this.rowBar) return;
+    const r = this.rate.sample(this.clock(), this.tokens);
+    this.rowBar.update(this.tokens, { phase: this.phase, rate: fmt.rate(r) });
+  }
+
+  private clearBar(): void {
+    if (this.rowBar) this.out.write('\r\x1b[2K');
+  }
+
+  private redrawBar(): void {
+    this.rowBar?.render();
+  }
+
+  rowEnd(label: string, out: RowOutcome): void {
+    if (this.ticker) clearInterval(this.ticker);
+    this.ticker = null;
+    if (this.rowBar) {
+      this.rowBar.stop();
+      this.rowBar = null;
+    }
+    const r = out.row;
+    if (out.interrupted) {
+      this.line(`    ${this.c.yellow('✗')} ${label} interrupted (row not reported)`);
+    } else if (r.status === 'ok') {
+      const speed = r.concurrency > 1 && r.speedup_vs_c1 !== null ? `, ${r.speedup_vs_c1.toFixed(2)}x vs c=1` : '';
+      this.line(`    ${this.c.green.bold('✓')} ${this.c.bold(fmt.rate(r.decode_tok_s))} tok/s decode${speed}, ` +
+        `TTFT ${fmt.ms(r.ttft_ms)} ms, ITL p50 ${fmt.ms(r.itl_p50_ms, 2)} ms, p99 ${fmt.ms(r.itl_p99_ms, 2)} ms`);
+    } else {
+      this.out.write(`    ${this.c.red.bold('✗')} ${label}: ${r.reason}\n`);
+    }
+  }
+
+  profile(_kind: 'ops' | 'pipeline', text: string): void {
+    // Asked for explicitly, so printed even with -q; flush left so the report opens with its title line.
+    this.clearBar();
+    this.out.write(text);
+  }
+
+  summary(rows: readonly ReportRow[], interrupted: boolean): void {
+    if (this.quiet) return;
+    this.section(interrupted ? 'Benchmark results (interrupted: finished rows only)' : 'Benchmark results');
+    const head = ['Cell', 'Conc', 'Status', 'Prefill ms', 'Prefill tok/s', 'TTFT ms', 'ITL mean', 'ITL p50', 'ITL p99', 'Decode tok/s', 'Speedup', 'Eff'];
+    const body = rows.map((r) => {
+      const lat = r.latency;
+      return [
+        `${r.isl}:${r.osl}`, String(r.concurrency), r.status,
+        fmt.ms(lat?.prefill_time_ms ?? null), fmt.rate(lat?.prefill_tokens_per_sec ?? null),
+        fmt.ms(r.ttft_ms), fmt.ms(lat?.mean_inter_token_ms ?? null, 2), fmt.ms(r.itl_p50_ms, 2), fmt.ms(r.itl_p99_ms, 2),
+        fmt.rate(r.decode_tok_s), r.speedup_vs_c1 === null ? '-' : r.speedup_vs_c1.toFixed(2),
+        r.batching_efficiency === null ? '-' : r.batching_efficiency.toFixed(2),
+      ];
+    });
+    const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
+    const fmtRow = (cells: string[]) => '  ' + cells.map((s, i) => (i < 3 ? s.padEnd(widths[i]!) : s.padStart(widths[i]!))).join('  ');
+    this.line(this.c.dim(fmtRow(head)));
+    for (const b of body) this.line(b[2] === 'ok' ? fmtRow(b) : this.c.red(fmtRow(b)));
+    for (const r of rows) if (r.status === 'error') this.line(`  ${this.c.red(`${r.isl}:${r.osl} c=${r.concurrency}`)}: ${r.reason}`);
+
+    const single = rows.find((r) => r.status === 'ok' && r.concurrency === 1 && r.latency);
+    if (single?.latency) {
+      const l = single.latency;
+      this.section(`Latency (single request, ${l.isl}:${l.osl})`);
+      this.kv('Prompt tokens', String(l.prompt_tokens));
+      this.kv('Prefill', `${fmt.ms(l.prefill_time_ms)} ms (${fmt.rate(l.prefill_tokens_per_sec)} tok/s)`);
+      this.kv('Time to first token', `${fmt.ms(l.time_to_first_token_ms)} ms`);
+      const meanRate = l.mean_inter_token_ms ? 1000 / l.mean_inter_token_ms : null;
+      this.kv('Mean inter-token', `${fmt.ms(l.mean_inter_token_ms, 2)} ms (${fmt.rate(meanRate)} tok/s)`);
+      this.kv('P50 inter-token', `${fmt.ms(l.p50_inter_token_ms, 2)} ms`);
+      this.kv('P99 inter-token', `${fmt.ms(l.p99_inter_token_ms, 2)} ms`);
+      this.kv('Tokens generated', String(l.num_tokens_generated));
+      this.kv('Spec method', l.spec_method);
+    }
+    this.line();
+  }
+
+  close(): void {
+    if (this.ticker) clearInterval(this.ticker);
+    this.ticker = null;
+    this.rowBar?.stop();
+    this.loadBar?.stop();
+    this.rowBar = null;
+    this.loadBar = null;
+  }
+}
+
+/** -v/-vv: every event a pino JSON line; no human text, no escape codes. */
+export class LogRenderer implements SweepRenderer {
+  private tokens = 0;
+  private lastLoadLog = -1;
+
+  constructor(private readonly log: Logger) {}
+
+  header(h: HeaderInfo): void {
+    this.log.info({ event: 'start', version: h.toolVersion, cpu: h.cpuModel, threads: h.threads, model_path: h.modelPath, embedded_model: h.embedded },
+      h.embedded ? 'no --model-path: using the embedded synthetic tiny model' : 'start');
+  }
+
+  loadStage(stage: string, fields: Record<string, unknown>): void {
+    this.log.info({ event: 'load_stage', stage, ...fields }, `load: ${stage}`);
+  }
+
+  loadProgress(done: number, total: number): void {
+    if (done === this.lastLoadLog) return;
+    this.lastLoadLog = done;
+    this.log.debug({ event: 'load_progress', layers_done: done, layers_total: total }, 'loading layers');
+  }
+
+  loaded(l: LoadedInfo): void {
+    this.log.info({ event: 'model_loaded', load_secs: l.seconds, backend: l.backend, isa: l.isa, weight_bytes: l.weightBytes, threads: l.threads, gpu: l.gpu },
+      'model loaded');
+  }
+
+  note(msg: string): void {
+    this.log.info({ event: 'note' }, msg);
+  }
+
+  warn(msg: string, fields: Record<string, unknown> = {}): void {
+    this.log.warn({ event: 'warning', ...fields }, msg);
+  }
+
+  error(msg: string, fields: Record<string, unknown> = {}): void {
+    this.log.error({ event: 'error', ...fields }, msg);
+  }
+
+  debug(event: string, fields: Record<string, unknown>): void {
+    this.log.debug({ event, ...fields }, event);
+  }
+
+  sweepStart(): void {}
+
+  rowStart(label: string, fields: Record<string, unknown>): void {
+    this.tokens = 0;
+    this.log.info({ event: 'cell_start', cell: label, ...fields }, `cell start ${label}`);
+  }
+
+  rowPhase(phase: 'warm-up' | 'timed', totalTokens: number): void {
+    this.log.debug({ event: 'phase', phase, tokens_in_row: totalTokens, tokens_so_far: this.tokens }, phase);
+  }
+
+  token(): void {
+    this.tokens++;
+  }
+
+  rowEnd(label: string, out: RowOutcome): void {
+    const r = out.row;
+    const fields = {
+      event: 'cell_end', cell: label, isl: r.isl, osl: r.osl, concurrency: r.concurrency, status: out.interrupted ? 'interrupted' : r.status,
+      reason: r.reason || undefined, first_call_ms: r.first_call_ms, ttft_ms: r.ttft_ms, prefill_tok_s: r.prefill_tok_s,
+      itl_p50_ms: r.itl_p50_ms, itl_p99_ms: r.itl_p99_ms, decode_tok_s: r.decode_tok_s, speedup_vs_c1: r.speedup_vs_c1,
+      peak_active_bytes: r.peak_active_bytes, timed_wall_ms: out.timedWallMs, tokens_seen: this.tokens,
+    };
+    if (r.status === 'ok') this.log.info(fields, `cell end ${label}`);
+    else this.log.warn(fields, `cell ${out.interrupted ? 'interrupted' : 'failed'} ${label}: ${r.reason}`);
+  }
+
+  profile(kind: 'ops' | 'pipeline', text: string, data: unknown): void {
+    this.log.info({ event: kind === 'ops' ? 'profile' : 'profile_pipeline', report: text, data }, kind === 'ops' ? 'Profiling Report Summary:' : 'Pipeline Profile Summary:');
+  }
+
+  summary(rows: readonly ReportRow[], interrupted: boolean): void {
+    this.log.info({ event: 'summary', interrupted, rows: rows.length, ok: rows.filter((r) => r.status === 'ok').length }, 'sweep finished');
+  }
+
+  close(): void {}
+}

@@ -1,0 +1,357 @@
+// The sweep: load the model once, run every cell x concurrency row one at a time, stream each finished row to
+// stdout and to the --output files, and end with a summary. Returns the exit code.
+import { performance } from 'node:perf_hooks';
+import { UsageError } from '../cli/usage.js';
+import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
+import { CheckpointError, type Checkpoint } from '../model/types.js';
+import { gitInfo } from '../util/git.js';
+import { machineInfo, nvidiaGpus } from '../util/machine.js';
+import { REPO_ROOT, TOOL_VERSION } from '../util/version.js';
+import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
+import { createLogger } from './logger.js';
+import { appendMemoryStage, memoryStageRows, type MemoryStage } from './memory-stages.js';
+import type { SweepConfig } from './options.js';
+import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
+import { formatOpsReport, formatPipelineReport } from './profile.js';
+import { promptVocab } from './prompts.js';
+import { latencyBlock, modelSection, Report, type ReportRow } from './report.js';
+import { colorEnabled, HumanRenderer, LogRenderer, type SweepRenderer } from './render.js';
+import { errMessage, runRow, type RowOutcome } from './runner.js';
+
+/** What the sweep needs from the model and engine modules (injected so tests can drive a simulated engine). */
+export interface SweepBackend {
+  ensureEmbeddedModel(): Promise<string>;
+  loadCheckpoint(dir: string): Checkpoint | Promise<Checkpoint>;
+  loadEngine(
+    ckpt: Checkpoint,
+    opts: EngineOptions,
+    hooks?: { onLoadProgress?: (layersDone: number, layersTotal: number) => void },
+  ): Promise<EngineHandle>;
+  /** Whether this build can run on a GPU; null when the engine cannot say before loading. */
+  cudaAvailable(): boolean | null;
+}
+
+export interface SweepIO {
+  stdout: NodeJS.WritableStream;
+  stderr: NodeJS.WritableStream;
+  stderrIsTTY: boolean;
+  env: NodeJS.ProcessEnv;
+  argv: string[];
+  /** Install SIGINT/SIGTERM handlers (the CLI does; unit tests drive `abort` instead). */
+  handleSignals: boolean;
+  abort?: AbortController;
+}
+
+export const EXIT_OK = 0;
+export const EXIT_USAGE = 2;
+export const EXIT_ROWS_FAILED = 3;
+export const EXIT_INTERRUPTED = 130;
+
+export function engineOptions(cfg: SweepConfig, device: Device): EngineOptions {
+  return {
+    device,
+    threads: cfg.threads,
+    blockSize: cfg.blockSize,
+    kvcache: cfg.kvcache,
+    maxSeq: cfg.maxSeq,
+    maxSeqs: Math.max(...cfg.concurrency),
+    prefillChunk: cfg.prefillChunk,
+    stepTokenBudget: cfg.stepTokenBudget,
+    prefixCache: true,
+    profile: cfg.profile || cfg.profilePipeline,
+  };
+}
+
+/** auto: cuda when the engine says a GPU backend is available, else cpu. */
+export function resolveDevice(choice: SweepConfig['device'], cuda: boolean | null): Device {
+  if (choice === 'cuda') {
+    if (cuda === false) {
+      throw new UsageError('--device cuda: this build of the engine has no usable CUDA backend (built without CUDA, or no GPU visible); use --device cpu or auto');
+    }
+    return 'cuda';
+  }
+  if (choice === 'cpu') return 'cpu';
+  return cuda === true ? 'cuda' : 'cpu';
+}
+
+function toReportRow(out: RowOutcome): ReportRow {
+  const f = out.figures;
+  return {
+    ...out.row,
+    distributions: f ? f.distributions : null,
+    latency: f && out.row.status === 'ok' ? latencyBlock(out.row, f) : null,
+    timed_requests: out.timed.length,
+    generated_tokens: f ? f.generatedTokens : null,
+    decode_tokens: f ? f.decodeTokens : null,
+    decode_window_ms: f ? f.decodeWindowMs : null,
+    timed_wall_ms: out.timedWallMs,
+    itl_excluded_gaps: f ? f.mixedGaps : null,
+    cached_prompt_tokens: f ? f.cachedPromptTokens : null,
+    counters: out.counters,
+    profile: out.profile,
+  };
+}
+
+function rowFromError(isl: number, osl: number, c: number, reason: string): ReportRow {
+  return toReportRow({ row: errorRow(isl, osl, c, reason), figures: null, counters: null, timed: [], profile: null, timedWallMs: null, interrupted: false });
+}
+
+/** The row stream: stdout (csv format) and the --output files, each row flushed as it completes. */
+class RowSinks {
+  private csvFile: SyncAppender | null = null;
+  private jsonlFile: SyncAppender | null = null;
+  private stdoutBroken = false;
+
+  constructor(
+    private readonly cfg: SweepConfig,
+    private readonly io: SweepIO,
+    private readonly report: Report,
+    onStdoutGone: () => void,
+  ) {
+    io.stdout.on('error', (err: NodeJS.ErrnoException) => {
+      // A closed pipe (bench | head) ends the sweep quietly; the files, if any, still get every finished row.
+      this.stdoutBroken = true;
+      if (err.code !== 'EPIPE') io.stderr.write(`bench: stdout: ${err.message}\n`);
+      onStdoutGone();
+    });
+  }
+
+  private stdout(text: string): void {
+    if (!this.stdoutBroken) this.io.stdout.write(text);
+  }
+
+  begin(): void {
+    const header = csvHeaderLine();
+    if (this.cfg.format === 'csv') this.stdout(header);
+    if (this.cfg.output !== null) {
+      this.csvFile = new SyncAppender(`${this.cfg.output}.csv`);
+      this.csvFile.append(header);
+      this.jsonlFile = new SyncAppender(`${this.cfg.output}.jsonl`);
+      this.writeJson();
+    }
+  }
+
+  row(row: SweepRow, out: RowOutcome | null): void {
+    const line = csvRowLine(row);
+    if (this.cfg.format === 'csv') this.stdout(line);
+    this.csvFile?.append(line);
+    if (out && this.jsonlFile && out.timed.length) {
+      this.jsonlFile.append(out.timed.map((t) => requestLine(row.isl, row.osl, row.concurrency, t)).join(''));
+    }
+    this.writeJson();
+  }
+
+  writeJson(): void {
+    if (this.cfg.output !== null) writeFileAtomic(`${this.cfg.output}.json`, JSON.stringify(this.report, null, 2) + '\n');
+  }
+
+  finish(rows: readonly SweepRow[]): void {
+    this.writeJson();
+    if (this.cfg.format === 'json') this.stdout(JSON.stringify(this.report, null, 2) + '\n');
+    else if (this.cfg.format === 'md') this.stdout(markdownTable(rows));
+    this.csvFile?.close();
+    this.jsonlFile?.close();
+  }
+}
+
+export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: SweepIO): Promise<number> {
+  const startedAt = new Date().toISOString(); // a calendar stamp for the report; no figure is timed with Date
+  const log = createLogger(cfg.verbosity);
+  const tty = io.stderrIsTTY;
+  const renderer: SweepRenderer = cfg.verbosity >= 1
+    ? new LogRenderer(log)
+    : new HumanRenderer(io.stderr, tty, colorEnabled(tty, io.env), cfg.verbosity < 0);
+
+  // Usage checks that need the engine's word come before anything is loaded.
+  const device = resolveDevice(cfg.device, backend.cudaAvailable());
+
+  const machine = machineInfo();
+  const gpus = device === 'cuda' ? nvidiaGpus() : [];
+  const report = new Report({
+    toolVersion: TOOL_VERSION,
+    git: gitInfo(REPO_ROOT),
+    argv: io.argv,
+    machine,
+    gpus,
+    config: cfg,
+    startedAt,
+  });
+
+  const abort = io.abort ?? new AbortController();
+  let loading = true;
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (loading || abort.signal.aborted) {
+      // Nothing finished yet (or a second signal): leave now.
+      renderer.close();
+      process.exit(sig === 'SIGINT' ? EXIT_INTERRUPTED : 143);
+    }
+    renderer.warn(`${sig}: stopping after the rows already finished; the row in progress is dropped`);
+    abort.abort();
+  };
+  if (io.handleSignals) {
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  }
+
+  let engine: EngineHandle | null = null;
+  const sinks = new RowSinks(cfg, io, report, () => abort.abort());
+  const rows: SweepRow[] = [];
+  try {
+    const embedded = cfg.modelPath === null;
+    const modelDir = cfg.modelPath ?? (await backend.ensureEmbeddedModel());
+    renderer.header({
+      toolVersion: TOOL_VERSION,
+      cpuModel: machine.cpuModel,
+      threads: cfg.threads || machine.logicalCores,
+      modelPath: modelDir,
+      embedded,
+    });
+
+    const tc0 = performance.now();
+    let ckpt: Checkpoint;
+    try {
+      ckpt = await backend.loadCheckpoint(modelDir);
+    } catch (err) {
+      if (err instanceof CheckpointError && !embedded) throw new UsageError(`--model-path: ${err.message}`);
+      throw err;
+    }
+    const checkpointMs = performance.now() - tc0;
+    report.model = modelSection(ckpt, embedded);
+    renderer.loadStage('checkpoint', {
+      path: ckpt.dir, shards: ckpt.shards.length, bytes_on_disk: ckpt.bytesOnDisk, param_count: ckpt.paramCount,
+      dtype: ckpt.dtype, layers: ckpt.config.numLayers, ms: checkpointMs,
+    });
+
+    const opts = engineOptions(cfg, device);
+    renderer.loadStage('engine_load_start', { device, options: opts });
+    const te0 = performance.now();
+    let loadError: string | null = null;
+    try {
+      engine = await backend.loadEngine(ckpt, opts, { onLoadProgress: (d, t) => renderer.loadProgress(d, t) });
+    } catch (err) {
+      loadError = errMessage(err);
+    }
+    const loadMs = performance.now() - te0;
+    loading = false;
+
+    if (engine === null) {
+      renderer.error(`model failed to load: ${loadError}`);
+      report.status = 'load_failed';
+      sinks.begin();
+      for (const cell of cfg.cells) {
+        for (const c of cfg.concurrency) {
+          const r = rowFromError(cell.isl, cell.osl, c, `model failed to load: ${loadError}`);
+          rows.push(r);
+          report.rows.push(r);
+          sinks.row(r, null);
+        }
+      }
+      return finish(EXIT_ROWS_FAILED);
+    }
+
+    const info = engine.info;
+    report.engine = { ...info, options: opts };
+    report.modelLoad = { checkpoint_ms: checkpointMs, engine_ms: loadMs, weight_bytes: info.weightBytes };
+    renderer.loadStage('engine', { backend: info.backend, isa: info.isa, threads: info.threads, weight_bytes: info.weightBytes, dtype: info.dtype, kv_blocks_total: info.kvBlocksTotal, ms: loadMs });
+    const gpu = info.backend === 'cuda'
+      ? {
+        name: info.gpuName ?? gpus[0]?.name ?? 'unnamed GPU',
+        memoryMb: info.gpuMemoryBytes !== undefined ? Math.round(info.gpuMemoryBytes / (1024 * 1024)) : (gpus[0]?.memoryMb ?? 0),
+      }
+      : null;
+    renderer.loaded({
+      seconds: (checkpointMs + loadMs) / 1000,
+      backend: info.backend,
+      isa: info.isa,
+      weightBytes: info.weightBytes,
+      threads: info.threads,
+      gpu,
+      engineLine: `${opts.kvcache} KV, block ${info.blockSize}, ${info.kvBlocksTotal} blocks, prefill chunk ${opts.prefillChunk}, ` +
+        `step budget ${opts.stepTokenBudget}, max-seq ${opts.maxSeq}, ${opts.maxSeqs} seqs, prefix cache on, ${info.isa}, ${info.threads} threads, ${info.dtype}`,
+      sweepLine: `${cfg.cells.map((c) => `${c.isl}:${c.osl}`).join(', ')} x concurrency ${cfg.concurrency.join(',')}; ` +
+        `${cfg.warmup} warm-up + ${cfg.iters} timed pass${cfg.iters === 1 ? '' : 'es'}; ${cfg.prompts} prompts` +
+        `${cfg.sharedPrefix ? `, shared prefix ${cfg.sharedPrefix}` : ''}; seed ${cfg.seed}`,
+    });
+    if (cfg.latencyOnly) renderer.note('--latency-only: concurrency 1 only');
+    if (cfg.skipTraining) {
+      const msg = 'Training benchmark: none in lumen-bench (--skip-training accepted; there is nothing to skip)';
+      renderer.note(msg);
+      report.notes.push(msg);
+    }
+
+    const eng = engine;
+    const stage = (s: MemoryStage) => {
+      if (cfg.memoryStages === null) return;
+      const stageRows = memoryStageRows(s, eng, ckpt, TOOL_VERSION);
+      appendMemoryStage(cfg.memoryStages, stageRows);
+      renderer.debug('memory_stage', { stage: s, rows: stageRows });
+    };
+    stage('weights_bound');
+
+    sinks.begin();
+    renderer.sweepStart();
+    const vocab = promptVocab(ckpt.config.vocabSize);
+    let sweepFirstToken = false;
+    let sweepFirstRequest = false;
+    let interrupted = false;
+
+    outer: for (const cell of cfg.cells) {
+      let c1DecodeTokS: number | null = null;
+      for (const c of cfg.concurrency) {
+        if (abort.signal.aborted) { interrupted = true; break outer; }
+        const label = `${cell.isl}:${cell.osl} c=${c}`;
+        renderer.rowStart(label, { isl: cell.isl, osl: cell.osl, concurrency: c }, () => eng.nowMs());
+        const out = await runRow(eng, {
+          cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: cfg.maxSeq, seed: cfg.seed,
+          prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile: opts.profile === true, c1DecodeTokS,
+        }, abort.signal, {
+          phase: (p, total) => renderer.rowPhase(p, total),
+          token: () => renderer.token(),
+          firstToken: () => {
+            if (!sweepFirstToken) { sweepFirstToken = true; stage('warmup_forward'); }
+          },
+          firstRequestDone: () => {
+            if (!sweepFirstRequest) { sweepFirstRequest = true; stage('first_generation'); }
+          },
+          requestDone: (t, timed) => renderer.debug('request', {
+            cell: label, timed, pass: t.pass, session: t.session, id: t.result.id,
+            tokens: t.result.tokens.length, ttft_ms: t.result.tokenMs.length ? t.result.tokenMs[0]! - t.result.enqueueMs : null,
+          }),
+        });
+        renderer.rowEnd(label, out);
+        if (out.interrupted) { interrupted = true; break outer; }
+        if (c === 1) c1DecodeTokS = out.row.status === 'ok' ? out.row.decode_tok_s : null;
+        rows.push(out.row);
+        const rr = toReportRow(out);
+        report.rows.push(rr);
+        sinks.row(out.row, out);
+        if (out.profile) {
+          const scope = `${label}, timed passes`;
+          if (cfg.profile) renderer.profile('ops', formatOpsReport(scope, out.profile.ops), out.profile.ops);
+          if (cfg.profilePipeline) renderer.profile('pipeline', formatPipelineReport(scope, out.profile.pipeline), out.profile.pipeline);
+        } else if (opts.profile && out.row.status === 'ok') {
+          renderer.warn(`${label}: the engine returned no profile although profiling was requested`);
+        }
+      }
+    }
+
+    report.status = interrupted ? 'interrupted' : 'complete';
+    if (interrupted) return finish(EXIT_INTERRUPTED);
+    return finish(rows.every((r) => r.status === 'ok') ? EXIT_OK : EXIT_ROWS_FAILED);
+  } finally {
+    renderer.close();
+    if (io.handleSignals) {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    }
+    if (engine !== null) await engine.close();
+  }
+
+  function finish(code: number): number {
+    report.exitCode = code;
+    report.finishedAt = new Date().toISOString();
+    sinks.finish(rows);
+    renderer.summary(report.rows, code === EXIT_INTERRUPTED);
+    return code;
+  }
+}

@@ -1,0 +1,84 @@
+// What machine a run happened on: CPU model, cores, memory; the GPU through nvidia-smi when one is present.
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+
+export interface GpuInfo {
+  name: string;
+  driver: string;
+  memoryMb: number;
+  source: 'nvidia-smi';
+}
+
+export interface MachineInfo {
+  cpuModel: string;
+  /** Logical CPUs the OS reports. */
+  logicalCores: number;
+  /** Physical cores from /proc/cpuinfo (null where it cannot be read). */
+  physicalCores: number | null;
+  memoryBytes: number;
+  os: string;
+  arch: string;
+  node: string;
+  hostname: string;
+}
+
+export function machineInfo(): MachineInfo {
+  const cpus = os.cpus();
+  return {
+    cpuModel: (cpus[0]?.model ?? 'unknown CPU').trim().replace(/\s+/g, ' '),
+    logicalCores: cpus.length || os.availableParallelism(),
+    physicalCores: physicalCores(),
+    memoryBytes: os.totalmem(),
+    os: `${os.type()} ${os.release()}`,
+    arch: os.arch(),
+    node: process.version,
+    hostname: os.hostname(),
+  };
+}
+
+/** Distinct (physical id, core id) pairs in /proc/cpuinfo. */
+export function physicalCores(cpuinfo?: string): number | null {
+  let text = cpuinfo;
+  if (text === undefined) {
+    try {
+      text = readFileSync('/proc/cpuinfo', 'utf8');
+    } catch {
+      return null;
+    }
+  }
+  const cores = new Set<string>();
+  for (const block of text.split(/\n\s*\n/)) {
+    const phys = /^physical id\s*:\s*(\d+)/m.exec(block)?.[1];
+    const core = /^core id\s*:\s*(\d+)/m.exec(block)?.[1];
+    if (core !== undefined) cores.add(`${phys ?? '0'}:${core}`);
+  }
+  return cores.size > 0 ? cores.size : null;
+}
+
+/** Parses `nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader,nounits`. */
+export function parseNvidiaSmi(text: string): GpuInfo[] {
+  const gpus: GpuInfo[] = [];
+  for (const line of text.split('\n')) {
+    const parts = line.split(',').map((s) => s.trim());
+    if (parts.length < 3 || !parts[0]) continue;
+    const mem = Number(parts[2]);
+    if (!Number.isFinite(mem)) continue;
+    gpus.push({ name: parts[0], driver: parts[1]!, memoryMb: mem, source: 'nvidia-smi' });
+  }
+  return gpus;
+}
+
+/** GPUs nvidia-smi reports; empty when it is absent or fails (within 5 s). */
+export function nvidiaGpus(): GpuInfo[] {
+  try {
+    const out = execFileSync('nvidia-smi', ['--query-gpu=name,driver_version,memory.total', '--format=csv,noheader,nounits'], {
+      encoding: 'utf8',
+      timeout: 5000,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    return parseNvidiaSmi(out);
+  } catch {
+    return [];
+  }
+}
