@@ -1,0 +1,487 @@
+// Hugging Face Qwen3.5 checkpoint -> GGUF (arch `qwen35`) in llama.cpp's conventions
+// (docs/qwen35-architecture.md §4): metadata, byte-level BPE vocabulary, tensor names in ggml
+// order and the converter's value transforms. Tensors are streamed in row chunks, so memory
+// stays bounded whatever the model size.
+import { closeSync, existsSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import { loadCheckpoint } from '../model/checkpoint.js';
+import type { Checkpoint, TensorRef, TextConfig } from '../model/types.js';
+import { GgmlType, GgufValueType, GgufWriter, ggmlTypeName } from './gguf-writer.js';
+import { Q8_0_BLOCK, decodeToF32, encodeBf16, encodeF16, quantizeQ8_0 } from './quantize.js';
+
+export type OutDtype = 'f32' | 'bf16' | 'f16' | 'q8_0';
+export const OUT_DTYPES: readonly OutDtype[] = ['f32', 'bf16', 'f16', 'q8_0'];
+
+/** llama.cpp `llama_ftype` values written to general.file_type. */
+const FILE_TYPE: Record<OutDtype, number> = { f32: 0, f16: 1, q8_0: 7, bf16: 32 };
+
+/** llama.cpp token types. */
+export const TokenType = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
+
+/** Error in the conversion input (bad checkpoint, tokenizer, or option): one line, names the culprit. */
+export class ConvertError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConvertError';
+  }
+}
+
+export interface ConvertOptions {
+  dtype: OutDtype;
+  /** Also write the MTP block as layer `num_hidden_layers` (nextn tensors). */
+  mtp?: boolean;
+  /** Progress: bytes of tensor data written so far out of the total. */
+  onProgress?: (done: number, total: number, tensor: string) => void;
+}
+
+export interface ConvertResult {
+  outFile: string;
+  dtype: OutDtype;
+  tensorCount: number;
+  fileBytes: number;
+  /** GGUF tensor name -> ggml type name, for reporting. */
+  tensorTypes: Map<string, string>;
+  seconds: number;
+}
+
+/** One output tensor: where its rows come from and how they are transformed. */
+export interface TensorPlan {
+  ggufName: string;
+  src: TensorRef;
+  /** ggml order. */
+  ne: number[];
+  type: GgmlType;
+  /** The source viewed as [rows, rowLen] (1-D tensors: rowLen 1). */
+  rows: number;
+  rowLen: number;
+  /** Output row i takes source row rowPerm[i]. */
+  rowPerm?: Int32Array;
+  /** Output column j takes source column colPerm[j] (within each row). */
+  colPerm?: Int32Array;
+  /** Elementwise transform applied in f32. */
+  op?: 'plus_one' | 'neg_exp';
+}
+
+/**
+ * Value-head order change from HF "grouped" (value head j reads key head j / r) to llama.cpp's
+ * "tiled" (value head j reads key head j mod nk): tiled slot t·nk + k holds grouped head k·r + t.
+ * Returns perm with perm[newHead] = oldHead; identity when nv = nk.
+ */
+export function valueHeadPermutation(numKeyHeads: number, numValueHeads: number): Int32Array {
+  if (numValueHeads % numKeyHeads !== 0) {
+    throw new ConvertError(`linear_num_value_heads (${numValueHeads}) is not a multiple of linear_num_key_heads (${numKeyHeads})`);
+  }
+  const r = numValueHeads / numKeyHeads;
+  const perm = new Int32Array(numValueHeads);
+  for (let t = 0; t < r; t++) for (let k = 0; k < numKeyHeads; k++) perm[t * numKeyHeads + k] = k * r + t;
+  return perm;
+}
+
+/** Expand a head permutation to `width` rows (or columns) per head, after `base` untouched ones. */
+function expandPerm(headPerm: Int32Array, width: number, base = 0): Int32Array {
+  const out = new Int32Array(base + headPerm.length * width);
+  for (let i = 0; i < base; i++) out[i] = i;
+  for (let h = 0; h < headPerm.length; h++) {
+    for (let d = 0; d < width; d++) out[base + h * width + d] = base + headPerm[h]! * width + d;
+  }
+  return out;
+}
+
+const isIdentity = (p: Int32Array) => p.every((v, i) => v === i);
+
+/** full_attention_interval that reproduces the layer types (llama.cpp derives them from it). */
+export function fullAttentionInterval(cfg: TextConfig): number {
+  const L = cfg.layerTypes.length;
+  for (let k = 1; k <= L + 1; k++) {
+    if (cfg.layerTypes.every((t, i) => (t === 'full_attention') === ((i + 1) % k === 0))) return k;
+  }
+  throw new ConvertError(
+    `layer_types [${cfg.layerTypes.join(',')}] is not "full attention every k-th layer"; llama.cpp's qwen35 arch cannot express it`,
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer metadata
+
+interface TokenizerJson {
+  model?: { type?: string; vocab?: Record<string, number>; merges?: Array<string | [string, string]> };
+  added_tokens?: Array<{ id: number; content: string; special?: boolean }>;
+}
+
+export interface GgufVocab {
+  tokens: string[];
+  tokenTypes: number[];
+  merges: string[];
+  eosId: number;
+  padId: number;
+  bosId: number;
+  chatTemplate?: string;
+}
+
+function readJson(file: string): unknown {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new ConvertError(`${file}: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+/** Build the GGUF vocabulary (padded to vocab_size) from the checkpoint's tokenizer files. */
+export function buildVocab(dir: string, cfg: TextConfig): GgufVocab {
+  const tokFile = join(dir, 'tokenizer.json');
+  if (!existsSync(tokFile)) throw new ConvertError(`${tokFile}: missing (GGUF needs the tokenizer)`);
+  const tj = readJson(tokFile) as TokenizerJson;
+  if (tj.model?.type !== 'BPE' || !tj.model.vocab || !tj.model.merges) {
+    throw new ConvertError(`${tokFile}: expected a BPE model with vocab and merges`);
+  }
+  const n = cfg.vocabSize;
+  const tokens: (string | undefined)[] = new Array(n);
+  const types = new Array<number>(n).fill(TokenType.UNUSED);
+  const place = (id: number, text: string, type: number) => {
+    if (!Number.isInteger(id) || id < 0 || id >= n) {
+      throw new ConvertError(`${tokFile}: token id ${id} (${JSON.stringify(text)}) outside vocab_size ${n}`);
+    }
+    tokens[id] = text;
+    types[id] = type;
+  };
+  for (const [text, id] of Object.entries(tj.model.vocab)) place(id, text, TokenType.NORMAL);
+  const byContent = new Map<string, number>();
+  for (const t of tj.added_tokens ?? []) {
+    place(t.id, t.content, t.special ? TokenType.CONTROL : TokenType.USER_DEFINED);
+    byContent.set(t.content, t.id);
+  }
+  for (let i = 0; i < n; i++) if (tokens[i] === undefined) tokens[i] = `[PAD${i}]`;
+  const merges = tj.model.merges.map((m) => (Array.isArray(m) ? `${m[0]} ${m[1]}` : m));
+
+  let tcfg: Record<string, unknown> = {};
+  const tcfgFile = join(dir, 'tokenizer_config.json');
+  if (existsSync(tcfgFile)) tcfg = readJson(tcfgFile) as Record<string, unknown>;
+  const specialId = (key: string): number | undefined => {
+    const v = tcfg[key];
+    const content = typeof v === 'string' ? v : v && typeof v === 'object' ? (v as { content?: unknown }).content : undefined;
+    return typeof content === 'string' ? byContent.get(content) : undefined;
+  };
+  const eosId = specialId('eos_token') ?? cfg.eosTokenId;
+  const padId = specialId('pad_token') ?? cfg.eosTokenId;
+  const bosId = byContent.get('<|endoftext|>') ?? cfg.eosTokenId;
+
+  let chatTemplate: string | undefined;
+  const jinja = join(dir, 'chat_template.jinja');
+  if (existsSync(jinja)) chatTemplate = readFileSync(jinja, 'utf8');
+  else if (typeof tcfg.chat_template === 'string') chatTemplate = tcfg.chat_template;
+
+  return { tokens: tokens as string[], tokenTypes: types, merges, eosId, padId, bosId, chatTemplate };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor plan
+
+interface Dims {
+  H: number; I: number; nh: number; nkv: number; hd: number;
+  nk: number; nv: number; dk: number; dv: number; kc: number;
+  keyDim: number; valueDim: number; convDim: number; V: number;
+}
+
+function dims(cfg: TextConfig): Dims {
+  const keyDim = cfg.linearNumKeyHeads * cfg.linearKeyHeadDim;
+  const valueDim = cfg.linearNumValueHeads * cfg.linearValueHeadDim;
+  return {
+    H: cfg.hiddenSize, I: cfg.intermediateSize, nh: cfg.numHeads, nkv: cfg.numKvHeads, hd: cfg.headDim,
+    nk: cfg.linearNumKeyHeads, nv: cfg.linearNumValueHeads, dk: cfg.linearKeyHeadDim, dv: cfg.linearValueHeadDim,
+    kc: cfg.linearConvKernelDim, keyDim, valueDim, convDim: 2 * keyDim + valueDim, V: cfg.vocabSize,
+  };
+}
+
+/** Plan every output tensor (name, ggml shape, type, transforms) from the checkpoint. */
+export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false): TensorPlan[] {
+  const cfg = ckpt.config;
+  const d = dims(cfg);
+  const headPerm = valueHeadPermutation(d.nk, d.nv);
+  const permute = !isIdentity(headPerm);
+  const plans: TensorPlan[] = [];
+  const used = new Set<string>();
+
+  const get = (name: string, shape: number[]): TensorRef => {
+    const t = ckpt.tensors.get(name);
+    if (!t) throw new ConvertError(`${ckpt.dir}: tensor ${name} missing`);
+    const ok = t.shape.length === shape.length && t.shape.every((v, i) => v === shape[i]);
+    // conv1d may be stored [conv_dim, 1, K] or [conv_dim, K].
+    const convOk = name.endsWith('conv1d.weight') && t.shape.length === 2 && t.shape[0] === shape[0] && t.shape[1] === shape[2];
+    if (!ok && !convOk) {
+      throw new ConvertError(`${t.file}: tensor ${name} has shape [${t.shape.join(', ')}], config expects [${shape.join(', ')}]`);
+    }
+    if (t.dtype !== 'F32' && t.dtype !== 'BF16' && t.dtype !== 'F16') {
+      throw new ConvertError(`${t.file}: tensor ${name} has dtype ${t.dtype as string} (need F32, BF16 or F16)`);
+    }
+    used.add(name);
+    return t;
+  };
+  const weightType = (rowLen: number): GgmlType => {
+    switch (dtype) {
+      case 'f32': return GgmlType.F32;
+      case 'bf16': return GgmlType.BF16;
+      case 'f16': return GgmlType.F16;
+      case 'q8_0': return rowLen % Q8_0_BLOCK === 0 ? GgmlType.Q8_0 : GgmlType.F16;
+    }
+  };
+  /** 2-D weight, PyTorch [out, in] -> ggml {in, out}. */
+  const mat = (gguf: string, name: string, out: number, inp: number, extra: Partial<TensorPlan> = {}) => {
+    plans.push({ ggufName: gguf, src: get(name, [out, inp]), ne: [inp, out], type: weightType(inp), rows: out, rowLen: inp, ...extra });
+  };
+  /** 1-D tensor, always F32. */
+  const vec = (gguf: string, name: string, n: number, extra: Partial<TensorPlan> = {}) => {
+    plans.push({ ggufName: gguf, src: get(name, [n]), ne: [n], type: GgmlType.F32, rows: n, rowLen: 1, ...extra });
+  };
+
+  const hasHead = ckpt.tensors.has('lm_head.weight');
+  mat('token_embd.weight', 'embed_tokens.weight', d.V, d.H);
+
+  const layer = (i: number, src: string, full: boolean) => {
+    const b = `blk.${i}.`;
+    vec(`${b}attn_norm.weight`, `${src}input_layernorm.weight`, d.H, { op: 'plus_one' });
+    vec(`${b}post_attention_norm.weight`, `${src}post_attention_layernorm.weight`, d.H, { op: 'plus_one' });
+    mat(`${b}ffn_gate.weight`, `${src}mlp.gate_proj.weight`, d.I, d.H);
+    mat(`${b}ffn_up.weight`, `${src}mlp.up_proj.weight`, d.I, d.H);
+    mat(`${b}ffn_down.weight`, `${src}mlp.down_proj.weight`, d.H, d.I);
+    if (full) {
+      const a = `${src}self_attn.`;
+      mat(`${b}attn_q.weight`, `${a}q_proj.weight`, 2 * d.nh * d.hd, d.H);
+      mat(`${b}attn_k.weight`, `${a}k_proj.weight`, d.nkv * d.hd, d.H);
+      mat(`${b}attn_v.weight`, `${a}v_proj.weight`, d.nkv * d.hd, d.H);
+      mat(`${b}attn_output.weight`, `${a}o_proj.weight`, d.H, d.nh * d.hd);
+      vec(`${b}attn_q_norm.weight`, `${a}q_norm.weight`, d.hd, { op: 'plus_one' });
+      vec(`${b}attn_k_norm.weight`, `${a}k_norm.weight`, d.hd, { op: 'plus_one' });
+    } else {
+      const a = `${src}linear_attn.`;
+      const p = <T>(v: T): T | undefined => (permute ? v : undefined);
+      mat(`${b}attn_qkv.weight`, `${a}in_proj_qkv.weight`, d.convDim, d.H, { rowPerm: p(expandPerm(headPerm, d.dv, 2 * d.keyDim)) });
+      mat(`${b}attn_gate.weight`, `${a}in_proj_z.weight`, d.valueDim, d.H, { rowPerm: p(expandPerm(headPerm, d.dv)) });
+      mat(`${b}ssm_beta.weight`, `${a}in_proj_b.weight`, d.nv, d.H, { rowPerm: p(headPerm) });
+      mat(`${b}ssm_alpha.weight`, `${a}in_proj_a.weight`, d.nv, d.H, { rowPerm: p(headPerm) });
+      const conv = get(`${a}conv1d.weight`, [d.convDim, 1, d.kc]);
+      plans.push({
+        ggufName: `${b}ssm_conv1d.weight`, src: conv, ne: [d.kc, d.convDim], type: GgmlType.F32,
+        rows: d.convDim, rowLen: d.kc, rowPerm: p(expandPerm(headPerm, d.dv, 2 * d.keyDim)),
+      });
+      vec(`${b}ssm_dt.bias`, `${a}dt_bias`, d.nv, { rowPerm: p(headPerm) });
+      vec(`${b}ssm_a`, `${a}A_log`, d.nv, { rowPerm: p(headPerm), op: 'neg_exp' });
+      vec(`${b}ssm_norm.weight`, `${a}norm.weight`, d.dv);
+      mat(`${b}ssm_out.weight`, `${a}out_proj.weight`, d.H, d.valueDim, { colPerm: p(expandPerm(headPerm, d.dv)) });
+    }
+  };
+  cfg.layerTypes.forEach((t, i) => layer(i, `layers.${i}.`, t === 'full_attention'));
+
+  if (withMtp) {
+    if (!ckpt.hasMtp) throw new ConvertError(`${ckpt.dir}: --mtp asked for, but the checkpoint has no mtp.* tensors`);
+    if (cfg.mtpNumHiddenLayers !== 1) throw new ConvertError(`${ckpt.dir}: mtp_num_hidden_layers = ${cfg.mtpNumHiddenLayers}; only 1 is supported`);
+    const L = cfg.numLayers;
+    layer(L, 'mtp.layers.0.', true);
+    const b = `blk.${L}.nextn.`;
+    mat(`${b}eh_proj.weight`, 'mtp.fc.weight', d.H, 2 * d.H);
+    vec(`${b}enorm.weight`, 'mtp.pre_fc_norm_embedding.weight', d.H, { op: 'plus_one' });
+    vec(`${b}hnorm.weight`, 'mtp.pre_fc_norm_hidden.weight', d.H, { op: 'plus_one' });
+    vec(`${b}shared_head_norm.weight`, 'mtp.norm.weight', d.H, { op: 'plus_one' });
+  }
+
+  vec('output_norm.weight', 'norm.weight', d.H, { op: 'plus_one' });
+  if (hasHead) mat('output.weight', 'lm_head.weight', d.V, d.H);
+
+  const leftover = [...ckpt.tensors.keys()].filter((k) => !used.has(k) && (withMtp || !k.startsWith('mtp.')));
+  if (leftover.length > 0) {
+    throw new ConvertError(`${ckpt.dir}: unexpected tensor(s) with no GGUF mapping: ${leftover.slice(0, 5).join(', ')}${leftover.length > 5 ? ', ...' : ''}`);
+  }
+  return plans;
+}
+
+/** Add the qwen35 metadata and vocabulary to a writer. */
+export function addMetadata(w: GgufWriter, ckpt: Checkpoint, vocab: GgufVocab, dtype: OutDtype, withMtp: boolean, name?: string): void {
+  const cfg = ckpt.config;
+  const d = dims(cfg);
+  const arch = 'qwen35';
+  const rotDims = Math.round(cfg.headDim * cfg.partialRotaryFactor);
+  const sections = [...cfg.mropeSection];
+  if (sections.length > 4) throw new ConvertError(`${ckpt.dir}/config.json: mrope_section has ${sections.length} entries (at most 4)`);
+  while (sections.length < 4) sections.push(0);
+
+  w.addString('general.architecture', arch);
+  w.addString('general.type', 'model');
+  w.addString('general.name', name ?? basename(resolve(ckpt.dir)));
+  w.addU32('general.file_type', FILE_TYPE[dtype]);
+  w.addU32('general.quantization_version', 2);
+
+  w.addU32(`${arch}.block_count`, cfg.numLayers + (withMtp ? cfg.mtpNumHiddenLayers : 0));
+  w.addU32(`${arch}.context_length`, cfg.maxPositionEmbeddings);
+  w.addU32(`${arch}.embedding_length`, d.H);
+  w.addU32(`${arch}.feed_forward_length`, d.I);
+  w.addU32(`${arch}.attention.head_count`, d.nh);
+  w.addU32(`${arch}.attention.head_count_kv`, d.nkv);
+  w.addU32(`${arch}.attention.key_length`, d.hd);
+  w.addU32(`${arch}.attention.value_length`, d.hd);
+  w.addF32(`${arch}.attention.layer_norm_rms_epsilon`, cfg.rmsNormEps);
+  w.addF32(`${arch}.rope.freq_base`, cfg.ropeTheta);
+  w.addU32(`${arch}.rope.dimension_count`, rotDims);
+  w.addArray(`${arch}.rope.dimension_sections`, GgufValueType.INT32, sections);
+  w.addU32(`${arch}.ssm.conv_kernel`, d.kc);
+  w.addU32(`${arch}.ssm.state_size`, d.dk);
+  w.addU32(`${arch}.ssm.group_count`, d.nk);
+  w.addU32(`${arch}.ssm.time_step_rank`, d.nv);
+  w.addU32(`${arch}.ssm.inner_size`, d.valueDim);
+  w.addU32(`${arch}.full_attention_interval`, fullAttentionInterval(cfg));
+  if (withMtp) w.addU32(`${arch}.nextn_predict_layers`, cfg.mtpNumHiddenLayers);
+
+  w.addString('tokenizer.ggml.model', 'gpt2');
+  w.addString('tokenizer.ggml.pre', 'qwen35');
+  w.addArray('tokenizer.ggml.tokens', GgufValueType.STRING, vocab.tokens);
+  w.addArray('tokenizer.ggml.token_type', GgufValueType.INT32, vocab.tokenTypes);
+  w.addArray('tokenizer.ggml.merges', GgufValueType.STRING, vocab.merges);
+  w.addU32('tokenizer.ggml.eos_token_id', vocab.eosId);
+  w.addU32('tokenizer.ggml.padding_token_id', vocab.padId);
+  w.addU32('tokenizer.ggml.bos_token_id', vocab.bosId);
+  w.addBool('tokenizer.ggml.add_bos_token', false);
+  if (vocab.chatTemplate !== undefined) w.addString('tokenizer.chat_template', vocab.chatTemplate);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming tensor data
+
+const CHUNK_ELEMS = 4 << 20; // ~16 MiB of f32 per chunk
+
+class SourceFiles {
+  private fds = new Map<string, number>();
+  fd(file: string): number {
+    let fd = this.fds.get(file);
+    if (fd === undefined) {
+      try {
+        fd = openSync(file, 'r');
+      } catch (err) {
+        throw new ConvertError(`${file}: ${err instanceof Error ? err.message : String(err)}`);
+      }
+      this.fds.set(file, fd);
+    }
+    return fd;
+  }
+  read(file: string, position: number, into: Uint8Array): void {
+    const fd = this.fd(file);
+    let done = 0;
+    while (done < into.length) {
+      const n = readSync(fd, into, done, into.length - done, position + done);
+      if (n === 0) throw new ConvertError(`${file}: unexpected end of file at byte ${position + done}`);
+      done += n;
+    }
+  }
+  close(): void {
+    for (const fd of this.fds.values()) closeSync(fd);
+    this.fds.clear();
+  }
+}
+
+const ELEM_BYTES = { F32: 4, BF16: 2, F16: 2 } as const;
+
+/** Produce the plan's output bytes chunk by chunk (each chunk whole rows). */
+function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Array> {
+  const { src, rows, rowLen } = plan;
+  const eb = ELEM_BYTES[src.dtype];
+  if (src.nbytes !== rows * rowLen * eb) {
+    throw new ConvertError(`${src.file}: tensor ${src.name} holds ${src.nbytes} bytes, expected ${rows * rowLen * eb}`);
+  }
+  const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMS / rowLen));
+  const raw = new Uint8Array(Math.min(rows, rowsPerChunk) * rowLen * eb);
+  const f32 = new Float32Array(Math.min(rows, rowsPerChunk) * rowLen);
+  const rowTmp = plan.colPerm ? new Float32Array(rowLen) : null;
+  for (let r0 = 0; r0 < rows; r0 += rowsPerChunk) {
+    const n = Math.min(rowsPerChunk, rows - r0);
+    // Read source rows, coalescing runs of consecutive source rows into one read.
+    let i = 0;
+    while (i < n) {
+      const s0 = plan.rowPerm ? plan.rowPerm[r0 + i]! : r0 + i;
+      let run = 1;
+      while (i + run < n && (plan.rowPerm ? plan.rowPerm[r0 + i + run]! : r0 + i + run) === s0 + run) run++;
+      const rowBytes = rowLen * eb;
+      files.read(src.file, src.offset + s0 * rowBytes, raw.subarray(i * rowBytes, (i + run) * rowBytes));
+      i += run;
+    }
+    const count = n * rowLen;
+    const vals = f32.subarray(0, count);
+    decodeToF32(src.dtype, raw, vals, count);
+    if (plan.op === 'plus_one') for (let k = 0; k < count; k++) vals[k] = vals[k]! + 1;
+    else if (plan.op === 'neg_exp') for (let k = 0; k < count; k++) vals[k] = -Math.exp(vals[k]!);
+    if (plan.colPerm && rowTmp) {
+      for (let r = 0; r < n; r++) {
+        const row = vals.subarray(r * rowLen, (r + 1) * rowLen);
+        rowTmp.set(row);
+        for (let c = 0; c < rowLen; c++) row[c] = rowTmp[plan.colPerm[c]!]!;
+      }
+    }
+    yield encode(plan.type, vals);
+  }
+}
+
+function encode(type: GgmlType, vals: Float32Array): Uint8Array {
+  switch (type) {
+    case GgmlType.F32:
+      return new Uint8Array(vals.buffer, vals.byteOffset, vals.length * 4);
+    case GgmlType.BF16: {
+      const out = new Uint8Array(vals.length * 2);
+      encodeBf16(vals, out);
+      return out;
+    }
+    case GgmlType.F16: {
+      const out = new Uint8Array(vals.length * 2);
+      encodeF16(vals, out);
+      return out;
+    }
+    case GgmlType.Q8_0: {
+      const out = new Uint8Array((vals.length / Q8_0_BLOCK) * (Q8_0_BLOCK + 2));
+      quantizeQ8_0(vals, out);
+      return out;
+    }
+  }
+}
+
+/** Write a GGUF for an already loaded checkpoint. The file appears atomically (temp + rename). */
+export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): ConvertResult {
+  const t0 = performance.now();
+  const withMtp = opts.mtp ?? false;
+  const plans = planTensors(ckpt, opts.dtype, withMtp);
+  const vocab = buildVocab(ckpt.dir, ckpt.config);
+  const w = new GgufWriter();
+  addMetadata(w, ckpt, vocab, opts.dtype, withMtp);
+  for (const p of plans) w.addTensor(p.ggufName, p.ne, p.type);
+
+  const total = w.tensorInfos.reduce((a, t) => a + t.nbytes, 0);
+  const tmp = join(dirname(outFile), `.${basename(outFile)}.${process.pid}.partial`);
+  const files = new SourceFiles();
+  let done = 0;
+  try {
+    w.open(tmp);
+    for (const p of plans) {
+      for (const chunk of tensorChunks(p, files)) {
+        w.writeTensor(p.ggufName, chunk);
+        done += chunk.length;
+        opts.onProgress?.(done, total, p.ggufName);
+      }
+    }
+    w.close();
+    renameSync(tmp, outFile);
+  } catch (err) {
+    w.abort();
+    rmSync(tmp, { force: true });
+    throw err;
+  } finally {
+    files.close();
+  }
+  return {
+    outFile,
+    dtype: opts.dtype,
+    tensorCount: plans.length,
+    fileBytes: statSync(outFile).size,
+    tensorTypes: new Map(plans.map((p) => [p.ggufName, ggmlTypeName(p.type)])),
+    seconds: (performance.now() - t0) / 1000,
+  };
+}
+
+/** Load the checkpoint at `modelPath` and convert it to `outFile`. */
+export async function convertCheckpoint(modelPath: string, outFile: string, opts: ConvertOptions): Promise<ConvertResult> {
+  const ckpt = await loadCheckpoint(modelPath, { mtp: opts.mtp ?? false });
+  return writeGguf(ckpt, outFile, opts);
+}
