@@ -4,6 +4,7 @@
 // engine loop are written once above it. Shapes inside a step vary only through StepBatch, which
 // begin_step() uploads; a backend that captures graphs keys them on the step's bucket.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,6 +127,9 @@ class Backend {
   // Scratch activation memory (backend memory), valid for the backend's lifetime.
   virtual float* scratch(size_t n_floats) = 0;
   virtual void end_step() {}
+  // Runs the device work of a step. A backend may capture `body` once per shape bucket and replay
+  // it (CUDA graphs for decode steps); the CPU backend just calls it.
+  virtual void run_body(const StepBatch& b, const std::function<void()>& body) { body(); }
 
   // Profiling (per-op wall time), off unless enabled.
   virtual void set_profiling(bool on) = 0;

@@ -154,7 +154,7 @@ void Engine::load() {
     snaps_.resize(n);
   }
   for (int s = ec_.max_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
-  logits_buf_.resize(static_cast<size_t>(max_tokens) * cfg_.vocab);
+  logits_buf_.resize(static_cast<size_t>(32) * cfg_.vocab);
   workspace_bytes_ = model_->workspace_bytes();
   std::lock_guard<std::mutex> lk(mu_);
   info_.backend = backend_->name();

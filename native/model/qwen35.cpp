@@ -47,38 +47,44 @@ void Qwen35::forward(const StepBatch& b, float* logits_host) {
   if (T <= 0 || T > max_tokens_) throw std::runtime_error("step of " + std::to_string(T) + " tokens exceeds the workspace");
   const int64_t H = c.hidden;
   be_.begin_step(b);
-  be_.embed(w_.embed, x_);
-  for (const BLayer& L : w_.layers) {
-    be_.rmsnorm(x_, L.in_norm, xn_, T, c.hidden, c.eps);
-    if (L.is_full) {
-      be_.matmul(xn_, T, L.q, qg_);
-      be_.matmul(xn_, T, L.k, k_);
-      be_.matmul(xn_, T, L.v, v_);
-      be_.attention(c, L, qg_, k_, v_, ao_);
-      be_.matmul(ao_, T, L.o, o_);
-    } else {
-      be_.matmul(xn_, T, L.qkv, qkv_);
-      be_.matmul(xn_, T, L.z, z_);
-      be_.matmul(xn_, T, L.b, bb_);
-      be_.matmul(xn_, T, L.a, aa_);
-      be_.gdn(c, L, qkv_, z_, bb_, aa_, go_);
-      be_.matmul(go_, T, L.out, o_);
-    }
-    be_.add(x_, o_, T * H);
-    be_.rmsnorm(x_, L.post_norm, xn_, T, c.hidden, c.eps);
-    be_.matmul(xn_, T, L.gate, g_);
-    be_.matmul(xn_, T, L.up, u_);
-    be_.swiglu(g_, u_, g_, static_cast<int64_t>(T) * c.intermediate);
-    be_.matmul(g_, T, L.down, o_);
-    be_.add(x_, o_, T * H);
-  }
-  // The vocabulary head only for the rows whose logits are wanted, in groups.
   const int R = static_cast<int>(b.logit_rows.size());
-  for (int r0 = 0; r0 < R; r0 += logit_group_) {
-    const int n = std::min(logit_group_, R - r0);
+  auto head = [&](int r0, int n) {
     be_.gather_rows(x_, r0, n, rows_, c.hidden);
     be_.rmsnorm(rows_, w_.final_norm, rows_n_, n, c.hidden, c.eps);
     be_.matmul(rows_n_, n, w_.head, logits_);
+  };
+  be_.run_body(b, [&] {
+    be_.embed(w_.embed, x_);
+    for (const BLayer& L : w_.layers) {
+      be_.rmsnorm(x_, L.in_norm, xn_, T, c.hidden, c.eps);
+      if (L.is_full) {
+        be_.matmul(xn_, T, L.q, qg_);
+        be_.matmul(xn_, T, L.k, k_);
+        be_.matmul(xn_, T, L.v, v_);
+        be_.attention(c, L, qg_, k_, v_, ao_);
+        be_.matmul(ao_, T, L.o, o_);
+      } else {
+        be_.matmul(xn_, T, L.qkv, qkv_);
+        be_.matmul(xn_, T, L.z, z_);
+        be_.matmul(xn_, T, L.b, bb_);
+        be_.matmul(xn_, T, L.a, aa_);
+        be_.gdn(c, L, qkv_, z_, bb_, aa_, go_);
+        be_.matmul(go_, T, L.out, o_);
+      }
+      be_.add(x_, o_, T * H);
+      be_.rmsnorm(x_, L.post_norm, xn_, T, c.hidden, c.eps);
+      be_.matmul(xn_, T, L.gate, g_);
+      be_.matmul(xn_, T, L.up, u_);
+      be_.swiglu(g_, u_, g_, static_cast<int64_t>(T) * c.intermediate);
+      be_.matmul(g_, T, L.down, o_);
+      be_.add(x_, o_, T * H);
+    }
+    // The vocabulary head only for the rows whose logits are wanted (first group inside the body).
+    if (R > 0) head(0, std::min(R, logit_group_));
+  });
+  for (int r0 = 0; r0 < R; r0 += logit_group_) {
+    const int n = std::min(logit_group_, R - r0);
+    if (r0 > 0) head(r0, n);
     be_.logits_to_host(logits_, logits_host + static_cast<int64_t>(r0) * c.vocab, static_cast<int64_t>(n) * c.vocab);
   }
   be_.end_step();

@@ -1,4 +1,132 @@
-import type { Command } from 'commander';
+// `bench prompt`: greedy (or sampled) generation through the serving engine; the verification
+// interface (generated ids on one line for --prompt-ids, raw float32 logits with --logits-out).
+import { writeFileSync } from 'node:fs';
+import { Command, Option } from 'commander';
+import { loadCheckpoint } from '../model/checkpoint.js';
+import { loadTokenizer } from '../model/tokenizer.js';
+import { ensureEmbeddedModel } from '../model/embedded.js';
+import { CheckpointError } from '../model/types.js';
+import { loadEngine } from '../engine/engine.js';
+import { resolveDevice } from '../engine/device.js';
+import { parseChoice, parseFloatFlag, parseIdList, parseIntFlag } from './options.js';
+import { UsageError } from './usage.js';
 
-// Placeholder registration; the real command lands with its module.
-export function registerPrompt(_program: Command, _setResult: (code: number) => void): void {}
+interface PromptOpts {
+  modelPath?: string;
+  prompt?: string;
+  promptIds?: number[];
+  maxNewTokens: number;
+  chat?: boolean;
+  think?: boolean;
+  logitsOut?: string;
+  device: 'cpu' | 'cuda' | 'auto';
+  threads: number;
+  temperature: number;
+  topK: number;
+  topP: number;
+  seed: number;
+  ignoreEos?: boolean;
+  weightDtype: 'auto' | 'f32' | 'bf16';
+}
+
+// Chat end-of-turn and end-of-text ids of Qwen3.5 (architecture doc §5).
+const QWEN_STOP_IDS = [248046, 248044];
+
+export function registerPrompt(program: Command, setResult: (code: number) => void): void {
+  program
+    .command('prompt')
+    .description('generate from a prompt through the serving engine (greedy by default)')
+    .option('--model-path <dir>', 'checkpoint directory (default: the embedded synthetic model)')
+    .option('--prompt <text>', 'prompt text (tokenized with the checkpoint tokenizer)')
+    .option('--prompt-ids <ids>', 'prompt as token ids, comma separated', parseIdList('--prompt-ids'))
+    .option('--max-new-tokens <n>', 'tokens to generate (0 = evaluate the prompt only)', parseIntFlag('--max-new-tokens', 0), 32)
+    .option('--chat', 'wrap --prompt in the chat template as a user message')
+    .option('--think', 'with --chat: enable thinking in the template')
+    .option('--logits-out <file>', 'write raw float32 logits [prompt_len + new_tokens, vocab], row-major')
+    .addOption(new Option('--device <device>', 'cpu | cuda | auto').argParser(parseChoice('--device', ['cpu', 'cuda', 'auto'] as const)).default('auto'))
+    .option('--threads <n>', 'CPU threads (0 = all cores)', parseIntFlag('--threads', 0, 1024), 0)
+    .option('--temperature <t>', 'sampling temperature (0 = greedy)', parseFloatFlag('--temperature', 0, 100), 0)
+    .option('--top-k <k>', 'top-k sampling (0 = off)', parseIntFlag('--top-k', 0), 0)
+    .option('--top-p <p>', 'top-p sampling (1 = off)', parseFloatFlag('--top-p', 0, 1), 1)
+    .option('--seed <n>', 'sampling seed', parseIntFlag('--seed', 0), 0)
+    .option('--ignore-eos', 'keep generating through end-of-sequence tokens')
+    .addOption(new Option('--weight-dtype <t>', 'run weights as stored (auto), or convert to f32 / bf16').argParser(parseChoice('--weight-dtype', ['auto', 'f32', 'bf16'] as const)).default('auto'))
+    .action(async (opts: PromptOpts) => {
+      setResult(await runPrompt(opts));
+    });
+}
+
+async function runPrompt(opts: PromptOpts): Promise<number> {
+  if ((opts.prompt === undefined) === (opts.promptIds === undefined)) {
+    throw new UsageError('prompt: give exactly one of --prompt TEXT or --prompt-ids 1,2,3');
+  }
+  if (opts.chat && opts.promptIds) throw new UsageError('--chat applies to --prompt TEXT, not --prompt-ids');
+  const device = resolveDevice(opts.device);
+  let dir: string;
+  if (opts.modelPath === undefined) {
+    dir = await ensureEmbeddedModel();
+    process.stderr.write(`bench: no --model-path; using the embedded synthetic model (${dir})\n`);
+  } else {
+    dir = opts.modelPath;
+  }
+  let ckpt;
+  try {
+    ckpt = loadCheckpoint(dir);
+  } catch (err) {
+    if (err instanceof CheckpointError) {
+      process.stderr.write(`bench: ${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  }
+  let ids: number[];
+  let tokenizer: Awaited<ReturnType<typeof loadTokenizer>> | undefined;
+  if (opts.promptIds) {
+    ids = opts.promptIds;
+    const bad = ids.find((t) => t >= ckpt.config.vocabSize);
+    if (bad !== undefined) throw new UsageError(`--prompt-ids: token ${bad} is outside the vocabulary (${ckpt.config.vocabSize})`);
+  } else {
+    try {
+      tokenizer = await loadTokenizer(dir);
+    } catch (err) {
+      if (err instanceof CheckpointError) {
+        process.stderr.write(`bench: ${err.message}\n`);
+        return 1;
+      }
+      throw err;
+    }
+    const text = opts.chat
+      ? tokenizer.applyChatTemplate([{ role: 'user', content: opts.prompt as string }], { addGenerationPrompt: true, enableThinking: !!opts.think })
+      : (opts.prompt as string);
+    ids = tokenizer.encode(text);
+    if (ids.length === 0) throw new UsageError('--prompt: the prompt encodes to no tokens');
+  }
+  const stop = [...new Set([...QWEN_STOP_IDS, ckpt.config.eosTokenId, ...(tokenizer?.eosTokenIds ?? [])])];
+  const total = ids.length + opts.maxNewTokens;
+  const engine = await loadEngine(ckpt, {
+    device, threads: opts.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(total, 16), maxSeqs: 1,
+    prefillChunk: 512, stepTokenBudget: 2048, prefixCache: false,
+  }, {}, { weightDtype: opts.weightDtype });
+  try {
+    const result = await engine.submit({
+      prompt: ids, maxTokens: opts.maxNewTokens, temperature: opts.temperature, topK: opts.topK, topP: opts.topP,
+      seed: opts.seed, stopTokens: stop, ignoreEos: !!opts.ignoreEos, logits: opts.logitsOut ? 'all' : 'none',
+    }).done;
+    if (result.finishReason === 'error') {
+      process.stderr.write(`bench: generation failed: ${result.error}\n`);
+      return 1;
+    }
+    if (opts.logitsOut && result.logits) {
+      writeFileSync(opts.logitsOut, Buffer.from(result.logits.buffer, result.logits.byteOffset, result.logits.byteLength));
+    }
+    if (opts.promptIds) {
+      process.stdout.write(`${result.tokens.join(' ')}\n`);
+    } else if (tokenizer) {
+      const shown = result.tokens.filter((t) => !stop.includes(t));
+      process.stdout.write(`${tokenizer.decode(shown)}\n`);
+    }
+  } finally {
+    await engine.close();
+  }
+  return 0;
+}

@@ -1,0 +1,197 @@
+// The engine as TypeScript sees it: wraps the native engine (a worker thread running the batched
+// loop) behind the EngineHandle contract. All times come from the native monotonic clock.
+import type { Checkpoint, TextConfig } from '../model/types.js';
+import { loadAddon, type NativeEngine, type NativeEvent } from './native.js';
+import type {
+  EngineHandle, EngineInfo, EngineOptions, EngineStats, FinishReason, ProfileReport, RequestHandle,
+  RequestOptions, RequestResult, TokenEvent,
+} from './types.js';
+
+export interface LoadHooks {
+  onLoadProgress?: (layersDone: number, layersTotal: number) => void;
+}
+
+/** Extra knobs for tests and verification (not CLI flags). */
+export interface EngineInternals {
+  /** Convert weights at load: keep as stored (default), or force f32 / bf16. */
+  weightDtype?: 'auto' | 'f32' | 'bf16';
+  /** Segments of at least this many tokens use the chunked DeltaNet kernel (default 16). */
+  gdnChunkMin?: number;
+  /** Token spacing of recurrent-state snapshots for the prefix cache (default 256). */
+  snapshotInterval?: number;
+  maxSnapshots?: number;
+  /** For in-memory synthetic models. */
+  syntheticDtype?: 'bf16' | 'f32';
+  syntheticSeed?: number;
+}
+
+/** A model source: a checkpoint on disk, or a config to fill with random weights in memory. */
+export type ModelSource = Checkpoint | { synthetic: TextConfig };
+
+interface Pending {
+  resolve: (r: RequestResult) => void;
+  onToken?: (ev: TokenEvent) => void;
+}
+
+class Engine implements EngineHandle {
+  readonly info: EngineInfo;
+  private pending = new Map<number, Pending>();
+  private early = new Map<number, NativeEvent[]>();
+  private closed = false;
+
+  constructor(private readonly native: NativeEngine, private readonly profile: boolean) {
+    const i = native.info();
+    this.info = {
+      backend: i.backend as EngineInfo['backend'],
+      isa: String(i.isa),
+      threads: Number(i.threads),
+      weightBytes: Number(i.weightBytes),
+      dtype: String(i.dtype),
+      kvBlocksTotal: Number(i.kvBlocksTotal),
+      blockSize: Number(i.blockSize),
+      ...(i.gpuName !== undefined ? { gpuName: String(i.gpuName), gpuMemoryBytes: Number(i.gpuMemoryBytes) } : {}),
+    };
+  }
+
+  handle(events: NativeEvent[]): void {
+    for (const ev of events) {
+      if (ev.type !== 'token' && ev.type !== 'done') continue;
+      const id = ev.id as number;
+      const p = this.pending.get(id);
+      if (!p) {
+        // An event can beat submit()'s return to JS only in theory; keep it for the handle.
+        const list = this.early.get(id) ?? [];
+        list.push(ev);
+        this.early.set(id, list);
+        continue;
+      }
+      this.dispatch(id, p, ev);
+    }
+  }
+
+  private dispatch(id: number, p: Pending, ev: NativeEvent): void {
+    if (ev.type === 'token') {
+      p.onToken?.({ token: ev.token as number, index: ev.index as number, tMs: ev.tMs as number });
+      return;
+    }
+    this.pending.delete(id);
+    const result: RequestResult = {
+      id,
+      tokens: ev.tokens ?? [],
+      promptTokens: ev.promptTokens ?? 0,
+      enqueueMs: ev.enqueueMs ?? 0,
+      tokenMs: ev.tokenMs ?? [],
+      prefillChunkMs: ev.prefillChunkMs ?? [],
+      cachedPromptTokens: ev.cachedPromptTokens ?? 0,
+      finishReason: (ev.finish ?? 'error') as FinishReason,
+      ...(ev.error ? { error: ev.error } : {}),
+      ...(ev.logits ? { logits: ev.logits, logitRows: ev.logitRows } : {}),
+    };
+    p.resolve(result);
+  }
+
+  submit(req: RequestOptions, onToken?: (ev: TokenEvent) => void): RequestHandle {
+    if (this.closed) throw new Error('the engine is closed');
+    const prompt = req.prompt instanceof Int32Array ? req.prompt : Int32Array.from(req.prompt);
+    let resolve!: (r: RequestResult) => void;
+    const done = new Promise<RequestResult>((r) => { resolve = r; });
+    const id = this.native.submit({ ...req, prompt });
+    const p: Pending = { resolve, onToken };
+    this.pending.set(id, p);
+    const early = this.early.get(id);
+    if (early) {
+      this.early.delete(id);
+      for (const ev of early) if (this.pending.has(id)) this.dispatch(id, p, ev);
+    }
+    return { id, done, cancel: () => this.native.cancel(id) };
+  }
+
+  stats(): EngineStats {
+    const s = this.native.stats();
+    return {
+      peakActiveBytes: s.peakActiveBytes, activeBytes: s.activeBytes, numAllocs: s.numAllocs,
+      parkWaits: s.parkWaits, prefixAdmittedTokens: s.prefixAdmittedTokens, prefixHitTokens: s.prefixHitTokens,
+      retires: s.retires, evictions: s.evictions, preemptions: s.preemptions, kvBlocksUsed: s.kvBlocksUsed,
+      kvBlocksFree: s.kvBlocksFree, kvBlocksTotal: s.kvBlocksTotal, steps: s.steps, weightBytes: s.weightBytes,
+    };
+  }
+
+  resetCounters(): void { this.native.resetCounters(); }
+
+  nowMs(): number { return this.native.nowMs(); }
+
+  takeProfile(): ProfileReport | null {
+    if (!this.profile) return null;
+    const rows = this.native.takeProfile();
+    const ops = rows.filter((r) => r.group !== 'pipeline')
+      .map((r) => ({ name: r.name, group: r.group, calls: r.calls, totalUs: r.totalUs, selfUs: r.totalUs }));
+    const pipeline = rows.filter((r) => r.group === 'pipeline')
+      .map((r) => ({ name: r.name, calls: r.calls, totalUs: r.totalUs }));
+    return { ops, pipeline };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.native.close();
+    for (const [id, p] of this.pending) {
+      p.resolve({
+        id, tokens: [], promptTokens: 0, enqueueMs: 0, tokenMs: [], prefillChunkMs: [], cachedPromptTokens: 0,
+        finishReason: 'cancelled', error: 'engine closed',
+      });
+    }
+    this.pending.clear();
+  }
+}
+
+function nativeConfig(c: TextConfig): object {
+  return { ...c };
+}
+
+/** Loads a model into a new engine; resolves once the weights are bound and caches allocated. */
+export function loadEngine(
+  source: ModelSource, opts: EngineOptions, hooks: LoadHooks = {}, internals: EngineInternals = {},
+): Promise<EngineHandle> {
+  const addon = loadAddon();
+  const config = 'synthetic' in source ? source.synthetic : source.config;
+  const tensors = 'synthetic' in source ? [] : [...source.tensors.values()].filter((t) => !t.name.startsWith('mtp.'));
+  const options = {
+    device: opts.device, threads: opts.threads, blockSize: opts.blockSize, kvcache: opts.kvcache,
+    kvMemoryBytes: opts.kvMemoryBytes ?? 0, maxSeq: opts.maxSeq, maxSeqs: opts.maxSeqs,
+    prefillChunk: opts.prefillChunk, stepTokenBudget: opts.stepTokenBudget, prefixCache: opts.prefixCache,
+    cudaGraphs: opts.cudaGraphs ?? true, profile: opts.profile ?? false, ...internals,
+  };
+  return new Promise<EngineHandle>((resolve, reject) => {
+    let engine: Engine | undefined;
+    let native: NativeEngine | undefined;
+    let settled = false;
+    const onEvents = (events: NativeEvent[]) => {
+      for (const ev of events) {
+        if (ev.type === 'load') hooks.onLoadProgress?.(ev.done ?? 0, ev.total ?? 0);
+        else if (ev.type === 'loaded' && !settled && native) {
+          settled = true;
+          engine = new Engine(native, opts.profile ?? false);
+          resolve(engine);
+        } else if (ev.type === 'loadError' && !settled) {
+          settled = true;
+          native?.close();
+          reject(new Error(ev.error));
+        }
+      }
+      if (engine) engine.handle(events.filter((e) => e.type === 'token' || e.type === 'done'));
+    };
+    try {
+      native = new addon.Engine({ config: nativeConfig(config), tensors }, options, onEvents);
+    } catch (err) {
+      reject(err instanceof Error ? err : new Error(String(err)));
+    }
+  });
+}
+
+/** True when this build has the CUDA backend and a GPU is visible. */
+export function cudaAvailable(): boolean {
+  const addon = loadAddon();
+  if (!addon.cpuInfo().cudaBuilt) return false;
+  const probe = addon as unknown as { cudaDeviceCount?: () => number };
+  return typeof probe.cudaDeviceCount === 'function' && probe.cudaDeviceCount() > 0;
+}

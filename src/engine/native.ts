@@ -1,0 +1,55 @@
+// Loads the compiled addon (build/Release/lumen_engine.node, built by `npm ci`).
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { existsSync } from 'node:fs';
+import { REPO_ROOT } from '../util/version.js';
+
+export interface NativeEvent {
+  type: 'token' | 'done' | 'load' | 'loaded' | 'loadError';
+  id?: number;
+  token?: number;
+  index?: number;
+  tMs?: number;
+  finish?: string;
+  error?: string;
+  tokens?: number[];
+  tokenMs?: number[];
+  enqueueMs?: number;
+  doneMs?: number;
+  promptTokens?: number;
+  cachedPromptTokens?: number;
+  prefillChunkMs?: number[];
+  logits?: Float32Array;
+  logitRows?: number;
+  done?: number;
+  total?: number;
+}
+
+export interface NativeEngine {
+  submit(req: object): number;
+  cancel(id: number): void;
+  stats(): Record<string, number>;
+  resetCounters(): void;
+  info(): Record<string, string | number>;
+  nowMs(): number;
+  takeProfile(): { name: string; group: string; calls: number; totalUs: number }[];
+  close(): void;
+}
+
+export interface NativeAddon {
+  cpuInfo(): { avx2: boolean; avx512: boolean; avx512bf16: boolean; isa: string; cudaBuilt: boolean };
+  Engine: new (spec: object, options: object, onEvents: (events: NativeEvent[]) => void) => NativeEngine;
+}
+
+let cached: NativeAddon | undefined;
+
+export function loadAddon(): NativeAddon {
+  if (cached) return cached;
+  const file = path.join(REPO_ROOT, 'build', 'Release', 'lumen_engine.node');
+  if (!existsSync(file)) {
+    throw new Error(`native engine not built: ${file} is missing (run \`npm ci\` or \`npm run build:native\`)`);
+  }
+  const require = createRequire(import.meta.url);
+  cached = require(file) as NativeAddon;
+  return cached;
+}
