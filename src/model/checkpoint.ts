@@ -1,0 +1,348 @@
+// Checkpoint loader: config.json + safetensors (single file or sharded with an index) ->
+// validated Checkpoint with canonical tensor names and absolute file offsets.
+//
+// loadCheckpoint is SYNCHRONOUS: it reads config.json and the safetensors headers only (a few MB
+// at most), never tensor data.
+
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { derivedDims, parseConfigDetailed } from './config.js';
+import { numel, readSafetensorsHeader, shapeStr, type SafetensorsEntry } from './safetensors.js';
+import { CheckpointError, type Checkpoint, type DType, type LayerType, type TensorRef, type TextConfig } from './types.js';
+
+export const PREFIX_NESTED = 'model.language_model.';
+export const PREFIX_FLAT = 'model.';
+const VISION_PREFIX = 'model.visual.';
+const MTP_PREFIX = 'mtp.';
+const LM_HEAD = 'lm_head.weight';
+
+export interface ExpectedTensor {
+  /** Canonical name (prefix stripped; `lm_head.weight` and `mtp.*` as is). */
+  name: string;
+  shape: number[];
+  /** text: counted in paramCount; mtp: only with mtp; lm_head: only when untied. */
+  group: 'text' | 'mtp' | 'lm_head';
+}
+
+function layerTensors(p: string, type: LayerType, c: TextConfig): Array<[string, number[]]> {
+  const H = c.hiddenSize;
+  const d = derivedDims(c);
+  const out: Array<[string, number[]]> = [
+    [`${p}input_layernorm.weight`, [H]],
+    [`${p}post_attention_layernorm.weight`, [H]],
+    [`${p}mlp.gate_proj.weight`, [c.intermediateSize, H]],
+    [`${p}mlp.up_proj.weight`, [c.intermediateSize, H]],
+    [`${p}mlp.down_proj.weight`, [H, c.intermediateSize]],
+  ];
+  if (type === 'full_attention') {
+    out.push(
+      [`${p}self_attn.q_proj.weight`, [d.qProjRows, H]],
+      [`${p}self_attn.k_proj.weight`, [d.kvDim, H]],
+      [`${p}self_attn.v_proj.weight`, [d.kvDim, H]],
+      [`${p}self_attn.o_proj.weight`, [H, c.numHeads * c.headDim]],
+      [`${p}self_attn.q_norm.weight`, [c.headDim]],
+      [`${p}self_attn.k_norm.weight`, [c.headDim]],
+    );
+  } else {
+    const nv = c.linearNumValueHeads;
+    out.push(
+      [`${p}linear_attn.in_proj_qkv.weight`, [d.convDim, H]],
+      [`${p}linear_attn.in_proj_z.weight`, [d.valueDim, H]],
+      [`${p}linear_attn.in_proj_b.weight`, [nv, H]],
+      [`${p}linear_attn.in_proj_a.weight`, [nv, H]],
+      [`${p}linear_attn.conv1d.weight`, [d.convDim, 1, c.linearConvKernelDim]],
+      [`${p}linear_attn.dt_bias`, [nv]],
+      [`${p}linear_attn.A_log`, [nv]],
+      [`${p}linear_attn.norm.weight`, [c.linearValueHeadDim]],
+      [`${p}linear_attn.out_proj.weight`, [H, d.valueDim]],
+    );
+  }
+  return out;
+}
+
+/**
+ * Every tensor a checkpoint with this config holds, in a natural order (embedding, layers, final
+ * norm, lm_head when `lmHead`, then mtp.* when `mtp`). Shapes are PyTorch order.
+ */
+export function expectedTensors(c: TextConfig, opts: { mtp?: boolean; lmHead?: boolean } = {}): ExpectedTensor[] {
+  const H = c.hiddenSize;
+  const out: ExpectedTensor[] = [{ name: 'embed_tokens.weight', shape: [c.vocabSize, H], group: 'text' }];
+  for (let i = 0; i < c.numLayers; i++) {
+    for (const [name, shape] of layerTensors(`layers.${i}.`, c.layerTypes[i]!, c)) out.push({ name, shape, group: 'text' });
+  }
+  out.push({ name: 'norm.weight', shape: [H], group: 'text' });
+  if (opts.lmHead ?? !c.tieWordEmbeddings) out.push({ name: LM_HEAD, shape: [c.vocabSize, H], group: 'lm_head' });
+  if (opts.mtp) {
+    out.push(
+      { name: 'mtp.fc.weight', shape: [H, 2 * H], group: 'mtp' },
+      { name: 'mtp.pre_fc_norm_embedding.weight', shape: [H], group: 'mtp' },
+      { name: 'mtp.pre_fc_norm_hidden.weight', shape: [H], group: 'mtp' },
+      { name: 'mtp.norm.weight', shape: [H], group: 'mtp' },
+    );
+    for (let i = 0; i < c.mtpNumHiddenLayers; i++) {
+      for (const [name, shape] of layerTensors(`mtp.layers.${i}.`, 'full_attention', c)) out.push({ name, shape, group: 'mtp' });
+    }
+  }
+  return out;
+}
+
+/** Parameter counts implied by a config: text model (untied head included when untied) and MTP. */
+export function countParams(c: TextConfig): { text: number; mtp: number } {
+  let text = 0;
+  let mtp = 0;
+  for (const t of expectedTensors(c, { mtp: true })) {
+    if (t.group === 'mtp') mtp += numel(t.shape);
+    else text += numel(t.shape);
+  }
+  return { text, mtp };
+}
+
+export interface LoadOptions {
+  /** Include mtp.* tensors (validated when present). Default false. */
+  mtp?: boolean;
+}
+
+/** A Checkpoint plus human-readable notes about anything the loader tolerated or ignored. */
+export interface LoadedCheckpoint extends Checkpoint {
+  notes: string[];
+}
+
+interface Located {
+  entry: SafetensorsEntry;
+  file: string;
+}
+
+function readJson(file: string, what: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new CheckpointError(`${file}: cannot read ${what} (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new CheckpointError(`${file}: ${what} is not valid JSON (${(err as Error).message})`);
+  }
+}
+
+function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+/**
+ * Loads and validates a Qwen3.5 checkpoint directory (synchronous, headers only).
+ * - config.json: nested `text_config` or flat.
+ * - weights: model.safetensors.index.json (every shard it names must exist) or model.safetensors
+ *   (or, failing both, every *.safetensors in the directory).
+ * - prefix `model.language_model.` or `model.`; `model.visual.*` skipped; `mtp.*` only with {mtp:true}.
+ * Every problem is a CheckpointError whose one-line message names the file or tensor at fault.
+ */
+export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheckpoint {
+  const absDir = path.resolve(dir);
+  const notes: string[] = [];
+  let st;
+  try {
+    st = statSync(absDir);
+  } catch {
+    throw new CheckpointError(`${absDir}: checkpoint directory does not exist`);
+  }
+  if (!st.isDirectory()) throw new CheckpointError(`${absDir}: not a directory (expected a checkpoint directory)`);
+
+  // --- config.json
+  const configPath = path.join(absDir, 'config.json');
+  if (!existsSync(configPath)) throw new CheckpointError(`${configPath}: config.json not found in the checkpoint directory`);
+  const configBytes = readFileSync(configPath);
+  let configJson: unknown;
+  try {
+    configJson = JSON.parse(configBytes.toString('utf8'));
+  } catch (err) {
+    throw new CheckpointError(`${configPath}: not valid JSON (${(err as Error).message})`);
+  }
+  const parsed = parseConfigDetailed(configJson, configPath);
+  const config: TextConfig = { ...parsed.config, layerTypes: parsed.config.layerTypes.slice(), mropeSection: parsed.config.mropeSection.slice() };
+  const configHash = createHash('sha256').update(configBytes).digest('hex');
+
+  // --- shards
+  const indexPath = path.join(absDir, 'model.safetensors.index.json');
+  const singlePath = path.join(absDir, 'model.safetensors');
+  let shards: string[];
+  let weightMap: Map<string, string> | null = null;
+  if (existsSync(indexPath)) {
+    const idx = readJson(indexPath, 'safetensors index');
+    const wm = (idx as { weight_map?: unknown } | null)?.weight_map;
+    if (typeof wm !== 'object' || wm === null || Array.isArray(wm)) {
+      throw new CheckpointError(`${indexPath}: missing or invalid "weight_map"`);
+    }
+    weightMap = new Map();
+    const seen = new Set<string>();
+    shards = [];
+    for (const [name, shard] of Object.entries(wm as Record<string, unknown>)) {
+      if (typeof shard !== 'string' || shard.length === 0 || shard.includes('/') || shard.includes('\\')) {
+        throw new CheckpointError(`${indexPath}: weight_map entry for ${name} is not a file name: ${JSON.stringify(shard)}`);
+      }
+      const abs = path.join(absDir, shard);
+      weightMap.set(name, abs);
+      if (!seen.has(abs)) {
+        seen.add(abs);
+        shards.push(abs);
+      }
+    }
+    if (shards.length === 0) throw new CheckpointError(`${indexPath}: weight_map is empty`);
+    for (const s of shards) {
+      if (!existsSync(s)) throw new CheckpointError(`${s}: shard named in ${path.basename(indexPath)} does not exist`);
+    }
+    shards.sort();
+  } else if (existsSync(singlePath)) {
+    shards = [singlePath];
+  } else {
+    shards = readdirSync(absDir).filter((f) => f.endsWith('.safetensors')).sort().map((f) => path.join(absDir, f));
+    if (shards.length === 0) {
+      throw new CheckpointError(`${absDir}: no model.safetensors, model.safetensors.index.json or *.safetensors file`);
+    }
+    notes.push(`no index or model.safetensors; using ${shards.length} *.safetensors file(s)`);
+  }
+
+  // --- headers
+  const all = new Map<string, Located>();
+  let bytesOnDisk = 0;
+  for (const file of shards) {
+    const h = readSafetensorsHeader(file);
+    bytesOnDisk += h.fileSize;
+    for (const [name, entry] of h.tensors) {
+      const prev = all.get(name);
+      if (prev) throw new CheckpointError(`tensor ${name} appears in both ${prev.file} and ${file}`);
+      all.set(name, { entry, file });
+    }
+  }
+  if (weightMap) {
+    for (const [name, file] of weightMap) {
+      const loc = all.get(name);
+      if (!loc) throw new CheckpointError(`${file}: tensor ${name} is listed in model.safetensors.index.json but not in this shard's header`);
+      if (loc.file !== file) throw new CheckpointError(`tensor ${name}: index says ${file}, but it is in ${loc.file}`);
+    }
+  }
+
+  // --- prefix and canonical names
+  const names = [...all.keys()];
+  let prefix: string;
+  if (names.some((n) => n.startsWith(PREFIX_NESTED))) prefix = PREFIX_NESTED;
+  else if (names.some((n) => n.startsWith(PREFIX_FLAT) && !n.startsWith(VISION_PREFIX))) prefix = PREFIX_FLAT;
+  else {
+    throw new CheckpointError(
+      `${shards.length === 1 ? shards[0] : absDir}: no text-model tensors (names starting with ${PREFIX_NESTED} or ${PREFIX_FLAT})`,
+    );
+  }
+  const canonical = new Map<string, Located & { fullName: string }>();
+  let visionSkipped = 0;
+  let mtpSkipped = 0;
+  const unrecognised: string[] = [];
+  for (const [name, loc] of all) {
+    if (name.startsWith(VISION_PREFIX)) { visionSkipped++; continue; }
+    if (name.startsWith(MTP_PREFIX)) {
+      if (opts.mtp) canonical.set(name, { ...loc, fullName: name });
+      else mtpSkipped++;
+      continue;
+    }
+    if (name === LM_HEAD) { canonical.set(name, { ...loc, fullName: name }); continue; }
+    if (name.startsWith(prefix) && !(prefix === PREFIX_FLAT && name.startsWith(PREFIX_NESTED))) {
+      canonical.set(name.slice(prefix.length), { ...loc, fullName: name });
+      continue;
+    }
+    unrecognised.push(name);
+  }
+  if (visionSkipped) notes.push(`skipped ${visionSkipped} vision tensor(s) (${VISION_PREFIX}*)`);
+  if (mtpSkipped) notes.push(`skipped ${mtpSkipped} MTP tensor(s) (mtp.*; load with mtp to include them)`);
+  if (unrecognised.length) notes.push(`ignored ${unrecognised.length} unrecognised tensor(s), e.g. ${unrecognised[0]}`);
+
+  // --- tied / untied head
+  const hasLmHead = canonical.has(LM_HEAD);
+  const tie = parsed.tie;
+  const stated = tie.textConfig ?? tie.topLevel;
+  let tied: boolean;
+  if (stated === true) {
+    tied = true;
+    if (hasLmHead) notes.push('config says tie_word_embeddings=true; ignoring lm_head.weight present in the checkpoint');
+  } else if (stated === false) {
+    if (hasLmHead) tied = false;
+    else if (tie.topLevel === true) {
+      tied = true;
+      notes.push('text_config says untied but the top level says tied and lm_head.weight is absent: using tied embeddings');
+    } else {
+      throw new CheckpointError(
+        `tensor ${LM_HEAD} is missing (expected shape ${shapeStr([config.vocabSize, config.hiddenSize])}): ${configPath} says tie_word_embeddings=false`,
+      );
+    }
+  } else {
+    tied = !hasLmHead;
+    notes.push(`config.json does not state tie_word_embeddings; ${tied ? 'no lm_head.weight, using tied embeddings' : 'lm_head.weight present, untied'}`);
+  }
+  config.tieWordEmbeddings = tied;
+  if (tied) canonical.delete(LM_HEAD);
+
+  // --- validate against the expected tensor list
+  const whereMissing = weightMap ? indexPath : shards.length === 1 ? shards[0]! : absDir;
+  const hasAnyMtp = [...canonical.keys()].some((n) => n.startsWith(MTP_PREFIX));
+  const wantMtp = !!opts.mtp && hasAnyMtp && config.mtpNumHiddenLayers > 0;
+  if (opts.mtp && !hasAnyMtp) notes.push('MTP requested but the checkpoint has no mtp.* tensors');
+  const expected = expectedTensors(config, { mtp: wantMtp, lmHead: !tied });
+  const tensors = new Map<string, TensorRef>();
+  let paramCount = 0;
+  const dtypeParams: Record<DType, number> = { BF16: 0, F16: 0, F32: 0 };
+  for (const exp of expected) {
+    const loc = canonical.get(exp.name);
+    const fullName = exp.group === 'text' ? prefix + exp.name : exp.name;
+    if (!loc) {
+      throw new CheckpointError(`tensor ${fullName} is missing (expected shape ${shapeStr(exp.shape)}) in ${whereMissing}`);
+    }
+    let ok = sameShape(loc.entry.shape, exp.shape);
+    // A squeezed depthwise conv ([conv_dim, K] instead of [conv_dim, 1, K]) has identical bytes.
+    if (!ok && exp.name.endsWith('linear_attn.conv1d.weight') && sameShape(loc.entry.shape, [exp.shape[0]!, exp.shape[2]!])) ok = true;
+    if (!ok) {
+      throw new CheckpointError(
+        `${loc.file}: tensor ${loc.fullName} has shape ${shapeStr(loc.entry.shape)}, expected ${shapeStr(exp.shape)}`,
+      );
+    }
+    tensors.set(exp.name, {
+      name: exp.name, file: loc.file, offset: loc.entry.offset, nbytes: loc.entry.nbytes, dtype: loc.entry.dtype, shape: loc.entry.shape.slice(),
+    });
+    if (exp.group !== 'mtp') {
+      const n = numel(loc.entry.shape);
+      paramCount += n;
+      dtypeParams[loc.entry.dtype] += n;
+    }
+  }
+
+  // --- leftovers: stray layers beyond the config are an error, other extras a note
+  const extras: string[] = [];
+  for (const [name, loc] of canonical) {
+    if (tensors.has(name)) continue;
+    const m = /^layers\.(\d+)\./.exec(name);
+    if (m && Number(m[1]) >= config.numLayers) {
+      throw new CheckpointError(
+        `${loc.file}: tensor ${loc.fullName} belongs to layer ${m[1]}, but ${configPath} has num_hidden_layers=${config.numLayers}`,
+      );
+    }
+    if (name.startsWith(MTP_PREFIX) && !wantMtp) continue;
+    extras.push(loc.fullName);
+  }
+  if (extras.length) notes.push(`ignored ${extras.length} unexpected tensor(s), e.g. ${extras[0]}`);
+
+  let dtype: DType = 'BF16';
+  for (const d of ['F32', 'F16', 'BF16'] as DType[]) if (dtypeParams[d] > dtypeParams[dtype]) dtype = d;
+
+  return {
+    dir: absDir,
+    config,
+    configHash,
+    prefix,
+    tensors,
+    shards,
+    bytesOnDisk,
+    paramCount,
+    dtype,
+    hasMtp: wantMtp,
+    notes,
+  };
+}

@@ -1,0 +1,342 @@
+// A synthetic, real-layout Qwen3.5 tokenizer: byte-level BPE with the genuine special tokens at
+// their genuine ids, so prompts, chat templates and stop tokens behave like the real thing.
+//
+// Vocabulary (ids 0..248043):
+//   0..255     the 256 byte symbols in GPT-2 bytes_to_unicode order (so "\n" is 198, as in Qwen)
+//   256..      tokens produced by a small BPE training run over a built-in English word list,
+//              in the order the merges created them, so ordinary English text compresses somewhat
+//   rest       unique filler pseudo-words ("Ġbalomi", "ruteka", ...) with no merges: never
+//              produced by encoding, but they decode to readable text when a model samples them.
+// Added tokens 248044..248076: the 33 Qwen3.5 special tokens (special: true).
+
+import { hashString } from '../util/rng.js';
+
+export const BPE_VOCAB_SIZE = 248044;
+
+/** The Qwen3.5 added tokens, in id order starting at 248044. */
+export const SPECIAL_TOKENS: readonly string[] = [
+  '<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|object_ref_start|>', '<|object_ref_end|>',
+  '<|box_start|>', '<|box_end|>', '<|quad_start|>', '<|quad_end|>', '<|vision_start|>',
+  '<|vision_end|>', '<|vision_pad|>', '<|image_pad|>', '<|video_pad|>', '<tool_call>',
+  '</tool_call>', '<|fim_prefix|>', '<|fim_middle|>', '<|fim_suffix|>', '<|fim_pad|>',
+  '<|repo_name|>', '<|file_sep|>', '<tool_response>', '</tool_response>', '<think>', '</think>',
+  '<|audio_start|>', '<|audio_end|>', '<tts_pad>', '<tts_text_bos>', '<tts_text_eod>',
+  '<tts_text_bos_single>', '<|audio_pad|>',
+];
+
+export const SPECIAL_TOKEN_IDS: Readonly<Record<string, number>> = Object.fromEntries(
+  SPECIAL_TOKENS.map((t, i) => [t, BPE_VOCAB_SIZE + i]),
+);
+
+export const ENDOFTEXT_ID = 248044;
+export const IM_START_ID = 248045;
+export const IM_END_ID = 248046;
+export const THINK_ID = 248068;
+export const END_THINK_ID = 248069;
+
+/** The Qwen3.5 pre-tokenizer split pattern. */
+export const QWEN35_SPLIT_REGEX =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/** GPT-2 bytes_to_unicode: byte -> printable code point, and the byte order used for ids 0..255. */
+export function byteLevelAlphabet(): { byteToChar: string[]; order: number[] } {
+  const printable: number[] = [];
+  for (let b = 33; b <= 126; b++) printable.push(b);
+  for (let b = 161; b <= 172; b++) printable.push(b);
+  for (let b = 174; b <= 255; b++) printable.push(b);
+  const isPrintable = new Set(printable);
+  const byteToChar: string[] = new Array(256);
+  const order = printable.slice();
+  let next = 256;
+  for (const b of printable) byteToChar[b] = String.fromCodePoint(b);
+  for (let b = 0; b < 256; b++) {
+    if (!isPrintable.has(b)) {
+      byteToChar[b] = String.fromCodePoint(next++);
+      order.push(b);
+    }
+  }
+  return { byteToChar, order };
+}
+
+// Common English words, roughly by frequency (a hand-written list; rank sets the training weight).
+const WORDS = `user assistant system tool think the of and to a in is it you that he was for on are with as I his they be at one have this from
+or had by not word but what some we can out other were all there when up use your how said an each she which do
+their time if will way about many then them write would like so these her long make thing see him two has look
+more day could go come did number sound no most people my over know water than call first who may down side been
+now find any new work part take get place made live where after back little only round man year came show every
+good me give our under name very through just form sentence great think say help low line differ turn cause much
+mean before move right boy old too same tell does set three want air well also play small end put home read hand
+port large spell add even land here must big high such follow act why ask men change went light kind off need
+house picture try us again animal point mother world near build self earth father head stand own page should
+country found answer school grow study still learn plant cover food sun four between state keep eye never last
+let thought city tree cross farm hard start might story saw far sea draw left late run while press close night
+real life few north open seem together next white children begin got walk example ease paper group always music
+those both mark often letter until mile river car feet care second book carry took science eat room friend began
+idea fish mountain stop once base hear horse cut sure watch color face wood main enough plain girl usual young
+ready above ever red list though feel talk bird soon body dog family direct pose leave song measure door product
+black short numeral class wind question happen complete ship area half rock order fire south problem piece told
+knew pass since top whole king space heard best hour better true during hundred five remember step early hold
+west ground interest reach fast verb sing listen six table travel less morning ten simple several vowel toward war
+lay against pattern slow center love person money serve appear road map rain rule govern pull cold notice voice
+unit power town fine certain fly fall lead cry dark machine note wait plan figure star box noun field rest correct
+able pound done beauty drive stood contain front teach week final gave green oh quick develop ocean warm free
+minute strong special mind behind clear tail produce fact street inch multiply nothing course stay wheel full force
+blue object decide surface deep moon island foot system busy test record boat common gold possible plane stead dry
+wonder laugh thousand ago ran check game shape equate hot miss brought heat snow tire bring yes distant fill east
+paint language among grand ball yet wave drop heart am present heavy dance engine position arm wide sail material
+size vary settle speak weight general ice matter circle pair include divide syllable felt perhaps pick sudden count
+square reason length represent art subject region energy hunt probable bed brother egg ride cell believe fraction
+forest sit race window store summer train sleep prove lone leg exercise wall catch mount wish sky board joy winter
+sat written wild instrument kept glass grass cow job edge sign visit past soft fun bright gas weather month million
+bear finish happy hope flower clothe strange gone jump baby eight village meet root buy raise solve metal whether
+push seven paragraph third shall held hair describe cook floor either result burn hill safe cat century consider
+type law bit coast copy phrase silent tall sand soil roll temperature finger industry value fight lie beat excite
+natural view sense ear else quite broke case middle kill son lake moment scale loud spring observe child straight
+consonant nation dictionary milk speed method organ pay age section dress cloud surprise quiet stone tiny climb
+cool design poor lot experiment bottom key iron single stick flat twenty skin smile crease hole trade melody trip
+office receive row mouth exact symbol die least trouble shout except wrote seed tone join suggest clean break lady
+yard rise bad blow oil blood touch grew cent mix team wire cost lost brown wear garden equal sent choose fell fit
+flow fair bank collect save control decimal gentle woman captain practice separate difficult doctor please protect
+noon whose locate ring character insect caught period indicate radio spoke atom human history effect electric
+expect crop modern element hit student corner party supply bone rail imagine provide agree thus capital chair
+danger fruit rich thick soldier process operate guess necessary sharp wing create neighbor wash bat rather crowd
+corn compare poem string bell depend meat rub tube famous dollar stream fear sight thin triangle planet hurry chief
+colony clock mine tie enter major fresh search send yellow gun allow print dead spot desert suit current lift rose
+continue block chart hat sell success company subtract event particular deal swim term opposite wife shoe shoulder
+spread arrange camp invent cotton born determine quart nine truck noise level chance gather shop stretch throw
+shine property column molecule select wrong gray repeat require broad prepare salt nose plural anger claim continent
+oxygen sugar death pretty skill women season solution magnet silver thank branch match suffix especially fig afraid
+huge sister steel discuss forward similar guide experience score apple bought led pitch coat mass card band rope
+slip win dream evening condition feed tool total basic smell valley nor double seat arrive master track parent shore
+division sheet substance favor connect post spend chord fat glad original share station dad bread charge proper bar
+offer segment slave duck instant market degree populate chick dear enemy reply drink occur support speech nature
+range steam motion path liquid log meant quotient teeth shell neck model benchmark token tokens latency throughput
+batch prompt decode prefill memory cache kernel thread request model layer attention hidden state vector matrix
+function return value string number error file data code input output server client query result system`;
+
+/** Short non-word pieces the pre-tokenizer commonly yields (punctuation runs, whitespace runs). */
+const PIECES = [
+  "'s", "'t", "'re", "'ve", "'m", "'ll", "'d",
+  '.\n', '.\n\n', ',', '.', ':', ';', '!', '?', ' (', ')', ').', '),', ' "', '".', '",', "'", ' -', ' =', ' ==',
+  ' {', ' }', '();', ' {\n', '}\n', ' //', ' #', ' *', ' +', ' /', ' <', ' >', '\n\n', '\n\n\n', '  ', '   ',
+  '    ', '        ', ' $', ' %', ' &', ' [', ']', '],', ' `', '`', '```', ' ->', ' =>', ' ...', '...',
+];
+
+/** Trains merges on a weighted list of words given as byte-level symbol strings. */
+function trainMerges(
+  words: Array<{ symbols: number[]; weight: number }>,
+  symbolText: string[],
+  symbolOf: Map<string, number>,
+  maxMerges: number,
+): Array<[number, number]> {
+  const KEY = 1 << 20;
+  const pairCount = new Map<number, number>();
+  const pairWords = new Map<number, Set<number>>();
+  const addPairs = (wi: number, sign: number) => {
+    const s = words[wi]!.symbols;
+    const w = words[wi]!.weight * sign;
+    for (let i = 0; i + 1 < s.length; i++) {
+      const k = s[i]! * KEY + s[i + 1]!;
+      const c = (pairCount.get(k) ?? 0) + w;
+      if (c > 0) pairCount.set(k, c);
+      else pairCount.delete(k);
+      if (sign > 0) {
+        let set = pairWords.get(k);
+        if (!set) pairWords.set(k, (set = new Set()));
+        set.add(wi);
+      }
+    }
+  };
+  for (let wi = 0; wi < words.length; wi++) addPairs(wi, 1);
+  const merges: Array<[number, number]> = [];
+  while (merges.length < maxMerges) {
+    let best = -1;
+    let bestCount = 0;
+    for (const [k, c] of pairCount) {
+      if (c > bestCount || (c === bestCount && c > 0 && k < best)) {
+        best = k;
+        bestCount = c;
+      }
+    }
+    if (best < 0 || bestCount < 2) break;
+    const a = Math.floor(best / KEY);
+    const b = best % KEY;
+    // Two different merges can spell the same string ("ab"+"c", "a"+"bc"): they share one token.
+    const text = symbolText[a]! + symbolText[b]!;
+    let id = symbolOf.get(text);
+    if (id === undefined) {
+      id = symbolText.length;
+      symbolText.push(text);
+      symbolOf.set(text, id);
+    }
+    merges.push([a, b]);
+    const affected = pairWords.get(best);
+    pairWords.delete(best);
+    if (!affected) continue;
+    for (const wi of affected) {
+      addPairs(wi, -1);
+      const s = words[wi]!.symbols;
+      const out: number[] = [];
+      for (let i = 0; i < s.length; i++) {
+        if (i + 1 < s.length && s[i] === a && s[i + 1] === b) {
+          out.push(id);
+          i++;
+        } else out.push(s[i]!);
+      }
+      words[wi]!.symbols = out;
+      addPairs(wi, 1);
+    }
+  }
+  return merges;
+}
+
+export interface SynthTokenizerFiles {
+  /** tokenizer.json text. */
+  tokenizerJson: string;
+  vocabSize: number;
+  mergeCount: number;
+}
+
+let cached: SynthTokenizerFiles | null = null;
+
+/** Builds (once per process) the synthetic tokenizer.json. Deterministic; independent of any seed. */
+export function buildSynthTokenizer(): SynthTokenizerFiles {
+  if (cached) return cached;
+  const { byteToChar, order } = byteLevelAlphabet();
+  const enc = new TextEncoder();
+  const toByteLevel = (s: string) => Array.from(enc.encode(s), (b) => byteToChar[b]!).join('');
+  // Symbol ids for training: 0..255 follow the vocabulary order.
+  const symbolText: string[] = order.map((b) => byteToChar[b]!);
+  const symbolOf = new Map<string, number>(symbolText.map((t, i) => [t, i]));
+
+  const words = WORDS.split(/\s+/).filter(Boolean);
+  const uniq: string[] = [];
+  const seenWord = new Set<string>();
+  for (const w of words) if (!seenWord.has(w)) { seenWord.add(w); uniq.push(w); }
+  const training: Array<{ symbols: number[]; weight: number }> = [];
+  const add = (text: string, weight: number) => {
+    const bl = toByteLevel(text);
+    training.push({ symbols: Array.from(bl, (ch) => symbolOf.get(ch)!), weight });
+  };
+  uniq.forEach((w, rank) => {
+    const base = Math.round(1_000_000 / (rank + 20));
+    const cap = w[0]!.toUpperCase() + w.slice(1);
+    add(' ' + w, base * 4);
+    add(w, base);
+    if (cap !== w) {
+      add(' ' + cap, Math.max(1, base >> 1));
+      add(cap, Math.max(1, base >> 1));
+    }
+  });
+  PIECES.forEach((p, rank) => add(p, Math.round(400_000 / (rank + 10))));
+  const merges = trainMerges(training, symbolText, symbolOf, 12000);
+
+  // Vocabulary: bytes, merged tokens, then fillers.
+  const vocabTokens: string[] = symbolText.slice();
+  const used = new Set(vocabTokens);
+  const consonants = 'bcdfghjklmnprstvz';
+  const vowels = 'aeiou';
+  const syll: string[] = [];
+  for (const c of consonants) for (const v of vowels) syll.push(c + v);
+  const S = syll.length; // 85
+  const space = byteToChar[0x20]!;
+  // Walk a permutation of the 3-syllable space (multiplier coprime to S^3) so neighbours differ.
+  const space3 = S * S * S;
+  const mult = 392_837; // odd and not a multiple of 5 or 17, hence coprime to 85^3
+  let k = hashString('lumen-synth-fillers') % space3;
+  let attempts = 0;
+  while (vocabTokens.length < BPE_VOCAB_SIZE) {
+    if (++attempts > 4 * BPE_VOCAB_SIZE) throw new Error('synth tokenizer: ran out of filler words');
+    k = (k + mult) % space3;
+    const w = syll[k % S]! + syll[Math.floor(k / S) % S]! + syll[Math.floor(k / (S * S))]!;
+    for (const t of [space + w, w]) {
+      if (vocabTokens.length < BPE_VOCAB_SIZE && !used.has(t)) {
+        used.add(t);
+        vocabTokens.push(t);
+      }
+    }
+  }
+
+  // The vocab object is spliced in as text so it is listed in id order (a JS object would move
+  // integer-like keys such as "0" to the front).
+  const vocabText = '{' + vocabTokens.map((t, i) => `${JSON.stringify(t)}:${i}`).join(',') + '}';
+  const added = SPECIAL_TOKENS.map((content, i) => ({
+    id: BPE_VOCAB_SIZE + i, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true,
+  }));
+  const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
+  const tok = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: { type: 'NFC' },
+    pre_tokenizer: {
+      type: 'Sequence',
+      pretokenizers: [
+        { type: 'Split', pattern: { Regex: QWEN35_SPLIT_REGEX }, behavior: 'Isolated', invert: false },
+        byteLevel,
+      ],
+    },
+    post_processor: byteLevel,
+    decoder: byteLevel,
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: '',
+      end_of_word_suffix: '',
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab: '__VOCAB__',
+      merges: merges.map(([a, b]) => [symbolText[a]!, symbolText[b]!]),
+    },
+  };
+  const json = JSON.stringify(tok);
+  const at = json.indexOf('"__VOCAB__"');
+  const tokenizerJson = json.slice(0, at) + vocabText + json.slice(at + '"__VOCAB__"'.length);
+  cached = { tokenizerJson, vocabSize: BPE_VOCAB_SIZE + SPECIAL_TOKENS.length, mergeCount: merges.length };
+  return cached;
+}
+
+/** ChatML chat template; `thinkDefault` decides the generation prompt when enable_thinking is not given. */
+export function chatTemplate(thinkDefault: boolean): string {
+  const think = thinkDefault
+    ? `{%- if enable_thinking is defined and not enable_thinking %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}`
+    : `{%- if enable_thinking is defined and enable_thinking %}{{- '<think>\\n' }}{%- else %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}`;
+  return [
+    `{%- for message in messages %}`,
+    `{%- if message.content is string %}{%- set content = message.content %}`,
+    `{%- else %}{%- set content = '' %}{%- for part in message.content %}{%- if part.type == 'text' %}{%- set content = content + part.text %}{%- endif %}{%- endfor %}`,
+    `{%- endif %}`,
+    `{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}`,
+    `{%- endfor %}`,
+    `{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}${think}{%- endif %}`,
+  ].join('\n');
+}
+
+/** tokenizer_config.json object for the synthetic tokenizer. */
+export function synthTokenizerConfig(thinkDefault: boolean, modelMaxLength = 262144): Record<string, unknown> {
+  const decoder: Record<string, unknown> = {};
+  SPECIAL_TOKENS.forEach((content, i) => {
+    decoder[String(BPE_VOCAB_SIZE + i)] = { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: true };
+  });
+  return {
+    add_bos_token: false,
+    add_prefix_space: false,
+    added_tokens_decoder: decoder,
+    additional_special_tokens: ['<|im_start|>', '<|im_end|>', '<|object_ref_start|>', '<|object_ref_end|>', '<|box_start|>',
+      '<|box_end|>', '<|quad_start|>', '<|quad_end|>', '<|vision_start|>', '<|vision_end|>', '<|vision_pad|>', '<|image_pad|>',
+      '<|video_pad|>'],
+    bos_token: null,
+    chat_template: chatTemplate(thinkDefault),
+    clean_up_tokenization_spaces: false,
+    eos_token: '<|im_end|>',
+    errors: 'replace',
+    model_max_length: modelMaxLength,
+    pad_token: '<|endoftext|>',
+    split_special_tokens: false,
+    tokenizer_class: 'Qwen2Tokenizer',
+    unk_token: null,
+  };
+}
