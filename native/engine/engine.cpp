@@ -113,7 +113,7 @@ void Engine::load() {
     push(std::move(e));
   };
   if (tensors_.empty()) {
-    w = HostWeights::synthetic(cfg_, ec_.synthetic_dtype, ec_.synthetic_seed);
+    w = HostWeights::synthetic(cfg_, ec_.synthetic_dtype, ec_.synthetic_seed, ec_.weights == WeightPolicy::f32);
     progress(cfg_.n_layers, cfg_.n_layers);
   } else {
     w = std::make_unique<HostWeights>(cfg_, tensors_, ec_.weights, progress);
@@ -508,7 +508,7 @@ bool Engine::schedule(StepBatch& b, std::vector<Seq*>& order) {
     for (Seq* s : by_age) {
       if (s->done || s->slot < 0) continue;
       const int pending = static_cast<int>(s->tokens.size()) - s->n_computed;
-      const bool decode = pending == 1;
+      const bool decode = pending == 1 && s->n_computed >= s->prompt_len;
       if ((pass == 0) != decode || pending <= 0 || budget <= 0) continue;
       int len = 1;
       if (!decode) {
@@ -639,9 +639,10 @@ void Engine::step_once() {
   for (size_t i = 0; i < order.size(); ++i) {
     Seq& s = *order[i];
     const SeqSegment& seg = b.segs[i];
-    const bool was_prefill = static_cast<int>(s.tokens.size()) - s.n_computed > 1;
+    // A prefill chunk: prompt tokens (or a recompute after preemption), not a single decode token.
+    const bool was_prefill = s.n_computed < s.prompt_len || seg.len > 1;
     s.n_computed += seg.len;
-    if (was_prefill || seg.len > 1) s.chunk_ms.push_back(step_ms);
+    if (was_prefill) s.chunk_ms.push_back(step_ms);
     const bool reaches_end = s.n_computed == static_cast<int>(s.tokens.size());
     const float* last = nullptr;
     if (s.req.logits_all) {

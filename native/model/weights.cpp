@@ -171,23 +171,28 @@ struct Rng {
 
 }  // namespace
 
-std::unique_ptr<HostWeights> HostWeights::synthetic(const ModelConfig& cfg, DType dtype, uint64_t seed) {
+std::unique_ptr<HostWeights> HostWeights::synthetic(const ModelConfig& cfg, DType dtype, uint64_t seed,
+                                                    bool store_f32) {
   std::unique_ptr<HostWeights> w(new HostWeights(cfg));
   Rng rng(seed);
   const float sqrt3 = 1.7320508f;
   auto mat = [&](int64_t rows, int64_t cols, float std) {
     const size_t n = static_cast<size_t>(rows * cols);
-    w->owned_.push_back(std::make_unique<AlignedBuffer>(n * dtype_size(dtype), false));
+    const DType stored = store_f32 ? DType::f32 : dtype;
+    w->owned_.push_back(std::make_unique<AlignedBuffer>(n * dtype_size(stored), false));
     void* dst = w->owned_.back()->data();
     const float a = std * sqrt3;
-    if (dtype == DType::f32) {
+    if (stored == DType::f32) {
       float* d = static_cast<float*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = a * rng.uniform();
+      for (size_t i = 0; i < n; ++i) {
+        const float v = a * rng.uniform();
+        d[i] = dtype == DType::bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+      }
     } else {
       uint16_t* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(a * rng.uniform());
     }
-    HostMat m{dst, dtype, rows, cols};
+    HostMat m{dst, stored, rows, cols};
     w->matrix_bytes_ += m.bytes();
     return m;
   };
@@ -200,7 +205,7 @@ std::unique_ptr<HostWeights> HostWeights::synthetic(const ModelConfig& cfg, DTyp
   const int64_t H = cfg.hidden, I = cfg.intermediate;
   const float proj = 1.0f / std::sqrt(static_cast<float>(H));
   w->embed_ = mat(cfg.vocab, H, 4.0f / std::sqrt(static_cast<float>(H)));
-  w->main_dtype_ = dtype;
+  w->main_dtype_ = store_f32 ? DType::f32 : dtype;
   w->final_norm_ = vec(H, 1.f, 0.05f);
   w->head_ = cfg.tied ? w->embed_ : mat(cfg.vocab, H, 4.0f / std::sqrt(static_cast<float>(H)));
   w->layers_.resize(cfg.n_layers);

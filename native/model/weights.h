@@ -61,7 +61,10 @@ class HostWeights {
   HostWeights(const ModelConfig& cfg, const std::vector<TensorEntry>& tensors, WeightPolicy policy,
               const std::function<void(int, int)>& on_layer = nullptr);
   // Random weights of the real shapes, generated in memory (no files), for synthetic models.
-  static std::unique_ptr<HostWeights> synthetic(const ModelConfig& cfg, DType dtype, uint64_t seed);
+  // With store_f32, values are rounded as for `dtype` but stored as f32 (to compare kernel paths on
+  // identical weights).
+  static std::unique_ptr<HostWeights> synthetic(const ModelConfig& cfg, DType dtype, uint64_t seed,
+                                                bool store_f32 = false);
 
   const ModelConfig& config() const { return cfg_; }
   const HostMat& embed() const { return embed_; }

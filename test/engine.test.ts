@@ -1,0 +1,144 @@
+// Serving-engine behaviour on an in-memory f32 tiny model: isolation under batching, paged ==
+// continuous, prefill chunking, the prefix cache, pool exhaustion, cancellation, and the chunked
+// Gated DeltaNet kernel against the recurrence.
+import { afterAll, describe, expect, it } from 'vitest';
+import type { EngineHandle } from '../src/engine/types.js';
+import { greedy, maxAbsDiff, promptIds, tinyEngine } from './helpers/engine-fixture.js';
+
+const V = 248320;
+const engines: EngineHandle[] = [];
+async function engine(...args: Parameters<typeof tinyEngine>): Promise<EngineHandle> {
+  const e = await tinyEngine(...args);
+  engines.push(e);
+  return e;
+}
+afterAll(async () => { for (const e of engines) await e.close(); });
+
+describe('batched serving', () => {
+  it('gives a sequence the same greedy tokens alone and among 7 others of different lengths', async () => {
+    const e = await engine({ prefillChunk: 64, stepTokenBudget: 256 });
+    const target = promptIds(100, 1);
+    const alone = await greedy(e, target, 24);
+    const others = [3, 17, 64, 65, 130, 200, 33].map((n, i) => e.submit({ prompt: promptIds(n, 100 + i), maxTokens: 20 + i, ignoreEos: true }).done);
+    const together = e.submit({ prompt: target, maxTokens: 24, ignoreEos: true }).done;
+    const [t] = await Promise.all([together, ...others]);
+    expect(t.tokens).toEqual(alone.tokens);
+    expect(e.stats().steps).toBeGreaterThan(0);
+  });
+
+  it('reads every weight once per step: 8 decodes take far fewer steps than 8 sequential runs', async () => {
+    const e = await engine();
+    const before = e.stats().steps;
+    await Promise.all(Array.from({ length: 8 }, (_, i) => greedy(e, promptIds(20, 50 + i), 16)));
+    const steps = e.stats().steps - before;
+    // One prefill step (all 8 prompts fit the budget) plus 15 decode steps, give or take admission.
+    expect(steps).toBeLessThanOrEqual(20);
+  });
+
+  it('paged and continuous KV layouts give identical tokens and logits', async () => {
+    const prompt = promptIds(70, 3);
+    const a = await greedy(await engine({ kvcache: 'paged' }), prompt, 16, true);
+    const b = await greedy(await engine({ kvcache: 'continuous' }), prompt, 16, true);
+    expect(b.tokens).toEqual(a.tokens);
+    expect(maxAbsDiff(a.logits!, b.logits!)).toBe(0);
+  });
+
+  it('prefill chunk sizes 1, 16, 64 and whole give the same tokens', async () => {
+    const prompt = promptIds(90, 4);
+    const ref = await greedy(await engine({ prefillChunk: 512 }), prompt, 12, true);
+    for (const chunk of [1, 16, 64]) {
+      const r = await greedy(await engine({ prefillChunk: chunk }), prompt, 12, true);
+      expect(r.tokens, `chunk ${chunk}`).toEqual(ref.tokens);
+      expect(maxAbsDiff(r.logits!, ref.logits!), `chunk ${chunk}`).toBeLessThan(2e-3);
+      expect(r.prefillChunkMs.length).toBe(Math.ceil(90 / chunk));
+    }
+  });
+});
+
+describe('Gated DeltaNet chunked prefill', () => {
+  it('equals the token-by-token recurrence, for lengths off the chunk grid and from a non-zero state', async () => {
+    const recurrent = await engine({ prefillChunk: 512 }, { gdnChunkMin: 1 << 30 });
+    const chunked = await engine({ prefillChunk: 512 }, { gdnChunkMin: 1 });
+    // 150 = 64 + 64 + 22; the second engine pair splits the prompt so the chunked kernel starts from
+    // the state the first chunk left.
+    const continued = await engine({ prefillChunk: 50 }, { gdnChunkMin: 1 });
+    for (const n of [1, 63, 64, 65, 150]) {
+      const p = promptIds(n, 10 + n);
+      const a = await greedy(recurrent, p, 0, true);
+      const b = await greedy(chunked, p, 0, true);
+      const c = await greedy(continued, p, 0, true);
+      expect(a.logitRows).toBe(n);
+      expect(maxAbsDiff(a.logits!, b.logits!), `len ${n}`).toBeLessThan(1e-3);
+      expect(maxAbsDiff(a.logits!, c.logits!), `len ${n} continued`).toBeLessThan(1e-3);
+    }
+  });
+});
+
+describe('prefix cache', () => {
+  it('serves a repeated prompt from cache with the same logits, and the counters move', async () => {
+    const e = await engine({ prefixCache: true });
+    const prompt = promptIds(100, 5);
+    const cold = await greedy(e, prompt, 8, true);
+    const s1 = e.stats();
+    expect(s1.prefixAdmittedTokens).toBe(96);  // six full 16-token blocks
+    const warm = await greedy(e, prompt, 8, true);
+    const s2 = e.stats();
+    expect(warm.cachedPromptTokens).toBe(96);
+    expect(s2.prefixHitTokens - s1.prefixHitTokens).toBe(96);
+    expect(warm.tokens).toEqual(cold.tokens);
+    // The warm run only evaluates positions 96.. ; compare those rows.
+    const rows = cold.logitRows! - 96;
+    expect(warm.logitRows).toBe(rows);
+    expect(maxAbsDiff(warm.logits!, cold.logits!.subarray(96 * V))).toBeLessThan(1e-3);
+  });
+
+  it('reuses a shared prefix at a snapshot point', async () => {
+    const e = await engine({ prefixCache: true }, { snapshotInterval: 64 });
+    const shared = promptIds(64, 6);
+    const a = await greedy(e, [...shared, ...promptIds(40, 7)], 4);
+    const b = await greedy(e, [...shared, ...promptIds(40, 8)], 4);
+    expect(a.cachedPromptTokens).toBe(0);
+    expect(b.cachedPromptTokens).toBe(64);
+  });
+});
+
+describe('memory pressure and cancellation', () => {
+  it('parks requests when the pool is full, completes them all, and returns to baseline', async () => {
+    // 20 blocks of 16 tokens; each request needs 100 + 30 tokens = 9 blocks, so at most two run at once.
+    const e = await engine({ kvMemoryBytes: 20 * 16 * 2 * 256 * 4, maxSeq: 200 });
+    const base = e.stats();
+    const results = await Promise.all(Array.from({ length: 6 }, (_, i) => greedy(e, promptIds(100, 20 + i), 30)));
+    for (const r of results) expect(r.tokens.length).toBe(30);
+    const s = e.stats();
+    expect(s.kvBlocksTotal).toBe(20);
+    expect(s.parkWaits).toBeGreaterThan(0);
+    expect(s.retires - base.retires).toBe(6);
+    expect(s.kvBlocksUsed).toBe(base.kvBlocksUsed);
+    expect(s.activeBytes).toBe(base.activeBytes);
+  });
+
+  it('fails a request that can never fit with a clear error, without crashing', async () => {
+    const e = await engine({ kvMemoryBytes: 4 * 16 * 2 * 256 * 4, maxSeq: 1024 });
+    expect(() => e.submit({ prompt: promptIds(100, 1), maxTokens: 10 })).toThrow(/out of KV memory/);
+    expect(() => e.submit({ prompt: promptIds(2000, 1), maxTokens: 10 })).toThrow(/max_seq/);
+  });
+
+  it('frees a cancelled sequence\'s blocks and slot at once', async () => {
+    const e = await engine();
+    const base = e.stats();
+    let handle: ReturnType<EngineHandle['submit']> | undefined;
+    let seen = 0;
+    const cancelled = new Promise<void>((resolve) => {
+      handle = e.submit({ prompt: promptIds(40, 9), maxTokens: 500, ignoreEos: true }, () => {
+        if (++seen === 5) { handle!.cancel(); resolve(); }
+      });
+    });
+    await cancelled;
+    const r = await handle!.done;
+    expect(r.finishReason).toBe('cancelled');
+    expect(r.tokens.length).toBeLessThan(500);
+    const s = e.stats();
+    expect(s.kvBlocksUsed).toBe(base.kvBlocksUsed);
+    expect(s.activeBytes).toBe(base.activeBytes);
+  });
+});
