@@ -1,4 +1,94 @@
-import type { Command } from 'commander';
+// `bench convert`: Hugging Face Qwen3.5 checkpoint -> GGUF that llama.cpp loads as arch `qwen35`.
+import { existsSync, statSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { Command } from 'commander';
+import { ConvertError, OUT_DTYPES, writeGguf, type OutDtype } from '../convert/convert.js';
+import { loadCheckpoint } from '../model/checkpoint.js';
+import { CheckpointError, type DType } from '../model/types.js';
+import { UsageError } from './usage.js';
 
-// Placeholder registration; the real command lands with its module.
-export function registerConvert(_program: Command, _setResult: (code: number) => void): void {}
+interface RawConvertOptions {
+  modelPath?: string;
+  out?: string;
+  dtype?: string;
+  mtp?: boolean;
+  quiet?: boolean;
+}
+
+const FROM_SOURCE: Record<DType, OutDtype> = { BF16: 'bf16', F16: 'f16', F32: 'f32' };
+
+export function convertCommand(setResult: (code: number) => void): Command {
+  return new Command('convert')
+    .summary('convert a checkpoint to GGUF (llama.cpp arch qwen35)')
+    .description(
+      'Write a GGUF v3 file that llama.cpp loads as arch qwen35: metadata, tokenizer, and tensors renamed and ' +
+      "transformed the way llama.cpp's converter does it (norms +1, ssm_a = -exp(A_log), value heads re-tiled). " +
+      '1-D tensors and ssm_conv1d are always F32; q8_0 applies to 2-D weights whose rows are a multiple of 32 ' +
+      '(others fall back to F16). Tensors are streamed; the file appears only once complete.',
+    )
+    .option('--model-path <dir>', 'checkpoint directory (config.json, *.safetensors, tokenizer.json)')
+    .option('--out <file>', 'output GGUF file')
+    .option('--dtype <dtype>', `weight type: ${OUT_DTYPES.join(' | ')} (default: the checkpoint's dtype)`)
+    .option('--mtp', 'also write the MTP block (nextn tensors at layer num_hidden_layers)')
+    .option('-q, --quiet', 'no progress or summary on stderr')
+    .action(async (raw: RawConvertOptions) => {
+      if (!raw.modelPath) throw new UsageError('convert: --model-path <dir> is required');
+      if (!raw.out) throw new UsageError('convert: --out <file> is required');
+      const dir = resolve(raw.modelPath);
+      if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--model-path ${raw.modelPath}: no such directory`);
+      const out = resolve(raw.out);
+      if (!existsSync(dirname(out)) || !statSync(dirname(out)).isDirectory()) {
+        throw new UsageError(`--out ${raw.out}: directory ${dirname(out)} does not exist`);
+      }
+      if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`--out ${raw.out}: is a directory`);
+      let dtype: OutDtype | undefined;
+      if (raw.dtype !== undefined) {
+        const d = raw.dtype.toLowerCase();
+        if (!(OUT_DTYPES as readonly string[]).includes(d)) {
+          throw new UsageError(`--dtype ${raw.dtype}: expected one of ${OUT_DTYPES.join(', ')}`);
+        }
+        dtype = d as OutDtype;
+      }
+
+      const progress = !raw.quiet && process.stderr.isTTY === true;
+      let lastPct = -1;
+      try {
+        const ckpt = loadCheckpoint(dir, { mtp: raw.mtp ?? false });
+        const resolved = dtype ?? FROM_SOURCE[ckpt.dtype];
+        const res = writeGguf(ckpt, out, {
+          dtype: resolved,
+          mtp: raw.mtp ?? false,
+          onProgress: progress
+            ? (done, total) => {
+              const pct = Math.floor((100 * done) / Math.max(1, total));
+              if (pct !== lastPct) {
+                lastPct = pct;
+                process.stderr.write(`\rconvert: ${pct}%`);
+              }
+            }
+            : undefined,
+        });
+        if (progress) process.stderr.write('\r\x1b[K');
+        if (!raw.quiet) {
+          const counts = new Map<string, number>();
+          for (const t of res.tensorTypes.values()) counts.set(t, (counts.get(t) ?? 0) + 1);
+          const types = [...counts].map(([t, n]) => `${n} ${t}`).join(', ');
+          process.stderr.write(
+            `convert: wrote ${out} (${res.dtype}; ${res.tensorCount} tensors: ${types}; ` +
+            `${(res.fileBytes / 2 ** 20).toFixed(1)} MiB) in ${res.seconds.toFixed(1)} s\n`,
+          );
+        }
+        setResult(0);
+      } catch (err) {
+        if (progress) process.stderr.write('\n');
+        if (err instanceof CheckpointError || err instanceof ConvertError) throw new UsageError(err.message);
+        throw err;
+      }
+    });
+}
+
+export function registerConvert(program: Command, setResult: (code: number) => void): void {
+  const cmd = convertCommand(setResult);
+  cmd.copyInheritedSettings(program);
+  program.addCommand(cmd);
+}
