@@ -41,6 +41,8 @@ export interface ReportRow extends SweepRow {
   /** Every engine counter over the timed passes. */
   counters: EngineStats | null;
   profile: ProfileReport | null;
+  /** Share of the machine's CPU other processes used while the row ran (Linux /proc/stat; null elsewhere). */
+  cpu_other_share: number | null;
 }
 
 export interface ModelSection {

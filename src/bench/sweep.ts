@@ -5,7 +5,7 @@ import { UsageError } from '../cli/usage.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { CheckpointError, type Checkpoint } from '../model/types.js';
 import { gitInfo } from '../util/git.js';
-import { machineInfo, nvidiaGpus } from '../util/machine.js';
+import { cpuSample, machineInfo, nvidiaGpus, otherCpuShare } from '../util/machine.js';
 import { REPO_ROOT, TOOL_VERSION } from '../util/version.js';
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { createLogger } from './logger.js';
@@ -27,8 +27,9 @@ export interface SweepBackend {
     opts: EngineOptions,
     hooks?: { onLoadProgress?: (layersDone: number, layersTotal: number) => void },
   ): Promise<EngineHandle>;
-  /** Whether this build can run on a GPU; null when the engine cannot say before loading. */
-  cudaAvailable(): boolean | null;
+  /** --device to the engine's device: auto picks cuda when the build has a usable GPU backend; a UsageError
+   * when cuda is asked of a build without one. Called before anything is loaded. */
+  resolveDevice(choice: SweepConfig['device']): Device;
 }
 
 export interface SweepIO {
@@ -46,6 +47,9 @@ export const EXIT_OK = 0;
 export const EXIT_USAGE = 2;
 export const EXIT_ROWS_FAILED = 3;
 export const EXIT_INTERRUPTED = 130;
+export const EXIT_TERMINATED = 143;
+/** A row whose run saw other processes take at least this share of the CPU says so in its notes. */
+export const CONTENTION_NOTE_SHARE = 0.1;
 
 export function engineOptions(cfg: SweepConfig, device: Device): EngineOptions {
   return {
@@ -60,18 +64,6 @@ export function engineOptions(cfg: SweepConfig, device: Device): EngineOptions {
     prefixCache: true,
     profile: cfg.profile || cfg.profilePipeline,
   };
-}
-
-/** auto: cuda when the engine says a GPU backend is available, else cpu. */
-export function resolveDevice(choice: SweepConfig['device'], cuda: boolean | null): Device {
-  if (choice === 'cuda') {
-    if (cuda === false) {
-      throw new UsageError('--device cuda: this build of the engine has no usable CUDA backend (built without CUDA, or no GPU visible); use --device cpu or auto');
-    }
-    return 'cuda';
-  }
-  if (choice === 'cpu') return 'cpu';
-  return cuda === true ? 'cuda' : 'cpu';
 }
 
 function toReportRow(out: RowOutcome): ReportRow {
@@ -89,6 +81,7 @@ function toReportRow(out: RowOutcome): ReportRow {
     cached_prompt_tokens: f ? f.cachedPromptTokens : null,
     counters: out.counters,
     profile: out.profile,
+    cpu_other_share: null,
   };
 }
 
@@ -163,7 +156,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
     : new HumanRenderer(io.stderr, tty, colorEnabled(tty, io.env), cfg.verbosity < 0);
 
   // Usage checks that need the engine's word come before anything is loaded.
-  const device = resolveDevice(cfg.device, backend.cudaAvailable());
+  const device = backend.resolveDevice(cfg.device);
 
   const machine = machineInfo();
   const gpus = device === 'cuda' ? nvidiaGpus() : [];
@@ -179,13 +172,15 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
 
   const abort = io.abort ?? new AbortController();
   let loading = true;
+  let stopCode = EXIT_INTERRUPTED; // SIGINT (and an abort from a test or a closed stdout); SIGTERM: 143
   const onSignal = (sig: NodeJS.Signals) => {
     if (loading || abort.signal.aborted) {
       // Nothing finished yet (or a second signal): leave now.
       renderer.close();
-      process.exit(sig === 'SIGINT' ? EXIT_INTERRUPTED : 143);
+      process.exit(sig === 'SIGTERM' ? EXIT_TERMINATED : EXIT_INTERRUPTED);
     }
     renderer.warn(`${sig}: stopping after the rows already finished; the row in progress is dropped`);
+    if (sig === 'SIGTERM') stopCode = EXIT_TERMINATED;
     abort.abort();
   };
   if (io.handleSignals) {
@@ -301,6 +296,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
         if (abort.signal.aborted) { interrupted = true; break outer; }
         const label = `${cell.isl}:${cell.osl} c=${c}`;
         renderer.rowStart(label, { isl: cell.isl, osl: cell.osl, concurrency: c }, () => eng.nowMs());
+        const cpuBefore = cpuSample();
         const out = await runRow(eng, {
           cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: cfg.maxSeq, seed: cfg.seed,
           prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile: opts.profile === true, c1DecodeTokS,
@@ -318,12 +314,17 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
             tokens: t.result.tokens.length, ttft_ms: t.result.tokenMs.length ? t.result.tokenMs[0]! - t.result.enqueueMs : null,
           }),
         });
+        const otherCpu = otherCpuShare(cpuBefore, cpuSample());
+        if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted) {
+          const note = `other processes used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;
+          out.row.notes = out.row.notes ? `${out.row.notes}; ${note}` : note;
+          renderer.warn(`${label}: ${note}`, { cell: label, cpu_other_share: otherCpu });
+        }
         renderer.rowEnd(label, out);
         if (out.interrupted) { interrupted = true; break outer; }
         if (c === 1) c1DecodeTokS = out.row.status === 'ok' ? out.row.decode_tok_s : null;
         rows.push(out.row);
-        const rr = toReportRow(out);
-        report.rows.push(rr);
+        report.rows.push({ ...toReportRow(out), cpu_other_share: otherCpu });
         sinks.row(out.row, out);
         if (out.profile) {
           const scope = `${label}, timed passes`;
@@ -336,7 +337,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
     }
 
     report.status = interrupted ? 'interrupted' : 'complete';
-    if (interrupted) return finish(EXIT_INTERRUPTED);
+    if (interrupted) return finish(stopCode);
     return finish(rows.every((r) => r.status === 'ok') ? EXIT_OK : EXIT_ROWS_FAILED);
   } finally {
     renderer.close();
@@ -351,7 +352,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
     report.exitCode = code;
     report.finishedAt = new Date().toISOString();
     sinks.finish(rows);
-    renderer.summary(report.rows, code === EXIT_INTERRUPTED);
+    renderer.summary(report.rows, report.status === 'interrupted');
     return code;
   }
 }

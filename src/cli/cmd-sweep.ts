@@ -1,4 +1,77 @@
-import type { Command } from 'commander';
+// `bench` (default command) / `bench sweep`: the isl:osl x concurrency sweep. Flags are documented in docs/bench.md.
+import { Command } from 'commander';
+import { resolveSweepConfig, type RawSweepOptions } from '../bench/options.js';
+import { runSweep, type SweepBackend } from '../bench/sweep.js';
+import { resolveDevice } from '../engine/device.js';
+import { loadEngine } from '../engine/engine.js';
+import { loadCheckpoint } from '../model/checkpoint.js';
+import { ensureEmbeddedModel } from '../model/embedded.js';
 
-// Placeholder registration; the real command lands with its module.
-export function registerSweep(_program: Command, _setResult: (code: number) => void): void {}
+const realBackend: SweepBackend = {
+  ensureEmbeddedModel,
+  loadCheckpoint: (dir) => loadCheckpoint(dir),
+  loadEngine,
+  resolveDevice,
+};
+
+function count(_v: string, previous: number): number {
+  return previous + 1;
+}
+
+export function sweepCommand(backend: SweepBackend, setResult: (code: number) => void): Command {
+  return new Command('sweep')
+    .summary('isl:osl x concurrency sweep (the default command): CSV on stdout, diagnostics on stderr')
+    .description(
+      'Run each isl:osl cell at each concurrency, one row at a time, as a closed loop of sessions.\n' +
+      'stdout: a 21-column CSV, one row per cell x concurrency, flushed as each row completes.\n' +
+      'Exit status: 0 all rows ok, 3 some rows failed, 2 usage error, 130 interrupted.',
+    )
+    .option('--model-path <dir>', 'checkpoint directory (default: the embedded synthetic tiny model)')
+    .option('--device <device>', 'cpu | cuda | auto (default auto: cuda when the engine has a GPU backend)')
+    .option('--threads <n>', 'CPU worker threads, 0 = all cores (default 0)')
+    .option('--cells <list>', 'isl:osl cells, comma separated (default 128:128,2048:128,128:1024)')
+    .option('--isl <n>', 'prompt tokens of a single cell (with --osl; default osl 128)')
+    .option('--osl <n>', 'generated tokens of a single cell (with --isl; default isl 128)')
+    .option('--prompt-tokens <n>', 'alias of --isl (peer compatibility)')
+    .option('--max-output-tokens <n>', 'alias of --osl (peer compatibility)')
+    .option('--concurrency <list>', 'sessions in flight, comma separated (default 1,4,8)')
+    .option('--latency-only', 'concurrency 1 only (peer compatibility)')
+    .option('--skip-training', 'accepted for peer compatibility; there is no training benchmark')
+    .option('--shared-prefix <n>', 'leading prompt tokens common to every session (default 0)')
+    .option('--unique-prompts', 'a fresh random prompt per session per iteration (the default)')
+    .option('--repeat-prompts', 'one prompt set reused by warm-up and every iteration')
+    .option('--warmup <n>', 'untimed full passes before timing (default 2)')
+    .option('--iters <n>', 'timed passes (default 1)')
+    .option('--kvcache <layout>', 'paged | continuous (default paged)')
+    .option('--paged', 'same as --kvcache paged')
+    .option('--block-size <n>', 'tokens per KV block (default 16)')
+    .option('--prefill-chunk <n>', 'largest prefill chunk per sequence per step (default 512)')
+    .option('--step-token-budget <n>', 'most tokens in one forward step (default 2048)')
+    .option('--max-seq <n>', 'longest sequence (prompt + output) the engine accepts (default 4096)')
+    .option('--memory-stages <file>', "append the engine's memory counters at each stage of the model's life (JSON lines)")
+    .option('--output <prefix>', 'also write PREFIX.csv, PREFIX.json and PREFIX.jsonl as rows complete')
+    .option('--format <format>', 'stdout format: csv | json | md (default csv)')
+    .option('--profile', 'per-op profile of each row on stderr')
+    .option('--profile-pipeline', 'per-stage profile of each row on stderr')
+    .option('--seed <n>', 'prompt PRNG seed (default 0)')
+    .option('-v, --verbose', 'JSON log lines on stderr instead of the human view; -vv adds debug events', count, 0)
+    .option('-q, --quiet', 'no header, progress or summary on stderr (errors still)')
+    .action(async (raw: RawSweepOptions) => {
+      const cfg = resolveSweepConfig(raw);
+      const code = await runSweep(cfg, backend, {
+        stdout: process.stdout,
+        stderr: process.stderr,
+        stderrIsTTY: process.stderr.isTTY === true,
+        env: process.env,
+        argv: process.argv,
+        handleSignals: true,
+      });
+      setResult(code);
+    });
+}
+
+export function registerSweep(program: Command, setResult: (code: number) => void): void {
+  const cmd = sweepCommand(realBackend, setResult);
+  cmd.copyInheritedSettings(program); // exitOverride and output routing, as program.command() would
+  program.addCommand(cmd, { isDefault: true });
+}

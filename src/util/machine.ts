@@ -2,6 +2,7 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
+import { performance } from 'node:perf_hooks';
 
 export interface GpuInfo {
   name: string;
@@ -81,4 +82,52 @@ export function nvidiaGpus(): GpuInfo[] {
   } catch {
     return [];
   }
+}
+
+/** A point-in-time reading of system-wide CPU time (/proc/stat) and this process's own CPU time. */
+export interface CpuSample {
+  busyTicks: number;
+  totalTicks: number;
+  cpus: number;
+  processUs: number;
+  wallMs: number;
+}
+
+/** Parses the aggregate `cpu` line of /proc/stat: [busy, total] ticks (iowait counts as idle, guest is inside user). */
+export function parseProcStat(text: string): { busy: number; total: number; cpus: number } | null {
+  const m = /^cpu\s+(.+)$/m.exec(text);
+  if (!m) return null;
+  const v = m[1]!.trim().split(/\s+/).map(Number);
+  if (v.length < 4 || v.some((x) => !Number.isFinite(x))) return null;
+  const total = v.slice(0, 8).reduce((a, b) => a + b, 0);
+  const idle = v[3]! + (v[4] ?? 0);
+  const cpus = (text.match(/^cpu\d+\s/gm) ?? []).length;
+  return { busy: total - idle, total, cpus };
+}
+
+export function cpuSample(): CpuSample | null {
+  let text: string;
+  try {
+    text = readFileSync('/proc/stat', 'utf8');
+  } catch {
+    return null;
+  }
+  const p = parseProcStat(text);
+  if (!p || p.cpus === 0) return null;
+  const u = process.cpuUsage();
+  return { busyTicks: p.busy, totalTicks: p.total, cpus: p.cpus, processUs: u.user + u.system, wallMs: performance.now() };
+}
+
+/**
+ * Share of the machine's CPU capacity that other processes used between two samples: the system-wide busy
+ * fraction minus this process's own CPU time over (wall time x CPUs). Null when it cannot be told.
+ */
+export function otherCpuShare(a: CpuSample | null, b: CpuSample | null): number | null {
+  if (!a || !b) return null;
+  const dTotal = b.totalTicks - a.totalTicks;
+  const dWall = b.wallMs - a.wallMs;
+  if (dTotal <= 0 || dWall < 200) return null; // /proc/stat counts 10 ms ticks: shorter windows are noise
+  const busy = (b.busyTicks - a.busyTicks) / dTotal;
+  const own = (b.processUs - a.processUs) / 1000 / (dWall * b.cpus);
+  return Math.max(0, Math.min(1, busy - own));
 }

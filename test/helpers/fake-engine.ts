@@ -8,6 +8,7 @@ import type {
 } from '../../src/engine/types.js';
 import type { Checkpoint } from '../../src/model/types.js';
 import type { SweepBackend } from '../../src/bench/sweep.js';
+import { UsageError } from '../../src/cli/usage.js';
 
 export interface FakeTuning {
   baseMs?: number;
@@ -256,7 +257,7 @@ export function fakeCheckpoint(dir = '/fake/tiny'): Checkpoint {
   };
 }
 
-export function fakeBackend(tune: FakeTuning & { loadError?: string; cuda?: boolean | null } = {}): SweepBackend & { engines: EngineHandle[] } {
+export function fakeBackend(tune: FakeTuning & { loadError?: string; cuda?: boolean } = {}): SweepBackend & { engines: EngineHandle[] } {
   const engines: EngineHandle[] = [];
   return {
     engines,
@@ -269,6 +270,9 @@ export function fakeBackend(tune: FakeTuning & { loadError?: string; cuda?: bool
       engines.push(e);
       return e;
     },
-    cudaAvailable: () => tune.cuda ?? false,
+    resolveDevice: (choice) => {
+      if (choice === 'cuda' && !tune.cuda) throw new UsageError('--device cuda: this build has no CUDA backend');
+      return choice === 'auto' ? (tune.cuda ? 'cuda' : 'cpu') : choice;
+    },
   };
 }
