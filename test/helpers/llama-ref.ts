@@ -307,7 +307,7 @@ export class LlamaRef {
 
 function modelVocabSize(model: LlamaModel): number {
   // n_vocab of the GGUF token list (padded to vocab_size by our converter).
-  const info = model.fileInfo.metadata as { tokenizer?: { ggml?: { tokens?: unknown[] } } };
+  const info = model.fileInfo.metadata as unknown as { tokenizer?: { ggml?: { tokens?: readonly unknown[] } } };
   const n = info.tokenizer?.ggml?.tokens?.length;
   if (typeof n === 'number' && n > 0) return n;
   throw new Error(`${model.filename ?? 'model'}: cannot tell the vocabulary size`);
