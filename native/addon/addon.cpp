@@ -3,6 +3,9 @@
 
 #include "addon/engine_wrap.h"
 #include "core/cpu_features.h"
+#if defined(LUMEN_WITH_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace {
 
@@ -22,10 +25,20 @@ Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
   return obj;
 }
 
+// Visible CUDA devices: 0 when the build has no CUDA backend, no driver or no device.
+Napi::Value CudaDeviceCount(const Napi::CallbackInfo& info) {
+#if defined(LUMEN_WITH_CUDA)
+  return Napi::Number::New(info.Env(), lumen::cuda_device_count());
+#else
+  return Napi::Number::New(info.Env(), 0);
+#endif
+}
+
 }  // namespace
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("cpuInfo", Napi::Function::New(env, CpuInfo));
+  exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   exports.Set("Engine", lumen::InitEngineClass(env));
   return exports;
 }

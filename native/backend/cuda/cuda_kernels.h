@@ -1,0 +1,126 @@
+#pragma once
+// Launchers of the CUDA kernels (defined in the k_*.cu files), callable from host C++.
+// Every launcher checks its launch; all work goes on the given stream (graph capture safe: no
+// allocation, no synchronisation, no host reads inside a launcher).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lumen::cuda {
+
+// Device pointers into one step's metadata (int32 arrays, uploaded by begin_step).
+// Rows are the step's tokens (padded to the graph bucket on decode replays); segments are the
+// sequences' shares of the step, padded rows being one-token segments of their own.
+struct StepMeta {
+  const int* tokens = nullptr;      // [rows]
+  const int* positions = nullptr;   // [rows]
+  const int* row_seg = nullptr;     // [rows] segment of each row
+  const int* logit_rows = nullptr;  // rows whose logits are wanted
+  const int* seg_start = nullptr;   // [segs]
+  const int* seg_len = nullptr;
+  const int* seg_pos0 = nullptr;
+  const int* seg_slot = nullptr;
+  const int* seg_toff = nullptr;    // offset of the segment's block table in `tables`
+  const int* tables = nullptr;
+  const int* attn_items = nullptr;  // (segment, first query) pairs for the prefill attention
+  const int* chunk_items = nullptr; // (segment, first token) pairs for the chunked DeltaNet
+  const int* long_segs = nullptr;   // segments that use the chunked DeltaNet
+  const int* long_item0 = nullptr;  // index of each long segment's first chunk item
+};
+
+// ---- elementwise / norms (k_misc.cu)
+void launch_embed(const void* table, bool bf16, int dim, const int* tokens, int rows, float* x, cudaStream_t s);
+// y = rmsnorm(x (+= add, when add is not null)) * w, per row of `dim`.
+void launch_rmsnorm(float* x, const float* add, const float* w, float* y, int rows, int dim, float eps,
+                    cudaStream_t s);
+void launch_add(float* y, const float* x, int64_t n, cudaStream_t s);
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+void launch_gather_rows(const float* x, const int* rows, int first, int count, float* y, int dim, cudaStream_t s);
+void launch_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
+
+// ---- matrix products (k_matmul.cu): y[m][n] = sum_k x[m][k] * W[n][k]
+struct GemvSeg {
+  const void* w = nullptr;
+  float* y = nullptr;
+  int n = 0;  // rows of W (output features)
+};
+struct GemvArgs {
+  const float* x = nullptr;
+  int K = 0;
+  int m_real = 0;  // rows of x that exist (reads clamp to them; stores stop there)
+  bool bf16 = true;
+  int nseg = 0;
+  GemvSeg seg[4];
+  // Fused SwiGLU: seg[0] = gate, seg[1] = up (same n, even); out = silu(gate) * up, and the gate
+  // and up outputs are still written (gate only when out is another buffer).
+  float* swiglu_out = nullptr;
+};
+// Memory-bound product for few rows (m_pad = 1, 2, 4, 8 or 16 >= m_real): streams each weight row
+// once for all rows of x, 16-byte loads.
+void launch_gemv(const GemvArgs& a, int m_pad, cudaStream_t s);
+// Tensor-core product (mma.sync m16n8k16 bf16, fp32 accumulate) for many rows; x given in bf16.
+// Needs K % 8 == 0.
+void launch_gemm_bf16(const uint16_t* xb, int M, int K, const uint16_t* w, int N, float* y, cudaStream_t s);
+// Plain fp32 tiled product (f32 weights, or shapes the tensor-core path does not take).
+void launch_gemm_simt(const float* x, int M, int K, const void* w, bool bf16, int N, float* y, cudaStream_t s);
+
+// ---- full attention (k_attn.cu)
+struct AttnArgs {
+  float* qg = nullptr;        // [rows][nh*2*hd], query|gate per head; normalised + rotated in place
+  float* k = nullptr;         // [rows][nkv*hd]
+  const float* v = nullptr;   // [rows][nkv*hd]
+  float* out = nullptr;       // [rows][nh*hd]
+  float* kc = nullptr;        // this layer's K cache [blocks][bs][nkv][hd]
+  float* vc = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const double* inv_freq = nullptr;  // [rot/2]
+  int nh = 0, nkv = 0, hd = 0, rot = 0, bs = 0;
+  float eps = 1e-6f, scale = 1.f;
+  StepMeta m;
+  int rows = 0;
+};
+void launch_qk_rope_kv(const AttnArgs& a, cudaStream_t s);
+// Decode rows (one-token segments, row r = segment r): split over the context, then combined.
+// `part` holds rows*nh*splits*(hd+2) floats.
+void launch_attn_decode(const AttnArgs& a, int splits, float* part, cudaStream_t s);
+// Causal attention of every segment (flash-style tiles through the block tables).
+void launch_attn_prefill(const AttnArgs& a, int n_items, cudaStream_t s);
+int attn_prefill_rows_per_item(int group);  // query rows per prefill work item
+
+// ---- Gated DeltaNet (k_gdn.cu)
+struct GdnArgs {
+  const float* qkv = nullptr;  // [rows][cd]
+  const float* z = nullptr;    // [rows][nv*dv]
+  const float* b = nullptr;    // [rows][nv]
+  const float* a = nullptr;    // [rows][nv]
+  float* out = nullptr;        // [rows][nv*dv]
+  float* conv_out = nullptr;   // [rows][cd] scratch
+  float* beta = nullptr;       // [rows][nv] scratch
+  float* gdec = nullptr;       // [rows][nv] scratch
+  float* state = nullptr;      // slot 0's state of this layer; slot s at state + s*slot_stride
+  int64_t slot_stride = 0;     // floats
+  const float* conv_w = nullptr;  // [cd][kc]
+  const float* dt_bias = nullptr;
+  const float* neg_exp_a = nullptr;
+  const float* norm_w = nullptr;  // [dv]
+  int cd = 0, kc = 0, nk = 0, nv = 0, dk = 0, dv = 0;
+  float eps = 1e-6f;
+  int chunk_min = 16;
+  StepMeta m;
+  int rows = 0, nsegs = 0;
+  float* chunk_scratch = nullptr;  // per (chunk item, value head): see k_gdn.cu
+};
+constexpr int kGdnChunk = 64;
+size_t gdn_chunk_scratch_floats_per_item_head();
+void launch_gdn_conv(const GdnArgs& a, cudaStream_t s);
+// Conv-window update of every segment, and the token recurrence + gated norm of the short ones.
+void launch_gdn_recurrent(const GdnArgs& a, cudaStream_t s);
+// Chunked form for the long segments: per-chunk preparation, the carried-state scan, gated norm.
+void launch_gdn_chunked(const GdnArgs& a, int n_items, int n_long, cudaStream_t s);
+
+// Raises the dynamic shared-memory limits of the kernels that need more than 48 KiB; throws when
+// the device cannot give them.
+void kernels_init(int device);
+
+}  // namespace lumen::cuda
