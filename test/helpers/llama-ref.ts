@@ -26,6 +26,13 @@ export interface LlamaRefOptions {
   batchSize?: number;
   /** Force the public-API path (slower) instead of the direct addon call. */
   publicApiOnly?: boolean;
+  /**
+   * Type of llama.cpp's attention KV cache (default F32). llama.cpp's own default is F16, which
+   * rounds K and V of the full-attention layers and moves log-softmax by ~1e-3 on its own.
+   */
+  kvCacheType?: 'F32' | 'F16';
+  /** llama.cpp flash attention (default off: the plain f32 softmax path). */
+  flashAttention?: boolean;
 }
 
 export interface RefEvalOptions {
@@ -184,6 +191,9 @@ export class LlamaRef {
       batchSize: opts.batchSize ?? 256,
       sequences: 1,
       threads: { ideal: threads, min: threads },
+      flashAttention: opts.flashAttention ?? false,
+      experimentalKvCacheKeyType: opts.kvCacheType ?? 'F32',
+      experimentalKvCacheValueType: opts.kvCacheType ?? 'F32',
     });
     const seq = context.getSequence();
     const vocabSize = modelVocabSize(model);
@@ -331,7 +341,8 @@ const cache = new Map<string, Promise<LlamaRef>>();
 
 /** Load (once per process) a reference model for `ggufPath`. */
 export function openRef(ggufPath: string, opts: LlamaRefOptions = {}): Promise<LlamaRef> {
-  const key = `${ggufPath}|${opts.threads ?? 1}|${opts.contextSize ?? 1024}|${opts.publicApiOnly ? 1 : 0}`;
+  const key = JSON.stringify([ggufPath, opts.threads ?? 1, opts.contextSize ?? 1024, opts.batchSize ?? 256, !!opts.publicApiOnly,
+    opts.kvCacheType ?? 'F32', !!opts.flashAttention]);
   let p = cache.get(key);
   if (!p) {
     p = LlamaRef.load(ggufPath, opts);
