@@ -122,6 +122,50 @@ const PIECES = [
   '    ', '        ', ' $', ' %', ' &', ' [', ']', '],', ' `', '`', '```', ' ->', ' =>', ' ...', '...',
 ];
 
+/** Binary max-heap of (count, key), ordered by count descending then key ascending. */
+class PairHeap {
+  private counts: number[] = [];
+  private keys: number[] = [];
+  get size(): number { return this.counts.length; }
+  private above(i: number, j: number): boolean {
+    const ci = this.counts[i]!, cj = this.counts[j]!;
+    return ci > cj || (ci === cj && this.keys[i]! < this.keys[j]!);
+  }
+  private swap(i: number, j: number): void {
+    const c = this.counts[i]!; this.counts[i] = this.counts[j]!; this.counts[j] = c;
+    const k = this.keys[i]!; this.keys[i] = this.keys[j]!; this.keys[j] = k;
+  }
+  push(count: number, key: number): void {
+    this.counts.push(count);
+    this.keys.push(key);
+    let i = this.counts.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.above(i, p)) break;
+      this.swap(i, p);
+      i = p;
+    }
+  }
+  pop(): [number, number] {
+    const top: [number, number] = [this.counts[0]!, this.keys[0]!];
+    const last = this.counts.length - 1;
+    this.swap(0, last);
+    this.counts.pop();
+    this.keys.pop();
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1, r = l + 1;
+      let m = i;
+      if (l < last && this.above(l, m)) m = l;
+      if (r < last && this.above(r, m)) m = r;
+      if (m === i) break;
+      this.swap(i, m);
+      i = m;
+    }
+    return top;
+  }
+}
+
 /** Trains merges on a weighted list of words given as byte-level symbol strings. */
 function trainMerges(
   words: Array<{ symbols: number[]; weight: number }>,
@@ -132,6 +176,7 @@ function trainMerges(
   const KEY = 1 << 20;
   const pairCount = new Map<number, number>();
   const pairWords = new Map<number, Set<number>>();
+  let onChange: ((k: number) => void) | null = null;
   const addPairs = (wi: number, sign: number) => {
     const s = words[wi]!.symbols;
     const w = words[wi]!.weight * sign;
@@ -140,6 +185,7 @@ function trainMerges(
       const c = (pairCount.get(k) ?? 0) + w;
       if (c > 0) pairCount.set(k, c);
       else pairCount.delete(k);
+      onChange?.(k);
       if (sign > 0) {
         let set = pairWords.get(k);
         if (!set) pairWords.set(k, (set = new Set()));
@@ -149,13 +195,21 @@ function trainMerges(
   };
   for (let wi = 0; wi < words.length; wi++) addPairs(wi, 1);
   const merges: Array<[number, number]> = [];
+  // Best pair = highest count, then smallest key. A lazy max-heap: every count change pushes a new
+  // entry; popped entries whose count is no longer current are skipped.
+  const heap = new PairHeap();
+  for (const [k, c] of pairCount) heap.push(c, k);
+  const touched = new Set<number>();
+  onChange = (k) => touched.add(k);
   while (merges.length < maxMerges) {
     let best = -1;
     let bestCount = 0;
-    for (const [k, c] of pairCount) {
-      if (c > bestCount || (c === bestCount && c > 0 && k < best)) {
+    while (heap.size > 0) {
+      const [c, k] = heap.pop();
+      if (pairCount.get(k) === c) {
         best = k;
         bestCount = c;
+        break;
       }
     }
     if (best < 0 || bestCount < 2) break;
@@ -186,6 +240,11 @@ function trainMerges(
       words[wi]!.symbols = out;
       addPairs(wi, 1);
     }
+    for (const k of touched) {
+      const c = pairCount.get(k);
+      if (c !== undefined) heap.push(c, k);
+    }
+    touched.clear();
   }
   return merges;
 }
@@ -233,33 +292,32 @@ export function buildSynthTokenizer(): SynthTokenizerFiles {
 
   // Vocabulary: bytes, merged tokens, then fillers.
   const vocabTokens: string[] = symbolText.slice();
-  const used = new Set(vocabTokens);
+  const merged = new Set(vocabTokens);
   const consonants = 'bcdfghjklmnprstvz';
   const vowels = 'aeiou';
   const syll: string[] = [];
   for (const c of consonants) for (const v of vowels) syll.push(c + v);
   const S = syll.length; // 85
   const space = byteToChar[0x20]!;
-  // Walk a permutation of the 3-syllable space (multiplier coprime to S^3) so neighbours differ.
+  // Walk a permutation of the 3-syllable space (step coprime to S^3): every word is new, so only
+  // collisions with trained tokens need checking.
   const space3 = S * S * S;
   const mult = 392_837; // odd and not a multiple of 5 or 17, hence coprime to 85^3
   let k = hashString('lumen-synth-fillers') % space3;
-  let attempts = 0;
-  while (vocabTokens.length < BPE_VOCAB_SIZE) {
-    if (++attempts > 4 * BPE_VOCAB_SIZE) throw new Error('synth tokenizer: ran out of filler words');
+  for (let step = 0; vocabTokens.length < BPE_VOCAB_SIZE; step++) {
+    if (step >= space3) throw new Error('synth tokenizer: ran out of filler words');
     k = (k + mult) % space3;
     const w = syll[k % S]! + syll[Math.floor(k / S) % S]! + syll[Math.floor(k / (S * S))]!;
-    for (const t of [space + w, w]) {
-      if (vocabTokens.length < BPE_VOCAB_SIZE && !used.has(t)) {
-        used.add(t);
-        vocabTokens.push(t);
-      }
-    }
+    const spaced = space + w;
+    if (!merged.has(spaced)) vocabTokens.push(spaced);
+    if (vocabTokens.length < BPE_VOCAB_SIZE && !merged.has(w)) vocabTokens.push(w);
   }
 
   // The vocab object is spliced in as text so it is listed in id order (a JS object would move
   // integer-like keys such as "0" to the front).
-  const vocabText = '{' + vocabTokens.map((t, i) => `${JSON.stringify(t)}:${i}`).join(',') + '}';
+  // Byte-level symbols are all printable: only '"' and '\\' need escaping.
+  const quote = (t: string) => (t.includes('"') || t.includes('\\') ? JSON.stringify(t) : `"${t}"`);
+  const vocabText = '{' + vocabTokens.map((t, i) => `${quote(t)}:${i}`).join(',') + '}';
   const added = SPECIAL_TOKENS.map((content, i) => ({
     id: BPE_VOCAB_SIZE + i, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true,
   }));

@@ -98,22 +98,39 @@ export class Rng {
   }
 
   /**
-   * Fills `out` (length n) with `table[index]` for random 16-bit indices; `table` must hold 65536
-   * entries. Works for Uint16Array tables (bf16 bit patterns) and Float32Array tables alike.
-   * `scratch` is reused between calls to avoid allocation; it must hold ceil(n/2) words.
+   * Fills `out` with `table[index]` for random 16-bit indices (two per 32-bit output); `table`
+   * holds 65536 bf16 bit patterns. Monomorphic twin of fillF32FromTable (kept separate so each
+   * hot loop sees one array type).
    */
-  fillFromTable<T extends Uint16Array | Float32Array>(out: T, table: T, scratch: Uint32Array): void {
+  fillU16FromTable(out: Uint16Array, table: Uint16Array): void {
+    let a = this.a, b = this.b, c = this.c, d = this.d;
     const n = out.length;
-    const words = (n + 1) >>> 1;
-    const w = scratch.length === words ? scratch : scratch.subarray(0, words);
-    this.fillU32(w);
-    const pairs = n >>> 1;
-    for (let i = 0; i < pairs; i++) {
-      const r = w[i]!;
-      out[2 * i] = table[r & 0xffff]!;
-      out[2 * i + 1] = table[r >>> 16]!;
+    for (let i = 0; i < n; i += 2) {
+      const m = Math.imul(b, 5);
+      const r = Math.imul((m << 7) | (m >>> 25), 9);
+      const t = b << 9;
+      c ^= a; d ^= b; b ^= c; a ^= d; c ^= t;
+      d = (d << 11) | (d >>> 21);
+      out[i] = table[r & 0xffff]!;
+      if (i + 1 < n) out[i + 1] = table[r >>> 16]!;
     }
-    if (n & 1) out[n - 1] = table[w[pairs]! & 0xffff]!;
+    this.a = a; this.b = b; this.c = c; this.d = d;
+  }
+
+  /** As fillU16FromTable for an f32 table of 65536 values. */
+  fillF32FromTable(out: Float32Array, table: Float32Array): void {
+    let a = this.a, b = this.b, c = this.c, d = this.d;
+    const n = out.length;
+    for (let i = 0; i < n; i += 2) {
+      const m = Math.imul(b, 5);
+      const r = Math.imul((m << 7) | (m >>> 25), 9);
+      const t = b << 9;
+      c ^= a; d ^= b; b ^= c; a ^= d; c ^= t;
+      d = (d << 11) | (d >>> 21);
+      out[i] = table[r & 0xffff]!;
+      if (i + 1 < n) out[i + 1] = table[r >>> 16]!;
+    }
+    this.a = a; this.b = b; this.c = c; this.d = d;
   }
 }
 

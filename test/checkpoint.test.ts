@@ -1,0 +1,344 @@
+// Checkpoint loading: safetensors reader/writer, config parsing, sharding, prefixes, tied/untied,
+// vision and MTP handling, and one-line CheckpointErrors for damaged checkpoints.
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { countParams, loadCheckpoint } from '../src/model/checkpoint.js';
+import { parseConfig, textConfigToJson } from '../src/model/config.js';
+import { presetConfig, PRESET_NAMES } from '../src/model/presets.js';
+import {
+  bf16ToF32, f32ToBf16, readSafetensorsHeader, readTensorBytes, readTensorF32, SafetensorsWriter, writeSafetensors,
+} from '../src/model/safetensors.js';
+import { CheckpointError } from '../src/model/types.js';
+import {
+  cleanupAllFixtures, editConfig, rewriteSafetensors, smallFixture, tempDir, writeRawSafetensors,
+} from './helpers/synth-fixture.js';
+
+afterAll(() => cleanupAllFixtures());
+
+/** Runs fn, expects a one-line CheckpointError, returns its message. */
+function checkpointError(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(CheckpointError);
+    const msg = (err as Error).message;
+    expect(msg).not.toContain('\n');
+    return msg;
+  }
+  throw new Error('expected a CheckpointError, nothing was thrown');
+}
+
+describe('safetensors', () => {
+  it('round-trips BF16, F16 and F32 tensors with an 8-byte aligned header', () => {
+    const dir = tempDir('st');
+    const file = path.join(dir, 'a.safetensors');
+    const f32 = new Float32Array([1.5, -2.25, 3e-3, 0, 7, -8]);
+    const bf16 = new Uint16Array([f32ToBf16(1), f32ToBf16(-0.5), f32ToBf16(3.140625), f32ToBf16(65504)]);
+    const f16 = new Uint16Array([0x3c00, 0xc000, 0x3555]); // 1, -2, ~0.333
+    writeSafetensors(file, [
+      { name: 'w.f32', dtype: 'F32', shape: [2, 3], data: f32 },
+      { name: 'w.bf16', dtype: 'BF16', shape: [4], data: bf16 },
+      { name: 'w.f16', dtype: 'F16', shape: [3, 1], data: f16 },
+    ]);
+    const h = readSafetensorsHeader(file);
+    expect(h.dataStart % 8).toBe(0);
+    expect(h.metadata).toEqual({ format: 'pt' });
+    expect([...h.tensors.keys()]).toEqual(['w.f32', 'w.bf16', 'w.f16']);
+    const e32 = h.tensors.get('w.f32')!;
+    expect(e32.shape).toEqual([2, 3]);
+    expect(e32.nbytes).toBe(24);
+    expect(Array.from(readTensorF32({ ...e32, file }))).toEqual(Array.from(f32));
+    expect(Array.from(readTensorF32({ ...h.tensors.get('w.bf16')!, file }))).toEqual([1, -0.5, 3.140625, 65536]);
+    const h16 = readTensorF32({ ...h.tensors.get('w.f16')!, file });
+    expect(h16[0]).toBe(1);
+    expect(h16[1]).toBe(-2);
+    expect(h16[2]).toBeCloseTo(1 / 3, 3);
+    expect(statSync(file).size).toBe(h.dataStart + 24 + 8 + 6);
+  });
+
+  it('streams chunks that span tensors and rejects short or long data', () => {
+    const dir = tempDir('st');
+    const file = path.join(dir, 'b.safetensors');
+    const w = new SafetensorsWriter(file, [
+      { name: 'a', dtype: 'F32', shape: [3] },
+      { name: 'b', dtype: 'F32', shape: [2] },
+    ]);
+    w.writeArray(new Float32Array([1, 2]));
+    w.writeArray(new Float32Array([3, 4])); // finishes a, starts b
+    expect(w.currentTensor).toBe('b');
+    w.writeArray(new Float32Array([5]));
+    w.close();
+    const h = readSafetensorsHeader(file);
+    expect(Array.from(readTensorF32({ ...h.tensors.get('b')!, file }))).toEqual([4, 5]);
+
+    const short = new SafetensorsWriter(path.join(dir, 'c.safetensors'), [{ name: 'a', dtype: 'F32', shape: [3] }]);
+    short.writeArray(new Float32Array([1]));
+    expect(() => short.close()).toThrow(/declared 12/);
+    const long = new SafetensorsWriter(path.join(dir, 'd.safetensors'), [{ name: 'a', dtype: 'BF16', shape: [1] }]);
+    expect(() => long.writeArray(new Uint16Array([1, 2]))).toThrow(/more data than declared/);
+    long.abort();
+  });
+
+  it('rounds f32 to bf16 to nearest even', () => {
+    expect(f32ToBf16(1)).toBe(0x3f80);
+    expect(f32ToBf16(1 + 2 ** -8)).toBe(0x3f80); // tie -> even (down)
+    expect(f32ToBf16(1 + 3 * 2 ** -8)).toBe(0x3f82); // tie -> even (up)
+    expect(f32ToBf16(1 + 2 ** -8 + 2 ** -12)).toBe(0x3f81); // above the tie
+    expect(bf16ToF32(f32ToBf16(-2.5))).toBe(-2.5);
+    expect(Number.isNaN(bf16ToF32(f32ToBf16(NaN)))).toBe(true);
+  });
+});
+
+describe('config.json', () => {
+  const tc = textConfigToJson(presetConfig('tiny'));
+
+  it('parses nested and flat layouts to the same TextConfig', () => {
+    const nested = parseConfig({ architectures: ['Qwen3_5ForConditionalGeneration'], text_config: tc, vision_config: {} }, 'config.json');
+    const flat = parseConfig({ ...tc }, 'config.json');
+    expect(nested).toEqual(flat);
+    expect(nested).toEqual(presetConfig('tiny'));
+  });
+
+  it('derives layer types from full_attention_interval and reads top-level rope keys', () => {
+    const t: Record<string, unknown> = { ...tc, num_hidden_layers: 8, full_attention_interval: 2, rope_theta: 5e6, partial_rotary_factor: 0.5 };
+    delete t.layer_types;
+    delete t.rope_parameters;
+    const c = parseConfig({ text_config: t }, 'config.json');
+    expect(c.layerTypes).toEqual(['linear_attention', 'full_attention', 'linear_attention', 'full_attention',
+      'linear_attention', 'full_attention', 'linear_attention', 'full_attention']);
+    expect(c.ropeTheta).toBe(5e6);
+    expect(c.partialRotaryFactor).toBe(0.5);
+    delete t.full_attention_interval;
+    expect(parseConfig({ text_config: t }, 'config.json').layerTypes.filter((x) => x === 'full_attention').length).toBe(2);
+  });
+
+  it('names the file and key of missing or inconsistent fields', () => {
+    const t: Record<string, unknown> = { ...tc };
+    delete t.hidden_size;
+    expect(checkpointError(() => parseConfig({ text_config: t }, 'config.json'))).toBe('config.json: text_config.hidden_size is missing');
+    const flat: Record<string, unknown> = { ...tc };
+    delete flat.vocab_size;
+    expect(checkpointError(() => parseConfig(flat, '/m/config.json'))).toBe('/m/config.json: vocab_size is missing');
+    expect(checkpointError(() => parseConfig({ text_config: { ...tc, layer_types: ['full_attention'] } }, 'config.json')))
+      .toMatch(/text_config\.layer_types has 1 entries but num_hidden_layers is 4/);
+    expect(checkpointError(() => parseConfig({ text_config: { ...tc, num_attention_heads: 3, num_key_value_heads: 2 } }, 'config.json')))
+      .toMatch(/num_attention_heads \(3\) must be a multiple of num_key_value_heads \(2\)/);
+    expect(checkpointError(() => parseConfig({ text_config: { ...tc, hidden_size: 0 } }, 'config.json')))
+      .toMatch(/text_config\.hidden_size must be a positive integer/);
+  });
+
+  it('preset parameter counts match the architecture reference', () => {
+    const expected: Record<string, [number, number]> = {
+      '0.8b': [752_393_024, 20_452_864],
+      '2b': [1_881_825_088, 60_828_160],
+      '4b': [4_205_751_296, 120_599_552],
+      '9b': [8_953_803_264, 243_290_624],
+    };
+    for (const name of PRESET_NAMES) {
+      if (name === 'tiny') continue;
+      const p = countParams(presetConfig(name));
+      expect([p.text, p.mtp], name).toEqual(expected[name]);
+    }
+    expect(presetConfig('9b').tieWordEmbeddings).toBe(false);
+    expect(presetConfig('tiny').layerTypes).toEqual(['linear_attention', 'linear_attention', 'linear_attention', 'full_attention']);
+  });
+});
+
+describe('loadCheckpoint', () => {
+  it('loads the real layout: nested config, model.language_model. prefix, vision skipped', async () => {
+    const fx = await smallFixture();
+    const ck = loadCheckpoint(fx.dir);
+    expect(ck.prefix).toBe('model.language_model.');
+    expect(ck.shards).toEqual([path.join(fx.dir, 'model.safetensors')]);
+    expect([...ck.tensors.keys()].some((n) => n.includes('visual'))).toBe(false);
+    expect(ck.notes.join(' ')).toMatch(/skipped 2 vision tensor/);
+    expect(ck.tensors.get('embed_tokens.weight')!.shape).toEqual([1024, 128]);
+    expect(ck.tensors.get('layers.3.self_attn.q_proj.weight')!.shape).toEqual([1024, 128]);
+    expect(ck.tensors.get('layers.0.linear_attn.conv1d.weight')!.shape).toEqual([768, 1, 4]);
+    expect(ck.tensors.has('lm_head.weight')).toBe(false);
+    expect(ck.config.tieWordEmbeddings).toBe(true);
+    // Like the published checkpoints: A_log and the gated norm in F32, the rest BF16.
+    expect(ck.tensors.get('layers.0.linear_attn.A_log')!.dtype).toBe('F32');
+    expect(ck.tensors.get('layers.0.linear_attn.norm.weight')!.dtype).toBe('F32');
+    expect(ck.dtype).toBe('BF16');
+    expect(ck.paramCount).toBe(countParams(ck.config).text);
+    expect(ck.configHash).toBe(createHash('sha256').update(readFileSync(path.join(fx.dir, 'config.json'))).digest('hex'));
+    expect(ck.bytesOnDisk).toBe(statSync(path.join(fx.dir, 'model.safetensors')).size);
+    expect(ck.hasMtp).toBe(false);
+    // offsets point at the right bytes: q_norm read through the ref equals the header's view
+    const ref = ck.tensors.get('layers.3.self_attn.q_norm.weight')!;
+    expect(readTensorF32(ref).length).toBe(256);
+  });
+
+  it('reads shards through the index; values do not depend on sharding', async () => {
+    const one = await smallFixture({ seed: 5 });
+    const three = await smallFixture({ seed: 5, shards: 3 });
+    const ck1 = loadCheckpoint(one.dir);
+    const ck3 = loadCheckpoint(three.dir);
+    expect(ck3.shards.map((s) => path.basename(s))).toEqual([
+      'model-00001-of-00003.safetensors', 'model-00002-of-00003.safetensors', 'model-00003-of-00003.safetensors',
+    ]);
+    expect(new Set([...ck3.tensors.values()].map((t) => t.file)).size).toBe(3);
+    expect([...ck3.tensors.keys()].sort()).toEqual([...ck1.tensors.keys()].sort());
+    for (const name of ['embed_tokens.weight', 'layers.2.linear_attn.in_proj_qkv.weight', 'norm.weight']) {
+      expect(readTensorBytes(ck3.tensors.get(name)!).equals(readTensorBytes(ck1.tensors.get(name)!)), name).toBe(true);
+    }
+    const index = JSON.parse(readFileSync(path.join(three.dir, 'model.safetensors.index.json'), 'utf8'));
+    const total = [...readSafetensorsHeaderAll(ck3.shards)].reduce((s, n) => s + n, 0);
+    expect(index.metadata.total_size).toBe(total);
+    expect(ck3.bytesOnDisk).toBe(ck3.shards.reduce((s, f) => s + statSync(f).size, 0));
+  });
+
+  it('accepts the model. prefix and a flat config', async () => {
+    const fx = await smallFixture({ prefix: 'model.', flatConfig: true });
+    const cfg = JSON.parse(readFileSync(path.join(fx.dir, 'config.json'), 'utf8'));
+    expect(cfg.text_config).toBeUndefined();
+    expect(cfg.hidden_size).toBe(128);
+    const ck = loadCheckpoint(fx.dir);
+    expect(ck.prefix).toBe('model.');
+    expect(ck.tensors.get('layers.1.linear_attn.out_proj.weight')!.shape).toEqual([128, 256]);
+    expect(ck.config.hiddenSize).toBe(128);
+  });
+
+  it('untied: lm_head is required, counted and returned', async () => {
+    const fx = await smallFixture({ overrides: { tieWordEmbeddings: false, linearNumValueHeads: 4 } });
+    const ck = loadCheckpoint(fx.dir);
+    expect(ck.config.tieWordEmbeddings).toBe(false);
+    expect(ck.tensors.get('lm_head.weight')!.shape).toEqual([1024, 128]);
+    expect(ck.paramCount).toBe(countParams(ck.config).text);
+    expect(ck.tensors.get('layers.0.linear_attn.in_proj_qkv.weight')!.shape).toEqual([2 * 256 + 512, 128]);
+    expect(ck.tensors.get('layers.0.linear_attn.in_proj_b.weight')!.shape).toEqual([4, 128]);
+
+    // Config says untied but lm_head is gone -> error naming lm_head and config.json.
+    rewriteSafetensors(path.join(fx.dir, 'model.safetensors'), (ts) => ts.filter((t) => t.name !== 'lm_head.weight'));
+    const msg = checkpointError(() => loadCheckpoint(fx.dir));
+    expect(msg).toMatch(/tensor lm_head\.weight is missing \(expected shape \[1024, 128\]\)/);
+    expect(msg).toContain('config.json');
+  });
+
+  it('tied config with an lm_head present: ignored, with a note', async () => {
+    const fx = await smallFixture({ overrides: { tieWordEmbeddings: false } });
+    editConfig(fx.dir, (c) => { c.tie_word_embeddings = true; c.text_config.tie_word_embeddings = true; });
+    const ck = loadCheckpoint(fx.dir);
+    expect(ck.config.tieWordEmbeddings).toBe(true);
+    expect(ck.tensors.has('lm_head.weight')).toBe(false);
+    expect(ck.notes.join(' ')).toMatch(/ignoring lm_head\.weight/);
+    // No tie_word_embeddings anywhere and no lm_head: tied by inference.
+    const fx2 = await smallFixture();
+    editConfig(fx2.dir, (c) => { delete c.tie_word_embeddings; delete c.text_config.tie_word_embeddings; });
+    expect(loadCheckpoint(fx2.dir).config.tieWordEmbeddings).toBe(true);
+  });
+
+  it('includes mtp.* only when asked', async () => {
+    const fx = await smallFixture({ mtp: true });
+    const plain = loadCheckpoint(fx.dir);
+    expect([...plain.tensors.keys()].some((n) => n.startsWith('mtp.'))).toBe(false);
+    expect(plain.hasMtp).toBe(false);
+    expect(plain.notes.join(' ')).toMatch(/skipped 15 MTP tensor/);
+    const withMtp = loadCheckpoint(fx.dir, { mtp: true });
+    const mtpNames = [...withMtp.tensors.keys()].filter((n) => n.startsWith('mtp.'));
+    expect(mtpNames.length).toBe(15);
+    expect(withMtp.tensors.get('mtp.fc.weight')!.shape).toEqual([128, 256]);
+    expect(withMtp.tensors.get('mtp.layers.0.self_attn.q_proj.weight')!.shape).toEqual([1024, 128]);
+    expect(withMtp.hasMtp).toBe(true);
+    expect(withMtp.paramCount).toBe(plain.paramCount);
+    // Asking for MTP on a checkpoint without it is not an error.
+    const none = await smallFixture();
+    expect(loadCheckpoint(none.dir, { mtp: true }).hasMtp).toBe(false);
+  });
+});
+
+function* readSafetensorsHeaderAll(files: string[]): Generator<number> {
+  for (const f of files) for (const e of readSafetensorsHeader(f).tensors.values()) yield e.nbytes;
+}
+
+describe('damaged checkpoints', () => {
+  it('missing directory or config.json', async () => {
+    expect(checkpointError(() => loadCheckpoint('/nonexistent/lumen-model'))).toMatch(/\/nonexistent\/lumen-model: checkpoint directory does not exist/);
+    const fx = await smallFixture();
+    rmSync(path.join(fx.dir, 'config.json'));
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`${path.join(fx.dir, 'config.json')}: config.json not found in the checkpoint directory`);
+  });
+
+  it('config without a needed field, and config that is not JSON', async () => {
+    const fx = await smallFixture();
+    editConfig(fx.dir, (c) => { delete c.text_config.num_hidden_layers; });
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`${path.join(fx.dir, 'config.json')}: text_config.num_hidden_layers is missing`);
+    writeFileSync(path.join(fx.dir, 'config.json'), '{"text_config": ');
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toMatch(/config\.json: not valid JSON/);
+  });
+
+  it('truncated safetensors file', async () => {
+    const fx = await smallFixture();
+    const file = path.join(fx.dir, 'model.safetensors');
+    truncateSync(file, Math.floor(statSync(file).size / 2));
+    const msg = checkpointError(() => loadCheckpoint(fx.dir));
+    expect(msg).toContain(file);
+    expect(msg).toMatch(/truncated/);
+    truncateSync(file, 5);
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toMatch(/model\.safetensors: truncated safetensors file \(5 bytes/);
+    // A header length larger than the file.
+    const big = Buffer.alloc(16);
+    big.writeBigUInt64LE(1000n);
+    writeFileSync(file, big);
+    expect(checkpointError(() => readSafetensorsHeader(file))).toMatch(/truncated safetensors file: header claims 1000 bytes/);
+    // An absurd header length (not a safetensors file at all).
+    writeFileSync(file, Buffer.from('this is not a safetensors file at all'));
+    expect(checkpointError(() => readSafetensorsHeader(file))).toMatch(/not plausible/);
+  });
+
+  it('offsets past the end of the file', () => {
+    const file = path.join(tempDir('bad'), 'x.safetensors');
+    writeRawSafetensors(file, { 'model.layers.0.w': { dtype: 'F32', shape: [4], data_offsets: [8, 24] } }, new Uint8Array(16));
+    const msg = checkpointError(() => readSafetensorsHeader(file));
+    expect(msg).toContain(file);
+    expect(msg).toContain('model.layers.0.w');
+    expect(msg).toMatch(/past the end/);
+    // Overlapping and out-of-order entries are tolerated when in bounds.
+    writeRawSafetensors(file, {
+      b: { dtype: 'F32', shape: [2], data_offsets: [8, 16] },
+      a: { dtype: 'F32', shape: [4], data_offsets: [0, 16] },
+    }, new Uint8Array(16));
+    expect(readSafetensorsHeader(file).tensors.size).toBe(2);
+    // Offsets that disagree with shape x dtype.
+    writeRawSafetensors(file, { w: { dtype: 'BF16', shape: [3], data_offsets: [0, 8] } }, new Uint8Array(8));
+    expect(checkpointError(() => readSafetensorsHeader(file))).toMatch(/tensor w spans 8 bytes but shape \[3\] x BF16 needs 6/);
+  });
+
+  it('unknown dtype', () => {
+    const file = path.join(tempDir('bad'), 'y.safetensors');
+    writeRawSafetensors(file, { 'model.embed_tokens.weight': { dtype: 'F8_E4M3', shape: [2], data_offsets: [0, 2] } }, new Uint8Array(2));
+    expect(checkpointError(() => readSafetensorsHeader(file)))
+      .toBe(`unknown dtype "F8_E4M3" for tensor model.embed_tokens.weight in ${file} (supported: BF16, F16, F32)`);
+    writeRawSafetensors(file, '[1,2]');
+    expect(checkpointError(() => readSafetensorsHeader(file))).toMatch(/header must be a JSON object/);
+  });
+
+  it('missing tensor and wrong shape name the tensor, shapes and file', async () => {
+    const fx = await smallFixture();
+    const file = path.join(fx.dir, 'model.safetensors');
+    rewriteSafetensors(file, (ts) => ts.filter((t) => t.name !== 'model.language_model.layers.2.linear_attn.dt_bias'));
+    expect(checkpointError(() => loadCheckpoint(fx.dir)))
+      .toBe(`tensor model.language_model.layers.2.linear_attn.dt_bias is missing (expected shape [2]) in ${file}`);
+
+    const fx2 = await smallFixture();
+    const file2 = path.join(fx2.dir, 'model.safetensors');
+    rewriteSafetensors(file2, (ts) => ts.map((t) => (t.name === 'model.language_model.layers.1.mlp.down_proj.weight' ? { ...t, shape: [512, 128] } : t)));
+    expect(checkpointError(() => loadCheckpoint(fx2.dir)))
+      .toBe(`${file2}: tensor model.language_model.layers.1.mlp.down_proj.weight has shape [512, 128], expected [128, 512]`);
+  });
+
+  it('index naming a missing shard, and stray layers beyond the config', async () => {
+    const fx = await smallFixture({ shards: 2 });
+    const shard = path.join(fx.dir, 'model-00002-of-00002.safetensors');
+    rmSync(shard);
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`${shard}: shard named in model.safetensors.index.json does not exist`);
+
+    const fx2 = await smallFixture();
+    editConfig(fx2.dir, (c) => { c.text_config.num_hidden_layers = 3; c.text_config.layer_types = c.text_config.layer_types.slice(0, 3); });
+    expect(checkpointError(() => loadCheckpoint(fx2.dir))).toMatch(/tensor model\.language_model\.layers\.3\.\S+ belongs to layer 3, but .*num_hidden_layers=3/);
+    expect(existsSync(fx2.dir)).toBe(true);
+  });
+});

@@ -1,0 +1,146 @@
+// The synthetic tokenizer (real Qwen3.5 layout and special ids) and the tokenizer wrapper.
+import { copyFileSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  BPE_VOCAB_SIZE, buildSynthTokenizer, byteLevelAlphabet, SPECIAL_TOKENS, synthTokenizerConfig,
+} from '../src/model/synth-tokenizer.js';
+import { loadTokenizer, type LoadedTokenizer } from '../src/model/tokenizer.js';
+import { CheckpointError } from '../src/model/types.js';
+import { cleanupAllFixtures, synthFixture, tempDir } from './helpers/synth-fixture.js';
+
+// Built first, in a fresh worker: the first build is the cold cost. CPU time, not wall time, so a
+// busy machine does not fail the test.
+const cpu0 = process.cpuUsage();
+const built = buildSynthTokenizer();
+const cpu = process.cpuUsage(cpu0);
+const buildSeconds = (cpu.user + cpu.system) / 1e6;
+
+let dir: string;
+let tok: LoadedTokenizer;
+beforeAll(async () => {
+  // Tokenizer files only matter here; keep the weights small.
+  dir = (await synthFixture({ overrides: { hiddenSize: 32, intermediateSize: 64, numLayers: 4 } })).dir;
+  tok = await loadTokenizer(dir);
+});
+afterAll(() => cleanupAllFixtures());
+
+describe('synthetic tokenizer.json', () => {
+  it('is small and quick to build', () => {
+    expect(built.tokenizerJson.length).toBeLessThan(15 * 1024 * 1024);
+    expect(buildSeconds).toBeLessThan(2);
+    expect(built.vocabSize).toBe(248077);
+  });
+
+  it('has the real-layout vocabulary: byte symbols, merges inside the vocab, contiguous unique ids', () => {
+    const j = JSON.parse(built.tokenizerJson);
+    expect(j.normalizer).toEqual({ type: 'NFC' });
+    expect(j.pre_tokenizer.pretokenizers[0]).toMatchObject({ type: 'Split', behavior: 'Isolated', invert: false });
+    expect(j.pre_tokenizer.pretokenizers[1]).toMatchObject({ type: 'ByteLevel', add_prefix_space: false, use_regex: false });
+    expect(j.decoder.type).toBe('ByteLevel');
+    const vocab = j.model.vocab as Record<string, number>;
+    const ids = Object.values(vocab).sort((a, b) => a - b);
+    expect(ids.length).toBe(BPE_VOCAB_SIZE);
+    expect(ids[0]).toBe(0);
+    expect(ids[ids.length - 1]).toBe(BPE_VOCAB_SIZE - 1);
+    expect(new Set(ids).size).toBe(BPE_VOCAB_SIZE);
+    const { byteToChar } = byteLevelAlphabet();
+    expect(vocab['!']).toBe(0);
+    expect(vocab[byteToChar[10]!]).toBe(198); // "\n", as in Qwen
+    for (let b = 0; b < 256; b++) expect(vocab[byteToChar[b]!], `byte ${b}`).toBeLessThan(256);
+    expect(j.model.merges.length).toBeGreaterThan(3000);
+    for (const [a, b] of j.model.merges as Array<[string, string]>) {
+      expect(vocab[a] !== undefined && vocab[b] !== undefined && vocab[a + b] !== undefined, `${a} ${b}`).toBe(true);
+    }
+    expect(j.added_tokens.map((t: { id: number }) => t.id)).toEqual(SPECIAL_TOKENS.map((_, i) => 248044 + i));
+    expect(j.added_tokens.every((t: { special: boolean }) => t.special)).toBe(true);
+  });
+});
+
+describe('loadTokenizer', () => {
+  it('special tokens sit at their real ids', () => {
+    const expected: Record<string, number> = {
+      '<|endoftext|>': 248044, '<|im_start|>': 248045, '<|im_end|>': 248046, '<|vision_start|>': 248053,
+      '<|image_pad|>': 248056, '<|video_pad|>': 248057, '<tool_call>': 248058, '<|fim_prefix|>': 248060,
+      '<|file_sep|>': 248065, '<think>': 248068, '</think>': 248069, '<|audio_pad|>': 248076,
+    };
+    for (const [s, id] of Object.entries(expected)) {
+      expect(tok.encode(s), s).toEqual([id]);
+      expect(tok.idToToken(id)).toBe(s);
+      expect(tok.decode([id])).toBe(s);
+    }
+    expect(tok.vocabSize).toBe(248077);
+    expect(tok.eosTokenIds).toEqual([248044, 248046]);
+    expect(tok.encode('\n')).toEqual([198]);
+  });
+
+  it('round-trips ASCII and unicode text', () => {
+    const texts = [
+      'Hello, world! The quick brown fox jumps over the lazy dog.',
+      '    def f(x):\n        return x * 2  # comment\n\n',
+      "It's 2026; we'll see 1234567 tokens/s?",
+      'café naïve résumé — “quotes” 日本語のテキスト 한국어 Ελληνικά 🙂🚀 \t tabs',
+      '<|im_start|>user\nhi there<|im_end|>\n',
+      '',
+    ];
+    for (const t of texts) {
+      const ids = tok.encode(t);
+      expect(ids.every((i) => Number.isInteger(i) && i >= 0 && i < 248077), t).toBe(true);
+      expect(tok.decode(ids), t).toBe(t);
+    }
+    // NFC normalisation: a decomposed "é" encodes like the composed one.
+    expect(tok.encode('e\u0301')).toEqual(tok.encode('\u00e9'));
+    // Digits split singly (Qwen3.5 pre-tokenizer); English compresses.
+    expect(tok.encode('12345').length).toBe(5);
+    const english = 'The people of the world think that this is a good time to study the water and the light.';
+    expect(tok.encode(english).length).toBeLessThan(english.length / 3);
+    expect(tok.decode(tok.encode('<|im_end|>x'), { skipSpecialTokens: true })).toBe('x');
+  });
+
+  it('renders the ChatML template (thinking off by default for tiny)', () => {
+    const msgs = [{ role: 'user', content: 'Hi!' }];
+    expect(tok.applyChatTemplate(msgs, { addGenerationPrompt: true }))
+      .toBe('<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n');
+    expect(tok.applyChatTemplate(msgs, { addGenerationPrompt: true, enableThinking: true }))
+      .toBe('<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n<think>\n');
+    expect(tok.applyChatTemplate([{ role: 'system', content: 'S' }, ...msgs, { role: 'assistant', content: 'A' }], { addGenerationPrompt: false }))
+      .toBe('<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n');
+    const ids = tok.encode(tok.applyChatTemplate(msgs, { addGenerationPrompt: true, enableThinking: true }));
+    expect(ids[0]).toBe(248045);
+    expect(ids.slice(-2)).toEqual([248068, 198]);
+    expect(ids.filter((i) => i === 248046).length).toBe(1);
+  });
+
+  it('thinks by default for 4b/9b-style templates', () => {
+    const cfg = synthTokenizerConfig(true);
+    const d = tempDir('tok');
+    copyFileSync(path.join(dir, 'tokenizer.json'), path.join(d, 'tokenizer.json'));
+    writeFileSync(path.join(d, 'tokenizer_config.json'), JSON.stringify(cfg));
+    return loadTokenizer(d).then((t) => {
+      expect(t.applyChatTemplate([{ role: 'user', content: 'x' }], { addGenerationPrompt: true }).endsWith('<think>\n')).toBe(true);
+      expect(t.applyChatTemplate([{ role: 'user', content: 'x' }], { addGenerationPrompt: true, enableThinking: false }).endsWith('</think>\n\n')).toBe(true);
+    });
+  });
+
+  it('prefers chat_template.jinja when present', async () => {
+    const d = tempDir('tok');
+    copyFileSync(path.join(dir, 'tokenizer.json'), path.join(d, 'tokenizer.json'));
+    copyFileSync(path.join(dir, 'tokenizer_config.json'), path.join(d, 'tokenizer_config.json'));
+    writeFileSync(path.join(d, 'chat_template.jinja'), '{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}');
+    const t = await loadTokenizer(d);
+    expect(t.applyChatTemplate([{ role: 'user', content: 'q' }], { addGenerationPrompt: true })).toBe('[user]q');
+  });
+
+  it('missing or broken tokenizer.json is a CheckpointError naming the file', async () => {
+    const d = tempDir('tok');
+    const file = path.join(d, 'tokenizer.json');
+    await expect(loadTokenizer(d)).rejects.toThrow(CheckpointError);
+    await expect(loadTokenizer(d)).rejects.toThrow(`${file}: tokenizer.json not found`);
+    writeFileSync(file, readFileSync(path.join(dir, 'tokenizer.json'), 'utf8').slice(0, 1000));
+    await expect(loadTokenizer(d)).rejects.toThrow(new RegExp(`${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}: tokenizer\\.json is not valid JSON`));
+    writeFileSync(file, JSON.stringify({ version: '1.0', model: { type: 'BPE' } }));
+    await expect(loadTokenizer(d)).rejects.toThrow(/tokenizer\.json has no model\.vocab/);
+    rmSync(file);
+    expect(statSync(d).isDirectory()).toBe(true);
+  });
+});
