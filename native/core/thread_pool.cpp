@@ -32,7 +32,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
 }
 
 void ThreadPool::worker(int tid) {
-  uint64_t seen = generation_.load(std::memory_order_acquire);
+  uint64_t seen = 0;  // the generation before any region; a region may start before this thread runs
   for (;;) {
     // Spin a while for the next region, then sleep until the generation changes.
     uint64_t g = generation_.load(std::memory_order_acquire);

@@ -45,7 +45,8 @@ let cached: NativeAddon | undefined;
 
 export function loadAddon(): NativeAddon {
   if (cached) return cached;
-  const file = path.join(REPO_ROOT, 'build', 'Release', 'lumen_engine.node');
+  // LUMEN_ADDON points at another build of the addon (e.g. an AddressSanitizer build).
+  const file = process.env.LUMEN_ADDON ?? path.join(REPO_ROOT, 'build', 'Release', 'lumen_engine.node');
   if (!existsSync(file)) {
     throw new Error(`native engine not built: ${file} is missing (run \`npm ci\` or \`npm run build:native\`)`);
   }

@@ -54,7 +54,25 @@ class CpuBackend final : public Backend {
   void set_gdn_chunk_min(int n) override { chunk_threshold_ = n; }
 
   void bind_weights(const HostWeights& w, BWeights& out) override {
-    auto M = [](const HostMat& m) { return WMat{m.data, m.dtype, m.rows, m.cols, nullptr}; };
+    // bf16 matrices are repacked into vdpbf16ps panels when the ISA has them (prefill and decode
+    // then read only the packed copy); f32 matrices stay as they are (exact reference path).
+    const bool pack = K_.pack_bf16 != nullptr;
+    auto M = [&](const HostMat& m) {
+      WMat r{m.data, m.dtype, m.rows, m.cols, nullptr};
+      if (pack && m.dtype == DType::bf16 && m.cols % 2 == 0) {
+        auto it = packed_.find(m.data);
+        if (it == packed_.end()) {
+          auto buf = std::make_unique<AlignedBuffer>(cpu::packed_elems(m.rows, m.cols) * 2, false);
+          const int64_t panels = (m.rows + cpu::kPanel - 1) / cpu::kPanel;
+          uint16_t* dst = buf->as<uint16_t>();
+          const uint16_t* src = static_cast<const uint16_t*>(m.data);
+          pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) { K_.pack_bf16(src, m.rows, m.cols, p0, p1, dst); });
+          it = packed_.emplace(m.data, std::move(buf)).first;
+        }
+        r.aux = it->second->data();
+      }
+      return r;
+    };
     out.embed = M(w.embed());
     out.head = M(w.head());
     out.final_norm = w.final_norm().data;
@@ -140,6 +158,17 @@ class CpuBackend final : public Backend {
     if (rows <= 0) return;
     // Split over output features so every weight row is read once per step (all rows of x at once).
     const int64_t N = w.rows;
+    if (w.aux) {
+      const int64_t n = static_cast<int64_t>(rows) * w.cols;
+      if (xb_.size() < static_cast<size_t>(n) * 2) xb_.resize(static_cast<size_t>(n) * 2, false);
+      uint16_t* xb = xb_.as<uint16_t>();
+      pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * w.cols, xb + r0 * w.cols, (r1 - r0) * w.cols); });
+      const int64_t panels = (N + cpu::kPanel - 1) / cpu::kPanel;
+      pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) {
+        K_.matmul_packed(xb, rows, w.cols, static_cast<const uint16_t*>(w.aux), N, p0, p1, y, N);
+      }, 4);
+      return;
+    }
     pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
       K_.matmul(x, rows, w.cols, w.ptr, w.dtype, n0, n1, y, N);
     }, 16);
@@ -376,7 +405,8 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   const cpu::Kernels& K_;
   CacheSpec spec_;
-  AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_;
+  AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_, xb_;
+  std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_;
   std::vector<float> small_buf_;
   size_t kv_layer_elems_ = 0, layer_state_elems_ = 0, slot_elems_ = 0;
   int n_snapshots_ = 0;

@@ -18,7 +18,19 @@ struct Kernels {
   float (*sumsq)(const float* x, int64_t n);
   // Row-wise fp32 weights -> f32 (embedding lookup of one row).
   void (*row_to_f32)(const void* w, DType wt, int64_t row, int64_t cols, float* out);
+
+  // Packed bf16 path (AVX-512 BF16 only; null elsewhere). Panels of 16 weight rows with k-pairs
+  // interleaved: panel p, pair j holds (W[16p+i][2j], W[16p+i][2j+1]) for i = 0..15, the layout
+  // vdpbf16ps consumes directly. K must be even; rows past N are zero.
+  void (*pack_bf16)(const uint16_t* w, int64_t N, int64_t K, int64_t p0, int64_t p1, uint16_t* out);
+  // y[m*ldy + n] for panels [p0, p1), all m < M; xb is x rounded to bf16 [M, K].
+  void (*matmul_packed)(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
+                        int64_t p1, float* y, int64_t ldy);
+  void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
 };
+
+constexpr int kPanel = 16;
+inline int64_t packed_elems(int64_t N, int64_t K) { return (N + kPanel - 1) / kPanel * kPanel * K; }
 
 const Kernels& kernels();
 

@@ -152,6 +152,84 @@ void row_to_f32(const void* w, DType wt, int64_t row, int64_t cols, float* out) 
   }
 }
 
+#if defined(__AVX512BF16__)
+void pack_bf16(const uint16_t* w, int64_t N, int64_t K, int64_t p0, int64_t p1, uint16_t* out) {
+  for (int64_t p = p0; p < p1; ++p) {
+    uint16_t* dst = out + p * kPanel * K;
+    for (int64_t j = 0; j < K / 2; ++j)
+      for (int i = 0; i < kPanel; ++i) {
+        const int64_t n = p * kPanel + i;
+        dst[(j * kPanel + i) * 2] = n < N ? w[n * K + 2 * j] : 0;
+        dst[(j * kPanel + i) * 2 + 1] = n < N ? w[n * K + 2 * j + 1] : 0;
+      }
+  }
+}
+
+void to_bf16(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i*)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+  for (; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    out[i] = static_cast<uint16_t>(u >> 16);
+  }
+}
+
+// MR token rows x NR panels (16 outputs each) of fp32 accumulators; per k-pair one 64-byte weight
+// load per panel and one 4-byte broadcast per row.
+template <int MR, int NR>
+inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
+                        int64_t ldy) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
+  const int64_t pairs = K / 2;
+  const int64_t pstride = kPanel * K;
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    __m512i b[NR];
+    for (int j = 0; j < NR; ++j) b[j] = _mm512_loadu_si512(panel0 + j * pstride + kp * 32);
+    for (int m = 0; m < MR; ++m) {
+      int32_t pair;
+      std::memcpy(&pair, xb + m * K + 2 * kp, 4);
+      const __m512i a = _mm512_set1_epi32(pair);
+      for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], (__m512bh)a, (__m512bh)b[j]);
+    }
+  }
+  for (int j = 0; j < NR; ++j) {
+    const int64_t n = n0 + j * kPanel;
+    const int64_t valid = N - n < kPanel ? N - n : kPanel;
+    const __mmask16 mask = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
+    for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(y + m * ldy + n, mask, acc[m][j]);
+  }
+}
+
+template <int NR>
+inline void packed_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0,
+                        float* y, int64_t ldy) {
+  int64_t m = 0;
+  for (; m + 6 <= M; m += 6) packed_tile<6, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy);
+  switch (M - m) {
+    case 5: packed_tile<5, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
+    case 4: packed_tile<4, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
+    case 3: packed_tile<3, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
+    case 2: packed_tile<2, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
+    case 1: packed_tile<1, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
+    default: break;
+  }
+}
+
+void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0, int64_t p1,
+                   float* y, int64_t ldy) {
+  constexpr int NR = 4;
+  int64_t p = p0;
+  // Groups of NR panels stay in L2 while every row of x passes over them.
+  for (; p + NR <= p1; p += NR) packed_rows<NR>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
+  for (; p < p1; ++p) packed_rows<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
+}
+#endif
+
 }  // namespace
 
 extern const Kernels table;
@@ -161,6 +239,12 @@ const Kernels table = {
 #else
     "avx2",
 #endif
-    matmul, dot, axpy, scale, sumsq, row_to_f32};
+    matmul, dot, axpy, scale, sumsq, row_to_f32,
+#if defined(__AVX512BF16__)
+    pack_bf16, matmul_packed, to_bf16
+#else
+    nullptr, nullptr, nullptr
+#endif
+};
 
 }  // namespace lumen::cpu::LUMEN_ISA
