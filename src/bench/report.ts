@@ -157,7 +157,7 @@ export class Report {
         prefill_chunk: this.engine.options.prefillChunk,
         step_token_budget: this.engine.options.stepTokenBudget,
         prefix_cache: this.engine.options.prefixCache,
-        cuda_graphs: this.engine.backend === 'cuda' ? (this.engine.options.cudaGraphs ?? null) : false,
+        cuda_graphs: this.engine.backend === 'cuda' && this.engine.options.cudaGraphs === true,
         gpu_name: this.engine.gpuName ?? null,
         gpu_memory_bytes: this.engine.gpuMemoryBytes ?? null,
       },

@@ -102,7 +102,6 @@ async function runPhase(
       try {
         r = await handle.done;
       } catch (err) {
-        inflight.delete(handle);
         failure ??= `engine error: ${errMessage(err)}`;
         cancelAll();
         return;

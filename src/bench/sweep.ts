@@ -62,6 +62,7 @@ export function engineOptions(cfg: SweepConfig, device: Device): EngineOptions {
     prefillChunk: cfg.prefillChunk,
     stepTokenBudget: cfg.stepTokenBudget,
     prefixCache: true,
+    cudaGraphs: device === 'cuda',
     profile: cfg.profile || cfg.profilePipeline,
   };
 }
