@@ -95,15 +95,9 @@ describe('synthetic checkpoint layout', () => {
     const e = stats(emb);
     expect(Math.sqrt(e.std ** 2 + e.mean ** 2)).toBeGreaterThan(0.9 * 4 / Math.sqrt(H));
     expect(Math.sqrt(e.std ** 2 + e.mean ** 2)).toBeLessThan(1.1 * 4 / Math.sqrt(H));
-    // Tied: every embedding row has equal energy on even and odd dimensions...
-    for (const row of [0, 17, 500, 1023]) {
-      let ev = 0, od = 0;
-      for (let k = 0; k < H; k += 2) { ev += emb[row * H + k]! ** 2; od += emb[row * H + k + 1]! ** 2; }
-      expect(Math.abs(ev - od) / (ev + od), `row ${row}`).toBeLessThan(1e-5);
-    }
-    // ...and the final norm scales them by +1 / -1, so sum_k E_tk^2 (1 + w_k) ~ 0.
-    const fn = t('norm.weight');
-    for (let k = 0; k < H; k++) expect(Math.abs(fn[k]! - (k % 2 === 0 ? 0 : -2)), `norm.weight[${k}]`).toBeLessThan(0.3);
+    const fn = stats(t('norm.weight'));
+    expect(Math.abs(fn.mean)).toBeLessThan(0.03);
+    expect(fn.std).toBeLessThan(0.08);
     const ln = stats(t('layers.0.input_layernorm.weight'));
     expect(Math.abs(ln.mean)).toBeLessThan(0.02);
     expect(ln.std).toBeGreaterThan(0.03);
@@ -123,8 +117,9 @@ describe('synthetic checkpoint layout', () => {
     expect(conv.max).toBeLessThanOrEqual(0.5);
     expect(conv.std).toBeCloseTo(1 / Math.sqrt(12), 1);
     expect(stats(t('layers.3.self_attn.q_proj.weight')).std).toBeCloseTo(1 / Math.sqrt(H), 2);
-    expect(stats(t('layers.3.self_attn.o_proj.weight')).std).toBeCloseTo(2 / Math.sqrt(512), 2);
-    expect(stats(t('layers.0.mlp.down_proj.weight')).std).toBeCloseTo(2 / Math.sqrt(512), 2);
+    expect(stats(t('layers.3.self_attn.o_proj.weight')).std).toBeCloseTo(1.5 / Math.sqrt(512), 2);
+    expect(stats(t('layers.0.mlp.down_proj.weight')).std).toBeCloseTo(1.5 / Math.sqrt(512), 2);
+    expect(stats(t('layers.0.linear_attn.in_proj_a.weight')).std).toBeCloseTo(0.5 / Math.sqrt(H), 2);
   });
 });
 
