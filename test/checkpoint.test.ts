@@ -4,11 +4,12 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { countParams, loadCheckpoint } from '../src/model/checkpoint.js';
+import { countParams, expectedTensors, loadCheckpoint } from '../src/model/checkpoint.js';
 import { parseConfig, textConfigToJson } from '../src/model/config.js';
 import { presetConfig, PRESET_NAMES } from '../src/model/presets.js';
 import {
-  bf16ToF32, f32ToBf16, readSafetensorsHeader, readTensorBytes, readTensorF32, SafetensorsWriter, writeSafetensors,
+  bf16ToF32, encodeHeader, f32ToBf16, readSafetensorsHeader, readTensorBytes, readTensorF32, SafetensorsWriter, writeSafetensors,
+  type TensorSpec,
 } from '../src/model/safetensors.js';
 import { CheckpointError } from '../src/model/types.js';
 import {
@@ -247,6 +248,82 @@ describe('loadCheckpoint', () => {
     // Asking for MTP on a checkpoint without it is not an error.
     const none = await smallFixture();
     expect(loadCheckpoint(none.dir, { mtp: true }).hasMtp).toBe(false);
+  });
+});
+
+describe('full-size real layout', () => {
+  // The published Qwen3.5-4B layout, at full size but as sparse files (headers written, data left
+  // as holes): two shards named as the Hub names them, bf16 with A_log / linear_attn.norm in F32,
+  // vision and MTP tensors present, no lm_head (tied), the official config.json keys.
+  it('loads a Qwen3.5-4B-shaped checkpoint', () => {
+    const dir = tempDir('q4b');
+    const cfg = {
+      architectures: ['Qwen3_5ForConditionalGeneration'],
+      image_token_id: 248056,
+      model_type: 'qwen3_5',
+      text_config: {
+        attention_bias: false, attention_dropout: 0.0, attn_output_gate: true, dtype: 'bfloat16', eos_token_id: 248044,
+        full_attention_interval: 4, head_dim: 256, hidden_act: 'silu', hidden_size: 2560, initializer_range: 0.02,
+        intermediate_size: 9216,
+        layer_types: Array.from({ length: 32 }, (_, i) => ((i + 1) % 4 === 0 ? 'full_attention' : 'linear_attention')),
+        linear_conv_kernel_dim: 4, linear_key_head_dim: 128, linear_num_key_heads: 16, linear_num_value_heads: 32,
+        linear_value_head_dim: 128, mamba_ssm_dtype: 'float32', max_position_embeddings: 262144, mlp_only_layers: [],
+        model_type: 'qwen3_5_text', mtp_num_hidden_layers: 1, mtp_use_dedicated_embeddings: false,
+        num_attention_heads: 16, num_hidden_layers: 32, num_key_value_heads: 4, rms_norm_eps: 1e-6,
+        rope_parameters: { mrope_interleaved: true, mrope_section: [11, 11, 10], rope_type: 'default', rope_theta: 10000000, partial_rotary_factor: 0.25 },
+        use_cache: true, vocab_size: 248320,
+      },
+      tie_word_embeddings: true,
+      transformers_version: '4.57.0.dev0',
+      video_token_id: 248057,
+      vision_config: { deepstack_visual_indexes: [], depth: 24, hidden_size: 1024, model_type: 'qwen3_5', out_hidden_size: 2560 },
+      vision_end_token_id: 248054,
+      vision_start_token_id: 248053,
+    };
+    writeFileSync(path.join(dir, 'config.json'), JSON.stringify(cfg, null, 2));
+    const text = parseConfig(cfg, 'config.json');
+    const specs: TensorSpec[] = expectedTensors(text, { mtp: true, lmHead: false }).map((t) => ({
+      name: t.group === 'text' ? `model.language_model.${t.name}` : t.name,
+      dtype: /linear_attn\.(A_log|norm\.weight)$/.test(t.name) ? 'F32' : 'BF16',
+      shape: t.shape,
+    }));
+    specs.push(
+      { name: 'model.visual.patch_embed.proj.weight', dtype: 'BF16', shape: [1024, 3, 2, 16, 16] },
+      { name: 'model.visual.blocks.0.attn.qkv.weight', dtype: 'BF16', shape: [3072, 1024] },
+      { name: 'model.visual.merger.linear_fc2.weight', dtype: 'BF16', shape: [2560, 4096] },
+    );
+    const half = Math.floor(specs.length / 2);
+    const shards = [specs.slice(0, half), specs.slice(half)];
+    const weightMap: Record<string, string> = {};
+    let total = 0;
+    shards.forEach((list, i) => {
+      const name = `model.safetensors-0000${i + 1}-of-00002.safetensors`;
+      const file = path.join(dir, name);
+      const h = encodeHeader(list);
+      writeFileSync(file, h.bytes);
+      truncateSync(file, h.bytes.length + h.dataBytes); // sparse: logical size only
+      for (const t of list) weightMap[t.name] = name;
+      total += h.dataBytes;
+    });
+    writeFileSync(path.join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }));
+
+    const ck = loadCheckpoint(dir);
+    expect(ck.prefix).toBe('model.language_model.');
+    expect(ck.shards.length).toBe(2);
+    expect(ck.config.tieWordEmbeddings).toBe(true);
+    expect(ck.config.linearNumValueHeads).toBe(32);
+    expect(ck.paramCount).toBe(4_205_751_296);
+    expect(ck.dtype).toBe('BF16');
+    expect(ck.hasMtp).toBe(false);
+    expect(ck.tensors.size).toBe(expectedTensors(text, { lmHead: false }).length);
+    expect(ck.tensors.get('layers.0.linear_attn.in_proj_qkv.weight')!.shape).toEqual([8192, 2560]);
+    expect(ck.tensors.get('layers.0.linear_attn.A_log')!.dtype).toBe('F32');
+    expect(ck.tensors.get('layers.31.self_attn.q_proj.weight')!.shape).toEqual([8192, 2560]);
+    expect(ck.bytesOnDisk).toBeGreaterThan(8.4e9);
+    expect(ck.notes.join(' ')).toMatch(/skipped 3 vision tensor.*skipped 15 MTP tensor/);
+    const withMtp = loadCheckpoint(dir, { mtp: true });
+    expect(withMtp.hasMtp).toBe(true);
+    expect(withMtp.tensors.get('mtp.fc.weight')!.shape).toEqual([2560, 5120]);
   });
 });
 
