@@ -186,6 +186,9 @@ class CudaBackend final : public Backend {
     for (int j = 0; j < half; ++j) inv[j] = std::pow(static_cast<double>(cfg_.rope_theta), -2.0 * j / rot);
     inv_freq_ = alloc_.alloc(inv.size() * sizeof(double), "RoPE table");
     LUMEN_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
+    // Uploads from pageable memory may still be in flight on the legacy stream, which our
+    // non-blocking stream does not wait for.
+    LUMEN_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   // ---- caches
@@ -211,7 +214,9 @@ class CudaBackend final : public Backend {
     scratch_slot_ = spec.n_state_slots;
     if (slot_elems_ > 0) {
       state_ = alloc_.alloc(slot_elems_ * (spec.n_state_slots + 1) * sizeof(float), "recurrent state");
-      LUMEN_CUDA_CHECK(cudaMemset(state_.get(), 0, state_.bytes()));
+      // On our stream (a non-blocking stream does not wait for work on the legacy default stream).
+      LUMEN_CUDA_CHECK(cudaMemsetAsync(state_.get(), 0, state_.bytes(), stream()));
+      LUMEN_CUDA_CHECK(cudaStreamSynchronize(stream()));
       total += state_.bytes();
     }
     // Graph buckets: powers of two up to the slot count (decode rows), within the workspace.
@@ -869,6 +874,17 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes) {
+  size_t f = 0, t = 0;
+  if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+  return true;
 }
 
 bool cuda_available(std::string* why) {

@@ -26,6 +26,10 @@ struct CudaMemStats {
 // Number of visible CUDA devices; 0 when there is no driver or no device.
 int cuda_device_count();
 
+// Free and total memory of the current device (for sizing the KV pool as a fraction of what is
+// free after the weights are bound); false when it cannot be queried.
+bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes);
+
 // These act on a backend made by make_cuda_backend and return false for any other backend.
 bool cuda_set_graphs(Backend& be, bool on);
 bool cuda_graph_stats(const Backend& be, CudaGraphStats* out);
