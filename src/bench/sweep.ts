@@ -125,14 +125,15 @@ class RowSinks {
     }
   }
 
+  /** Request lines and the report first, the CSV row last: a row in PREFIX.csv is a row in PREFIX.json. */
   row(row: SweepRow, out: RowOutcome | null): void {
-    const line = csvRowLine(row);
-    if (this.cfg.format === 'csv') this.stdout(line);
-    this.csvFile?.append(line);
     if (out && this.jsonlFile && out.timed.length) {
       this.jsonlFile.append(out.timed.map((t) => requestLine(row.isl, row.osl, row.concurrency, t)).join(''));
     }
     this.writeJson();
+    const line = csvRowLine(row);
+    this.csvFile?.append(line);
+    if (this.cfg.format === 'csv') this.stdout(line);
   }
 
   writeJson(): void {
