@@ -33,6 +33,8 @@ const MAX_LEN = Math.max(...PROMPT_LENS);
 const NEW_TOKENS = 32;
 const TOL = 1e-3;
 const ENGINE_THREADS = 2;
+/** One `bench prompt` run on these tiny models takes seconds; a hung run is killed before the test times out. */
+const ENGINE_TIMEOUT_MS = 100_000;
 
 interface Shape {
   name: string;
@@ -56,11 +58,13 @@ const SHAPES: Shape[] = [
 
 async function bench(args: string[]): Promise<string> {
   try {
-    const { stdout } = await execFileP(process.execPath, [BENCH, ...args], { cwd: ROOT, maxBuffer: 64 << 20, timeout: 600_000 });
+    const { stdout } = await execFileP(process.execPath, [BENCH, ...args], { cwd: ROOT, maxBuffer: 64 << 20, timeout: ENGINE_TIMEOUT_MS, killSignal: 'SIGKILL' });
     return stdout;
   } catch (err) {
-    const e = err as { stderr?: string; message: string };
-    throw new Error(`bench ${args.slice(0, 3).join(' ')} ... failed: ${(e.stderr ?? '').trim() || e.message}`);
+    const e = err as { stderr?: string; message: string; killed?: boolean };
+    const why = e.killed ? `killed after ${ENGINE_TIMEOUT_MS / 1000} s` : (e.stderr ?? '').trim() || e.message;
+    const shown = args.map((a) => (a.length > 40 ? `${a.slice(0, 37)}...` : a)).join(' ');
+    throw new Error(`bench ${shown} failed: ${why}`);
   }
 }
 

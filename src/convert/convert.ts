@@ -376,6 +376,7 @@ class SourceFiles {
 }
 
 const ELEM_BYTES = { F32: 4, BF16: 2, F16: 2 } as const;
+const SAME_TYPE = { F32: GgmlType.F32, BF16: GgmlType.BF16, F16: GgmlType.F16 } as const;
 
 /** Produce the plan's output bytes chunk by chunk (each chunk whole rows). */
 function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Array> {
@@ -385,8 +386,9 @@ function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Arr
     throw new ConvertError(`${src.file}: tensor ${src.name} holds ${src.nbytes} bytes, expected ${rows * rowLen * eb}`);
   }
   const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMS / rowLen));
+  const passthrough = !plan.op && !plan.colPerm && SAME_TYPE[src.dtype] === plan.type;
   const raw = new Uint8Array(Math.min(rows, rowsPerChunk) * rowLen * eb);
-  const f32 = new Float32Array(Math.min(rows, rowsPerChunk) * rowLen);
+  const f32 = new Float32Array(passthrough ? 0 : Math.min(rows, rowsPerChunk) * rowLen);
   const rowTmp = plan.colPerm ? new Float32Array(rowLen) : null;
   for (let r0 = 0; r0 < rows; r0 += rowsPerChunk) {
     const n = Math.min(rowsPerChunk, rows - r0);
@@ -401,6 +403,11 @@ function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Arr
       i += run;
     }
     const count = n * rowLen;
+    if (passthrough) {
+      // Same element type in and out, no transform: the (row-permuted) source bytes are the output.
+      yield raw.subarray(0, count * eb);
+      continue;
+    }
     const vals = f32.subarray(0, count);
     decodeToF32(src.dtype, raw, vals, count);
     if (plan.op === 'plus_one') for (let k = 0; k < count; k++) vals[k] = vals[k]! + 1;
