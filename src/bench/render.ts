@@ -87,7 +87,7 @@ export class HumanRenderer implements SweepRenderer {
   private phase = '';
   private clock: () => number = () => 0;
   private readonly rate = new LiveRate();
-  private rowLabel = '';
+  private held: string[] = [];
 
   constructor(
     private readonly out: NodeJS.WriteStream | NodeJS.WritableStream,
@@ -145,6 +145,7 @@ export class HumanRenderer implements SweepRenderer {
       this.loadBar.stop();
       this.loadBar = null;
     }
+    this.flushHeld();
     if (l.gpu) this.kv('GPU', `${l.gpu.name} (${l.gpu.memoryMb} MB)`);
     this.kv('Model loaded', `${l.seconds.toFixed(2)}s (backend: ${l.backend}, ${fmt.mb(l.weightBytes)}${l.backend === 'cuda' ? ' VRAM' : ''})`);
     this.kv('Engine', l.engineLine);
@@ -156,15 +157,26 @@ export class HumanRenderer implements SweepRenderer {
   }
 
   warn(msg: string): void {
-    this.clearBar();
-    this.out.write(`  ${this.c.yellow('warning:')} ${msg}\n`);
-    this.redrawBar();
+    this.message(`  ${this.c.yellow('warning:')} ${msg}\n`);
   }
 
   error(msg: string): void {
-    this.clearBar();
-    this.out.write(`  ${this.c.red('error:')} ${msg}\n`);
-    this.redrawBar();
+    this.message(`  ${this.c.red('error:')} ${msg}\n`);
+  }
+
+  /** A live bar owns its line (and restores the cursor to it when stopped): hold messages until it is gone. */
+  private message(text: string): void {
+    if (this.loadBar) {
+      // Only a failed load speaks while the load bar is up: end the bar first.
+      this.loadBar.stop();
+      this.loadBar = null;
+    }
+    if (this.rowBar) this.held.push(text);
+    else this.out.write(text);
+  }
+
+  private flushHeld(): void {
+    for (const t of this.held.splice(0)) this.out.write(t);
   }
 
   debug(): void {}
@@ -174,7 +186,6 @@ export class HumanRenderer implements SweepRenderer {
   }
 
   rowStart(label: string, _fields: Record<string, unknown>, clock: () => number): void {
-    this.rowLabel = label;
     this.tokens = 0;
     this.clock = clock;
     this.rate.reset();
@@ -211,14 +222,6 @@ export class HumanRenderer implements SweepRenderer {
     this.rowBar.update(this.tokens, { phase: this.phase, rate: fmt.rate(r) });
   }
 
-  private clearBar(): void {
-    if (this.rowBar) this.out.write('\r\x1b[2K');
-  }
-
-  private redrawBar(): void {
-    this.rowBar?.render();
-  }
-
   rowEnd(label: string, out: RowOutcome): void {
     if (this.ticker) clearInterval(this.ticker);
     this.ticker = null;
@@ -236,12 +239,12 @@ export class HumanRenderer implements SweepRenderer {
     } else {
       this.out.write(`    ${this.c.red.bold('✗')} ${label}: ${r.reason}\n`);
     }
+    this.flushHeld();
   }
 
   profile(_kind: 'ops' | 'pipeline', text: string): void {
     // Asked for explicitly, so printed even with -q; flush left so the report opens with its title line.
-    this.clearBar();
-    this.out.write(text);
+    this.message(text);
   }
 
   summary(rows: readonly ReportRow[], interrupted: boolean): void {
@@ -288,6 +291,7 @@ export class HumanRenderer implements SweepRenderer {
     this.loadBar?.stop();
     this.rowBar = null;
     this.loadBar = null;
+    this.flushHeld();
   }
 }
 
