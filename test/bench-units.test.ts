@@ -250,7 +250,8 @@ describe('rendering', () => {
     const sink = new PassThrough();
     sink.on('data', (d: Buffer) => { text += d.toString(); });
     const r = new HumanRenderer(sink, false, false, false);
-    r.header({ toolVersion: '0.1.0', cpuModel: 'Test CPU', threads: 2, modelPath: '/m', embedded: true });
+    r.header({ toolVersion: '0.1.0', cpuModel: 'Test CPU', threads: 2 });
+    r.modelPath('/m', true);
     r.loadProgress(1, 4);
     r.sweepStart();
     r.rowStart('16:8 c=1', {}, () => 0);

@@ -135,7 +135,7 @@ describe('bench sweep on the embedded tiny model', () => {
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stderr.split('\n').filter((l) => l.length > 0);
     const events = lines.map((l) => JSON.parse(l) as { event?: string; level: string });
-    expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(['start', 'load_stage', 'model_loaded', 'cell_start', 'cell_end', 'summary']));
+    expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(['start', 'model_path', 'load_stage', 'model_loaded', 'cell_start', 'cell_end', 'summary']));
     const end = events.find((e) => e.event === 'cell_end') as unknown as Record<string, unknown>;
     expect(end.decode_tok_s).toBeGreaterThan(0);
     expect(rowsOf(r.stdout).length).toBe(1);

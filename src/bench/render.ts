@@ -11,8 +11,6 @@ export interface HeaderInfo {
   toolVersion: string;
   cpuModel: string;
   threads: number;
-  modelPath: string;
-  embedded: boolean;
 }
 
 export interface LoadedInfo {
@@ -28,6 +26,8 @@ export interface LoadedInfo {
 
 export interface SweepRenderer {
   header(h: HeaderInfo): void;
+  /** The checkpoint directory, once known (the embedded model may be generated first). */
+  modelPath(dir: string, embedded: boolean): void;
   loadStage(stage: string, fields: Record<string, unknown>): void;
   loadProgress(done: number, total: number): void;
   loaded(l: LoadedInfo): void;
@@ -115,7 +115,10 @@ export class HumanRenderer implements SweepRenderer {
     this.line();
     this.line(`  ${this.c.cyan.bold('lumen-bench')} ${this.c.dim(`v${h.toolVersion}`)}`);
     this.kv('CPU', `${h.cpuModel} (${h.threads} threads)`);
-    this.kv('Model path', h.embedded ? `${h.modelPath} (embedded synthetic tiny model)` : h.modelPath);
+  }
+
+  modelPath(dir: string, embedded: boolean): void {
+    this.kv('Model path', embedded ? `${dir} (embedded synthetic tiny model)` : dir);
   }
 
   loadStage(_stage: string, _fields: Record<string, unknown>): void {}
@@ -303,8 +306,12 @@ export class LogRenderer implements SweepRenderer {
   constructor(private readonly log: Logger) {}
 
   header(h: HeaderInfo): void {
-    this.log.info({ event: 'start', version: h.toolVersion, cpu: h.cpuModel, threads: h.threads, model_path: h.modelPath, embedded_model: h.embedded },
-      h.embedded ? 'no --model-path: using the embedded synthetic tiny model' : 'start');
+    this.log.info({ event: 'start', version: h.toolVersion, cpu: h.cpuModel, threads: h.threads }, 'start');
+  }
+
+  modelPath(dir: string, embedded: boolean): void {
+    this.log.info({ event: 'model_path', model_path: dir, embedded_model: embedded },
+      embedded ? 'no --model-path: using the embedded synthetic tiny model' : 'model path');
   }
 
   loadStage(stage: string, fields: Record<string, unknown>): void {

@@ -194,15 +194,10 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
   const sinks = new RowSinks(cfg, io, report, () => abort.abort());
   const rows: SweepRow[] = [];
   try {
+    renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: cfg.threads || machine.logicalCores });
     const embedded = cfg.modelPath === null;
     const modelDir = cfg.modelPath ?? (await backend.ensureEmbeddedModel());
-    renderer.header({
-      toolVersion: TOOL_VERSION,
-      cpuModel: machine.cpuModel,
-      threads: cfg.threads || machine.logicalCores,
-      modelPath: modelDir,
-      embedded,
-    });
+    renderer.modelPath(modelDir, embedded);
 
     const tc0 = performance.now();
     let ckpt: Checkpoint;
