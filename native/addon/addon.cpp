@@ -2,6 +2,7 @@
 #include <napi.h>
 
 #include "addon/engine_wrap.h"
+#include "addon/machine_probe.h"
 #include "core/cpu_features.h"
 #if defined(LUMEN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
@@ -40,6 +41,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("cpuInfo", Napi::Function::New(env, CpuInfo));
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   exports.Set("Engine", lumen::InitEngineClass(env));
+  exports.Set("probeMachine", Napi::Function::New(env, lumen::ProbeMachine));
   return exports;
 }
 

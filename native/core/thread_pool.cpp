@@ -26,8 +26,14 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   fn(0, n_threads_);
-  // Wait for the workers; regions are short, so spin.
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Wait for the workers; regions are short, so spin, but yield the core when a worker is slow to
+  // finish (it may have been descheduled on a busy machine).
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < 4000)
+      _mm_pause();
+    else
+      std::this_thread::yield();
+  }
   job_ = nullptr;
 }
 

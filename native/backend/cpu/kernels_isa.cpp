@@ -22,6 +22,7 @@ inline void vstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
 inline vf vset1(float a) { return _mm512_set1_ps(a); }
 inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf _add(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
 inline vf vload_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
@@ -35,6 +36,7 @@ inline void vstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
 inline vf vset1(float a) { return _mm256_set1_ps(a); }
 inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+inline vf _add(vf a, vf b) { return _mm256_add_ps(a, b); }
 inline float vsum(vf v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
@@ -230,6 +232,47 @@ void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* pac
 }
 #endif
 
+float stream_sum(const float* x, int64_t n) {
+  vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+  int64_t i = 0;
+  for (; i + 4 * VW <= n; i += 4 * VW) {
+    a0 = _add(a0, vload(x + i));
+    a1 = _add(a1, vload(x + i + VW));
+    a2 = _add(a2, vload(x + i + 2 * VW));
+    a3 = _add(a3, vload(x + i + 3 * VW));
+  }
+  float s = vsum(a0) + vsum(a1) + vsum(a2) + vsum(a3);
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+double fma_burn(int64_t iters) {
+#if defined(__AVX512BF16__)
+  // 12 independent vdpbf16ps chains: each does 16 lanes x 2 multiply-adds = 64 FLOPs.
+  __m512 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512i a = _mm512_set1_epi32(0x3f803f80), b = _mm512_set1_epi32(0x3f003f00);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int j = 0; j < 12; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)a, (__m512bh)b);
+  float s = 0;
+  for (int j = 0; j < 12; ++j) s += _mm512_reduce_add_ps(acc[j]);
+  volatile float sink = s;
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 64;
+#else
+  vf acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = vset1(static_cast<float>(j));
+  const vf a = vset1(1.0001f), b = vset1(0.9999f);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int j = 0; j < 12; ++j) acc[j] = vfma(acc[j], a, b);
+  float s = 0;
+  for (int j = 0; j < 12; ++j) s += vsum(acc[j]);
+  volatile float sink = s;
+  (void)sink;
+  return static_cast<double>(iters) * 12 * VW * 2;
+#endif
+}
+
 }  // namespace
 
 extern const Kernels table;
@@ -241,10 +284,10 @@ const Kernels table = {
 #endif
     matmul, dot, axpy, scale, sumsq, row_to_f32,
 #if defined(__AVX512BF16__)
-    pack_bf16, matmul_packed, to_bf16
+    pack_bf16, matmul_packed, to_bf16,
 #else
-    nullptr, nullptr, nullptr
+    nullptr, nullptr, nullptr,
 #endif
-};
+    stream_sum, fma_burn};
 
 }  // namespace lumen::cpu::LUMEN_ISA

@@ -1,8 +1,20 @@
 #pragma once
-// Device-side helpers shared by the k_*.cu files.
+// Device-side helpers shared by the k_*.cu files, and the two macros that let the same kernel
+// sources also build for the CPU emulator in emu/ (LUMEN_CUDA_EMU): kernel launches and dynamic
+// shared memory.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#if defined(LUMEN_CUDA_EMU)
+#include "backend/cuda/emu/emu_device.h"
+#define LUMEN_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ::lumen::emu::launch(#kernel, kernel, grid, block, smem, stream, __VA_ARGS__)
+#define LUMEN_DYN_SMEM(T, name) T* name = ::lumen::emu::dyn_smem<T>()
+#else
+#define LUMEN_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#define LUMEN_DYN_SMEM(T, name) extern __shared__ __align__(16) T name[]
+#endif
 
 namespace lumen::cuda {
 

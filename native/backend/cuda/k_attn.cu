@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(128) attn_combine_kernel(const AttnArgs a, int
 
 // grid (items, nkv), kPfThreads threads; dynamic shared memory prefill_smem_bytes(hd)
 __global__ void __launch_bounds__(kPfThreads) attn_prefill_kernel(const AttnArgs a) {
-  extern __shared__ __align__(16) float sm[];
+  LUMEN_DYN_SMEM(float, sm);
   const int item = blockIdx.x, g = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int hd = a.hd, ld = hd + 4, DC = hd / 128;
@@ -379,7 +379,7 @@ int attn_prefill_rows_per_item(int group) { return group >= kQV ? 1 : kQV / grou
 void launch_qk_rope_kv(const AttnArgs& a, cudaStream_t s) {
   if (a.rows <= 0) return;
   check_shape(a);
-  qk_rope_kv_kernel<<<dim3(a.rows, a.nh + a.nkv), 128, 0, s>>>(a);
+  LUMEN_LAUNCH(qk_rope_kv_kernel, dim3(a.rows, a.nh + a.nkv), 128, 0, s, a);
   LUMEN_CUDA_LAUNCHED("qk_rope_kv");
 }
 
@@ -388,9 +388,9 @@ void launch_attn_decode(const AttnArgs& a, int splits, float* part, cudaStream_t
   check_shape(a);
   if (a.nh / a.nkv > kMaxGroupDecode)
     throw std::runtime_error("CUDA decode attention supports at most " + std::to_string(kMaxGroupDecode) + " query heads per KV head");
-  attn_decode_kernel<<<dim3(a.nkv, a.rows, splits), kDecWarps * 32, 0, s>>>(a, splits, part);
+  LUMEN_LAUNCH(attn_decode_kernel, dim3(a.nkv, a.rows, splits), kDecWarps * 32, 0, s, a, splits, part);
   LUMEN_CUDA_LAUNCHED("attn_decode");
-  attn_combine_kernel<<<dim3(a.rows, a.nh), 128, 0, s>>>(a, splits, part);
+  LUMEN_LAUNCH(attn_combine_kernel, dim3(a.rows, a.nh), 128, 0, s, a, splits, static_cast<const float*>(part));
   LUMEN_CUDA_LAUNCHED("attn_combine");
 }
 
@@ -398,7 +398,7 @@ void launch_attn_prefill(const AttnArgs& a, int n_items, cudaStream_t s) {
   if (n_items <= 0) return;
   check_shape(a);
   if (a.nh / a.nkv > kQV) throw std::runtime_error("CUDA attention supports at most 32 query heads per KV head");
-  attn_prefill_kernel<<<dim3(n_items, a.nkv), kPfThreads, prefill_smem_bytes(a.hd), s>>>(a);
+  LUMEN_LAUNCH(attn_prefill_kernel, dim3(n_items, a.nkv), kPfThreads, prefill_smem_bytes(a.hd), s, a);
   LUMEN_CUDA_LAUNCHED("attn_prefill");
 }
 

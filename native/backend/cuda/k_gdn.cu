@@ -31,7 +31,7 @@ constexpr size_t kScanSmem = (static_cast<size_t>(D) * (kTile + 1) + C * kLdC + 
 constexpr int kConvMaxSmemChannels = 16384;
 
 __global__ void __launch_bounds__(256) gdn_conv_kernel(const GdnArgs a) {
-  extern __shared__ float cbuf[];  // [cd]
+  LUMEN_DYN_SMEM(float, cbuf);  // [cd]
   const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int seg = a.m.row_seg[row];
   const int start = a.m.seg_start[seg], i = row - start;
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(D) gdn_recurrent_kernel(const GdnArgs a) {
 
 // grid (chunk items, nv), 256 threads, kPrepSmem dynamic
 __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const GdnArgs a) {
-  extern __shared__ float sm[];
+  LUMEN_DYN_SMEM(float, sm);
   float* Kw = sm;                  // K rows, replaced in place by W rows
   float* Qu = Kw + C * kLdC;       // Q rows, then U rows
   float* A = Qu + C * kLdC;        // [C][C+1]
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const GdnArgs a) {
 
 // grid (long segments, nv, D / kTile), 256 threads, kScanSmem dynamic
 __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const GdnArgs a) {
-  extern __shared__ float sm[];
+  LUMEN_DYN_SMEM(float, sm);
   float* Ss = sm;                      // [D][kTile+1] state columns of this tile
   float* buf = Ss + D * (kTile + 1);   // [C][kLdC]: W, then Q, then K rows
   float* Vp = buf + C * kLdC;          // [C][kTile+1]
@@ -320,14 +320,14 @@ size_t gdn_chunk_scratch_floats_per_item_head() { return kPerItemHead; }
 void launch_gdn_conv(const GdnArgs& a, cudaStream_t s) {
   if (a.rows <= 0) return;
   check_shape(a);
-  gdn_conv_kernel<<<a.rows, 256, static_cast<size_t>(a.cd) * sizeof(float), s>>>(a);
+  LUMEN_LAUNCH(gdn_conv_kernel, a.rows, 256, static_cast<size_t>(a.cd) * sizeof(float), s, a);
   LUMEN_CUDA_LAUNCHED("gdn_conv");
 }
 
 void launch_gdn_recurrent(const GdnArgs& a, cudaStream_t s) {
   if (a.nsegs <= 0) return;
   check_shape(a);
-  gdn_recurrent_kernel<<<dim3(a.nsegs, a.nv), D, 0, s>>>(a);
+  LUMEN_LAUNCH(gdn_recurrent_kernel, dim3(a.nsegs, a.nv), D, 0, s, a);
   LUMEN_CUDA_LAUNCHED("gdn_recurrent");
 }
 
@@ -335,11 +335,11 @@ void launch_gdn_chunked(const GdnArgs& a, int n_items, int n_long, cudaStream_t 
   if (n_items <= 0 || n_long <= 0) return;
   check_shape(a);
   if (!a.chunk_scratch) throw std::runtime_error("CUDA Gated DeltaNet: no chunk scratch");
-  gdn_chunk_prep_kernel<<<dim3(n_items, a.nv), 256, kPrepSmem, s>>>(a);
+  LUMEN_LAUNCH(gdn_chunk_prep_kernel, dim3(n_items, a.nv), 256, kPrepSmem, s, a);
   LUMEN_CUDA_LAUNCHED("gdn_chunk_prep");
-  gdn_chunk_scan_kernel<<<dim3(n_long, a.nv, D / kTile), 256, kScanSmem, s>>>(a);
+  LUMEN_LAUNCH(gdn_chunk_scan_kernel, dim3(n_long, a.nv, D / kTile), 256, kScanSmem, s, a);
   LUMEN_CUDA_LAUNCHED("gdn_chunk_scan");
-  gdn_gated_norm_kernel<<<dim3(a.rows, a.nv), D, 0, s>>>(a);
+  LUMEN_LAUNCH(gdn_gated_norm_kernel, dim3(a.rows, a.nv), D, 0, s, a);
   LUMEN_CUDA_LAUNCHED("gdn_gated_norm");
 }
 

@@ -175,14 +175,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
 template <typename WT>
 void gemv_dispatch(const GemvArgs& a, int m_pad, unsigned grid, cudaStream_t s) {
   constexpr int T = kGemvWarps * 32;
+  void (*k)(const GemvArgs) = nullptr;
   switch (m_pad) {
-    case 1: gemv_kernel<1, WT><<<grid, T, 0, s>>>(a); break;
-    case 2: gemv_kernel<2, WT><<<grid, T, 0, s>>>(a); break;
-    case 4: gemv_kernel<4, WT><<<grid, T, 0, s>>>(a); break;
-    case 8: gemv_kernel<8, WT><<<grid, T, 0, s>>>(a); break;
-    case 16: gemv_kernel<16, WT><<<grid, T, 0, s>>>(a); break;
+    case 1: k = gemv_kernel<1, WT>; break;
+    case 2: k = gemv_kernel<2, WT>; break;
+    case 4: k = gemv_kernel<4, WT>; break;
+    case 8: k = gemv_kernel<8, WT>; break;
+    case 16: k = gemv_kernel<16, WT>; break;
     default: throw std::runtime_error("gemv: unsupported row count " + std::to_string(m_pad));
   }
+  LUMEN_LAUNCH(k, grid, T, 0, s, a);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,25 +199,29 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-#if __CUDA_ARCH__ >= 800
+#if defined(LUMEN_CUDA_EMU)
+  emu::cp_async16(dst, src, valid);
+#elif __CUDA_ARCH__ >= 800
   const int n = valid ? 16 : 0;  // zero-fill when out of range
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
+#if !defined(LUMEN_CUDA_EMU) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
+#if !defined(LUMEN_CUDA_EMU) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-#if __CUDA_ARCH__ >= 800
+#if defined(LUMEN_CUDA_EMU)
+  emu::ldmatrix_x4(addr, r0, r1, r2, r3);
+#elif __CUDA_ARCH__ >= 800
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
@@ -223,7 +229,9 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
 }
 
 __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint32_t* b) {
-#if __CUDA_ARCH__ >= 800
+#if defined(LUMEN_CUDA_EMU)
+  emu::mma_m16n8k16_bf16(c, a, b);
+#elif __CUDA_ARCH__ >= 800
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
@@ -235,7 +243,7 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint
 __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_kernel(const uint16_t* __restrict__ A, int M, int K,
                                                                  const uint16_t* __restrict__ B, int N,
                                                                  float* __restrict__ C) {
-  extern __shared__ __align__(16) uint16_t smem[];
+  LUMEN_DYN_SMEM(uint16_t, smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp & 1, warp_n = warp >> 1;  // 2 x 4 warps, 64 x 32 each
   const int m0 = blockIdx.x * kBM, n0 = blockIdx.y * kBN;
@@ -408,7 +416,7 @@ void launch_gemm_bf16(const uint16_t* xb, int M, int K, const uint16_t* w, int N
   const int gm = (M + kBM - 1) / kBM, gn = (N + kBN - 1) / kBN;
   if (gn > 65535) throw std::runtime_error("gemm_bf16: N too large");
   // blockIdx.x runs over M so consecutive blocks share one weight tile (read once from memory).
-  gemm_bf16_kernel<<<dim3(gm, gn), kGemmThreads, kGemmSmem, s>>>(xb, M, K, w, N, y);
+  LUMEN_LAUNCH(gemm_bf16_kernel, dim3(gm, gn), kGemmThreads, kGemmSmem, s, xb, M, K, w, N, y);
   LUMEN_CUDA_LAUNCHED("gemm_bf16");
 }
 
@@ -416,10 +424,13 @@ void launch_gemm_simt(const float* x, int M, int K, const void* w, bool bf16, in
   if (M <= 0 || N <= 0) return;
   const int gm = (M + kSB - 1) / kSB, gn = (N + kSB - 1) / kSB;
   if (gn > 65535) throw std::runtime_error("gemm_simt: N too large");
-  if (bf16)
-    gemm_simt_kernel<uint16_t><<<dim3(gm, gn), 256, 0, s>>>(x, M, K, static_cast<const uint16_t*>(w), N, y);
-  else
-    gemm_simt_kernel<float><<<dim3(gm, gn), 256, 0, s>>>(x, M, K, static_cast<const float*>(w), N, y);
+  if (bf16) {
+    auto* k = gemm_simt_kernel<uint16_t>;
+    LUMEN_LAUNCH(k, dim3(gm, gn), 256, 0, s, x, M, K, static_cast<const uint16_t*>(w), N, y);
+  } else {
+    auto* k = gemm_simt_kernel<float>;
+    LUMEN_LAUNCH(k, dim3(gm, gn), 256, 0, s, x, M, K, static_cast<const float*>(w), N, y);
+  }
   LUMEN_CUDA_LAUNCHED("gemm_simt");
 }
 

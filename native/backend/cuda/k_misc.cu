@@ -82,38 +82,38 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, uint16_t* __restrict
 
 void launch_embed(const void* table, bool bf16, int dim, const int* tokens, int rows, float* x, cudaStream_t s) {
   if (rows <= 0) return;
-  embed_kernel<<<rows, 256, 0, s>>>(table, bf16 ? 1 : 0, dim, tokens, x);
+  LUMEN_LAUNCH(embed_kernel, rows, 256, 0, s, table, bf16 ? 1 : 0, dim, tokens, x);
   LUMEN_CUDA_LAUNCHED("embed");
 }
 
 void launch_rmsnorm(float* x, const float* add, const float* w, float* y, int rows, int dim, float eps,
                     cudaStream_t s) {
   if (rows <= 0) return;
-  rmsnorm_kernel<<<rows, 256, 0, s>>>(x, add, w, y, dim, eps);
+  LUMEN_LAUNCH(rmsnorm_kernel, rows, 256, 0, s, x, add, w, y, dim, eps);
   LUMEN_CUDA_LAUNCHED("rmsnorm");
 }
 
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  add_kernel<<<grid_for(n, 256), 256, 0, s>>>(y, x, n);
+  LUMEN_LAUNCH(add_kernel, grid_for(n, 256), 256, 0, s, y, x, n);
   LUMEN_CUDA_LAUNCHED("add");
 }
 
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, s>>>(gate, up, out, n);
+  LUMEN_LAUNCH(swiglu_kernel, grid_for(n, 256), 256, 0, s, gate, up, out, n);
   LUMEN_CUDA_LAUNCHED("swiglu");
 }
 
 void launch_gather_rows(const float* x, const int* rows, int first, int count, float* y, int dim, cudaStream_t s) {
   if (count <= 0) return;
-  gather_kernel<<<count, 256, 0, s>>>(x, rows, first, y, dim);
+  LUMEN_LAUNCH(gather_kernel, count, 256, 0, s, x, rows, first, y, dim);
   LUMEN_CUDA_LAUNCHED("gather_rows");
 }
 
 void launch_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+  LUMEN_LAUNCH(to_bf16_kernel, grid_for(n, 256), 256, 0, s, x, y, n);
   LUMEN_CUDA_LAUNCHED("to_bf16");
 }
 
