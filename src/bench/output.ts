@@ -1,7 +1,7 @@
 // Kill-safe output files for --output PREFIX: every write is synchronous and reaches the disk before the
 // next row starts, so a SIGKILL leaves every finished row behind.
 import { closeSync, fsyncSync, openSync, renameSync, writeSync } from 'node:fs';
-import type { TimedRequest } from './metrics.js';
+import { e2eMs, ttftOf, type TimedRequest } from './metrics.js';
 
 /** Append-only file written with write(2) + fsync(2) per record. */
 export class SyncAppender {
@@ -59,8 +59,8 @@ export function requestLine(isl: number, osl: number, concurrency: number, t: Ti
     generated_tokens: r.tokens.length,
     finish_reason: r.finishReason,
     enqueue_ms: r.enqueueMs,
-    ttft_ms: r.tokenMs.length ? r.tokenMs[0]! - r.enqueueMs : null,
-    e2e_ms: r.tokenMs.length ? r.tokenMs[r.tokenMs.length - 1]! - r.enqueueMs : null,
+    ttft_ms: ttftOf(r),
+    e2e_ms: e2eMs(r),
     prefill_chunk_ms: r.prefillChunkMs,
     itl_ms: gaps,
   }) + '\n';

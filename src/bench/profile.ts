@@ -1,5 +1,6 @@
 // Text renderings of the engine's profile (--profile, --profile-pipeline).
 import type { PipelineStage, ProfileOp } from '../engine/types.js';
+import { textTable } from './table.js';
 
 export interface GroupTotal {
   group: string;
@@ -24,13 +25,6 @@ export function rankGroups(ops: readonly ProfileOp[]): GroupTotal[] {
     .sort((a, b) => b.selfUs - a.selfUs || a.group.localeCompare(b.group));
 }
 
-function table(head: string[], rows: string[][], leftCols: number): string[] {
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const fmt = (cells: string[]) =>
-    '  ' + cells.map((c, i) => (i < leftCols ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
-  return [fmt(head), ...rows.map(fmt)];
-}
-
 const ms = (us: number) => (us / 1000).toFixed(3);
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 
@@ -50,7 +44,7 @@ export function formatOpsReport(scope: string, ops: readonly ProfileOp[], topN =
     lines.push(`  ${String(i + 1).padStart(2)}. ${g.group.padEnd(24)} ${ms(g.selfUs).padStart(12)} ms  ${pct(g.share).padStart(6)}  (${g.calls} calls)`);
   });
   const sorted = [...ops].sort((a, b) => b.selfUs - a.selfUs || a.name.localeCompare(b.name));
-  lines.push(...table(
+  lines.push(...textTable(
     ['Op', 'Group', 'Calls', 'Total(ms)', 'Self(ms)', 'AvgSelf(us)', 'Self%'],
     sorted.map((o) => [
       o.name, o.group, String(o.calls), ms(o.totalUs), ms(o.selfUs),
@@ -72,7 +66,7 @@ export function formatPipelineReport(scope: string, stages: readonly PipelineSta
   ];
   if (stages.length === 0) lines.push('  (no stage was timed)');
   else {
-    lines.push(...table(
+    lines.push(...textTable(
       ['Stage', 'Calls', 'Total(ms)', 'Avg(us)', 'Share'],
       stages.map((s) => [s.name, String(s.calls), ms(s.totalUs), s.calls > 0 ? (s.totalUs / s.calls).toFixed(2) : '', pct(total > 0 ? s.totalUs / total : 0)]),
       1,

@@ -6,6 +6,7 @@ import cliProgress from 'cli-progress';
 import type { Logger } from './logger.js';
 import type { ReportRow } from './report.js';
 import type { RowOutcome } from './runner.js';
+import { textTable } from './table.js';
 
 export interface HeaderInfo {
   toolVersion: string;
@@ -264,10 +265,9 @@ export class HumanRenderer implements SweepRenderer {
         r.batching_efficiency === null ? '-' : r.batching_efficiency.toFixed(2),
       ];
     });
-    const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
-    const fmtRow = (cells: string[]) => '  ' + cells.map((s, i) => (i < 3 ? s.padEnd(widths[i]!) : s.padStart(widths[i]!))).join('  ');
-    this.line(this.c.dim(fmtRow(head)));
-    for (const b of body) this.line(b[2] === 'ok' ? fmtRow(b) : this.c.red(fmtRow(b)));
+    const [headLine, ...lines] = textTable(head, body, 3);
+    this.line(this.c.dim(headLine!));
+    lines.forEach((l, i) => this.line(body[i]![2] === 'ok' ? l : this.c.red(l)));
     for (const r of rows) if (r.status === 'error') this.line(`  ${this.c.red(`${r.isl}:${r.osl} c=${r.concurrency}`)}: ${r.reason}`);
 
     const single = rows.find((r) => r.status === 'ok' && r.concurrency === 1 && r.latency);

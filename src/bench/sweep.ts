@@ -9,6 +9,7 @@ import { cpuSample, machineInfo, nvidiaGpus, otherCpuShare } from '../util/machi
 import { REPO_ROOT, TOOL_VERSION } from '../util/version.js';
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { createLogger } from './logger.js';
+import { ttftOf } from './metrics.js';
 import { appendMemoryStage, memoryStageRows, type MemoryStage } from './memory-stages.js';
 import type { SweepConfig } from './options.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
@@ -308,7 +309,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
           },
           requestDone: (t, timed) => renderer.debug('request', {
             cell: label, timed, pass: t.pass, session: t.session, id: t.result.id,
-            tokens: t.result.tokens.length, ttft_ms: t.result.tokenMs.length ? t.result.tokenMs[0]! - t.result.enqueueMs : null,
+            tokens: t.result.tokens.length, ttft_ms: ttftOf(t.result),
           }),
         });
         const otherCpu = otherCpuShare(cpuBefore, cpuSample());
