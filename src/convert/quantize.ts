@@ -36,12 +36,16 @@ export function f16ToF32(bits: number): number {
 /** f32 -> f16 bits, round to nearest even, overflow to infinity, subnormals kept. */
 export function f32ToF16(x: number): number {
   f32Scratch[0] = x;
-  const u = u32Scratch[0]!;
+  return f32BitsToF16(u32Scratch[0]!);
+}
+
+/** f32 bit pattern -> f16 bits (see f32ToF16). */
+export function f32BitsToF16(u: number): number {
   const sign = (u >>> 16) & 0x8000;
   const exp = (u >>> 23) & 0xff;
   let mant = u & 0x7fffff;
   if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  let e = exp - 127 + 15;
+  const e = exp - 127 + 15;
   if (e >= 0x1f) return sign | 0x7c00;
   if (e <= 0) {
     // Subnormal half (or zero): shift the implicit-one mantissa right, rounding to nearest even.
@@ -71,25 +75,40 @@ export function decodeToF32(dtype: 'F32' | 'F16' | 'BF16', src: Uint8Array, dst:
     }
     return;
   }
-  const dv = new DataView(src.buffer, src.byteOffset, n * 2);
+  // Little-endian host assumed for the typed-array fast path (x86 / arm64).
+  const u16 = (src.byteOffset & 1) === 0 ? new Uint16Array(src.buffer, src.byteOffset, n) : null;
+  const dv = u16 ? null : new DataView(src.buffer, src.byteOffset, n * 2);
+  const at = (i: number) => (u16 ? u16[i]! : dv!.getUint16(i * 2, true));
   if (dtype === 'BF16') {
     const out = new Uint32Array(dst.buffer, dst.byteOffset, n);
-    for (let i = 0; i < n; i++) out[i] = dv.getUint16(i * 2, true) << 16;
+    if (u16) for (let i = 0; i < n; i++) out[i] = u16[i]! << 16;
+    else for (let i = 0; i < n; i++) out[i] = at(i) << 16;
   } else {
-    for (let i = 0; i < n; i++) dst[i] = f16ToF32(dv.getUint16(i * 2, true));
+    for (let i = 0; i < n; i++) dst[i] = f16ToF32(at(i));
   }
 }
 
 /** Encode f32 values as bf16 little-endian bytes into `out` (2·n bytes). */
 export function encodeBf16(src: Float32Array, out: Uint8Array): void {
-  const dv = new DataView(out.buffer, out.byteOffset, src.length * 2);
-  for (let i = 0; i < src.length; i++) dv.setUint16(i * 2, f32ToBf16(src[i]!), true);
+  const bits = new Uint32Array(src.buffer, src.byteOffset, src.length);
+  const write = u16View(out, src.length);
+  for (let i = 0; i < src.length; i++) {
+    const u = bits[i]!;
+    write[i] = (u & 0x7fffffff) > 0x7f800000 ? ((u >>> 16) | 0x40) & 0xffff : ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
+  }
 }
 
 /** Encode f32 values as f16 little-endian bytes into `out` (2·n bytes). */
 export function encodeF16(src: Float32Array, out: Uint8Array): void {
-  const dv = new DataView(out.buffer, out.byteOffset, src.length * 2);
-  for (let i = 0; i < src.length; i++) dv.setUint16(i * 2, f32ToF16(src[i]!), true);
+  const bits = new Uint32Array(src.buffer, src.byteOffset, src.length);
+  const write = u16View(out, src.length);
+  for (let i = 0; i < src.length; i++) write[i] = f32BitsToF16(bits[i]!);
+}
+
+/** A Uint16Array over `out` (which must be 2-byte aligned: callers allocate it). */
+function u16View(out: Uint8Array, n: number): Uint16Array {
+  if ((out.byteOffset & 1) !== 0) throw new Error('unaligned output buffer');
+  return new Uint16Array(out.buffer, out.byteOffset, n);
 }
 
 /**
@@ -100,6 +119,7 @@ export function quantizeQ8_0(src: Float32Array, out: Uint8Array): void {
   if (src.length % Q8_0_BLOCK !== 0) throw new Error(`Q8_0 needs a multiple of ${Q8_0_BLOCK} values, got ${src.length}`);
   const nb = src.length / Q8_0_BLOCK;
   const dv = new DataView(out.buffer, out.byteOffset, nb * Q8_0_BLOCK_BYTES);
+  const qs = new Int8Array(out.buffer, out.byteOffset, nb * Q8_0_BLOCK_BYTES);
   for (let b = 0; b < nb; b++) {
     const base = b * Q8_0_BLOCK;
     let amax = 0;
@@ -113,9 +133,8 @@ export function quantizeQ8_0(src: Float32Array, out: Uint8Array): void {
     dv.setUint16(o, f32ToF16(d), true);
     for (let j = 0; j < Q8_0_BLOCK; j++) {
       const v = Math.fround(src[base + j]! * id);
-      // C roundf: half away from zero.
-      const q = v < 0 ? -Math.round(-v) : Math.round(v);
-      dv.setInt8(o + 2 + j, Math.max(-128, Math.min(127, q)));
+      // C roundf (half away from zero); v + 0.5 is exact in double and |v| <= 127.
+      qs[o + 2 + j] = v < 0 ? -((0.5 - v) | 0) : (v + 0.5) | 0;
     }
   }
 }

@@ -222,6 +222,11 @@ export class LlamaRef {
       if (!Number.isInteger(t) || t < 0 || t >= V) throw new Error(`prompt token ${t} outside [0, ${V})`);
     }
     const newTokens = opts.newTokens ?? 0;
+    if (!Number.isInteger(newTokens) || newTokens < 0) throw new Error(`newTokens ${newTokens}: expected an integer >= 0`);
+    if (prompt.length + newTokens >= this.context.contextSize) {
+      // llama.cpp would have to shift the context, which a recurrent (GDN) state cannot do.
+      throw new Error(`prompt (${prompt.length}) + new tokens (${newTokens}) exceed the reference context (${this.context.contextSize}); pass a larger contextSize`);
+    }
     const mode = opts.logSoftmax ?? 'all';
     const t0 = performance.now();
     await this.seq.clearHistory();
