@@ -116,7 +116,11 @@ async function runPhase(
         return;
       }
       if (r.finishReason === 'cancelled') {
-        cancelled = cancelled || signal.aborted;
+        // Ours (an abort, or cancelAll after another failure) or the engine's own: the latter loses a request.
+        if (!signal.aborted && failure === null) {
+          failure = `the engine cancelled a request it was not asked to cancel${r.error ? ` (${r.error})` : ''}`;
+          cancelAll();
+        }
         return;
       }
       onDone(t);
