@@ -234,6 +234,10 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
   };
 
   const hasHead = ckpt.tensors.has('lm_head.weight');
+  if (!hasHead && !cfg.tieWordEmbeddings) {
+    // llama.cpp would silently fall back to token_embd as the output head.
+    throw new ConvertError(`${ckpt.dir}: tie_word_embeddings is false but lm_head.weight is missing`);
+  }
   mat('token_embd.weight', 'embed_tokens.weight', d.V, d.H);
 
   const layer = (i: number, src: string, full: boolean) => {
