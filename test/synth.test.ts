@@ -11,7 +11,8 @@ import { countParams, loadCheckpoint } from '../src/model/checkpoint.js';
 import { EMBEDDED_MODEL_NAME, embeddedModelDir, ensureEmbeddedModel } from '../src/model/embedded.js';
 import { DTYPE_SIZE, f32ToBf16, readSafetensorsHeader, readTensorBytes, readTensorF32 } from '../src/model/safetensors.js';
 import type { TensorRef } from '../src/model/types.js';
-import { cleanupAllFixtures, smallFixture, tempDir } from './helpers/synth-fixture.js';
+import { cleanupAllFixtures, smallFixture, SMALL_VOCAB, tempDir } from './helpers/synth-fixture.js';
+import { writeSynthCheckpoint } from '../src/model/synth.js';
 
 afterAll(() => cleanupAllFixtures());
 
@@ -59,6 +60,14 @@ describe('synthetic checkpoint layout', () => {
     }
     expect(fx.result.paramCount).toBe(countParams(fx.result.config).text);
     expect(fx.result.mtpParamCount).toBe(countParams(fx.result.config).mtp);
+  });
+
+  it('rewriting a directory with fewer shards leaves no stale shards or index', async () => {
+    const fx = await smallFixture({ shards: 3 });
+    const again = await writeSynthCheckpoint({ preset: 'tiny', out: fx.dir, seed: 1, tokenizer: false, overrides: SMALL_VOCAB });
+    expect(readdirSync(fx.dir).sort()).toEqual(['config.json', 'generation_config.json', 'model.safetensors']);
+    expect(loadCheckpoint(fx.dir).shards).toEqual([path.join(fx.dir, 'model.safetensors')]);
+    expect(again.files.length).toBe(3);
   });
 
   it('is deterministic for a seed and differs across seeds', async () => {

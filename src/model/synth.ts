@@ -27,7 +27,7 @@
 // bf16 values are the f32 values rounded to nearest even. Like the published Qwen3.5 checkpoints,
 // a bf16 synth stores linear_attn.A_log and linear_attn.norm.weight as F32 (f32SsmParams).
 
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseConfig, textConfigToJson } from './config.js';
 import { countParams, expectedTensors, PREFIX_NESTED } from './checkpoint.js';
@@ -41,7 +41,7 @@ export type SynthDType = 'bf16' | 'f32';
 
 export interface SynthOptions {
   preset: PresetName;
-  /** Output directory (created; existing files with the same names are overwritten). */
+  /** Output directory (created; earlier model*.safetensors / index files in it are removed first). */
   out: string;
   /** Default 'bf16'. */
   dtype?: SynthDType;
@@ -224,6 +224,10 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
   const f32Ssm = opts.f32SsmParams ?? true;
   const dir = path.resolve(opts.out);
   mkdirSync(dir, { recursive: true });
+  // Weight files of an earlier write (another shard count) would be picked up by a loader.
+  for (const f of readdirSync(dir)) {
+    if (/^model.*\.safetensors$/.test(f) || f === 'model.safetensors.index.json') rmSync(path.join(dir, f), { force: true });
+  }
 
   // --- plan tensors (natural order), then shards
   const planned: PlannedTensor[] = [];
