@@ -1,0 +1,162 @@
+// Side-by-side CPU benchmark: this engine against llama.cpp (node-llama-cpp 3.21.1, CPU build) on
+// the same synthetic Qwen3.5-0.8B-shaped bf16 weights (safetensors for us, `bench convert --dtype
+// bf16` GGUF for llama.cpp), same thread count, interleaved A B A B after a warm-up, medians.
+// Also measures this machine's two limits (read bandwidth, peak multiply-add rate) and prints each
+// result as a fraction of its roofline. Usage: npm run bench:peer -- [--threads N] [--rounds N]
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { Command } from 'commander';
+import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { writeSynthCheckpoint } from '../src/model/synth.js';
+import { convertCheckpoint } from '../src/convert/convert.js';
+import { loadEngine } from '../src/engine/engine.js';
+import { loadAddon } from '../src/engine/native.js';
+import type { EngineHandle } from '../src/engine/types.js';
+import type { Checkpoint } from '../src/model/types.js';
+import { REPO_ROOT } from '../src/util/version.js';
+
+interface Figures { prefill: number; decode1: number; decode8: number }
+
+const program = new Command('peer-bench')
+  .option('--threads <n>', 'threads for both engines', (v) => Number(v), 2)
+  .option('--rounds <n>', 'interleaved rounds (medians reported)', (v) => Number(v), 3)
+  .option('--isl <n>', 'prefill length', (v) => Number(v), 512)
+  .option('--decode-prompt <n>', 'prompt length before decode', (v) => Number(v), 128)
+  .option('--decode-tokens <n>', 'tokens generated per decode measurement', (v) => Number(v), 48)
+  .option('--preset <p>', 'synthetic preset', '0.8b')
+  .option('--json <file>', 'also write the results as JSON')
+  .parse(process.argv);
+const opt = program.opts<{ threads: number; rounds: number; isl: number; decodePrompt: number; decodeTokens: number; preset: string; json?: string }>();
+
+function ids(n: number, seed: number): number[] {
+  let s = (seed * 2654435761) >>> 0 || 1;
+  return Array.from({ length: n }, () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s % 240000; });
+}
+const median = (a: number[]) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]!; };
+const log = (s: string) => process.stderr.write(`${s}\n`);
+
+/** Aggregate decode rate of several streams: tokens after each stream's first, over the window. */
+function decodeRate(streams: number[][]): number {
+  const first = Math.min(...streams.map((t) => t[0]!));
+  const last = Math.max(...streams.map((t) => t[t.length - 1]!));
+  const n = streams.reduce((a, t) => a + t.length - 1, 0);
+  return n / ((last - first) / 1000);
+}
+
+async function ensureModel(): Promise<{ dir: string; gguf: string }> {
+  const dir = path.join(REPO_ROOT, '.models', `peer-${opt.preset}-bf16`);
+  const gguf = `${dir}.gguf`;
+  if (!existsSync(path.join(dir, 'config.json'))) {
+    log(`writing synthetic ${opt.preset} bf16 checkpoint to ${dir} ...`);
+    mkdirSync(path.dirname(dir), { recursive: true });
+    await writeSynthCheckpoint({ preset: opt.preset as '0.8b', out: dir, dtype: 'bf16', seed: 1 });
+  }
+  if (!existsSync(gguf)) {
+    log(`converting to ${gguf} ...`);
+    await convertCheckpoint(dir, gguf, { dtype: 'bf16' });
+  }
+  return { dir, gguf };
+}
+
+async function oursRound(e: EngineHandle, round: number): Promise<Figures> {
+  const p = await e.submit({ prompt: ids(opt.isl, 1000 + round), maxTokens: 1, ignoreEos: true }).done;
+  const prefill = opt.isl / ((p.tokenMs[0]! - p.enqueueMs) / 1000);
+  const one = await e.submit({ prompt: ids(opt.decodePrompt, 2000 + round), maxTokens: opt.decodeTokens, ignoreEos: true }).done;
+  const eight = await Promise.all(Array.from({ length: 8 }, (_, i) =>
+    e.submit({ prompt: ids(opt.decodePrompt, 3000 + 10 * round + i), maxTokens: opt.decodeTokens, ignoreEos: true }).done));
+  return { prefill, decode1: decodeRate([one.tokenMs]), decode8: decodeRate(eight.map((r) => r.tokenMs)) };
+}
+
+async function main(): Promise<void> {
+  const { dir, gguf } = await ensureModel();
+  const ckpt: Checkpoint = loadCheckpoint(dir);
+  const addon = loadAddon() as unknown as { probeMachine(t: number): { readGBs: number; peakGflops: number; peakKind: string } };
+  log('probing the machine (read bandwidth, peak multiply-add rate) ...');
+  const machine = addon.probeMachine(opt.threads);
+
+  const ctxLen = opt.decodePrompt + opt.decodeTokens + 8;
+  const engine = await loadEngine(ckpt, {
+    device: 'cpu', threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.isl + 8, ctxLen),
+    maxSeqs: 8, prefillChunk: 512, stepTokenBudget: Math.max(512, opt.isl), prefixCache: false,
+  });
+  const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0 });
+  const ctx1 = await model.createContext({ contextSize: Math.max(opt.isl + 8, ctxLen), sequences: 1, threads: opt.threads, batchSize: 512 });
+  const ctx8 = await model.createContext({ contextSize: 8 * ctxLen, sequences: 8, threads: opt.threads, batchSize: 512 });
+
+  async function genTimes(seq: ReturnType<typeof ctx8.getSequence>, prompt: number[]): Promise<number[]> {
+    const times: number[] = [];
+    const it = seq.evaluate(prompt as never, { temperature: 0 });
+    for await (const _tok of it) {
+      times.push(performance.now());
+      if (times.length >= opt.decodeTokens) break;
+    }
+    return times;
+  }
+  async function llamaRound(round: number): Promise<Figures> {
+    const s1 = ctx1.getSequence();
+    const t0 = performance.now();
+    await s1.evaluateWithoutGeneratingNewTokens(ids(opt.isl, 1000 + round) as never);
+    const prefill = opt.isl / ((performance.now() - t0) / 1000);
+    await s1.clearHistory();
+    const one = await genTimes(s1, ids(opt.decodePrompt, 2000 + round));
+    s1.dispose();
+    const seqs = Array.from({ length: 8 }, () => ctx8.getSequence());
+    const eight = await Promise.all(seqs.map((s, i) => genTimes(s, ids(opt.decodePrompt, 3000 + 10 * round + i))));
+    for (const s of seqs) s.dispose();
+    return { prefill, decode1: decodeRate([one]), decode8: decodeRate(eight) };
+  }
+
+  log('warm-up ...');
+  await oursRound(engine, 99);
+  await llamaRound(99);
+  const ours: Figures[] = [];
+  const ref: Figures[] = [];
+  for (let r = 0; r < opt.rounds; r++) {
+    ours.push(await oursRound(engine, r));
+    ref.push(await llamaRound(r));
+    log(`round ${r + 1}/${opt.rounds}: ours ${fmt(ours[r]!)} | llama.cpp ${fmt(ref[r]!)}`);
+  }
+  const med = (f: Figures[], k: keyof Figures) => median(f.map((x) => x[k]));
+  const c = ckpt.config;
+  // Decode reads every matrix once per step (the tied head once; the embedding lookup is one
+  // row), plus the recurrent state read and written; prefill needs 2 FLOPs per matrix weight per
+  // token (no head except the last token).
+  const embed = c.vocabSize * c.hiddenSize;
+  const matrixParams = ckpt.paramCount - embed + (c.tieWordEmbeddings ? embed : 0);
+  const stateBytes = (c.layerTypes.filter((t) => t === 'linear_attention').length) *
+    (c.linearNumValueHeads * c.linearKeyHeadDim * c.linearValueHeadDim + 3 * (2 * c.linearNumKeyHeads * c.linearKeyHeadDim + c.linearNumValueHeads * c.linearValueHeadDim)) * 4 * 2;
+  const decodeBytes = matrixParams * 2 + stateBytes;
+  const decodeRoof = (machine.readGBs * 1e9) / decodeBytes;
+  const prefillFlops = 2 * (ckpt.paramCount - embed - (c.tieWordEmbeddings ? 0 : embed));
+  const prefillRoof = (machine.peakGflops * 1e9) / prefillFlops;
+  const rows = [
+    ['prefill tok/s (isl ' + opt.isl + ')', med(ours, 'prefill'), med(ref, 'prefill'), prefillRoof],
+    ['decode tok/s c=1', med(ours, 'decode1'), med(ref, 'decode1'), decodeRoof],
+    ['decode tok/s c=8 (aggregate)', med(ours, 'decode8'), med(ref, 'decode8'), NaN],
+  ] as const;
+  const out: string[] = [];
+  out.push(`machine: ${opt.threads} threads, read bandwidth ${machine.readGBs.toFixed(1)} GB/s, peak ${machine.peakGflops.toFixed(0)} GFLOP/s (${machine.peakKind})`);
+  out.push(`model: synthetic ${opt.preset} bf16, ${(ckpt.paramCount / 1e6).toFixed(0)}M params; decode reads ${(decodeBytes / 1e9).toFixed(2)} GB/step -> roofline ${decodeRoof.toFixed(1)} tok/s; prefill ${(prefillFlops / 1e9).toFixed(2)} GFLOP/token -> roofline ${prefillRoof.toFixed(0)} tok/s`);
+  out.push(`${'figure'.padEnd(32)}${'ours'.padStart(10)}${'llama.cpp'.padStart(12)}${'ratio'.padStart(8)}${'ours/roofline'.padStart(15)}`);
+  for (const [name, a, b, roof] of rows) {
+    out.push(`${name.padEnd(32)}${a.toFixed(1).padStart(10)}${b.toFixed(1).padStart(12)}${(a / b).toFixed(2).padStart(8)}${(Number.isNaN(roof) ? '-' : `${((100 * a) / roof).toFixed(0)} %`).padStart(15)}`);
+  }
+  out.push(`c=8 / c=1 (ours): ${(med(ours, 'decode8') / med(ours, 'decode1')).toFixed(2)}x; (llama.cpp): ${(med(ref, 'decode8') / med(ref, 'decode1')).toFixed(2)}x`);
+  process.stdout.write(`${out.join('\n')}\n`);
+  if (opt.json) writeFileSync(opt.json, JSON.stringify({ machine, ours, llama: ref, decodeRoof, prefillRoof, decodeBytes, prefillFlops }, null, 2));
+  await engine.close();
+  await ctx1.dispose();
+  await ctx8.dispose();
+  await model.dispose();
+}
+
+function fmt(f: Figures): string {
+  return `prefill ${f.prefill.toFixed(1)} decode1 ${f.decode1.toFixed(2)} decode8 ${f.decode8.toFixed(2)}`;
+}
+
+main().catch((err) => {
+  process.stderr.write(`peer-bench: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exitCode = 1;
+});
