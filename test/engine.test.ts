@@ -142,3 +142,14 @@ describe('memory pressure and cancellation', () => {
     expect(s.activeBytes).toBe(base.activeBytes);
   });
 });
+
+describe('admission edge cases', () => {
+  it('admits a request that fills the pool exactly (prompt only, no room for a next token)', async () => {
+    // maxSeq 64 with one sequence: a pool of 4 blocks, and a 64-token prompt evaluated for logits only.
+    const e = await engine({ maxSeq: 64, maxSeqs: 1 });
+    const r = await greedy(e, promptIds(64, 31), 0, true);
+    expect(r.logitRows).toBe(64);
+    const r2 = await greedy(e, promptIds(60, 32), 4);
+    expect(r2.tokens.length).toBe(4);
+  });
+});

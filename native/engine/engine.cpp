@@ -474,7 +474,9 @@ bool Engine::schedule(StepBatch& b, std::vector<Seq*>& order) {
   // Admit waiting sequences while a slot and enough KV blocks (whole prompt + first token) are free.
   while (!waiting_.empty() && !free_slots_.empty()) {
     Seq& s = *waiting_.front();
-    const int need_tokens = static_cast<int>(s.tokens.size()) + 1;
+    // Blocks for everything computed so far plus the next token, never more than the request can
+    // ever use (submit() checked that this fits the pool, so a parked request always gets in).
+    const int need_tokens = std::min(static_cast<int>(s.tokens.size()) + 1, s.prompt_len + s.req.max_tokens);
     const int need_blocks = (need_tokens + ec_.block_size - 1) / ec_.block_size;
     int evictable = 0;
     for (auto& [blk, cb] : cache_by_block_)
