@@ -6,6 +6,7 @@
 // and off, the chunked DeltaNet against the recurrence, and the prefix cache.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cudaAvailable, loadEngine } from '../src/engine/engine.js';
 import { loadAddon } from '../src/engine/native.js';
@@ -14,6 +15,7 @@ import type { TextConfig } from '../src/model/types.js';
 import { baseOptions, logSoftmaxRow, promptIds, tinyConfig } from './helpers/engine-fixture.js';
 
 const V = 248320;
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 function nvccPresent(): boolean {
   if ((process.env.LUMEN_CUDA ?? '').toUpperCase() === 'OFF') return false;
@@ -85,9 +87,12 @@ function compare(ref: RequestResult, got: RequestResult): { maxAbs: number; rows
 describe('CUDA backend against the CPU backend', () => {
   // f32 weights run in fp32 on both sides (the foundation tolerance, 1e-3 on log-softmax). bf16
   // weights: prefill products on tensor cores round activations to bf16, the CPU keeps them fp32.
-  const cases: { name: string; cfg: TextConfig; dtype: 'f32' | 'bf16'; tol: number }[] = [
+  // The precise GEMM mode (LUMEN_CUDA_PRECISE_GEMM=1: activations split into bf16 hi + lo) must
+  // match as tightly as f32; the default mode only gets a bound against gross errors.
+  const cases: { name: string; cfg: TextConfig; dtype: 'f32' | 'bf16'; tol: number; precise?: boolean }[] = [
     { name: 'tiny f32 (value heads = 2 key heads)', cfg: tinyConfig(), dtype: 'f32', tol: 1e-3 },
-    { name: 'tiny bf16', cfg: tinyConfig(), dtype: 'bf16', tol: 3e-2 },
+    { name: 'tiny bf16, precise GEMM mode', cfg: tinyConfig(), dtype: 'bf16', tol: 2e-3, precise: true },
+    { name: 'tiny bf16, default mode', cfg: tinyConfig(), dtype: 'bf16', tol: 0.3 },
     {
       name: 'hidden 256, 4 query heads per KV head, untied, f32',
       cfg: tinyConfig({ hiddenSize: 256, numHeads: 8, numKvHeads: 2, intermediateSize: 512, tieWordEmbeddings: false }),
@@ -97,7 +102,14 @@ describe('CUDA backend against the CPU backend', () => {
   for (const c of cases) {
     it.skipIf(!gpu)(`${c.name}: 8 batched sequences, prompts 1/65/150, within ${c.tol}${why}`, async () => {
       const cpu = await batch(await open('cpu', c.cfg, c.dtype));
-      const dev = await batch(await open('cuda', c.cfg, c.dtype));
+      if (c.precise) process.env.LUMEN_CUDA_PRECISE_GEMM = '1';
+      let devEngine: EngineHandle;
+      try {
+        devEngine = await open('cuda', c.cfg, c.dtype);
+      } finally {
+        delete process.env.LUMEN_CUDA_PRECISE_GEMM;
+      }
+      const dev = await batch(devEngine);
       for (let i = 0; i < LENS.length; i++) {
         expect(dev[i]!.finishReason).toBe('length');
         const r = compare(cpu[i]!, dev[i]!);
@@ -151,4 +163,15 @@ describe('CUDA backend against the CPU backend', () => {
     for (let i = 0; i < warm.logits!.length; i++) m = Math.max(m, Math.abs(warm.logits![i]! - cold.logits![off + i]!));
     expect(m).toBeLessThan(1e-3);
   });
+});
+
+// The CUDA backend compiled as plain C++ against the CPU emulation of the CUDA execution model
+// (native/backend/cuda/emu/): kernel-level checks of the matrix products, then the engine's CUDA
+// backend against its CPU backend. Opt-in: it builds the engine once more and takes minutes.
+const emu = process.env.LUMEN_TEST_CUDA_EMU === '1';
+describe('CUDA backend on the CPU emulation', () => {
+  it.skipIf(!emu)(`matches the CPU backend${emu ? '' : ' [skipped: set LUMEN_TEST_CUDA_EMU=1 to run it (builds for the emulation, minutes)]'}`, () => {
+    const r = spawnSync('bash', ['native/backend/cuda/emu/run.sh', 'quick'], { cwd: ROOT, encoding: 'utf8', timeout: 1_800_000 });
+    expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+  }, 1_900_000);
 });

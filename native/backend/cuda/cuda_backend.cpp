@@ -103,6 +103,7 @@ class CudaBackend final : public Backend {
     stream_ = std::make_unique<Stream>();
     cuda::kernels_init(device_);
     graphs_on_ = env_flag("LUMEN_CUDA_GRAPHS", true);
+    precise_gemm_ = env_flag("LUMEN_CUDA_PRECISE_GEMM", false);
   }
 
   ~CudaBackend() override {
@@ -279,8 +280,10 @@ class CudaBackend final : public Backend {
       const size_t rows = static_cast<size_t>(std::max(256, next_pow2(std::max(1, spec.n_state_slots))));
       attn_part_ = alloc_.alloc(rows * cfg_.n_heads * (cfg_.head_dim + 2) * sizeof(float), "attention partials");
     }
-    if (max_cols_ > 0)
+    if (max_cols_ > 0) {
       xb_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activations");
+      if (precise_gemm_) xb_lo_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activation residuals");
+    }
     logit_rows_cap_ = std::max(1, max_logit_rows);
     logits_host_.resize(static_cast<size_t>(logit_rows_cap_) * std::max(1, cfg_.vocab) * sizeof(float));
     return total;
@@ -754,7 +757,19 @@ class CudaBackend final : public Backend {
       return;
     }
     if (bf16 && p.K % 8 == 0 && xb_) {
-      cuda::launch_to_bf16(p.x, xb_.as<uint16_t>(), static_cast<int64_t>(p.rows) * p.K, stream());
+      const int64_t n = static_cast<int64_t>(p.rows) * p.K;
+      if (precise_gemm_) {
+        // x = hi + lo, two tensor-core passes: about fp32 accuracy for twice the matrix work.
+        cuda::launch_to_bf16_split(p.x, xb_.as<uint16_t>(), xb_lo_.as<uint16_t>(), n, stream());
+        for (int i = 0; i < p.n; ++i) {
+          const auto* w = static_cast<const uint16_t*>(p.w[i].ptr);
+          const int N = static_cast<int>(p.w[i].rows);
+          cuda::launch_gemm_bf16(xb_.as<uint16_t>(), p.rows, p.K, w, N, p.y[i], stream());
+          cuda::launch_gemm_bf16(xb_lo_.as<uint16_t>(), p.rows, p.K, w, N, p.y[i], stream(), true);
+        }
+        return;
+      }
+      cuda::launch_to_bf16(p.x, xb_.as<uint16_t>(), n, stream());
       for (int i = 0; i < p.n; ++i)
         cuda::launch_gemm_bf16(xb_.as<uint16_t>(), p.rows, p.K, static_cast<const uint16_t*>(p.w[i].ptr),
                                static_cast<int>(p.w[i].rows), p.y[i], stream());
@@ -824,7 +839,8 @@ class CudaBackend final : public Backend {
   cuda::StepMeta meta_;
   int logit_rows_cap_ = 0;
 
-  DeviceBuffer conv_out_, beta_, gdec_, chunk_scr_, attn_part_, xb_;
+  DeviceBuffer conv_out_, beta_, gdec_, chunk_scr_, attn_part_, xb_, xb_lo_;
+  bool precise_gemm_ = false;  // LUMEN_CUDA_PRECISE_GEMM: split activations into bf16 hi + lo
   std::vector<DeviceBuffer> scratch_;
 
   // Step state.

@@ -37,6 +37,9 @@ void launch_add(float* y, const float* x, int64_t n, cudaStream_t s);
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
 void launch_gather_rows(const float* x, const int* rows, int first, int count, float* y, int dim, cudaStream_t s);
 void launch_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
+// x = hi + lo with hi = bf16(x), lo = bf16(x - hi): products against bf16 weights then keep about
+// 16 mantissa bits of x (the precise GEMM mode).
+void launch_to_bf16_split(const float* x, uint16_t* hi, uint16_t* lo, int64_t n, cudaStream_t s);
 
 // ---- matrix products (k_matmul.cu): y[m][n] = sum_k x[m][k] * W[n][k]
 struct GemvSeg {
@@ -59,8 +62,9 @@ struct GemvArgs {
 // once for all rows of x, 16-byte loads.
 void launch_gemv(const GemvArgs& a, int m_pad, cudaStream_t s);
 // Tensor-core product (mma.sync m16n8k16 bf16, fp32 accumulate) for many rows; x given in bf16.
-// Needs K % 8 == 0.
-void launch_gemm_bf16(const uint16_t* xb, int M, int K, const uint16_t* w, int N, float* y, cudaStream_t s);
+// Needs K % 8 == 0. With accumulate, y += x Wᵀ.
+void launch_gemm_bf16(const uint16_t* xb, int M, int K, const uint16_t* w, int N, float* y, cudaStream_t s,
+                      bool accumulate = false);
 // Plain fp32 tiled product (f32 weights, or shapes the tensor-core path does not take).
 void launch_gemm_simt(const float* x, int M, int K, const void* w, bool bf16, int N, float* y, cudaStream_t s);
 

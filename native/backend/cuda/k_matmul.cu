@@ -242,7 +242,7 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint
 
 __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_kernel(const uint16_t* __restrict__ A, int M, int K,
                                                                  const uint16_t* __restrict__ B, int N,
-                                                                 float* __restrict__ C) {
+                                                                 float* __restrict__ C, int accumulate) {
   LUMEN_DYN_SMEM(uint16_t, smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp & 1, warp_n = warp >> 1;  // 2 x 4 warps, 64 x 32 each
@@ -328,7 +328,11 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_kernel(const uint16_t*
         const int row = m0 + warp_m * 64 + mi * 16 + g + h * 8;
         if (row >= M) continue;
         float* dst = C + static_cast<int64_t>(row) * N + col;
-        const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+        float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+        if (accumulate) {
+          if (col < N) v0 += dst[0];
+          if (col + 1 < N) v1 += dst[1];
+        }
         if (col + 1 < N && (N & 1) == 0) {
           *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
         } else {
@@ -410,13 +414,14 @@ void launch_gemv(const GemvArgs& a, int m_pad, cudaStream_t s) {
   LUMEN_CUDA_LAUNCHED("gemv");
 }
 
-void launch_gemm_bf16(const uint16_t* xb, int M, int K, const uint16_t* w, int N, float* y, cudaStream_t s) {
+void launch_gemm_bf16(const uint16_t* xb, int M, int K, const uint16_t* w, int N, float* y, cudaStream_t s,
+                      bool accumulate) {
   if (M <= 0 || N <= 0) return;
   if (K % 8 != 0) throw std::runtime_error("gemm_bf16: K must be a multiple of 8");
   const int gm = (M + kBM - 1) / kBM, gn = (N + kBN - 1) / kBN;
   if (gn > 65535) throw std::runtime_error("gemm_bf16: N too large");
   // blockIdx.x runs over M so consecutive blocks share one weight tile (read once from memory).
-  LUMEN_LAUNCH(gemm_bf16_kernel, dim3(gm, gn), kGemmThreads, kGemmSmem, s, xb, M, K, w, N, y);
+  LUMEN_LAUNCH(gemm_bf16_kernel, dim3(gm, gn), kGemmThreads, kGemmSmem, s, xb, M, K, w, N, y, accumulate ? 1 : 0);
   LUMEN_CUDA_LAUNCHED("gemm_bf16");
 }
 

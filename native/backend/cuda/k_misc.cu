@@ -78,6 +78,16 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, uint16_t* __restrict
     y[i] = f32_to_bf16_bits(x[i]);
 }
 
+__global__ void to_bf16_split_kernel(const float* __restrict__ x, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo,
+                                     int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint16_t h = f32_to_bf16_bits(x[i]);
+    hi[i] = h;
+    lo[i] = f32_to_bf16_bits(x[i] - bf16_bits_to_f32(h));
+  }
+}
+
 }  // namespace
 
 void launch_embed(const void* table, bool bf16, int dim, const int* tokens, int rows, float* x, cudaStream_t s) {
@@ -115,6 +125,12 @@ void launch_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   LUMEN_LAUNCH(to_bf16_kernel, grid_for(n, 256), 256, 0, s, x, y, n);
   LUMEN_CUDA_LAUNCHED("to_bf16");
+}
+
+void launch_to_bf16_split(const float* x, uint16_t* hi, uint16_t* lo, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  LUMEN_LAUNCH(to_bf16_split_kernel, grid_for(n, 256), 256, 0, s, x, hi, lo, n);
+  LUMEN_CUDA_LAUNCHED("to_bf16_split");
 }
 
 void kernels_init(int device) {
