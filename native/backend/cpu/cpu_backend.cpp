@@ -340,9 +340,9 @@ class CpuBackend final : public Backend {
                           out + static_cast<int64_t>(s.start) * nv * dv + j * dv,
                           cd, cd, cd, nv, static_cast<int64_t>(nv) * dv};
         if (s.len >= chunk_threshold_)
-          cpu::gdn_chunked(S, io, s.len, dk, dv, 64, per_thread_[tid].gdn_scratch);
+          K_.gdn_chunked(S, io, s.len, dk, dv, 64, per_thread_[tid].gdn_scratch);
         else
-          cpu::gdn_recurrent(S, io, s.len, dk, dv);
+          K_.gdn_recurrent(S, io, s.len, dk, dv);
       }
     });
     // 4) gated RMSNorm per value head: norm(o) * w * silu(z).

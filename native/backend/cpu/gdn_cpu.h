@@ -16,11 +16,4 @@ struct GdnHeadIO {
   int64_t q_stride, k_stride, v_stride, bg_stride, o_stride;
 };
 
-// Token-by-token recurrence over n tokens.
-void gdn_recurrent(float* S, const GdnHeadIO& io, int n, int dk, int dv);
-
-// Chunked (WY) form over n tokens in chunks of `chunk` (<= 64), carrying S between chunks.
-// `scratch` is resized as needed (per-thread buffer).
-void gdn_chunked(float* S, const GdnHeadIO& io, int n, int dk, int dv, int chunk, std::vector<float>& scratch);
-
 }  // namespace lumen::cpu

@@ -3,6 +3,9 @@
 // ISA chosen at run time (core/cpu_features.h).
 #include <cstdint>
 
+#include <vector>
+
+#include "backend/cpu/gdn_cpu.h"
 #include "core/dtype.h"
 
 namespace lumen::cpu {
@@ -31,6 +34,9 @@ struct Kernels {
   // multiply-adds in registers (returns FLOPs done; bf16 dot products where the ISA has them).
   float (*stream_sum)(const float* x, int64_t n);
   double (*fma_burn)(int64_t iters);
+  // Gated DeltaNet core for one value head (see gdn_impl.h).
+  void (*gdn_recurrent)(float* S, const GdnHeadIO& io, int n, int dk, int dv);
+  void (*gdn_chunked)(float* S, const GdnHeadIO& io, int n, int dk, int dv, int chunk, std::vector<float>& scratch);
 };
 
 constexpr int kPanel = 16;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/gdn_impl.h"
 
 #ifndef LUMEN_ISA
 #error "LUMEN_ISA must be defined"
@@ -288,6 +289,6 @@ const Kernels table = {
 #else
     nullptr, nullptr, nullptr,
 #endif
-    stream_sum, fma_burn};
+    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl};
 
 }  // namespace lumen::cpu::LUMEN_ISA

@@ -1,0 +1,139 @@
+#pragma once
+// Gated DeltaNet core, included by kernels_isa.cpp so the plain loops below are vectorised for
+// each ISA (no calls in the inner loops). Both forms update S in place ([dk][dv] fp32).
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/gdn_cpu.h"
+
+namespace {
+
+inline void vaxpy(float a, const float* __restrict x, float* __restrict y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+}
+inline float vdot(const float* __restrict a, const float* __restrict b, int n) {
+  float s = 0.f;
+#pragma GCC ivdep
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Token-by-token recurrence: decay, predict e = Sᵀk, write k (β(v - e))ᵀ, read o = Sᵀq.
+void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
+  float e[512], d[512];
+  for (int i = 0; i < n; ++i) {
+    const float* q = io.q + i * io.q_stride;
+    const float* k = io.k + i * io.k_stride;
+    const float* v = io.v + i * io.v_stride;
+    float* o = io.o + i * io.o_stride;
+    const float decay = std::exp(io.g[i * io.bg_stride]);
+    const float beta = io.beta[i * io.bg_stride];
+    for (int c = 0; c < dv; ++c) e[c] = 0.f;
+    for (int r = 0; r < dk; ++r) {
+      float* Sr = S + static_cast<int64_t>(r) * dv;
+      const float kr = k[r];
+      for (int c = 0; c < dv; ++c) {
+        Sr[c] *= decay;
+        e[c] += kr * Sr[c];
+      }
+    }
+    for (int c = 0; c < dv; ++c) {
+      d[c] = beta * (v[c] - e[c]);
+      o[c] = 0.f;
+    }
+    for (int r = 0; r < dk; ++r) {
+      float* Sr = S + static_cast<int64_t>(r) * dv;
+      const float kr = k[r], qr = q[r];
+      for (int c = 0; c < dv; ++c) {
+        Sr[c] += kr * d[c];
+        o[c] += qr * Sr[c];
+      }
+    }
+  }
+}
+
+// Chunked (WY) form over chunks of C tokens (see docs/architecture.md and the architecture
+// reference, §3.2): within a chunk, G = cumulative log decay, A = strictly lower β(KKᵀ)⊙D,
+// U = (I+A)⁻¹βV, W = (I+A)⁻¹(βe^G K), V' = U - WS, O = e^G QS + (QKᵀ⊙D)V', S ← e^{G_L}S + (e^{G_L-G}K)ᵀV'.
+void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
+                      std::vector<float>& scratch) {
+  const size_t need = static_cast<size_t>(C) * (1 + 2 * C + dv + dk + dk + dv + dk) + dv;
+  if (scratch.size() < need) scratch.resize(need);
+  float* G = scratch.data();
+  float* A = G + C;                              // [C][C]
+  float* QK = A + static_cast<int64_t>(C) * C;   // [C][C]
+  float* U = QK + static_cast<int64_t>(C) * C;   // [C][dv]
+  float* W = U + static_cast<int64_t>(C) * dv;   // [C][dk]
+  float* Kc = W + static_cast<int64_t>(C) * dk;  // [C][dk] contiguous copy of k rows
+  float* Vc = Kc + static_cast<int64_t>(C) * dk; // [C][dv] unused spare
+  float* Qc = Vc + static_cast<int64_t>(C) * dv; // [C][dk]
+  (void)Vc;
+  for (int c0 = 0; c0 < n; c0 += C) {
+    const int L = n - c0 < C ? n - c0 : C;
+    float acc = 0.f;
+    for (int i = 0; i < L; ++i) {
+      acc += io.g[(c0 + i) * io.bg_stride];
+      G[i] = acc;
+      const float* k = io.k + (c0 + i) * io.k_stride;
+      const float* q = io.q + (c0 + i) * io.q_stride;
+      for (int r = 0; r < dk; ++r) {
+        Kc[i * dk + r] = k[r];
+        Qc[i * dk + r] = q[r];
+      }
+    }
+    for (int i = 0; i < L; ++i) {
+      const float bi = io.beta[(c0 + i) * io.bg_stride];
+      const float* ki = Kc + i * dk;
+      const float* qi = Qc + i * dk;
+      for (int j = 0; j < i; ++j) A[i * C + j] = bi * vdot(ki, Kc + j * dk, dk) * std::exp(G[i] - G[j]);
+      for (int j = 0; j <= i; ++j) QK[i * C + j] = vdot(qi, Kc + j * dk, dk) * std::exp(G[i] - G[j]);
+    }
+    // Forward substitution with the unit lower-triangular (I + A).
+    for (int i = 0; i < L; ++i) {
+      float* Ui = U + static_cast<int64_t>(i) * dv;
+      float* Wi = W + static_cast<int64_t>(i) * dk;
+      const float bi = io.beta[(c0 + i) * io.bg_stride], eg = std::exp(G[i]);
+      const float* vi = io.v + (c0 + i) * io.v_stride;
+      const float* ki = Kc + i * dk;
+      for (int c = 0; c < dv; ++c) Ui[c] = bi * vi[c];
+      for (int r = 0; r < dk; ++r) Wi[r] = bi * eg * ki[r];
+      for (int j = 0; j < i; ++j) {
+        const float aij = A[i * C + j];
+        vaxpy(-aij, U + static_cast<int64_t>(j) * dv, Ui, dv);
+        vaxpy(-aij, W + static_cast<int64_t>(j) * dk, Wi, dk);
+      }
+    }
+    // V' = U - W S and the inter-chunk part of O, both against the incoming state.
+    for (int i = 0; i < L; ++i) {
+      float* Ui = U + static_cast<int64_t>(i) * dv;
+      const float* Wi = W + static_cast<int64_t>(i) * dk;
+      const float* qi = Qc + i * dk;
+      float* o = io.o + (c0 + i) * io.o_stride;
+      const float eg = std::exp(G[i]);
+      for (int c = 0; c < dv; ++c) o[c] = 0.f;
+      for (int r = 0; r < dk; ++r) {
+        const float* Sr = S + static_cast<int64_t>(r) * dv;
+        const float w = -Wi[r], qq = eg * qi[r];
+        for (int c = 0; c < dv; ++c) {
+          Ui[c] += w * Sr[c];
+          o[c] += qq * Sr[c];
+        }
+      }
+    }
+    // Intra-chunk part of O.
+    for (int i = 0; i < L; ++i) {
+      float* o = io.o + (c0 + i) * io.o_stride;
+      for (int j = 0; j <= i; ++j) vaxpy(QK[i * C + j], U + static_cast<int64_t>(j) * dv, o, dv);
+    }
+    // State update.
+    const float gl = G[L - 1], egl = std::exp(gl);
+    for (int j = 0; j < L; ++j) A[j] = std::exp(gl - G[j]);
+    for (int r = 0; r < dk; ++r) {
+      float* Sr = S + static_cast<int64_t>(r) * dv;
+      for (int c = 0; c < dv; ++c) Sr[c] *= egl;
+      for (int j = 0; j < L; ++j) vaxpy(A[j] * Kc[j * dk + r], U + static_cast<int64_t>(j) * dv, Sr, dv);
+    }
+  }
+}
+
+}  // namespace
