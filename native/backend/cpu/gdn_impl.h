@@ -1,12 +1,41 @@
 #pragma once
 // Gated DeltaNet core, included by kernels_isa.cpp so the plain loops below are vectorised for
 // each ISA (no calls in the inner loops). Both forms update S in place ([dk][dv] fp32).
-#include <cmath>
-#include <vector>
-
-#include "backend/cpu/gdn_cpu.h"
+// Included inside namespace lumen::cpu::<isa> of kernels_isa.cpp, which includes <cmath>, <vector>
+// and gdn_cpu.h first.
 
 namespace {
+
+// C[i][0:128] += Σ_r A[i*lda + r] * B[r][0:128] for i < M (B row stride 128, C row stride ldc):
+// the GEMM shapes of the chunked form, with the C rows held in registers across r.
+void gemm_rows_128(const float* A, int64_t lda, int M, const float* B, int K, float* C, int64_t ldc) {
+  constexpr int NV = 128 / VW;
+  constexpr int R = VW == 16 ? 2 : 1;  // rows per register block (AVX2 has half the registers)
+  int i = 0;
+  for (; i + R <= M; i += R) {
+    vf acc[R][NV];
+    for (int a = 0; a < R; ++a)
+      for (int v = 0; v < NV; ++v) acc[a][v] = vload(C + (i + a) * ldc + v * VW);
+    for (int r = 0; r < K; ++r) {
+      const float* b = B + static_cast<int64_t>(r) * 128;
+      vf bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = vload(b + v * VW);
+      for (int a = 0; a < R; ++a) {
+        const vf av = vset1(A[(i + a) * lda + r]);
+        for (int v = 0; v < NV; ++v) acc[a][v] = vfma(av, bv[v], acc[a][v]);
+      }
+    }
+    for (int a = 0; a < R; ++a)
+      for (int v = 0; v < NV; ++v) vstore(C + (i + a) * ldc + v * VW, acc[a][v]);
+  }
+  for (; i < M; ++i)
+    for (int r = 0; r < K; ++r) {
+      const float a = A[i * lda + r];
+      const float* b = B + static_cast<int64_t>(r) * 128;
+      float* c = C + i * ldc;
+      for (int v = 0; v < 128; ++v) c[v] += a * b[v];
+    }
+}
 
 inline void vaxpy(float a, const float* __restrict x, float* __restrict y, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
@@ -57,11 +86,12 @@ void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk
 // U = (I+A)⁻¹βV, W = (I+A)⁻¹(βe^G K), V' = U - WS, O = e^G QS + (QKᵀ⊙D)V', S ← e^{G_L}S + (e^{G_L-G}K)ᵀV'.
 void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
                       std::vector<float>& scratch) {
-  const size_t need = static_cast<size_t>(C) * (1 + 2 * C + dv + dk + dk + dv + dk) + dv;
+  const size_t need = static_cast<size_t>(C) * (1 + 2 * C + dv + dk + dk + dv + dk) + dv +
+                      static_cast<size_t>(dk) * C;  // A doubles as the [dk][L] scaled Kᵀ
   if (scratch.size() < need) scratch.resize(need);
   float* G = scratch.data();
-  float* A = G + C;                              // [C][C]
-  float* QK = A + static_cast<int64_t>(C) * C;   // [C][C]
+  float* A = G + C;                              // [C][C], later [dk][L]
+  float* QK = A + static_cast<int64_t>((C > dk ? C : dk)) * C;  // [C][C]
   float* U = QK + static_cast<int64_t>(C) * C;   // [C][dv]
   float* W = U + static_cast<int64_t>(C) * dv;   // [C][dk]
   float* Kc = W + static_cast<int64_t>(C) * dk;  // [C][dk] contiguous copy of k rows
@@ -104,34 +134,60 @@ void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, 
       }
     }
     // V' = U - W S and the inter-chunk part of O, both against the incoming state.
-    for (int i = 0; i < L; ++i) {
-      float* Ui = U + static_cast<int64_t>(i) * dv;
-      const float* Wi = W + static_cast<int64_t>(i) * dk;
-      const float* qi = Qc + i * dk;
-      float* o = io.o + (c0 + i) * io.o_stride;
-      const float eg = std::exp(G[i]);
-      for (int c = 0; c < dv; ++c) o[c] = 0.f;
-      for (int r = 0; r < dk; ++r) {
-        const float* Sr = S + static_cast<int64_t>(r) * dv;
-        const float w = -Wi[r], qq = eg * qi[r];
-        for (int c = 0; c < dv; ++c) {
-          Ui[c] += w * Sr[c];
-          o[c] += qq * Sr[c];
+    if (dv == 128) {
+      // As GEMMs: U += (-W) S ; O = (e^G ⊙ Q) S ; O += (QKᵀ⊙D) V' (lower-triangular, zeros above).
+      for (int i = 0; i < L; ++i) {
+        float* o = io.o + (c0 + i) * io.o_stride;
+        const float eg = std::exp(G[i]);
+        for (int r = 0; r < dk; ++r) {
+          W[i * dk + r] = -W[i * dk + r];
+          Qc[i * dk + r] *= eg;
+        }
+        for (int c = 0; c < dv; ++c) o[c] = 0.f;
+        for (int j = i + 1; j < L; ++j) QK[i * C + j] = 0.f;
+      }
+      gemm_rows_128(W, dk, L, S, dk, U, dv);
+      gemm_rows_128(Qc, dk, L, S, dk, io.o + c0 * io.o_stride, io.o_stride);
+      gemm_rows_128(QK, C, L, U, L, io.o + c0 * io.o_stride, io.o_stride);
+    } else {
+      for (int i = 0; i < L; ++i) {
+        float* Ui = U + static_cast<int64_t>(i) * dv;
+        const float* Wi = W + static_cast<int64_t>(i) * dk;
+        const float* qi = Qc + i * dk;
+        float* o = io.o + (c0 + i) * io.o_stride;
+        const float eg = std::exp(G[i]);
+        for (int c = 0; c < dv; ++c) o[c] = 0.f;
+        for (int r = 0; r < dk; ++r) {
+          const float* Sr = S + static_cast<int64_t>(r) * dv;
+          const float w = -Wi[r], qq = eg * qi[r];
+          for (int c = 0; c < dv; ++c) {
+            Ui[c] += w * Sr[c];
+            o[c] += qq * Sr[c];
+          }
         }
       }
+      for (int i = 0; i < L; ++i) {
+        float* o = io.o + (c0 + i) * io.o_stride;
+        for (int j = 0; j <= i; ++j) vaxpy(QK[i * C + j], U + static_cast<int64_t>(j) * dv, o, dv);
+      }
     }
-    // Intra-chunk part of O.
-    for (int i = 0; i < L; ++i) {
-      float* o = io.o + (c0 + i) * io.o_stride;
-      for (int j = 0; j <= i; ++j) vaxpy(QK[i * C + j], U + static_cast<int64_t>(j) * dv, o, dv);
-    }
-    // State update.
+    // State update: S <- e^{G_L} S + (e^{G_L - G} ⊙ K)ᵀ V'.
     const float gl = G[L - 1], egl = std::exp(gl);
-    for (int j = 0; j < L; ++j) A[j] = std::exp(gl - G[j]);
     for (int r = 0; r < dk; ++r) {
       float* Sr = S + static_cast<int64_t>(r) * dv;
       for (int c = 0; c < dv; ++c) Sr[c] *= egl;
-      for (int j = 0; j < L; ++j) vaxpy(A[j] * Kc[j * dk + r], U + static_cast<int64_t>(j) * dv, Sr, dv);
+    }
+    // KT[r][j] = e^{G_L - G_j} K[j][r] (reuses A, which is no longer needed; dk*L <= C*C).
+    float* KT = A;
+    for (int j = 0; j < L; ++j) {
+      const float w = std::exp(gl - G[j]);
+      for (int r = 0; r < dk; ++r) KT[r * L + j] = w * Kc[j * dk + r];
+    }
+    if (dv == 128) {
+      gemm_rows_128(KT, L, dk, U, L, S, dv);
+    } else {
+      for (int r = 0; r < dk; ++r)
+        for (int j = 0; j < L; ++j) vaxpy(KT[r * L + j], U + static_cast<int64_t>(j) * dv, S + static_cast<int64_t>(r) * dv, dv);
     }
   }
 }

@@ -2,10 +2,12 @@
 // The vector width follows the compiler flags; everything accumulates in fp32.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "backend/cpu/gdn_cpu.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/gdn_impl.h"
 
 #ifndef LUMEN_ISA
 #error "LUMEN_ISA must be defined"
@@ -65,6 +67,11 @@ template <>
 inline vf wload<uint16_t>(const uint16_t* p) { return vload_bf16(p); }
 inline float wscalar(const float* p) { return *p; }
 inline float wscalar(const uint16_t* p) { return bf16f(*p); }
+
+}  // namespace
+// The Gated DeltaNet core uses the vector helpers above (vf, vload, vfma, ...).
+#include "backend/cpu/gdn_impl.h"
+namespace {
 
 // Register tile: MR token rows x NR weight rows, fp32 accumulators; each weight vector is loaded
 // once per tile and used for MR rows.
