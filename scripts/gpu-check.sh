@@ -179,7 +179,7 @@ async function correctness() {
   // bf16 weights: the default prefill GEMM rounds activations to bf16 (tensor cores), so it gets a
   // loose bound that only catches gross errors; the precise mode (activations split into bf16
   // hi + lo, LUMEN_CUDA_PRECISE_GEMM=1) must match the CPU as tightly as f32 does.
-  const BF16_TOL = Number(process.env.CHECK_BF16_TOL ?? 0.3);
+  const BF16_TOL = Number(process.env.CHECK_BF16_TOL ?? 0.5);
   const small4 = { hiddenSize: 256, numLayers: 8, numHeads: 8, numKvHeads: 2, intermediateSize: 512, layerTypes: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention', 'linear_attention', 'linear_attention', 'linear_attention', 'full_attention'] };
   const cases = [
     { name: 'tiny f32, value heads = 2 key heads, 2 q heads per kv head', cfg: tiny(), dtype: 'f32', tol: 1e-3 },
@@ -190,10 +190,12 @@ async function correctness() {
   ];
   const results = [];
   let pass = true;
-  for (const c of cases) {
+  for (const c of DRY ? cases.slice(0, 2) : cases) {  // a dry run only checks the script
     const t0 = Date.now();
     const reqs = (e) => Promise.all(LENS.map((n, i) => e.submit({ prompt: ids(n, 300 + i), maxTokens: NEW, ignoreEos: true, logits: 'all' }).done));
-    const cpu = await open('cpu', c.cfg, c.dtype);
+    // bf16 models: the CPU reference keeps the bf16 values but stores them as f32, so it runs its
+    // exact fp32 path (its own bf16 kernels round activations to bf16 as well).
+    const cpu = await open('cpu', c.cfg, c.dtype, {}, c.dtype === 'bf16' ? { weightDtype: 'f32' } : {});
     const ref = await reqs(cpu.e);
     await cpu.close();
     if (c.precise) process.env.LUMEN_CUDA_PRECISE_GEMM = '1';
@@ -232,7 +234,7 @@ async function graphs() {
   const OUTS = [40, 35, 30, 25, 20, 15, 10, 5];  // the decode batch shrinks 8 -> 1 across buckets
   const results = [];
   let pass = true;
-  for (const m of models) {
+  for (const m of DRY ? models.slice(0, 1) : models) {
     const run = async (on) => {
       const h = await open(DEV, m.cfg, m.dtype, { maxSeq: m.maxSeq }, {}, on);
       let res, error = null;

@@ -92,7 +92,7 @@ describe('CUDA backend against the CPU backend', () => {
   const cases: { name: string; cfg: TextConfig; dtype: 'f32' | 'bf16'; tol: number; precise?: boolean }[] = [
     { name: 'tiny f32 (value heads = 2 key heads)', cfg: tinyConfig(), dtype: 'f32', tol: 1e-3 },
     { name: 'tiny bf16, precise GEMM mode', cfg: tinyConfig(), dtype: 'bf16', tol: 2e-3, precise: true },
-    { name: 'tiny bf16, default mode', cfg: tinyConfig(), dtype: 'bf16', tol: 0.3 },
+    { name: 'tiny bf16, default mode', cfg: tinyConfig(), dtype: 'bf16', tol: 0.5 },
     {
       name: 'hidden 256, 4 query heads per KV head, untied, f32',
       cfg: tinyConfig({ hiddenSize: 256, numHeads: 8, numKvHeads: 2, intermediateSize: 512, tieWordEmbeddings: false }),
@@ -101,7 +101,8 @@ describe('CUDA backend against the CPU backend', () => {
   ];
   for (const c of cases) {
     it.skipIf(!gpu)(`${c.name}: 8 batched sequences, prompts 1/65/150, within ${c.tol}${why}`, async () => {
-      const cpu = await batch(await open('cpu', c.cfg, c.dtype));
+      // bf16: the CPU reference stores the bf16 values as f32 and runs its exact fp32 path.
+      const cpu = await batch(await open('cpu', c.cfg, c.dtype, {}, c.dtype === 'bf16' ? { weightDtype: 'f32' } : {}));
       if (c.precise) process.env.LUMEN_CUDA_PRECISE_GEMM = '1';
       let devEngine: EngineHandle;
       try {
