@@ -199,7 +199,8 @@ async function correctness() {
     const ref = await reqs(cpu.e);
     await cpu.close();
     if (c.precise) process.env.LUMEN_CUDA_PRECISE_GEMM = '1';
-    const dev = await open(DEV, c.cfg, c.dtype);
+    // (A dry run's "device" is the CPU backend: it mirrors the reference's exact path.)
+    const dev = await open(DEV, c.cfg, c.dtype, {}, DRY && c.dtype === 'bf16' ? { weightDtype: 'f32' } : {});
     delete process.env.LUMEN_CUDA_PRECISE_GEMM;
     let got;
     let error = null;

@@ -24,6 +24,7 @@
 #include "backend/cuda/emu/emu_device.h"
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define LUMEN_EMU_ASAN 1
 #endif
@@ -168,6 +169,10 @@ void trampoline() {
 
 void init_fiber(Fiber& f, char* stack) {
   f.stack = stack;
+#if LUMEN_EMU_ASAN
+  // Fibers never return: frames of an earlier fiber on this stack are still poisoned.
+  __asan_unpoison_memory_region(stack, kStack);
+#endif
   auto top = reinterpret_cast<uintptr_t>(stack + kStack) & ~uintptr_t(15);
   auto* p = reinterpret_cast<uint64_t*>(top);
   p[-1] = 0;                                           // fake return address of the trampoline

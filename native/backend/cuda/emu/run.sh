@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the engine with the CUDA backend compiled as plain C++ against the CPU emulation, and runs
 # emu_check (CUDA backend vs CPU backend on small synthetic models). No GPU or nvcc needed.
-#   native/backend/cuda/emu/run.sh [quick] [--asan]
+#   native/backend/cuda/emu/run.sh [quick|kernels|cases] [--asan]
+# --asan adds AddressSanitizer (device buffers are heap blocks: out-of-bounds accesses report) and
+# the alignment check (a misaligned float4/uint4 access, which faults on a GPU, aborts here).
 # Build folder: $LUMEN_EMU_BUILD (default /tmp/lumen-cuda-emu). x86-64 only.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)"
@@ -10,7 +12,7 @@ ARGS=()
 SAN=""
 for a in "$@"; do
   case "$a" in
-    --asan) SAN="-fsanitize=address -fno-omit-frame-pointer" ;;
+    --asan) SAN="-fsanitize=address,alignment -fno-sanitize-recover=alignment -fno-omit-frame-pointer" ;;
     *) ARGS+=("$a") ;;
   esac
 done
@@ -18,6 +20,9 @@ mkdir -p "$OUT/obj"
 CXX="${CXX:-g++}"
 COMMON=(-std=c++20 -O2 -g -pthread -DLUMEN_WITH_CUDA=1 -DLUMEN_CUDA_EMU=1 -I "$REPO/native/backend/cuda/emu/include" -I "$REPO/native"
   -Wall -Wno-unused-parameter -Wno-unknown-pragmas $SAN)
+# Objects built with other flags are stale.
+STAMP="$(printf '%s ' "$CXX" "${COMMON[@]}")"
+if [ "$(cat "$OUT/flags" 2>/dev/null)" != "$STAMP" ]; then rm -f "$OUT"/obj/*.o; printf '%s' "$STAMP" > "$OUT/flags"; fi
 SRCS=()
 for f in "$REPO"/native/core/*.cpp "$REPO"/native/model/*.cpp "$REPO"/native/engine/*.cpp \
          "$REPO"/native/backend/cpu/cpu_backend.cpp "$REPO"/native/backend/cpu/gdn_cpu.cpp "$REPO"/native/backend/cpu/kernels.cpp \
