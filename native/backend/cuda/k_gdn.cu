@@ -1,5 +1,5 @@
 // Gated DeltaNet on the GPU, state in fp32 device memory, written to follow the CPU reference
-// (backend/cpu/gdn_cpu.cpp) operation by operation where the order matters:
+// (backend/cpu/) operation by operation where the order matters:
 //  - conv: causal depthwise conv over q|k|v (window from the state for the first tokens), SiLU,
 //    l2-norm of q and k per head (q also scaled by 1/sqrt(dk)); beta = sigmoid(b),
 //    g = -exp(A_log) * softplus(a + dt_bias). One block per token.
