@@ -284,6 +284,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       o.Set("weightBytes", static_cast<double>(s.weight_bytes));
       o.Set("running", s.running);
       o.Set("waiting", s.waiting);
+      o.Set("graphHits", static_cast<double>(s.graph_hits));
+      o.Set("graphMisses", static_cast<double>(s.graph_misses));
+      o.Set("graphCaptureMs", s.graph_capture_ms);
       return o;
     } catch (const std::exception& e) {
       Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();

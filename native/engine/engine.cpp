@@ -7,6 +7,9 @@
 
 #include "core/clock.h"
 #include "model/qwen35.h"
+#if defined(LUMEN_WITH_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace lumen {
 
@@ -126,6 +129,7 @@ void Engine::load() {
     std::string why;
     if (!cuda_available(&why)) throw std::runtime_error("--device cuda: " + why);
     backend_ = make_cuda_backend(0);
+    cuda_set_graphs(*backend_, ec_.cuda_graphs);
 #else
     throw std::runtime_error("--device cuda: this build has no CUDA backend (nvcc was not found when it was built)");
 #endif
@@ -170,7 +174,8 @@ void Engine::load() {
   stats_.kv_blocks_free = blocks_->free_count();
   stats_.active_bytes = static_cast<int64_t>(workspace_bytes_);
   stats_.peak_active_bytes = stats_.active_bytes;
-  weights_ = std::move(w);
+  // A device backend holds its own copy of the weights; the host copy is kept only for the CPU.
+  if (ec_.device == "cpu") weights_ = std::move(w);
   loaded_ = true;
 }
 
@@ -221,6 +226,9 @@ EngineStats Engine::stats() {
 void Engine::reset_counters() {
   std::lock_guard<std::mutex> lk(mu_);
   const EngineStats cur = stats_;
+  graph_base_.graph_hits += cur.graph_hits;
+  graph_base_.graph_misses += cur.graph_misses;
+  graph_base_.graph_capture_ms += cur.graph_capture_ms;
   stats_ = EngineStats{};
   stats_.active_bytes = cur.active_bytes;
   stats_.peak_active_bytes = cur.active_bytes;
@@ -702,6 +710,14 @@ void Engine::step_once() {
     add("scheduling", t_fwd - t_sched);
     add("forward", t_sample - t_fwd);
     add("sampling", t_emit - t_sample);
+#if defined(LUMEN_WITH_CUDA)
+    CudaGraphStats g;
+    if (cuda_graph_stats(*backend_, &g)) {
+      stats_.graph_hits = g.hits - graph_base_.graph_hits;
+      stats_.graph_misses = g.misses - graph_base_.graph_misses;
+      stats_.graph_capture_ms = g.capture_ms - graph_base_.graph_capture_ms;
+    }
+#endif
     if (ec_.profile)
       for (auto& op : backend_->take_profile()) {
         bool found = false;

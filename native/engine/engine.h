@@ -95,6 +95,10 @@ struct EngineStats {
   int64_t weight_bytes = 0;
   int running = 0;
   int waiting = 0;
+  // CUDA graphs (zero on other backends): decode steps replayed, steps that captured, capture time.
+  uint64_t graph_hits = 0;
+  uint64_t graph_misses = 0;
+  double graph_capture_ms = 0;
 };
 
 struct EngineInfo {
@@ -182,6 +186,7 @@ class Engine {
   std::vector<uint64_t> cancels_;
   std::vector<EngineEvent> events_;
   EngineStats stats_;
+  EngineStats graph_base_;  // graph counters at the last reset_counters() (guarded by mu_)
   EngineInfo info_;
   uint64_t next_id_ = 1;
   int64_t pool_tokens_ = 0;

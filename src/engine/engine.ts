@@ -113,6 +113,7 @@ class Engine implements EngineHandle {
       parkWaits: s.parkWaits, prefixAdmittedTokens: s.prefixAdmittedTokens, prefixHitTokens: s.prefixHitTokens,
       retires: s.retires, evictions: s.evictions, preemptions: s.preemptions, kvBlocksUsed: s.kvBlocksUsed,
       kvBlocksFree: s.kvBlocksFree, kvBlocksTotal: s.kvBlocksTotal, steps: s.steps, weightBytes: s.weightBytes,
+      graphHits: s.graphHits, graphMisses: s.graphMisses, graphCaptureMs: s.graphCaptureMs,
     };
   }
 

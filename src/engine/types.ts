@@ -87,6 +87,10 @@ export interface EngineStats {
   kvBlocksTotal: number;
   steps: number;
   weightBytes: number;
+  /** CUDA graphs (0 on the CPU): decode steps replayed, steps that captured their bucket, capture time. */
+  graphHits?: number;
+  graphMisses?: number;
+  graphCaptureMs?: number;
 }
 
 /** Per-op profile row (native timers; self time excludes nested spans). */
