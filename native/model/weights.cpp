@@ -13,6 +13,18 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
+// Element i of a tensor stored as f32, bf16 or f16 (unaligned-safe), widened to f32.
+float element_f32(const unsigned char* src, DType dt, size_t i) {
+  if (dt == DType::f32) {
+    float v;
+    std::memcpy(&v, src + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, src + 2 * i, 2);
+  return dt == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
 int64_t numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (auto d : s) n *= d;
@@ -62,14 +74,7 @@ HostMat HostWeights::bind_mat(const TensorEntry& t, WeightPolicy policy, int64_t
     owned_bytes_ += n * dtype_size(want);
     void* dst = owned_.back()->data();
     for (size_t i = 0; i < n; ++i) {
-      float v;
-      if (t.dtype == DType::f32) {
-        std::memcpy(&v, src + 4 * i, 4);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        v = t.dtype == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
-      }
+      const float v = element_f32(src, t.dtype, i);
       if (want == DType::f32)
         static_cast<float*>(dst)[i] = v;
       else
@@ -88,14 +93,7 @@ HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n, float add, bool n
   const unsigned char* src = tensor_bytes(t);
   float* dst = new_f32(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    float v;
-    if (t.dtype == DType::f32) {
-      std::memcpy(&v, src + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      v = t.dtype == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
-    }
+    const float v = element_f32(src, t.dtype, static_cast<size_t>(i));
     // Fold checkpoint conventions in fp32, exactly as the reference computes them.
     dst[i] = neg_exp ? -std::exp(v) : v + add;
   }
