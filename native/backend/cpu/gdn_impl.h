@@ -48,8 +48,10 @@ inline float vdot(const float* __restrict a, const float* __restrict b, int n) {
 }
 
 // Token-by-token recurrence: decay, predict e = Sᵀk, write k (β(v - e))ᵀ, read o = Sᵀq.
+// Two passes over S per token: one read (e and u = Sᵀq together), one read-modify-write that
+// applies the decay and the rank-1 write; o = decay·u + (k·q)·d needs no third pass.
 void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
-  float e[512], d[512];
+  float e[512], u[512], d[512];
   for (int i = 0; i < n; ++i) {
     const float* q = io.q + i * io.q_stride;
     const float* k = io.k + i * io.k_stride;
@@ -57,26 +59,24 @@ void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk
     float* o = io.o + i * io.o_stride;
     const float decay = std::exp(io.g[i * io.bg_stride]);
     const float beta = io.beta[i * io.bg_stride];
-    for (int c = 0; c < dv; ++c) e[c] = 0.f;
+    for (int c = 0; c < dv; ++c) e[c] = u[c] = 0.f;
+    for (int r = 0; r < dk; ++r) {
+      const float* Sr = S + static_cast<int64_t>(r) * dv;
+      const float kr = k[r], qr = q[r];
+      for (int c = 0; c < dv; ++c) {
+        e[c] += kr * Sr[c];
+        u[c] += qr * Sr[c];
+      }
+    }
+    const float kq = vdot(k, q, dk);
+    for (int c = 0; c < dv; ++c) {
+      d[c] = beta * (v[c] - decay * e[c]);
+      o[c] = decay * u[c] + kq * d[c];
+    }
     for (int r = 0; r < dk; ++r) {
       float* Sr = S + static_cast<int64_t>(r) * dv;
       const float kr = k[r];
-      for (int c = 0; c < dv; ++c) {
-        Sr[c] *= decay;
-        e[c] += kr * Sr[c];
-      }
-    }
-    for (int c = 0; c < dv; ++c) {
-      d[c] = beta * (v[c] - e[c]);
-      o[c] = 0.f;
-    }
-    for (int r = 0; r < dk; ++r) {
-      float* Sr = S + static_cast<int64_t>(r) * dv;
-      const float kr = k[r], qr = q[r];
-      for (int c = 0; c < dv; ++c) {
-        Sr[c] += kr * d[c];
-        o[c] += qr * Sr[c];
-      }
+      for (int c = 0; c < dv; ++c) Sr[c] = decay * Sr[c] + kr * d[c];
     }
   }
 }
