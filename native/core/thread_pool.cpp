@@ -4,6 +4,8 @@
 
 namespace lumen {
 
+void set_flush_denormals() { _mm_setcsr(_mm_getcsr() | 0x8040); }
+
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   threads_.reserve(n_threads_ - 1);
   for (int t = 1; t < n_threads_; ++t) threads_.emplace_back([this, t] { worker(t); });
@@ -38,6 +40,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
 }
 
 void ThreadPool::worker(int tid) {
+  set_flush_denormals();
   uint64_t seen = 0;  // the generation before any region; a region may start before this thread runs
   for (;;) {
     // Spin a while for the next region, then sleep until the generation changes.

@@ -10,6 +10,11 @@
 
 namespace lumen {
 
+// Flush denormals to zero on the calling thread (FTZ + DAZ). Decaying recurrent state underflows
+// into the denormal range, where x86 arithmetic is ~100x slower; their contribution is below
+// float precision anyway.
+void set_flush_denormals();
+
 class ThreadPool {
  public:
   explicit ThreadPool(int n_threads);

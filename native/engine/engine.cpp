@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/clock.h"
+#include "core/thread_pool.h"
 #include "model/qwen35.h"
 #if defined(LUMEN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
@@ -261,6 +262,7 @@ void Engine::bump_active(int64_t delta) {
 }
 
 void Engine::run() {
+  set_flush_denormals();  // this thread is thread 0 of the backend's pool
   try {
     load();
   } catch (const std::exception& ex) {
