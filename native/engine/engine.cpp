@@ -248,10 +248,8 @@ EngineInfo Engine::info() {
 
 std::vector<OpStat> Engine::take_profile() {
   std::lock_guard<std::mutex> lk(mu_);
-  std::vector<OpStat> r = op_stats_;
-  r.insert(r.end(), pipeline_.begin(), pipeline_.end());
-  op_stats_.clear();
-  pipeline_.clear();
+  std::vector<OpStat> r = op_stats_.take();
+  for (auto& p : pipeline_.take()) r.push_back(std::move(p));
   return r;
 }
 
@@ -704,14 +702,11 @@ void Engine::step_once() {
     stats_.running = static_cast<int>(running_.size());
     stats_.waiting = static_cast<int>(waiting_.size());
     for (auto& e : evs) events_.push_back(std::move(e));
-    auto add = [&](const char* n, int64_t ns) {
-      for (auto& p : pipeline_)
-        if (p.name == n) { p.calls++; p.ns += static_cast<uint64_t>(ns); return; }
-      pipeline_.push_back(OpStat{n, "pipeline", 1, static_cast<uint64_t>(ns)});
-    };
-    add("scheduling", t_fwd - t_sched);
-    add("forward", t_sample - t_fwd);
-    add("sampling", t_emit - t_sample);
+    pipeline_.record("scheduling", "pipeline", 1, static_cast<uint64_t>(t_fwd - t_sched));
+    pipeline_.record("forward", "pipeline", 1, static_cast<uint64_t>(t_sample - t_fwd));
+    pipeline_.record("sampling", "pipeline", 1, static_cast<uint64_t>(t_emit - t_sample));
+    if (ec_.profile)
+      for (auto& op : backend_->take_profile()) op_stats_.record(op.name, op.group, op.calls, op.ns);
 #if defined(LUMEN_WITH_CUDA)
     CudaGraphStats g;
     if (cuda_graph_stats(*backend_, &g)) {
@@ -720,13 +715,6 @@ void Engine::step_once() {
       stats_.graph_capture_ms = g.capture_ms - graph_base_.graph_capture_ms;
     }
 #endif
-    if (ec_.profile)
-      for (auto& op : backend_->take_profile()) {
-        bool found = false;
-        for (auto& o : op_stats_)
-          if (o.name == op.name) { o.calls += op.calls; o.ns += op.ns; found = true; }
-        if (!found) op_stats_.push_back(op);
-      }
   }
   if (!evs.empty() && notify_) notify_();
   for (Seq* s : finished) finish(*s, s->stop_hit ? "stop" : "length");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/op_profile.h"
 #include "engine/block_pool.h"
 #include "engine/sampler.h"
 #include "model/config.h"
@@ -195,8 +196,8 @@ class Engine {
   std::deque<Seq*> waiting_;
   std::vector<Seq*> running_;
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
-  std::vector<OpStat> pipeline_;  // guarded by mu_
-  std::vector<OpStat> op_stats_;  // guarded by mu_
+  OpProfile pipeline_;  // guarded by mu_
+  OpProfile op_stats_;  // guarded by mu_
 };
 
 }  // namespace lumen

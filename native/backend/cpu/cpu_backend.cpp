@@ -8,6 +8,7 @@
 
 #include "backend/cpu/gdn_cpu.h"
 #include "backend/cpu/kernels.h"
+#include "backend/op_profile.h"
 #include "core/aligned.h"
 #include "core/clock.h"
 #include "core/cpu_features.h"
@@ -22,22 +23,15 @@ inline float softplusf(float x) { return x > 20.f ? x : std::log1p(std::exp(x));
 
 class ScopedOp {
  public:
-  ScopedOp(bool on, std::map<std::string, OpStat>& stats, const char* name, const char* group)
+  ScopedOp(bool on, OpProfile& stats, const char* name, const char* group)
       : on_(on), stats_(stats), name_(name), group_(group), t0_(on ? now_ns() : 0) {}
   ~ScopedOp() {
-    if (!on_) return;
-    auto& s = stats_[name_];
-    if (s.name.empty()) {
-      s.name = name_;
-      s.group = group_;
-    }
-    s.calls++;
-    s.ns += static_cast<uint64_t>(now_ns() - t0_);
+    if (on_) stats_.record(name_, group_, 1, static_cast<uint64_t>(now_ns() - t0_));
   }
 
  private:
   bool on_;
-  std::map<std::string, OpStat>& stats_;
+  OpProfile& stats_;
   const char* name_;
   const char* group_;
   int64_t t0_;
@@ -374,12 +368,7 @@ class CpuBackend final : public Backend {
   }
 
   void set_profiling(bool on) override { profiling_ = on; }
-  std::vector<OpStat> take_profile() override {
-    std::vector<OpStat> r;
-    for (auto& [k, v] : stats_) r.push_back(v);
-    stats_.clear();
-    return r;
-  }
+  std::vector<OpStat> take_profile() override { return stats_.take(); }
 
 
  private:
@@ -415,7 +404,7 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<AlignedBuffer>> scratch_;
   std::vector<PerThread> per_thread_;
   bool profiling_ = false;
-  std::map<std::string, OpStat> stats_;
+  OpProfile stats_;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 // Compiled only into builds with the CUDA backend (the addon's source glob also sees this file in
 // CPU-only builds, where it is empty).
 #if defined(LUMEN_WITH_CUDA)
+#include "backend/op_profile.h"
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -643,12 +644,7 @@ class CudaBackend final : public Backend {
   }
 
   void set_profiling(bool on) override { profiling_ = on; }
-  std::vector<OpStat> take_profile() override {
-    std::vector<OpStat> r;
-    for (auto& [k, v] : stats_) r.push_back(v);
-    stats_.clear();
-    return r;
-  }
+  std::vector<OpStat> take_profile() override { return stats_.take(); }
 
  private:
   // Per-op wall time when profiling: the stream is drained around each op (graphs are off then).
@@ -663,13 +659,7 @@ class CudaBackend final : public Backend {
     ~OpTimer() {
       if (!be_.profiling_ || t0_ == 0) return;
       (void)cudaStreamSynchronize(be_.stream());  // errors resurface at end_step
-      auto& s = be_.stats_[name_];
-      if (s.name.empty()) {
-        s.name = name_;
-        s.group = group_;
-      }
-      s.calls++;
-      s.ns += static_cast<uint64_t>(now_ns() - t0_);
+      be_.stats_.record(name_, group_, 1, static_cast<uint64_t>(now_ns() - t0_));
     }
 
    private:
@@ -874,7 +864,7 @@ class CudaBackend final : public Backend {
   CudaGraphStats gstats_;
 
   bool profiling_ = false;
-  std::map<std::string, OpStat> stats_;
+  OpProfile stats_;
 };
 
 const CudaBackend* as_cuda(const Backend& be) { return dynamic_cast<const CudaBackend*>(&be); }
