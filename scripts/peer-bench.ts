@@ -3,17 +3,15 @@
 // bf16` GGUF for llama.cpp), same thread count, interleaved A B A B after a warm-up, medians.
 // Also measures this machine's two limits (read bandwidth, peak multiply-add rate) and prints each
 // result as a fraction of its roofline. Usage: npm run bench:peer -- [--threads N] [--rounds N]
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import path from 'node:path';
+import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
-import { writeSynthCheckpoint } from '../src/model/synth.js';
-import { convertCheckpoint } from '../src/convert/convert.js';
+import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { loadEngine } from '../src/engine/engine.js';
 import { loadAddon } from '../src/engine/native.js';
 import type { EngineHandle } from '../src/engine/types.js';
 import type { Checkpoint } from '../src/model/types.js';
-import { REPO_ROOT } from '../src/util/version.js';
+import { benchIds, ensureBenchModel, median } from './bench-model.js';
 
 interface Figures { prefill: number; decode1: number; decode8: number }
 
@@ -28,34 +26,17 @@ const program = new Command('peer-bench')
   .parse(process.argv);
 const opt = program.opts<{ threads: number; rounds: number; isl: number; decodePrompt: number; decodeTokens: number; preset: string; json?: string }>();
 
-function ids(n: number, seed: number): number[] {
-  let s = (seed * 2654435761) >>> 0 || 1;
-  return Array.from({ length: n }, () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s % 240000; });
-}
-const median = (a: number[]) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]!; };
+const ids = benchIds;
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
-/** Aggregate decode rate of several streams: tokens after each stream's first, over the window. */
+/**
+ * Aggregate decode rate of streams run together, in the window where every stream decodes (so a
+ * stream's own prefill, or another's, is not counted as decode time). Same rule for both engines.
+ */
 function decodeRate(streams: number[][]): number {
-  const first = Math.min(...streams.map((t) => t[0]!));
-  const last = Math.max(...streams.map((t) => t[t.length - 1]!));
-  const n = streams.reduce((a, t) => a + t.length - 1, 0);
-  return n / ((last - first) / 1000);
-}
-
-async function ensureModel(): Promise<{ dir: string; gguf: string }> {
-  const dir = path.join(REPO_ROOT, '.models', `peer-${opt.preset}-bf16`);
-  const gguf = `${dir}.gguf`;
-  if (!existsSync(path.join(dir, 'config.json'))) {
-    log(`writing synthetic ${opt.preset} bf16 checkpoint to ${dir} ...`);
-    mkdirSync(path.dirname(dir), { recursive: true });
-    await writeSynthCheckpoint({ preset: opt.preset as '0.8b', out: dir, dtype: 'bf16', seed: 1 });
-  }
-  if (!existsSync(gguf)) {
-    log(`converting to ${gguf} ...`);
-    await convertCheckpoint(dir, gguf, { dtype: 'bf16' });
-  }
-  return { dir, gguf };
+  const r = steadyDecodeRate(streams);
+  if (r === null) throw new Error('the decode streams never ran together');
+  return r;
 }
 
 async function oursRound(e: EngineHandle, round: number): Promise<Figures> {
@@ -68,7 +49,7 @@ async function oursRound(e: EngineHandle, round: number): Promise<Figures> {
 }
 
 async function main(): Promise<void> {
-  const { dir, gguf } = await ensureModel();
+  const { dir, gguf } = await ensureBenchModel(opt.preset, log);
   const ckpt: Checkpoint = loadCheckpoint(dir);
   const addon = loadAddon() as unknown as { probeMachine(t: number): { readGBs: number; peakGflops: number; peakKind: string } };
   log('probing the machine (read bandwidth, peak multiply-add rate) ...');

@@ -8,7 +8,7 @@ import { parse } from 'csv-parse/sync';
 import { afterAll, describe, expect, it } from 'vitest';
 import { UsageError } from '../src/cli/usage.js';
 import { CSV_COLUMNS, csvHeaderLine, csvRowLine, errorRow, formatField, markdownTable } from '../src/bench/csv.js';
-import { computeRowFigures, speedupVsC1, batchingEfficiency, type TimedRequest } from '../src/bench/metrics.js';
+import { computeRowFigures, speedupVsC1, batchingEfficiency, steadyDecodeRate, type TimedRequest } from '../src/bench/metrics.js';
 import { parseCells, parseConcurrency, resolveSweepConfig, type SweepConfig } from '../src/bench/options.js';
 import { makePrompt, promptVocab, type PromptPlan } from '../src/bench/prompts.js';
 import { formatOpsReport, formatPipelineReport, rankGroups } from '../src/bench/profile.js';
@@ -151,6 +151,17 @@ describe('row figures', () => {
     expect(f.mixedGaps).toBe(1);
     expect(f.distributions.itl_mixed_ms.max).toBe(5);
     expect(f.distributions.itl_ms.n).toBe(7);
+  });
+
+  it('steady-state decode rate counts only the window where every stream decodes', () => {
+    // A: first token at 10, then every 10 ms to 100; B: first token at 40 (its prefill delayed it), to 130.
+    const a = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
+    const b = [40, 50, 60, 70, 80, 90, 100, 110, 120, 130];
+    // Window (40, 100]: A emits 50..100 (6), B emits 50..100 (6) -> 12 tokens in 60 ms.
+    expect(steadyDecodeRate([a, b])).toBe(12000 / 60);
+    expect(steadyDecodeRate([a])).toBe(9000 / 90);
+    expect(steadyDecodeRate([a, [200, 210]])).toBeNull(); // never decoding together
+    expect(steadyDecodeRate([a, [5]])).toBeNull();
   });
 
   it('flags requests that did not generate osl tokens', () => {

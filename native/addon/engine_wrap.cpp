@@ -93,6 +93,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "Engine",
                        {InstanceMethod("submit", &EngineWrap::Submit), InstanceMethod("cancel", &EngineWrap::Cancel),
+                        InstanceMethod("flush", &EngineWrap::Flush),
                         InstanceMethod("stats", &EngineWrap::Stats), InstanceMethod("resetCounters", &EngineWrap::Reset),
                         InstanceMethod("info", &EngineWrap::Info), InstanceMethod("nowMs", &EngineWrap::NowMs),
                         InstanceMethod("takeProfile", &EngineWrap::TakeProfile),
@@ -247,11 +248,21 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       if (r.Has("stopTokens") && r.Get("stopTokens").IsArray()) spec.stop = to_ids(r.Get("stopTokens"));
       spec.ignore_eos = get_bool(r, "ignoreEos", false);
       spec.logits_all = get_str(r, "logits", "none") == "all";
-      return Napi::Number::New(env, static_cast<double>(eng(env).submit(std::move(spec))));
+      const bool defer = info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
+      return Napi::Number::New(env, static_cast<double>(eng(env).submit(std::move(spec), defer)));
     } catch (const std::exception& e) {
       Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
       return env.Undefined();
     }
+  }
+
+  Napi::Value Flush(const Napi::CallbackInfo& info) {
+    try {
+      eng(info.Env()).flush();
+    } catch (const std::exception& e) {
+      Napi::Error::New(info.Env(), e.what()).ThrowAsJavaScriptException();
+    }
+    return info.Env().Undefined();
   }
 
   Napi::Value Cancel(const Napi::CallbackInfo& info) {

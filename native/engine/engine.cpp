@@ -180,7 +180,7 @@ void Engine::load() {
   loaded_ = true;
 }
 
-uint64_t Engine::submit(RequestSpec r) {
+uint64_t Engine::submit(RequestSpec r, bool defer) {
   if (r.prompt.empty()) throw std::invalid_argument("the prompt is empty");
   for (int32_t t : r.prompt)
     if (t < 0 || t >= cfg_.vocab)
@@ -205,15 +205,28 @@ uint64_t Engine::submit(RequestSpec r) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     id = s->id = next_id_++;
-    incoming_.push_back(std::move(s));
+    (defer ? staged_ : incoming_).push_back(std::move(s));
+  }
+  if (!defer) cv_.notify_all();
+  return id;
+}
+
+void Engine::flush() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (staged_.empty()) return;
+    for (auto& s : staged_) incoming_.push_back(std::move(s));
+    staged_.clear();
   }
   cv_.notify_all();
-  return id;
 }
 
 void Engine::cancel(uint64_t id) {
   {
     std::lock_guard<std::mutex> lk(mu_);
+    // A staged request must reach the worker before its cancel does, or the cancel finds nothing.
+    for (auto& s : staged_) incoming_.push_back(std::move(s));
+    staged_.clear();
     cancels_.push_back(id);
   }
   cv_.notify_all();

@@ -119,7 +119,11 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Throws std::invalid_argument for a request that can never run (too long for max_seq / the pool).
-  uint64_t submit(RequestSpec r);
+  // `defer` stages the request without waking the worker: requests submitted in one burst (one
+  // JS turn) are released together by flush() and admitted in the same step, so "8 sessions
+  // start at once" really starts 8 sequences in one step instead of 1 and then 7.
+  uint64_t submit(RequestSpec r, bool defer = false);
+  void flush();
   void cancel(uint64_t id);
   std::vector<EngineEvent> drain();
   EngineStats stats();
@@ -178,12 +182,13 @@ class Engine {
   uint64_t use_clock_ = 0;
 
   std::thread thread_;
-  std::mutex mu_;  // guards incoming_, cancels_, events_, stop_, stats_
+  std::mutex mu_;  // guards incoming_, staged_, cancels_, events_, stop_, stats_
   std::condition_variable cv_;
   bool stop_ = false;
   bool loaded_ = false;
   std::string load_error_;
   std::deque<std::unique_ptr<Seq>> incoming_;
+  std::deque<std::unique_ptr<Seq>> staged_;  // submitted with defer, not yet visible to the worker
   std::vector<uint64_t> cancels_;
   std::vector<EngineEvent> events_;
   EngineStats stats_;

@@ -191,3 +191,19 @@ export function counterColumns(s: EngineStats): CounterColumns {
     num_inflight_park_waits: s.parkWaits,
   };
 }
+
+/**
+ * Steady-state aggregate decode rate of streams that run together: the window starts when the
+ * last stream has its first token (every stream is decoding) and ends when the first stream emits
+ * its last; tokens emitted inside the window, over its length. Streams whose prefills or tails do
+ * not overlap are not counted as decode. Token times in ms; null without a window.
+ */
+export function steadyDecodeRate(streams: readonly (readonly number[])[]): number | null {
+  if (streams.length === 0 || streams.some((t) => t.length < 2)) return null;
+  const start = Math.max(...streams.map((t) => t[0]!));
+  const end = Math.min(...streams.map((t) => t[t.length - 1]!));
+  if (!(end > start)) return null;
+  let n = 0;
+  for (const t of streams) for (const x of t) if (x > start && x <= end) n++;
+  return (n * 1000) / (end - start);
+}

@@ -38,6 +38,7 @@ class Engine implements EngineHandle {
   private pending = new Map<number, Pending>();
   private early = new Map<number, NativeEvent[]>();
   private closed = false;
+  private flushScheduled = false;
 
   constructor(private readonly native: NativeEngine, private readonly profile: boolean) {
     const i = native.info();
@@ -95,7 +96,16 @@ class Engine implements EngineHandle {
     const prompt = req.prompt instanceof Int32Array ? req.prompt : Int32Array.from(req.prompt);
     let resolve!: (r: RequestResult) => void;
     const done = new Promise<RequestResult>((r) => { resolve = r; });
-    const id = this.native.submit({ ...req, prompt });
+    // Staged natively (timestamped now) and released to the worker once this JS turn ends, so a
+    // burst of submits (c sessions starting together) is admitted in one engine step.
+    const id = this.native.submit({ ...req, prompt }, true);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => {
+        this.flushScheduled = false;
+        if (!this.closed) this.native.flush();
+      });
+    }
     const p: Pending = { resolve, onToken };
     this.pending.set(id, p);
     const early = this.early.get(id);

@@ -26,7 +26,9 @@ export interface NativeEvent {
 }
 
 export interface NativeEngine {
-  submit(req: object): number;
+  /** `defer`: stage without waking the worker until flush() (see Engine::submit). */
+  submit(req: object, defer?: boolean): number;
+  flush(): void;
   cancel(id: number): void;
   stats(): Record<string, number>;
   resetCounters(): void;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "backend/cpu/gdn_cpu.h"
@@ -18,7 +19,6 @@ namespace lumen {
 namespace {
 
 inline float sigmoidf(float x) { return 1.f / (1.f + std::exp(-x)); }
-inline float siluf(float x) { return x / (1.f + std::exp(-x)); }
 inline float softplusf(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 
 class ScopedOp {
@@ -96,6 +96,16 @@ class CpuBackend final : public Backend {
         b.a = M(L.a);
         b.out = M(L.out);
         b.conv = L.conv.data;
+        // Tap-major copy [kc][cd] of the [cd][kc] conv weights: the conv kernel vectorises over channels.
+        if (!conv_t_.count(b.conv)) {
+          const int64_t cd = w.config().conv_dim(), kc = w.config().conv_kernel;
+          if (kc < 1 || kc > 8)
+            throw std::runtime_error("linear_attn.conv1d.weight: kernel size " + std::to_string(kc) + " is not supported (1..8)");
+          auto t = std::make_unique<AlignedBuffer>(static_cast<size_t>(cd * kc) * sizeof(float), false);
+          for (int64_t ch = 0; ch < cd; ++ch)
+            for (int64_t r = 0; r < kc; ++r) t->as<float>()[r * cd + ch] = b.conv[ch * kc + r];
+          conv_t_.emplace(b.conv, std::move(t));
+        }
         b.dt_bias = L.dt_bias.data;
         b.neg_exp_a = L.neg_exp_a.data;
         b.gdn_norm = L.gdn_norm.data;
@@ -176,7 +186,7 @@ class CpuBackend final : public Backend {
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
     ScopedOp op(profiling_, stats_, "swiglu", "elementwise");
     pool_.parallel_for(n, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) out[i] = siluf(gate[i]) * up[i];
+      K_.swiglu(gate + i0, up + i0, out + i0, i1 - i0);
     }, 4096);
   }
 
@@ -275,9 +285,9 @@ class CpuBackend final : public Backend {
 
   void gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* bb, const float* aa,
            float* out) override {
-    ScopedOp op(profiling_, stats_, "gdn", "gdn");
     const StepBatch& b = *step_;
-    const int cd = c.conv_dim(), kc = c.conv_kernel, hist = kc - 1;
+    std::optional<ScopedOp> op(std::in_place, profiling_, stats_, "gdn_conv", "gdn");  // phases 1-2
+    const int cd = c.conv_dim(), kc = c.conv_kernel;
     const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
     const int T = b.n_tokens;
     float* conv_out = conv_buf(static_cast<size_t>(T) * cd);
@@ -285,24 +295,11 @@ class CpuBackend final : public Backend {
     float* beta = small_buf_.data();
     float* gdec = beta + static_cast<size_t>(T) * nv;
     // 1) causal depthwise conv over q|k|v channels with the per-sequence window, then SiLU.
+    const float* wT = conv_t_.at(L.conv)->as<float>();
     pool_.parallel_for(cd, [&](int64_t c0, int64_t c1) {
-      for (const auto& s : b.segs) {
-        float* cst = conv_state(s.state_slot, L.gdn_index);  // [hist][cd]
-        for (int64_t ch = c0; ch < c1; ++ch) {
-          const float* w = L.conv + ch * kc;
-          float win[8];
-          for (int r = 0; r < hist; ++r) win[r] = cst[r * cd + ch];
-          for (int i = 0; i < s.len; ++i) {
-            const float x = qkv[static_cast<int64_t>(s.start + i) * cd + ch];
-            float acc = w[hist] * x;
-            for (int r = 0; r < hist; ++r) acc += w[r] * win[r];
-            conv_out[static_cast<int64_t>(s.start + i) * cd + ch] = siluf(acc);
-            for (int r = 0; r + 1 < hist; ++r) win[r] = win[r + 1];
-            if (hist > 0) win[hist - 1] = x;
-          }
-          for (int r = 0; r < hist; ++r) cst[r * cd + ch] = win[r];
-        }
-      }
+      for (const auto& s : b.segs)
+        K_.conv_silu(qkv + static_cast<int64_t>(s.start) * cd, cd, s.len, conv_state(s.state_slot, L.gdn_index), wT, kc,
+                     cd, c0, c1, conv_out + static_cast<int64_t>(s.start) * cd, cd);
     }, 64);
     // 2) l2-normalise q and k per head (q also scaled by 1/sqrt(dk)); beta, decay per value head.
     const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
@@ -321,6 +318,8 @@ class CpuBackend final : public Backend {
       }
     });
     // 3) delta rule per (segment, value head): chunked for long segments, recurrent otherwise.
+    op.reset();
+    op.emplace(profiling_, stats_, "gdn_rule", "gdn");
     const int r = nv / nk;
     const int n_items = static_cast<int>(b.segs.size()) * nv;
     pool_.run([&](int tid, int nth) {
@@ -340,13 +339,10 @@ class CpuBackend final : public Backend {
       }
     });
     // 4) gated RMSNorm per value head: norm(o) * w * silu(z).
+    op.reset();
+    op.emplace(profiling_, stats_, "gdn_gate", "gdn");
     pool_.parallel_for(static_cast<int64_t>(T) * nv, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        float* o = out + i * dv;
-        const float* zz = z + i * dv;
-        const float inv = 1.f / std::sqrt(K_.sumsq(o, dv) / dv + c.eps);
-        for (int d = 0; d < dv; ++d) o[d] = o[d] * inv * L.gdn_norm[d] * siluf(zz[d]);
-      }
+      for (int64_t i = i0; i < i1; ++i) K_.gated_rmsnorm(out + i * dv, z + i * dv, L.gdn_norm, dv, c.eps);
     }, 4);
   }
 
@@ -396,6 +392,7 @@ class CpuBackend final : public Backend {
   CacheSpec spec_;
   AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_, xb_;
   std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_;
+  std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_t_;  // tap-major conv weights
   std::vector<float> small_buf_;
   size_t kv_layer_elems_ = 0, layer_state_elems_ = 0, slot_elems_ = 0;
   int n_snapshots_ = 0;

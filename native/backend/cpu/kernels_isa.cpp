@@ -30,6 +30,15 @@ inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
 inline vf vload_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
+inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+inline vf vround(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// 2^n for integral n in [-126, 127] held as floats.
+inline vf vpow2i(vf n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
 #else
 using vf = __m256;
 constexpr int VW = 8;
@@ -50,7 +59,34 @@ inline float vsum(vf v) {
 inline vf vload_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
+inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+inline vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vpow2i(vf n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
 #endif
+
+// exp(x) in fp32 (Cephes expf: range reduction by ln2 in two parts, degree-6 polynomial), within
+// 2 ulp of std::exp over [-87.3, 88]; inputs are clamped to that range (exp(-87.3) ~ 1e-38).
+inline vf vexp(vf x) {
+  x = vmin(vmax(x, vset1(-87.3f)), vset1(88.0f));
+  const vf n = vround(vmul(x, vset1(1.44269504088896341f)));
+  vf r = vfma(n, vset1(-0.693359375f), x);
+  r = vfma(n, vset1(2.12194440e-4f), r);
+  vf p = vset1(1.9875691500e-4f);
+  p = vfma(p, r, vset1(1.3981999507e-3f));
+  p = vfma(p, r, vset1(8.3334519073e-3f));
+  p = vfma(p, r, vset1(4.1665795894e-2f));
+  p = vfma(p, r, vset1(1.6666665459e-1f));
+  p = vfma(p, r, vset1(5.0000001201e-1f));
+  p = vfma(p, vmul(r, r), _add(r, vset1(1.f)));
+  return vmul(p, vpow2i(n));
+}
+inline vf vsilu(vf x) { return vdiv(x, _add(vset1(1.f), vexp(vsub(vzero(), x)))); }
+inline float silu1(float x) { return x / (1.f + std::exp(-x)); }
 
 inline float bf16f(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -240,6 +276,71 @@ void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* pac
 }
 #endif
 
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) vstore(out + i, vmul(vsilu(vload(gate + i)), vload(up + i)));
+  for (; i < n; ++i) out[i] = silu1(gate[i]) * up[i];
+}
+
+// Depthwise causal conv with KC taps, then SiLU, over channels [c0, c1) of one sequence's T rows,
+// VW channels at a time with the window (the previous KC-1 inputs) held in registers.
+template <int KC>
+void conv_silu_t(const float* x, int64_t xs, int T, float* state, const float* wT, int64_t cd, int64_t c0, int64_t c1,
+                 float* out, int64_t os) {
+  constexpr int H = KC - 1;
+  int64_t c = c0;
+  for (; c + VW <= c1; c += VW) {
+    vf w[KC], win[H > 0 ? H : 1];
+    for (int r = 0; r < KC; ++r) w[r] = vload(wT + r * cd + c);
+    for (int r = 0; r < H; ++r) win[r] = vload(state + r * cd + c);
+    for (int t = 0; t < T; ++t) {
+      const vf xv = vload(x + t * xs + c);
+      vf acc = vmul(w[H], xv);
+      for (int r = 0; r < H; ++r) acc = vfma(w[r], win[r], acc);
+      vstore(out + t * os + c, vsilu(acc));
+      for (int r = 0; r + 1 < H; ++r) win[r] = win[r + 1];
+      if constexpr (H > 0) win[H - 1] = xv;
+    }
+    for (int r = 0; r < H; ++r) vstore(state + r * cd + c, win[r]);
+  }
+  for (; c < c1; ++c) {
+    float win[H > 0 ? H : 1];
+    for (int r = 0; r < H; ++r) win[r] = state[r * cd + c];
+    for (int t = 0; t < T; ++t) {
+      const float xv = x[t * xs + c];
+      float acc = wT[H * cd + c] * xv;
+      for (int r = 0; r < H; ++r) acc += wT[r * cd + c] * win[r];
+      out[t * os + c] = silu1(acc);
+      for (int r = 0; r + 1 < H; ++r) win[r] = win[r + 1];
+      if constexpr (H > 0) win[H - 1] = xv;
+    }
+    for (int r = 0; r < H; ++r) state[r * cd + c] = win[r];
+  }
+}
+
+void conv_silu(const float* x, int64_t xs, int T, float* state, const float* wT, int kc, int64_t cd, int64_t c0,
+               int64_t c1, float* out, int64_t os) {
+  switch (kc) {
+    case 1: conv_silu_t<1>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 2: conv_silu_t<2>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 3: conv_silu_t<3>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 4: conv_silu_t<4>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 5: conv_silu_t<5>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 6: conv_silu_t<6>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 7: conv_silu_t<7>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 8: conv_silu_t<8>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    default: break;  // the backend rejects other kernel sizes at load
+  }
+}
+
+void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float eps) {
+  const float inv = 1.f / std::sqrt(dot(o, o, n) / static_cast<float>(n) + eps);
+  const vf iv = vset1(inv);
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) vstore(o + i, vmul(vmul(vmul(vload(o + i), iv), vload(w + i)), vsilu(vload(z + i))));
+  for (; i < n; ++i) o[i] = o[i] * inv * w[i] * silu1(z[i]);
+}
+
 float stream_sum(const float* x, int64_t n) {
   vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
   int64_t i = 0;
@@ -296,6 +397,6 @@ const Kernels table = {
 #else
     nullptr, nullptr, nullptr,
 #endif
-    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl};
+    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl, swiglu, conv_silu, gated_rmsnorm};
 
 }  // namespace lumen::cpu::LUMEN_ISA

@@ -1,0 +1,33 @@
+// The synthetic bf16 checkpoint (and its GGUF twin) the side-by-side benchmarks share, written
+// once into .models/ and reused.
+import { existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { writeSynthCheckpoint } from '../src/model/synth.js';
+import { convertCheckpoint } from '../src/convert/convert.js';
+import { REPO_ROOT } from '../src/util/version.js';
+
+export async function ensureBenchModel(preset: string, log: (s: string) => void, gguf = true): Promise<{ dir: string; gguf: string }> {
+  const dir = path.join(REPO_ROOT, '.models', `peer-${preset}-bf16`);
+  const file = `${dir}.gguf`;
+  if (!existsSync(path.join(dir, 'config.json'))) {
+    log(`writing synthetic ${preset} bf16 checkpoint to ${dir} ...`);
+    mkdirSync(path.dirname(dir), { recursive: true });
+    await writeSynthCheckpoint({ preset: preset as '0.8b', out: dir, dtype: 'bf16', seed: 1 });
+  }
+  if (gguf && !existsSync(file)) {
+    log(`converting to ${file} ...`);
+    await convertCheckpoint(dir, file, { dtype: 'bf16' });
+  }
+  return { dir, gguf: file };
+}
+
+/** Deterministic pseudo-random token ids below 240000 (inside every Qwen3.5 vocabulary). */
+export function benchIds(n: number, seed: number): number[] {
+  let s = (seed * 2654435761) >>> 0 || 1;
+  return Array.from({ length: n }, () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s % 240000; });
+}
+
+export const median = (a: readonly number[]): number => {
+  const s = [...a].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
