@@ -23,6 +23,8 @@ export interface EngineInternals {
   /** For in-memory synthetic models. */
   syntheticDtype?: 'bf16' | 'f32';
   syntheticSeed?: number;
+  /** Another build of the native addon (side-by-side A/B benchmarks of two builds in one process). */
+  addonPath?: string;
 }
 
 /** A model source: a checkpoint on disk, or a config to fill with random weights in memory. */
@@ -163,14 +165,15 @@ function nativeConfig(c: TextConfig): object {
 export function loadEngine(
   source: ModelSource, opts: EngineOptions, hooks: LoadHooks = {}, internals: EngineInternals = {},
 ): Promise<EngineHandle> {
-  const addon = loadAddon();
+  const { addonPath, ...nativeInternals } = internals;
+  const addon = loadAddon(addonPath);
   const config = 'synthetic' in source ? source.synthetic : source.config;
   const tensors = 'synthetic' in source ? [] : [...source.tensors.values()].filter((t) => !t.name.startsWith('mtp.'));
   const options = {
     device: opts.device, threads: opts.threads, blockSize: opts.blockSize, kvcache: opts.kvcache,
     kvMemoryBytes: opts.kvMemoryBytes ?? 0, maxSeq: opts.maxSeq, maxSeqs: opts.maxSeqs,
     prefillChunk: opts.prefillChunk, stepTokenBudget: opts.stepTokenBudget, prefixCache: opts.prefixCache,
-    cudaGraphs: opts.cudaGraphs ?? true, profile: opts.profile ?? false, ...internals,
+    cudaGraphs: opts.cudaGraphs ?? true, profile: opts.profile ?? false, ...nativeInternals,
   };
   return new Promise<EngineHandle>((resolve, reject) => {
     let engine: Engine | undefined;

@@ -43,16 +43,18 @@ export interface NativeAddon {
   Engine: new (spec: object, options: object, onEvents: (events: NativeEvent[]) => void) => NativeEngine;
 }
 
-let cached: NativeAddon | undefined;
+const cached = new Map<string, NativeAddon>();
 
-export function loadAddon(): NativeAddon {
-  if (cached) return cached;
-  // LUMEN_ADDON points at another build of the addon (e.g. an AddressSanitizer build).
-  const file = process.env.LUMEN_ADDON ?? path.join(REPO_ROOT, 'build', 'Release', 'lumen_engine.node');
-  if (!existsSync(file)) {
-    throw new Error(`native engine not built: ${file} is missing (run \`npm ci\` or \`npm run build:native\`)`);
+/** The native addon: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
+export function loadAddon(file?: string): NativeAddon {
+  const f = path.resolve(file ?? process.env.LUMEN_ADDON ?? path.join(REPO_ROOT, 'build', 'Release', 'lumen_engine.node'));
+  const hit = cached.get(f);
+  if (hit) return hit;
+  if (!existsSync(f)) {
+    throw new Error(`native engine not built: ${f} is missing (run \`npm ci\` or \`npm run build:native\`)`);
   }
   const require = createRequire(import.meta.url);
-  cached = require(file) as NativeAddon;
-  return cached;
+  const addon = require(f) as NativeAddon;
+  cached.set(f, addon);
+  return addon;
 }

@@ -50,7 +50,50 @@ inline float vdot(const float* __restrict a, const float* __restrict b, int n) {
 // Token-by-token recurrence: decay, predict e = Sᵀk, write k (β(v - e))ᵀ, read o = Sᵀq.
 // Two passes over S per token: one read (e and u = Sᵀq together), one read-modify-write that
 // applies the decay and the rank-1 write; o = decay·u + (k·q)·d needs no third pass.
+// The same recurrence with a block of 8 vectors of columns held in registers (e, u in pass one,
+// d in pass two), so the inner loops only stream S: used when dv is a multiple of the block.
+void gdn_recurrent_blocked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
+  constexpr int NB = 8, CB = NB * VW;
+  for (int i = 0; i < n; ++i) {
+    const float* q = io.q + i * io.q_stride;
+    const float* k = io.k + i * io.k_stride;
+    const float* v = io.v + i * io.v_stride;
+    float* o = io.o + i * io.o_stride;
+    const float decay = std::exp(io.g[i * io.bg_stride]);
+    const float beta = io.beta[i * io.bg_stride];
+    const float kq = vdot(k, q, dk);
+    const vf dec = vset1(decay), bet = vset1(beta), kqv = vset1(kq);
+    for (int c0 = 0; c0 < dv; c0 += CB) {
+      vf e[NB], u[NB];
+      for (int b = 0; b < NB; ++b) e[b] = u[b] = vzero();
+      for (int r = 0; r < dk; ++r) {
+        const float* Sr = S + static_cast<int64_t>(r) * dv + c0;
+        const vf kr = vset1(k[r]), qr = vset1(q[r]);
+        for (int b = 0; b < NB; ++b) {
+          const vf sv = vload(Sr + b * VW);
+          e[b] = vfma(kr, sv, e[b]);
+          u[b] = vfma(qr, sv, u[b]);
+        }
+      }
+      vf d[NB];
+      for (int b = 0; b < NB; ++b) {
+        d[b] = vmul(bet, vsub(vload(v + c0 + b * VW), vmul(dec, e[b])));
+        vstore(o + c0 + b * VW, vfma(kqv, d[b], vmul(dec, u[b])));
+      }
+      for (int r = 0; r < dk; ++r) {
+        float* Sr = S + static_cast<int64_t>(r) * dv + c0;
+        const vf kr = vset1(k[r]);
+        for (int b = 0; b < NB; ++b) vstore(Sr + b * VW, vfma(kr, d[b], vmul(dec, vload(Sr + b * VW))));
+      }
+    }
+  }
+}
+
 void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
+  if (dv % (8 * VW) == 0) {
+    gdn_recurrent_blocked(S, io, n, dk, dv);
+    return;
+  }
   float e[512], u[512], d[512];
   for (int i = 0; i < n; ++i) {
     const float* q = io.q + i * io.q_stride;
