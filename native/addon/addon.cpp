@@ -2,6 +2,7 @@
 #include <napi.h>
 
 #include "addon/engine_wrap.h"
+#include "addon/kernel_check.h"
 #include "addon/machine_probe.h"
 #include "core/cpu_features.h"
 #if defined(LUMEN_WITH_CUDA)
@@ -42,6 +43,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   exports.Set("Engine", lumen::InitEngineClass(env));
   exports.Set("probeMachine", Napi::Function::New(env, lumen::ProbeMachine));
+  exports.Set("kernelCheck", Napi::Function::New(env, lumen::KernelCheck));
   return exports;
 }
 

@@ -655,6 +655,31 @@ void Engine::step_once() {
   model_->forward(b, logits_buf_.data());
   const int64_t t_sample = now_ns();
   const double step_ms = ns_to_ms(t_sample - t_fwd);
+  // Greedy picks for every sequence that samples this step, in one backend call (vectorised and
+  // spread over the threads; the vocabulary is 248k wide). Rows as in the walk below.
+  std::vector<int> greedy_rows;
+  std::vector<int32_t> greedy_pick(order.size(), -1);
+  {
+    int r = 0;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Seq& s = *order[i];
+      const int len = b.segs[i].len;
+      const bool ends = s.n_computed + len == static_cast<int>(s.tokens.size());
+      const int last_row = s.req.logits_all ? r + len - 1 : (ends ? r : -1);
+      r += s.req.logits_all ? len : (ends ? 1 : 0);
+      if (ends && last_row >= 0 && s.sampler->greedy() && !s.logits_only_step && s.generated < s.req.max_tokens) {
+        greedy_rows.push_back(last_row);
+        who.push_back(i);
+      }
+    }
+    if (!greedy_rows.empty()) {
+      std::vector<int32_t> picks(greedy_rows.size());
+      backend_->argmax_rows(logits_buf_.data(), greedy_rows.data(), static_cast<int>(greedy_rows.size()), cfg_.vocab,
+                            picks.data());
+      for (size_t j = 0; j < who.size(); ++j) greedy_pick[who[j]] = picks[j];
+    }
+  }
   // Walk the segments in order; logit rows were appended in the same order.
   int row = 0;
   std::vector<EngineEvent> evs;
@@ -684,7 +709,7 @@ void Engine::step_once() {
       finished.push_back(&s);
       continue;
     }
-    const int32_t tok = s.sampler->sample(last, cfg_.vocab);
+    const int32_t tok = greedy_pick[i] >= 0 ? greedy_pick[i] : s.sampler->sample(last, cfg_.vocab);
     s.tokens.push_back(tok);
     s.generated++;
     const int64_t t = now_ns();

@@ -1,20 +1,13 @@
 #include "engine/sampler.h"
 
+#include "core/argmax.h"
+
 #include <algorithm>
 #include <cmath>
 
 namespace lumen {
 
-int32_t argmax(const float* logits, int vocab) {
-  int32_t best = 0;
-  float bv = logits[0];
-  for (int i = 1; i < vocab; ++i)
-    if (logits[i] > bv) {
-      bv = logits[i];
-      best = i;
-    }
-  return best;
-}
+int32_t argmax(const float* logits, int vocab) { return argmax_scalar(logits, vocab); }
 
 int32_t Sampler::sample(const float* logits, int vocab) {
   if (p_.temperature <= 0.f) return argmax(logits, vocab);

@@ -17,6 +17,7 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
   int32_t sample(const float* logits, int vocab);
+  bool greedy() const { return p_.temperature <= 0.f; }
 
  private:
   SamplingParams p_;

@@ -46,6 +46,8 @@ struct Kernels {
                     int64_t c1, float* out, int64_t os);
   // o = o / rms(o) * w * silu(z) over n elements.
   void (*gated_rmsnorm)(float* o, const float* z, const float* w, int64_t n, float eps);
+  // Same result as core/argmax.h's argmax_scalar (first index of the maximum, NaN ignored).
+  int32_t (*argmax)(const float* x, int64_t n);
 };
 
 constexpr int kPanel = 16;

@@ -31,6 +31,7 @@ inline vf vload_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline unsigned veq_mask(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
@@ -60,6 +61,7 @@ inline vf vload_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+inline unsigned veq_mask(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ))); }
 inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
@@ -72,7 +74,7 @@ inline vf vpow2i(vf n) {
 // exp(x) in fp32 (Cephes expf: range reduction by ln2 in two parts, degree-6 polynomial), within
 // 2 ulp of std::exp over [-87.3, 88]; inputs are clamped to that range (exp(-87.3) ~ 1e-38).
 inline vf vexp(vf x) {
-  x = vmin(vmax(x, vset1(-87.3f)), vset1(88.0f));
+  x = vmin(vset1(88.0f), vmax(vset1(-87.3f), x));  // operand order keeps NaN (max/min return the 2nd)
   const vf n = vround(vmul(x, vset1(1.44269504088896341f)));
   vf r = vfma(n, vset1(-0.693359375f), x);
   r = vfma(n, vset1(2.12194440e-4f), r);
@@ -341,6 +343,32 @@ void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float ep
   for (; i < n; ++i) o[i] = o[i] * inv * w[i] * silu1(z[i]);
 }
 
+int32_t argmax(const float* x, int64_t n) {
+  // Pass 1: the maximum (max(x, acc) keeps acc when x is NaN); pass 2: its first index. x[0]
+  // seeds the maximum, as in the scalar version (so a NaN there is returned, like there).
+  if (n <= 0) return 0;
+  vf m0 = vset1(x[0]), m1 = m0;
+  int64_t i = 0;
+  for (; i + 2 * VW <= n; i += 2 * VW) {
+    m0 = vmax(vload(x + i), m0);
+    m1 = vmax(vload(x + i + VW), m1);
+  }
+  alignas(64) float lanes[2 * VW];
+  vstore(lanes, m0);
+  vstore(lanes + VW, m1);
+  float mx = x[0];
+  for (int l = 0; l < 2 * VW; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  if (!(x[0] < mx)) return 0;  // x[0] is the maximum (or NaN)
+  const vf mv = vset1(mx);
+  int64_t j = 0;
+  for (; j + VW <= n; j += VW)
+    if (const unsigned m = veq_mask(vload(x + j), mv)) return static_cast<int32_t>(j + __builtin_ctz(m));
+  for (; j < n; ++j)
+    if (x[j] == mx) return static_cast<int32_t>(j);
+  return 0;
+}
+
 float stream_sum(const float* x, int64_t n) {
   vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
   int64_t i = 0;
@@ -397,6 +425,6 @@ const Kernels table = {
 #else
     nullptr, nullptr, nullptr,
 #endif
-    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl, swiglu, conv_silu, gated_rmsnorm};
+    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl, swiglu, conv_silu, gated_rmsnorm, argmax};
 
 }  // namespace lumen::cpu::LUMEN_ISA

@@ -1,0 +1,107 @@
+#include "addon/kernel_check.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "core/argmax.h"
+#include "core/cpu_features.h"
+
+namespace lumen {
+namespace {
+
+double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
+
+// Relative error with an absolute floor (values near zero).
+double rel_err(double got, double want) { return std::fabs(got - want) / std::max(1e-6, std::fabs(want)); }
+
+Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto obj = Napi::Object::New(env);
+
+  // argmax: random rows (odd lengths reach the scalar tails), planted ties, NaNs, signed zeros.
+  int mismatches = 0, cases = 0;
+  for (int n : {1, 7, 16, 33, 1000, 248077}) {
+    for (int variant = 0; variant < 6; ++variant) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = u(rng);
+      if (variant == 1 && n > 2) x[n - 1] = x[n / 2] = 5.f;                       // tie: first wins
+      if (variant == 2 && n > 3) x[1] = std::numeric_limits<float>::quiet_NaN();  // NaN ignored
+      if (variant == 3) x[0] = std::numeric_limits<float>::quiet_NaN();           // NaN at 0 wins
+      if (variant == 4) for (auto& v : x) v = -std::fabs(v) - 1.f;                // all negative
+      if (variant == 5 && n > 2) { for (auto& v : x) v = -1.f; x[n - 1] = 0.f; x[n / 2] = -0.f; }
+      mismatches += K.argmax(x.data(), n) != argmax_scalar(x.data(), n);
+      ++cases;
+    }
+  }
+  obj.Set("argmaxCases", cases);
+  obj.Set("argmaxMismatches", mismatches);
+
+  // SwiGLU over a wide input range (exp clamps at both ends), and NaN propagation.
+  std::vector<float> g(4099), up(4099), out(4099);
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = -100.f + 200.f * static_cast<float>(i) / static_cast<float>(g.size() - 1);
+    up[i] = u(rng);
+  }
+  K.swiglu(g.data(), up.data(), out.data(), static_cast<int64_t>(g.size()));
+  double swiglu_err = 0;
+  for (size_t i = 0; i < g.size(); ++i) swiglu_err = std::max(swiglu_err, rel_err(out[i], silu_ref(g[i]) * up[i]));
+  obj.Set("swigluMaxRelErr", swiglu_err);
+  std::vector<float> gn(16, 1.f), un(16, 1.f), on(16);
+  gn[3] = std::numeric_limits<float>::quiet_NaN();
+  K.swiglu(gn.data(), un.data(), on.data(), 16);
+  obj.Set("swigluNanPropagates", std::isnan(on[3]) && !std::isnan(on[2]));
+
+  // Causal conv (4 taps) + SiLU over 3 rows, state carried, channel count off the vector width.
+  const int cd = 70, kc = 4, T = 3;
+  std::vector<float> x(T * cd), wT(kc * cd), state((kc - 1) * cd), st0, y(T * cd);
+  for (auto& v : x) v = u(rng);
+  for (auto& v : wT) v = u(rng);
+  for (auto& v : state) v = u(rng);
+  st0 = state;
+  K.conv_silu(x.data(), cd, T, state.data(), wT.data(), kc, cd, 0, cd, y.data(), cd);
+  double conv_err = 0;
+  for (int c = 0; c < cd; ++c) {
+    std::vector<double> hist;
+    for (int r = 0; r < kc - 1; ++r) hist.push_back(st0[r * cd + c]);
+    for (int t = 0; t < T; ++t) hist.push_back(x[t * cd + c]);
+    for (int t = 0; t < T; ++t) {
+      double acc = 0;
+      for (int r = 0; r < kc; ++r) acc += wT[r * cd + c] * hist[t + r];
+      conv_err = std::max(conv_err, rel_err(y[t * cd + c], silu_ref(acc)));
+    }
+    for (int r = 0; r < kc - 1; ++r) conv_err = std::max(conv_err, rel_err(state[r * cd + c], hist[T + r]));
+  }
+  obj.Set("convMaxRelErr", conv_err);
+
+  // Gated RMSNorm of one 128-wide head.
+  std::vector<float> o(128), z(128), w(128), o0;
+  for (auto& v : o) v = u(rng);
+  for (auto& v : z) v = 4.f * u(rng);
+  for (auto& v : w) v = u(rng);
+  o0 = o;
+  K.gated_rmsnorm(o.data(), z.data(), w.data(), 128, 1e-6f);
+  double ss = 0;
+  for (float v : o0) ss += static_cast<double>(v) * v;
+  const double inv = 1.0 / std::sqrt(ss / 128 + 1e-6);
+  double norm_err = 0;
+  for (int i = 0; i < 128; ++i) norm_err = std::max(norm_err, rel_err(o[i], o0[i] * inv * w[i] * silu_ref(z[i])));
+  obj.Set("gatedNormMaxRelErr", norm_err);
+  return obj;
+}
+
+}  // namespace
+
+Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto res = Napi::Object::New(env);
+  const auto& f = cpu_features();
+  if (f.avx2 && f.fma) res.Set("avx2", check_table(env, cpu::avx2::table));
+  if (f.avx512) res.Set("avx512", check_table(env, cpu::avx512::table));
+  return res;
+}
+
+}  // namespace lumen

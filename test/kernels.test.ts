@@ -1,0 +1,33 @@
+// The vectorised elementwise CPU kernels of every ISA this CPU runs (AVX2 and AVX-512 tables,
+// whichever the engine would not pick at run time included) against scalar references.
+import { describe, expect, it } from 'vitest';
+import { loadAddon } from '../src/engine/native.js';
+
+interface TableCheck {
+  argmaxCases: number; argmaxMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
+  convMaxRelErr: number; gatedNormMaxRelErr: number;
+}
+
+describe('CPU kernels against scalar references', () => {
+  const addon = loadAddon() as unknown as { kernelCheck(): Record<string, TableCheck>; cpuInfo(): { avx2: boolean; avx512: boolean } };
+  const res = addon.kernelCheck();
+  const info = addon.cpuInfo();
+
+  it('checks every ISA table this CPU can run', () => {
+    expect(Object.keys(res).length).toBeGreaterThan(0);
+    if (info.avx2) expect(res.avx2).toBeDefined();
+    if (info.avx512) expect(res.avx512).toBeDefined();
+  });
+
+  for (const isa of ['avx2', 'avx512']) {
+    it.runIf(res[isa] !== undefined)(`${isa}: argmax, SwiGLU, conv+SiLU and gated RMSNorm match`, () => {
+      const r = res[isa]!;
+      expect(r.argmaxCases).toBeGreaterThan(30);
+      expect(r.argmaxMismatches).toBe(0); // first index of the maximum, NaN ignored, as the scalar pick
+      expect(r.swigluMaxRelErr).toBeLessThan(2e-6); // vectorised exp within a few ulp over [-100, 100]
+      expect(r.swigluNanPropagates).toBe(true);
+      expect(r.convMaxRelErr).toBeLessThan(1e-5);
+      expect(r.gatedNormMaxRelErr).toBeLessThan(1e-5);
+    });
+  }
+});
