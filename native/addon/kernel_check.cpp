@@ -1,5 +1,6 @@
 #include "addon/kernel_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -90,6 +91,20 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
   double norm_err = 0;
   for (int i = 0; i < 128; ++i) norm_err = std::max(norm_err, rel_err(o[i], o0[i] * inv * w[i] * silu_ref(z[i])));
   obj.Set("gatedNormMaxRelErr", norm_err);
+
+  // Softmax numerators exp(x - max) and their sum, 37 scores (a vector tail) down to -80.
+  std::vector<float> sc(37), sc0;
+  for (size_t i = 0; i < sc.size(); ++i) sc[i] = -80.f * static_cast<float>(i) / 36.f + 0.5f * u(rng);
+  sc0 = sc;
+  const float mx = *std::max_element(sc0.begin(), sc0.end());
+  const float sum = K.exp_shift_sum(sc.data(), static_cast<int64_t>(sc.size()), mx);
+  double exp_err = 0, sum_ref = 0;
+  for (size_t i = 0; i < sc.size(); ++i) {
+    const double e = std::exp(static_cast<double>(sc0[i] - mx));  // the kernel subtracts in fp32 too
+    sum_ref += e;
+    exp_err = std::max(exp_err, std::fabs(sc[i] - e) / e);
+  }
+  obj.Set("expMaxRelErr", std::max(exp_err, rel_err(sum, sum_ref)));
   return obj;
 }
 

@@ -241,46 +241,48 @@ class CpuBackend final : public Backend {
         std::copy(v + (s.start + i) * nkv * hd, v + (s.start + i + 1) * nkv * hd, vc + base);
       }
     }
-    // 2) causal attention per (token, head) through the block table; gate with sigmoid.
-    struct Item { int seg, i, h; };
+    // 2) causal attention per (token, kv head) through the block table: the query heads of a
+    // group share each key and value row (read once for all of them); gate with sigmoid. Items
+    // are dealt round-robin so the threads get alike mixes of short and long contexts.
+    struct Item { int seg, i, g; };
     std::vector<Item> items;
-    items.reserve(static_cast<size_t>(b.n_tokens) * nh);
+    items.reserve(static_cast<size_t>(b.n_tokens) * nkv);
     for (int si = 0; si < static_cast<int>(b.segs.size()); ++si)
       for (int i = 0; i < b.segs[si].len; ++i)
-        for (int h = 0; h < nh; ++h) items.push_back({si, i, h});
+        for (int g = 0; g < nkv; ++g) items.push_back({si, i, g});
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     const int group = nh / nkv;
     pool_.run([&](int tid, int nth) {
       auto& scores = per_thread_[tid].scores;
-      const size_t n = items.size();
-      const size_t per = (n + nth - 1) / nth;
-      const size_t i0 = tid * per, i1 = std::min(n, i0 + per);
-      for (size_t it = i0; it < i1; ++it) {
+      std::vector<float> sums(group);
+      for (size_t it = tid; it < items.size(); it += nth) {
         const auto& s = b.segs[items[it].seg];
-        const int i = items[it].i, h = items[it].h, g = h / group;
+        const int i = items[it].i, g = items[it].g;
         const int row = s.start + i, ctx = s.pos0 + i + 1;
         const int32_t* table = b.block_tables.data() + s.table_offset;
-        const float* q = qg + row * (2 * nh * hd) + h * 2 * hd;
-        const float* gate = q + hd;
-        if (static_cast<int>(scores.size()) < ctx) scores.resize(ctx);
-        float mx = -INFINITY;
+        const float* q0 = qg + row * (2 * nh * hd) + g * group * 2 * hd;  // head h = g*group + hh at q0 + hh*2*hd
+        if (scores.size() < static_cast<size_t>(group) * ctx) scores.resize(static_cast<size_t>(group) * ctx);
         for (int j = 0; j < ctx; ++j) {
           const float* kj = kc + (static_cast<size_t>(table[j / bs]) * bs + j % bs) * nkv * hd + g * hd;
-          scores[j] = K_.dot(q, kj, hd) * scale;
-          mx = std::max(mx, scores[j]);
+          for (int hh = 0; hh < group; ++hh) scores[hh * ctx + j] = K_.dot(q0 + hh * 2 * hd, kj, hd) * scale;
         }
-        float sum = 0.f;
-        for (int j = 0; j < ctx; ++j) {
-          scores[j] = std::exp(scores[j] - mx);
-          sum += scores[j];
+        for (int hh = 0; hh < group; ++hh) {
+          float* sc = scores.data() + hh * ctx;
+          float mx = -INFINITY;
+          for (int j = 0; j < ctx; ++j) mx = std::max(mx, sc[j]);
+          sums[hh] = 1.f / K_.exp_shift_sum(sc, ctx, mx);
+          std::fill(out + row * (nh * hd) + (g * group + hh) * hd, out + row * (nh * hd) + (g * group + hh + 1) * hd, 0.f);
         }
-        float* o = out + row * (nh * hd) + h * hd;
-        std::fill(o, o + hd, 0.f);
         for (int j = 0; j < ctx; ++j) {
           const float* vj = vc + (static_cast<size_t>(table[j / bs]) * bs + j % bs) * nkv * hd + g * hd;
-          K_.axpy(scores[j] / sum, vj, o, hd);
+          for (int hh = 0; hh < group; ++hh)
+            K_.axpy(scores[hh * ctx + j] * sums[hh], vj, out + row * (nh * hd) + (g * group + hh) * hd, hd);
         }
-        for (int d = 0; d < hd; ++d) o[d] *= sigmoidf(gate[d]);
+        for (int hh = 0; hh < group; ++hh) {
+          float* o = out + row * (nh * hd) + (g * group + hh) * hd;
+          const float* gate = q0 + hh * 2 * hd + hd;
+          for (int d = 0; d < hd; ++d) o[d] *= sigmoidf(gate[d]);
+        }
       }
     });
   }

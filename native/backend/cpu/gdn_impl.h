@@ -129,11 +129,13 @@ void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk
 // U = (I+A)⁻¹βV, W = (I+A)⁻¹(βe^G K), V' = U - WS, O = e^G QS + (QKᵀ⊙D)V', S ← e^{G_L}S + (e^{G_L-G}K)ᵀV'.
 void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
                       std::vector<float>& scratch) {
-  const size_t need = static_cast<size_t>(C) * (1 + 2 * C + dv + dk + dk + dv + dk) + dv +
+  const int Cp = (C + VW - 1) / VW * VW;  // G and the decay row padded to whole vectors
+  const size_t need = static_cast<size_t>(C) * (2 * C + dv + dk + dk + dv + dk) + 2 * static_cast<size_t>(Cp) + dv +
                       static_cast<size_t>(dk) * C;  // A doubles as the [dk][L] scaled Kᵀ
   if (scratch.size() < need) scratch.resize(need);
   float* G = scratch.data();
-  float* A = G + C;                              // [C][C], later [dk][L]
+  float* Drow = G + Cp;
+  float* A = Drow + Cp;                          // [C][C], later [dk][L]
   float* QK = A + static_cast<int64_t>((C > dk ? C : dk)) * C;  // [C][C]
   float* U = QK + static_cast<int64_t>(C) * C;   // [C][dv]
   float* W = U + static_cast<int64_t>(C) * dv;   // [C][dk]
@@ -143,6 +145,7 @@ void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, 
   (void)Vc;
   for (int c0 = 0; c0 < n; c0 += C) {
     const int L = n - c0 < C ? n - c0 : C;
+    for (int i = L; i < Cp; ++i) G[i] = 0.f;  // padding lanes read by the vectorised decay row
     float acc = 0.f;
     for (int i = 0; i < L; ++i) {
       acc += io.g[(c0 + i) * io.bg_stride];
@@ -158,8 +161,11 @@ void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, 
       const float bi = io.beta[(c0 + i) * io.bg_stride];
       const float* ki = Kc + i * dk;
       const float* qi = Qc + i * dk;
-      for (int j = 0; j < i; ++j) A[i * C + j] = bi * vdot(ki, Kc + j * dk, dk) * std::exp(G[i] - G[j]);
-      for (int j = 0; j <= i; ++j) QK[i * C + j] = vdot(qi, Kc + j * dk, dk) * std::exp(G[i] - G[j]);
+      // Decay row D[j] = exp(G[i] - G[j]), j <= i, VW at a time (G is padded to whole vectors).
+      const vf gi = vset1(G[i]);
+      for (int j = 0; j <= i; j += VW) vstore(Drow + j, vexp(vsub(gi, vload(G + j))));
+      for (int j = 0; j < i; ++j) A[i * C + j] = bi * vdot(ki, Kc + j * dk, dk) * Drow[j];
+      for (int j = 0; j <= i; ++j) QK[i * C + j] = vdot(qi, Kc + j * dk, dk) * Drow[j];
     }
     // Forward substitution with the unit lower-triangular (I + A).
     for (int i = 0; i < L; ++i) {

@@ -48,6 +48,8 @@ struct Kernels {
   void (*gated_rmsnorm)(float* o, const float* z, const float* w, int64_t n, float eps);
   // Same result as core/argmax.h's argmax_scalar (first index of the maximum, NaN ignored).
   int32_t (*argmax)(const float* x, int64_t n);
+  // x[i] = exp(x[i] - shift) in place; returns the sum (softmax numerators).
+  float (*exp_shift_sum)(float* x, int64_t n, float shift);
 };
 
 constexpr int kPanel = 16;

@@ -343,6 +343,20 @@ void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float ep
   for (; i < n; ++i) o[i] = o[i] * inv * w[i] * silu1(z[i]);
 }
 
+float exp_shift_sum(float* x, int64_t n, float shift) {
+  const vf sh = vset1(shift);
+  vf acc = vzero();
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) {
+    const vf e = vexp(vsub(vload(x + i), sh));
+    vstore(x + i, e);
+    acc = _add(acc, e);
+  }
+  float s = vsum(acc);
+  for (; i < n; ++i) s += x[i] = std::exp(x[i] - shift);
+  return s;
+}
+
 int32_t argmax(const float* x, int64_t n) {
   // Pass 1: the maximum (max(x, acc) keeps acc when x is NaN); pass 2: its first index. x[0]
   // seeds the maximum, as in the scalar version (so a NaN there is returned, like there).
@@ -425,6 +439,6 @@ const Kernels table = {
 #else
     nullptr, nullptr, nullptr,
 #endif
-    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl, swiglu, conv_silu, gated_rmsnorm, argmax};
+    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl, swiglu, conv_silu, gated_rmsnorm, argmax, exp_shift_sum};
 
 }  // namespace lumen::cpu::LUMEN_ISA
