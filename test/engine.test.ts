@@ -35,6 +35,18 @@ describe('batched serving', () => {
     expect(steps).toBeLessThanOrEqual(20);
   });
 
+  it('admits requests submitted in one burst in the same step (a concurrency-c cell starts c sequences together)', async () => {
+    const e = await engine();
+    const before = e.stats().steps;
+    const rs = await Promise.all(Array.from({ length: 6 }, (_, i) =>
+      e.submit({ prompt: promptIds(24, 300 + i), maxTokens: 3, ignoreEos: true }).done));
+    // One step prefills all six (the budget holds them), then two decode steps: 3 in all. Without
+    // burst admission the first request runs a step alone and the step count is at least 4.
+    expect(e.stats().steps - before).toBe(3);
+    const firsts = rs.map((r) => r.tokenMs[0]!);
+    expect(Math.max(...firsts) - Math.min(...firsts)).toBeLessThan(5); // same step: emitted together
+  });
+
   it('paged and continuous KV layouts give identical tokens and logits', async () => {
     const prompt = promptIds(70, 3);
     const a = await greedy(await engine({ kvcache: 'paged' }), prompt, 16, true);

@@ -27,6 +27,27 @@ class ThreadPool {
   // Runs fn(tid, n_threads) on every thread, returns when all are done.
   void run(const std::function<void(int, int)>& fn);
 
+  // Deals [0, n) out in chunks of `chunk` from a shared counter, so a thread that runs slower (a
+  // core shared with another process) takes fewer chunks instead of holding up the region.
+  template <typename F>
+  void parallel_chunks(int64_t n, int64_t chunk, F&& fn) {
+    if (n <= 0) return;
+    const int64_t nchunks = (n + chunk - 1) / chunk;
+    if (n_threads_ == 1 || nchunks <= 1) {
+      fn(int64_t{0}, n);
+      return;
+    }
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+      for (;;) {
+        const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+        if (c >= nchunks) return;
+        const int64_t b = c * chunk;
+        fn(b, b + chunk < n ? b + chunk : n);
+      }
+    });
+  }
+
   // Splits [0, n) into contiguous ranges, one per thread; fn(begin, end).
   template <typename F>
   void parallel_for(int64_t n, F&& fn, int64_t grain = 1) {

@@ -170,9 +170,10 @@ class CpuBackend final : public Backend {
       uint16_t* xb = xb_.as<uint16_t>();
       pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * w.cols, xb + r0 * w.cols, (r1 - r0) * w.cols); });
       const int64_t panels = (N + cpu::kPanel - 1) / cpu::kPanel;
-      pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) {
+      // Chunks of 8 panels (128 weight rows, 256 KiB at K = 1024): long sequential streams.
+      pool_.parallel_chunks(panels, 8, [&](int64_t p0, int64_t p1) {
         K_.matmul_packed(xb, rows, w.cols, static_cast<const uint16_t*>(w.aux), N, p0, p1, y, N);
-      }, 4);
+      });
       return;
     }
     pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
