@@ -111,6 +111,11 @@ class Backend {
   virtual void embed(const WMat& table, float* x) = 0;                                  // x[T,H]
   virtual void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) = 0;
   virtual void matmul(const float* x, int rows, const WMat& w, float* y) = 0;            // y = x Wᵀ
+  // Several matrices on the same input (q|k|v, the four DeltaNet projections, gate|up): ys[i] =
+  // x ws[i]ᵀ. One call so a backend can convert x once and run them as one parallel region.
+  virtual void matmul_group(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
+    for (int i = 0; i < n; ++i) matmul(x, rows, *ws[i], ys[i]);
+  }
   virtual void add(float* y, const float* x, int64_t n) = 0;                             // y += x
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;    // silu(g)*u
   // Full attention for all segments: per-head q/k norm, RoPE, KV write, causal GQA, sigmoid gate.

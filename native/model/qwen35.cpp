@@ -58,23 +58,23 @@ void Qwen35::forward(const StepBatch& b, float* logits_host) {
     for (const BLayer& L : w_.layers) {
       be_.rmsnorm(x_, L.in_norm, xn_, T, c.hidden, c.eps);
       if (L.is_full) {
-        be_.matmul(xn_, T, L.q, qg_);
-        be_.matmul(xn_, T, L.k, k_);
-        be_.matmul(xn_, T, L.v, v_);
+        const WMat* ws[] = {&L.q, &L.k, &L.v};
+        float* const ys[] = {qg_, k_, v_};
+        be_.matmul_group(xn_, T, ws, ys, 3);
         be_.attention(c, L, qg_, k_, v_, ao_);
         be_.matmul(ao_, T, L.o, o_);
       } else {
-        be_.matmul(xn_, T, L.qkv, qkv_);
-        be_.matmul(xn_, T, L.z, z_);
-        be_.matmul(xn_, T, L.b, bb_);
-        be_.matmul(xn_, T, L.a, aa_);
+        const WMat* ws[] = {&L.qkv, &L.z, &L.b, &L.a};
+        float* const ys[] = {qkv_, z_, bb_, aa_};
+        be_.matmul_group(xn_, T, ws, ys, 4);
         be_.gdn(c, L, qkv_, z_, bb_, aa_, go_);
         be_.matmul(go_, T, L.out, o_);
       }
       be_.add(x_, o_, T * H);
       be_.rmsnorm(x_, L.post_norm, xn_, T, c.hidden, c.eps);
-      be_.matmul(xn_, T, L.gate, g_);
-      be_.matmul(xn_, T, L.up, u_);
+      const WMat* mlp[] = {&L.gate, &L.up};
+      float* const mlp_out[] = {g_, u_};
+      be_.matmul_group(xn_, T, mlp, mlp_out, 2);
       be_.swiglu(g_, u_, g_, static_cast<int64_t>(T) * c.intermediate);
       be_.matmul(g_, T, L.down, o_);
       be_.add(x_, o_, T * H);

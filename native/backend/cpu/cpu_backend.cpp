@@ -161,24 +161,51 @@ class CpuBackend final : public Backend {
   void matmul(const float* x, int rows, const WMat& w, float* y) override {
     // The vocabulary head is a third of a small model's bytes: profile it apart from the layers.
     ScopedOp op(profiling_, stats_, w.ptr == head_ptr_ ? "lm_head" : "matmul", "matmul");
-    if (rows <= 0) return;
-    // Split over output features so every weight row is read once per step (all rows of x at once).
-    const int64_t N = w.rows;
-    if (w.aux) {
-      const int64_t n = static_cast<int64_t>(rows) * w.cols;
-      if (xb_.size() < static_cast<size_t>(n) * 2) xb_.resize(static_cast<size_t>(n) * 2, false);
-      uint16_t* xb = xb_.as<uint16_t>();
-      pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * w.cols, xb + r0 * w.cols, (r1 - r0) * w.cols); });
-      const int64_t panels = (N + cpu::kPanel - 1) / cpu::kPanel;
-      // Chunks of 8 panels (128 weight rows, 256 KiB at K = 1024): long sequential streams.
-      pool_.parallel_chunks(panels, 8, [&](int64_t p0, int64_t p1) {
-        K_.matmul_packed(xb, rows, w.cols, static_cast<const uint16_t*>(w.aux), N, p0, p1, y, N);
-      });
+    const WMat* ws[] = {&w};
+    float* const ys[] = {y};
+    matmul_impl(x, rows, ws, ys, 1);
+  }
+
+  void matmul_group(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) override {
+    ScopedOp op(profiling_, stats_, "matmul", "matmul");
+    matmul_impl(x, rows, ws, ys, n);
+  }
+
+  void matmul_impl(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
+    if (rows <= 0 || n <= 0) return;
+    bool packed = true;
+    for (int i = 0; i < n; ++i) packed = packed && ws[i]->aux != nullptr && ws[i]->cols == ws[0]->cols;
+    if (!packed) {
+      // Split over output features so every weight row is read once per step (all rows of x at once).
+      for (int i = 0; i < n; ++i) {
+        const WMat& w = *ws[i];
+        pool_.parallel_for(w.rows, [&](int64_t n0, int64_t n1) {
+          K_.matmul(x, rows, w.cols, w.ptr, w.dtype, n0, n1, ys[i], w.rows);
+        }, 16);
+      }
       return;
     }
-    pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
-      K_.matmul(x, rows, w.cols, w.ptr, w.dtype, n0, n1, y, N);
-    }, 16);
+    // x rounded to bf16 once for all the matrices; then one region dealing chunks of 8 panels (128
+    // weight rows, 256 KiB at K = 1024, long sequential streams) of every matrix from a shared
+    // counter, so a slower core takes fewer chunks.
+    const int64_t K = ws[0]->cols;
+    const int64_t xn = static_cast<int64_t>(rows) * K;
+    if (xb_.size() < static_cast<size_t>(xn) * 2) xb_.resize(static_cast<size_t>(xn) * 2, false);
+    uint16_t* xb = xb_.as<uint16_t>();
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
+    constexpr int64_t kChunk = 8;
+    chunks_.clear();
+    for (int i = 0; i < n; ++i) {
+      const int64_t panels = (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel;
+      for (int64_t p = 0; p < panels; p += kChunk) chunks_.push_back({i, p, std::min(panels, p + kChunk)});
+    }
+    pool_.parallel_chunks(static_cast<int64_t>(chunks_.size()), 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const Chunk& ch = chunks_[c];
+        const WMat& w = *ws[ch.mat];
+        K_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, ch.p0, ch.p1, ys[ch.mat], w.rows);
+      }
+    });
   }
 
   void add(float* y, const float* x, int64_t n) override {
@@ -404,6 +431,11 @@ class CpuBackend final : public Backend {
   AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_, xb_;
   std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_;
   const void* head_ptr_ = nullptr;
+  struct Chunk {
+    int mat;
+    int64_t p0, p1;
+  };
+  std::vector<Chunk> chunks_;  // matmul_impl's work list (reused across calls)
   std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_t_;  // tap-major conv weights
   std::vector<float> small_buf_;
   size_t kv_layer_elems_ = 0, layer_state_elems_ = 0, slot_elems_ = 0;
