@@ -129,6 +129,21 @@ describe('memory pressure and cancellation', () => {
     expect(s.activeBytes).toBe(base.activeBytes);
   });
 
+  it('preempts the youngest sequence when running sequences exhaust the pool, recomputes it, and both finish with their solo tokens', async () => {
+    // 10 blocks of 16 tokens. Two requests of 40 + 60 tokens (7 blocks each) are both admitted
+    // (3 blocks each for prompt + first token), then outgrow the pool together while decoding.
+    const e = await engine({ kvMemoryBytes: 10 * 16 * 2 * 256 * 4, maxSeq: 128 });
+    const solo = [await greedy(e, promptIds(40, 61), 60), await greedy(e, promptIds(40, 62), 60)];
+    const base = e.stats();
+    const both = await Promise.all([greedy(e, promptIds(40, 61), 60), greedy(e, promptIds(40, 62), 60)]);
+    const s = e.stats();
+    expect(s.preemptions - base.preemptions).toBeGreaterThan(0);
+    expect(both[0]!.tokens).toEqual(solo[0]!.tokens);
+    expect(both[1]!.tokens).toEqual(solo[1]!.tokens);
+    expect(s.kvBlocksUsed).toBe(base.kvBlocksUsed);
+    expect(s.activeBytes).toBe(base.activeBytes);
+  });
+
   it('fails a request that can never fit with a clear error, without crashing', async () => {
     const e = await engine({ kvMemoryBytes: 4 * 16 * 2 * 256 * 4, maxSeq: 1024 });
     expect(() => e.submit({ prompt: promptIds(100, 1), maxTokens: 10 })).toThrow(/out of KV memory/);
