@@ -68,6 +68,9 @@ class CpuBackend final : public Backend {
       return r;
     };
     out.embed = M(w.embed());
+    if (w.config().n_kv_heads > 0 && w.config().n_heads / w.config().n_kv_heads > 16)
+      throw std::runtime_error("config: " + std::to_string(w.config().n_heads / w.config().n_kv_heads) +
+                               " query heads per KV head; the CPU attention kernel handles at most 16");
     out.head = M(w.head());
     head_ptr_ = out.head.ptr;
     out.final_norm = w.final_norm().data;
@@ -221,8 +224,8 @@ class CpuBackend final : public Backend {
   }
 
   void attention(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v, float* out) override {
-    ScopedOp op(profiling_, stats_, "attention", "attention");
     const StepBatch& b = *step_;
+    std::optional<ScopedOp> op(std::in_place, profiling_, stats_, "attn_rope", "attention");  // norms, RoPE, KV write
     const int hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, rot = c.rot_dim(), half = rot / 2;
     const int bs = spec_.block_size;
     float* kc = k_cache_.as<float>() + L.kv_index * kv_layer_elems_;
@@ -269,6 +272,8 @@ class CpuBackend final : public Backend {
         std::copy(v + (s.start + i) * nkv * hd, v + (s.start + i + 1) * nkv * hd, vc + base);
       }
     }
+    op.reset();
+    op.emplace(profiling_, stats_, "attention", "attention");
     // 2) causal attention per (token, kv head) through the block table: the query heads of a
     // group share each key and value row (read once for all of them); gate with sigmoid. Items
     // are dealt round-robin so the threads get alike mixes of short and long contexts.
@@ -282,7 +287,6 @@ class CpuBackend final : public Backend {
     const int group = nh / nkv;
     pool_.run([&](int tid, int nth) {
       auto& scores = per_thread_[tid].scores;
-      std::vector<float> sums(group);
       for (size_t it = tid; it < items.size(); it += nth) {
         const auto& s = b.segs[items[it].seg];
         const int i = items[it].i, g = items[it].g;
@@ -292,19 +296,18 @@ class CpuBackend final : public Backend {
         if (scores.size() < static_cast<size_t>(group) * ctx) scores.resize(static_cast<size_t>(group) * ctx);
         for (int j = 0; j < ctx; ++j) {
           const float* kj = kc + (static_cast<size_t>(table[j / bs]) * bs + j % bs) * nkv * hd + g * hd;
-          for (int hh = 0; hh < group; ++hh) scores[hh * ctx + j] = K_.dot(q0 + hh * 2 * hd, kj, hd) * scale;
+          K_.dot_group(q0, 2 * hd, group, kj, hd, scale, scores.data() + j, ctx);
         }
         for (int hh = 0; hh < group; ++hh) {
           float* sc = scores.data() + hh * ctx;
           float mx = -INFINITY;
           for (int j = 0; j < ctx; ++j) mx = std::max(mx, sc[j]);
-          sums[hh] = 1.f / K_.exp_shift_sum(sc, ctx, mx);
+          K_.scale(sc, 1.f / K_.exp_shift_sum(sc, ctx, mx), ctx);  // probabilities
           std::fill(out + row * (nh * hd) + (g * group + hh) * hd, out + row * (nh * hd) + (g * group + hh + 1) * hd, 0.f);
         }
         for (int j = 0; j < ctx; ++j) {
           const float* vj = vc + (static_cast<size_t>(table[j / bs]) * bs + j % bs) * nkv * hd + g * hd;
-          for (int hh = 0; hh < group; ++hh)
-            K_.axpy(scores[hh * ctx + j] * sums[hh], vj, out + row * (nh * hd) + (g * group + hh) * hd, hd);
+          K_.axpy_group(scores.data() + j, ctx, group, vj, hd, out + row * (nh * hd) + g * group * hd, hd);
         }
         for (int hh = 0; hh < group; ++hh) {
           float* o = out + row * (nh * hd) + (g * group + hh) * hd;
