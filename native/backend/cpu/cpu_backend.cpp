@@ -196,7 +196,7 @@ class CpuBackend final : public Backend {
     if (xb_.size() < static_cast<size_t>(xn) * 2) xb_.resize(static_cast<size_t>(xn) * 2, false);
     uint16_t* xb = xb_.as<uint16_t>();
     pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
-    constexpr int64_t kChunk = 8;
+    constexpr int64_t kChunk = 8;  // 4 and 16 measured no better (A/B, order alternated)
     chunks_.clear();
     for (int i = 0; i < n; ++i) {
       const int64_t panels = (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel;
