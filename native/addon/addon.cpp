@@ -38,7 +38,12 @@ Napi::Value CudaDeviceCount(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+// Bumped whenever the JS-facing interface changes, so a stale build is refused with a clear
+// message instead of failing later with "x is not a function".
+constexpr int kAbiVersion = 2;
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));
   exports.Set("cpuInfo", Napi::Function::New(env, CpuInfo));
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   exports.Set("Engine", lumen::InitEngineClass(env));

@@ -44,6 +44,8 @@ export interface NativeAddon {
 }
 
 const cached = new Map<string, NativeAddon>();
+/** The native interface version this code expects (kAbiVersion in native/addon/addon.cpp). */
+const ADDON_ABI = 2;
 
 /** The native addon: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
 export function loadAddon(file?: string): NativeAddon {
@@ -55,6 +57,10 @@ export function loadAddon(file?: string): NativeAddon {
   }
   const require = createRequire(import.meta.url);
   const addon = require(f) as NativeAddon;
+  const abi = (addon as unknown as { abiVersion?: number }).abiVersion;
+  if (abi !== ADDON_ABI) {
+    throw new Error(`native engine ${f} is out of date (interface ${abi ?? 1}, this CLI needs ${ADDON_ABI}): rebuild it with \`npm run build:native\``);
+  }
   cached.set(f, addon);
   return addon;
 }
