@@ -655,33 +655,38 @@ void Engine::step_once() {
   model_->forward(b, logits_buf_.data());
   const int64_t t_sample = now_ns();
   const double step_ms = ns_to_ms(t_sample - t_fwd);
-  // Greedy picks for every sequence that samples this step, in one backend call (vectorised and
-  // spread over the threads; the vocabulary is 248k wide). Rows as in the walk below.
+  // Logit row of each segment's last position (-1 when it has none): logits_all segments own a
+  // row per token, others one row when they reach their end; rows were appended in this order.
+  std::vector<int> last_row(order.size(), -1);
+  // Greedy picks for the segments that end this step, in one backend call (vectorised and spread
+  // over the threads; the vocabulary is 248k wide).
   std::vector<int> greedy_rows;
-  std::vector<int32_t> greedy_pick(order.size(), -1);
+  std::vector<size_t> greedy_seg;
   {
     int r = 0;
-    std::vector<size_t> who;
     for (size_t i = 0; i < order.size(); ++i) {
       const Seq& s = *order[i];
       const int len = b.segs[i].len;
       const bool ends = s.n_computed + len == static_cast<int>(s.tokens.size());
-      const int last_row = s.req.logits_all ? r + len - 1 : (ends ? r : -1);
-      r += s.req.logits_all ? len : (ends ? 1 : 0);
-      if (ends && last_row >= 0 && s.sampler->greedy() && !s.logits_only_step && s.generated < s.req.max_tokens) {
-        greedy_rows.push_back(last_row);
-        who.push_back(i);
+      if (s.req.logits_all) {
+        r += len;
+        last_row[i] = r - 1;
+      } else if (ends) {
+        last_row[i] = r++;
+      }
+      if (ends && s.sampler->greedy()) {
+        greedy_rows.push_back(last_row[i]);
+        greedy_seg.push_back(i);
       }
     }
-    if (!greedy_rows.empty()) {
-      std::vector<int32_t> picks(greedy_rows.size());
-      backend_->argmax_rows(logits_buf_.data(), greedy_rows.data(), static_cast<int>(greedy_rows.size()), cfg_.vocab,
-                            picks.data());
-      for (size_t j = 0; j < who.size(); ++j) greedy_pick[who[j]] = picks[j];
-    }
   }
-  // Walk the segments in order; logit rows were appended in the same order.
-  int row = 0;
+  std::vector<int32_t> greedy_pick(order.size(), -1);
+  if (!greedy_rows.empty()) {
+    std::vector<int32_t> picks(greedy_rows.size());
+    backend_->argmax_rows(logits_buf_.data(), greedy_rows.data(), static_cast<int>(greedy_rows.size()), cfg_.vocab,
+                          picks.data());
+    for (size_t j = 0; j < greedy_seg.size(); ++j) greedy_pick[greedy_seg[j]] = picks[j];
+  }
   std::vector<EngineEvent> evs;
   std::vector<Seq*> finished;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -692,16 +697,10 @@ void Engine::step_once() {
     s.n_computed += seg.len;
     if (was_prefill) s.chunk_ms.push_back(step_ms);
     const bool reaches_end = s.n_computed == static_cast<int>(s.tokens.size());
-    const float* last = nullptr;
+    const float* last = last_row[i] >= 0 ? logits_buf_.data() + static_cast<int64_t>(last_row[i]) * cfg_.vocab : nullptr;
     if (s.req.logits_all) {
-      s.logits.insert(s.logits.end(), logits_buf_.begin() + static_cast<int64_t>(row) * cfg_.vocab,
-                      logits_buf_.begin() + static_cast<int64_t>(row + seg.len) * cfg_.vocab);
+      s.logits.insert(s.logits.end(), last - static_cast<int64_t>(seg.len - 1) * cfg_.vocab, last + cfg_.vocab);
       s.logit_rows += seg.len;
-      last = logits_buf_.data() + static_cast<int64_t>(row + seg.len - 1) * cfg_.vocab;
-      row += seg.len;
-    } else if (reaches_end) {
-      last = logits_buf_.data() + static_cast<int64_t>(row) * cfg_.vocab;
-      row += 1;
     }
     after_chunk(s, t_sample - t_fwd);
     if (!reaches_end) continue;

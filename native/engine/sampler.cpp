@@ -7,10 +7,8 @@
 
 namespace lumen {
 
-int32_t argmax(const float* logits, int vocab) { return argmax_scalar(logits, vocab); }
-
 int32_t Sampler::sample(const float* logits, int vocab) {
-  if (p_.temperature <= 0.f) return argmax(logits, vocab);
+  if (p_.temperature <= 0.f) return argmax_scalar(logits, vocab);
   cand_.clear();
   cand_.reserve(vocab);
   for (int i = 0; i < vocab; ++i) cand_.emplace_back(logits[i] / p_.temperature, i);

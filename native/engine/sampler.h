@@ -25,7 +25,4 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> cand_;
 };
 
-// Index of the largest logit (lowest index on ties).
-int32_t argmax(const float* logits, int vocab);
-
 }  // namespace lumen

@@ -197,16 +197,20 @@ class CpuBackend final : public Backend {
     uint16_t* xb = xb_.as<uint16_t>();
     pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
     constexpr int64_t kChunk = 8;  // 4 and 16 measured no better (A/B, order alternated)
-    chunks_.clear();
+    // Chunk c belongs to the matrix whose range [first[i], first[i+1]) holds it (n is at most 4).
+    std::vector<int64_t> first(n + 1, 0), panels(n);
     for (int i = 0; i < n; ++i) {
-      const int64_t panels = (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel;
-      for (int64_t p = 0; p < panels; p += kChunk) chunks_.push_back({i, p, std::min(panels, p + kChunk)});
+      panels[i] = (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel;
+      first[i + 1] = first[i] + (panels[i] + kChunk - 1) / kChunk;
     }
-    pool_.parallel_chunks(static_cast<int64_t>(chunks_.size()), 1, [&](int64_t c0, int64_t c1) {
+    pool_.parallel_chunks(first[n], 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        const Chunk& ch = chunks_[c];
-        const WMat& w = *ws[ch.mat];
-        K_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, ch.p0, ch.p1, ys[ch.mat], w.rows);
+        int i = 0;
+        while (c >= first[i + 1]) ++i;
+        const int64_t p0 = (c - first[i]) * kChunk;
+        const WMat& w = *ws[i];
+        K_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, p0, std::min(panels[i], p0 + kChunk),
+                         ys[i], w.rows);
       }
     });
   }
@@ -434,11 +438,6 @@ class CpuBackend final : public Backend {
   AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_, xb_;
   std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_;
   const void* head_ptr_ = nullptr;
-  struct Chunk {
-    int mat;
-    int64_t p0, p1;
-  };
-  std::vector<Chunk> chunks_;  // matmul_impl's work list (reused across calls)
   std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_t_;  // tap-major conv weights
   std::vector<float> small_buf_;
   size_t kv_layer_elems_ = 0, layer_state_elems_ = 0, slot_elems_ = 0;

@@ -47,20 +47,24 @@ inline float vdot(const float* __restrict a, const float* __restrict b, int n) {
   return s;
 }
 
-// Token-by-token recurrence: decay, predict e = Sᵀk, write k (β(v - e))ᵀ, read o = Sᵀq.
-// Two passes over S per token: one read (e and u = Sᵀq together), one read-modify-write that
-// applies the decay and the rank-1 write; o = decay·u + (k·q)·d needs no third pass.
-// The same recurrence with a block of 8 vectors of columns held in registers (e, u in pass one,
-// d in pass two), so the inner loops only stream S: used when dv is a multiple of the block.
+// Token i's rows and gates, as both forms of the recurrence read them.
+struct GdnToken {
+  const float *q, *k, *v;
+  float* o;
+  float decay, beta;
+};
+inline GdnToken gdn_token(const lumen::cpu::GdnHeadIO& io, int i) {
+  return {io.q + i * io.q_stride, io.k + i * io.k_stride, io.v + i * io.v_stride, io.o + i * io.o_stride,
+          std::exp(io.g[i * io.bg_stride]), io.beta[i * io.bg_stride]};
+}
+
+// The recurrence below (gdn_recurrent_impl) with a block of 8 vectors of columns held in registers
+// (e, u in pass one, d in pass two), so the inner loops only stream S: used when dv is a multiple
+// of the block.
 void gdn_recurrent_blocked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
   constexpr int NB = 8, CB = NB * VW;
   for (int i = 0; i < n; ++i) {
-    const float* q = io.q + i * io.q_stride;
-    const float* k = io.k + i * io.k_stride;
-    const float* v = io.v + i * io.v_stride;
-    float* o = io.o + i * io.o_stride;
-    const float decay = std::exp(io.g[i * io.bg_stride]);
-    const float beta = io.beta[i * io.bg_stride];
+    const auto [q, k, v, o, decay, beta] = gdn_token(io, i);
     const float kq = vdot(k, q, dk);
     const vf dec = vset1(decay), bet = vset1(beta), kqv = vset1(kq);
     for (int c0 = 0; c0 < dv; c0 += CB) {
@@ -89,6 +93,9 @@ void gdn_recurrent_blocked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int
   }
 }
 
+// Token-by-token recurrence: decay, predict e = Sᵀk, write k (β(v - e))ᵀ, read o = Sᵀq.
+// Two passes over S per token: one read (e and u = Sᵀq together), one read-modify-write that
+// applies the decay and the rank-1 write; o = decay·u + (k·q)·d needs no third pass.
 void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
   if (dv % (8 * VW) == 0) {
     gdn_recurrent_blocked(S, io, n, dk, dv);
@@ -96,12 +103,7 @@ void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk
   }
   float e[512], u[512], d[512];
   for (int i = 0; i < n; ++i) {
-    const float* q = io.q + i * io.q_stride;
-    const float* k = io.k + i * io.k_stride;
-    const float* v = io.v + i * io.v_stride;
-    float* o = io.o + i * io.o_stride;
-    const float decay = std::exp(io.g[i * io.bg_stride]);
-    const float beta = io.beta[i * io.bg_stride];
+    const auto [q, k, v, o, decay, beta] = gdn_token(io, i);
     for (int c = 0; c < dv; ++c) e[c] = u[c] = 0.f;
     for (int r = 0; r < dk; ++r) {
       const float* Sr = S + static_cast<int64_t>(r) * dv;
