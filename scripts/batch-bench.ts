@@ -10,7 +10,7 @@ import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { loadEngine } from '../src/engine/engine.js';
-import type { EngineHandle, ProfileReport } from '../src/engine/types.js';
+import type { EngineHandle, ProfileReport, TokenEvent } from '../src/engine/types.js';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { formatOpsReport } from '../src/bench/profile.js';
 import { benchIds, ensureBenchModel, median } from './bench-model.js';
@@ -24,7 +24,7 @@ const program = new Command('batch-bench')
   .option('--prefill-tokens <n>', 'prompt length of the prefill measurement (concurrency 0)', (v) => Number(v), 512)
   .option('--preset <p>', 'synthetic preset', '0.8b')
   .option('--addons <list>', 'comma-separated addon builds to compare (default: the installed one)')
-  .option('--profile', 'print the per-op profile of each concurrency (summed over rounds, prefill included)')
+  .option('--profile', 'print the per-op profile of each concurrency (decode steps after every stream has started, summed over rounds; prefill only for concurrency 0)')
   .option('--json <file>', 'also write the results as JSON')
   .parse(process.argv);
 const opt = program.opts<{ prefillTokens: number; threads: number; rounds: number; prompt: number; tokens: number; concurrency: string; preset: string; addons?: string; profile?: boolean; json?: string }>();
@@ -38,8 +38,12 @@ async function measure(engine: EngineHandle, c: number, seed: number): Promise<n
     const r = await engine.submit({ prompt: benchIds(opt.prefillTokens, seed), maxTokens: 1, ignoreEos: true }).done;
     return opt.prefillTokens / ((r.tokenMs[0]! - r.enqueueMs) / 1000);
   }
+  // With --profile, drop what was recorded up to the moment every stream has its first token, so
+  // the report covers decode steps (the prefill of c prompts would otherwise dominate it).
+  let started = 0;
+  const onToken = opt.profile ? (ev: TokenEvent) => { if (ev.index === 0 && ++started === c) engine.takeProfile(); } : undefined;
   const runs = await Promise.all(Array.from({ length: c }, (_, i) =>
-    engine.submit({ prompt: benchIds(opt.prompt, seed * 100 + i), maxTokens: opt.tokens, ignoreEos: true }).done));
+    engine.submit({ prompt: benchIds(opt.prompt, seed * 100 + i), maxTokens: opt.tokens, ignoreEos: true }, onToken).done));
   for (const r of runs) if (r.finishReason !== 'length') throw new Error(`request ended with ${r.finishReason}: ${r.error ?? ''}`);
   const rate = steadyDecodeRate(runs.map((r) => r.tokenMs));
   if (rate === null) throw new Error(`c=${c}: the streams never decoded together`);
@@ -116,7 +120,7 @@ async function main(): Promise<void> {
           m.calls += o.calls; m.totalUs += o.totalUs; m.selfUs += o.selfUs;
           merged.set(o.name, m);
         }
-        process.stderr.write(`${formatOpsReport(`${v.name} c=${c}, ${opt.rounds} rounds (prefill included)`, [...merged.values()])}\n`);
+        process.stderr.write(`${formatOpsReport(`${v.name} c=${c}, ${opt.rounds} rounds (${c === 0 ? 'prefill' : 'decode steps'})`, [...merged.values()])}\n`);
       }
     }
   }

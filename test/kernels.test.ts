@@ -5,7 +5,7 @@ import { loadAddon } from '../src/engine/native.js';
 
 interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
-  convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number;
+  convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
 }
 
 describe('CPU kernels against scalar references', () => {
@@ -20,7 +20,7 @@ describe('CPU kernels against scalar references', () => {
   });
 
   for (const isa of ['avx2', 'avx512']) {
-    it.runIf(res[isa] !== undefined)(`${isa}: argmax, SwiGLU, conv+SiLU, gated RMSNorm and softmax exp match`, () => {
+    it.runIf(res[isa] !== undefined)(`${isa}: argmax, SwiGLU, conv+SiLU, gated RMSNorm, softmax exp, attention rows and the sigmoid gate match`, () => {
       const r = res[isa]!;
       expect(r.argmaxCases).toBeGreaterThan(30);
       expect(r.argmaxMismatches).toBe(0); // first index of the maximum, NaN ignored, as the scalar pick
@@ -29,6 +29,8 @@ describe('CPU kernels against scalar references', () => {
       expect(r.convMaxRelErr).toBeLessThan(1e-5);
       expect(r.gatedNormMaxRelErr).toBeLessThan(1e-5);
       expect(r.expMaxRelErr).toBeLessThan(2e-6);
+      expect(r.attnRowsMaxErr).toBeLessThan(1e-5); // fp32 sums, relative to the sum of |terms|
+      expect(r.sigmoidMaxRelErr).toBeLessThan(2e-6);
     });
   }
 });

@@ -105,6 +105,55 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
     exp_err = std::max(exp_err, std::fabs(sc[i] - e) / e);
   }
   obj.Set("expMaxRelErr", std::max(exp_err, rel_err(sum, sum_ref)));
+
+  // Attention rows: every query-group size the kernels specialise (2, 4, 8) and the generic path
+  // (1, 3, 5), odd row counts (the single-row tail) and a row length off the vector width. The
+  // error is relative to the sum of |terms| (cancellation makes a plain relative error meaningless).
+  double rows_err = 0;
+  for (int nq : {1, 2, 3, 4, 5, 8})
+    for (int nr : {1, 7, 16})
+      for (int n : {256, 37}) {
+        const int64_t qs = 2 * n + 3, os = nr + 2;
+        std::vector<float> q(nq * qs), kr(nr * n), vr(nr * n), wgt(nq * os), sco(nq * os, 0.f), ov(nq * n), ov0;
+        for (auto* vec : {&q, &kr, &vr, &wgt, &ov})
+          for (auto& e : *vec) e = u(rng);
+        ov0 = ov;
+        K.dot_rows(q.data(), qs, nq, kr.data(), n, nr, 0.5f, sco.data(), os);
+        K.axpy_rows(wgt.data(), os, nq, vr.data(), n, nr, ov.data(), n);
+        for (int h = 0; h < nq; ++h) {
+          for (int r = 0; r < nr; ++r) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < n; ++i) {
+              ref += static_cast<double>(q[h * qs + i]) * kr[r * n + i];
+              mag += std::fabs(static_cast<double>(q[h * qs + i]) * kr[r * n + i]);
+            }
+            rows_err = std::max(rows_err, std::fabs(sco[h * os + r] - 0.5 * ref) / (0.5 * mag));
+          }
+          for (int i = 0; i < n; ++i) {
+            double ref = ov0[h * n + i], mag = std::fabs(ref);
+            for (int r = 0; r < nr; ++r) {
+              ref += static_cast<double>(wgt[h * os + r]) * vr[r * n + i];
+              mag += std::fabs(static_cast<double>(wgt[h * os + r]) * vr[r * n + i]);
+            }
+            rows_err = std::max(rows_err, std::fabs(ov[h * n + i] - ref) / mag);
+          }
+        }
+      }
+  obj.Set("attnRowsMaxErr", rows_err);
+
+  // o *= sigmoid(gate) over a wide gate range (37 elements: a vector tail).
+  std::vector<float> og(37), gg(37), og0;
+  for (size_t i = 0; i < og.size(); ++i) {
+    og[i] = u(rng);
+    gg[i] = -90.f + 180.f * static_cast<float>(i) / 36.f;
+  }
+  og0 = og;
+  K.mul_sigmoid(og.data(), gg.data(), static_cast<int64_t>(og.size()));
+  double sig_err = 0;
+  for (size_t i = 0; i < og.size(); ++i)
+    sig_err = std::max(sig_err, std::fabs(og[i] - og0[i] / (1.0 + std::exp(-static_cast<double>(gg[i])))) /
+                                    std::max(1e-30, std::fabs(og0[i] / (1.0 + std::exp(-static_cast<double>(gg[i]))))));
+  obj.Set("sigmoidMaxRelErr", sig_err);
   return obj;
 }
 

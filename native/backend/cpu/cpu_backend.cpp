@@ -1,6 +1,8 @@
 // The CPU backend: host memory, a persistent thread pool, and kernels chosen per ISA at run time.
 #include "backend/cpu/cpu_backend.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -20,6 +22,12 @@ namespace {
 
 inline float sigmoidf(float x) { return 1.f / (1.f + std::exp(-x)); }
 inline float softplusf(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+
+// Asks for [p, p + bytes) ahead of use, a cache line at a time.
+inline void prefetch(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
 
 class ScopedOp {
  public:
@@ -68,9 +76,6 @@ class CpuBackend final : public Backend {
       return r;
     };
     out.embed = M(w.embed());
-    if (w.config().n_kv_heads > 0 && w.config().n_heads / w.config().n_kv_heads > 16)
-      throw std::runtime_error("config: " + std::to_string(w.config().n_heads / w.config().n_kv_heads) +
-                               " query heads per KV head; the CPU attention kernel handles at most 16");
     out.head = M(w.head());
     head_ptr_ = out.head.ptr;
     out.final_norm = w.final_norm().data;
@@ -195,8 +200,14 @@ class CpuBackend final : public Backend {
     const int64_t xn = static_cast<int64_t>(rows) * K;
     if (xb_.size() < static_cast<size_t>(xn) * 2) xb_.resize(static_cast<size_t>(xn) * 2, false);
     uint16_t* xb = xb_.as<uint16_t>();
-    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
-    constexpr int64_t kChunk = 8;  // 4 and 16 measured no better (A/B, order alternated)
+    // A decode batch's rows take a few microseconds to round: less than waking the pool for them.
+    if (xn <= 65536)
+      K_.to_bf16(x, xb, xn);
+    else
+      pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
+    // 8 panels; 9 for decode-sized batches, whose kernel walks panels in threes. 4 and 16 measured
+    // no better (A/B, order alternated).
+    const int64_t kChunk = rows >= 7 && rows <= 16 ? 9 : 8;
     // Chunk c belongs to the matrix whose range [first[i], first[i+1]) holds it (n is at most 4).
     std::vector<int64_t> first(n + 1, 0), panels(n);
     for (int i = 0; i < n; ++i) {
@@ -267,20 +278,27 @@ class CpuBackend final : public Backend {
         }
       }
     });
+    // Cache layout per layer: [block][kv head][position in block][hd], so one KV head's rows in a
+    // block are one contiguous run (bs * hd floats) that the attention below streams.
+    auto row_at = [&](const int32_t* table, int pos, int g) {
+      return ((static_cast<size_t>(table[pos / bs]) * nkv + g) * bs + pos % bs) * hd;
+    };
     for (const auto& s : b.segs) {
       const int32_t* table = b.block_tables.data() + s.table_offset;
-      for (int i = 0; i < s.len; ++i) {
-        const int pos = s.pos0 + i;
-        const size_t base = (static_cast<size_t>(table[pos / bs]) * bs + pos % bs) * nkv * hd;
-        std::copy(k + (s.start + i) * nkv * hd, k + (s.start + i + 1) * nkv * hd, kc + base);
-        std::copy(v + (s.start + i) * nkv * hd, v + (s.start + i + 1) * nkv * hd, vc + base);
-      }
+      for (int i = 0; i < s.len; ++i)
+        for (int g = 0; g < nkv; ++g) {
+          const size_t src = (static_cast<size_t>(s.start + i) * nkv + g) * hd, dst = row_at(table, s.pos0 + i, g);
+          std::copy(k + src, k + src + hd, kc + dst);
+          std::copy(v + src, v + src + hd, vc + dst);
+        }
     }
     op.reset();
     op.emplace(profiling_, stats_, "attention", "attention");
-    // 2) causal attention per (token, kv head) through the block table: the query heads of a
-    // group share each key and value row (read once for all of them); gate with sigmoid. Items
-    // are dealt round-robin so the threads get alike mixes of short and long contexts.
+    // 2) causal attention per (token, kv head) through the block table, a block at a time: the
+    // query heads of a group share each key and value row (read once for all of them); gate with
+    // sigmoid. The next block's rows are prefetched while one is used (blocks are scattered, so
+    // the hardware prefetchers restart at each). Items are dealt round-robin so the threads get
+    // alike mixes of short and long contexts.
     struct Item { int seg, i, g; };
     std::vector<Item> items;
     items.reserve(static_cast<size_t>(b.n_tokens) * nkv);
@@ -289,34 +307,38 @@ class CpuBackend final : public Backend {
         for (int g = 0; g < nkv; ++g) items.push_back({si, i, g});
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     const int group = nh / nkv;
+    const size_t run_bytes = static_cast<size_t>(bs) * hd * sizeof(float);
     pool_.run([&](int tid, int nth) {
       auto& scores = per_thread_[tid].scores;
       for (size_t it = tid; it < items.size(); it += nth) {
         const auto& s = b.segs[items[it].seg];
         const int i = items[it].i, g = items[it].g;
-        const int row = s.start + i, ctx = s.pos0 + i + 1;
+        const int row = s.start + i, ctx = s.pos0 + i + 1, nblk = (ctx + bs - 1) / bs;
         const int32_t* table = b.block_tables.data() + s.table_offset;
         const float* q0 = qg + row * (2 * nh * hd) + g * group * 2 * hd;  // head h = g*group + hh at q0 + hh*2*hd
+        float* o0 = out + row * (nh * hd) + g * group * hd;
         if (scores.size() < static_cast<size_t>(group) * ctx) scores.resize(static_cast<size_t>(group) * ctx);
-        for (int j = 0; j < ctx; ++j) {
-          const float* kj = kc + (static_cast<size_t>(table[j / bs]) * bs + j % bs) * nkv * hd + g * hd;
-          K_.dot_group(q0, 2 * hd, group, kj, hd, scale, scores.data() + j, ctx);
+        for (int bk = 0; bk < nblk; ++bk) {
+          if (bk + 1 < nblk) prefetch(kc + row_at(table, (bk + 1) * bs, g), run_bytes);
+          K_.dot_rows(q0, 2 * hd, group, kc + row_at(table, bk * bs, g), hd, std::min(bs, ctx - bk * bs), scale,
+                      scores.data() + bk * bs, ctx);
         }
+        prefetch(vc + row_at(table, 0, g), run_bytes);
         for (int hh = 0; hh < group; ++hh) {
           float* sc = scores.data() + hh * ctx;
           float mx = -INFINITY;
           for (int j = 0; j < ctx; ++j) mx = std::max(mx, sc[j]);
           K_.scale(sc, 1.f / K_.exp_shift_sum(sc, ctx, mx), ctx);  // probabilities
-          std::fill(out + row * (nh * hd) + (g * group + hh) * hd, out + row * (nh * hd) + (g * group + hh + 1) * hd, 0.f);
         }
-        for (int j = 0; j < ctx; ++j) {
-          const float* vj = vc + (static_cast<size_t>(table[j / bs]) * bs + j % bs) * nkv * hd + g * hd;
-          K_.axpy_group(scores.data() + j, ctx, group, vj, hd, out + row * (nh * hd) + g * group * hd, hd);
+        std::fill(o0, o0 + static_cast<size_t>(group) * hd, 0.f);
+        for (int bk = 0; bk < nblk; ++bk) {
+          if (bk + 1 < nblk) prefetch(vc + row_at(table, (bk + 1) * bs, g), run_bytes);
+          K_.axpy_rows(scores.data() + bk * bs, ctx, group, vc + row_at(table, bk * bs, g), hd,
+                       std::min(bs, ctx - bk * bs), o0, hd);
         }
         for (int hh = 0; hh < group; ++hh) {
-          float* o = out + row * (nh * hd) + (g * group + hh) * hd;
-          const float* gate = q0 + hh * 2 * hd + hd;
-          for (int d = 0; d < hd; ++d) o[d] *= sigmoidf(gate[d]);
+          float* o = o0 + hh * hd;
+          K_.mul_sigmoid(o, q0 + hh * 2 * hd + hd, hd);
         }
       }
     });
@@ -361,20 +383,29 @@ class CpuBackend final : public Backend {
     op.emplace(profiling_, stats_, "gdn_rule", "gdn");
     const int r = nv / nk;
     const int n_items = static_cast<int>(b.segs.size()) * nv;
-    pool_.run([&](int tid, int nth) {
-      for (int it = tid; it < n_items; it += nth) {
-        const auto& s = b.segs[it / nv];
-        const int j = it % nv, kh = j / r;  // grouped value->key head mapping (HF order)
-        float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
-        const float* base = conv_out + static_cast<int64_t>(s.start) * cd;
-        cpu::GdnHeadIO io{base + kh * dk, base + kd + kh * dk, base + 2 * kd + j * dv,
-                          beta + static_cast<int64_t>(s.start) * nv + j, gdec + static_cast<int64_t>(s.start) * nv + j,
-                          out + static_cast<int64_t>(s.start) * nv * dv + j * dv,
-                          cd, cd, cd, nv, static_cast<int64_t>(nv) * dv};
-        if (s.len >= chunk_threshold_)
-          K_.gdn_chunked(S, io, s.len, dk, dv, 64, per_thread_[tid].gdn_scratch);
-        else
-          K_.gdn_recurrent(S, io, s.len, dk, dv);
+    // Items are dealt in runs of adjacent heads from a shared counter: a sequence's heads are
+    // adjacent in memory, so a run is one long stream of state for the prefetchers (one head at a
+    // time, round-robin, restarted the stream every 64 KiB), and a slower core takes fewer runs.
+    const int run_len = std::clamp(n_items / (4 * pool_.size()), 1, 4);
+    std::atomic<int> next{0};
+    pool_.run([&](int tid, int) {
+      for (;;) {
+        const int first = next.fetch_add(run_len, std::memory_order_relaxed);
+        if (first >= n_items) break;
+        for (int it = first; it < std::min(first + run_len, n_items); ++it) {
+          const auto& s = b.segs[it / nv];
+          const int j = it % nv, kh = j / r;  // grouped value->key head mapping (HF order)
+          float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+          const float* base = conv_out + static_cast<int64_t>(s.start) * cd;
+          cpu::GdnHeadIO io{base + kh * dk, base + kd + kh * dk, base + 2 * kd + j * dv,
+                            beta + static_cast<int64_t>(s.start) * nv + j, gdec + static_cast<int64_t>(s.start) * nv + j,
+                            out + static_cast<int64_t>(s.start) * nv * dv + j * dv,
+                            cd, cd, cd, nv, static_cast<int64_t>(nv) * dv};
+          if (s.len >= chunk_threshold_)
+            K_.gdn_chunked(S, io, s.len, dk, dv, 64, per_thread_[tid].gdn_scratch);
+          else
+            K_.gdn_recurrent(S, io, s.len, dk, dv);
+        }
       }
     });
     // 4) gated RMSNorm per value head: norm(o) * w * silu(z).

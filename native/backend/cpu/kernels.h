@@ -50,11 +50,14 @@ struct Kernels {
   int32_t (*argmax)(const float* x, int64_t n);
   // x[i] = exp(x[i] - shift) in place; returns the sum (softmax numerators).
   float (*exp_shift_sum)(float* x, int64_t n, float shift);
-  // Attention for the nq query heads of one GQA group against one key / value row (read once):
-  // out[h * out_stride] = scale * q_h · k, and o_h += w[h * w_stride] * v, h < nq (nq <= 16).
-  void (*dot_group)(const float* q, int64_t q_stride, int nq, const float* k, int64_t n, float scale, float* out,
-                    int64_t out_stride);
-  void (*axpy_group)(const float* w, int64_t w_stride, int nq, const float* v, int64_t n, float* o, int64_t o_stride);
+  // Attention for the nq query heads of one GQA group against nr consecutive key / value rows of
+  // length n (one KV block; each row read once for all heads):
+  // out[h * out_stride + r] = scale * q_h · k_r, and o_h += Σ_r w[h * w_stride + r] * v_r.
+  void (*dot_rows)(const float* q, int64_t q_stride, int nq, const float* k, int64_t n, int nr, float scale,
+                   float* out, int64_t out_stride);
+  void (*axpy_rows)(const float* w, int64_t w_stride, int nq, const float* v, int64_t n, int nr, float* o,
+                    int64_t o_stride);
+  void (*mul_sigmoid)(float* o, const float* gate, int64_t n);  // o *= sigmoid(gate)
 };
 
 constexpr int kPanel = 16;

@@ -274,8 +274,36 @@ inline void packed_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t
   }
 }
 
+// Decode-sized batches (7..16 rows): 8-row tiles over 3 panels read each weight vector once for 8
+// tokens (24 accumulators). Beside the weight stream this is the compute-heaviest shape, and one
+// pass beats the 6-row + 2-row pair, which reads every panel group twice.
+template <int NR>
+inline void packed_rows8(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0,
+                         float* y, int64_t ldy) {
+  int64_t m = 0;
+  for (; m + 8 <= M; m += 8) packed_tile<8, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy);
+  const uint16_t* x = xb + m * K;
+  float* ym = y + m * ldy;
+  switch (M - m) {
+    case 7: packed_tile<7, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    case 6: packed_tile<6, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    case 5: packed_tile<5, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    case 4: packed_tile<4, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    case 3: packed_tile<3, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    case 2: packed_tile<2, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    case 1: packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    default: break;
+  }
+}
+
 void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0, int64_t p1,
                    float* y, int64_t ldy) {
+  if (M >= 7 && M <= 16) {
+    int64_t p = p0;
+    for (; p + 3 <= p1; p += 3) packed_rows8<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
+    for (; p < p1; ++p) packed_rows8<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
+    return;
+  }
   constexpr int NR = 4;
   int64_t p = p0;
   // Groups of NR panels stay in L2 while every row of x passes over them.
@@ -283,6 +311,13 @@ void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* pac
   for (; p < p1; ++p) packed_rows<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
 }
 #endif
+
+void mul_sigmoid(float* o, const float* gate, int64_t n) {
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW)
+    vstore(o + i, vdiv(vload(o + i), _add(vset1(1.f), vexp(vsub(vzero(), vload(gate + i))))));
+  for (; i < n; ++i) o[i] /= 1.f + std::exp(-gate[i]);
+}
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   int64_t i = 0;
@@ -349,29 +384,107 @@ void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float ep
   for (; i < n; ++i) o[i] = o[i] * inv * w[i] * silu1(z[i]);
 }
 
-void dot_group(const float* q, int64_t qs, int nq, const float* k, int64_t n, float scale, float* out, int64_t os) {
-  vf acc[16];
-  for (int h = 0; h < nq; ++h) acc[h] = vzero();
-  int64_t i = 0;
-  for (; i + VW <= n; i += VW) {
-    const vf kv = vload(k + i);
-    for (int h = 0; h < nq; ++h) acc[h] = vfma(vload(q + h * qs + i), kv, acc[h]);
+// Scores of NQ query heads against nr consecutive key rows, two rows at a time: a query vector
+// loaded once feeds both rows, and 2·NQ independent chains keep the FMA pipes full (one row per
+// pass left the chains latency-bound).
+template <int NQ>
+void dot_rows_t(const float* q, int64_t qs, const float* k, int64_t n, int nr, float scale, float* out, int64_t os) {
+  int r = 0;
+  for (; r + 2 <= nr; r += 2) {
+    const float* k0 = k + r * n;
+    const float* k1 = k0 + n;
+    vf a0[NQ], a1[NQ];
+    for (int h = 0; h < NQ; ++h) a0[h] = a1[h] = vzero();
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+      const vf kv0 = vload(k0 + i), kv1 = vload(k1 + i);
+      for (int h = 0; h < NQ; ++h) {
+        const vf qv = vload(q + h * qs + i);
+        a0[h] = vfma(qv, kv0, a0[h]);
+        a1[h] = vfma(qv, kv1, a1[h]);
+      }
+    }
+    for (int h = 0; h < NQ; ++h) {
+      float s0 = vsum(a0[h]), s1 = vsum(a1[h]);
+      for (int64_t j = i; j < n; ++j) {
+        s0 += q[h * qs + j] * k0[j];
+        s1 += q[h * qs + j] * k1[j];
+      }
+      out[h * os + r] = s0 * scale;
+      out[h * os + r + 1] = s1 * scale;
+    }
   }
-  for (int h = 0; h < nq; ++h) {
-    float s = vsum(acc[h]);
-    for (int64_t j = i; j < n; ++j) s += q[h * qs + j] * k[j];
-    out[h * os] = s * scale;
+  if (r < nr) {
+    const float* k0 = k + r * n;
+    vf a0[NQ];
+    for (int h = 0; h < NQ; ++h) a0[h] = vzero();
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+      const vf kv0 = vload(k0 + i);
+      for (int h = 0; h < NQ; ++h) a0[h] = vfma(vload(q + h * qs + i), kv0, a0[h]);
+    }
+    for (int h = 0; h < NQ; ++h) {
+      float s0 = vsum(a0[h]);
+      for (int64_t j = i; j < n; ++j) s0 += q[h * qs + j] * k0[j];
+      out[h * os + r] = s0 * scale;
+    }
   }
 }
 
-void axpy_group(const float* w, int64_t ws, int nq, const float* v, int64_t n, float* o, int64_t os) {
-  int64_t i = 0;
-  for (; i + VW <= n; i += VW) {
-    const vf vv = vload(v + i);
-    for (int h = 0; h < nq; ++h) vstore(o + h * os + i, vfma(vset1(w[h * ws]), vv, vload(o + h * os + i)));
+void dot_rows(const float* q, int64_t qs, int nq, const float* k, int64_t n, int nr, float scale, float* out,
+              int64_t os) {
+  switch (nq) {
+    case 4: dot_rows_t<4>(q, qs, k, n, nr, scale, out, os); return;
+    case 2: dot_rows_t<2>(q, qs, k, n, nr, scale, out, os); return;
+    case 8: dot_rows_t<8>(q, qs, k, n, nr, scale, out, os); return;
+    default:
+      for (int h = 0; h < nq; ++h) dot_rows_t<1>(q + h * qs, qs, k, n, nr, scale, out + h * os, os);
   }
+}
+
+// o_h += Σ_r w_h[r] v_r for NQ heads over nr consecutive value rows. The output columns are
+// held in registers (NQ·S vectors) across the rows, so o is read and written once per call
+// rather than once per row.
+template <int NQ, int S>
+inline void axpy_rows_cols(const float* w, int64_t ws, const float* v, int64_t n, int nr, float* o, int64_t os,
+                           int64_t i) {
+  vf acc[NQ][S];
+  for (int h = 0; h < NQ; ++h)
+    for (int c = 0; c < S; ++c) acc[h][c] = vload(o + h * os + i + c * VW);
+  for (int r = 0; r < nr; ++r) {
+    vf vv[S];
+    for (int c = 0; c < S; ++c) vv[c] = vload(v + r * n + i + c * VW);
+    for (int h = 0; h < NQ; ++h) {
+      const vf wv = vset1(w[h * ws + r]);
+      for (int c = 0; c < S; ++c) acc[h][c] = vfma(wv, vv[c], acc[h][c]);
+    }
+  }
+  for (int h = 0; h < NQ; ++h)
+    for (int c = 0; c < S; ++c) vstore(o + h * os + i + c * VW, acc[h][c]);
+}
+
+template <int NQ>
+void axpy_rows_t(const float* w, int64_t ws, const float* v, int64_t n, int nr, float* o, int64_t os) {
+  constexpr int S = (VW == 16 ? 16 : 8) / NQ > 0 ? (VW == 16 ? 16 : 8) / NQ : 1;
+  int64_t i = 0;
+  for (; i + S * VW <= n; i += S * VW) axpy_rows_cols<NQ, S>(w, ws, v, n, nr, o, os, i);
+  for (; i + VW <= n; i += VW) axpy_rows_cols<NQ, 1>(w, ws, v, n, nr, o, os, i);
   for (; i < n; ++i)
-    for (int h = 0; h < nq; ++h) o[h * os + i] += w[h * ws] * v[i];
+    for (int h = 0; h < NQ; ++h) {
+      float acc = o[h * os + i];
+      for (int r = 0; r < nr; ++r) acc += w[h * ws + r] * v[r * n + i];
+      o[h * os + i] = acc;
+    }
+}
+
+void axpy_rows(const float* w, int64_t ws, int nq, const float* v, int64_t n, int nr, float* o, int64_t os) {
+  switch (nq) {
+    case 4: axpy_rows_t<4>(w, ws, v, n, nr, o, os); return;
+    case 2: axpy_rows_t<2>(w, ws, v, n, nr, o, os); return;
+    case 8: axpy_rows_t<8>(w, ws, v, n, nr, o, os); return;
+    default:
+      for (int h = 0; h < nq; ++h) axpy_rows_t<1>(w + h * ws, ws, v, n, nr, o + h * os, os);
+  }
 }
 
 float exp_shift_sum(float* x, int64_t n, float shift) {
@@ -470,6 +583,6 @@ const Kernels table = {
 #else
     nullptr, nullptr, nullptr,
 #endif
-    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl, swiglu, conv_silu, gated_rmsnorm, argmax, exp_shift_sum, dot_group, axpy_group};
+    stream_sum, fma_burn, gdn_recurrent_impl, gdn_chunked_impl, swiglu, conv_silu, gated_rmsnorm, argmax, exp_shift_sum, dot_rows, axpy_rows, mul_sigmoid};
 
 }  // namespace lumen::cpu::LUMEN_ISA
