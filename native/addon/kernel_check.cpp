@@ -118,8 +118,8 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
         for (auto* vec : {&q, &kr, &vr, &wgt, &ov})
           for (auto& e : *vec) e = u(rng);
         ov0 = ov;
-        K.dot_rows(q.data(), qs, nq, kr.data(), n, nr, 0.5f, sco.data(), os);
-        K.axpy_rows(wgt.data(), os, nq, vr.data(), n, nr, ov.data(), n);
+        K.dot_rows(q.data(), qs, nq, kr.data(), n, nr, 0.5f, sco.data(), os, nr > 1 ? vr.data() : nullptr);
+        K.axpy_rows(wgt.data(), os, nq, vr.data(), n, nr, ov.data(), n, nr > 1 ? kr.data() : nullptr);
         for (int h = 0; h < nq; ++h) {
           for (int r = 0; r < nr; ++r) {
             double ref = 0, mag = 0;

@@ -318,12 +318,15 @@ class CpuBackend final : public Backend {
         const float* q0 = qg + row * (2 * nh * hd) + g * group * 2 * hd;  // head h = g*group + hh at q0 + hh*2*hd
         float* o0 = out + row * (nh * hd) + g * group * hd;
         if (scores.size() < static_cast<size_t>(group) * ctx) scores.resize(static_cast<size_t>(group) * ctx);
+        // Keys then values, each block prefetching the next one's rows (the last key block
+        // prefetches the first value block).
+        const float* kb0 = kc + row_at(table, 0, g);
+        prefetch(kb0, run_bytes);
         for (int bk = 0; bk < nblk; ++bk) {
-          if (bk + 1 < nblk) prefetch(kc + row_at(table, (bk + 1) * bs, g), run_bytes);
+          const float* pf = bk + 1 < nblk ? kc + row_at(table, (bk + 1) * bs, g) : vc + row_at(table, 0, g);
           K_.dot_rows(q0, 2 * hd, group, kc + row_at(table, bk * bs, g), hd, std::min(bs, ctx - bk * bs), scale,
-                      scores.data() + bk * bs, ctx);
+                      scores.data() + bk * bs, ctx, pf);
         }
-        prefetch(vc + row_at(table, 0, g), run_bytes);
         for (int hh = 0; hh < group; ++hh) {
           float* sc = scores.data() + hh * ctx;
           float mx = -INFINITY;
@@ -331,11 +334,9 @@ class CpuBackend final : public Backend {
           K_.scale(sc, 1.f / K_.exp_shift_sum(sc, ctx, mx), ctx);  // probabilities
         }
         std::fill(o0, o0 + static_cast<size_t>(group) * hd, 0.f);
-        for (int bk = 0; bk < nblk; ++bk) {
-          if (bk + 1 < nblk) prefetch(vc + row_at(table, (bk + 1) * bs, g), run_bytes);
+        for (int bk = 0; bk < nblk; ++bk)
           K_.axpy_rows(scores.data() + bk * bs, ctx, group, vc + row_at(table, bk * bs, g), hd,
-                       std::min(bs, ctx - bk * bs), o0, hd);
-        }
+                       std::min(bs, ctx - bk * bs), o0, hd, bk + 1 < nblk ? vc + row_at(table, (bk + 1) * bs, g) : nullptr);
         for (int hh = 0; hh < group; ++hh) {
           float* o = o0 + hh * hd;
           K_.mul_sigmoid(o, q0 + hh * 2 * hd + hd, hd);

@@ -53,10 +53,12 @@ struct Kernels {
   // Attention for the nq query heads of one GQA group against nr consecutive key / value rows of
   // length n (one KV block; each row read once for all heads):
   // out[h * out_stride + r] = scale * q_h · k_r, and o_h += Σ_r w[h * w_stride + r] * v_r.
+  // pf (may be null): rows laid out alike (the next block) to prefetch, a line per line consumed,
+  // so the next block streams in while this one is computed.
   void (*dot_rows)(const float* q, int64_t q_stride, int nq, const float* k, int64_t n, int nr, float scale,
-                   float* out, int64_t out_stride);
+                   float* out, int64_t out_stride, const float* pf);
   void (*axpy_rows)(const float* w, int64_t w_stride, int nq, const float* v, int64_t n, int nr, float* o,
-                    int64_t o_stride);
+                    int64_t o_stride, const float* pf);
   void (*mul_sigmoid)(float* o, const float* gate, int64_t n);  // o *= sigmoid(gate)
 };
 

@@ -388,7 +388,8 @@ void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float ep
 // loaded once feeds both rows, and 2·NQ independent chains keep the FMA pipes full (one row per
 // pass left the chains latency-bound).
 template <int NQ>
-void dot_rows_t(const float* q, int64_t qs, const float* k, int64_t n, int nr, float scale, float* out, int64_t os) {
+void dot_rows_t(const float* q, int64_t qs, const float* k, int64_t n, int nr, float scale, float* out, int64_t os,
+                const float* pf) {
   int r = 0;
   for (; r + 2 <= nr; r += 2) {
     const float* k0 = k + r * n;
@@ -397,6 +398,10 @@ void dot_rows_t(const float* q, int64_t qs, const float* k, int64_t n, int nr, f
     for (int h = 0; h < NQ; ++h) a0[h] = a1[h] = vzero();
     int64_t i = 0;
     for (; i + VW <= n; i += VW) {
+      if (pf) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + r * n + i), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf + (r + 1) * n + i), _MM_HINT_T0);
+      }
       const vf kv0 = vload(k0 + i), kv1 = vload(k1 + i);
       for (int h = 0; h < NQ; ++h) {
         const vf qv = vload(q + h * qs + i);
@@ -432,13 +437,13 @@ void dot_rows_t(const float* q, int64_t qs, const float* k, int64_t n, int nr, f
 }
 
 void dot_rows(const float* q, int64_t qs, int nq, const float* k, int64_t n, int nr, float scale, float* out,
-              int64_t os) {
+              int64_t os, const float* pf) {
   switch (nq) {
-    case 4: dot_rows_t<4>(q, qs, k, n, nr, scale, out, os); return;
-    case 2: dot_rows_t<2>(q, qs, k, n, nr, scale, out, os); return;
-    case 8: dot_rows_t<8>(q, qs, k, n, nr, scale, out, os); return;
+    case 4: dot_rows_t<4>(q, qs, k, n, nr, scale, out, os, pf); return;
+    case 2: dot_rows_t<2>(q, qs, k, n, nr, scale, out, os, pf); return;
+    case 8: dot_rows_t<8>(q, qs, k, n, nr, scale, out, os, pf); return;
     default:
-      for (int h = 0; h < nq; ++h) dot_rows_t<1>(q + h * qs, qs, k, n, nr, scale, out + h * os, os);
+      for (int h = 0; h < nq; ++h) dot_rows_t<1>(q + h * qs, qs, k, n, nr, scale, out + h * os, os, h == 0 ? pf : nullptr);
   }
 }
 
@@ -447,13 +452,16 @@ void dot_rows(const float* q, int64_t qs, int nq, const float* k, int64_t n, int
 // rather than once per row.
 template <int NQ, int S>
 inline void axpy_rows_cols(const float* w, int64_t ws, const float* v, int64_t n, int nr, float* o, int64_t os,
-                           int64_t i) {
+                           int64_t i, const float* pf) {
   vf acc[NQ][S];
   for (int h = 0; h < NQ; ++h)
     for (int c = 0; c < S; ++c) acc[h][c] = vload(o + h * os + i + c * VW);
   for (int r = 0; r < nr; ++r) {
     vf vv[S];
-    for (int c = 0; c < S; ++c) vv[c] = vload(v + r * n + i + c * VW);
+    for (int c = 0; c < S; ++c) {
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + r * n + i + c * VW), _MM_HINT_T0);
+      vv[c] = vload(v + r * n + i + c * VW);
+    }
     for (int h = 0; h < NQ; ++h) {
       const vf wv = vset1(w[h * ws + r]);
       for (int c = 0; c < S; ++c) acc[h][c] = vfma(wv, vv[c], acc[h][c]);
@@ -464,11 +472,11 @@ inline void axpy_rows_cols(const float* w, int64_t ws, const float* v, int64_t n
 }
 
 template <int NQ>
-void axpy_rows_t(const float* w, int64_t ws, const float* v, int64_t n, int nr, float* o, int64_t os) {
+void axpy_rows_t(const float* w, int64_t ws, const float* v, int64_t n, int nr, float* o, int64_t os, const float* pf) {
   constexpr int S = (VW == 16 ? 16 : 8) / NQ > 0 ? (VW == 16 ? 16 : 8) / NQ : 1;
   int64_t i = 0;
-  for (; i + S * VW <= n; i += S * VW) axpy_rows_cols<NQ, S>(w, ws, v, n, nr, o, os, i);
-  for (; i + VW <= n; i += VW) axpy_rows_cols<NQ, 1>(w, ws, v, n, nr, o, os, i);
+  for (; i + S * VW <= n; i += S * VW) axpy_rows_cols<NQ, S>(w, ws, v, n, nr, o, os, i, pf);
+  for (; i + VW <= n; i += VW) axpy_rows_cols<NQ, 1>(w, ws, v, n, nr, o, os, i, pf);
   for (; i < n; ++i)
     for (int h = 0; h < NQ; ++h) {
       float acc = o[h * os + i];
@@ -477,13 +485,14 @@ void axpy_rows_t(const float* w, int64_t ws, const float* v, int64_t n, int nr, 
     }
 }
 
-void axpy_rows(const float* w, int64_t ws, int nq, const float* v, int64_t n, int nr, float* o, int64_t os) {
+void axpy_rows(const float* w, int64_t ws, int nq, const float* v, int64_t n, int nr, float* o, int64_t os,
+               const float* pf) {
   switch (nq) {
-    case 4: axpy_rows_t<4>(w, ws, v, n, nr, o, os); return;
-    case 2: axpy_rows_t<2>(w, ws, v, n, nr, o, os); return;
-    case 8: axpy_rows_t<8>(w, ws, v, n, nr, o, os); return;
+    case 4: axpy_rows_t<4>(w, ws, v, n, nr, o, os, pf); return;
+    case 2: axpy_rows_t<2>(w, ws, v, n, nr, o, os, pf); return;
+    case 8: axpy_rows_t<8>(w, ws, v, n, nr, o, os, pf); return;
     default:
-      for (int h = 0; h < nq; ++h) axpy_rows_t<1>(w + h * ws, ws, v, n, nr, o + h * os, os);
+      for (int h = 0; h < nq; ++h) axpy_rows_t<1>(w + h * ws, ws, v, n, nr, o + h * os, os, h == 0 ? pf : nullptr);
   }
 }
 
