@@ -129,6 +129,9 @@ class Backend {
   // y[i] = x[logit_rows[first + i]] for i < count.
   virtual void gather_rows(const float* x, int first, int count, float* y, int dim) = 0;
   virtual void logits_to_host(const float* src, float* dst, int64_t n) = 0;
+  // True when backend memory is host memory: the head then writes its logits straight into the
+  // host buffer (at 8 rows a copy was 8 MB per step on one thread).
+  virtual bool host_memory() const { return false; }
   // Greedy picks of host logit rows: out[i] = argmax(logits[rows[i] * vocab ...]), lowest index on
   // ties, NaN ignored. One call per step so a backend can spread the rows over its threads.
   virtual void argmax_rows(const float* logits, const int* rows, int n, int vocab, int32_t* out);

@@ -48,10 +48,13 @@ void Qwen35::forward(const StepBatch& b, float* logits_host) {
   const int64_t H = c.hidden;
   be_.begin_step(b);
   const int R = static_cast<int>(b.logit_rows.size());
+  // Where the head writes rows [r0, r0 + n): the host buffer itself when the backend's memory is
+  // host memory, else the backend's buffer (copied out below).
+  auto head_out = [&](int r0) { return be_.host_memory() ? logits_host + static_cast<int64_t>(r0) * c.vocab : logits_; };
   auto head = [&](int r0, int n) {
     be_.gather_rows(x_, r0, n, rows_, c.hidden);
     be_.rmsnorm(rows_, w_.final_norm, rows_n_, n, c.hidden, c.eps);
-    be_.matmul(rows_n_, n, w_.head, logits_);
+    be_.matmul(rows_n_, n, w_.head, head_out(r0));
   };
   be_.run_body(b, [&] {
     be_.embed(w_.embed, x_);
@@ -85,7 +88,7 @@ void Qwen35::forward(const StepBatch& b, float* logits_host) {
   for (int r0 = 0; r0 < R; r0 += logit_group_) {
     const int n = std::min(logit_group_, R - r0);
     if (r0 > 0) head(r0, n);
-    be_.logits_to_host(logits_, logits_host + static_cast<int64_t>(r0) * c.vocab, static_cast<int64_t>(n) * c.vocab);
+    be_.logits_to_host(head_out(r0), logits_host + static_cast<int64_t>(r0) * c.vocab, static_cast<int64_t>(n) * c.vocab);
   }
   be_.end_step();
 }

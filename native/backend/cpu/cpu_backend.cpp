@@ -431,6 +431,8 @@ class CpuBackend final : public Backend {
     });
   }
 
+  bool host_memory() const override { return true; }
+
   void logits_to_host(const float* src, float* dst, int64_t n) override {
     if (src != dst) std::copy(src, src + n, dst);
   }
