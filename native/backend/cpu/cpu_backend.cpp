@@ -387,7 +387,8 @@ class CpuBackend final : public Backend {
     // Items are dealt in runs of adjacent heads from a shared counter: a sequence's heads are
     // adjacent in memory, so a run is one long stream of state for the prefetchers (one head at a
     // time, round-robin, restarted the stream every 64 KiB), and a slower core takes fewer runs.
-    const int run_len = std::clamp(n_items / (4 * pool_.size()), 1, 4);
+    // Up to 8 heads a run: at c=8 that measured 7 % faster than runs of 4 (delta-rule time).
+    const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
     std::atomic<int> next{0};
     pool_.run([&](int tid, int) {
       for (;;) {
