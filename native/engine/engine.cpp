@@ -658,6 +658,8 @@ void Engine::step_once() {
   // Logit row of each segment's last position (-1 when it has none): logits_all segments own a
   // row per token, others one row when they reach their end; rows were appended in this order.
   std::vector<int> last_row(order.size(), -1);
+  // Whether a segment that reaches its end samples a token (not a logits-only step, budget left).
+  auto samples = [](const Seq& s) { return !s.logits_only_step && s.generated < s.req.max_tokens; };
   // Greedy picks for the segments that end this step, in one backend call (vectorised and spread
   // over the threads; the vocabulary is 248k wide).
   std::vector<int> greedy_rows;
@@ -674,7 +676,7 @@ void Engine::step_once() {
       } else if (ends) {
         last_row[i] = r++;
       }
-      if (ends && s.sampler->greedy()) {
+      if (ends && samples(s) && s.sampler->greedy()) {
         greedy_rows.push_back(last_row[i]);
         greedy_seg.push_back(i);
       }
@@ -704,7 +706,7 @@ void Engine::step_once() {
     }
     after_chunk(s, t_sample - t_fwd);
     if (!reaches_end) continue;
-    if (s.logits_only_step || s.generated >= s.req.max_tokens) {
+    if (!samples(s)) {
       finished.push_back(&s);
       continue;
     }

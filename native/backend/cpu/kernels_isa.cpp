@@ -384,56 +384,41 @@ void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float ep
   for (; i < n; ++i) o[i] = o[i] * inv * w[i] * silu1(z[i]);
 }
 
-// Scores of NQ query heads against nr consecutive key rows, two rows at a time: a query vector
-// loaded once feeds both rows, and 2·NQ independent chains keep the FMA pipes full (one row per
-// pass left the chains latency-bound).
+// Scores of NQ query heads against R consecutive key rows (R = 1 or 2) at k; pf as in dot_rows.
+template <int NQ, int R>
+inline void dot_rows_r(const float* q, int64_t qs, const float* k, int64_t n, float scale, float* out, int64_t os,
+                       const float* pf) {
+  vf acc[R][NQ];
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < NQ; ++h) acc[r][h] = vzero();
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) {
+    vf kv[R];
+    for (int r = 0; r < R; ++r) {
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + r * n + i), _MM_HINT_T0);
+      kv[r] = vload(k + r * n + i);
+    }
+    for (int h = 0; h < NQ; ++h) {
+      const vf qv = vload(q + h * qs + i);
+      for (int r = 0; r < R; ++r) acc[r][h] = vfma(qv, kv[r], acc[r][h]);
+    }
+  }
+  for (int h = 0; h < NQ; ++h)
+    for (int r = 0; r < R; ++r) {
+      float s = vsum(acc[r][h]);
+      for (int64_t j = i; j < n; ++j) s += q[h * qs + j] * k[r * n + j];
+      out[h * os + r] = s * scale;
+    }
+}
+
+// Two rows at a time: a query vector loaded once feeds both rows, and 2·NQ independent chains keep
+// the FMA pipes full (one row per pass left the chains latency-bound).
 template <int NQ>
 void dot_rows_t(const float* q, int64_t qs, const float* k, int64_t n, int nr, float scale, float* out, int64_t os,
                 const float* pf) {
   int r = 0;
-  for (; r + 2 <= nr; r += 2) {
-    const float* k0 = k + r * n;
-    const float* k1 = k0 + n;
-    vf a0[NQ], a1[NQ];
-    for (int h = 0; h < NQ; ++h) a0[h] = a1[h] = vzero();
-    int64_t i = 0;
-    for (; i + VW <= n; i += VW) {
-      if (pf) {
-        _mm_prefetch(reinterpret_cast<const char*>(pf + r * n + i), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(pf + (r + 1) * n + i), _MM_HINT_T0);
-      }
-      const vf kv0 = vload(k0 + i), kv1 = vload(k1 + i);
-      for (int h = 0; h < NQ; ++h) {
-        const vf qv = vload(q + h * qs + i);
-        a0[h] = vfma(qv, kv0, a0[h]);
-        a1[h] = vfma(qv, kv1, a1[h]);
-      }
-    }
-    for (int h = 0; h < NQ; ++h) {
-      float s0 = vsum(a0[h]), s1 = vsum(a1[h]);
-      for (int64_t j = i; j < n; ++j) {
-        s0 += q[h * qs + j] * k0[j];
-        s1 += q[h * qs + j] * k1[j];
-      }
-      out[h * os + r] = s0 * scale;
-      out[h * os + r + 1] = s1 * scale;
-    }
-  }
-  if (r < nr) {
-    const float* k0 = k + r * n;
-    vf a0[NQ];
-    for (int h = 0; h < NQ; ++h) a0[h] = vzero();
-    int64_t i = 0;
-    for (; i + VW <= n; i += VW) {
-      const vf kv0 = vload(k0 + i);
-      for (int h = 0; h < NQ; ++h) a0[h] = vfma(vload(q + h * qs + i), kv0, a0[h]);
-    }
-    for (int h = 0; h < NQ; ++h) {
-      float s0 = vsum(a0[h]);
-      for (int64_t j = i; j < n; ++j) s0 += q[h * qs + j] * k0[j];
-      out[h * os + r] = s0 * scale;
-    }
-  }
+  for (; r + 2 <= nr; r += 2) dot_rows_r<NQ, 2>(q, qs, k + r * n, n, scale, out + r, os, pf ? pf + r * n : nullptr);
+  if (r < nr) dot_rows_r<NQ, 1>(q, qs, k + r * n, n, scale, out + r, os, nullptr);
 }
 
 void dot_rows(const float* q, int64_t qs, int nq, const float* k, int64_t n, int nr, float scale, float* out,
