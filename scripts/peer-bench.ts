@@ -56,7 +56,9 @@ async function oursRound(e: EngineHandle, round: number, probe?: () => number): 
 async function main(): Promise<void> {
   const { dir, gguf } = await ensureBenchModel(opt.preset, log);
   const ckpt: Checkpoint = loadCheckpoint(dir);
-  const addon = loadAddon() as unknown as { probeMachine(t: number): { readGBs: number; peakGflops: number; peakKind: string } };
+  const addon = loadAddon() as unknown as {
+    probeMachine(t: number): { readGBs: number; readGBs1Stream: number; peakGflops: number; peakKind: string };
+  };
   log('probing the machine (read bandwidth, peak multiply-add rate) ...');
   const machine = addon.probeMachine(opt.threads);
   // This machine's bandwidth drifts by tens of percent over minutes (other tenants), so the limit
@@ -133,7 +135,7 @@ async function main(): Promise<void> {
     ['decode tok/s c=8 (aggregate)', med(ours, 'decode8'), med(ref, 'decode8'), NaN],
   ] as const;
   const out: string[] = [];
-  out.push(`machine: ${opt.threads} threads, read bandwidth ${readGBs.toFixed(1)} GB/s (median of the rounds' limits: ${roundGBs.map((x) => x.toFixed(1)).join(' / ')}), peak ${machine.peakGflops.toFixed(0)} GFLOP/s (${machine.peakKind})`);
+  out.push(`machine: ${opt.threads} threads, read bandwidth ${readGBs.toFixed(1)} GB/s (best of 1, 4 and 8 read streams per thread; median of the rounds' limits: ${roundGBs.map((x) => x.toFixed(1)).join(' / ')}; one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start), peak ${machine.peakGflops.toFixed(0)} GFLOP/s (${machine.peakKind})`);
   out.push(`model: synthetic ${opt.preset} bf16, ${(ckpt.paramCount / 1e6).toFixed(0)}M params; decode reads ${(decodeBytes / 1e9).toFixed(2)} GB/step -> roofline ${decodeRoof.toFixed(1)} tok/s; prefill ${(prefillFlops / 1e9).toFixed(2)} GFLOP/token -> roofline ${prefillRoof.toFixed(0)} tok/s`);
   out.push(`${'figure'.padEnd(32)}${'ours'.padStart(10)}${'llama.cpp'.padStart(12)}${'ratio'.padStart(8)}${'ours/roofline'.padStart(15)}`);
   for (const [name, a, b, frac] of rows) {

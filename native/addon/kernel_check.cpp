@@ -155,6 +155,18 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
     sig_err = std::max(sig_err, std::fabs(og[i] - want) / std::max(1e-30, std::fabs(want)));
   }
   obj.Set("sigmoidMaxRelErr", sig_err);
+
+  // The bandwidth probe's streaming sum: every element counted once, for each stream count and
+  // lengths that leave tails (a part shorter than two vectors, n not a multiple of the streams).
+  double ssum_err = 0;
+  for (int64_t n : {1, 5, 33, 257, 1000, 4099})
+    for (int streams : {1, 2, 4, 8}) {
+      std::vector<float> xs(static_cast<size_t>(n));
+      double want = 0;
+      for (int64_t i = 0; i < n; ++i) want += xs[static_cast<size_t>(i)] = static_cast<float>(i % 7 + 1);
+      ssum_err = std::max(ssum_err, rel_err(K.stream_sum(xs.data(), n, streams), want));
+    }
+  obj.Set("streamSumMaxRelErr", ssum_err);
   return obj;
 }
 

@@ -229,7 +229,7 @@ void to_bf16(const float* x, uint16_t* out, int64_t n) {
 // load per panel and one 4-byte broadcast per row.
 template <int MR, int NR>
 inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
-                        int64_t ldy) {
+                        int64_t ldy, bool next_tile = false) {
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
@@ -240,9 +240,15 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
     // With many rows per weight vector the loop body is long and the reorder window holds few
     // of its loads; prefetch each stream 2 KB ahead so enough lines stay in flight (A/B: c=8 decode
     // x1.05; 4 and 8 KB no better; also prefetching for fewer rows made c=1 slightly slower).
-    if constexpr (MR >= 4)
-      for (int j = 0; j < NR; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(panel0 + j * pstride + kp * 32 + 1024), _MM_HINT_T0);
+    // With next_tile (the caller reads the NR panels after these next), the prefetch runs on near
+    // a panel's end into the next tile's panel j, so that tile starts on lines already in flight.
+    if constexpr (MR >= 4) {
+      const int64_t ahead = kp * 32 + 1024;
+      if (ahead < pstride || next_tile) {
+        const int64_t off = ahead < pstride ? ahead : ahead + (NR - 1) * pstride;
+        for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(panel0 + j * pstride + off), _MM_HINT_T0);
+      }
+    }
     for (int j = 0; j < NR; ++j) b[j] = _mm512_loadu_si512(panel0 + j * pstride + kp * 32);
     for (int m = 0; m < MR; ++m) {
       int32_t pair;
@@ -277,18 +283,19 @@ inline void packed_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t
 // Decode-sized batches (7..16 rows): 8-row tiles over 3 panels read each weight vector once for 8
 // tokens (24 accumulators). Beside the weight stream this is the compute-heaviest shape, and one
 // pass beats the 6-row + 2-row pair, which reads every panel group twice.
+// next: the caller's next call reads the NR panels after these (the last row tile prefetches them).
 template <int NR>
 inline void packed_rows8(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0,
-                         float* y, int64_t ldy) {
+                         float* y, int64_t ldy, bool next) {
   int64_t m = 0;
-  for (; m + 8 <= M; m += 8) packed_tile<8, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy);
+  for (; m + 8 <= M; m += 8) packed_tile<8, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy, next && m + 8 == M);
   const uint16_t* x = xb + m * K;
   float* ym = y + m * ldy;
   switch (M - m) {
-    case 7: packed_tile<7, NR>(x, K, panel0, N, n0, ym, ldy); break;
-    case 6: packed_tile<6, NR>(x, K, panel0, N, n0, ym, ldy); break;
-    case 5: packed_tile<5, NR>(x, K, panel0, N, n0, ym, ldy); break;
-    case 4: packed_tile<4, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    case 7: packed_tile<7, NR>(x, K, panel0, N, n0, ym, ldy, next); break;
+    case 6: packed_tile<6, NR>(x, K, panel0, N, n0, ym, ldy, next); break;
+    case 5: packed_tile<5, NR>(x, K, panel0, N, n0, ym, ldy, next); break;
+    case 4: packed_tile<4, NR>(x, K, panel0, N, n0, ym, ldy, next); break;
     case 3: packed_tile<3, NR>(x, K, panel0, N, n0, ym, ldy); break;
     case 2: packed_tile<2, NR>(x, K, panel0, N, n0, ym, ldy); break;
     case 1: packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy); break;
@@ -300,8 +307,8 @@ void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* pac
                    float* y, int64_t ldy) {
   if (M >= 7 && M <= 16) {
     int64_t p = p0;
-    for (; p + 3 <= p1; p += 3) packed_rows8<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
-    for (; p < p1; ++p) packed_rows8<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
+    for (; p + 3 <= p1; p += 3) packed_rows8<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, p + 6 <= p1);
+    for (; p < p1; ++p) packed_rows8<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, false);
     return;
   }
   constexpr int NR = 4;
@@ -521,18 +528,32 @@ int32_t argmax(const float* x, int64_t n) {
   return 0;
 }
 
-float stream_sum(const float* x, int64_t n) {
-  vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
-  int64_t i = 0;
-  for (; i + 4 * VW <= n; i += 4 * VW) {
-    a0 = _add(a0, vload(x + i));
-    a1 = _add(a1, vload(x + i + VW));
-    a2 = _add(a2, vload(x + i + 2 * VW));
-    a3 = _add(a3, vload(x + i + 3 * VW));
+// S contiguous parts of x read side by side: one read stream per part. A core keeps more lines in
+// flight over several streams than over one (on this machine 4-8 streams per thread read up to
+// 1.5x faster than one), and the weight kernels read 4-8 panels side by side, so the probe must too.
+template <int S>
+float stream_sum_s(const float* x, int64_t n) {
+  const int64_t per = n / S / (2 * VW) * (2 * VW);
+  vf a[S], b[S];
+  for (int s = 0; s < S; ++s) a[s] = b[s] = vzero();
+  for (int64_t i = 0; i < per; i += 2 * VW)
+    for (int s = 0; s < S; ++s) {
+      a[s] = _add(a[s], vload(x + s * per + i));
+      b[s] = _add(b[s], vload(x + s * per + i + VW));
+    }
+  float sum = 0;
+  for (int s = 0; s < S; ++s) sum += vsum(a[s]) + vsum(b[s]);
+  for (int64_t i = S * per; i < n; ++i) sum += x[i];
+  return sum;
+}
+
+float stream_sum(const float* x, int64_t n, int streams) {
+  switch (streams) {
+    case 8: return stream_sum_s<8>(x, n);
+    case 4: return stream_sum_s<4>(x, n);
+    case 2: return stream_sum_s<2>(x, n);
+    default: return stream_sum_s<1>(x, n);
   }
-  float s = vsum(a0) + vsum(a1) + vsum(a2) + vsum(a3);
-  for (; i < n; ++i) s += x[i];
-  return s;
 }
 
 double fma_burn(int64_t iters) {
