@@ -106,34 +106,46 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
   }
   obj.Set("expMaxRelErr", std::max(exp_err, rel_err(sum, sum_ref)));
 
-  // Attention rows: every query-group size the kernels specialise (2, 4, 8) and the generic path
-  // (1, 3, 5), odd row counts (the single-row tail) and a row length off the vector width. The
-  // error is relative to the sum of |terms| (cancellation makes a plain relative error meaningless).
+  // Attention over a paged run: every query-group size the kernels specialise (1, 2, 4, 8) and
+  // the generic path (3, 5); contexts that end inside a block, on a block boundary, and that leave
+  // full blocks after the side-by-side groups (2, 5, 9 blocks); blocks scattered and out of order;
+  // a row length off the vector width. The error is relative to the sum of |terms| (cancellation
+  // makes a plain relative error meaningless).
   double rows_err = 0;
   for (int nq : {1, 2, 3, 4, 5, 8})
-    for (int nr : {1, 7, 16})
+    for (int ctx : {1, 7, 16, 23, 80, 141})
       for (int n : {256, 37}) {
-        const int64_t qs = 2 * n + 3, os = nr + 2;
-        std::vector<float> q(nq * qs), kr(nr * n), vr(nr * n), wgt(nq * os), sco(nq * os, 0.f), ov(nq * n), ov0;
-        for (auto* vec : {&q, &kr, &vr, &wgt, &ov})
+        const int bs = 16, nblk = (ctx + bs - 1) / bs;
+        const int64_t qs = 2 * n + 3, os = ctx + 2;
+        std::vector<float> pool(static_cast<size_t>(2 * nblk + 1) * bs * n);  // K and V blocks, interleaved
+        for (auto& e : pool) e = u(rng);
+        std::vector<const float*> kb(nblk), vb(nblk);
+        for (int b = 0; b < nblk; ++b) {
+          const int slot = (b * 7) % nblk;  // scattered: block b of the run lives at pool slot 2*slot
+          kb[b] = pool.data() + static_cast<size_t>(2 * slot) * bs * n;
+          vb[b] = kb[b] + static_cast<size_t>(bs) * n;
+        }
+        auto row = [&](const std::vector<const float*>& blk, int j) { return blk[j / bs] + (j % bs) * n; };
+        std::vector<float> q(nq * qs), wgt(nq * os), sco(nq * os, 0.f), ov(nq * n), ov0;
+        for (auto* vec : {&q, &wgt, &ov})
           for (auto& e : *vec) e = u(rng);
         ov0 = ov;
-        K.dot_rows(q.data(), qs, nq, kr.data(), n, nr, 0.5f, sco.data(), os, nr > 1 ? vr.data() : nullptr);
-        K.axpy_rows(wgt.data(), os, nq, vr.data(), n, nr, ov.data(), n, nr > 1 ? kr.data() : nullptr);
+        K.attn_scores(q.data(), qs, nq, kb.data(), bs, ctx, n, 0.5f, sco.data(), os, vb.data(), 1);
+        K.attn_values(wgt.data(), os, nq, vb.data(), bs, ctx, n, ov.data(), n, nullptr, 0);
         for (int h = 0; h < nq; ++h) {
-          for (int r = 0; r < nr; ++r) {
+          for (int j = 0; j < ctx; ++j) {
             double ref = 0, mag = 0;
             for (int i = 0; i < n; ++i) {
-              ref += static_cast<double>(q[h * qs + i]) * kr[r * n + i];
-              mag += std::fabs(static_cast<double>(q[h * qs + i]) * kr[r * n + i]);
+              ref += static_cast<double>(q[h * qs + i]) * row(kb, j)[i];
+              mag += std::fabs(static_cast<double>(q[h * qs + i]) * row(kb, j)[i]);
             }
-            rows_err = std::max(rows_err, std::fabs(sco[h * os + r] - 0.5 * ref) / (0.5 * mag));
+            rows_err = std::max(rows_err, std::fabs(sco[h * os + j] - 0.5 * ref) / (0.5 * mag));
           }
           for (int i = 0; i < n; ++i) {
             double ref = ov0[h * n + i], mag = std::fabs(ref);
-            for (int r = 0; r < nr; ++r) {
-              ref += static_cast<double>(wgt[h * os + r]) * vr[r * n + i];
-              mag += std::fabs(static_cast<double>(wgt[h * os + r]) * vr[r * n + i]);
+            for (int j = 0; j < ctx; ++j) {
+              ref += static_cast<double>(wgt[h * os + j]) * row(vb, j)[i];
+              mag += std::fabs(static_cast<double>(wgt[h * os + j]) * row(vb, j)[i]);
             }
             rows_err = std::max(rows_err, std::fabs(ov[h * n + i] - ref) / mag);
           }

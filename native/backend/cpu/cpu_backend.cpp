@@ -23,12 +23,6 @@ namespace {
 inline float sigmoidf(float x) { return 1.f / (1.f + std::exp(-x)); }
 inline float softplusf(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 
-// Asks for [p, p + bytes) ahead of use, a cache line at a time.
-inline void prefetch(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
-}
-
 class ScopedOp {
  public:
   ScopedOp(bool on, OpProfile& stats, const char* name, const char* group)
@@ -295,11 +289,11 @@ class CpuBackend final : public Backend {
     }
     op.reset();
     op.emplace(profiling_, stats_, "attention", "attention");
-    // 2) causal attention per (token, kv head) through the block table, a block at a time: the
-    // query heads of a group share each key and value row (read once for all of them); gate with
-    // sigmoid. The next block's rows are prefetched while one is used (blocks are scattered, so
-    // the hardware prefetchers restart at each). Items are dealt round-robin so the threads get
-    // alike mixes of short and long contexts.
+    // 2) causal attention per (token, kv head) through the block table: the query heads of a
+    // group share each key and value row (read once for all of them); gate with sigmoid. The
+    // kernels read several blocks side by side and prefetch the blocks after them (blocks are
+    // scattered, so the hardware prefetchers restart at each). Items are dealt round-robin so the
+    // threads get alike mixes of short and long contexts.
     struct Item { int seg, i, g; };
     std::vector<Item> items;
     items.reserve(static_cast<size_t>(b.n_tokens) * nkv);
@@ -308,26 +302,33 @@ class CpuBackend final : public Backend {
         for (int g = 0; g < nkv; ++g) items.push_back({si, i, g});
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     const int group = nh / nkv;
-    const size_t run_bytes = static_cast<size_t>(bs) * hd * sizeof(float);
+    // A thread's items are it = tid, tid + nth, ...; the value pass of one prefetches the first key
+    // blocks of the next.
+    auto blocks = [&](const Item& item, const float* cache, std::vector<const float*>& out) {
+      const auto& s = b.segs[item.seg];
+      const int32_t* table = b.block_tables.data() + s.table_offset;
+      const int nblk = (s.pos0 + item.i + 1 + bs - 1) / bs;
+      out.resize(static_cast<size_t>(nblk));
+      for (int bk = 0; bk < nblk; ++bk) out[bk] = cache + row_at(table, bk * bs, item.g);
+      return nblk;
+    };
+    constexpr int kAhead = 4;  // the kernels read up to 4 blocks side by side
     pool_.run([&](int tid, int nth) {
-      auto& scores = per_thread_[tid].scores;
+      PerThread& pt = per_thread_[tid];
+      auto& scores = pt.scores;
       for (size_t it = tid; it < items.size(); it += nth) {
         const auto& s = b.segs[items[it].seg];
         const int i = items[it].i, g = items[it].g;
-        const int row = s.start + i, ctx = s.pos0 + i + 1, nblk = (ctx + bs - 1) / bs;
-        const int32_t* table = b.block_tables.data() + s.table_offset;
+        const int row = s.start + i, ctx = s.pos0 + i + 1;
         const float* q0 = qg + row * (2 * nh * hd) + g * group * 2 * hd;  // head h = g*group + hh at q0 + hh*2*hd
         float* o0 = out + row * (nh * hd) + g * group * hd;
         if (scores.size() < static_cast<size_t>(group) * ctx) scores.resize(static_cast<size_t>(group) * ctx);
-        // Keys then values, each block prefetching the next one's rows (the last key block
-        // prefetches the first value block).
-        const float* kb0 = kc + row_at(table, 0, g);
-        prefetch(kb0, run_bytes);
-        for (int bk = 0; bk < nblk; ++bk) {
-          const float* pf = bk + 1 < nblk ? kc + row_at(table, (bk + 1) * bs, g) : vc + row_at(table, 0, g);
-          K_.dot_rows(q0, 2 * hd, group, kc + row_at(table, bk * bs, g), hd, std::min(bs, ctx - bk * bs), scale,
-                      scores.data() + bk * bs, ctx, pf);
-        }
+        const int nblk = blocks(items[it], kc, pt.kblk);
+        blocks(items[it], vc, pt.vblk);
+        int n_next = 0;
+        if (it + nth < items.size()) n_next = std::min(kAhead, blocks(items[it + nth], kc, pt.kblk_next));
+        K_.attn_scores(q0, 2 * hd, group, pt.kblk.data(), bs, ctx, hd, scale, scores.data(), ctx, pt.vblk.data(),
+                       std::min(kAhead, nblk));
         for (int hh = 0; hh < group; ++hh) {
           float* sc = scores.data() + hh * ctx;
           float mx = -INFINITY;
@@ -335,9 +336,7 @@ class CpuBackend final : public Backend {
           K_.scale(sc, 1.f / K_.exp_shift_sum(sc, ctx, mx), ctx);  // probabilities
         }
         std::fill(o0, o0 + static_cast<size_t>(group) * hd, 0.f);
-        for (int bk = 0; bk < nblk; ++bk)
-          K_.axpy_rows(scores.data() + bk * bs, ctx, group, vc + row_at(table, bk * bs, g), hd,
-                       std::min(bs, ctx - bk * bs), o0, hd, bk + 1 < nblk ? vc + row_at(table, (bk + 1) * bs, g) : nullptr);
+        K_.attn_values(scores.data(), ctx, group, pt.vblk.data(), bs, ctx, hd, o0, hd, pt.kblk_next.data(), n_next);
         for (int hh = 0; hh < group; ++hh) {
           float* o = o0 + hh * hd;
           K_.mul_sigmoid(o, q0 + hh * 2 * hd + hd, hd);
@@ -465,6 +464,7 @@ class CpuBackend final : public Backend {
 
   struct PerThread {
     std::vector<float> scores;
+    std::vector<const float*> kblk, vblk, kblk_next;  // an attention item's KV block addresses
     std::vector<float> gdn_scratch;
   };
 

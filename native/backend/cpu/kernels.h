@@ -51,15 +51,17 @@ struct Kernels {
   int32_t (*argmax)(const float* x, int64_t n);
   // x[i] = exp(x[i] - shift) in place; returns the sum (softmax numerators).
   float (*exp_shift_sum)(float* x, int64_t n, float shift);
-  // Attention for the nq query heads of one GQA group against nr consecutive key / value rows of
-  // length n (one KV block; each row read once for all heads):
-  // out[h * out_stride + r] = scale * q_h · k_r, and o_h += Σ_r w[h * w_stride + r] * v_r.
-  // pf (may be null): rows laid out alike (the next block) to prefetch, a line per line consumed,
-  // so the next block streams in while this one is computed.
-  void (*dot_rows)(const float* q, int64_t q_stride, int nq, const float* k, int64_t n, int nr, float scale,
-                   float* out, int64_t out_stride, const float* pf);
-  void (*axpy_rows)(const float* w, int64_t w_stride, int nq, const float* v, int64_t n, int nr, float* o,
-                    int64_t o_stride, const float* pf);
+  // Attention for the nq query heads of one GQA group over a paged run of rows: rows j < ctx in
+  // order, row j at blk[j / bs] + (j % bs) * n (n floats; a KV head's rows in a block contiguous).
+  // Each row is read once for all heads, several blocks side by side; the blocks after those, and
+  // then next[0 .. n_next), are prefetched a line per line consumed (next: what the caller reads
+  // after this run, e.g. the first value blocks after the keys; may be null).
+  //   attn_scores: out[h * out_stride + j] = scale * q_h · row_j
+  //   attn_values: o_h += Σ_j w[h * w_stride + j] * row_j
+  void (*attn_scores)(const float* q, int64_t q_stride, int nq, const float* const* blk, int bs, int ctx, int64_t n,
+                      float scale, float* out, int64_t out_stride, const float* const* next, int n_next);
+  void (*attn_values)(const float* w, int64_t w_stride, int nq, const float* const* blk, int bs, int ctx, int64_t n,
+                      float* o, int64_t o_stride, const float* const* next, int n_next);
   void (*mul_sigmoid)(float* o, const float* gate, int64_t n);  // o *= sigmoid(gate)
 };
 
