@@ -55,6 +55,20 @@ describe('batched serving', () => {
     expect(maxAbsDiff(a.logits!, b.logits!)).toBe(0);
   });
 
+  // The CPU attention walks a sequence's KV blocks 16 at a time, each such chunk serving up to 8
+  // query tokens of a prefill tile. Blocks of 2 positions put chunk boundaries every 32 positions,
+  // inside tiles and prefill chunks; blocks of 16 keep this context in one chunk (the layout the
+  // llama.cpp parity tests check).
+  it('KV block sizes 2 and 16 give the same tokens (attention chunk boundaries inside prefill tiles)', async () => {
+    const prompt = promptIds(150, 9);
+    const ref = await greedy(await engine({ prefillChunk: 512 }), prompt, 20, true);
+    for (const prefillChunk of [512, 37]) {
+      const r = await greedy(await engine({ blockSize: 2, prefillChunk }), prompt, 20, true);
+      expect(r.tokens, `prefill chunk ${prefillChunk}`).toEqual(ref.tokens);
+      expect(maxAbsDiff(r.logits!, ref.logits!), `prefill chunk ${prefillChunk}`).toBeLessThan(2e-3);
+    }
+  });
+
   it('prefill chunk sizes 1, 16, 64 and whole give the same tokens', async () => {
     const prompt = promptIds(90, 4);
     const ref = await greedy(await engine({ prefillChunk: 512 }), prompt, 12, true);

@@ -109,7 +109,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
   // Attention over a paged run: every query-group size the kernels specialise (1, 2, 4, 8) and
   // the generic path (3, 5); contexts that end inside a block, on a block boundary, and that leave
   // full blocks after the side-by-side groups (2, 5, 9 blocks); blocks scattered and out of order;
-  // a row length off the vector width. The error is relative to the sum of |terms| (cancellation
+  // a row length off the vector width; with and without prefetching. The error is relative to the sum of |terms| (cancellation
   // makes a plain relative error meaningless).
   double rows_err = 0;
   for (int nq : {1, 2, 3, 4, 5, 8})
@@ -130,8 +130,10 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
         for (auto* vec : {&q, &wgt, &ov})
           for (auto& e : *vec) e = u(rng);
         ov0 = ov;
-        K.attn_scores(q.data(), qs, nq, kb.data(), bs, ctx, n, 0.5f, sco.data(), os, vb.data(), 1);
-        K.attn_values(wgt.data(), os, nq, vb.data(), bs, ctx, n, ov.data(), n, nullptr, 0);
+        // Both ways of calling: prefetching (the blocks after, then `next`), and rows in cache (-1).
+        const bool pf = (nq + ctx + n) % 2 == 0;
+        K.attn_scores(q.data(), qs, nq, kb.data(), bs, ctx, n, 0.5f, sco.data(), os, vb.data(), pf ? 1 : -1);
+        K.attn_values(wgt.data(), os, nq, vb.data(), bs, ctx, n, ov.data(), n, nullptr, pf ? 0 : -1);
         for (int h = 0; h < nq; ++h) {
           for (int j = 0; j < ctx; ++j) {
             double ref = 0, mag = 0;

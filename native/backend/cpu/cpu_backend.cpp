@@ -294,20 +294,24 @@ class CpuBackend final : public Backend {
     // kernels read several blocks side by side and prefetch the blocks after them (blocks are
     // scattered, so the hardware prefetchers restart at each). Items are dealt round-robin so the
     // threads get alike mixes of short and long contexts.
-    struct Item { int seg, i, g; };
+    // An item is up to kTile consecutive tokens of one segment and one KV head. Their queries
+    // share each key and value read: the run is walked in chunks of kChunk blocks (256 KiB per
+    // KV head at hd 256, so a chunk stays in L2), each chunk serving every token of the tile before
+    // the next is read. In a long prefill each token used to stream the whole context itself.
+    constexpr int kTile = 8, kChunk = 16;
+    struct Item { int seg, i, n, g; };
     std::vector<Item> items;
     items.reserve(static_cast<size_t>(b.n_tokens) * nkv);
     for (int si = 0; si < static_cast<int>(b.segs.size()); ++si)
-      for (int i = 0; i < b.segs[si].len; ++i)
-        for (int g = 0; g < nkv; ++g) items.push_back({si, i, g});
+      for (int i = 0; i < b.segs[si].len; i += kTile)
+        for (int g = 0; g < nkv; ++g) items.push_back({si, i, std::min(kTile, b.segs[si].len - i), g});
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
     const int group = nh / nkv;
-    // A thread's items are it = tid, tid + nth, ...; the value pass of one prefetches the first key
-    // blocks of the next.
+    // The blocks holding an item's context (up to its last token), from the cache's base.
     auto blocks = [&](const Item& item, const float* cache, std::vector<const float*>& out) {
       const auto& s = b.segs[item.seg];
       const int32_t* table = b.block_tables.data() + s.table_offset;
-      const int nblk = (s.pos0 + item.i + 1 + bs - 1) / bs;
+      const int nblk = (s.pos0 + item.i + item.n + bs - 1) / bs;
       out.resize(static_cast<size_t>(nblk));
       for (int bk = 0; bk < nblk; ++bk) out[bk] = cache + row_at(table, bk * bs, item.g);
       return nblk;
@@ -316,31 +320,59 @@ class CpuBackend final : public Backend {
     pool_.run([&](int tid, int nth) {
       PerThread& pt = per_thread_[tid];
       auto& scores = pt.scores;
+      // A thread's items are it = tid, tid + nth, ...: the last value chunk of one prefetches the
+      // first key blocks of the next.
       for (size_t it = tid; it < items.size(); it += nth) {
-        const auto& s = b.segs[items[it].seg];
-        const int i = items[it].i, g = items[it].g;
-        const int row = s.start + i, ctx = s.pos0 + i + 1;
-        const float* q0 = qg + row * (2 * nh * hd) + g * group * 2 * hd;  // head h = g*group + hh at q0 + hh*2*hd
-        float* o0 = out + row * (nh * hd) + g * group * hd;
-        if (scores.size() < static_cast<size_t>(group) * ctx) scores.resize(static_cast<size_t>(group) * ctx);
-        const int nblk = blocks(items[it], kc, pt.kblk);
-        blocks(items[it], vc, pt.vblk);
-        int n_next = 0;
-        if (it + nth < items.size()) n_next = std::min(kAhead, blocks(items[it + nth], kc, pt.kblk_next));
-        K_.attn_scores(q0, 2 * hd, group, pt.kblk.data(), bs, ctx, hd, scale, scores.data(), ctx, pt.vblk.data(),
-                       std::min(kAhead, nblk));
-        for (int hh = 0; hh < group; ++hh) {
-          float* sc = scores.data() + hh * ctx;
-          float mx = -INFINITY;
-          for (int j = 0; j < ctx; ++j) mx = std::max(mx, sc[j]);
-          K_.scale(sc, 1.f / K_.exp_shift_sum(sc, ctx, mx), ctx);  // probabilities
-        }
-        std::fill(o0, o0 + static_cast<size_t>(group) * hd, 0.f);
-        K_.attn_values(scores.data(), ctx, group, pt.vblk.data(), bs, ctx, hd, o0, hd, pt.kblk_next.data(), n_next);
-        for (int hh = 0; hh < group; ++hh) {
-          float* o = o0 + hh * hd;
-          K_.mul_sigmoid(o, q0 + hh * 2 * hd + hd, hd);
-        }
+        const Item& item = items[it];
+        const auto& s = b.segs[item.seg];
+        const int n = item.n, ctx_max = s.pos0 + item.i + n;
+        auto ctx_of = [&](int t) { return s.pos0 + item.i + t + 1; };
+        // Token t's query head hh at q(t) + hh*2*hd, its output at o(t) + hh*hd, its scores
+        // (probabilities) at sc(t) + hh*ctx_max.
+        auto q = [&](int t) { return qg + (s.start + item.i + t) * (2 * nh * hd) + item.g * group * 2 * hd; };
+        auto o = [&](int t) { return out + (s.start + item.i + t) * (nh * hd) + item.g * group * hd; };
+        const size_t need = static_cast<size_t>(n) * group * ctx_max;
+        if (scores.size() < need) scores.resize(need);
+        auto sc = [&](int t) { return scores.data() + static_cast<size_t>(t) * group * ctx_max; };
+        const int nblk = blocks(item, kc, pt.kblk);
+        blocks(item, vc, pt.vblk);
+        int n_after = 0;
+        if (it + nth < items.size()) n_after = std::min(kAhead, blocks(items[it + nth], kc, pt.kblk_next));
+        // Chunk c's blocks start at c0; the first token that reads it (from memory; the others
+        // find it in L2) also prefetches what comes after: the next chunk, else `after`.
+        auto walk = [&](const std::vector<const float*>& blk, const float* const* after, int n_after_blocks, auto&& fn) {
+          for (int c0 = 0; c0 < nblk; c0 += kChunk) {
+            const int c1 = std::min(nblk, c0 + kChunk);
+            const float* const* next = c1 < nblk ? blk.data() + c1 : after;
+            const int n_next = c1 < nblk ? std::min(kAhead, nblk - c1) : n_after_blocks;
+            bool first = true;
+            for (int t = 0; t < n; ++t) {
+              const int len = std::min(ctx_of(t) - c0 * bs, (c1 - c0) * bs);
+              if (len <= 0) continue;
+              fn(t, blk.data() + c0, c0 * bs, len, first ? next : nullptr, first ? n_next : -1);
+              first = false;
+            }
+          }
+        };
+        walk(pt.kblk, pt.vblk.data(), std::min(kAhead, nblk),
+             [&](int t, const float* const* blk, int p0, int len, const float* const* next, int n_next) {
+               K_.attn_scores(q(t), 2 * hd, group, blk, bs, len, hd, scale, sc(t) + p0, ctx_max, next, n_next);
+             });
+        for (int t = 0; t < n; ++t)
+          for (int hh = 0; hh < group; ++hh) {
+            float* row = sc(t) + hh * ctx_max;
+            const int ctx = ctx_of(t);
+            float mx = -INFINITY;
+            for (int j = 0; j < ctx; ++j) mx = std::max(mx, row[j]);
+            K_.scale(row, 1.f / K_.exp_shift_sum(row, ctx, mx), ctx);  // probabilities
+          }
+        for (int t = 0; t < n; ++t) std::fill(o(t), o(t) + static_cast<size_t>(group) * hd, 0.f);
+        walk(pt.vblk, pt.kblk_next.data(), n_after,
+             [&](int t, const float* const* blk, int p0, int len, const float* const* next, int n_next) {
+               K_.attn_values(sc(t) + p0, ctx_max, group, blk, bs, len, hd, o(t), hd, next, n_next);
+             });
+        for (int t = 0; t < n; ++t)
+          for (int hh = 0; hh < group; ++hh) K_.mul_sigmoid(o(t) + hh * hd, q(t) + hh * 2 * hd + hd, hd);
       }
     });
   }

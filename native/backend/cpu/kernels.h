@@ -55,7 +55,8 @@ struct Kernels {
   // order, row j at blk[j / bs] + (j % bs) * n (n floats; a KV head's rows in a block contiguous).
   // Each row is read once for all heads, several blocks side by side; the blocks after those, and
   // then next[0 .. n_next), are prefetched a line per line consumed (next: what the caller reads
-  // after this run, e.g. the first value blocks after the keys; may be null).
+  // after this run, e.g. the first value blocks after the keys; may be null). n_next < 0: the rows
+  // are in cache already (read moments ago), prefetch nothing.
   //   attn_scores: out[h * out_stride + j] = scale * q_h · row_j
   //   attn_values: o_h += Σ_j w[h * w_stride + j] * row_j
   void (*attn_scores)(const float* q, int64_t q_stride, int nq, const float* const* blk, int bs, int ctx, int64_t n,

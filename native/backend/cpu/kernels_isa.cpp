@@ -411,9 +411,9 @@ struct PagedRun {
   const float* at(int t) const { return t < nblk ? blk[t] : t - nblk < n_next ? next[t - nblk] : nullptr; }
 };
 
-// Scores of NQ heads against S rows (any addresses); out index js[s]; pf[s]: a row to prefetch,
-// a line per line consumed (may be null).
-template <int NQ, int S>
+// Scores of NQ heads against S rows (any addresses); out index js[s]; with PF, pf[s] is a row to
+// prefetch, a line per line consumed (never null: without a row to fetch it repeats rows[s]).
+template <int NQ, int S, bool PF>
 inline void scores_step(const float* q, int64_t qs, const float* const* rows, int64_t n, float scale, float* out,
                         int64_t os, const int* js, const float* const* pf) {
   vf acc[S][NQ];
@@ -423,7 +423,7 @@ inline void scores_step(const float* q, int64_t qs, const float* const* rows, in
   for (; i + VW <= n; i += VW) {
     vf kv[S];
     for (int r = 0; r < S; ++r) {
-      if (pf[r]) _mm_prefetch(reinterpret_cast<const char*>(pf[r] + i), _MM_HINT_T0);
+      if constexpr (PF) _mm_prefetch(reinterpret_cast<const char*>(pf[r] + i), _MM_HINT_T0);
       kv[r] = vload(rows[r] + i);
     }
     for (int h = 0; h < NQ; ++h) {
@@ -441,7 +441,7 @@ inline void scores_step(const float* q, int64_t qs, const float* const* rows, in
 
 // o_h += Σ_s w[h * ws + js[s]] rows[s] for NQ heads; o stays in L1 (NQ x n floats) and is read
 // and written once per S rows.
-template <int NQ, int S>
+template <int NQ, int S, bool PF>
 inline void values_step(const float* w, int64_t ws, const float* const* rows, int64_t n, float* o, int64_t os,
                         const int* js, const float* const* pf) {
   vf wv[S][NQ];
@@ -451,7 +451,7 @@ inline void values_step(const float* w, int64_t ws, const float* const* rows, in
   for (; i + VW <= n; i += VW) {
     vf vv[S];
     for (int r = 0; r < S; ++r) {
-      if (pf[r]) _mm_prefetch(reinterpret_cast<const char*>(pf[r] + i), _MM_HINT_T0);
+      if constexpr (PF) _mm_prefetch(reinterpret_cast<const char*>(pf[r] + i), _MM_HINT_T0);
       vv[r] = vload(rows[r] + i);
     }
     for (int h = 0; h < NQ; ++h) {
@@ -470,7 +470,8 @@ inline void values_step(const float* w, int64_t ws, const float* const* rows, in
 
 // Walks the run: groups of S full blocks side by side (row r of each), each prefetching the block
 // S further on; then the remaining blocks one at a time, two rows per step, prefetching the next.
-template <int NQ, bool Values>
+// Without PF (rows expected in cache) nothing is prefetched.
+template <int NQ, bool Values, bool PF>
 void attn_run(const float* x, int64_t xs, const float* const* blk, int bs, int ctx, int64_t n, float scale, float* y,
               int64_t ys, const float* const* next, int n_next) {
   constexpr int S = attn_streams<NQ>();
@@ -478,9 +479,14 @@ void attn_run(const float* x, int64_t xs, const float* const* blk, int bs, int c
   const PagedRun run{blk, nblk, next, n_next};
   auto step = [&]<int R>(const float* const* rows, const int* js, const float* const* pf) {
     if constexpr (Values)
-      values_step<NQ, R>(x, xs, rows, n, y, ys, js, pf);
+      values_step<NQ, R, PF>(x, xs, rows, n, y, ys, js, pf);
     else
-      scores_step<NQ, R>(x, xs, rows, n, scale, y, ys, js, pf);
+      scores_step<NQ, R, PF>(x, xs, rows, n, scale, y, ys, js, pf);
+  };
+  // Row r of block t to prefetch, or `self` (a line already being read) when there is none.
+  auto pf_row = [&](int t, int r, const float* self) {
+    const float* p = PF ? run.at(t) : nullptr;
+    return p ? p + r * n : self;
   };
   int b = 0;
   for (; b + S <= nfull; b += S)
@@ -490,42 +496,49 @@ void attn_run(const float* x, int64_t xs, const float* const* blk, int bs, int c
       int js[S];
       for (int t = 0; t < S; ++t) {
         rows[t] = blk[b + t] + r * n;
-        const float* p = run.at(b + S + t);
-        pf[t] = p ? p + r * n : nullptr;
+        pf[t] = pf_row(b + S + t, r, rows[t]);
         js[t] = (b + t) * bs + r;
       }
       step.template operator()<S>(rows, js, pf);
     }
   for (; b < nblk; ++b) {
     const int nr = std::min(bs, ctx - b * bs);
-    const float* p = run.at(b + 1);
     int r = 0;
     for (; r + 2 <= nr; r += 2) {
       const float* rows[2] = {blk[b] + r * n, blk[b] + (r + 1) * n};
-      const float* pf[2] = {p ? p + r * n : nullptr, p ? p + (r + 1) * n : nullptr};
+      const float* pf[2] = {pf_row(b + 1, r, rows[0]), pf_row(b + 1, r + 1, rows[1])};
       const int js[2] = {b * bs + r, b * bs + r + 1};
       step.template operator()<2>(rows, js, pf);
     }
     if (r < nr) {
       const float* rows[1] = {blk[b] + r * n};
-      const float* pf[1] = {p ? p + r * n : nullptr};
+      const float* pf[1] = {pf_row(b + 1, r, rows[0])};
       const int js[1] = {b * bs + r};
       step.template operator()<1>(rows, js, pf);
     }
   }
 }
 
+template <int NQ, bool Values>
+void attn_run_pf(const float* x, int64_t xs, const float* const* blk, int bs, int ctx, int64_t n, float scale, float* y,
+                 int64_t ys, const float* const* next, int n_next) {
+  if (n_next < 0)
+    attn_run<NQ, Values, false>(x, xs, blk, bs, ctx, n, scale, y, ys, nullptr, 0);
+  else
+    attn_run<NQ, Values, true>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next);
+}
+
 template <bool Values>
 void attn_dispatch(const float* x, int64_t xs, int nq, const float* const* blk, int bs, int ctx, int64_t n, float scale,
                    float* y, int64_t ys, const float* const* next, int n_next) {
   switch (nq) {
-    case 4: attn_run<4, Values>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next); return;
-    case 2: attn_run<2, Values>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next); return;
-    case 8: attn_run<8, Values>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next); return;
-    case 1: attn_run<1, Values>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next); return;
+    case 4: attn_run_pf<4, Values>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next); return;
+    case 2: attn_run_pf<2, Values>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next); return;
+    case 8: attn_run_pf<8, Values>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next); return;
+    case 1: attn_run_pf<1, Values>(x, xs, blk, bs, ctx, n, scale, y, ys, next, n_next); return;
     default:  // any other group size, a head at a time (rows then come from cache after the first)
       for (int h = 0; h < nq; ++h)
-        attn_run<1, Values>(x + h * xs, xs, blk, bs, ctx, n, scale, y + h * ys, ys, next, n_next);
+        attn_run_pf<1, Values>(x + h * xs, xs, blk, bs, ctx, n, scale, y + h * ys, ys, next, n_next);
   }
 }
 
