@@ -109,8 +109,8 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
   // Attention over a paged run: every query-group size the kernels specialise (1, 2, 4, 8) and
   // the generic path (3, 5); contexts that end inside a block, on a block boundary, and that leave
   // full blocks after the side-by-side groups (2, 5, 9 blocks); blocks scattered and out of order;
-  // a row length off the vector width; with and without prefetching. The error is relative to the sum of |terms| (cancellation
-  // makes a plain relative error meaningless).
+  // a row length off the vector width; with and without prefetching. The error is relative to the
+  // sum of |terms| (cancellation makes a plain relative error meaningless).
   double rows_err = 0;
   for (int nq : {1, 2, 3, 4, 5, 8})
     for (int ctx : {1, 7, 16, 23, 80, 141})

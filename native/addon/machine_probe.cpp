@@ -1,6 +1,7 @@
 #include "addon/machine_probe.h"
 
 #include <algorithm>
+#include <iterator>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -26,10 +27,11 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
   float* x = buf.as<float>();
   pool.parallel_for(static_cast<int64_t>(n), [&](int64_t b, int64_t e) { std::fill(x + b, x + e, 1.0f); }, 1 << 20);
   constexpr int kStreams[] = {1, 4, 8};
-  double best_by[3] = {0, 0, 0};
+  constexpr size_t kPatterns = std::size(kStreams);
+  double best_by[kPatterns] = {};
   std::vector<float> sinks(threads);
   for (int rep = 0; rep < 3; ++rep)
-    for (int si = 0; si < 3; ++si) {
+    for (size_t si = 0; si < kPatterns; ++si) {
       const int64_t t0 = now_ns();
       pool.run([&](int tid, int nth) {
         const size_t per = n / nth;
@@ -39,7 +41,7 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
       const double s = static_cast<double>(now_ns() - t0) / 1e9;
       best_by[si] = std::max(best_by[si], static_cast<double>(n * sizeof(float)) / s / 1e9);
     }
-  const double best_bw = std::max({best_by[0], best_by[1], best_by[2]});
+  const double best_bw = *std::max_element(best_by, best_by + kPatterns);
   // Peak: independent multiply-add chains in registers on every thread; best of 3.
   double best_flops = 0;
   for (int rep = 0; rep < 3; ++rep) {

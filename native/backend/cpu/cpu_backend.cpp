@@ -1,8 +1,6 @@
 // The CPU backend: host memory, a persistent thread pool, and kernels chosen per ISA at run time.
 #include "backend/cpu/cpu_backend.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -289,15 +287,14 @@ class CpuBackend final : public Backend {
     }
     op.reset();
     op.emplace(profiling_, stats_, "attention", "attention");
-    // 2) causal attention per (token, kv head) through the block table: the query heads of a
-    // group share each key and value row (read once for all of them); gate with sigmoid. The
-    // kernels read several blocks side by side and prefetch the blocks after them (blocks are
-    // scattered, so the hardware prefetchers restart at each). Items are dealt round-robin so the
-    // threads get alike mixes of short and long contexts.
-    // An item is up to kTile consecutive tokens of one segment and one KV head. Their queries
-    // share each key and value read: the run is walked in chunks of kChunk blocks (256 KiB per
-    // KV head at hd 256, so a chunk stays in L2), each chunk serving every token of the tile before
-    // the next is read. In a long prefill each token used to stream the whole context itself.
+    // 2) causal attention through the block table, then the sigmoid gate. An item is up to kTile
+    // consecutive tokens of one segment and one KV head; the query heads of the group, and the
+    // tokens of the tile, share each key and value read. The run is walked in chunks of kChunk
+    // blocks (256 KiB per KV head at hd 256, so a chunk stays in L2), each chunk serving every token
+    // of the tile before the next is read (in a long prefill each token used to stream the whole
+    // context itself). The kernels read several blocks side by side and prefetch the blocks after
+    // them (blocks are scattered, so the hardware prefetchers restart at each). Items are dealt
+    // round-robin so the threads get alike mixes of short and long contexts.
     constexpr int kTile = 8, kChunk = 16;
     struct Item { int seg, i, n, g; };
     std::vector<Item> items;
