@@ -7,10 +7,13 @@ interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
   streamSumMaxRelErr: number;
+  packedMatmulCases?: number; packedMatmulMaxErr?: number; // AVX-512 BF16 only
 }
 
 describe('CPU kernels against scalar references', () => {
-  const addon = loadAddon() as unknown as { kernelCheck(): Record<string, TableCheck>; cpuInfo(): { avx2: boolean; avx512: boolean } };
+  const addon = loadAddon() as unknown as {
+    kernelCheck(): Record<string, TableCheck>; cpuInfo(): { avx2: boolean; avx512: boolean; avx512bf16: boolean };
+  };
   const res = addon.kernelCheck();
   const info = addon.cpuInfo();
 
@@ -35,4 +38,11 @@ describe('CPU kernels against scalar references', () => {
       expect(r.streamSumMaxRelErr).toBeLessThan(1e-6); // small integers: exact in fp32
     });
   }
+
+  // Packed panels exist only with vdpbf16ps; without it the bf16 path widens to f32 (no packing).
+  it.runIf(info.avx512bf16)('avx512: the packed bf16 matmul matches for whole, cut and four-quarter panel ranges', () => {
+    const r = res.avx512!;
+    expect(r.packedMatmulCases).toBeGreaterThan(250);
+    expect(r.packedMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact bf16 products, relative to the sum of |terms|
+  });
 });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -181,6 +182,62 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
       ssum_err = std::max(ssum_err, rel_err(K.stream_sum(xs.data(), n, streams), want));
     }
   obj.Set("streamSumMaxRelErr", ssum_err);
+
+  // Packed bf16 matmul (AVX-512 BF16 only) in every way the backend calls it: whole panel ranges,
+  // odd chunks (tile groups cut short), and the four-quarter slices of small batches with the
+  // remainder panels apart. Against a double sum of the same bf16-rounded operands, relative to
+  // the sum of |terms|. Every output is first set to NaN, so a panel left out fails too.
+  if (K.pack_bf16 && cpu_features().avx512bf16) {
+    auto bf = [](float v) {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      u += 0x7fffu + ((u >> 16) & 1u);
+      return static_cast<uint16_t>(u >> 16);
+    };
+    auto f32 = [](uint16_t h) {
+      const uint32_t u = static_cast<uint32_t>(h) << 16;
+      float v;
+      std::memcpy(&v, &u, 4);
+      return v;
+    };
+    double mm_err = 0;
+    int mm_cases = 0;
+    for (int64_t Kd : {2, 64, 1030})
+      for (int64_t N : {5, 16, 72, 200})
+        for (int64_t M : {1, 2, 5, 6, 7, 8, 9, 16, 17, 23}) {
+          std::vector<uint16_t> w(static_cast<size_t>(N * Kd)), xb(static_cast<size_t>(M * Kd));
+          for (auto& v : w) v = bf(u(rng));
+          for (auto& v : xb) v = bf(u(rng));
+          std::vector<uint16_t> packed(static_cast<size_t>(cpu::packed_elems(N, Kd)));
+          const int64_t P = (N + cpu::kPanel - 1) / cpu::kPanel, Q = P / 4;
+          K.pack_bf16(w.data(), N, Kd, 0, P, packed.data());
+          for (int mode = 0; mode < 3; ++mode) {
+            if (mode == 2 && M > 6) continue;  // the backend slices small batches only
+            std::vector<float> y(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
+            if (mode == 0) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, 0, P, y.data(), N, 0);
+            if (mode == 1)
+              for (int64_t p0 = 0; p0 < P; p0 += 5) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, p0, std::min(P, p0 + 5), y.data(), N, 0);
+            if (mode == 2) {
+              for (int64_t p0 = 0; p0 < Q; p0 += 2) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, p0, std::min(Q, p0 + 2), y.data(), N, Q);
+              K.matmul_packed(xb.data(), M, Kd, packed.data(), N, 4 * Q, P, y.data(), N, 0);
+            }
+            for (int64_t m = 0; m < M; ++m)
+              for (int64_t n = 0; n < N; ++n) {
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < Kd; ++k) {
+                  const double t = static_cast<double>(f32(xb[m * Kd + k])) * f32(w[n * Kd + k]);
+                  ref += t;
+                  mag += std::fabs(t);
+                }
+                const double got = y[m * N + n];
+                mm_err = std::max(mm_err, std::isnan(got) ? 1.0 : std::fabs(got - ref) / std::max(mag, 1e-30));
+              }
+            ++mm_cases;
+          }
+        }
+    obj.Set("packedMatmulCases", mm_cases);
+    obj.Set("packedMatmulMaxErr", mm_err);
+  }
   return obj;
 }
 

@@ -197,24 +197,40 @@ class CpuBackend final : public Backend {
       K_.to_bf16(x, xb, xn);
     else
       pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
-    // 8 panels; 18 for decode-sized batches, whose kernel walks panels in threes and prefetches
-    // the next three inside a chunk (a micro-benchmark, M=8, K=1024: 9 -> 18 panels -2.5 %). For
-    // the others 4 and 16 measured no better (A/B, order alternated).
-    const int64_t kChunk = rows >= 7 && rows <= 16 ? 18 : 8;
+    // Small batches (1..6 rows) are pure weight streams. Each chunk takes C panels from each
+    // quarter of the matrix (1 MiB in all), read as four streams a quarter apart; the 1..3 panels
+    // past the last whole quarter are a chunk of their own. Four streams that both cores walk read
+    // faster than four adjacent panels per core (eight streams in all): A/B in one process, c=1
+    // x1.07 (layer matmuls -6 %, head -5 to -18 %); chunks of 256 KiB gained nothing.
+    const bool sliced = rows <= 6;
+    // Otherwise chunks of 8 panels; 18 for decode-sized batches, whose kernel walks panels in
+    // threes and prefetches the next three inside a chunk (a micro-benchmark, M=8, K=1024: 9 -> 18
+    // panels -2.5 %). For the others 4 and 16 measured no better (A/B, order alternated).
+    const int64_t kChunk = sliced ? std::max<int64_t>(1, 8192 / K) : rows >= 7 && rows <= 16 ? 18 : 8;
     // Chunk c belongs to the matrix whose range [first[i], first[i+1]) holds it (n is at most 4).
-    std::vector<int64_t> first(n + 1, 0), panels(n);
+    std::vector<int64_t> first(n + 1, 0), panels(n), quarter(n, 0);
     for (int i = 0; i < n; ++i) {
       panels[i] = (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel;
-      first[i + 1] = first[i] + (panels[i] + kChunk - 1) / kChunk;
+      if (sliced) {
+        quarter[i] = panels[i] / 4;
+        first[i + 1] = first[i] + (quarter[i] + kChunk - 1) / kChunk + (panels[i] % 4 != 0);
+      } else {
+        first[i + 1] = first[i] + (panels[i] + kChunk - 1) / kChunk;
+      }
     }
     pool_.parallel_chunks(first[n], 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         int i = 0;
         while (c >= first[i + 1]) ++i;
-        const int64_t p0 = (c - first[i]) * kChunk;
         const WMat& w = *ws[i];
-        K_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, p0, std::min(panels[i], p0 + kChunk),
-                         ys[i], w.rows);
+        const auto* packed = static_cast<const uint16_t*>(w.aux);
+        const int64_t p0 = (c - first[i]) * kChunk;
+        if (!sliced)
+          K_.matmul_packed(xb, rows, K, packed, w.rows, p0, std::min(panels[i], p0 + kChunk), ys[i], w.rows, 0);
+        else if (p0 < quarter[i])
+          K_.matmul_packed(xb, rows, K, packed, w.rows, p0, std::min(quarter[i], p0 + kChunk), ys[i], w.rows, quarter[i]);
+        else
+          K_.matmul_packed(xb, rows, K, packed, w.rows, 4 * quarter[i], panels[i], ys[i], w.rows, 0);
       }
     });
   }

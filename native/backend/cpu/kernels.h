@@ -26,9 +26,11 @@ struct Kernels {
   // interleaved: panel p, pair j holds (W[16p+i][2j], W[16p+i][2j+1]) for i = 0..15, the layout
   // vdpbf16ps consumes directly. K must be even; rows past N are zero.
   void (*pack_bf16)(const uint16_t* w, int64_t N, int64_t K, int64_t p0, int64_t p1, uint16_t* out);
-  // y[m*ldy + n] for panels [p0, p1), all m < M; xb is x rounded to bf16 [M, K].
+  // y[m*ldy + n] for panels [p0, p1), all m < M; xb is x rounded to bf16 [M, K]. slice > 0: for
+  // panels p, p + slice, p + 2 slice and p + 3 slice, p in [p0, p1), read side by side (four
+  // streams a quarter of the matrix apart; p1 + 3 slice must not pass the last panel).
   void (*matmul_packed)(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
-                        int64_t p1, float* y, int64_t ldy);
+                        int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
   // Machine probes: sum of n floats read as `streams` (1, 2, 4, 8) side-by-side streams, and
   // `iters` rounds of independent multiply-adds in registers (returns FLOPs done; bf16 dot products

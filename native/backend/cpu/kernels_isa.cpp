@@ -228,14 +228,16 @@ void to_bf16(const float* x, uint16_t* out, int64_t n) {
 
 // MR token rows x NR panels (16 outputs each) of fp32 accumulators; per k-pair one 64-byte weight
 // load per panel and one 4-byte broadcast per row.
+// Panel j of the tile is the step-th panel after panel j-1 (1: adjacent; see matmul_packed's slice).
 template <int MR, int NR>
 inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
-                        int64_t ldy, bool next_tile = false) {
+                        int64_t ldy, bool next_tile = false, int64_t step = 1) {
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
   const int64_t pairs = K / 2;
-  const int64_t pstride = kPanel * K;
+  const int64_t plen = kPanel * K;
+  const int64_t pstride = step * plen;
   for (int64_t kp = 0; kp < pairs; ++kp) {
     __m512i b[NR];
     // With many rows per weight vector the loop body is long and the reorder window holds few
@@ -245,8 +247,8 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
     // a panel's end into the next tile's panel j, so that tile starts on lines already in flight.
     if constexpr (MR >= 4) {
       const int64_t ahead = kp * 32 + 1024;
-      if (ahead < pstride || next_tile) {
-        const int64_t off = ahead < pstride ? ahead : ahead + (NR - 1) * pstride;
+      if (ahead < plen || next_tile) {
+        const int64_t off = ahead < plen ? ahead : ahead + (NR - 1) * pstride;
         for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(panel0 + j * pstride + off), _MM_HINT_T0);
       }
     }
@@ -259,7 +261,7 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
     }
   }
   for (int j = 0; j < NR; ++j) {
-    const int64_t n = n0 + j * kPanel;
+    const int64_t n = n0 + j * step * kPanel;
     const int64_t valid = N - n < kPanel ? N - n : kPanel;
     const __mmask16 mask = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
     for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(y + m * ldy + n, mask, acc[m][j]);
@@ -268,15 +270,17 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
 
 template <int NR>
 inline void packed_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0,
-                        float* y, int64_t ldy) {
+                        float* y, int64_t ldy, int64_t step = 1) {
   int64_t m = 0;
-  for (; m + 6 <= M; m += 6) packed_tile<6, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy);
+  for (; m + 6 <= M; m += 6) packed_tile<6, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy, false, step);
+  const uint16_t* x = xb + m * K;
+  float* ym = y + m * ldy;
   switch (M - m) {
-    case 5: packed_tile<5, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
-    case 4: packed_tile<4, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
-    case 3: packed_tile<3, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
-    case 2: packed_tile<2, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
-    case 1: packed_tile<1, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy); break;
+    case 5: packed_tile<5, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 4: packed_tile<4, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 3: packed_tile<3, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 2: packed_tile<2, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 1: packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
     default: break;
   }
 }
@@ -305,7 +309,12 @@ inline void packed_rows8(const uint16_t* xb, int64_t M, int64_t K, const uint16_
 }
 
 void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0, int64_t p1,
-                   float* y, int64_t ldy) {
+                   float* y, int64_t ldy, int64_t slice) {
+  if (slice > 0) {
+    // Panels p, p + slice, p + 2 slice, p + 3 slice for p in [p0, p1): four streams far apart.
+    for (int64_t p = p0; p < p1; ++p) packed_rows<4>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice);
+    return;
+  }
   if (M >= 7 && M <= 16) {
     int64_t p = p0;
     for (; p + 3 <= p1; p += 3) packed_rows8<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, p + 6 <= p1);
