@@ -40,9 +40,9 @@ describe('CPU kernels against scalar references', () => {
   }
 
   // Packed panels exist only with vdpbf16ps; without it the bf16 path widens to f32 (no packing).
-  it.runIf(info.avx512bf16)('avx512: the packed bf16 matmul matches for whole, cut and four-quarter panel ranges', () => {
+  it.runIf(info.avx512bf16)('avx512: the packed bf16 matmul matches for whole, cut and sliced panel ranges', () => {
     const r = res.avx512!;
-    expect(r.packedMatmulCases).toBeGreaterThan(250);
+    expect(r.packedMatmulCases).toBeGreaterThan(300);
     expect(r.packedMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact bf16 products, relative to the sum of |terms|
   });
 });

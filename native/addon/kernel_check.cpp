@@ -184,7 +184,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
   obj.Set("streamSumMaxRelErr", ssum_err);
 
   // Packed bf16 matmul (AVX-512 BF16 only) in every way the backend calls it: whole panel ranges,
-  // odd chunks (tile groups cut short), and the four-quarter slices of small batches with the
+  // odd chunks (tile groups cut short), and the sliced streams of decode-sized batches with the
   // remainder panels apart. Against a double sum of the same bf16-rounded operands, relative to
   // the sum of |terms|. Every output is first set to NaN, so a panel left out fails too.
   if (K.pack_bf16 && cpu_features().avx512bf16) {
@@ -209,17 +209,19 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
           for (auto& v : w) v = bf(u(rng));
           for (auto& v : xb) v = bf(u(rng));
           std::vector<uint16_t> packed(static_cast<size_t>(cpu::packed_elems(N, Kd)));
-          const int64_t P = (N + cpu::kPanel - 1) / cpu::kPanel, Q = P / 4;
+          // The backend slices batches of up to 6 rows in quarters, of 7..16 in thirds.
+          const int64_t S = M <= 6 ? 4 : 3;
+          const int64_t P = (N + cpu::kPanel - 1) / cpu::kPanel, Q = P / S;
           K.pack_bf16(w.data(), N, Kd, 0, P, packed.data());
           for (int mode = 0; mode < 3; ++mode) {
-            if (mode == 2 && M > 6) continue;  // the backend slices small batches only
+            if (mode == 2 && M > 16) continue;  // the backend slices decode-sized batches only
             std::vector<float> y(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
             if (mode == 0) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, 0, P, y.data(), N, 0);
             if (mode == 1)
               for (int64_t p0 = 0; p0 < P; p0 += 5) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, p0, std::min(P, p0 + 5), y.data(), N, 0);
             if (mode == 2) {
               for (int64_t p0 = 0; p0 < Q; p0 += 2) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, p0, std::min(Q, p0 + 2), y.data(), N, Q);
-              K.matmul_packed(xb.data(), M, Kd, packed.data(), N, 4 * Q, P, y.data(), N, 0);
+              K.matmul_packed(xb.data(), M, Kd, packed.data(), N, S * Q, P, y.data(), N, 0);
             }
             for (int64_t m = 0; m < M; ++m)
               for (int64_t n = 0; n < N; ++n) {

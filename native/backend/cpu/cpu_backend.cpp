@@ -197,40 +197,48 @@ class CpuBackend final : public Backend {
       K_.to_bf16(x, xb, xn);
     else
       pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
-    // Small batches (1..6 rows) are pure weight streams. Each chunk takes C panels from each
-    // quarter of the matrix (1 MiB in all), read as four streams a quarter apart; the 1..3 panels
-    // past the last whole quarter are a chunk of their own. Four streams that both cores walk read
-    // faster than four adjacent panels per core (eight streams in all): A/B in one process, c=1
-    // x1.07 (layer matmuls -6 %, head -5 to -18 %); chunks of 256 KiB gained nothing.
-    const bool sliced = rows <= 6;
-    // Otherwise chunks of 8 panels; 18 for decode-sized batches, whose kernel walks panels in
-    // threes and prefetches the next three inside a chunk (a micro-benchmark, M=8, K=1024: 9 -> 18
-    // panels -2.5 %). For the others 4 and 16 measured no better (A/B, order alternated).
-    const int64_t kChunk = sliced ? std::max<int64_t>(1, 8192 / K) : rows >= 7 && rows <= 16 ? 18 : 8;
-    // Chunk c belongs to the matrix whose range [first[i], first[i+1]) holds it (n is at most 4).
-    std::vector<int64_t> first(n + 1, 0), panels(n), quarter(n, 0);
+    // Decode-sized batches are weight streams. Each piece takes C panels from each quarter (1..6
+    // rows; a third for 7..16, whose tile spans 3 panels) of a matrix, read as streams that far
+    // apart; the panels past the last whole quarter (third) are a piece of their own. Four
+    // streams that both cores walk read faster than four adjacent panels per core (eight streams
+    // in all): A/B in one process, c=1 x1.07 (layer matmuls -6 %, head -5 to -18 %) with 1 MiB
+    // pieces; 256 KiB pieces gained nothing. Pieces shrink to 128 KiB as the region's remaining
+    // bytes run out, so that the core finishing first waits less for the other's last piece (perf,
+    // c=1 decode: time spent waiting in the pool 9.2 -> 6.6 % of samples; A/B c=1 x1.04). Thirds
+    // for 7..16 rows: c=8 layer matmuls -4.6 %, head -9 %.
+    // Larger batches (prefill) take chunks of 8 adjacent panels.
+    const int streams = rows <= 6 ? 4 : rows <= 16 ? 3 : 0;  // see matmul_packed's slice
+    const bool sliced = streams > 0;
+    const int64_t kChunk = 8;
+    const int64_t panel_bytes = cpu::kPanel * K * 2;
+    int64_t remaining = 0;
+    for (int i = 0; i < n; ++i) remaining += (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel * panel_bytes;
+    pieces_.clear();
     for (int i = 0; i < n; ++i) {
-      panels[i] = (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel;
-      if (sliced) {
-        quarter[i] = panels[i] / 4;
-        first[i + 1] = first[i] + (quarter[i] + kChunk - 1) / kChunk + (panels[i] % 4 != 0);
-      } else {
-        first[i + 1] = first[i] + (panels[i] + kChunk - 1) / kChunk;
+      const int64_t panels = (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel;
+      if (!sliced) {
+        for (int64_t p = 0; p < panels; p += kChunk) pieces_.push_back({i, p, std::min(panels, p + kChunk), 0});
+        continue;
+      }
+      const int64_t q = panels / streams;
+      for (int64_t p = 0; p < q;) {
+        const int64_t bytes = std::clamp<int64_t>(remaining / 8, int64_t{128} << 10, int64_t{1} << 20);
+        const int64_t c = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes)));
+        pieces_.push_back({i, p, p + c, q});
+        p += c;
+        remaining -= streams * c * panel_bytes;
+      }
+      if (panels % streams != 0) {
+        pieces_.push_back({i, streams * q, panels, 0});
+        remaining -= (panels - streams * q) * panel_bytes;
       }
     }
-    pool_.parallel_chunks(first[n], 1, [&](int64_t c0, int64_t c1) {
+    pool_.parallel_chunks(static_cast<int64_t>(pieces_.size()), 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        int i = 0;
-        while (c >= first[i + 1]) ++i;
-        const WMat& w = *ws[i];
-        const auto* packed = static_cast<const uint16_t*>(w.aux);
-        const int64_t p0 = (c - first[i]) * kChunk;
-        if (!sliced)
-          K_.matmul_packed(xb, rows, K, packed, w.rows, p0, std::min(panels[i], p0 + kChunk), ys[i], w.rows, 0);
-        else if (p0 < quarter[i])
-          K_.matmul_packed(xb, rows, K, packed, w.rows, p0, std::min(quarter[i], p0 + kChunk), ys[i], w.rows, quarter[i]);
-        else
-          K_.matmul_packed(xb, rows, K, packed, w.rows, 4 * quarter[i], panels[i], ys[i], w.rows, 0);
+        const Piece& pc = pieces_[static_cast<size_t>(c)];
+        const WMat& w = *ws[pc.matrix];
+        K_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, pc.p0, pc.p1, ys[pc.matrix], w.rows,
+                         pc.slice);
       }
     });
   }
@@ -514,6 +522,12 @@ class CpuBackend final : public Backend {
   };
 
   ThreadPool pool_;
+  // A matmul region's work list: panels [p0, p1) of matrix `matrix` (slice: see matmul_packed).
+  struct Piece {
+    int matrix;
+    int64_t p0, p1, slice;
+  };
+  std::vector<Piece> pieces_;
   const cpu::Kernels& K_;
   CacheSpec spec_;
   AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_, xb_;

@@ -27,8 +27,9 @@ struct Kernels {
   // vdpbf16ps consumes directly. K must be even; rows past N are zero.
   void (*pack_bf16)(const uint16_t* w, int64_t N, int64_t K, int64_t p0, int64_t p1, uint16_t* out);
   // y[m*ldy + n] for panels [p0, p1), all m < M; xb is x rounded to bf16 [M, K]. slice > 0: for
-  // panels p, p + slice, p + 2 slice and p + 3 slice, p in [p0, p1), read side by side (four
-  // streams a quarter of the matrix apart; p1 + 3 slice must not pass the last panel).
+  // panels p + s * slice, s < S, p in [p0, p1), read side by side as S streams that far apart;
+  // S = 3 for M in 7..16 (the 8-row tile spans 3 panels), else 4. p1 - 1 + (S - 1) slice must
+  // be a panel of the matrix.
   void (*matmul_packed)(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
                         int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);

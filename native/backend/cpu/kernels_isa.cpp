@@ -248,7 +248,8 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
     if constexpr (MR >= 4) {
       const int64_t ahead = kp * 32 + 1024;
       if (ahead < plen || next_tile) {
-        const int64_t off = ahead < plen ? ahead : ahead + (NR - 1) * pstride;
+        // Adjacent panels: the next tile's panel j is NR panels on; sliced: the panel after this one.
+        const int64_t off = ahead < plen || step > 1 ? ahead : ahead + (NR - 1) * pstride;
         for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(panel0 + j * pstride + off), _MM_HINT_T0);
       }
     }
@@ -291,25 +292,32 @@ inline void packed_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t
 // next: the caller's next call reads the NR panels after these (the last row tile prefetches them).
 template <int NR>
 inline void packed_rows8(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0,
-                         float* y, int64_t ldy, bool next) {
+                         float* y, int64_t ldy, bool next, int64_t step = 1) {
   int64_t m = 0;
-  for (; m + 8 <= M; m += 8) packed_tile<8, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy, next && m + 8 == M);
+  for (; m + 8 <= M; m += 8)
+    packed_tile<8, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy, next && m + 8 == M, step);
   const uint16_t* x = xb + m * K;
   float* ym = y + m * ldy;
   switch (M - m) {
-    case 7: packed_tile<7, NR>(x, K, panel0, N, n0, ym, ldy, next); break;
-    case 6: packed_tile<6, NR>(x, K, panel0, N, n0, ym, ldy, next); break;
-    case 5: packed_tile<5, NR>(x, K, panel0, N, n0, ym, ldy, next); break;
-    case 4: packed_tile<4, NR>(x, K, panel0, N, n0, ym, ldy, next); break;
-    case 3: packed_tile<3, NR>(x, K, panel0, N, n0, ym, ldy); break;
-    case 2: packed_tile<2, NR>(x, K, panel0, N, n0, ym, ldy); break;
-    case 1: packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy); break;
+    case 7: packed_tile<7, NR>(x, K, panel0, N, n0, ym, ldy, next, step); break;
+    case 6: packed_tile<6, NR>(x, K, panel0, N, n0, ym, ldy, next, step); break;
+    case 5: packed_tile<5, NR>(x, K, panel0, N, n0, ym, ldy, next, step); break;
+    case 4: packed_tile<4, NR>(x, K, panel0, N, n0, ym, ldy, next, step); break;
+    case 3: packed_tile<3, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 2: packed_tile<2, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 1: packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
     default: break;
   }
 }
 
 void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0, int64_t p1,
                    float* y, int64_t ldy, int64_t slice) {
+  if (slice > 0 && M >= 7 && M <= 16) {
+    // Panels p, p + slice, p + 2 slice for p in [p0, p1): three streams far apart.
+    for (int64_t p = p0; p < p1; ++p)
+      packed_rows8<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, p + 1 < p1, slice);
+    return;
+  }
   if (slice > 0) {
     // Panels p, p + slice, p + 2 slice, p + 3 slice for p in [p0, p1): four streams far apart.
     for (int64_t p = p0; p < p1; ++p) packed_rows<4>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice);
