@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -10,6 +9,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/argmax.h"
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 
 namespace lumen {
 namespace {
@@ -188,26 +188,14 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
   // remainder panels apart. Against a double sum of the same bf16-rounded operands, relative to
   // the sum of |terms|. Every output is first set to NaN, so a panel left out fails too.
   if (K.pack_bf16 && cpu_features().avx512bf16) {
-    auto bf = [](float v) {
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      u += 0x7fffu + ((u >> 16) & 1u);
-      return static_cast<uint16_t>(u >> 16);
-    };
-    auto f32 = [](uint16_t h) {
-      const uint32_t u = static_cast<uint32_t>(h) << 16;
-      float v;
-      std::memcpy(&v, &u, 4);
-      return v;
-    };
     double mm_err = 0;
     int mm_cases = 0;
     for (int64_t Kd : {2, 64, 1030})
       for (int64_t N : {5, 16, 72, 200})
         for (int64_t M : {1, 2, 5, 6, 7, 8, 9, 16, 17, 23}) {
           std::vector<uint16_t> w(static_cast<size_t>(N * Kd)), xb(static_cast<size_t>(M * Kd));
-          for (auto& v : w) v = bf(u(rng));
-          for (auto& v : xb) v = bf(u(rng));
+          for (auto& v : w) v = f32_to_bf16(u(rng));
+          for (auto& v : xb) v = f32_to_bf16(u(rng));
           std::vector<uint16_t> packed(static_cast<size_t>(cpu::packed_elems(N, Kd)));
           // The backend slices batches of up to 6 rows in quarters, of 7..16 in thirds.
           const int64_t S = M <= 6 ? 4 : 3;
@@ -227,7 +215,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K) {
               for (int64_t n = 0; n < N; ++n) {
                 double ref = 0, mag = 0;
                 for (int64_t k = 0; k < Kd; ++k) {
-                  const double t = static_cast<double>(f32(xb[m * Kd + k])) * f32(w[n * Kd + k]);
+                  const double t = static_cast<double>(bf16_to_f32(xb[m * Kd + k])) * bf16_to_f32(w[n * Kd + k]);
                   ref += t;
                   mag += std::fabs(t);
                 }

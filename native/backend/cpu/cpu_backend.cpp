@@ -204,18 +204,20 @@ class CpuBackend final : public Backend {
     // in all): A/B in one process, c=1 x1.07 (layer matmuls -6 %, head -5 to -18 %) with 1 MiB
     // pieces; 256 KiB pieces gained nothing. Pieces shrink to 128 KiB as the region's remaining
     // bytes run out, so that the core finishing first waits less for the other's last piece (perf,
-    // c=1 decode: time spent waiting in the pool 9.2 -> 6.6 % of samples; A/B c=1 x1.04). Thirds
-    // for 7..16 rows: c=8 layer matmuls -4.6 %, head -9 %.
+    // c=1 decode: time spent waiting in the pool 9.2 -> 6.6 % of samples; end-to-end A/Bs within
+    // the noise). Thirds for 7..16 rows: c=8 layer matmuls -4.6 %, head -8 %.
     // Larger batches (prefill) take chunks of 8 adjacent panels.
     const int streams = rows <= 6 ? 4 : rows <= 16 ? 3 : 0;  // see matmul_packed's slice
     const bool sliced = streams > 0;
     const int64_t kChunk = 8;
     const int64_t panel_bytes = cpu::kPanel * K * 2;
-    int64_t remaining = 0;
-    for (int i = 0; i < n; ++i) remaining += (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel * panel_bytes;
+    auto panels_of = [&](int i) { return (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel; };
+    int64_t remaining = 0;  // bytes of the region not dealt yet (sizes the sliced pieces)
+    if (sliced)
+      for (int i = 0; i < n; ++i) remaining += panels_of(i) * panel_bytes;
     pieces_.clear();
     for (int i = 0; i < n; ++i) {
-      const int64_t panels = (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel;
+      const int64_t panels = panels_of(i);
       if (!sliced) {
         for (int64_t p = 0; p < panels; p += kChunk) pieces_.push_back({i, p, std::min(panels, p + kChunk), 0});
         continue;
