@@ -403,6 +403,10 @@ class CpuBackend final : public Backend {
   void gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* bb, const float* aa,
            float* out) override {
     const StepBatch& b = *step_;
+    if (b.decode_only) {
+      gdn_decode(c, L, qkv, z, bb, aa, out);
+      return;
+    }
     std::optional<ScopedOp> op(std::in_place, profiling_, stats_, "gdn_conv", "gdn");  // phases 1-2
     const int cd = c.conv_dim(), kc = c.conv_kernel;
     const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
@@ -471,6 +475,64 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(static_cast<int64_t>(T) * nv, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) K_.gated_rmsnorm(out + i * dv, z + i * dv, L.gdn_norm, dv, c.eps);
     }, 4);
+  }
+
+  // A decode step's DeltaNet layer (one token per sequence) in one parallel region: an item is a
+  // key head of one sequence with its value heads, taken end to end (conv + SiLU of its q, k and v
+  // channels, l2 norms, decay, delta rule, gated norm), so the conv output is still in L1 when the
+  // rule reads it. The general path above is four regions and a serial l2-norm pass at T = 1.
+  void gdn_decode(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* bb,
+                  const float* aa, float* out) {
+    const StepBatch& b = *step_;
+    ScopedOp op(profiling_, stats_, "gdn_decode", "gdn");
+    const int64_t cd = c.conv_dim();
+    const int kc = c.conv_kernel;
+    const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
+    const int r = nv / nk;
+    const int T = b.n_tokens;
+    float* conv_out = conv_buf(static_cast<size_t>(T) * cd);
+    if (small_buf_.size() < static_cast<size_t>(2) * T * nv) small_buf_.resize(static_cast<size_t>(2) * T * nv);
+    float* beta = small_buf_.data();
+    float* gdec = beta + static_cast<size_t>(T) * nv;
+    const float* wT = conv_t_.at(L.conv)->as<float>();
+    const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
+    const int n_items = static_cast<int>(b.segs.size()) * nk;
+    // Runs of adjacent items from a shared counter, as in the general path (a sequence's heads are
+    // adjacent in the state, so a run is one long stream of it).
+    const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
+    std::atomic<int> next{0};
+    pool_.run([&](int, int) {
+      for (;;) {
+        const int first = next.fetch_add(run_len, std::memory_order_relaxed);
+        if (first >= n_items) break;
+        for (int it = first; it < std::min(first + run_len, n_items); ++it) {
+          const SeqSegment& s = b.segs[it / nk];
+          const int kh = it % nk;
+          const int64_t t = s.start;
+          const float* xrow = qkv + t * cd;
+          float* crow = conv_out + t * cd;
+          float* cstate = conv_state(s.state_slot, L.gdn_index);
+          const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0, v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
+          K_.conv_silu(xrow, cd, 1, cstate, wT, kc, cd, q0, q0 + dk, crow, cd);
+          K_.conv_silu(xrow, cd, 1, cstate, wT, kc, cd, k0, k0 + dk, crow, cd);
+          K_.conv_silu(xrow, cd, 1, cstate, wT, kc, cd, v0, v0 + static_cast<int64_t>(r) * dv, crow, cd);
+          // The same expressions as the general path's phase 2, so both give the same bits.
+          K_.scale(crow + q0, 1.f / std::sqrt(K_.sumsq(crow + q0, dk) + 1e-6f) * qscale, dk);
+          K_.scale(crow + k0, 1.f / std::sqrt(K_.sumsq(crow + k0, dk) + 1e-6f), dk);
+          for (int j = kh * r; j < (kh + 1) * r; ++j) {
+            const int64_t bj = t * nv + j;
+            beta[bj] = sigmoidf(bb[bj]);
+            gdec[bj] = L.neg_exp_a[j] * softplusf(aa[bj] + L.dt_bias[j]);
+            float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+            float* o = out + t * nv * dv + static_cast<int64_t>(j) * dv;
+            const cpu::GdnHeadIO io{crow + q0, crow + k0, crow + 2 * kd + static_cast<int64_t>(j) * dv, beta + bj, gdec + bj,
+                                    o, cd, cd, cd, nv, static_cast<int64_t>(nv) * dv};
+            K_.gdn_recurrent(S, io, 1, dk, dv);
+            K_.gated_rmsnorm(o, z + t * nv * dv + static_cast<int64_t>(j) * dv, L.gdn_norm, dv, c.eps);
+          }
+        }
+      }
+    });
   }
 
   void gather_rows(const float* x, int first, int count, float* y, int dim) override {
