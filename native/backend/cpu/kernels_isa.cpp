@@ -269,10 +269,10 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
   }
 }
 
-// One token row x 4 panels, the decode stream at concurrency 1. The same product as
-// packed_tile<1, 4>, written in assembly because GCC 12 will not fold a load into vdpbf16ps:
-// its separate load per weight line made 12 instructions per k-pair where 8 do. Fewer
-// instructions per line let the reorder window reach further ahead in the weight streams
+// One token row x 4 panels: decode at concurrency 1, and the last row of batches of 6k + 1 rows.
+// The same product as packed_tile<1, 4>, written in assembly because GCC 12 will not fold a load
+// into vdpbf16ps: its separate load per weight line made 12 instructions per k-pair where 8 do.
+// Fewer instructions per line let the reorder window reach further ahead in the weight streams
 // (micro-benchmark, 4 streams a quarter apart on a 508 MB matrix, 2 cores, interleaved: 72.0
 // against 68.5 GB/s in one run, 64.4 against 60.4 in another; the sum-only loop read 72.0 / 64.9).
 inline void packed_tile_1x4(const uint16_t* xb, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
@@ -325,7 +325,7 @@ inline void packed_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t
           break;
         }
       }
-        packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy, false, step);
+      packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy, false, step);
       break;
     default: break;
   }
