@@ -409,12 +409,10 @@ class CpuBackend final : public Backend {
     }
     std::optional<ScopedOp> op(std::in_place, profiling_, stats_, "gdn_conv", "gdn");  // phases 1-2
     const int cd = c.conv_dim(), kc = c.conv_kernel;
-    const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
+    const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv;
     const int T = b.n_tokens;
-    float* conv_out = conv_buf(static_cast<size_t>(T) * cd);
-    if (small_buf_.size() < static_cast<size_t>(2) * T * nv) small_buf_.resize(static_cast<size_t>(2) * T * nv);
-    float* beta = small_buf_.data();
-    float* gdec = beta + static_cast<size_t>(T) * nv;
+    const GdnBuffers g = gdn_buffers(T, cd, nv);
+    float* conv_out = g.conv_out;
     // 1) causal depthwise conv over q|k|v channels with the per-sequence window, then SiLU.
     const float* wT = conv_t_.at(L.conv)->as<float>();
     pool_.parallel_for(cd, [&](int64_t c0, int64_t c1) {
@@ -427,15 +425,8 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         float* row = conv_out + t * cd;
-        for (int h = 0; h < 2 * nk; ++h) {
-          float* x = row + h * dk;
-          const float inv = 1.f / std::sqrt(K_.sumsq(x, dk) + 1e-6f);
-          K_.scale(x, h < nk ? inv * qscale : inv, dk);
-        }
-        for (int j = 0; j < nv; ++j) {
-          beta[t * nv + j] = sigmoidf(bb[t * nv + j]);
-          gdec[t * nv + j] = L.neg_exp_a[j] * softplusf(aa[t * nv + j] + L.dt_bias[j]);
-        }
+        for (int h = 0; h < 2 * nk; ++h) l2norm_head(row + h * dk, dk, h < nk ? qscale : 1.f);
+        for (int j = 0; j < nv; ++j) gdn_gates(L, bb, aa, t * nv + j, j, g);
       }
     });
     // 3) delta rule per (segment, value head): chunked for long segments, recurrent otherwise.
@@ -457,11 +448,7 @@ class CpuBackend final : public Backend {
           const auto& s = b.segs[it / nv];
           const int j = it % nv, kh = j / r;  // grouped value->key head mapping (HF order)
           float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
-          const float* base = conv_out + static_cast<int64_t>(s.start) * cd;
-          cpu::GdnHeadIO io{base + kh * dk, base + kd + kh * dk, base + 2 * kd + j * dv,
-                            beta + static_cast<int64_t>(s.start) * nv + j, gdec + static_cast<int64_t>(s.start) * nv + j,
-                            out + static_cast<int64_t>(s.start) * nv * dv + j * dv,
-                            cd, cd, cd, nv, static_cast<int64_t>(nv) * dv};
+          const cpu::GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
           if (s.len >= chunk_threshold_)
             K_.gdn_chunked(S, io, s.len, dk, dv, 64, per_thread_[tid].gdn_scratch);
           else
@@ -486,50 +473,35 @@ class CpuBackend final : public Backend {
     const StepBatch& b = *step_;
     ScopedOp op(profiling_, stats_, "gdn_decode", "gdn");
     const int64_t cd = c.conv_dim();
-    const int kc = c.conv_kernel;
     const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
     const int r = nv / nk;
-    const int T = b.n_tokens;
-    float* conv_out = conv_buf(static_cast<size_t>(T) * cd);
-    if (small_buf_.size() < static_cast<size_t>(2) * T * nv) small_buf_.resize(static_cast<size_t>(2) * T * nv);
-    float* beta = small_buf_.data();
-    float* gdec = beta + static_cast<size_t>(T) * nv;
+    const GdnBuffers g = gdn_buffers(b.n_tokens, cd, nv);
     const float* wT = conv_t_.at(L.conv)->as<float>();
     const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
     const int n_items = static_cast<int>(b.segs.size()) * nk;
     // Runs of adjacent items from a shared counter, as in the general path (a sequence's heads are
     // adjacent in the state, so a run is one long stream of it).
     const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
-    std::atomic<int> next{0};
-    pool_.run([&](int, int) {
-      for (;;) {
-        const int first = next.fetch_add(run_len, std::memory_order_relaxed);
-        if (first >= n_items) break;
-        for (int it = first; it < std::min(first + run_len, n_items); ++it) {
-          const SeqSegment& s = b.segs[it / nk];
-          const int kh = it % nk;
-          const int64_t t = s.start;
-          const float* xrow = qkv + t * cd;
-          float* crow = conv_out + t * cd;
-          float* cstate = conv_state(s.state_slot, L.gdn_index);
-          const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0, v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
-          K_.conv_silu(xrow, cd, 1, cstate, wT, kc, cd, q0, q0 + dk, crow, cd);
-          K_.conv_silu(xrow, cd, 1, cstate, wT, kc, cd, k0, k0 + dk, crow, cd);
-          K_.conv_silu(xrow, cd, 1, cstate, wT, kc, cd, v0, v0 + static_cast<int64_t>(r) * dv, crow, cd);
-          // The same expressions as the general path's phase 2, so both give the same bits.
-          K_.scale(crow + q0, 1.f / std::sqrt(K_.sumsq(crow + q0, dk) + 1e-6f) * qscale, dk);
-          K_.scale(crow + k0, 1.f / std::sqrt(K_.sumsq(crow + k0, dk) + 1e-6f), dk);
-          for (int j = kh * r; j < (kh + 1) * r; ++j) {
-            const int64_t bj = t * nv + j;
-            beta[bj] = sigmoidf(bb[bj]);
-            gdec[bj] = L.neg_exp_a[j] * softplusf(aa[bj] + L.dt_bias[j]);
-            float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
-            float* o = out + t * nv * dv + static_cast<int64_t>(j) * dv;
-            const cpu::GdnHeadIO io{crow + q0, crow + k0, crow + 2 * kd + static_cast<int64_t>(j) * dv, beta + bj, gdec + bj,
-                                    o, cd, cd, cd, nv, static_cast<int64_t>(nv) * dv};
-            K_.gdn_recurrent(S, io, 1, dk, dv);
-            K_.gated_rmsnorm(o, z + t * nv * dv + static_cast<int64_t>(j) * dv, L.gdn_norm, dv, c.eps);
-          }
+    pool_.parallel_chunks(n_items, run_len, [&](int64_t i0, int64_t i1) {
+      for (int64_t it = i0; it < i1; ++it) {
+        const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
+        const int kh = static_cast<int>(it % nk);
+        const int64_t t = s.start;
+        const float* xrow = qkv + t * cd;
+        float* crow = g.conv_out + t * cd;
+        float* cstate = conv_state(s.state_slot, L.gdn_index);
+        const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0, v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
+        K_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, crow, cd);
+        K_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, crow, cd);
+        K_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, crow, cd);
+        l2norm_head(crow + q0, dk, qscale);
+        l2norm_head(crow + k0, dk, 1.f);
+        for (int j = kh * r; j < (kh + 1) * r; ++j) {
+          gdn_gates(L, bb, aa, t * nv + j, j, g);
+          float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+          const cpu::GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
+          K_.gdn_recurrent(S, io, 1, dk, dv);
+          K_.gated_rmsnorm(io.o, z + t * nv * dv + static_cast<int64_t>(j) * dv, L.gdn_norm, dv, c.eps);
         }
       }
     });
@@ -577,6 +549,36 @@ class CpuBackend final : public Backend {
   float* conv_buf(size_t n) {
     if (conv_buf_.size() < n * sizeof(float)) conv_buf_.resize(n * sizeof(float), false);
     return conv_buf_.as<float>();
+  }
+  // A DeltaNet layer's step buffers (both paths): conv output [T, cd]; beta and decay [T, nv].
+  struct GdnBuffers {
+    float* conv_out;
+    float* beta;
+    float* gdec;
+    int64_t cd;
+  };
+  GdnBuffers gdn_buffers(int T, int64_t cd, int nv) {
+    if (small_buf_.size() < static_cast<size_t>(2) * T * nv) small_buf_.resize(static_cast<size_t>(2) * T * nv);
+    return {conv_buf(static_cast<size_t>(T) * cd), small_buf_.data(), small_buf_.data() + static_cast<size_t>(T) * nv, cd};
+  }
+  // l2-normalise one q or k head of the conv output, times `scale` (1/sqrt(dk) for q, 1 for k).
+  void l2norm_head(float* x, int dk, float scale) const {
+    const float inv = 1.f / std::sqrt(K_.sumsq(x, dk) + 1e-6f);
+    K_.scale(x, inv * scale, dk);
+  }
+  // Value head j's beta and log decay for step row i = t * nv + j.
+  static void gdn_gates(const BLayer& L, const float* bb, const float* aa, int64_t i, int j, const GdnBuffers& g) {
+    g.beta[i] = sigmoidf(bb[i]);
+    g.gdec[i] = L.neg_exp_a[j] * softplusf(aa[i] + L.dt_bias[j]);
+  }
+  // The delta rule's view of value head j (key head kh) of the segment starting at step row t0.
+  static cpu::GdnHeadIO gdn_head_io(const ModelConfig& c, const GdnBuffers& g, int64_t t0, int j, int kh, float* out) {
+    const int nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv;
+    const int64_t kd = c.key_dim(), cd = g.cd;
+    const float* base = g.conv_out + t0 * cd;
+    return {base + static_cast<int64_t>(kh) * dk, base + kd + static_cast<int64_t>(kh) * dk,
+            base + 2 * kd + static_cast<int64_t>(j) * dv, g.beta + t0 * nv + j, g.gdec + t0 * nv + j,
+            out + t0 * nv * dv + static_cast<int64_t>(j) * dv, cd, cd, cd, nv, static_cast<int64_t>(nv) * dv};
   }
 
   struct PerThread {
