@@ -226,6 +226,12 @@ void to_bf16(const float* x, uint16_t* out, int64_t n) {
   }
 }
 
+// Store mask of the panel whose first output is n, of N outputs in all (the last panel may be partial).
+inline __mmask16 panel_mask(int64_t N, int64_t n) {
+  const int64_t valid = N - n < kPanel ? N - n : kPanel;
+  return valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
+}
+
 // MR token rows x NR panels (16 outputs each) of fp32 accumulators; per k-pair one 64-byte weight
 // load per panel and one 4-byte broadcast per row.
 // Panel j of the tile is the step-th panel after panel j-1 (1: adjacent; see matmul_packed's slice).
@@ -263,8 +269,7 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
   }
   for (int j = 0; j < NR; ++j) {
     const int64_t n = n0 + j * step * kPanel;
-    const int64_t valid = N - n < kPanel ? N - n : kPanel;
-    const __mmask16 mask = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
+    const __mmask16 mask = panel_mask(N, n);
     for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(y + m * ldy + n, mask, acc[m][j]);
   }
 }
@@ -300,9 +305,7 @@ inline void packed_tile_1x4(const uint16_t* xb, int64_t K, const uint16_t* panel
   const __m512 acc[4] = {a0, a1, a2, a3};
   for (int j = 0; j < 4; ++j) {
     const int64_t n = n0 + j * step * kPanel;
-    const int64_t valid = N - n < kPanel ? N - n : kPanel;
-    const __mmask16 mask = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
-    _mm512_mask_storeu_ps(y + n, mask, acc[j]);
+    _mm512_mask_storeu_ps(y + n, panel_mask(N, n), acc[j]);
   }
 }
 
