@@ -3,6 +3,7 @@
 
 #include "addon/engine_wrap.h"
 #include "addon/kernel_check.h"
+#include "addon/pool_check.h"
 #include "addon/machine_probe.h"
 #include "core/cpu_features.h"
 #if defined(LUMEN_WITH_CUDA)
@@ -49,6 +50,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Engine", lumen::InitEngineClass(env));
   exports.Set("probeMachine", Napi::Function::New(env, lumen::ProbeMachine));
   exports.Set("kernelCheck", Napi::Function::New(env, lumen::KernelCheck));
+  exports.Set("poolCheck", Napi::Function::New(env, lumen::PoolCheck));
   return exports;
 }
 

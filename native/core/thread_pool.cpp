@@ -2,9 +2,27 @@
 
 #include <immintrin.h>
 
+#include <stdexcept>
+
+#include "core/clock.h"
+
 namespace lumen {
 
 void set_flush_denormals() { _mm_setcsr(_mm_getcsr() | 0x8040); }
+
+namespace {
+// Spin on a condition; after a while yield the core (the thread we wait for may have been
+// descheduled on a busy machine, and it may need this core).
+template <typename Pred>
+void spin_until(Pred&& done) {
+  for (int spin = 0; !done(); ++spin) {
+    if (spin < 4000)
+      _mm_pause();
+    else
+      std::this_thread::yield();
+  }
+}
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   threads_.reserve(n_threads_ - 1);
@@ -12,10 +30,29 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 }
 
 ThreadPool::~ThreadPool() {
+  drain();
   stop_.store(true, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   for (auto& th : threads_) th.join();
+}
+
+int ThreadPool::acquire_slot() {
+  const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
+  Slot& s = slots_[g % kSlots];
+  spin_until([&] { return s.pending.load(std::memory_order_acquire) == 0; });
+  return static_cast<int>(g % kSlots);
+}
+
+void ThreadPool::drain() {
+  for (Slot& s : slots_) spin_until([&] { return s.pending.load(std::memory_order_acquire) == 0; });
+}
+
+ThreadPool::Slot& ThreadPool::publish_slot() { return slots_[acquire_slot()]; }
+
+void ThreadPool::publish(uint64_t g) {
+  generation_.store(g, std::memory_order_release);
+  generation_.notify_all();
 }
 
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
@@ -23,25 +60,117 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
-  job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
+  Slot& s = publish_slot();
+  s.kind = Kind::kJob;
+  s.job = &fn;
+  s.pending.store(n_threads_ - 1, std::memory_order_relaxed);
+  publish(generation_.load(std::memory_order_relaxed) + 1);
   fn(0, n_threads_);
-  // Wait for the workers; regions are short, so spin, but yield the core when a worker is slow to
-  // finish (it may have been descheduled on a busy machine).
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < 4000)
-      _mm_pause();
-    else
-      std::this_thread::yield();
+  spin_until([&] { return s.pending.load(std::memory_order_acquire) == 0; });
+}
+
+int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns) {
+  if (n <= 0) return 0;
+  if (n_threads_ == 1) {
+    for (int64_t p = 0; p < n; ++p) work.compute(p, 0, true);
+    return 0;
   }
-  job_ = nullptr;
+  // A work object is reused only after the workers have left its slot, so it must run in it.
+  if (static_cast<uint64_t>(slot) != (generation_.load(std::memory_order_relaxed) + 1) % kSlots)
+    throw std::logic_error("ThreadPool::run_stealable: a region was started after acquire_slot()");
+  Slot& s = publish_slot();  // already free: the caller acquired it to fill `work`
+  if (s.state_cap < n) {
+    s.state = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(n));
+    s.state_cap = n;
+  }
+  for (int64_t p = 0; p < n; ++p) s.state[p].store(kOpen, std::memory_order_relaxed);
+  s.kind = Kind::kStealable;
+  s.work = &work;
+  s.n = n;
+  s.next.store(0, std::memory_order_relaxed);
+  s.pending.store(n_threads_ - 1, std::memory_order_relaxed);
+  publish(generation_.load(std::memory_order_relaxed) + 1);
+  // The caller's own pieces are noted here, not in the shared states: writing those would bounce
+  // their cache lines between the cores on every piece.
+  mine_.assign(static_cast<size_t>(n), false);
+  for (;;) {
+    const int64_t p = s.next.fetch_add(1, std::memory_order_relaxed);
+    if (p >= n) break;
+    work.compute(p, 0, true);
+    mine_[static_cast<size_t>(p)] = true;
+  }
+  // Every piece is claimed. Wait for the workers' pieces; take over one that is still open after
+  // patience_ns (its worker is descheduled or far behind). A worker past its own CAS is publishing
+  // a finished piece, which takes a moment, so that one is waited for.
+  int64_t taken = 0;
+  const int64_t idle_from = now_ns();
+  for (int64_t p = 0; p < n; ++p) {
+    if (mine_[static_cast<size_t>(p)]) continue;
+    for (int spin = 0;; ++spin) {
+      uint8_t st = s.state[p].load(std::memory_order_acquire);
+      if (st == kDone) break;
+      if (st == kOpen && (spin & 63) == 63 && now_ns() - idle_from > patience_ns &&
+          s.state[p].compare_exchange_strong(st, kTaken, std::memory_order_acq_rel)) {
+        work.compute(p, 0, true);
+        ++taken;
+        break;
+      }
+      if (spin < 4000)
+        _mm_pause();
+      else
+        std::this_thread::yield();
+    }
+  }
+  return taken;
+}
+
+void ThreadPool::run_chunks(int64_t n, const std::function<void(int, int64_t)>& fn) {
+  Slot& s = publish_slot();
+  s.kind = Kind::kChunks;
+  s.chunk = &fn;
+  s.n = n;
+  s.next.store(0, std::memory_order_relaxed);
+  s.worker_done.store(0, std::memory_order_relaxed);
+  s.pending.store(n_threads_ - 1, std::memory_order_relaxed);
+  publish(generation_.load(std::memory_order_relaxed) + 1);
+  int64_t mine = 0;
+  for (;;) {
+    const int64_t c = s.next.fetch_add(1, std::memory_order_relaxed);
+    if (c >= n) break;
+    fn(0, c);
+    ++mine;
+  }
+  // Only a claimed chunk is waited for; fn stays valid until then (a worker calls it only after a
+  // successful claim, and is done with it before it counts the chunk).
+  spin_until([&] { return s.worker_done.load(std::memory_order_acquire) == n - mine; });
+}
+
+void ThreadPool::worker_chunks(Slot& s, int tid) {
+  for (;;) {
+    const int64_t c = s.next.fetch_add(1, std::memory_order_relaxed);
+    if (c >= s.n) return;
+    (*s.chunk)(tid, c);
+    s.worker_done.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::worker_pieces(Slot& s, int tid) {
+  for (;;) {
+    const int64_t p = s.next.fetch_add(1, std::memory_order_relaxed);
+    if (p >= s.n) return;
+    s.work->compute(p, tid, false);
+    uint8_t open = kOpen;
+    if (s.state[p].compare_exchange_strong(open, kCommitting, std::memory_order_acq_rel)) {
+      s.work->commit(p, tid);
+      s.state[p].store(kDone, std::memory_order_release);
+    }
+    // else the caller took the piece over: these outputs are dropped.
+  }
 }
 
 void ThreadPool::worker(int tid) {
   set_flush_denormals();
-  uint64_t seen = 0;  // the generation before any region; a region may start before this thread runs
+  uint64_t seen = 0;  // the last region this thread has been through; regions are taken in order
   for (;;) {
     // Spin a while for the next region, then sleep until the generation changes.
     uint64_t g = generation_.load(std::memory_order_acquire);
@@ -53,10 +182,15 @@ void ThreadPool::worker(int tid) {
       generation_.wait(seen, std::memory_order_acquire);
       g = generation_.load(std::memory_order_acquire);
     }
-    seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
-    (*job_)(tid, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    ++seen;
+    Slot& s = slots_[seen % kSlots];
+    switch (s.kind) {
+      case Kind::kJob: (*s.job)(tid, n_threads_); break;
+      case Kind::kChunks: worker_chunks(s, tid); break;
+      case Kind::kStealable: worker_pieces(s, tid); break;
+    }
+    s.pending.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

@@ -2,10 +2,19 @@
 // Persistent worker pool: threads are created once and woken per parallel region (no thread
 // creation per call). The caller participates as thread 0. Workers spin briefly before sleeping
 // on an atomic wait, so back-to-back regions (a decode step is ~100 of them) cost little.
+//
+// Regions are numbered; region g lives in slot g % kSlots and workers take regions in order. A
+// blocking region (run) returns when every thread has finished it. A stealable region
+// (run_stealable) returns as soon as all its pieces are in place, even while a worker is still
+// inside it: on a shared machine a worker is sometimes descheduled for a millisecond or more while
+// it holds a piece, and the caller, having run out of pieces, takes that piece over instead of
+// waiting. A worker may therefore lag up to kSlots - 1 regions behind the caller.
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace lumen {
@@ -15,8 +24,23 @@ namespace lumen {
 // float precision anyway.
 void set_flush_denormals();
 
+// The pieces of a stealable region. Computing a piece must be repeatable (the same inputs give
+// the same outputs) and must not write anything but its outputs, because the caller may compute a
+// piece that a descheduled worker is still computing. The object and everything compute() reads
+// must stay valid until the workers have left the region (see ThreadPool::acquire_slot).
+class StealableWork {
+ public:
+  virtual ~StealableWork() = default;
+  // Computes piece p: in place (direct, the caller) or into worker tid's private outputs.
+  virtual void compute(int64_t p, int tid, bool direct) = 0;
+  // Copies worker tid's private outputs of piece p in place.
+  virtual void commit(int64_t p, int tid) = 0;
+};
+
 class ThreadPool {
  public:
+  static constexpr int kSlots = 16;
+
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -24,28 +48,45 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
+  // Waits until every worker has left every region (a worker may still be finishing a piece that
+  // the caller took over): call before freeing anything a region read.
+  void drain();
+
   // Runs fn(tid, n_threads) on every thread, returns when all are done.
   void run(const std::function<void(int, int)>& fn);
 
+  // Waits until the workers have left the region that last used the next region's slot, and
+  // returns that slot: its StealableWork may be refilled now.
+  int acquire_slot();
+  // Runs pieces [0, n) of `work` as the next region, in `slot` (what acquire_slot() returned, with
+  // no region started since; `work` is the slot's). The caller takes over a worker's unfinished
+  // piece once it has had nothing else to do for patience_ns. Returns the pieces taken over.
+  int64_t run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns);
+  // parallel_chunks' region: fn(tid, c) for c in [0, n) from a shared counter.
+  void run_chunks(int64_t n, const std::function<void(int, int64_t)>& fn);
+
   // Deals [0, n) out in chunks of `chunk` from a shared counter, so a thread that runs slower (a
   // core shared with another process) takes fewer chunks instead of holding up the region.
+  // fn(begin, end), or fn(tid, begin, end). Returns when every chunk is done: a worker that has
+  // not claimed a chunk yet (descheduled, or still in an earlier stealable region) is not waited
+  // for, and finds the region over when it gets there.
   template <typename F>
   void parallel_chunks(int64_t n, int64_t chunk, F&& fn) {
     if (n <= 0) return;
     const int64_t nchunks = (n + chunk - 1) / chunk;
+    auto call = [&](int tid, int64_t c) {
+      const int64_t b = c * chunk, e = b + chunk < n ? b + chunk : n;
+      if constexpr (std::is_invocable_v<F&, int, int64_t, int64_t>)
+        fn(tid, b, e);
+      else
+        fn(b, e);
+    };
     if (n_threads_ == 1 || nchunks <= 1) {
-      fn(int64_t{0}, n);
+      for (int64_t c = 0; c < nchunks; ++c) call(0, c);
       return;
     }
-    std::atomic<int64_t> next{0};
-    run([&](int, int) {
-      for (;;) {
-        const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
-        if (c >= nchunks) return;
-        const int64_t b = c * chunk;
-        fn(b, b + chunk < n ? b + chunk : n);
-      }
-    });
+    const std::function<void(int, int64_t)> f = call;
+    run_chunks(nchunks, f);
   }
 
   // Splits [0, n) into contiguous ranges, one per thread; fn(begin, end).
@@ -68,13 +109,34 @@ class ThreadPool {
   }
 
  private:
+  // A piece of a stealable region: claimed from `next`, then computed; a worker's piece becomes
+  // kCommitting -> kDone when it wins the race to publish, kTaken when the caller took it over.
+  enum PieceState : uint8_t { kOpen = 0, kCommitting = 1, kDone = 2, kTaken = 3 };
+  enum class Kind : uint8_t { kJob, kChunks, kStealable };
+  struct Slot {
+    Kind kind = Kind::kJob;
+    const std::function<void(int, int)>* job = nullptr;       // blocking region
+    const std::function<void(int, int64_t)>* chunk = nullptr;  // chunks; valid while one is open
+    StealableWork* work = nullptr;                            // stealable region
+    int64_t n = 0;
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> worker_done{0};  // chunks finished by workers
+    std::unique_ptr<std::atomic<uint8_t>[]> state;
+    int64_t state_cap = 0;
+    std::atomic<int> pending{0};  // workers that have not left this slot's region yet
+  };
+
   void worker(int tid);
+  void worker_pieces(Slot& s, int tid);
+  void worker_chunks(Slot& s, int tid);
+  Slot& publish_slot();
+  void publish(uint64_t g);
 
   int n_threads_;
   std::vector<std::thread> threads_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  Slot slots_[kSlots];
+  std::vector<bool> mine_;  // run_stealable: the pieces the caller computed
+  std::atomic<uint64_t> generation_{0};  // the last region published
   std::atomic<bool> stop_{false};
 };
 

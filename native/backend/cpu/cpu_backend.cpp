@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -41,7 +42,12 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int n_threads) : pool_(n_threads), K_(cpu::kernels()) {
     per_thread_.resize(pool_.size());
+    shadows_.resize(static_cast<size_t>(pool_.size()));
   }
+
+  // The pool's workers may still be inside a decode matmul region (finishing a piece the caller
+  // took over) that reads the packed weights: let them leave before the members go.
+  ~CpuBackend() override { pool_.drain(); }
 
   std::string name() const override { return "cpu"; }
   std::string device_desc() const override { return active_isa_name(); }
@@ -208,41 +214,56 @@ class CpuBackend final : public Backend {
     // the noise). Thirds for 7..16 rows: c=8 layer matmuls -4.6 %, head -8 %.
     // Larger batches (prefill) take chunks of 8 adjacent panels.
     const int streams = rows <= 6 ? 4 : rows <= 16 ? 3 : 0;  // see matmul_packed's slice
-    const bool sliced = streams > 0;
-    const int64_t kChunk = 8;
     const int64_t panel_bytes = cpu::kPanel * K * 2;
     auto panels_of = [&](int i) { return (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel; };
-    int64_t remaining = 0;  // bytes of the region not dealt yet (sizes the sliced pieces)
-    if (sliced)
-      for (int i = 0; i < n; ++i) remaining += panels_of(i) * panel_bytes;
-    pieces_.clear();
+    if (streams == 0) {
+      const int64_t kChunk = 8;
+      pieces_.clear();
+      for (int i = 0; i < n; ++i)
+        for (int64_t p = 0; p < panels_of(i); p += kChunk) pieces_.push_back({i, p, std::min(panels_of(i), p + kChunk), 0});
+      pool_.parallel_chunks(static_cast<int64_t>(pieces_.size()), 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const Piece& pc = pieces_[static_cast<size_t>(c)];
+          const WMat& w = *ws[pc.matrix];
+          K_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, pc.p0, pc.p1, ys[pc.matrix], w.rows, 0);
+        }
+      });
+      return;
+    }
+    // Decode regions are stealable (see ThreadPool): the work, with its own copy of x, lives in
+    // the region's slot until the workers have left it.
+    const int slot = pool_.acquire_slot();
+    MatmulWork& mw = mm_work_[slot];
+    mw.K = &K_;
+    mw.shadows = &shadows_;
+    mw.rows = rows;
+    mw.k = K;
+    mw.streams = streams;
+    mw.xb.assign(xb, xb + xn);
+    mw.mats.clear();
+    mw.pieces.clear();
+    int64_t remaining = 0;  // bytes of the region not dealt yet (sizes the pieces)
+    for (int i = 0; i < n; ++i) remaining += panels_of(i) * panel_bytes;
     for (int i = 0; i < n; ++i) {
+      mw.mats.push_back({static_cast<const uint16_t*>(ws[i]->aux), ws[i]->rows, ys[i]});
       const int64_t panels = panels_of(i);
-      if (!sliced) {
-        for (int64_t p = 0; p < panels; p += kChunk) pieces_.push_back({i, p, std::min(panels, p + kChunk), 0});
-        continue;
-      }
       const int64_t q = panels / streams;
       for (int64_t p = 0; p < q;) {
         const int64_t bytes = std::clamp<int64_t>(remaining / 8, int64_t{128} << 10, int64_t{1} << 20);
         const int64_t c = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes)));
-        pieces_.push_back({i, p, p + c, q});
+        mw.pieces.push_back({i, p, p + c, q});
         p += c;
         remaining -= streams * c * panel_bytes;
       }
       if (panels % streams != 0) {
-        pieces_.push_back({i, streams * q, panels, 0});
+        mw.pieces.push_back({i, streams * q, panels, 0});
         remaining -= (panels - streams * q) * panel_bytes;
       }
     }
-    pool_.parallel_chunks(static_cast<int64_t>(pieces_.size()), 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const Piece& pc = pieces_[static_cast<size_t>(c)];
-        const WMat& w = *ws[pc.matrix];
-        K_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, pc.p0, pc.p1, ys[pc.matrix], w.rows,
-                         pc.slice);
-      }
-    });
+    const int64_t taken = pool_.run_stealable(slot, mw, static_cast<int64_t>(mw.pieces.size()), kStealPatienceNs);
+    // Counted in the profile (calls = pieces the caller computed for a late worker; their time is
+    // inside the matmul op's).
+    if (profiling_ && taken > 0) stats_.record("taken_over", "matmul", static_cast<uint64_t>(taken), 0);
   }
 
   void add(float* y, const float* x, int64_t n) override {
@@ -439,21 +460,16 @@ class CpuBackend final : public Backend {
     // time, round-robin, restarted the stream every 64 KiB), and a slower core takes fewer runs.
     // Up to 8 heads a run: at c=8 that measured 7 % faster than runs of 4 (delta-rule time).
     const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
-    std::atomic<int> next{0};
-    pool_.run([&](int tid, int) {
-      for (;;) {
-        const int first = next.fetch_add(run_len, std::memory_order_relaxed);
-        if (first >= n_items) break;
-        for (int it = first; it < std::min(first + run_len, n_items); ++it) {
-          const auto& s = b.segs[it / nv];
-          const int j = it % nv, kh = j / r;  // grouped value->key head mapping (HF order)
-          float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
-          const cpu::GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
-          if (s.len >= chunk_threshold_)
-            K_.gdn_chunked(S, io, s.len, dk, dv, 64, per_thread_[tid].gdn_scratch);
-          else
-            K_.gdn_recurrent(S, io, s.len, dk, dv);
-        }
+    pool_.parallel_chunks(n_items, run_len, [&](int tid, int64_t first, int64_t last) {
+      for (int it = static_cast<int>(first); it < static_cast<int>(last); ++it) {
+        const auto& s = b.segs[it / nv];
+        const int j = it % nv, kh = j / r;  // grouped value->key head mapping (HF order)
+        float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+        const cpu::GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
+        if (s.len >= chunk_threshold_)
+          K_.gdn_chunked(S, io, s.len, dk, dv, 64, per_thread_[tid].gdn_scratch);
+        else
+          K_.gdn_recurrent(S, io, s.len, dk, dv);
       }
     });
     // 4) gated RMSNorm per value head: norm(o) * w * silu(z).
@@ -587,13 +603,62 @@ class CpuBackend final : public Backend {
     std::vector<float> gdn_scratch;
   };
 
-  ThreadPool pool_;
   // A matmul region's work list: panels [p0, p1) of matrix `matrix` (slice: see matmul_packed).
   struct Piece {
     int matrix;
     int64_t p0, p1, slice;
   };
+  // A decode matmul region as stealable work: a worker computes a piece into its own shadow of the
+  // outputs and copies it in place only if the caller has not taken the piece over.
+  struct MatmulWork final : StealableWork {
+    struct Mat {
+      const uint16_t* packed;
+      int64_t n;
+      float* y;
+    };
+    const cpu::Kernels* K = nullptr;
+    std::vector<AlignedBuffer>* shadows = nullptr;  // per thread; grown only by its thread
+    int rows = 0, streams = 0;
+    int64_t k = 0;
+    std::vector<uint16_t> xb;
+    std::vector<Mat> mats;
+    std::vector<Piece> pieces;
+
+    void compute(int64_t p, int tid, bool direct) override {
+      const Piece& pc = pieces[static_cast<size_t>(p)];
+      const Mat& m = mats[static_cast<size_t>(pc.matrix)];
+      float* y = m.y;
+      if (!direct) {
+        AlignedBuffer& sh = (*shadows)[static_cast<size_t>(tid)];
+        const size_t need = static_cast<size_t>(rows * m.n) * sizeof(float);
+        if (sh.size() < need) sh.resize(need, false);
+        y = sh.as<float>();
+      }
+      K->matmul_packed(xb.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
+    }
+    void commit(int64_t p, int tid) override {
+      const Piece& pc = pieces[static_cast<size_t>(p)];
+      const Mat& m = mats[static_cast<size_t>(pc.matrix)];
+      const float* src = (*shadows)[static_cast<size_t>(tid)].as<float>();
+      const int n_streams = pc.slice > 0 ? streams : 1;
+      for (int j = 0; j < n_streams; ++j) {
+        const int64_t n0 = (pc.p0 + j * pc.slice) * cpu::kPanel;
+        const int64_t n1 = std::min(m.n, (pc.p1 + j * pc.slice) * cpu::kPanel);
+        for (int r = 0; r < rows; ++r)
+          std::memcpy(m.y + r * m.n + n0, src + r * m.n + n0, static_cast<size_t>(n1 - n0) * sizeof(float));
+      }
+    }
+  };
+
+  // Declared before the pool, so destroyed after it (the destructor drains the pool first anyway).
+  MatmulWork mm_work_[ThreadPool::kSlots];
+  std::vector<AlignedBuffer> shadows_;
+  ThreadPool pool_;
   std::vector<Piece> pieces_;
+  // How long the caller, out of pieces, waits for a worker's piece before computing it itself. A
+  // worker's last piece (128 KiB) takes ~4 us; a descheduled worker is gone for hundreds of
+  // microseconds or more (instrumented pool, c=1: 10 us left fewer waits than 30 us).
+  static constexpr int64_t kStealPatienceNs = 15'000;
   const cpu::Kernels& K_;
   CacheSpec spec_;
   AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_, xb_;

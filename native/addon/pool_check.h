@@ -1,0 +1,9 @@
+#pragma once
+// poolCheck(threads, regions): the thread pool's stealable and work-conserving regions under a
+// worker that stalls mid-piece (a descheduled core), checked for outputs that are complete, right,
+// and never overwritten later by the late worker.
+#include <napi.h>
+
+namespace lumen {
+Napi::Value PoolCheck(const Napi::CallbackInfo& info);
+}
