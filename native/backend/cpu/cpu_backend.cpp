@@ -261,9 +261,9 @@ class CpuBackend final : public Backend {
       }
     }
     const int64_t taken = pool_.run_stealable(slot, mw, static_cast<int64_t>(mw.pieces.size()), kStealPatienceNs);
-    // Counted in the profile (calls = pieces the caller computed for a late worker; their time is
-    // inside the matmul op's).
-    if (profiling_ && taken > 0) stats_.record("taken_over", "matmul", static_cast<uint64_t>(taken), 0);
+    // Counted in the profile as its own group (calls = pieces the caller computed for a late
+    // worker; no time of its own: that is inside the matmul op's).
+    if (profiling_ && taken > 0) stats_.record("taken_over", "pool", static_cast<uint64_t>(taken), 0);
   }
 
   void add(float* y, const float* x, int64_t n) override {
