@@ -50,9 +50,10 @@ interface Bandwidth { readGBs: number; readGBsMedian: number }
 async function oursRound(e: EngineHandle, round: number, probe?: () => Bandwidth): Promise<Figures & { bw: Bandwidth }> {
   const p = await e.submit({ prompt: ids(opt.isl, 1000 + round), maxTokens: 1, ignoreEos: true }).done;
   const prefill = opt.isl / ((p.tokenMs[0]! - p.enqueueMs) / 1000);
-  const before = probe?.() ?? { readGBs: NaN, readGBsMedian: NaN };
+  const unprobed: Bandwidth = { readGBs: NaN, readGBsMedian: NaN };
+  const before = probe?.() ?? unprobed;
   const one = await e.submit({ prompt: ids(opt.decodePrompt, 2000 + round), maxTokens: opt.decodeTokens, ignoreEos: true }).done;
-  const after = probe?.() ?? { readGBs: NaN, readGBsMedian: NaN };
+  const after = probe?.() ?? unprobed;
   const bw = { readGBs: Math.max(before.readGBs, after.readGBs), readGBsMedian: Math.max(before.readGBsMedian, after.readGBsMedian) };
   const eight = await Promise.all(Array.from({ length: 8 }, (_, i) =>
     e.submit({ prompt: ids(opt.decodePrompt, 3000 + 10 * round + i), maxTokens: opt.decodeTokens, ignoreEos: true }).done));
@@ -134,9 +135,10 @@ async function main(): Promise<void> {
   const decodeRoof = (readGBs * 1e9) / decodeBytes;
   // Fraction of the roofline per round (each against the bandwidth measured around it), median;
   // also against the best single pass, the stricter and noisier limit.
-  const roundFracs = ours.map((f, i) => f.decode1 / ((roundGBs[i]! * 1e9) / decodeBytes));
+  const fractions = (gbs: number[]) => ours.map((f, i) => f.decode1 / ((gbs[i]! * 1e9) / decodeBytes));
+  const roundFracs = fractions(roundGBs);
   const decodeFrac = median(roundFracs);
-  const roundBestFracs = ours.map((f, i) => f.decode1 / ((roundBestGBs[i]! * 1e9) / decodeBytes));
+  const roundBestFracs = fractions(roundBestGBs);
   const decodeBestFrac = median(roundBestFracs);
   const prefillFlops = 2 * (ckpt.paramCount - embed - (c.tieWordEmbeddings ? 0 : embed));
   const prefillRoof = (machine.peakGflops * 1e9) / prefillFlops;

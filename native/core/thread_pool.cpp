@@ -50,8 +50,9 @@ void ThreadPool::drain() {
 
 ThreadPool::Slot& ThreadPool::publish_slot() { return slots_[acquire_slot()]; }
 
-void ThreadPool::publish(uint64_t g) {
-  generation_.store(g, std::memory_order_release);
+void ThreadPool::publish(Slot& s) {
+  s.pending.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   generation_.notify_all();
 }
 
@@ -63,8 +64,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   Slot& s = publish_slot();
   s.kind = Kind::kJob;
   s.job = &fn;
-  s.pending.store(n_threads_ - 1, std::memory_order_relaxed);
-  publish(generation_.load(std::memory_order_relaxed) + 1);
+  publish(s);
   fn(0, n_threads_);
   spin_until([&] { return s.pending.load(std::memory_order_acquire) == 0; });
 }
@@ -88,8 +88,7 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
   s.work = &work;
   s.n = n;
   s.next.store(0, std::memory_order_relaxed);
-  s.pending.store(n_threads_ - 1, std::memory_order_relaxed);
-  publish(generation_.load(std::memory_order_relaxed) + 1);
+  publish(s);
   // The caller's own pieces are noted here, not in the shared states: writing those would bounce
   // their cache lines between the cores on every piece.
   mine_.assign(static_cast<size_t>(n), false);
@@ -106,20 +105,17 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
   const int64_t idle_from = now_ns();
   for (int64_t p = 0; p < n; ++p) {
     if (mine_[static_cast<size_t>(p)]) continue;
-    for (int spin = 0;; ++spin) {
+    int polls = 0;  // the clock is read every 64th poll
+    spin_until([&] {
       uint8_t st = s.state[p].load(std::memory_order_acquire);
-      if (st == kDone) break;
-      if (st == kOpen && (spin & 63) == 63 && now_ns() - idle_from > patience_ns &&
-          s.state[p].compare_exchange_strong(st, kTaken, std::memory_order_acq_rel)) {
-        work.compute(p, 0, true);
-        ++taken;
-        break;
-      }
-      if (spin < 4000)
-        _mm_pause();
-      else
-        std::this_thread::yield();
-    }
+      if (st == kDone) return true;
+      if (st != kOpen || (++polls & 63) != 0 || now_ns() - idle_from <= patience_ns ||
+          !s.state[p].compare_exchange_strong(st, kTaken, std::memory_order_acq_rel))
+        return false;
+      work.compute(p, 0, true);
+      ++taken;
+      return true;
+    });
   }
   return taken;
 }
@@ -131,8 +127,7 @@ void ThreadPool::run_chunks(int64_t n, const std::function<void(int, int64_t)>& 
   s.n = n;
   s.next.store(0, std::memory_order_relaxed);
   s.worker_done.store(0, std::memory_order_relaxed);
-  s.pending.store(n_threads_ - 1, std::memory_order_relaxed);
-  publish(generation_.load(std::memory_order_relaxed) + 1);
+  publish(s);
   int64_t mine = 0;
   for (;;) {
     const int64_t c = s.next.fetch_add(1, std::memory_order_relaxed);

@@ -130,7 +130,8 @@ class ThreadPool {
   void worker_pieces(Slot& s, int tid);
   void worker_chunks(Slot& s, int tid);
   Slot& publish_slot();
-  void publish(uint64_t g);
+  // Opens the next region in s (its fields set): every worker has it pending.
+  void publish(Slot& s);
 
   int n_threads_;
   std::vector<std::thread> threads_;

@@ -219,8 +219,10 @@ class CpuBackend final : public Backend {
     if (streams == 0) {
       const int64_t kChunk = 8;
       pieces_.clear();
-      for (int i = 0; i < n; ++i)
-        for (int64_t p = 0; p < panels_of(i); p += kChunk) pieces_.push_back({i, p, std::min(panels_of(i), p + kChunk), 0});
+      for (int i = 0; i < n; ++i) {
+        const int64_t panels = panels_of(i);
+        for (int64_t p = 0; p < panels; p += kChunk) pieces_.push_back({i, p, std::min(panels, p + kChunk), 0});
+      }
       pool_.parallel_chunks(static_cast<int64_t>(pieces_.size()), 1, [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
           const Piece& pc = pieces_[static_cast<size_t>(c)];
