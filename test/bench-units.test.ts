@@ -339,9 +339,12 @@ describe('row runner on a simulated engine', () => {
   it('stops on abort and drops the unfinished row', async () => {
     const e = createFakeEngine(engineOpts, { baseMs: 5 });
     const ac = new AbortController();
-    setTimeout(() => ac.abort(), 30);
+    // Abort from inside the request, at its 10th of 200 tokens: mid-row by construction.
+    const submit = e.submit.bind(e);
+    e.submit = (req, onToken) => submit(req, (ev) => { onToken?.(ev); if (ev.index === 9) ac.abort(); });
     const r = await runRow(e, rowSettings({ cell: { isl: 16, osl: 200 }, warmup: 0 }), ac.signal);
     expect(r.interrupted).toBe(true);
+    expect(r.row.status).not.toBe('ok');
     await e.close();
   });
 });
@@ -434,14 +437,16 @@ describe('sweep on a simulated engine', () => {
     const ac = new AbortController();
     const { out, io: sio } = io({ abort: ac });
     const backend = fakeBackend({ baseMs: 3 });
+    // Abort as the second row reaches stdout (header + 2 lines): the 200-token row cannot finish
+    // before the abort, whatever the machine's speed, since the simulated engine runs on timers.
+    let lines = 0;
+    out.stream.on('data', (d: Buffer) => {
+      lines += d.toString().split('\n').length - 1;
+      if (lines >= 3) ac.abort();
+    });
     const p = runSweep(sweepCfg({ output: prefix, cells: [{ isl: 16, osl: 8 }, { isl: 16, osl: 200 }] }), backend, sio);
-    // Abort once the first two rows are on disk.
-    for (let i = 0; i < 400; i++) {
-      await new Promise((r) => setTimeout(r, 10));
-      if (readFileSync(`${prefix}.csv`, 'utf8').trim().split('\n').length >= 3) break;
-    }
-    ac.abort();
     expect(await p).toBe(130);
+    expect(readFileSync(`${prefix}.csv`, 'utf8').trim().split('\n').length).toBe(3);
     const rows = parse(out.text(), { columns: true }) as Array<Record<string, string>>;
     expect(rows.length).toBe(2);
     expect(JSON.parse(readFileSync(`${prefix}.json`, 'utf8')).status).toBe('interrupted');

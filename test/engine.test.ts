@@ -43,8 +43,8 @@ describe('batched serving', () => {
     // One step prefills all six (the budget holds them), then two decode steps: 3 in all. Without
     // burst admission the first request runs a step alone and the step count is at least 4.
     expect(e.stats().steps - before).toBe(3);
-    const firsts = rs.map((r) => r.tokenMs[0]!);
-    expect(Math.max(...firsts) - Math.min(...firsts)).toBeLessThan(5); // same step: emitted together
+    // Three steps for six requests of three tokens each: every first token came from the first step.
+    for (const r of rs) expect(r.tokens.length).toBe(3);
   });
 
   it('paged and continuous KV layouts give identical tokens and logits', async () => {
@@ -164,23 +164,50 @@ describe('memory pressure and cancellation', () => {
     expect(() => e.submit({ prompt: promptIds(2000, 1), maxTokens: 10 })).toThrow(/max_seq/);
   });
 
-  it('frees a cancelled sequence\'s blocks and slot at once', async () => {
-    const e = await engine();
+  // The worker runs only the steps the test permits, so the cancel lands exactly after the fifth
+  // token (mid-decode) and after the second prefill chunk (mid-prefill), on any machine and load.
+  it('frees a cancelled sequence\'s blocks and slot at once, mid-decode and mid-prefill', async () => {
+    const e = await engine({ prefillChunk: 16 }, { manualSteps: true });
     const base = e.stats();
-    let handle: ReturnType<EngineHandle['submit']> | undefined;
-    let seen = 0;
-    const cancelled = new Promise<void>((resolve) => {
-      handle = e.submit({ prompt: promptIds(40, 9), maxTokens: 500, ignoreEos: true }, () => {
-        if (++seen === 5) { handle!.cancel(); resolve(); }
-      });
+    const tokens: number[] = [];
+    let fifth!: () => void;
+    const atFifth = new Promise<void>((resolve) => { fifth = resolve; });
+    const decoding = e.submit({ prompt: promptIds(40, 9), maxTokens: 500, ignoreEos: true }, (ev) => {
+      tokens.push(ev.token);
+      if (tokens.length === 5) fifth();
     });
-    await cancelled;
-    const r = await handle!.done;
+    // 40 prompt tokens in chunks of 16: three steps to the first token, then one step per token.
+    e.allowSteps!(3 + 4);
+    await atFifth;
+    expect(e.stats().kvBlocksUsed).toBeGreaterThan(base.kvBlocksUsed);
+    expect(e.stats().stateSlotsFree).toBe(base.stateSlotsFree - 1);
+    decoding.cancel();
+    e.allowSteps!(1);
+    const r = await decoding.done;
     expect(r.finishReason).toBe('cancelled');
-    expect(r.tokens.length).toBeLessThan(500);
+    expect(r.tokens).toEqual(tokens);
+    expect(r.tokens.length).toBe(5);
+
+    let tokensSeen = 0;
+    const prefilling = e.submit({ prompt: promptIds(100, 10), maxTokens: 8, ignoreEos: true }, () => { tokensSeen++; });
+    e.allowSteps!(2);
+    // Forward steps so far: 7 for the first request, 2 prefill chunks of this one (the step that
+    // applied the cancel ran no forward pass).
+    while (e.stats().steps - base.steps < 7 + 2) await new Promise((res) => setImmediate(res));
+    expect(r.prefillChunkMs.length).toBe(3);
+    prefilling.cancel();
+    e.allowSteps!(1);
+    const p = await prefilling.done;
+    expect(p.finishReason).toBe('cancelled');
+    expect(p.tokens).toEqual([]);
+    expect(p.prefillChunkMs.length).toBe(2);
+    expect(tokensSeen).toBe(0);
+
     const s = e.stats();
     expect(s.kvBlocksUsed).toBe(base.kvBlocksUsed);
+    expect(s.stateSlotsFree).toBe(s.stateSlotsTotal);
     expect(s.activeBytes).toBe(base.activeBytes);
+    e.allowSteps!(1000); // let close() find an idle engine
   });
 });
 

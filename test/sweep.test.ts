@@ -175,7 +175,9 @@ describe('bench sweep on the embedded tiny model', () => {
 
   it('keeps every finished row on disk when killed with SIGKILL', async () => {
     const prefix = path.join(tmp, 'killed');
-    const { child, done } = start(['--cells', '16:4,16:3000', '--concurrency', '1,2', '--warmup', '0', '--output', prefix]);
+    // The third row (8,000 tokens: ~30 s on a quiet machine, longer on a loaded one) is still
+    // running when the kill lands, milliseconds after the second row is on disk.
+    const { child, done } = start(['--cells', '16:4,16:4000', '--concurrency', '1,2', '--warmup', '0', '--iters', '2', '--output', prefix]);
     await waitFor(() => csvRowsOnDisk(`${prefix}.csv`) >= 2, 60_000);
     child.kill('SIGKILL');
     const r = await done;
@@ -193,7 +195,8 @@ describe('bench sweep on the embedded tiny model', () => {
 
   it('stops on SIGINT after writing what is done, prints it, and exits 130', async () => {
     const prefix = path.join(tmp, 'interrupted');
-    const { child, done } = start(['--cells', '16:4,16:3000', '--concurrency', '1', '--warmup', '0', '--output', prefix]);
+    // As above: the second row cannot finish in the moment between the first row and the signal.
+    const { child, done } = start(['--cells', '16:4,16:4000', '--concurrency', '1', '--warmup', '0', '--iters', '2', '--output', prefix]);
     await waitFor(() => csvRowsOnDisk(`${prefix}.csv`) >= 1, 60_000);
     child.kill('SIGINT');
     const r = await done;

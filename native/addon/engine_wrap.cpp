@@ -93,7 +93,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "Engine",
                        {InstanceMethod("submit", &EngineWrap::Submit), InstanceMethod("cancel", &EngineWrap::Cancel),
-                        InstanceMethod("flush", &EngineWrap::Flush),
+                        InstanceMethod("flush", &EngineWrap::Flush), InstanceMethod("allowSteps", &EngineWrap::AllowSteps),
                         InstanceMethod("stats", &EngineWrap::Stats), InstanceMethod("resetCounters", &EngineWrap::Reset),
                         InstanceMethod("info", &EngineWrap::Info), InstanceMethod("nowMs", &EngineWrap::NowMs),
                         InstanceMethod("takeProfile", &EngineWrap::TakeProfile),
@@ -140,6 +140,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       ec.gdn_chunk_min = get_int(opt, "gdnChunkMin", 16);
       ec.profile = get_bool(opt, "profile", false);
       ec.cuda_graphs = get_bool(opt, "cudaGraphs", true);
+      ec.manual_steps = get_bool(opt, "manualSteps", false);
       const std::string wp = get_str(opt, "weightDtype", "auto");
       ec.weights = wp == "f32" ? WeightPolicy::f32 : wp == "bf16" ? WeightPolicy::bf16 : WeightPolicy::keep;
       ec.synthetic_dtype = get_str(opt, "syntheticDtype", "bf16") == "f32" ? DType::f32 : DType::bf16;
@@ -265,6 +266,16 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     return info.Env().Undefined();
   }
 
+  Napi::Value AllowSteps(const Napi::CallbackInfo& info) {
+    try {
+      if (info.Length() < 1 || !info[0].IsNumber()) throw std::invalid_argument("allowSteps(n): n must be a number");
+      eng(info.Env()).allow_steps(info[0].As<Napi::Number>().Int32Value());
+    } catch (const std::exception& e) {
+      Napi::Error::New(info.Env(), e.what()).ThrowAsJavaScriptException();
+    }
+    return info.Env().Undefined();
+  }
+
   Napi::Value Cancel(const Napi::CallbackInfo& info) {
     try {
       eng(info.Env()).cancel(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
@@ -291,6 +302,11 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       o.Set("kvBlocksUsed", s.kv_blocks_used);
       o.Set("kvBlocksFree", s.kv_blocks_free);
       o.Set("kvBlocksTotal", s.kv_blocks_total);
+      o.Set("stateSlotsFree", s.state_slots_free);
+      o.Set("stateSlotsTotal", s.state_slots_total);
+      o.Set("prefixCachedBlocks", s.prefix_cached_blocks);
+      o.Set("snapshotsUsed", s.snapshots_used);
+      o.Set("snapshotsTotal", s.snapshots_total);
       o.Set("steps", static_cast<double>(s.steps));
       o.Set("weightBytes", static_cast<double>(s.weight_bytes));
       o.Set("running", s.running);
@@ -326,6 +342,8 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       o.Set("weightBytes", static_cast<double>(i.weight_bytes));
       o.Set("kvBlocksTotal", i.kv_blocks);
       o.Set("blockSize", i.block_size);
+      o.Set("kvBlockBytes", static_cast<double>(i.kv_block_bytes));
+      o.Set("stateBytes", static_cast<double>(i.state_bytes));
       if (i.backend == "cuda") {
         o.Set("gpuName", i.desc);
         o.Set("gpuMemoryBytes", static_cast<double>(i.device_memory));

@@ -11,18 +11,61 @@
 namespace lumen {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+// A handshake that has not happened after this long is a defect in the pool: the check counts it
+// and goes on instead of hanging the test run.
+constexpr auto kHandshakeLimit = std::chrono::seconds(10);
+
+// Spins (yielding) until done() or the limit; false on timeout.
+template <typename Pred>
+bool wait_for(Pred&& done) {
+  const auto until = Clock::now() + kHandshakeLimit;
+  while (!done()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 // Piece p of region r writes out[p * kPer + i] = r * 1000 + p (a worker into its own shadow).
-// In every third region the first piece a worker takes stalls for 2 ms, as a descheduled core.
+//
+// In every third region the situation under test is forced, not left to the scheduler: the first
+// worker to take a piece announces it (`held`) and then stays inside that piece until the caller
+// has taken it over, as a core descheduled mid-piece would; and the caller, in its own first
+// piece, waits until some worker holds one, so it cannot finish every piece itself before a worker
+// wakes. Each such region therefore has exactly one piece taken over, on any machine and load.
 struct CheckWork final : StealableWork {
   static constexpr int64_t kPer = 64;
   std::vector<int64_t>* out = nullptr;
   std::vector<std::vector<int64_t>>* shadows = nullptr;
   int64_t region = 0;
   bool stall = false;
-  std::atomic<bool> stalled{false};
+  std::atomic<bool> stalled{false};       // a worker has claimed the stalling role
+  std::atomic<int64_t> held{-1};          // the piece that worker holds
+  std::atomic<bool> taken_over{false};    // the caller has computed that piece itself
+  bool caller_waited = false;             // caller only: its first piece waited for `held`
+  std::atomic<int>* timeouts = nullptr;
+
+  void reset(int64_t r, bool s) {
+    region = r;
+    stall = s;
+    stalled.store(false);
+    held.store(-1);
+    taken_over.store(false);
+    caller_waited = false;
+  }
 
   void compute(int64_t p, int tid, bool direct) override {
-    if (!direct && stall && !stalled.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (stall && direct) {
+      if (!caller_waited) {
+        caller_waited = true;
+        if (!wait_for([&] { return held.load(std::memory_order_acquire) >= 0; })) timeouts->fetch_add(1);
+      }
+      if (p == held.load(std::memory_order_acquire)) taken_over.store(true, std::memory_order_release);
+    } else if (stall && !stalled.exchange(true)) {
+      held.store(p, std::memory_order_release);
+      if (!wait_for([&] { return taken_over.load(std::memory_order_acquire); })) timeouts->fetch_add(1);
+    }
     int64_t* dst = direct ? out->data() : (*shadows)[static_cast<size_t>(tid)].data();
     for (int64_t i = 0; i < kPer; ++i) dst[p * kPer + i] = region * 1000 + p;
   }
@@ -41,7 +84,8 @@ Napi::Value PoolCheck(const Napi::CallbackInfo& info) {
   constexpr int64_t kPieces = 24;
   std::vector<int64_t> out(kPieces * CheckWork::kPer, -1);
   std::vector<std::vector<int64_t>> shadows(static_cast<size_t>(threads), std::vector<int64_t>(out.size()));
-  int64_t taken = 0, wrong = 0, late = 0, chunk_wrong = 0, job_wrong = 0;
+  int64_t taken = 0, taken_in_stalls = 0, stall_regions = 0, wrong = 0, late = 0, chunk_wrong = 0, job_wrong = 0;
+  std::atomic<int> timeouts{0};
   {
     ThreadPool pool(threads);
     std::vector<CheckWork> works(ThreadPool::kSlots);
@@ -52,15 +96,16 @@ Napi::Value PoolCheck(const Napi::CallbackInfo& info) {
       CheckWork& w = works[static_cast<size_t>(slot)];
       w.out = &out;
       w.shadows = &shadows;
-      w.region = r;
-      w.stall = r % 3 == 0;
-      w.stalled.store(false);
-      taken += pool.run_stealable(slot, w, kPieces, 100'000);
-      auto check = [&] {
-        for (int64_t p = 0; p < kPieces; ++p)
-          for (int64_t i = 0; i < CheckWork::kPer; ++i) wrong += out[static_cast<size_t>(p * CheckWork::kPer + i)] != r * 1000 + p;
-      };
-      check();
+      w.timeouts = &timeouts;
+      w.reset(r, r % 3 == 0);
+      const int64_t t = pool.run_stealable(slot, w, kPieces, 100'000);
+      taken += t;
+      if (w.stall) {
+        ++stall_regions;
+        taken_in_stalls += t;
+      }
+      for (int64_t p = 0; p < kPieces; ++p)
+        for (int64_t i = 0; i < CheckWork::kPer; ++i) wrong += out[static_cast<size_t>(p * CheckWork::kPer + i)] != r * 1000 + p;
       // The caller reuses the outputs at once (as the next op reuses a matmul's output buffer).
       std::fill(out.begin(), out.end(), int64_t{-7});
 
@@ -82,7 +127,10 @@ Napi::Value PoolCheck(const Napi::CallbackInfo& info) {
   late += std::count_if(out.begin(), out.end(), [](int64_t v) { return v != -7; });  // the pool is gone
   auto o = Napi::Object::New(env);
   o.Set("regions", regions);
+  o.Set("stallRegions", static_cast<double>(stall_regions));
   o.Set("taken", static_cast<double>(taken));
+  o.Set("takenInStallRegions", static_cast<double>(taken_in_stalls));
+  o.Set("handshakeTimeouts", timeouts.load());
   o.Set("wrongOutputs", static_cast<double>(wrong));
   o.Set("lateOverwrites", static_cast<double>(late));
   o.Set("chunkMiscounts", static_cast<double>(chunk_wrong));

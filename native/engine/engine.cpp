@@ -172,7 +172,11 @@ void Engine::load() {
   info_.device_memory = static_cast<int64_t>(backend_->device_memory_bytes());
   stats_.weight_bytes = info_.weight_bytes;
   stats_.kv_blocks_total = blocks_->total();
-  stats_.kv_blocks_free = blocks_->free_count();
+  stats_.state_slots_total = ec_.max_seqs;
+  stats_.snapshots_total = static_cast<int>(snaps_.size());
+  info_.kv_block_bytes = static_cast<int64_t>(block_bytes_);
+  info_.state_bytes = static_cast<int64_t>(state_bytes_);
+  sync_pool_stats();
   stats_.active_bytes = static_cast<int64_t>(workspace_bytes_);
   stats_.peak_active_bytes = stats_.active_bytes;
   // A device backend holds its own copy of the weights; the host copy is kept only for the CPU.
@@ -249,6 +253,11 @@ void Engine::reset_counters() {
   stats_.kv_blocks_used = cur.kv_blocks_used;
   stats_.kv_blocks_free = cur.kv_blocks_free;
   stats_.kv_blocks_total = cur.kv_blocks_total;
+  stats_.state_slots_free = cur.state_slots_free;
+  stats_.state_slots_total = cur.state_slots_total;
+  stats_.prefix_cached_blocks = cur.prefix_cached_blocks;
+  stats_.snapshots_used = cur.snapshots_used;
+  stats_.snapshots_total = cur.snapshots_total;
   stats_.weight_bytes = cur.weight_bytes;
   stats_.running = cur.running;
   stats_.waiting = cur.waiting;
@@ -272,6 +281,25 @@ void Engine::bump_active(int64_t delta) {
   stats_.peak_active_bytes = std::max(stats_.peak_active_bytes, stats_.active_bytes);
 }
 
+void Engine::sync_pool_stats() {
+  // Called with mu_ held, after any change to the block pool, the state slots or the prefix cache,
+  // and before the event that reports it is pushed: a caller that has seen a request finish reads
+  // counters that already include it.
+  stats_.kv_blocks_used = blocks_->used();
+  stats_.kv_blocks_free = blocks_->free_count();
+  stats_.state_slots_free = static_cast<int>(free_slots_.size());
+  stats_.prefix_cached_blocks = static_cast<int>(cache_by_block_.size());
+  stats_.snapshots_used = static_cast<int>(std::count_if(snaps_.begin(), snaps_.end(), [](const Snapshot& x) { return x.used; }));
+}
+
+void Engine::allow_steps(int n) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    step_permits_ += std::max(0, n);
+  }
+  cv_.notify_all();
+}
+
 void Engine::run() {
   set_flush_denormals();  // this thread is thread 0 of the backend's pool
   try {
@@ -287,8 +315,12 @@ void Engine::run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !incoming_.empty() || !cancels_.empty() || !running_.empty() || !waiting_.empty(); });
+      cv_.wait(lk, [&] {
+        return stop_ || ((!ec_.manual_steps || step_permits_ > 0) &&
+                         (!incoming_.empty() || !cancels_.empty() || !running_.empty() || !waiting_.empty()));
+      });
       if (stop_) return;
+      if (ec_.manual_steps) --step_permits_;
     }
     try {
       step_once();
@@ -336,8 +368,7 @@ void Engine::release_seq(Seq& s) {
   }
   std::lock_guard<std::mutex> lk(mu_);
   bump_active(-freed);
-  stats_.kv_blocks_used = blocks_->used();
-  stats_.kv_blocks_free = blocks_->free_count();
+  sync_pool_stats();
 }
 
 void Engine::finish(Seq& s, const char* reason, const std::string& error) {
@@ -395,8 +426,7 @@ bool Engine::evict_one_cached_block() {
   std::lock_guard<std::mutex> lk(mu_);
   bump_active(-static_cast<int64_t>(block_bytes_));
   stats_.evictions++;
-  stats_.kv_blocks_used = blocks_->used();
-  stats_.kv_blocks_free = blocks_->free_count();
+  sync_pool_stats();
   return true;
 }
 
@@ -413,8 +443,7 @@ bool Engine::ensure_blocks(Seq& s, int upto_tokens) {
       std::lock_guard<std::mutex> lk(mu_);
       bump_active(static_cast<int64_t>(block_bytes_) * blocks_per_seq_);
       stats_.num_allocs++;
-      stats_.kv_blocks_used = blocks_->used();
-      stats_.kv_blocks_free = blocks_->free_count();
+      sync_pool_stats();
     }
     return true;
   }
@@ -429,8 +458,7 @@ bool Engine::ensure_blocks(Seq& s, int upto_tokens) {
   std::lock_guard<std::mutex> lk(mu_);
   bump_active(static_cast<int64_t>(block_bytes_) * added);
   stats_.num_allocs += added;
-  stats_.kv_blocks_used = blocks_->used();
-  stats_.kv_blocks_free = blocks_->free_count();
+  sync_pool_stats();
   return static_cast<int>(s.table.size()) >= need;
 }
 
@@ -513,6 +541,7 @@ bool Engine::schedule(StepBatch& b, std::vector<Seq*>& order) {
       std::lock_guard<std::mutex> lk(mu_);
       bump_active(static_cast<int64_t>(state_bytes_));
       stats_.num_allocs++;
+      sync_pool_stats();
     }
     if (s.n_computed == 0) try_prefix_hit(s);
     running_.push_back(&s);
@@ -617,6 +646,7 @@ void Engine::after_chunk(Seq& s, int64_t step_ns) {
   if (admitted) {
     std::lock_guard<std::mutex> lk(mu_);
     stats_.prefix_admitted_tokens += static_cast<uint64_t>(admitted) * bs;
+    sync_pool_stats();
   }
   const int pos = s.n_computed;
   const bool at_point = pos > 0 && pos <= s.prompt_len && pos % bs == 0 &&
@@ -638,6 +668,7 @@ void Engine::after_chunk(Seq& s, int64_t step_ns) {
       std::lock_guard<std::mutex> lk(mu_);
       stats_.num_allocs++;
       if (fresh) bump_active(static_cast<int64_t>(state_bytes_));
+      sync_pool_stats();
     }
   }
   (void)step_ns;

@@ -44,6 +44,9 @@ struct EngineConfig {
   WeightPolicy weights = WeightPolicy::keep;
   bool profile = false;
   bool cuda_graphs = true;
+  // Tests only: the worker runs a step only against a permit from allow_steps(), so a test can put
+  // a cancel or a submit exactly between two steps instead of racing the worker.
+  bool manual_steps = false;
   // Synthetic in-memory weights when the tensor list is empty.
   DType synthetic_dtype = DType::bf16;
   uint64_t synthetic_seed = 1;
@@ -92,6 +95,11 @@ struct EngineStats {
   int kv_blocks_used = 0;
   int kv_blocks_free = 0;
   int kv_blocks_total = 0;
+  int state_slots_free = 0;
+  int state_slots_total = 0;
+  int prefix_cached_blocks = 0;  // blocks the prefix cache holds (shared with sequences or not)
+  int snapshots_used = 0;        // recurrent-state snapshots holding a prefix
+  int snapshots_total = 0;
   uint64_t steps = 0;
   int64_t weight_bytes = 0;
   int running = 0;
@@ -108,6 +116,8 @@ struct EngineInfo {
   int64_t weight_bytes = 0;
   int kv_blocks = 0;
   int block_size = 0;
+  int64_t kv_block_bytes = 0;  // one KV block over every full-attention layer
+  int64_t state_bytes = 0;     // one sequence's recurrent state (a slot or a snapshot)
   int64_t device_memory = 0;
 };
 
@@ -125,6 +135,9 @@ class Engine {
   uint64_t submit(RequestSpec r, bool defer = false);
   void flush();
   void cancel(uint64_t id);
+  // With EngineConfig::manual_steps: lets the worker run n more steps (each admits what has
+  // arrived, applies cancels, and runs one forward pass if there is work).
+  void allow_steps(int n);
   std::vector<EngineEvent> drain();
   EngineStats stats();
   void reset_counters();
@@ -147,6 +160,7 @@ class Engine {
   void after_chunk(Seq& s, int64_t step_ns);
   void push(EngineEvent e);
   void bump_active(int64_t delta);
+  void sync_pool_stats();
   int snapshot_stop(const Seq& s) const;
 
   ModelConfig cfg_;
@@ -195,6 +209,7 @@ class Engine {
   EngineStats graph_base_;  // graph counters at the last reset_counters() (guarded by mu_)
   EngineInfo info_;
   uint64_t next_id_ = 1;
+  int64_t step_permits_ = 0;  // manual_steps only
   int64_t pool_tokens_ = 0;
 
   // Worker-only state.

@@ -23,6 +23,8 @@ export interface EngineInternals {
   /** For in-memory synthetic models. */
   syntheticDtype?: 'bf16' | 'f32';
   syntheticSeed?: number;
+  /** The worker runs a step only when allowSteps() permits one (tests that must not race the worker). */
+  manualSteps?: boolean;
   /** Another build of the native addon (side-by-side A/B benchmarks of two builds in one process). */
   addonPath?: string;
 }
@@ -42,7 +44,7 @@ class Engine implements EngineHandle {
   private closed = false;
   private flushScheduled = false;
 
-  constructor(private readonly native: NativeEngine, private readonly profile: boolean) {
+  constructor(private readonly native: NativeEngine, private readonly profile: boolean, private readonly manualSteps: boolean) {
     const i = native.info();
     this.info = {
       backend: i.backend as EngineInfo['backend'],
@@ -52,6 +54,8 @@ class Engine implements EngineHandle {
       dtype: String(i.dtype),
       kvBlocksTotal: Number(i.kvBlocksTotal),
       blockSize: Number(i.blockSize),
+      kvBlockBytes: Number(i.kvBlockBytes),
+      stateBytes: Number(i.stateBytes),
       ...(i.gpuName !== undefined ? { gpuName: String(i.gpuName), gpuMemoryBytes: Number(i.gpuMemoryBytes) } : {}),
     };
   }
@@ -124,12 +128,19 @@ class Engine implements EngineHandle {
       peakActiveBytes: s.peakActiveBytes, activeBytes: s.activeBytes, numAllocs: s.numAllocs,
       parkWaits: s.parkWaits, prefixAdmittedTokens: s.prefixAdmittedTokens, prefixHitTokens: s.prefixHitTokens,
       retires: s.retires, evictions: s.evictions, preemptions: s.preemptions, kvBlocksUsed: s.kvBlocksUsed,
-      kvBlocksFree: s.kvBlocksFree, kvBlocksTotal: s.kvBlocksTotal, steps: s.steps, weightBytes: s.weightBytes,
+      kvBlocksFree: s.kvBlocksFree, kvBlocksTotal: s.kvBlocksTotal, stateSlotsFree: s.stateSlotsFree,
+      stateSlotsTotal: s.stateSlotsTotal, prefixCachedBlocks: s.prefixCachedBlocks, snapshotsUsed: s.snapshotsUsed,
+      snapshotsTotal: s.snapshotsTotal, steps: s.steps, weightBytes: s.weightBytes,
       graphHits: s.graphHits, graphMisses: s.graphMisses, graphCaptureMs: s.graphCaptureMs,
     };
   }
 
   resetCounters(): void { this.native.resetCounters(); }
+
+  allowSteps(n: number): void {
+    if (!this.manualSteps) throw new Error('allowSteps: this engine was not loaded with manualSteps');
+    this.native.allowSteps(n);
+  }
 
   nowMs(): number { return this.native.nowMs(); }
 
@@ -184,7 +195,7 @@ export function loadEngine(
         if (ev.type === 'load') hooks.onLoadProgress?.(ev.done ?? 0, ev.total ?? 0);
         else if (ev.type === 'loaded' && !settled && native) {
           settled = true;
-          engine = new Engine(native, opts.profile ?? false);
+          engine = new Engine(native, opts.profile ?? false, internals.manualSteps ?? false);
           resolve(engine);
         } else if (ev.type === 'loadError' && !settled) {
           settled = true;

@@ -29,6 +29,7 @@ export interface NativeEngine {
   /** `defer`: stage without waking the worker until flush() (see Engine::submit). */
   submit(req: object, defer?: boolean): number;
   flush(): void;
+  allowSteps(n: number): void;
   cancel(id: number): void;
   stats(): Record<string, number>;
   resetCounters(): void;

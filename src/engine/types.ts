@@ -85,6 +85,14 @@ export interface EngineStats {
   kvBlocksUsed: number;
   kvBlocksFree: number;
   kvBlocksTotal: number;
+  /** Recurrent-state slots (one per running sequence). */
+  stateSlotsFree: number;
+  stateSlotsTotal: number;
+  /** KV blocks the prefix cache holds; with no request in flight these are all of kvBlocksUsed. */
+  prefixCachedBlocks: number;
+  /** Recurrent-state snapshots holding a cached prefix. */
+  snapshotsUsed: number;
+  snapshotsTotal: number;
   steps: number;
   weightBytes: number;
   /** CUDA graphs (0 on the CPU): decode steps replayed, steps that captured their bucket, capture time. */
@@ -124,6 +132,9 @@ export interface EngineInfo {
   dtype: string;
   kvBlocksTotal: number;
   blockSize: number;
+  /** Bytes of one KV block (every full-attention layer) and of one recurrent state. */
+  kvBlockBytes: number;
+  stateBytes: number;
   gpuName?: string;
   gpuMemoryBytes?: number;
 }
@@ -146,5 +157,10 @@ export interface EngineHandle {
   nowMs(): number;
   /** Profile since the last call (null unless EngineOptions.profile). */
   takeProfile(): ProfileReport | null;
+  /**
+   * Engines loaded with internals.manualSteps only (tests): lets the worker run n more steps, so a
+   * test places a cancel or a submit exactly between two steps instead of racing the worker.
+   */
+  allowSteps?(n: number): void;
   close(): Promise<void>;
 }

@@ -44,7 +44,8 @@ const BLOCK_BYTES = 64 * 1024;
 function zeroStats(): EngineStats {
   return {
     peakActiveBytes: 0, activeBytes: 0, numAllocs: 0, parkWaits: 0, prefixAdmittedTokens: 0, prefixHitTokens: 0,
-    retires: 0, evictions: 0, preemptions: 0, kvBlocksUsed: 0, kvBlocksFree: 0, kvBlocksTotal: 0, steps: 0, weightBytes: 0,
+    retires: 0, evictions: 0, preemptions: 0, kvBlocksUsed: 0, kvBlocksFree: 0, kvBlocksTotal: 0, stateSlotsFree: 0,
+    stateSlotsTotal: 0, prefixCachedBlocks: 0, snapshotsUsed: 0, snapshotsTotal: 0, steps: 0, weightBytes: 0,
   };
 }
 
@@ -68,7 +69,7 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
 
   const info: EngineInfo = {
     backend: 'cpu', isa: 'fake', threads: opts.threads || 2, weightBytes: WEIGHT_BYTES, dtype: 'f32',
-    kvBlocksTotal: blocksTotal, blockSize: opts.blockSize,
+    kvBlocksTotal: blocksTotal, blockSize: opts.blockSize, kvBlockBytes: BLOCK_BYTES, stateBytes: 0,
   };
 
   function blockKey(prompt: number[], upto: number): string {
@@ -214,7 +215,10 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
       }
       return { id, done, cancel: () => { s.cancelled = true; setImmediate(step); if (!stepping) step(); } };
     },
-    stats: () => ({ ...stats, kvBlocksUsed: blocksUsed, kvBlocksFree: blocksTotal - blocksUsed, kvBlocksTotal: blocksTotal, weightBytes: WEIGHT_BYTES }),
+    stats: () => ({
+      ...stats, kvBlocksUsed: blocksUsed, kvBlocksFree: blocksTotal - blocksUsed, kvBlocksTotal: blocksTotal, weightBytes: WEIGHT_BYTES,
+      stateSlotsFree: opts.maxSeqs - running.length, stateSlotsTotal: opts.maxSeqs,
+    }),
     resetCounters: () => {
       stats = { ...zeroStats(), activeBytes: activeBytes(), peakActiveBytes: activeBytes() };
     },
