@@ -13,44 +13,10 @@
 #endif
 
 namespace lumen {
-
-struct Engine::Seq {
-  uint64_t id = 0;
-  RequestSpec req;
-  std::vector<int32_t> tokens;  // prompt, then generated
-  int prompt_len = 0;
-  int n_computed = 0;  // tokens whose KV / recurrent state is in the caches
-  int generated = 0;
-  int slot = -1;
-  std::vector<int32_t> table;  // KV block ids
-  std::vector<uint64_t> block_hash;  // chained hash of each full prompt block
-  int cached_blocks = 0;       // leading blocks registered in (or taken from) the prefix cache
-  int cached_prompt_tokens = 0;
-  bool parked = false;
-  bool logits_only_step = false;  // the extra evaluation of the last token for logits "all"
-  bool stop_hit = false;
-  bool done = false;
-  int64_t enqueue_ns = 0;
-  std::vector<int64_t> token_ns;
-  std::vector<double> chunk_ms;
-  std::vector<float> logits;
-  int logit_rows = 0;
-  std::unique_ptr<Sampler> sampler;
-  uint64_t admit_order = 0;
-};
-
 namespace {
 
-uint64_t mix_hash(uint64_t h, const int32_t* t, int n) {
-  // FNV-1a over the ids, seeded with the previous block's hash (chained).
-  h ^= 0x9E3779B97F4A7C15ull;
-  for (int i = 0; i < n; ++i) {
-    h ^= static_cast<uint32_t>(t[i]);
-    h *= 0x100000001B3ull;
-    h ^= h >> 29;
-  }
-  return h;
-}
+// Rows of the vocabulary head computed together (its activations are sized for this many).
+constexpr int kLogitGroup = 32;
 
 int default_threads() {
   const unsigned n = std::thread::hardware_concurrency();
@@ -80,6 +46,7 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
     n_blocks = static_cast<int>(std::max<int64_t>(1, ec_.kv_memory_bytes / static_cast<int64_t>(block_bytes_)));
   pool_tokens_ = static_cast<int64_t>(n_blocks) * ec_.block_size;
   blocks_ = std::make_unique<BlockPool>(n_blocks);
+  slots_ = std::make_unique<StateSlots>(ec_.max_seqs);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -139,8 +106,7 @@ void Engine::load() {
   }
   backend_->set_gdn_chunk_min(ec_.gdn_chunk_min);
   backend_->set_profiling(ec_.profile);
-  const int max_tokens = ec_.step_token_budget;
-  model_ = std::make_unique<Qwen35>(*backend_, *w, max_tokens, 32);
+  model_ = std::make_unique<Qwen35>(*backend_, *w, ec_.step_token_budget, kLogitGroup);
   CacheSpec spec;
   spec.n_blocks = blocks_->total();
   spec.block_size = ec_.block_size;
@@ -152,14 +118,22 @@ void Engine::load() {
   spec.conv_rows = cfg_.conv_kernel - 1;
   spec.conv_dim = cfg_.conv_dim();
   spec.ssm_elems = cfg_.lin_v_heads * cfg_.lin_dk * cfg_.lin_dv;
-  backend_->init_caches(spec, max_tokens, 32);
+  backend_->init_caches(spec, ec_.step_token_budget, kLogitGroup);
+  int n_snapshots = 0;
   if (ec_.prefix_cache) {
-    const int n = ec_.max_snapshots > 0 ? ec_.max_snapshots : 2 * ec_.max_seqs;
-    backend_->init_snapshots(n);
-    snaps_.resize(n);
+    n_snapshots = ec_.max_snapshots > 0 ? ec_.max_snapshots : 2 * ec_.max_seqs;
+    backend_->init_snapshots(n_snapshots);
   }
-  for (int s = ec_.max_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
-  logits_buf_.resize(static_cast<size_t>(32) * cfg_.vocab);
+  CounterSink& counters = *this;
+  prefix_ = std::make_unique<PrefixCache>(*blocks_, *backend_, counters, ec_.block_size, ec_.snapshot_interval, n_snapshots);
+  SchedulerConfig sc;
+  sc.block_size = ec_.block_size;
+  sc.paged = ec_.paged;
+  sc.blocks_per_seq = blocks_per_seq_;
+  sc.prefill_chunk = ec_.prefill_chunk;
+  sc.step_token_budget = ec_.step_token_budget;
+  scheduler_ = std::make_unique<Scheduler>(sc, *blocks_, *slots_, *prefix_, *backend_, counters);
+  logits_buf_.resize(static_cast<size_t>(kLogitGroup) * cfg_.vocab);
   workspace_bytes_ = model_->workspace_bytes();
   std::lock_guard<std::mutex> lk(mu_);
   info_.backend = backend_->name();
@@ -173,15 +147,12 @@ void Engine::load() {
   stats_.weight_bytes = info_.weight_bytes;
   stats_.kv_blocks_total = blocks_->total();
   stats_.state_slots_total = ec_.max_seqs;
-  stats_.snapshots_total = static_cast<int>(snaps_.size());
+  stats_.snapshots_total = prefix_->snapshots_total();
   info_.kv_block_bytes = static_cast<int64_t>(block_bytes_);
   info_.state_bytes = static_cast<int64_t>(state_bytes_);
   sync_pool_stats();
-  stats_.active_bytes = static_cast<int64_t>(workspace_bytes_);
-  stats_.peak_active_bytes = stats_.active_bytes;
   // A device backend holds its own copy of the weights; the host copy is kept only for the CPU.
   if (ec_.device == "cpu") weights_ = std::move(w);
-  loaded_ = true;
 }
 
 uint64_t Engine::submit(RequestSpec r, bool defer) {
@@ -199,7 +170,7 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
   if (ec_.paged && need > pool_tokens_)
     throw std::invalid_argument("out of KV memory: request needs " + std::to_string(need) +
                                 " tokens of KV cache, the pool holds " + std::to_string(pool_tokens_));
-  auto s = std::make_unique<Seq>();
+  auto s = std::make_unique<Sequence>();
   s->req = std::move(r);
   s->tokens = s->req.prompt;
   s->prompt_len = static_cast<int>(s->tokens.size());
@@ -275,21 +246,54 @@ std::vector<OpStat> Engine::take_profile() {
   return r;
 }
 
-void Engine::bump_active(int64_t delta) {
-  // Called with mu_ held.
-  stats_.active_bytes += delta;
+void Engine::sync_pool_stats() {
+  // The published gauges, read from the pools that own them. Called with mu_ held, after any
+  // change to the block pool, the state slots or the prefix cache and before the event that
+  // reports it is pushed: a caller that has seen a request finish reads counters that include it.
+  stats_.kv_blocks_used = blocks_->used();
+  stats_.kv_blocks_free = blocks_->free_count();
+  stats_.state_slots_free = slots_->free_count();
+  stats_.prefix_cached_blocks = prefix_ ? prefix_->cached_blocks() : 0;
+  stats_.snapshots_used = prefix_ ? prefix_->snapshots_used() : 0;
+  stats_.active_bytes = static_cast<int64_t>(workspace_bytes_) +
+                        static_cast<int64_t>(block_bytes_) * blocks_->used() +
+                        static_cast<int64_t>(state_bytes_) * (slots_->used() + stats_.snapshots_used);
   stats_.peak_active_bytes = std::max(stats_.peak_active_bytes, stats_.active_bytes);
 }
 
-void Engine::sync_pool_stats() {
-  // Called with mu_ held, after any change to the block pool, the state slots or the prefix cache,
-  // and before the event that reports it is pushed: a caller that has seen a request finish reads
-  // counters that already include it.
-  stats_.kv_blocks_used = blocks_->used();
-  stats_.kv_blocks_free = blocks_->free_count();
-  stats_.state_slots_free = static_cast<int>(free_slots_.size());
-  stats_.prefix_cached_blocks = static_cast<int>(cache_by_block_.size());
-  stats_.snapshots_used = static_cast<int>(std::count_if(snaps_.begin(), snaps_.end(), [](const Snapshot& x) { return x.used; }));
+void Engine::count_allocs(uint64_t n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.num_allocs += n;
+}
+
+void Engine::count_park() {
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.park_waits++;
+}
+
+void Engine::count_preemption() {
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.preemptions++;
+}
+
+void Engine::count_eviction() {
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.evictions++;
+}
+
+void Engine::count_prefix_hit(int tokens) {
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.prefix_hit_tokens += static_cast<uint64_t>(tokens);
+}
+
+void Engine::count_prefix_admit(int tokens) {
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.prefix_admitted_tokens += static_cast<uint64_t>(tokens);
+}
+
+void Engine::memory_changed() {
+  std::lock_guard<std::mutex> lk(mu_);
+  sync_pool_stats();
 }
 
 void Engine::allow_steps(int n) {
@@ -317,7 +321,7 @@ void Engine::run() {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] {
         return stop_ || ((!ec_.manual_steps || step_permits_ > 0) &&
-                         (!incoming_.empty() || !cancels_.empty() || !running_.empty() || !waiting_.empty()));
+                         (!incoming_.empty() || !cancels_.empty() || scheduler_->has_work()));
       });
       if (stop_) return;
       if (ec_.manual_steps) --step_permits_;
@@ -326,16 +330,15 @@ void Engine::run() {
       step_once();
     } catch (const std::exception& ex) {
       // An engine error fails every active request with the reason; the engine stays usable.
-      std::vector<Seq*> all(running_.begin(), running_.end());
-      for (Seq* s : all) finish(*s, "error", ex.what());
-      std::vector<Seq*> w(waiting_.begin(), waiting_.end());
-      for (Seq* s : w) finish(*s, "error", ex.what());
+      std::vector<Sequence*> all(scheduler_->running().begin(), scheduler_->running().end());
+      all.insert(all.end(), scheduler_->waiting().begin(), scheduler_->waiting().end());
+      for (Sequence* s : all) finish(*s, "error", ex.what());
     }
   }
 }
 
 void Engine::admit_incoming() {
-  std::deque<std::unique_ptr<Seq>> inc;
+  std::deque<std::unique_ptr<Sequence>> inc;
   std::vector<uint64_t> cancels;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -343,9 +346,9 @@ void Engine::admit_incoming() {
     cancels.swap(cancels_);
   }
   for (auto& s : inc) {
-    Seq* p = s.get();
+    Sequence* p = s.get();
     seqs_[p->id] = std::move(s);
-    waiting_.push_back(p);
+    scheduler_->add(p);
   }
   for (uint64_t id : cancels) {
     auto it = seqs_.find(id);
@@ -353,30 +356,10 @@ void Engine::admit_incoming() {
   }
 }
 
-void Engine::release_seq(Seq& s) {
-  int64_t freed = 0;
-  for (int b : s.table) {
-    blocks_->release(b);
-    if (blocks_->refs(b) == 0) freed += static_cast<int64_t>(block_bytes_);
-  }
-  s.table.clear();
-  s.cached_blocks = 0;
-  if (s.slot >= 0) {
-    free_slots_.push_back(s.slot);
-    s.slot = -1;
-    freed += static_cast<int64_t>(state_bytes_);
-  }
-  std::lock_guard<std::mutex> lk(mu_);
-  bump_active(-freed);
-  sync_pool_stats();
-}
-
-void Engine::finish(Seq& s, const char* reason, const std::string& error) {
+void Engine::finish(Sequence& s, const char* reason, const std::string& error) {
   if (s.done) return;
   s.done = true;
-  release_seq(s);
-  running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &s), waiting_.end());
+  scheduler_->remove(s);
   EngineEvent e;
   e.kind = EngineEvent::kDone;
   e.id = s.id;
@@ -387,7 +370,7 @@ void Engine::finish(Seq& s, const char* reason, const std::string& error) {
   e.enqueue_ns = s.enqueue_ns;
   e.prompt_tokens = s.prompt_len;
   e.cached_prompt_tokens = s.cached_prompt_tokens;
-  e.prefill_chunk_ms = std::move(s.chunk_ms);
+  e.prefill_chunk_ms = std::move(s.prefill_chunk_ms);
   e.logits = std::move(s.logits);
   e.logit_rows = s.logit_rows;
   e.t_ns = now_ns();
@@ -400,286 +383,12 @@ void Engine::finish(Seq& s, const char* reason, const std::string& error) {
   seqs_.erase(id);
 }
 
-void Engine::preempt(Seq& s) {
-  // Recompute later: drop caches, keep the tokens generated so far.
-  release_seq(s);
-  s.n_computed = 0;
-  s.cached_prompt_tokens = 0;
-  running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
-  waiting_.push_front(&s);
-  std::lock_guard<std::mutex> lk(mu_);
-  stats_.preemptions++;
-}
-
-bool Engine::evict_one_cached_block() {
-  int victim = -1;
-  uint64_t oldest = UINT64_MAX;
-  for (auto& [b, cb] : cache_by_block_)
-    if (blocks_->refs(b) == 1 && cb.last_use < oldest) {
-      oldest = cb.last_use;
-      victim = b;
-    }
-  if (victim < 0) return false;
-  cache_by_hash_.erase(cache_by_block_[victim].hash);
-  cache_by_block_.erase(victim);
-  blocks_->release(victim);
-  std::lock_guard<std::mutex> lk(mu_);
-  bump_active(-static_cast<int64_t>(block_bytes_));
-  stats_.evictions++;
-  sync_pool_stats();
-  return true;
-}
-
-bool Engine::ensure_blocks(Seq& s, int upto_tokens) {
-  const int need = (upto_tokens + ec_.block_size - 1) / ec_.block_size;
-  if (!ec_.paged) {
-    // Contiguous layout: the slot owns a fixed run of blocks, taken whole at admission.
-    if (s.table.empty()) {
-      for (int i = 0; i < blocks_per_seq_; ++i) {
-        const int b = s.slot * blocks_per_seq_ + i;
-        if (!blocks_->take(b)) throw std::logic_error("contiguous KV range already in use");
-        s.table.push_back(b);
-      }
-      std::lock_guard<std::mutex> lk(mu_);
-      bump_active(static_cast<int64_t>(block_bytes_) * blocks_per_seq_);
-      stats_.num_allocs++;
-      sync_pool_stats();
-    }
-    return true;
-  }
-  int added = 0;
-  while (static_cast<int>(s.table.size()) < need) {
-    int b = blocks_->alloc();
-    if (b < 0 && evict_one_cached_block()) b = blocks_->alloc();
-    if (b < 0) break;
-    s.table.push_back(b);
-    ++added;
-  }
-  std::lock_guard<std::mutex> lk(mu_);
-  bump_active(static_cast<int64_t>(block_bytes_) * added);
-  stats_.num_allocs += added;
-  sync_pool_stats();
-  return static_cast<int>(s.table.size()) >= need;
-}
-
-bool Engine::try_prefix_hit(Seq& s) {
-  // Hash the full prompt blocks; reuse the longest cached chain that ends at a state snapshot and
-  // leaves at least one prompt token to compute (its logits start the generation).
-  const int bs = ec_.block_size;
-  const int full = s.prompt_len / bs;
-  s.block_hash.resize(full);
-  uint64_t h = 0;
-  for (int i = 0; i < full; ++i) s.block_hash[i] = h = mix_hash(h, s.tokens.data() + i * bs, bs);
-  if (!ec_.prefix_cache) return false;
-  int matched = 0;
-  for (int i = 0; i < full; ++i) {
-    auto it = cache_by_hash_.find(s.block_hash[i]);
-    if (it == cache_by_hash_.end()) break;
-    const auto& cb = cache_by_block_[it->second];
-    if (!std::equal(cb.tokens.begin(), cb.tokens.end(), s.tokens.begin() + i * bs)) break;
-    matched = i + 1;
-  }
-  int use = 0, snap = -1;
-  for (int nb = std::min(matched, (s.prompt_len - 1) / bs); nb > 0; --nb) {
-    auto it = snap_by_hash_.find(s.block_hash[nb - 1]);
-    if (it != snap_by_hash_.end() && snaps_[it->second].pos == nb * bs) {
-      use = nb;
-      snap = it->second;
-      break;
-    }
-  }
-  if (use == 0) return false;
-  for (int i = 0; i < use; ++i) {
-    const int b = cache_by_hash_[s.block_hash[i]];
-    blocks_->retain(b);
-    cache_by_block_[b].last_use = ++use_clock_;
-    s.table.push_back(b);
-  }
-  backend_->load_state(snap, s.slot);
-  snaps_[snap].last_use = ++use_clock_;
-  s.n_computed = use * bs;
-  s.cached_blocks = use;
-  s.cached_prompt_tokens = use * bs;
-  std::lock_guard<std::mutex> lk(mu_);
-  stats_.prefix_hit_tokens += static_cast<uint64_t>(use) * bs;
-  return true;
-}
-
-int Engine::snapshot_stop(const Seq& s) const {
-  // Next position > n_computed where a prefill chunk must stop so a state snapshot can be taken:
-  // multiples of the snapshot interval and the prompt's last full block boundary.
-  if (!ec_.prefix_cache) return INT32_MAX;
-  const int bs = ec_.block_size;
-  const int last_full = s.prompt_len / bs * bs;
-  int next = (s.n_computed / ec_.snapshot_interval + 1) * ec_.snapshot_interval;
-  if (last_full > s.n_computed && last_full < next) next = last_full;
-  return next < s.prompt_len ? next : INT32_MAX;
-}
-
-bool Engine::schedule(StepBatch& b, std::vector<Seq*>& order) {
-  b = StepBatch{};
-  order.clear();
-  int budget = ec_.step_token_budget;
-  // Admit waiting sequences while a slot and enough KV blocks (whole prompt + first token) are free.
-  while (!waiting_.empty() && !free_slots_.empty()) {
-    Seq& s = *waiting_.front();
-    // Blocks for everything computed so far plus the next token, never more than the request can
-    // ever use (submit() checked that this fits the pool, so a parked request always gets in).
-    const int need_tokens = std::min(static_cast<int>(s.tokens.size()) + 1, s.prompt_len + s.req.max_tokens);
-    const int need_blocks = (need_tokens + ec_.block_size - 1) / ec_.block_size;
-    int evictable = 0;
-    for (auto& [blk, cb] : cache_by_block_)
-      if (blocks_->refs(blk) == 1) ++evictable;
-    if (ec_.paged && blocks_->free_count() + evictable < need_blocks) break;
-    waiting_.pop_front();
-    s.parked = false;
-    s.slot = free_slots_.back();
-    free_slots_.pop_back();
-    s.admit_order = ++use_clock_;
-    backend_->reset_state(s.slot);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      bump_active(static_cast<int64_t>(state_bytes_));
-      stats_.num_allocs++;
-      sync_pool_stats();
-    }
-    if (s.n_computed == 0) try_prefix_hit(s);
-    running_.push_back(&s);
-  }
-  for (Seq* s : waiting_)
-    if (!s->parked) {
-      s->parked = true;
-      std::lock_guard<std::mutex> lk(mu_);
-      stats_.park_waits++;
-    }
-  // Decode tokens first (one per sequence), then prefill chunks, oldest first.
-  std::vector<Seq*> by_age(running_.begin(), running_.end());
-  std::sort(by_age.begin(), by_age.end(), [](Seq* a, Seq* c) { return a->admit_order < c->admit_order; });
-  std::vector<std::pair<Seq*, int>> plan;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (Seq* s : by_age) {
-      if (s->done || s->slot < 0) continue;
-      const int pending = static_cast<int>(s->tokens.size()) - s->n_computed;
-      const bool decode = pending == 1 && s->n_computed >= s->prompt_len;
-      if ((pass == 0) != decode || pending <= 0 || budget <= 0) continue;
-      int len = 1;
-      if (!decode) {
-        len = std::min({pending, ec_.prefill_chunk, budget});
-        const int stop = snapshot_stop(*s);
-        if (stop != INT32_MAX) len = std::min(len, stop - s->n_computed);
-      }
-      while (!ensure_blocks(*s, s->n_computed + len)) {
-        // Out of blocks: shrink a prefill chunk to what is there, else preempt the youngest.
-        const int have = static_cast<int>(s->table.size()) * ec_.block_size - s->n_computed;
-        if (!decode && have > 0) {
-          len = have;
-          continue;
-        }
-        Seq* victim = nullptr;
-        for (auto it = by_age.rbegin(); it != by_age.rend(); ++it)
-          if (!(*it)->done && (*it)->slot >= 0) {
-            victim = *it;
-            break;
-          }
-        bool planned = false;
-        for (auto& pr : plan) planned |= pr.first == victim;
-        if (!victim || planned) { len = 0; break; }
-        preempt(*victim);
-        if (victim == s) { len = 0; break; }
-      }
-      if (len <= 0) continue;
-      plan.emplace_back(s, len);
-      budget -= len;
-    }
-  }
-  if (plan.empty()) return false;
-  b.decode_only = true;
-  for (auto& [s, len] : plan) {
-    SeqSegment seg;
-    seg.start = b.n_tokens;
-    seg.len = len;
-    seg.pos0 = s->n_computed;
-    seg.state_slot = s->slot;
-    seg.table_offset = static_cast<int>(b.block_tables.size());
-    seg.n_blocks = (s->n_computed + len + ec_.block_size - 1) / ec_.block_size;
-    b.block_tables.insert(b.block_tables.end(), s->table.begin(), s->table.begin() + seg.n_blocks);
-    for (int i = 0; i < len; ++i) {
-      b.tokens.push_back(s->tokens[s->n_computed + i]);
-      b.positions.push_back(s->n_computed + i);
-    }
-    const bool reaches_end = s->n_computed + len == static_cast<int>(s->tokens.size());
-    if (s->req.logits_all) {
-      for (int i = 0; i < len; ++i) b.logit_rows.push_back(seg.start + i);
-    } else if (reaches_end) {
-      b.logit_rows.push_back(seg.start + len - 1);
-    }
-    if (len > 1) b.decode_only = false;
-    b.n_tokens += len;
-    b.segs.push_back(seg);
-    order.push_back(s);
-  }
-  return true;
-}
-
-void Engine::after_chunk(Seq& s, int64_t step_ns) {
-  // Register newly completed full prompt blocks in the prefix cache, and snapshot the state at
-  // snapshot points.
-  if (!ec_.prefix_cache) return;
-  const int bs = ec_.block_size;
-  const int full_done = std::min(s.n_computed, s.prompt_len) / bs;
-  int admitted = 0;
-  for (int i = s.cached_blocks; i < full_done && i < static_cast<int>(s.block_hash.size()); ++i) {
-    const uint64_t h = s.block_hash[i];
-    if (!cache_by_hash_.count(h)) {
-      const int blk = s.table[i];
-      blocks_->retain(blk);
-      CachedBlock cb;
-      cb.hash = h;
-      cb.last_use = ++use_clock_;
-      cb.tokens.assign(s.tokens.begin() + i * bs, s.tokens.begin() + (i + 1) * bs);
-      cache_by_hash_[h] = blk;
-      cache_by_block_[blk] = std::move(cb);
-      ++admitted;
-    }
-    s.cached_blocks = i + 1;
-  }
-  if (admitted) {
-    std::lock_guard<std::mutex> lk(mu_);
-    stats_.prefix_admitted_tokens += static_cast<uint64_t>(admitted) * bs;
-    sync_pool_stats();
-  }
-  const int pos = s.n_computed;
-  const bool at_point = pos > 0 && pos <= s.prompt_len && pos % bs == 0 &&
-                        (pos % ec_.snapshot_interval == 0 || pos == s.prompt_len / bs * bs);
-  if (at_point && !snaps_.empty()) {
-    const uint64_t h = s.block_hash[pos / bs - 1];
-    if (!snap_by_hash_.count(h)) {
-      int victim = -1;
-      uint64_t oldest = UINT64_MAX;
-      for (int i = 0; i < static_cast<int>(snaps_.size()); ++i) {
-        if (!snaps_[i].used) { victim = i; break; }
-        if (snaps_[i].last_use < oldest) { oldest = snaps_[i].last_use; victim = i; }
-      }
-      const bool fresh = !snaps_[victim].used;
-      if (!fresh) snap_by_hash_.erase(snaps_[victim].hash);
-      backend_->save_state(s.slot, victim);
-      snaps_[victim] = Snapshot{h, pos, ++use_clock_, true};
-      snap_by_hash_[h] = victim;
-      std::lock_guard<std::mutex> lk(mu_);
-      stats_.num_allocs++;
-      if (fresh) bump_active(static_cast<int64_t>(state_bytes_));
-      sync_pool_stats();
-    }
-  }
-  (void)step_ns;
-}
-
 void Engine::step_once() {
   const int64_t t_sched = now_ns();
   admit_incoming();
   StepBatch b;
-  std::vector<Seq*> order;
-  if (!schedule(b, order)) return;
+  std::vector<Sequence*> order;
+  if (!scheduler_->schedule(b, order)) return;
   const int64_t t_fwd = now_ns();
   const int n_rows = static_cast<int>(b.logit_rows.size());
   if (logits_buf_.size() < static_cast<size_t>(n_rows) * cfg_.vocab) logits_buf_.resize(static_cast<size_t>(n_rows) * cfg_.vocab);
@@ -689,8 +398,6 @@ void Engine::step_once() {
   // Logit row of each segment's last position (-1 when it has none): logits_all segments own a
   // row per token, others one row when they reach their end; rows were appended in this order.
   std::vector<int> last_row(order.size(), -1);
-  // Whether a segment that reaches its end samples a token (not a logits-only step, budget left).
-  auto samples = [](const Seq& s) { return !s.logits_only_step && s.generated < s.req.max_tokens; };
   // Greedy picks for the segments that end this step, in one backend call (vectorised and spread
   // over the threads; the vocabulary is 248k wide).
   std::vector<int> greedy_rows;
@@ -698,7 +405,7 @@ void Engine::step_once() {
   {
     int r = 0;
     for (size_t i = 0; i < order.size(); ++i) {
-      const Seq& s = *order[i];
+      const Sequence& s = *order[i];
       const int len = b.segs[i].len;
       const bool ends = s.n_computed + len == static_cast<int>(s.tokens.size());
       if (s.req.logits_all) {
@@ -707,7 +414,7 @@ void Engine::step_once() {
       } else if (ends) {
         last_row[i] = r++;
       }
-      if (ends && samples(s) && s.sampler->greedy()) {
+      if (ends && s.samples() && s.sampler->greedy()) {
         greedy_rows.push_back(last_row[i]);
         greedy_seg.push_back(i);
       }
@@ -721,23 +428,23 @@ void Engine::step_once() {
     for (size_t j = 0; j < greedy_seg.size(); ++j) greedy_pick[greedy_seg[j]] = picks[j];
   }
   std::vector<EngineEvent> evs;
-  std::vector<Seq*> finished;
+  std::vector<Sequence*> finished;
   for (size_t i = 0; i < order.size(); ++i) {
-    Seq& s = *order[i];
+    Sequence& s = *order[i];
     const SeqSegment& seg = b.segs[i];
     // A prefill chunk: prompt tokens (or a recompute after preemption), not a single decode token.
     const bool was_prefill = s.n_computed < s.prompt_len || seg.len > 1;
     s.n_computed += seg.len;
-    if (was_prefill) s.chunk_ms.push_back(step_ms);
+    if (was_prefill) s.prefill_chunk_ms.push_back(step_ms);
     const bool reaches_end = s.n_computed == static_cast<int>(s.tokens.size());
     const float* last = last_row[i] >= 0 ? logits_buf_.data() + static_cast<int64_t>(last_row[i]) * cfg_.vocab : nullptr;
     if (s.req.logits_all) {
       s.logits.insert(s.logits.end(), last - static_cast<int64_t>(seg.len - 1) * cfg_.vocab, last + cfg_.vocab);
       s.logit_rows += seg.len;
     }
-    after_chunk(s, t_sample - t_fwd);
+    prefix_->after_step(s);
     if (!reaches_end) continue;
-    if (!samples(s)) {
+    if (!s.samples()) {
       finished.push_back(&s);
       continue;
     }
@@ -769,8 +476,8 @@ void Engine::step_once() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stats_.steps++;
-    stats_.running = static_cast<int>(running_.size());
-    stats_.waiting = static_cast<int>(waiting_.size());
+    stats_.running = static_cast<int>(scheduler_->running().size());
+    stats_.waiting = static_cast<int>(scheduler_->waiting().size());
     for (auto& e : evs) events_.push_back(std::move(e));
     pipeline_.record("scheduling", "pipeline", 1, static_cast<uint64_t>(t_fwd - t_sched));
     pipeline_.record("forward", "pipeline", 1, static_cast<uint64_t>(t_sample - t_fwd));
@@ -787,7 +494,7 @@ void Engine::step_once() {
 #endif
   }
   if (!evs.empty() && notify_) notify_();
-  for (Seq* s : finished) finish(*s, s->stop_hit ? "stop" : "length");
+  for (Sequence* s : finished) finish(*s, s->stop_hit ? "stop" : "length");
 }
 
 }  // namespace lumen

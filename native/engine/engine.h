@@ -1,9 +1,9 @@
 #pragma once
-// The serving engine: one worker thread owns the sequences, the scheduler, the KV block pool,
-// the recurrent-state slots and the prefix cache, and runs one batched forward step at a time
-// (every running sequence's decode token plus prefill chunks, within a token budget).
-// Callers submit requests from any thread and drain events; `notify` is called (from the worker)
-// whenever events are waiting.
+// The serving engine: one worker thread owns the sequences, the scheduler (scheduler.h), the KV
+// block pool (block_pool.h), the recurrent-state slots (state_slots.h) and the prefix cache
+// (prefix_cache.h), and runs one batched forward step at a time: the scheduler's batch through
+// the model, then sampling and the events. Callers submit requests from any thread and drain
+// events; `notify` is called (from the worker) whenever events are waiting.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -19,7 +19,12 @@
 #include "backend/backend.h"
 #include "backend/op_profile.h"
 #include "engine/block_pool.h"
+#include "engine/counter_sink.h"
+#include "engine/prefix_cache.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/state_slots.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -50,15 +55,6 @@ struct EngineConfig {
   // Synthetic in-memory weights when the tensor list is empty.
   DType synthetic_dtype = DType::bf16;
   uint64_t synthetic_seed = 1;
-};
-
-struct RequestSpec {
-  std::vector<int32_t> prompt;
-  int max_tokens = 0;
-  SamplingParams sampling;
-  std::vector<int32_t> stop;
-  bool ignore_eos = false;
-  bool logits_all = false;
 };
 
 struct EngineEvent {
@@ -121,10 +117,10 @@ struct EngineInfo {
   int64_t device_memory = 0;
 };
 
-class Engine {
+class Engine : private CounterSink {
  public:
   Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig ec, std::function<void()> notify);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -145,23 +141,22 @@ class Engine {
   std::vector<OpStat> take_profile();
 
  private:
-  struct Seq;
   void run();
   void load();
   void step_once();
   void admit_incoming();
-  bool schedule(StepBatch& b, std::vector<Seq*>& order);
-  bool ensure_blocks(Seq& s, int upto_tokens);
-  bool evict_one_cached_block();
-  void release_seq(Seq& s);
-  void finish(Seq& s, const char* reason, const std::string& error = {});
-  void preempt(Seq& s);
-  bool try_prefix_hit(Seq& s);
-  void after_chunk(Seq& s, int64_t step_ns);
+  void finish(Sequence& s, const char* reason, const std::string& error = {});
   void push(EngineEvent e);
-  void bump_active(int64_t delta);
-  void sync_pool_stats();
-  int snapshot_stop(const Seq& s) const;
+  void sync_pool_stats();  // with mu_ held
+
+  // CounterSink: what the scheduler and the prefix cache report, published at once under mu_.
+  void count_allocs(uint64_t n) override;
+  void count_park() override;
+  void count_preemption() override;
+  void count_eviction() override;
+  void count_prefix_hit(int tokens) override;
+  void count_prefix_admit(int tokens) override;
+  void memory_changed() override;
 
   ModelConfig cfg_;
   std::vector<TensorEntry> tensors_;
@@ -172,50 +167,30 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Qwen35> model_;
   std::unique_ptr<BlockPool> blocks_;
-  std::vector<int> free_slots_;
+  std::unique_ptr<StateSlots> slots_;
+  std::unique_ptr<PrefixCache> prefix_;     // created with the backend (snapshots live there)
+  std::unique_ptr<Scheduler> scheduler_;
   int blocks_per_seq_ = 0;
   size_t block_bytes_ = 0, state_bytes_ = 0, workspace_bytes_ = 0;
   std::vector<float> logits_buf_;
 
-  // Prefix cache: full prompt blocks keyed by a chained hash; recurrent-state snapshots.
-  struct CachedBlock {
-    uint64_t hash = 0;
-    uint64_t last_use = 0;
-    std::vector<int32_t> tokens;
-  };
-  std::unordered_map<uint64_t, int> cache_by_hash_;
-  std::unordered_map<int, CachedBlock> cache_by_block_;
-  struct Snapshot {
-    uint64_t hash = 0;
-    int pos = 0;
-    uint64_t last_use = 0;
-    bool used = false;
-  };
-  std::vector<Snapshot> snaps_;
-  std::unordered_map<uint64_t, int> snap_by_hash_;
-  uint64_t use_clock_ = 0;
-
   std::thread thread_;
-  std::mutex mu_;  // guards incoming_, staged_, cancels_, events_, stop_, stats_
+  std::mutex mu_;  // guards incoming_, staged_, cancels_, events_, stop_, stats_, step_permits_
   std::condition_variable cv_;
   bool stop_ = false;
-  bool loaded_ = false;
-  std::string load_error_;
-  std::deque<std::unique_ptr<Seq>> incoming_;
-  std::deque<std::unique_ptr<Seq>> staged_;  // submitted with defer, not yet visible to the worker
+  std::deque<std::unique_ptr<Sequence>> incoming_;
+  std::deque<std::unique_ptr<Sequence>> staged_;  // submitted with defer, not yet visible to the worker
   std::vector<uint64_t> cancels_;
   std::vector<EngineEvent> events_;
   EngineStats stats_;
   EngineStats graph_base_;  // graph counters at the last reset_counters() (guarded by mu_)
   EngineInfo info_;
   uint64_t next_id_ = 1;
-  int64_t step_permits_ = 0;  // manual_steps only
   int64_t pool_tokens_ = 0;
+  int64_t step_permits_ = 0;  // manual_steps only
 
   // Worker-only state.
-  std::deque<Seq*> waiting_;
-  std::vector<Seq*> running_;
-  std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   OpProfile pipeline_;  // guarded by mu_
   OpProfile op_stats_;  // guarded by mu_
 };

@@ -24,8 +24,12 @@ class Qwen35 {
   int max_tokens_;
   int logit_group_;
   size_t workspace_bytes_ = 0;
-  float *x_, *xn_, *o_, *qg_, *k_, *v_, *ao_, *qkv_, *z_, *bb_, *aa_, *go_, *g_, *u_;
-  float *rows_, *rows_n_, *logits_;
+  // Step activations in backend memory, [step tokens, width] unless noted.
+  float *resid_, *normed_, *block_out_;            // residual stream, its RMSNorm, a block's output
+  float *q_gate_, *keys_, *values_, *attn_out_;    // full attention: query|gate per head, K, V, output
+  float *gdn_qkv_, *gdn_z_, *gdn_b_, *gdn_a_, *gdn_out_;  // Gated DeltaNet projections and output
+  float *mlp_gate_, *mlp_up_;                      // SwiGLU inputs (the gate becomes the product)
+  float *head_rows_, *head_normed_, *head_logits_; // vocabulary head, [logit group, width]
 };
 
 }  // namespace lumen
