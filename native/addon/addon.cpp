@@ -20,6 +20,7 @@ Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
   obj.Set("avx512", f.avx512);
   obj.Set("avx512bf16", f.avx512bf16);
   obj.Set("isa", lumen::active_isa_name());
+  obj.Set("usableCpus", lumen::usable_cpus());
 #if defined(LUMEN_WITH_CUDA)
   obj.Set("cudaBuilt", true);
 #else

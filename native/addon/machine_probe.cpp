@@ -17,7 +17,7 @@ namespace lumen {
 Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int threads = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Int32Value() : 0;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = usable_cpus();
   // probeMachine(threads, peak = true): without peak, only the bandwidth (the per-round probes).
   const bool with_peak = info.Length() < 2 || !info[1].IsBoolean() || info[1].As<Napi::Boolean>().Value();
   const auto& K = cpu::kernels();

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/config.h"
-#include "model/weights.h"
+#include "checkpoint/config.h"
+#include "checkpoint/weights.h"
 
 namespace lumen {
 

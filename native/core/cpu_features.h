@@ -12,6 +12,10 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 
+// CPUs this process may run on (its affinity mask, which containers and taskset narrow), at least
+// 1: what `--threads 0` means. Resolved here only, and reported back to the CLI.
+int usable_cpus();
+
 enum class Isa { avx2, avx512 };
 
 // The ISA the kernels run with: the best the CPU supports, unless LUMEN_ISA=avx2|avx512 forces one

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/clock.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "model/qwen35.h"
 #if defined(LUMEN_WITH_CUDA)
@@ -18,16 +19,11 @@ namespace {
 // Rows of the vocabulary head computed together (its activations are sized for this many).
 constexpr int kLogitGroup = 32;
 
-int default_threads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n ? static_cast<int>(n) : 1;
-}
-
 }  // namespace
 
 Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig ec, std::function<void()> notify)
     : cfg_(std::move(cfg)), tensors_(std::move(tensors)), ec_(ec), notify_(std::move(notify)) {
-  if (ec_.threads <= 0) ec_.threads = default_threads();
+  if (ec_.threads <= 0) ec_.threads = usable_cpus();
   if (ec_.block_size <= 0) throw std::invalid_argument("block size must be positive");
   if (ec_.max_seqs <= 0) throw std::invalid_argument("max sequences must be positive");
   if (ec_.max_seq <= 0) throw std::invalid_argument("max_seq must be positive");

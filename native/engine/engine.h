@@ -25,8 +25,8 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/state_slots.h"
-#include "model/config.h"
-#include "model/weights.h"
+#include "checkpoint/config.h"
+#include "checkpoint/weights.h"
 
 namespace lumen {
 

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 
 namespace lumen {
 

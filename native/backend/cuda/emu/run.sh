@@ -24,7 +24,7 @@ COMMON=(-std=c++20 -O2 -g -pthread -DLUMEN_WITH_CUDA=1 -DLUMEN_CUDA_EMU=1 -I "$R
 STAMP="$(printf '%s ' "$CXX" "${COMMON[@]}")"
 if [ "$(cat "$OUT/flags" 2>/dev/null)" != "$STAMP" ]; then rm -f "$OUT"/obj/*.o; printf '%s' "$STAMP" > "$OUT/flags"; fi
 SRCS=()
-for f in "$REPO"/native/core/*.cpp "$REPO"/native/model/*.cpp "$REPO"/native/engine/*.cpp \
+for f in "$REPO"/native/core/*.cpp "$REPO"/native/checkpoint/*.cpp "$REPO"/native/model/*.cpp "$REPO"/native/engine/*.cpp \
          "$REPO"/native/backend/cpu/cpu_backend.cpp "$REPO"/native/backend/cpu/gdn_cpu.cpp "$REPO"/native/backend/cpu/kernels.cpp \
          "$REPO"/native/backend/cuda/cuda_backend.cpp "$REPO"/native/backend/cuda/*.cu \
          "$REPO"/native/backend/cuda/emu/emu_runtime.cc "$REPO"/native/backend/cuda/emu/emu_check.cc; do

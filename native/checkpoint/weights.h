@@ -11,7 +11,7 @@
 #include "core/aligned.h"
 #include "core/dtype.h"
 #include "core/mapped_file.h"
-#include "model/config.h"
+#include "checkpoint/config.h"
 
 namespace lumen {
 

@@ -1,4 +1,4 @@
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 
 #include <cmath>
 #include <stdexcept>
