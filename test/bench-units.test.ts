@@ -339,9 +339,9 @@ describe('row runner on a simulated engine', () => {
   it('stops on abort and drops the unfinished row', async () => {
     const e = createFakeEngine(engineOpts, { baseMs: 5 });
     const ac = new AbortController();
-    // Abort from inside the request, at its 10th of 200 tokens: mid-row by construction.
-    const submit = e.submit.bind(e);
-    e.submit = (req, onToken) => submit(req, (ev) => { onToken?.(ev); if (ev.index === 9) ac.abort(); });
+    // Abort from the engine's own progress, at the 10th of 200 tokens: mid-row by construction.
+    let seen = 0;
+    e.onStep((n) => { seen += n; if (seen >= 10) ac.abort(); });
     const r = await runRow(e, rowSettings({ cell: { isl: 16, osl: 200 }, warmup: 0 }), ac.signal);
     expect(r.interrupted).toBe(true);
     expect(r.row.status).not.toBe('ok');

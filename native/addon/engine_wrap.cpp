@@ -186,6 +186,11 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           o.Set("index", e.index);
           o.Set("tMs", ns_to_ms(e.t_ns));
           break;
+        case EngineEvent::kStep:
+          o.Set("type", "step");
+          o.Set("count", e.step_tokens);
+          o.Set("tMs", ns_to_ms(e.t_ns));
+          break;
         case EngineEvent::kDone: {
           o.Set("type", "done");
           o.Set("id", static_cast<double>(e.id));
@@ -249,6 +254,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       if (r.Has("stopTokens") && r.Get("stopTokens").IsArray()) spec.stop = to_ids(r.Get("stopTokens"));
       spec.ignore_eos = get_bool(r, "ignoreEos", false);
       spec.logits_all = get_str(r, "logits", "none") == "all";
+      spec.stream = get_bool(r, "stream", false);
       const bool defer = info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
       return Napi::Number::New(env, static_cast<double>(eng(env).submit(std::move(spec), defer)));
     } catch (const std::exception& e) {

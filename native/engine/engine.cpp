@@ -424,6 +424,7 @@ void Engine::step_once() {
     for (size_t j = 0; j < greedy_seg.size(); ++j) greedy_pick[greedy_seg[j]] = picks[j];
   }
   std::vector<EngineEvent> evs;
+  int step_tokens = 0;
   std::vector<Sequence*> finished;
   for (size_t i = 0; i < order.size(); ++i) {
     Sequence& s = *order[i];
@@ -449,13 +450,16 @@ void Engine::step_once() {
     s.generated++;
     const int64_t t = now_ns();
     s.token_ns.push_back(t);
-    EngineEvent e;
-    e.kind = EngineEvent::kToken;
-    e.id = s.id;
-    e.token = tok;
-    e.index = s.generated - 1;
-    e.t_ns = t;
-    evs.push_back(std::move(e));
+    ++step_tokens;
+    if (s.req.stream) {
+      EngineEvent e;
+      e.kind = EngineEvent::kToken;
+      e.id = s.id;
+      e.token = tok;
+      e.index = s.generated - 1;
+      e.t_ns = t;
+      evs.push_back(std::move(e));
+    }
     bool stop = false;
     if (!s.req.ignore_eos)
       for (int32_t st : s.req.stop) stop |= st == tok;
@@ -469,6 +473,13 @@ void Engine::step_once() {
     }
   }
   const int64_t t_emit = now_ns();
+  if (step_tokens > 0) {
+    EngineEvent e;
+    e.kind = EngineEvent::kStep;
+    e.step_tokens = step_tokens;
+    e.t_ns = t_emit;
+    evs.push_back(std::move(e));
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     stats_.steps++;

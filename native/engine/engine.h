@@ -58,7 +58,8 @@ struct EngineConfig {
 };
 
 struct EngineEvent {
-  enum Kind { kToken, kDone, kLoadProgress, kLoaded, kLoadError } kind = kToken;
+  // kStep: once per step that generated tokens, with their count (progress without per-token events).
+  enum Kind { kToken, kStep, kDone, kLoadProgress, kLoaded, kLoadError } kind = kToken;
   uint64_t id = 0;
   int32_t token = 0;
   int index = 0;
@@ -74,6 +75,8 @@ struct EngineEvent {
   std::vector<double> prefill_chunk_ms;
   std::vector<float> logits;
   int logit_rows = 0;
+  // kStep
+  int step_tokens = 0;
   // kLoadProgress
   int done = 0, total = 0;
 };

@@ -17,6 +17,7 @@ struct RequestSpec {
   std::vector<int32_t> stop;
   bool ignore_eos = false;
   bool logits_all = false;
+  bool stream = false;  // a token event per generated token (callers that stream); else only the step counts
 };
 
 struct Sequence {

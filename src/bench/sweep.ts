@@ -300,7 +300,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
           prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile: opts.profile === true, c1DecodeTokS,
         }, abort.signal, {
           phase: (p, total) => renderer.rowPhase(p, total),
-          token: () => renderer.token(),
+          tokens: (n) => renderer.stepTokens(n),
           firstToken: () => {
             if (!sweepFirstToken) { sweepFirstToken = true; stage('warmup_forward'); }
           },

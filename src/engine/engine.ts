@@ -43,6 +43,7 @@ class Engine implements EngineHandle {
   private early = new Map<number, NativeEvent[]>();
   private closed = false;
   private flushScheduled = false;
+  private stepListeners = new Set<(tokens: number) => void>();
 
   constructor(private readonly native: NativeEngine, private readonly profile: boolean, private readonly manualSteps: boolean) {
     const i = native.info();
@@ -62,6 +63,10 @@ class Engine implements EngineHandle {
 
   handle(events: NativeEvent[]): void {
     for (const ev of events) {
+      if (ev.type === 'step') {
+        for (const l of this.stepListeners) l(ev.count ?? 0);
+        continue;
+      }
       if (ev.type !== 'token' && ev.type !== 'done') continue;
       const id = ev.id as number;
       const p = this.pending.get(id);
@@ -104,7 +109,7 @@ class Engine implements EngineHandle {
     const done = new Promise<RequestResult>((r) => { resolve = r; });
     // Staged natively (timestamped now) and released to the worker once this JS turn ends, so a
     // burst of submits (c sessions starting together) is admitted in one engine step.
-    const id = this.native.submit({ ...req, prompt }, true);
+    const id = this.native.submit({ ...req, prompt, stream: onToken !== undefined }, true);
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       setImmediate(() => {
@@ -120,6 +125,11 @@ class Engine implements EngineHandle {
       for (const ev of early) if (this.pending.has(id)) this.dispatch(id, p, ev);
     }
     return { id, done, cancel: () => this.native.cancel(id) };
+  }
+
+  onStep(listener: (tokens: number) => void): () => void {
+    this.stepListeners.add(listener);
+    return () => { this.stepListeners.delete(listener); };
   }
 
   stats(): EngineStats {
@@ -203,7 +213,7 @@ export function loadEngine(
           reject(new Error(ev.error));
         }
       }
-      if (engine) engine.handle(events.filter((e) => e.type === 'token' || e.type === 'done'));
+      if (engine) engine.handle(events.filter((e) => e.type === 'token' || e.type === 'step' || e.type === 'done'));
     };
     try {
       native = new addon.Engine({ config: nativeConfig(config), tensors }, options, onEvents);

@@ -5,11 +5,13 @@ import { existsSync } from 'node:fs';
 import { REPO_ROOT } from '../util/version.js';
 
 export interface NativeEvent {
-  type: 'token' | 'done' | 'load' | 'loaded' | 'loadError';
+  type: 'token' | 'step' | 'done' | 'load' | 'loaded' | 'loadError';
   id?: number;
   token?: number;
   index?: number;
   tMs?: number;
+  /** 'step': tokens generated in the step. */
+  count?: number;
   finish?: string;
   error?: string;
   tokens?: number[];
@@ -46,7 +48,7 @@ export interface NativeAddon {
 
 const cached = new Map<string, NativeAddon>();
 /** The native interface version this code expects (kAbiVersion in native/addon/addon.cpp). */
-const ADDON_ABI = 2;
+const ADDON_ABI = 3;
 
 /** The native addon: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
 export function loadAddon(file?: string): NativeAddon {

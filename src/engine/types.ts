@@ -148,7 +148,13 @@ export interface RequestHandle {
 /** The engine as the CLI sees it. Created by loadEngine() in src/engine/engine.ts. */
 export interface EngineHandle {
   readonly info: EngineInfo;
+  /**
+   * Queues a request. With `onToken` the request streams: one event per generated token crosses to
+   * JS (prompt, serve). Without it, only the result does; progress comes from onStep.
+   */
   submit(req: RequestOptions, onToken?: (ev: TokenEvent) => void): RequestHandle;
+  /** Calls `listener` once per engine step that generated tokens, with their count; returns the unsubscribe. */
+  onStep(listener: (tokens: number) => void): () => void;
   /** Current counters (cumulative since load or the last resetCounters()). */
   stats(): EngineStats;
   /** Reset cumulative counters and the peak to the current level (between sweep cells). */

@@ -62,6 +62,7 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
   let profOps = new Map<string, { group: string; calls: number; totalUs: number; selfUs: number }>();
   let profStages = new Map<string, { calls: number; totalUs: number }>();
   let stepping = false;
+  const stepListeners = new Set<(tokens: number) => void>();
   let closed = false;
 
   const activeBytes = () => WEIGHT_BYTES + blocksUsed * BLOCK_BYTES;
@@ -171,7 +172,9 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
         addStage('sampling', 3);
         addStage('js_callbacks', 2);
       }
+      let stepTokens = 0;
       const emit = (s: Seq) => {
+        stepTokens++;
         const tok = s.tokens.length % 1000;
         s.tokens.push(tok);
         s.tokenMs.push(t1);
@@ -185,12 +188,17 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
         if (s.done >= s.prompt.length && !s.cancelled) emit(s);
       }
       for (const s of decode) if (!s.cancelled && running.includes(s)) emit(s);
+      if (stepTokens > 0) for (const l of stepListeners) l(stepTokens);
       setImmediate(step);
     }, dur);
   }
 
   return {
     info,
+    onStep(listener: (tokens: number) => void): () => void {
+      stepListeners.add(listener);
+      return () => { stepListeners.delete(listener); };
+    },
     submit(req: RequestOptions, onToken?: (ev: TokenEvent) => void): RequestHandle {
       if (closed) throw new Error('engine closed');
       const id = nextId++;
