@@ -7,7 +7,7 @@ import { PassThrough } from 'node:stream';
 import { parse } from 'csv-parse/sync';
 import { afterAll, describe, expect, it } from 'vitest';
 import { UsageError } from '../src/cli/usage.js';
-import { CSV_COLUMNS, csvHeaderLine, csvRowLine, errorRow, formatField, markdownTable } from '../src/bench/csv.js';
+import { CSV_COLUMNS, counterColumns, csvHeaderLine, csvRowLine, errorRow, formatField, markdownTable } from '../src/bench/csv.js';
 import { computeRowFigures, speedupVsC1, batchingEfficiency, steadyDecodeRate, type TimedRequest } from '../src/bench/metrics.js';
 import { parseCells, parseConcurrency, resolveSweepConfig, type SweepConfig } from '../src/bench/options.js';
 import { makePrompt, promptVocab, type PromptPlan } from '../src/bench/prompts.js';
@@ -16,7 +16,7 @@ import { colorEnabled, HumanRenderer } from '../src/bench/render.js';
 import { runRow, type RowSettings } from '../src/bench/runner.js';
 import { percentile, summarize, unionLength } from '../src/bench/stats.js';
 import { runSweep, type SweepIO } from '../src/bench/sweep.js';
-import type { RequestResult } from '../src/engine/types.js';
+import type { EngineStats, RequestResult } from '../src/engine/types.js';
 import { parseNvidiaSmi, physicalCores } from '../src/util/machine.js';
 import { createFakeEngine, fakeBackend } from './helpers/fake-engine.js';
 
@@ -207,8 +207,12 @@ describe('prompts', () => {
 });
 
 describe('csv', () => {
-  it('has the 21 columns in order', () => {
+  it('has the 21 columns in order, each with its kind, source and meaning', () => {
     expect(CSV_COLUMNS.length).toBe(21);
+    for (const c of CSV_COLUMNS) expect(c.meaning.length, c.name).toBeGreaterThan(0);
+    expect(counterColumns({ prefixAdmittedTokens: 3, retires: 4, peakActiveBytes: 5, numAllocs: 6, parkWaits: 7 } as EngineStats))
+      .toEqual({ admitted_tok: 3, retires: 4, peak_active_bytes: 5, num_allocs: 6, num_inflight_park_waits: 7 });
+    expect(errorRow(1, 2, 3, 'x').decode_tok_s).toBeNull();
     expect(csvHeaderLine()).toBe('isl,osl,concurrency,first_call_ms,ttft_ms,prefill_tok_s,itl_p50_ms,itl_p99_ms,prefill_chunk_ms_p50,prefill_chunk_ms_max,decode_tok_s,speedup_vs_c1,batching_efficiency,admitted_tok,retires,peak_active_bytes,num_allocs,num_inflight_park_waits,status,reason,notes\n');
   });
   it('prints missing figures as empty fields and quotes text', () => {

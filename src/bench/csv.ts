@@ -1,57 +1,67 @@
 // The sweep's CSV: 21 columns, one row per cell x concurrency.
 import { stringify } from 'csv-stringify/sync';
+import type { EngineStats } from '../engine/types.js';
 
+/**
+ * The 21 columns, in order: the one definition every reader uses (the CSV and markdown writers, the
+ * row type, the error row, the counter columns). `source` says where a value comes from: the cell
+ * itself, the timed requests' native timestamps, another column, an engine counter over the timed
+ * passes (EngineStats field), or the row's outcome. docs/bench.md defines each figure in full.
+ */
 export const CSV_COLUMNS = [
-  'isl',
-  'osl',
-  'concurrency',
-  'first_call_ms',
-  'ttft_ms',
-  'prefill_tok_s',
-  'itl_p50_ms',
-  'itl_p99_ms',
-  'prefill_chunk_ms_p50',
-  'prefill_chunk_ms_max',
-  'decode_tok_s',
-  'speedup_vs_c1',
-  'batching_efficiency',
-  'admitted_tok',
-  'retires',
-  'peak_active_bytes',
-  'num_allocs',
-  'num_inflight_park_waits',
-  'status',
-  'reason',
-  'notes',
-] as const;
-
-export type CsvColumn = (typeof CSV_COLUMNS)[number];
+  { name: 'isl', kind: 'key', source: 'cell', meaning: 'prompt tokens per request' },
+  { name: 'osl', kind: 'key', source: 'cell', meaning: 'tokens generated per request' },
+  { name: 'concurrency', kind: 'key', source: 'cell', meaning: 'sessions in flight' },
+  { name: 'first_call_ms', kind: 'figure', source: 'timing', meaning: "the row's first call, enqueue to last token" },
+  { name: 'ttft_ms', kind: 'figure', source: 'timing', meaning: 'mean enqueue to first token of the timed requests' },
+  { name: 'prefill_tok_s', kind: 'figure', source: 'derived', meaning: 'isl x 1000 / ttft_ms' },
+  { name: 'itl_p50_ms', kind: 'figure', source: 'timing', meaning: 'p50 of the decode-only inter-token gaps' },
+  { name: 'itl_p99_ms', kind: 'figure', source: 'timing', meaning: 'p99 of the decode-only inter-token gaps' },
+  { name: 'prefill_chunk_ms_p50', kind: 'figure', source: 'timing', meaning: 'p50 wall of the prefill steps' },
+  { name: 'prefill_chunk_ms_max', kind: 'figure', source: 'timing', meaning: 'longest prefill step' },
+  { name: 'decode_tok_s', kind: 'figure', source: 'timing', meaning: 'aggregate decode rate over the decode window' },
+  { name: 'speedup_vs_c1', kind: 'figure', source: 'derived', meaning: "decode_tok_s over the cell's c=1 row" },
+  { name: 'batching_efficiency', kind: 'figure', source: 'derived', meaning: 'speedup_vs_c1 / concurrency' },
+  { name: 'admitted_tok', kind: 'figure', source: { counter: 'prefixAdmittedTokens' }, meaning: 'prompt tokens admitted into the prefix cache' },
+  { name: 'retires', kind: 'figure', source: { counter: 'retires' }, meaning: 'sequences retired' },
+  { name: 'peak_active_bytes', kind: 'figure', source: { counter: 'peakActiveBytes' }, meaning: 'high-water mark of workspace + KV blocks + states' },
+  { name: 'num_allocs', kind: 'figure', source: { counter: 'numAllocs' }, meaning: 'KV-block and state allocations' },
+  { name: 'num_inflight_park_waits', kind: 'figure', source: { counter: 'parkWaits' }, meaning: 'times a request waited for a slot or KV blocks' },
+  { name: 'status', kind: 'status', source: 'outcome', meaning: 'ok, or error when the row could not be measured' },
+  { name: 'reason', kind: 'text', source: 'outcome', meaning: 'why an error row failed' },
+  { name: 'notes', kind: 'text', source: 'outcome', meaning: 'how the row was measured' },
+] as const satisfies readonly ColumnSpec[];
 
 export type RowStatus = 'ok' | 'error';
 
-/** One CSV row. A null figure prints as an empty field: it was not measured, never a made-up zero. */
-export interface SweepRow {
-  isl: number;
-  osl: number;
-  concurrency: number;
-  first_call_ms: number | null;
-  ttft_ms: number | null;
-  prefill_tok_s: number | null;
-  itl_p50_ms: number | null;
-  itl_p99_ms: number | null;
-  prefill_chunk_ms_p50: number | null;
-  prefill_chunk_ms_max: number | null;
-  decode_tok_s: number | null;
-  speedup_vs_c1: number | null;
-  batching_efficiency: number | null;
-  admitted_tok: number | null;
-  retires: number | null;
-  peak_active_bytes: number | null;
-  num_allocs: number | null;
-  num_inflight_park_waits: number | null;
-  status: RowStatus;
-  reason: string;
-  notes: string;
+interface ColumnSpec {
+  name: string;
+  /** key: always present; figure: a number, or null when it could not be measured; status / text: words. */
+  kind: 'key' | 'figure' | 'status' | 'text';
+  source: 'cell' | 'timing' | 'derived' | 'outcome' | { counter: keyof EngineStats };
+  meaning: string;
+}
+
+type Column = (typeof CSV_COLUMNS)[number];
+export type CsvColumn = Column['name'];
+type ValueOf<K extends ColumnSpec['kind']> =
+  K extends 'key' ? number : K extends 'figure' ? number | null : K extends 'status' ? RowStatus : string;
+
+/** One CSV row, typed from the table. A null figure prints as an empty field: it was not measured, never a made-up zero. */
+export type SweepRow = { [C in Column as C['name']]: ValueOf<C['kind']> };
+
+type CounterColumn = Extract<Column, { source: { counter: keyof EngineStats } }>;
+export type CounterColumns = { [C in CounterColumn as C['name']]: number };
+
+const COUNTER_COLUMNS = CSV_COLUMNS.filter((c): c is CounterColumn => typeof c.source === 'object');
+const FIGURE_COLUMNS = CSV_COLUMNS.filter((c) => c.kind === 'figure').map((c) => c.name);
+const COLUMN_NAMES: readonly CsvColumn[] = CSV_COLUMNS.map((c) => c.name);
+
+/** The counter columns of a row: each column's engine counter over the timed passes. */
+export function counterColumns(s: EngineStats): CounterColumns {
+  const out: Record<string, number> = {};
+  for (const c of COUNTER_COLUMNS) out[c.name] = Number(s[c.source.counter] ?? 0);
+  return out as CounterColumns;
 }
 
 /** Numbers print in JavaScript's shortest round-trip form, so a parser reads back the exact double. */
@@ -65,32 +75,26 @@ export function formatField(v: number | string | null): string {
 }
 
 export function csvHeaderLine(): string {
-  return stringify([CSV_COLUMNS as unknown as string[]], { record_delimiter: '\n' });
+  return stringify([COLUMN_NAMES as string[]], { record_delimiter: '\n' });
 }
 
 export function csvRowLine(row: SweepRow): string {
-  return stringify([CSV_COLUMNS.map((c) => formatField(row[c]))], { record_delimiter: '\n' });
+  return stringify([COLUMN_NAMES.map((c) => formatField(row[c]))], { record_delimiter: '\n' });
 }
 
-/** A row for a cell that never produced figures. */
+/** A row for a cell that never produced figures: every figure empty. */
 export function errorRow(isl: number, osl: number, concurrency: number, reason: string, notes = ''): SweepRow {
-  return {
-    isl, osl, concurrency,
-    first_call_ms: null, ttft_ms: null, prefill_tok_s: null, itl_p50_ms: null, itl_p99_ms: null,
-    prefill_chunk_ms_p50: null, prefill_chunk_ms_max: null, decode_tok_s: null, speedup_vs_c1: null,
-    batching_efficiency: null, admitted_tok: null, retires: null, peak_active_bytes: null, num_allocs: null,
-    num_inflight_park_waits: null,
-    status: 'error', reason, notes,
-  };
+  const figures = Object.fromEntries(FIGURE_COLUMNS.map((c) => [c, null]));
+  return { ...figures, isl, osl, concurrency, status: 'error', reason, notes } as SweepRow;
 }
 
 /** Markdown table of the rows (--format md). */
 export function markdownTable(rows: readonly SweepRow[]): string {
   const esc = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
   const lines = [
-    `| ${CSV_COLUMNS.join(' | ')} |`,
-    `| ${CSV_COLUMNS.map(() => '---').join(' | ')} |`,
-    ...rows.map((r) => `| ${CSV_COLUMNS.map((c) => esc(formatField(r[c]))).join(' | ')} |`),
+    `| ${COLUMN_NAMES.join(' | ')} |`,
+    `| ${COLUMN_NAMES.map(() => '---').join(' | ')} |`,
+    ...rows.map((r) => `| ${COLUMN_NAMES.map((c) => esc(formatField(r[c]))).join(' | ')} |`),
   ];
   return lines.join('\n') + '\n';
 }

@@ -1,6 +1,6 @@
 // Row figures from the engine's native timestamps. Pure functions: RequestResults in, numbers out.
 // Every definition here is the one docs/bench.md states; change both together.
-import type { EngineStats, RequestResult } from '../engine/types.js';
+import type { RequestResult } from '../engine/types.js';
 import { summarize, unionLength, type Distribution } from './stats.js';
 
 /** One timed request with its place in the closed loop. */
@@ -171,25 +171,6 @@ export function speedupVsC1(decodeTokS: number | null, c1DecodeTokS: number | nu
 /** batching_efficiency = speedup_vs_c1 / concurrency. */
 export function batchingEfficiency(speedup: number | null, concurrency: number): number | null {
   return speedup === null ? null : speedup / concurrency;
-}
-
-/** Counter columns: the engine's counters over the timed passes (read after resetCounters()). */
-export interface CounterColumns {
-  admitted_tok: number;
-  retires: number;
-  peak_active_bytes: number;
-  num_allocs: number;
-  num_inflight_park_waits: number;
-}
-
-export function counterColumns(s: EngineStats): CounterColumns {
-  return {
-    admitted_tok: s.prefixAdmittedTokens,
-    retires: s.retires,
-    peak_active_bytes: s.peakActiveBytes,
-    num_allocs: s.numAllocs,
-    num_inflight_park_waits: s.parkWaits,
-  };
 }
 
 /**

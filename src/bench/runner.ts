@@ -1,10 +1,9 @@
 // One sweep row: a cell (isl:osl) at one concurrency, run as a closed loop of sessions on a loaded engine.
 import type { EngineHandle, EngineStats, ProfileReport, RequestHandle, RequestResult, TokenEvent } from '../engine/types.js';
-import { errorRow, type SweepRow } from './csv.js';
+import { counterColumns, errorRow, type SweepRow } from './csv.js';
 import {
   batchingEfficiency,
   computeRowFigures,
-  counterColumns,
   speedupVsC1,
   type RowFigures,
   type TimedRequest,
