@@ -28,9 +28,13 @@ std::string get_str(const Napi::Object& o, const char* key, const std::string& d
   if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
   return o.Get(key).ToString().Utf8Value();
 }
-int32_t req_int(const Napi::Object& o, const char* key) {
-  if (!o.Has(key) || !o.Get(key).IsNumber()) throw std::invalid_argument(std::string("config.") + key + " is missing");
+int32_t req_int(const Napi::Object& o, const char* key, const char* where = "config") {
+  if (!o.Has(key) || !o.Get(key).IsNumber()) throw std::invalid_argument(std::string(where) + "." + key + " is missing");
   return o.Get(key).As<Napi::Number>().Int32Value();
+}
+std::string req_str(const Napi::Object& o, const char* key, const char* where) {
+  if (!o.Has(key) || !o.Get(key).IsString()) throw std::invalid_argument(std::string(where) + "." + key + " is missing");
+  return o.Get(key).As<Napi::String>().Utf8Value();
 }
 
 DType parse_dtype(const std::string& s, const std::string& tensor) {
@@ -124,27 +128,29 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           tensors.push_back(std::move(e));
         }
       }
+      // The serving options come from the CLI, which owns their defaults (src/bench/options.ts):
+      // every one must be given. The internal knobs default to EngineConfig's values.
       EngineConfig ec;
-      ec.device = get_str(opt, "device", "cpu");
-      ec.threads = get_int(opt, "threads", 0);
-      ec.block_size = get_int(opt, "blockSize", 16);
-      ec.paged = get_str(opt, "kvcache", "paged") != "continuous";
+      ec.device = req_str(opt, "device", "options");
+      ec.threads = req_int(opt, "threads", "options");
+      ec.block_size = req_int(opt, "blockSize", "options");
+      ec.paged = req_str(opt, "kvcache", "options") != "continuous";
       ec.kv_memory_bytes = static_cast<int64_t>(get_num(opt, "kvMemoryBytes", 0));
-      ec.max_seq = get_int(opt, "maxSeq", 4096);
-      ec.max_seqs = get_int(opt, "maxSeqs", 8);
-      ec.prefill_chunk = get_int(opt, "prefillChunk", 512);
-      ec.step_token_budget = get_int(opt, "stepTokenBudget", 2048);
-      ec.prefix_cache = get_bool(opt, "prefixCache", true);
-      ec.snapshot_interval = get_int(opt, "snapshotInterval", 256);
-      ec.max_snapshots = get_int(opt, "maxSnapshots", 0);
-      ec.gdn_chunk_min = get_int(opt, "gdnChunkMin", 16);
-      ec.profile = get_bool(opt, "profile", false);
-      ec.cuda_graphs = get_bool(opt, "cudaGraphs", true);
-      ec.manual_steps = get_bool(opt, "manualSteps", false);
+      ec.max_seq = req_int(opt, "maxSeq", "options");
+      ec.max_seqs = req_int(opt, "maxSeqs", "options");
+      ec.prefill_chunk = req_int(opt, "prefillChunk", "options");
+      ec.step_token_budget = req_int(opt, "stepTokenBudget", "options");
+      ec.prefix_cache = get_bool(opt, "prefixCache", ec.prefix_cache);
+      ec.snapshot_interval = get_int(opt, "snapshotInterval", ec.snapshot_interval);
+      ec.max_snapshots = get_int(opt, "maxSnapshots", ec.max_snapshots);
+      ec.gdn_chunk_min = get_int(opt, "gdnChunkMin", ec.gdn_chunk_min);
+      ec.profile = get_bool(opt, "profile", ec.profile);
+      ec.cuda_graphs = get_bool(opt, "cudaGraphs", ec.cuda_graphs);
+      ec.manual_steps = get_bool(opt, "manualSteps", ec.manual_steps);
       const std::string wp = get_str(opt, "weightDtype", "auto");
       ec.weights = wp == "f32" ? WeightPolicy::f32 : wp == "bf16" ? WeightPolicy::bf16 : WeightPolicy::keep;
       ec.synthetic_dtype = get_str(opt, "syntheticDtype", "bf16") == "f32" ? DType::f32 : DType::bf16;
-      ec.synthetic_seed = static_cast<uint64_t>(get_num(opt, "syntheticSeed", 1));
+      ec.synthetic_seed = static_cast<uint64_t>(get_num(opt, "syntheticSeed", static_cast<double>(ec.synthetic_seed)));
 
       tsfn_ = Napi::ThreadSafeFunction::New(env, info[2].As<Napi::Function>(), "lumen-engine-events", 0, 1);
       auto pending = pending_;

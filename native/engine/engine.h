@@ -33,15 +33,17 @@ namespace lumen {
 class Qwen35;
 
 struct EngineConfig {
-  std::string device = "cpu";
-  int threads = 0;
-  int block_size = 16;
+  // The serving options: set by the caller (the CLI owns their defaults, src/bench/options.ts).
+  std::string device;
+  int threads = 0;  // 0: every CPU this process may use (usable_cpus)
+  int block_size = 0;
   bool paged = true;
   int64_t kv_memory_bytes = 0;  // 0: max_seq x max_seqs tokens
-  int max_seq = 4096;
-  int max_seqs = 8;
-  int prefill_chunk = 512;
-  int step_token_budget = 2048;
+  int max_seq = 0;
+  int max_seqs = 0;
+  int prefill_chunk = 0;
+  int step_token_budget = 0;
+  // Internal knobs (not CLI flags); their defaults are these.
   bool prefix_cache = true;
   int snapshot_interval = 256;  // recurrent-state snapshot points (tokens), plus each prompt's last full block
   int max_snapshots = 0;        // 0: 2 x max_seqs
