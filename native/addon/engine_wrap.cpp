@@ -32,6 +32,10 @@ int32_t req_int(const Napi::Object& o, const char* key, const char* where = "con
   if (!o.Has(key) || !o.Get(key).IsNumber()) throw std::invalid_argument(std::string(where) + "." + key + " is missing");
   return o.Get(key).As<Napi::Number>().Int32Value();
 }
+double req_num(const Napi::Object& o, const char* key) {
+  if (!o.Has(key) || !o.Get(key).IsNumber()) throw std::invalid_argument(std::string("config.") + key + " is missing");
+  return o.Get(key).As<Napi::Number>().DoubleValue();
+}
 std::string req_str(const Napi::Object& o, const char* key, const char* where) {
   if (!o.Has(key) || !o.Get(key).IsString()) throw std::invalid_argument(std::string(where) + "." + key + " is missing");
   return o.Get(key).As<Napi::String>().Utf8Value();
@@ -75,10 +79,12 @@ ModelConfig parse_config(const Napi::Object& c) {
   m.lin_dv = req_int(c, "linearValueHeadDim");
   m.conv_kernel = req_int(c, "linearConvKernelDim");
   m.vocab = req_int(c, "vocabSize");
-  m.eps = static_cast<float>(get_num(c, "rmsNormEps", 1e-6));
-  m.rope_theta = static_cast<float>(get_num(c, "ropeTheta", 1e7));
-  m.partial_rotary = static_cast<float>(get_num(c, "partialRotaryFactor", 0.25));
-  m.tied = get_bool(c, "tieWordEmbeddings", true);
+  m.eps = static_cast<float>(req_num(c, "rmsNormEps"));
+  m.rope_theta = static_cast<float>(req_num(c, "ropeTheta"));
+  m.partial_rotary = static_cast<float>(req_num(c, "partialRotaryFactor"));
+  if (!c.Has("tieWordEmbeddings") || !c.Get("tieWordEmbeddings").IsBoolean())
+    throw std::invalid_argument("config.tieWordEmbeddings is missing");
+  m.tied = c.Get("tieWordEmbeddings").As<Napi::Boolean>().Value();
   auto lt = c.Get("layerTypes").As<Napi::Array>();
   if (!c.Get("layerTypes").IsArray() || lt.Length() != static_cast<uint32_t>(m.n_layers))
     throw std::invalid_argument("config.layerTypes must list every layer");
