@@ -130,6 +130,23 @@ describe('config.json', () => {
       .toMatch(/text_config\.hidden_size must be a positive integer/);
   });
 
+  it('rejects values the engine cannot take, with bounded messages', () => {
+    const bad = (patch: Record<string, unknown>) => checkpointError(() => parseConfig({ text_config: { ...tc, ...patch } }, 'config.json'));
+    // A deeply nested value is shown elided (JSON.stringify of it would overflow the stack).
+    expect(bad({ hidden_size: JSON.parse('['.repeat(100_000) + ']'.repeat(100_000)) })).toBe('config.json: text_config.hidden_size must be a positive integer (got [[[[...]]]])');
+    expect(bad({ hidden_size: 2 ** 31 })).toMatch(/hidden_size is 2147483648, above the limit of 2147483647/);
+    const noTypes: Record<string, unknown> = { ...tc, num_hidden_layers: 1e9 };
+    delete noTypes.layer_types;
+    expect(checkpointError(() => parseConfig({ text_config: noTypes }, 'config.json'))).toMatch(/num_hidden_layers is 1000000000, above the limit of 1024/);
+    expect(bad({ rms_norm_eps: 1e-320 })).toMatch(/rms_norm_eps is 1e-320, which is 0 as a float32/);
+    expect(bad({ rms_norm_eps: 2 })).toMatch(/rms_norm_eps must be below 1/);
+    expect(bad({ linear_conv_kernel_dim: 9 })).toMatch(/linear_conv_kernel_dim is 9; the engine supports 1\.\.8/);
+    // 200 x 0.53 = 106 exactly, but 105.99... in the engine's float32 arithmetic.
+    expect(bad({ head_dim: 200, rope_parameters: { ...(tc.rope_parameters as object), partial_rotary_factor: 0.53 } }))
+      .toMatch(/partial_rotary_factor \(0\.53\) is not exact in float32: head_dim 200 x it is 105/);
+    expect(checkpointError(() => parseConfig({ text_config: 7 }, 'config.json'))).toBe('config.json: text_config must be an object (got 7)');
+  });
+
   it('preset parameter counts match the architecture reference', () => {
     const expected: Record<string, [number, number]> = {
       '0.8b': [752_393_024, 20_452_864],
@@ -391,6 +408,38 @@ describe('damaged checkpoints', () => {
       .toBe(`unknown dtype "F8_E4M3" for tensor model.embed_tokens.weight in ${file} (supported: BF16, F16, F32)`);
     writeRawSafetensors(file, '[1,2]');
     expect(checkpointError(() => readSafetensorsHeader(file))).toMatch(/header must be a JSON object/);
+  });
+
+  it('duplicate names, malformed UTF-8 and control characters in the header', () => {
+    const file = path.join(tempDir('bad'), 'z.safetensors');
+    const raw = (header: Buffer) => {
+      const json = Buffer.concat([header, Buffer.alloc((8 - (header.length % 8)) % 8, 0x20)]);
+      const len = Buffer.alloc(8);
+      len.writeBigUInt64LE(BigInt(json.length));
+      writeFileSync(file, Buffer.concat([len, json, Buffer.alloc(8)]));
+    };
+    const entry = '{"dtype":"F32","shape":[2],"data_offsets":[0,8]}';
+    raw(Buffer.from(`{"w":${entry},"w":${entry}}`));
+    expect(checkpointError(() => readSafetensorsHeader(file))).toBe(`${file}: tensor w appears twice in the safetensors header`);
+    raw(Buffer.concat([Buffer.from('{"w'), Buffer.from([0xff]), Buffer.from(`":${entry}}`)]));
+    expect(checkpointError(() => readSafetensorsHeader(file))).toBe(`${file}: safetensors header is not valid UTF-8 (byte 3)`);
+    raw(Buffer.from(`{"w":${entry}`));
+    expect(checkpointError(() => readSafetensorsHeader(file))).toMatch(/safetensors header is not valid JSON: expected ',' or '}' after property value at line 1, column \d+$/);
+    writeRawSafetensors(file, { 'w\n    at evil (x.js:1:1)': { dtype: 'F32', shape: [4], data_offsets: [0, 16] } }, new Uint8Array(8));
+    const msg = checkpointError(() => readSafetensorsHeader(file));
+    expect(msg).not.toContain('\n');
+    expect(msg).toContain('tensor w\\n    at evil');
+  });
+
+  it('an index entry must name a file inside the checkpoint directory', async () => {
+    const fx = await smallFixture({ shards: 2 });
+    const index = path.join(fx.dir, 'model.safetensors.index.json');
+    const doc = JSON.parse(readFileSync(index, 'utf8')) as { weight_map: Record<string, string> };
+    const first = Object.keys(doc.weight_map)[0]!;
+    for (const bad of ['..', `../${doc.weight_map[first]}`, 'x\u0000y']) {
+      writeFileSync(index, JSON.stringify({ weight_map: { ...doc.weight_map, [first]: bad } }));
+      expect(checkpointError(() => loadCheckpoint(fx.dir))).toMatch(/is not a file name in the checkpoint directory/);
+    }
   });
 
   it('missing tensor and wrong shape name the tensor, shapes and file', async () => {

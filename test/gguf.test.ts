@@ -1,4 +1,4 @@
-// GGUF writer and qwen35 converter: format (parsed back by an independent reader here and by
+// GGUF writer and qwen35 converter: format (parsed back by the project's GGUF reader and by
 // node-llama-cpp's), metadata, tensor layout, value transforms, dtypes, CLI errors, and
 // llama.cpp actually loading and running the converted tiny models.
 import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
@@ -15,81 +15,16 @@ import {
   bf16ToF32, dequantizeQ8_0, f16ToF32, f32ToBf16, f32ToF16, quantizeQ8_0, Q8_0_BLOCK_BYTES,
 } from '../src/convert/quantize.js';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { parseGguf, type GgufFile } from '../src/model/gguf-reader.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
 import type { Checkpoint, TextConfig } from '../src/model/types.js';
 import { closeAllRefs, compareLogSoftmax, LlamaRef, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
 
 // ------------------------------------------------------------------------------------------
-// An independent GGUF reader (written from the format description, not from the writer).
+// The project's bounds-checked GGUF reader (src/model/gguf-reader.ts, written from the format
+// description, not from the writer).
 
-interface ParsedTensor { name: string; ne: number[]; type: number; offset: number }
-interface ParsedGguf {
-  version: number;
-  kv: Map<string, { type: number; value: unknown; itemType?: number }>;
-  tensors: Map<string, ParsedTensor>;
-  tensorOrder: string[];
-  dataStart: number;
-  buf: Buffer;
-}
-
-function parseGguf(file: string): ParsedGguf {
-  const buf = readFileSync(file);
-  let p = 0;
-  const u32 = () => { const v = buf.readUInt32LE(p); p += 4; return v; };
-  const u64 = () => { const v = buf.readBigUInt64LE(p); p += 8; return Number(v); };
-  const str = () => { const n = u64(); const s = buf.toString('utf8', p, p + n); p += n; return s; };
-  const scalar = (t: number): unknown => {
-    switch (t) {
-      case 0: return buf.readUInt8(p++);
-      case 1: return buf.readInt8(p++);
-      case 2: { const v = buf.readUInt16LE(p); p += 2; return v; }
-      case 3: { const v = buf.readInt16LE(p); p += 2; return v; }
-      case 4: return u32();
-      case 5: { const v = buf.readInt32LE(p); p += 4; return v; }
-      case 6: { const v = buf.readFloatLE(p); p += 4; return v; }
-      case 7: return buf.readUInt8(p++) !== 0;
-      case 8: return str();
-      case 10: return u64();
-      case 11: { const v = Number(buf.readBigInt64LE(p)); p += 8; return v; }
-      case 12: { const v = buf.readDoubleLE(p); p += 8; return v; }
-      default: throw new Error(`bad GGUF value type ${t} at ${p}`);
-    }
-  };
-  if (buf.toString('latin1', 0, 4) !== 'GGUF') throw new Error('bad magic');
-  p = 4;
-  const version = u32();
-  const nTensors = u64();
-  const nKv = u64();
-  const kv = new Map<string, { type: number; value: unknown; itemType?: number }>();
-  for (let i = 0; i < nKv; i++) {
-    const key = str();
-    const type = u32();
-    if (type === 9) {
-      const itemType = u32();
-      const n = u64();
-      const arr: unknown[] = new Array(n);
-      for (let j = 0; j < n; j++) arr[j] = scalar(itemType);
-      kv.set(key, { type, itemType, value: arr });
-    } else {
-      kv.set(key, { type, value: scalar(type) });
-    }
-  }
-  const tensors = new Map<string, ParsedTensor>();
-  const tensorOrder: string[] = [];
-  for (let i = 0; i < nTensors; i++) {
-    const name = str();
-    const nd = u32();
-    const ne: number[] = [];
-    for (let j = 0; j < nd; j++) ne.push(u64());
-    const type = u32();
-    const offset = u64();
-    tensors.set(name, { name, ne, type, offset });
-    tensorOrder.push(name);
-  }
-  const align = (kv.get('general.alignment')?.value as number | undefined) ?? 32;
-  const dataStart = Math.ceil(p / align) * align;
-  return { version, kv, tensors, tensorOrder, dataStart, buf };
-}
+type ParsedGguf = GgufFile;
 
 const kvValue = (g: ParsedGguf, key: string): unknown => {
   const e = g.kv.get(key);

@@ -143,4 +143,47 @@ describe('loadTokenizer', () => {
     rmSync(file);
     expect(statSync(d).isDirectory()).toBe(true);
   });
+
+  it('a small synthetic tokenizer (fewer merges, specials right after the BPE tokens) loads', async () => {
+    const small = buildSynthTokenizer(300);
+    expect(small.vocabSize).toBe(333);
+    expect(small.mergeCount).toBeLessThanOrEqual(44);
+    const d = tempDir('tok');
+    writeFileSync(path.join(d, 'tokenizer.json'), small.tokenizerJson);
+    writeFileSync(path.join(d, 'tokenizer_config.json'), JSON.stringify(synthTokenizerConfig(false, 4096, 300)));
+    const t = await loadTokenizer(d);
+    expect(t.vocabSize).toBe(333);
+    expect(t.tokenToId('<|im_end|>')).toBe(302);
+    expect(t.decode(t.encode('Hello world'))).toBe('Hello world');
+  });
+
+  it('malformed tokenizer files name the file and the key at fault', async () => {
+    const d = tempDir('tok');
+    const file = path.join(d, 'tokenizer.json');
+    const tcFile = path.join(d, 'tokenizer_config.json');
+    const good = JSON.parse(buildSynthTokenizer(300).tokenizerJson) as Record<string, any>;
+    const cfg = synthTokenizerConfig(false, 4096, 300);
+    const rejects = async (edit: (tok: Record<string, any>, tc: Record<string, any>) => void, re: RegExp) => {
+      const tok = structuredClone(good);
+      const tc = structuredClone(cfg) as Record<string, any>;
+      edit(tok, tc);
+      writeFileSync(file, JSON.stringify(tok));
+      writeFileSync(tcFile, JSON.stringify(tc));
+      const err = await loadTokenizer(d).then(() => null, (e: unknown) => e);
+      expect(err, String(re)).toBeInstanceOf(CheckpointError);
+      expect((err as Error).message).toMatch(re);
+      expect((err as Error).message).not.toContain('\n');
+    };
+    await rejects((t) => { t.model.merges[0] = ['zz', 'yy']; }, /tokenizer\.json: model\.merges\[0\] \(\["zz", "yy"\]\) uses token "zz", which is not in model\.vocab/);
+    await rejects((t) => { t.model.vocab.a = -3; }, /tokenizer\.json: model\.vocab entry "a" has id -3/);
+    await rejects((t) => { t.pre_tokenizer.pretokenizers[0].pattern = { Regex: 5 }; }, /pre_tokenizer\.pretokenizers\[0\]\.pattern must be \{"Regex": <string>\}/);
+    await rejects((t) => { t.pre_tokenizer.pretokenizers[0].behavior = {}; }, /pre_tokenizer\.pretokenizers\[0\]\.behavior must be a string/);
+    await rejects((t) => { t.pre_tokenizer.pretokenizers = 5; }, /pre_tokenizer\.pretokenizers must be an array of stages/);
+    await rejects((t) => { t.added_tokens[0].content = ''; }, /added_tokens\[0\] is \{/);
+    await rejects((_t, c) => { c.chat_template = '{% for m in messages %}{{ m.content }}'; }, /tokenizer_config\.json: chat template does not parse \(the template ends inside an unclosed block or tag\)/);
+    await rejects((_t, c) => { c.chat_template = "{{ raise_exception('no') }}"; }, /tokenizer_config\.json: chat template fails to render \(no\)/);
+    await rejects((_t, c) => { c.chat_template = ''; }, /chat template renders no text for a user message/);
+    await rejects((_t, c) => { c.chat_template = [null]; }, /chat_template must be a string or a list of \{"name", "template"\} \(got \[null\]\)/);
+    await rejects((_t, c) => { c.additional_special_tokens = 5; }, /additional_special_tokens must be an array of token strings/);
+  });
 });

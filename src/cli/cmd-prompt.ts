@@ -3,7 +3,7 @@
 import { writeFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
 import { loadCheckpoint } from '../model/checkpoint.js';
-import { loadTokenizer } from '../model/tokenizer.js';
+import { checkTokenizerFitsModel, loadTokenizer } from '../model/tokenizer.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
@@ -88,6 +88,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   } else {
     try {
       tokenizer = await loadTokenizer(dir);
+      checkTokenizerFitsModel(tokenizer, ckpt.config.vocabSize, dir);
     } catch (err) {
       if (err instanceof CheckpointError) {
         process.stderr.write(`bench: ${err.message}\n`);

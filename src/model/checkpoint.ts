@@ -7,6 +7,8 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
+import { parseJsonBytes, preview } from '../util/json.js';
+import { displayName } from '../util/text.js';
 import { derivedDims, parseConfigDetailed } from './config.js';
 import { numel, readSafetensorsHeader, shapeStr, type SafetensorsEntry } from './safetensors.js';
 import { CheckpointError, type Checkpoint, type DType, type LayerType, type TensorRef, type TextConfig } from './types.js';
@@ -113,18 +115,26 @@ interface Located {
   file: string;
 }
 
-function readJson(file: string, what: string): unknown {
-  let text: string;
+function readBytes(file: string, what: string): Buffer {
   try {
-    text = readFileSync(file, 'utf8');
+    return readFileSync(file);
   } catch (err) {
     throw new CheckpointError(`${file}: cannot read ${what} (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
   }
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw new CheckpointError(`${file}: ${what} is not valid JSON (${(err as Error).message})`);
-  }
+}
+
+function readJson(file: string, what: string): unknown {
+  const parsed = parseJsonBytes(readBytes(file, what));
+  if (!parsed.ok) throw new CheckpointError(`${file}: ${what} is ${parsed.reason}`);
+  return parsed.value;
+}
+
+/** Longest file name Linux allows (NAME_MAX, in bytes). */
+const MAX_FILE_NAME_BYTES = 255;
+
+/** A weight_map value must be a plain file name inside the checkpoint directory. */
+function isPlainFileName(s: string): boolean {
+  return s.length > 0 && s !== '.' && s !== '..' && !/[/\\\u0000-\u001f]/.test(s) && Buffer.byteLength(s) <= MAX_FILE_NAME_BYTES;
 }
 
 function sameShape(a: readonly number[], b: readonly number[]): boolean {
@@ -153,14 +163,10 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
   // --- config.json
   const configPath = path.join(absDir, 'config.json');
   if (!existsSync(configPath)) throw new CheckpointError(`${configPath}: config.json not found in the checkpoint directory`);
-  const configBytes = readFileSync(configPath);
-  let configJson: unknown;
-  try {
-    configJson = JSON.parse(configBytes.toString('utf8'));
-  } catch (err) {
-    throw new CheckpointError(`${configPath}: not valid JSON (${(err as Error).message})`);
-  }
-  const parsed = parseConfigDetailed(configJson, configPath);
+  const configBytes = readBytes(configPath, 'config.json');
+  const configJson = parseJsonBytes(configBytes);
+  if (!configJson.ok) throw new CheckpointError(`${configPath}: ${configJson.reason}`);
+  const parsed = parseConfigDetailed(configJson.value, configPath);
   const config: TextConfig = { ...parsed.config, layerTypes: parsed.config.layerTypes.slice(), mropeSection: parsed.config.mropeSection.slice() };
   const configHash = createHash('sha256').update(configBytes).digest('hex');
 
@@ -179,8 +185,9 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
     const seen = new Set<string>();
     shards = [];
     for (const [name, shard] of Object.entries(wm as Record<string, unknown>)) {
-      if (typeof shard !== 'string' || shard.length === 0 || shard.includes('/') || shard.includes('\\')) {
-        throw new CheckpointError(`${indexPath}: weight_map entry for ${name} is not a file name: ${JSON.stringify(shard)}`);
+      if (name.length === 0) throw new CheckpointError(`${indexPath}: weight_map has an entry with an empty tensor name`);
+      if (typeof shard !== 'string' || !isPlainFileName(shard)) {
+        throw new CheckpointError(`${indexPath}: weight_map entry for ${displayName(name)} is not a file name in the checkpoint directory: ${preview(shard)}`);
       }
       const abs = path.join(absDir, shard);
       weightMap.set(name, abs);
@@ -192,6 +199,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
     if (shards.length === 0) throw new CheckpointError(`${indexPath}: weight_map is empty`);
     for (const s of shards) {
       if (!existsSync(s)) throw new CheckpointError(`${s}: shard named in ${path.basename(indexPath)} does not exist`);
+      if (!statSync(s).isFile()) throw new CheckpointError(`${s}: shard named in ${path.basename(indexPath)} is not a regular file`);
     }
     shards.sort();
   } else if (existsSync(singlePath)) {

@@ -4,6 +4,7 @@
 // level) and flattened copies (text keys at top level). Where a key is absent we fall back to the
 // HF defaults, which equal the 9B values; the keys that decide tensor shapes are required.
 
+import { preview } from '../util/json.js';
 import { CheckpointError, type LayerType, type TextConfig } from './types.js';
 
 type Json = Record<string, unknown>;
@@ -11,6 +12,13 @@ type Json = Record<string, unknown>;
 function isObject(v: unknown): v is Json {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
+
+/** Largest integer a size field may hold: the engine takes sizes as 32-bit signed integers. */
+export const MAX_CONFIG_INT = 2 ** 31 - 1;
+/** Most decoder layers a config may declare (Qwen3.5 has at most 64). */
+export const MAX_LAYERS = 1024;
+/** Largest float32: eps and theta reach the engine as float32. */
+const MAX_F32 = 3.4028234663852886e38;
 
 /** Default full-attention interval: layer i is full attention iff (i + 1) % 4 == 0. */
 export const DEFAULT_FULL_ATTENTION_INTERVAL = 4;
@@ -48,6 +56,9 @@ export function parseConfig(json: unknown, file: string): TextConfig {
 /** As parseConfig, plus the layout found and where tie_word_embeddings was stated. */
 export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   if (!isObject(json)) throw new CheckpointError(`${file}: expected a JSON object at top level`);
+  if (json.text_config !== undefined && json.text_config !== null && !isObject(json.text_config)) {
+    throw new CheckpointError(`${file}: text_config must be an object (got ${preview(json.text_config)})`);
+  }
   const nested = isObject(json.text_config);
   const tc: Json = nested ? (json.text_config as Json) : json;
   const keyPrefix = nested ? 'text_config.' : '';
@@ -56,23 +67,26 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   const fail = (key: string, what: string): never => {
     throw new CheckpointError(`${file}: ${where(key)} ${what}`);
   };
-  const posInt = (key: string, dflt?: number): number => {
+  const posInt = (key: string, dflt?: number, max = MAX_CONFIG_INT): number => {
     const v = tc[key];
     if (v === undefined || v === null) {
       if (dflt !== undefined) return dflt;
       return fail(key, 'is missing');
     }
-    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) return fail(key, `must be a positive integer (got ${JSON.stringify(v)})`);
+    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) return fail(key, `must be a positive integer (got ${preview(v)})`);
+    if (v > max) return fail(key, `is ${v}, above the limit of ${max}`);
     return v;
   };
-  const posNum = (v: unknown, key: string, dflt: number): number => {
+  const posNum = (v: unknown, key: string, dflt: number, max = MAX_F32): number => {
     if (v === undefined || v === null) return dflt;
-    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) return fail(key, `must be a positive number (got ${JSON.stringify(v)})`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) return fail(key, `must be a positive number (got ${preview(v)})`);
+    if (v > max) return fail(key, `is ${v}, above the limit of ${max}`);
+    if (Math.fround(v) === 0) return fail(key, `is ${v}, which is 0 as a float32 (the engine's precision)`);
     return v;
   };
 
   const hiddenSize = posInt('hidden_size');
-  const numLayers = posInt('num_hidden_layers');
+  const numLayers = posInt('num_hidden_layers', undefined, MAX_LAYERS);
   const intermediateSize = posInt('intermediate_size');
   const numHeads = posInt('num_attention_heads');
   const numKvHeads = posInt('num_key_value_heads');
@@ -86,6 +100,11 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   const maxPositionEmbeddings = posInt('max_position_embeddings', 262144);
 
   const rmsNormEps = posNum(tc.rms_norm_eps, 'rms_norm_eps', 1e-6);
+  if (rmsNormEps >= 1) fail('rms_norm_eps', `must be below 1 (got ${rmsNormEps})`);
+  // The engine's limits (native/addon): conv kernel 1..8, linear head dims 1..512.
+  if (linearConvKernelDim > 8) fail('linear_conv_kernel_dim', `is ${linearConvKernelDim}; the engine supports 1..8`);
+  if (linearKeyHeadDim > 512) fail('linear_key_head_dim', `is ${linearKeyHeadDim}; the engine supports 1..512`);
+  if (linearValueHeadDim > 512) fail('linear_value_head_dim', `is ${linearValueHeadDim}; the engine supports 1..512`);
 
   // RoPE: `rope_parameters` (current HF) or `rope_scaling` (older), else top-level keys.
   let ropeKey = 'rope_parameters';
@@ -103,11 +122,17 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   if (!Number.isInteger(rotaryDim) || rotaryDim % 2 !== 0) {
     fail('partial_rotary_factor', `gives a rotary dimension of ${rotaryDim} for head_dim ${headDim}; it must be an even integer`);
   }
+  // The engine computes the rotary dimension in float32 and truncates: it must land on the same integer.
+  const engineRotary = Math.trunc(Math.fround(Math.fround(headDim) * Math.fround(partialRotaryFactor)));
+  if (engineRotary !== rotaryDim) {
+    fail('partial_rotary_factor', `(${partialRotaryFactor}) is not exact in float32: head_dim ${headDim} x it is ${engineRotary} in the engine's float32 arithmetic, not ${rotaryDim}`);
+  }
   let mropeSection = [11, 11, 10];
   const ms = rope.mrope_section ?? tc.mrope_section;
   if (ms !== undefined && ms !== null) {
-    if (!Array.isArray(ms) || ms.length === 0 || !ms.every((x) => typeof x === 'number' && Number.isInteger(x) && x >= 0)) {
-      fail(`${ropeKey}.mrope_section`, `must be an array of non-negative integers (got ${JSON.stringify(ms)})`);
+    if (!Array.isArray(ms) || ms.length === 0 || ms.length > 4 ||
+        !ms.every((x) => typeof x === 'number' && Number.isInteger(x) && x >= 0 && x <= MAX_CONFIG_INT)) {
+      fail(`${ropeKey}.mrope_section`, `must be an array of 1 to 4 non-negative integers (got ${preview(ms)})`);
     }
     mropeSection = (ms as number[]).slice();
   }
@@ -120,7 +145,7 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
     if (lt.length !== numLayers) fail('layer_types', `has ${lt.length} entries but num_hidden_layers is ${numLayers}`);
     layerTypes = lt.map((t, i) => {
       if (t !== 'linear_attention' && t !== 'full_attention') {
-        return fail(`layer_types[${i}]`, `is ${JSON.stringify(t)}; expected "linear_attention" or "full_attention"`);
+        return fail(`layer_types[${i}]`, `is ${preview(t)}; expected "linear_attention" or "full_attention"`);
       }
       return t;
     });
@@ -148,7 +173,7 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   const eosRaw = tc.eos_token_id ?? json.eos_token_id;
   if (eosRaw !== undefined && eosRaw !== null) {
     const e = Array.isArray(eosRaw) ? eosRaw[0] : eosRaw;
-    if (typeof e !== 'number' || !Number.isInteger(e) || e < 0) fail('eos_token_id', `must be a non-negative integer (got ${JSON.stringify(eosRaw)})`);
+    if (typeof e !== 'number' || !Number.isInteger(e) || e < 0) fail('eos_token_id', `must be a non-negative integer (got ${preview(eosRaw)})`);
     eosTokenId = e as number;
   }
   if (eosTokenId >= vocabSize) fail('eos_token_id', `(${eosTokenId}) is not below vocab_size (${vocabSize})`);
@@ -156,7 +181,8 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   let mtpNumHiddenLayers = 1;
   if (tc.mtp_num_hidden_layers !== undefined && tc.mtp_num_hidden_layers !== null) {
     const m = tc.mtp_num_hidden_layers;
-    if (typeof m !== 'number' || !Number.isInteger(m) || m < 0) fail('mtp_num_hidden_layers', `must be a non-negative integer (got ${JSON.stringify(m)})`);
+    if (typeof m !== 'number' || !Number.isInteger(m) || m < 0) fail('mtp_num_hidden_layers', `must be a non-negative integer (got ${preview(m)})`);
+    if ((m as number) > MAX_LAYERS) fail('mtp_num_hidden_layers', `is ${m as number}, above the limit of ${MAX_LAYERS}`);
     mtpNumHiddenLayers = m as number;
   }
 

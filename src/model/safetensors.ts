@@ -5,10 +5,14 @@
 // offsets relative to the start of the data section.
 
 import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
+import { duplicateTopLevelKey, parseJsonBytes, preview } from '../util/json.js';
+import { displayName } from '../util/text.js';
 import { CheckpointError, type DType } from './types.js';
 
 /** Largest header we accept (a real 9B shard header is well under 1 MB). */
 export const MAX_HEADER_BYTES = 100 * 1024 * 1024;
+/** Most dimensions a tensor may have (Qwen3.5 tensors have at most 3). */
+export const MAX_DIMS = 8;
 
 export const DTYPE_SIZE: Record<DType, number> = { BF16: 2, F16: 2, F32: 4 };
 
@@ -58,7 +62,9 @@ export function readSafetensorsHeader(file: string): SafetensorsHeader {
     throw new CheckpointError(`${file}: cannot open safetensors file (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
   }
   try {
-    const fileSize = fstatSync(fd).size;
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new CheckpointError(`${file}: not a regular file (expected a safetensors file)`);
+    const fileSize = st.size;
     if (fileSize < 8) {
       throw new CheckpointError(`${file}: truncated safetensors file (${fileSize} bytes; the length prefix alone needs 8)`);
     }
@@ -75,13 +81,11 @@ export function readSafetensorsHeader(file: string): SafetensorsHeader {
     }
     const hbuf = Buffer.alloc(n);
     readExact(fd, hbuf, 8, file);
-    let header: unknown;
-    try {
-      header = JSON.parse(hbuf.toString('utf8'));
-    } catch (err) {
-      throw new CheckpointError(`${file}: safetensors header is not valid JSON (${(err as Error).message})`);
-    }
-    return validateHeader(header, file, fileSize, 8 + n);
+    const parsed = parseJsonBytes(hbuf);
+    if (!parsed.ok) throw new CheckpointError(`${file}: safetensors header is ${parsed.reason}`);
+    const dup = duplicateTopLevelKey(hbuf.toString('utf8'));
+    if (dup !== undefined) throw new CheckpointError(`${file}: tensor ${displayName(dup)} appears twice in the safetensors header`);
+    return validateHeader(parsed.value, file, fileSize, 8 + n);
   } finally {
     closeSync(fd);
   }
@@ -103,28 +107,35 @@ function validateHeader(header: unknown, file: string, fileSize: number, dataSta
   const dataSize = fileSize - dataStart;
   let metadata: Record<string, string> | null = null;
   const tensors = new Map<string, SafetensorsEntry>();
-  for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
-    if (name === '__metadata__') {
+  for (const [key, raw] of Object.entries(header as Record<string, unknown>)) {
+    if (key === '__metadata__') {
       if (raw !== null && (typeof raw !== 'object' || Array.isArray(raw))) {
         throw new CheckpointError(`${file}: __metadata__ must be an object`);
+      }
+      for (const [k, v] of Object.entries(raw ?? {})) {
+        if (typeof v !== 'string') throw new CheckpointError(`${file}: __metadata__.${displayName(k)} must be a string (got ${preview(v)})`);
       }
       metadata = raw as Record<string, string> | null;
       continue;
     }
+    const name = displayName(key);
     if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
       throw new CheckpointError(`${file}: header entry for tensor ${name} is not an object`);
     }
     const e = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
-    if (!isDType(e.dtype)) {
-      throw new CheckpointError(`unknown dtype ${JSON.stringify(e.dtype)} for tensor ${name} in ${file} (supported: BF16, F16, F32)`);
+    for (const k of ['dtype', 'shape', 'data_offsets'] as const) {
+      if (e[k] === undefined) throw new CheckpointError(`${file}: header entry for tensor ${name} has no ${k}`);
     }
-    if (!Array.isArray(e.shape) || !e.shape.every((d) => typeof d === 'number' && Number.isSafeInteger(d) && d >= 0)) {
-      throw new CheckpointError(`${file}: tensor ${name} has an invalid shape ${JSON.stringify(e.shape)}`);
+    if (!isDType(e.dtype)) {
+      throw new CheckpointError(`unknown dtype ${preview(e.dtype)} for tensor ${name} in ${file} (supported: BF16, F16, F32)`);
+    }
+    if (!Array.isArray(e.shape) || e.shape.length > MAX_DIMS || !e.shape.every((d) => typeof d === 'number' && Number.isSafeInteger(d) && d >= 0)) {
+      throw new CheckpointError(`${file}: tensor ${name} has an invalid shape ${preview(e.shape)}`);
     }
     const shape = e.shape as number[];
     const off = e.data_offsets;
     if (!Array.isArray(off) || off.length !== 2 || !off.every((d) => typeof d === 'number' && Number.isSafeInteger(d) && d >= 0)) {
-      throw new CheckpointError(`${file}: tensor ${name} has invalid data_offsets ${JSON.stringify(off)}`);
+      throw new CheckpointError(`${file}: tensor ${name} has invalid data_offsets ${preview(off)}`);
     }
     const [begin, end] = off as [number, number];
     if (end < begin) {
@@ -141,7 +152,7 @@ function validateHeader(header: unknown, file: string, fileSize: number, dataSta
         `${file}: tensor ${name} data [${begin}, ${end}) lies past the end of the data section (${dataSize} bytes): file truncated or header corrupt`,
       );
     }
-    tensors.set(name, { name, dtype: e.dtype, shape: shape.slice(), offset: dataStart + begin, nbytes: need });
+    tensors.set(key, { name: key, dtype: e.dtype, shape: shape.slice(), offset: dataStart + begin, nbytes: need });
   }
   return { file, fileSize, dataStart, metadata, tensors };
 }

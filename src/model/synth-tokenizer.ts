@@ -8,6 +8,8 @@
 //   rest       unique filler pseudo-words ("Ġbalomi", "ruteka", ...) with no merges: never
 //              produced by encoding, but they decode to readable text when a model samples them.
 // Added tokens 248044..248076: the 33 Qwen3.5 special tokens (special: true).
+// buildSynthTokenizer(n) builds the same layout with n BPE tokens (at most n - 256 merges) and the
+// special tokens at n..n+32: a small, fast tokenizer for tests and the fuzzer.
 
 import { hashString } from '../util/rng.js';
 
@@ -256,11 +258,24 @@ export interface SynthTokenizerFiles {
   mergeCount: number;
 }
 
-let cached: SynthTokenizerFiles | null = null;
+const cache = new Map<number, SynthTokenizerFiles>();
 
-/** Builds (once per process) the synthetic tokenizer.json. Deterministic; independent of any seed. */
-export function buildSynthTokenizer(): SynthTokenizerFiles {
-  if (cached) return cached;
+/** Fewest BPE tokens a synthetic tokenizer may have: the 256 byte symbols. */
+export const MIN_BPE_VOCAB_SIZE = 256;
+
+/**
+ * Builds (once per process and size) the synthetic tokenizer.json. Deterministic; independent of
+ * any seed. `bpeVocabSize` (default 248044, the real layout) is the number of BPE tokens: the 256
+ * byte symbols, then at most `bpeVocabSize - 256` merges (fewer merges for a smaller vocabulary),
+ * then fillers; the 33 special tokens follow at ids bpeVocabSize.. (a small vocabulary gives a
+ * small, fast tokenizer for tests; only the default has the special tokens at their real ids).
+ */
+export function buildSynthTokenizer(bpeVocabSize = BPE_VOCAB_SIZE): SynthTokenizerFiles {
+  if (!Number.isInteger(bpeVocabSize) || bpeVocabSize < MIN_BPE_VOCAB_SIZE || bpeVocabSize > BPE_VOCAB_SIZE) {
+    throw new Error(`synth tokenizer: bpeVocabSize must be an integer in [${MIN_BPE_VOCAB_SIZE}, ${BPE_VOCAB_SIZE}] (got ${bpeVocabSize})`);
+  }
+  const hit = cache.get(bpeVocabSize);
+  if (hit) return hit;
   const { byteToChar, order } = byteLevelAlphabet();
   const enc = new TextEncoder();
   const toByteLevel = (s: string) => Array.from(enc.encode(s), (b) => byteToChar[b]!).join('');
@@ -288,7 +303,7 @@ export function buildSynthTokenizer(): SynthTokenizerFiles {
     }
   });
   PIECES.forEach((p, rank) => add(p, Math.round(400_000 / (rank + 10))));
-  const merges = trainMerges(training, symbolText, symbolOf, 12000);
+  const merges = trainMerges(training, symbolText, symbolOf, Math.min(12000, bpeVocabSize - MIN_BPE_VOCAB_SIZE));
 
   // Vocabulary: bytes, merged tokens, then fillers.
   const vocabTokens: string[] = symbolText.slice();
@@ -304,13 +319,13 @@ export function buildSynthTokenizer(): SynthTokenizerFiles {
   const space3 = S * S * S;
   const mult = 392_837; // odd and not a multiple of 5 or 17, hence coprime to 85^3
   let k = hashString('lumen-synth-fillers') % space3;
-  for (let step = 0; vocabTokens.length < BPE_VOCAB_SIZE; step++) {
+  for (let step = 0; vocabTokens.length < bpeVocabSize; step++) {
     if (step >= space3) throw new Error('synth tokenizer: ran out of filler words');
     k = (k + mult) % space3;
     const w = syll[k % S]! + syll[Math.floor(k / S) % S]! + syll[Math.floor(k / (S * S))]!;
     const spaced = space + w;
     if (!merged.has(spaced)) vocabTokens.push(spaced);
-    if (vocabTokens.length < BPE_VOCAB_SIZE && !merged.has(w)) vocabTokens.push(w);
+    if (vocabTokens.length < bpeVocabSize && !merged.has(w)) vocabTokens.push(w);
   }
 
   // The vocab object is spliced in as text so it is listed in id order (a JS object would move
@@ -319,7 +334,7 @@ export function buildSynthTokenizer(): SynthTokenizerFiles {
   const quote = (t: string) => (t.includes('"') || t.includes('\\') ? JSON.stringify(t) : `"${t}"`);
   const vocabText = '{' + vocabTokens.map((t, i) => `${quote(t)}:${i}`).join(',') + '}';
   const added = SPECIAL_TOKENS.map((content, i) => ({
-    id: BPE_VOCAB_SIZE + i, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true,
+    id: bpeVocabSize + i, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true,
   }));
   const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
   const tok = {
@@ -353,8 +368,9 @@ export function buildSynthTokenizer(): SynthTokenizerFiles {
   const json = JSON.stringify(tok);
   const at = json.indexOf('"__VOCAB__"');
   const tokenizerJson = json.slice(0, at) + vocabText + json.slice(at + '"__VOCAB__"'.length);
-  cached = { tokenizerJson, vocabSize: BPE_VOCAB_SIZE + SPECIAL_TOKENS.length, mergeCount: merges.length };
-  return cached;
+  const built = { tokenizerJson, vocabSize: bpeVocabSize + SPECIAL_TOKENS.length, mergeCount: merges.length };
+  cache.set(bpeVocabSize, built);
+  return built;
 }
 
 /** ChatML chat template; `thinkDefault` decides the generation prompt when enable_thinking is not given. */
@@ -373,11 +389,11 @@ export function chatTemplate(thinkDefault: boolean): string {
   ].join('\n');
 }
 
-/** tokenizer_config.json object for the synthetic tokenizer. */
-export function synthTokenizerConfig(thinkDefault: boolean, modelMaxLength = 262144): Record<string, unknown> {
+/** tokenizer_config.json object for the synthetic tokenizer (of `bpeVocabSize` BPE tokens). */
+export function synthTokenizerConfig(thinkDefault: boolean, modelMaxLength = 262144, bpeVocabSize = BPE_VOCAB_SIZE): Record<string, unknown> {
   const decoder: Record<string, unknown> = {};
   SPECIAL_TOKENS.forEach((content, i) => {
-    decoder[String(BPE_VOCAB_SIZE + i)] = { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: true };
+    decoder[String(bpeVocabSize + i)] = { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: true };
   });
   return {
     add_bos_token: false,

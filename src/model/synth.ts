@@ -55,8 +55,14 @@ export interface SynthOptions {
   mtp?: boolean;
   /** Write a tiny model.visual.* stub (exercises the loader's skip path). Default true. */
   vision?: boolean;
-  /** Write tokenizer.json / tokenizer_config.json. Default true (requires vocab >= 248077). */
+  /** Write tokenizer.json / tokenizer_config.json. Default true (requires vocab >= tokenizerBpeVocab + 33). */
   tokenizer?: boolean;
+  /**
+   * BPE tokens of the written tokenizer (default 248044, the real layout: specials at their real
+   * ids). A smaller value writes a small tokenizer (fewer merges, specials right after the BPE
+   * tokens) that fits a small vocab_size; generation_config.json then names those special ids.
+   */
+  tokenizerBpeVocab?: number;
   /** Weight-name prefix. Default 'model.language_model.' (real layout); 'model.' mimics flattened copies. */
   prefix?: 'model.language_model.' | 'model.';
   /** Write the text keys at the top level of config.json instead of under text_config. Default false. */
@@ -215,9 +221,10 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
   if (!Number.isInteger(nShards) || nShards < 1) throw new Error(`synth: shards must be a positive integer (got ${nShards})`);
   const config = resolveSynthConfig(opts.preset, opts.overrides);
   const withTokenizer = opts.tokenizer ?? true;
-  const tokenizerSize = BPE_VOCAB_SIZE + SPECIAL_TOKENS.length;
+  const bpeVocab = opts.tokenizerBpeVocab ?? BPE_VOCAB_SIZE;
+  const tokenizerSize = bpeVocab + SPECIAL_TOKENS.length;
   if (withTokenizer && config.vocabSize < tokenizerSize) {
-    throw new Error(`synth: vocab_size ${config.vocabSize} is smaller than the tokenizer (${tokenizerSize} ids); pass tokenizer: false`);
+    throw new Error(`synth: vocab_size ${config.vocabSize} is smaller than the tokenizer (${tokenizerSize} ids); pass tokenizer: false or a smaller tokenizerBpeVocab`);
   }
   const prefix = opts.prefix ?? PREFIX_NESTED;
   const mainDType: DType = dtype === 'bf16' ? 'BF16' : 'F32';
@@ -344,10 +351,12 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
   files.push(configFile);
 
   const genFile = path.join(dir, 'generation_config.json');
+  const endOfText = bpeVocab + SPECIAL_TOKENS.indexOf('<|endoftext|>');
+  const imEnd = bpeVocab + SPECIAL_TOKENS.indexOf('<|im_end|>');
   writeFileSync(genFile, JSON.stringify({
-    bos_token_id: 248044,
-    eos_token_id: [248046, 248044],
-    pad_token_id: 248044,
+    bos_token_id: endOfText,
+    eos_token_id: [imEnd, endOfText],
+    pad_token_id: endOfText,
     do_sample: true,
     temperature: 0.7,
     top_k: 20,
@@ -357,10 +366,10 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
 
   if (withTokenizer) {
     const tokFile = path.join(dir, 'tokenizer.json');
-    writeFileSync(tokFile, buildSynthTokenizer().tokenizerJson);
+    writeFileSync(tokFile, buildSynthTokenizer(bpeVocab).tokenizerJson);
     const tcFile = path.join(dir, 'tokenizer_config.json');
     const think = opts.thinkingDefault ?? presetThinksByDefault(opts.preset);
-    writeFileSync(tcFile, JSON.stringify(synthTokenizerConfig(think, config.maxPositionEmbeddings), null, 2) + '\n');
+    writeFileSync(tcFile, JSON.stringify(synthTokenizerConfig(think, config.maxPositionEmbeddings, bpeVocab), null, 2) + '\n');
     files.push(tokFile, tcFile);
   }
 

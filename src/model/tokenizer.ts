@@ -1,10 +1,14 @@
 // Tokenizer of a checkpoint directory: tokenizer.json (HF format) via @huggingface/tokenizers, chat
 // template via @huggingface/jinja (from chat_template.jinja when present, else tokenizer_config.json).
 
+import { isUtf8 } from 'node:buffer';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import { firstInvalidUtf8, parseJsonBytes, preview } from '../util/json.js';
+import { oneLine } from '../util/text.js';
+import { isTokenId, tokenContent, validateTokenizerConfig, validateTokenizerJson } from './tokenizer-files.js';
 import { CheckpointError } from './types.js';
 
 export interface ChatMessage {
@@ -37,66 +41,80 @@ export interface LoadedTokenizer {
   hasChatTemplate: boolean;
 }
 
+/** Sample text run through a freshly built tokenizer, so a broken pipeline fails at load, not mid-benchmark. */
+const PROBE_TEXT = 'Hello world, 123!\n\tOver the river: caf\u00e9 \u6771\u4eac \ud83d\ude42';
+
 function readJsonFile(file: string, what: string): Record<string, unknown> {
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = readFileSync(file, 'utf8');
+    bytes = readFileSync(file);
   } catch (err) {
     throw new CheckpointError(`${file}: cannot read ${what} (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
   }
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (err) {
-    throw new CheckpointError(`${file}: ${what} is not valid JSON (${(err as Error).message})`);
-  }
+  const parsed = parseJsonBytes(bytes);
+  if (!parsed.ok) throw new CheckpointError(`${file}: ${what} is ${parsed.reason}`);
+  const v = parsed.value;
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new CheckpointError(`${file}: ${what} must be a JSON object`);
   return v as Record<string, unknown>;
 }
 
-function tokenContent(t: unknown): string | undefined {
-  if (typeof t === 'string') return t;
-  if (typeof t === 'object' && t !== null && typeof (t as { content?: unknown }).content === 'string') return (t as { content: string }).content;
-  return undefined;
-}
-
 /**
  * Loads the tokenizer of a checkpoint directory (async for API stability; the work is synchronous).
- * Missing or malformed tokenizer.json -> CheckpointError naming the file.
+ * Missing or malformed tokenizer files -> CheckpointError naming the file (and the key at fault).
  */
 export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   const absDir = path.resolve(dir);
   const tokFile = path.join(absDir, 'tokenizer.json');
   if (!existsSync(tokFile)) throw new CheckpointError(`${tokFile}: tokenizer.json not found`);
   const tokJson = readJsonFile(tokFile, 'tokenizer.json');
-  const model = tokJson.model as { type?: unknown; vocab?: unknown } | undefined;
-  if (typeof model !== 'object' || model === null || typeof model.vocab !== 'object' || model.vocab === null) {
-    throw new CheckpointError(`${tokFile}: tokenizer.json has no model.vocab`);
-  }
+  const idBound = validateTokenizerJson(tokJson, tokFile);
   if (!Array.isArray(tokJson.added_tokens)) tokJson.added_tokens = [];
   for (const k of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) if (!(k in tokJson)) tokJson[k] = null;
 
   const tcFile = path.join(absDir, 'tokenizer_config.json');
   const tokConfig = existsSync(tcFile) ? readJsonFile(tcFile, 'tokenizer_config.json') : {};
+  validateTokenizerConfig(tokConfig, tcFile);
 
   let hf: HfTokenizer;
   try {
     hf = new HfTokenizer(tokJson, tokConfig);
   } catch (err) {
-    throw new CheckpointError(`${tokFile}: cannot build the tokenizer (${(err as Error).message})`);
+    throw new CheckpointError(`${tokFile}: cannot build the tokenizer (${errorText(err)})`);
   }
+  const encodeIds = (text: string): number[] => {
+    let enc: { ids: unknown[]; tokens: string[] };
+    try {
+      enc = hf.encode(text, { add_special_tokens: false }) as { ids: unknown[]; tokens: string[] };
+    } catch (err) {
+      throw new CheckpointError(`${tokFile}: the tokenizer fails to encode text (${errorText(err)})`);
+    }
+    const bad = enc.ids.findIndex((id) => !isTokenId(id));
+    if (bad >= 0) throw new CheckpointError(`${tokFile}: the tokenizer produced token ${preview(enc.tokens[bad])}, which has no id in the vocabulary`);
+    return enc.ids as number[];
+  };
+  const decodeIds = (ids: readonly number[], skipSpecialTokens: boolean): string => {
+    try {
+      return hf.decode(ids.slice(), { skip_special_tokens: skipSpecialTokens, clean_up_tokenization_spaces: false });
+    } catch (err) {
+      throw new CheckpointError(`${tokFile}: the tokenizer fails to decode token ids (${errorText(err)})`);
+    }
+  };
+  decodeIds(encodeIds(PROBE_TEXT), false);
 
   // Chat template: chat_template.jinja (current HF layout) wins over tokenizer_config.json.
   let templateSource: string | undefined;
   const jinjaFile = path.join(absDir, 'chat_template.jinja');
-  if (existsSync(jinjaFile)) templateSource = readFileSync(jinjaFile, 'utf8');
-  else {
+  const templateFile = existsSync(jinjaFile) ? jinjaFile : tcFile;
+  if (existsSync(jinjaFile)) {
+    const bytes = readFileSync(jinjaFile);
+    if (!isUtf8(bytes)) throw new CheckpointError(`${jinjaFile}: not valid UTF-8 (byte ${firstInvalidUtf8(bytes)})`);
+    templateSource = bytes.toString('utf8');
+  } else {
     const ct = tokConfig.chat_template;
     if (typeof ct === 'string') templateSource = ct;
     else if (Array.isArray(ct)) {
-      const named = ct as Array<{ name?: unknown; template?: unknown }>;
-      const pick = named.find((t) => t.name === 'default') ?? named[0];
-      if (pick && typeof pick.template === 'string') templateSource = pick.template;
+      const named = ct as Array<{ name?: string; template: string }>;
+      templateSource = (named.find((t) => t.name === 'default') ?? named[0])!.template;
     }
   }
   let template: Template | undefined;
@@ -104,15 +122,14 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
     try {
       template = new Template(templateSource);
     } catch (err) {
-      throw new CheckpointError(`${existsSync(jinjaFile) ? jinjaFile : tcFile}: chat template does not parse (${(err as Error).message})`);
+      throw new CheckpointError(`${templateFile}: chat template does not parse (${templateParseError(err)})`);
     }
   }
 
   const tokenToId = (t: string): number | undefined => hf.token_to_id(t);
   const eos = new Set<number>();
   const addEos = (v: unknown) => {
-    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) eos.add(v);
-    else if (Array.isArray(v)) v.forEach(addEos);
+    for (const id of Array.isArray(v) ? v : [v]) if (isTokenId(id)) eos.add(id);
   };
   const genFile = path.join(absDir, 'generation_config.json');
   if (existsSync(genFile)) {
@@ -133,39 +150,77 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
     } catch { /* config.json problems are reported by the checkpoint loader */ }
   }
 
-  let vocabSize = 0;
-  for (const id of Object.values(model.vocab as Record<string, number>)) if (id + 1 > vocabSize) vocabSize = id + 1;
-  for (const t of tokJson.added_tokens as Array<{ id?: number }>) if (typeof t.id === 'number' && t.id + 1 > vocabSize) vocabSize = t.id + 1;
+  const vocabSize = idBound;
 
   const specials: Record<string, unknown> = {};
   for (const k of ['bos_token', 'eos_token', 'pad_token', 'unk_token']) {
     const c = tokenContent(tokConfig[k]);
     specials[k] = c ?? null;
   }
+  const render = (messages: readonly ChatMessage[], opts: ChatTemplateOptions): string => {
+    if (!template) throw new CheckpointError(`${absDir}: no chat template (neither chat_template.jinja nor tokenizer_config.json chat_template)`);
+    const vars: Record<string, unknown> = {
+      messages: messages.map((m) => ({ ...m })),
+      add_generation_prompt: opts.addGenerationPrompt,
+      ...specials,
+    };
+    if (opts.enableThinking !== undefined) vars.enable_thinking = opts.enableThinking;
+    let out: unknown;
+    try {
+      out = template.render(vars);
+    } catch (err) {
+      throw new CheckpointError(`${templateFile}: chat template fails to render (${errorText(err)})`);
+    }
+    if (typeof out !== 'string') throw new CheckpointError(`${templateFile}: chat template rendered ${preview(out)}, not text`);
+    return out;
+  };
+  // A template that cannot render a one-line user turn is broken; say so at load.
+  if (template && render([{ role: 'user', content: 'Hello' }], { addGenerationPrompt: true }).trim() === '') {
+    throw new CheckpointError(`${templateFile}: chat template renders no text for a user message`);
+  }
 
   return {
     encode(text: string): number[] {
       if (text.length === 0) return [];
-      return hf.encode(text, { add_special_tokens: false }).ids;
+      return encodeIds(text);
     },
     decode(ids: readonly number[], opts = {}): string {
       if (ids.length === 0) return '';
-      return hf.decode(ids.slice(), { skip_special_tokens: !!opts.skipSpecialTokens, clean_up_tokenization_spaces: false });
+      return decodeIds(ids, !!opts.skipSpecialTokens);
     },
-    applyChatTemplate(messages: readonly ChatMessage[], opts: ChatTemplateOptions): string {
-      if (!template) throw new CheckpointError(`${absDir}: no chat template (neither chat_template.jinja nor tokenizer_config.json chat_template)`);
-      const vars: Record<string, unknown> = {
-        messages: messages.map((m) => ({ ...m })),
-        add_generation_prompt: opts.addGenerationPrompt,
-        ...specials,
-      };
-      if (opts.enableThinking !== undefined) vars.enable_thinking = opts.enableThinking;
-      return template.render(vars);
-    },
+    applyChatTemplate: render,
     eosTokenIds: [...eos].sort((a, b) => a - b),
     tokenToId,
     idToToken: (id: number) => hf.id_to_token(id),
     vocabSize,
     hasChatTemplate: template !== undefined,
   };
+}
+
+/**
+ * Checks that a tokenizer fits a model: every id it can produce is below the model's vocab_size
+ * (config.json of the checkpoint directory `dir`).
+ */
+export function checkTokenizerFitsModel(tok: LoadedTokenizer, vocabSize: number, dir: string): void {
+  if (tok.vocabSize > vocabSize) {
+    throw new CheckpointError(
+      `${path.join(path.resolve(dir), 'tokenizer.json')}: token ids reach ${tok.vocabSize - 1}, but config.json has vocab_size ${vocabSize}`,
+    );
+  }
+}
+
+/** The message of something thrown inside a library, as one line without a stack. */
+function errorText(err: unknown): string {
+  if (err instanceof RangeError && /call stack/.test(err.message)) return 'nested too deeply';
+  return oneLine(err instanceof Error ? err.message : String(err), 200);
+}
+
+/**
+ * Why a chat template does not parse. @huggingface/jinja reports a template that ends inside an
+ * open block or tag ("{% if x %}" with no endif, a lone "{{") as a TypeError from reading past its
+ * last token; say what that means instead.
+ */
+function templateParseError(err: unknown): string {
+  if (err instanceof TypeError) return 'the template ends inside an unclosed block or tag';
+  return errorText(err);
 }

@@ -1,5 +1,7 @@
 // Shared types for checkpoints: what the TypeScript loader hands to the native engine.
 
+import { oneLine } from '../util/text.js';
+
 export type DType = 'BF16' | 'F16' | 'F32';
 
 export type LayerType = 'linear_attention' | 'full_attention';
@@ -66,10 +68,13 @@ export interface Checkpoint {
   hasMtp: boolean;
 }
 
-/** Error in a checkpoint: the message names the file or tensor at fault. */
+/**
+ * Error in a checkpoint: the message names the file or tensor at fault. It is always one line:
+ * control characters that came from the files (a tensor name with a newline) are escaped.
+ */
 export class CheckpointError extends Error {
   constructor(message: string) {
-    super(message);
+    super(oneLine(message));
     this.name = 'CheckpointError';
   }
 }
