@@ -1,5 +1,6 @@
 #pragma once
 // Qwen3.5 text-model hyper-parameters as the engine uses them.
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -24,7 +25,9 @@ struct ModelConfig {
   bool tied = true;
   std::vector<bool> is_full;  // per layer: full attention (true) or Gated DeltaNet (false)
 
-  int rot_dim() const { return static_cast<int>(head_dim * partial_rotary) / 2 * 2; }
+  // Rotary dimensions per head: head_dim x factor, rounded (the factor is a float32 that may sit a
+  // hair below the exact value, e.g. 0.53f x 200 = 105.99999), then made even.
+  int rot_dim() const { return static_cast<int>(std::lround(head_dim * static_cast<double>(partial_rotary))) / 2 * 2; }
   int key_dim() const { return lin_k_heads * lin_dk; }
   int value_dim() const { return lin_v_heads * lin_dv; }
   int conv_dim() const { return 2 * key_dim() + value_dim(); }

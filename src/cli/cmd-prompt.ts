@@ -73,10 +73,8 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   try {
     ckpt = loadCheckpoint(dir);
   } catch (err) {
-    if (err instanceof CheckpointError) {
-      process.stderr.write(`bench: ${err.message}\n`);
-      return 1;
-    }
+    // A bad checkpoint is the --model-path argument's fault, as in the sweep: exit 2.
+    if (err instanceof CheckpointError) throw new UsageError(`--model-path: ${err.message}`);
     throw err;
   }
   let ids: number[];
@@ -90,10 +88,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
       tokenizer = await loadTokenizer(dir);
       checkTokenizerFitsModel(tokenizer, ckpt.config.vocabSize, dir);
     } catch (err) {
-      if (err instanceof CheckpointError) {
-        process.stderr.write(`bench: ${err.message}\n`);
-        return 1;
-      }
+      if (err instanceof CheckpointError) throw new UsageError(`--model-path: ${err.message}`);
       throw err;
     }
     const text = opts.chat

@@ -122,10 +122,10 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   if (!Number.isInteger(rotaryDim) || rotaryDim % 2 !== 0) {
     fail('partial_rotary_factor', `gives a rotary dimension of ${rotaryDim} for head_dim ${headDim}; it must be an even integer`);
   }
-  // The engine computes the rotary dimension in float32 and truncates: it must land on the same integer.
-  const engineRotary = Math.trunc(Math.fround(Math.fround(headDim) * Math.fround(partialRotaryFactor)));
+  // The engine holds the factor as a float32 and rounds head_dim x it (native/checkpoint/config.h).
+  const engineRotary = Math.round(headDim * Math.fround(partialRotaryFactor));
   if (engineRotary !== rotaryDim) {
-    fail('partial_rotary_factor', `(${partialRotaryFactor}) is not exact in float32: head_dim ${headDim} x it is ${engineRotary} in the engine's float32 arithmetic, not ${rotaryDim}`);
+    fail('partial_rotary_factor', `(${partialRotaryFactor}) is not exact in float32: head_dim ${headDim} x it rounds to ${engineRotary} in the engine, not ${rotaryDim}`);
   }
   let mropeSection = [11, 11, 10];
   const ms = rope.mrope_section ?? tc.mrope_section;
