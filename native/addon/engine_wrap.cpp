@@ -125,6 +125,11 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           auto t = arr.Get(i).As<Napi::Object>();
           TensorEntry e;
           e.name = get_str(t, "name", "");
+          e.role = get_str(t, "role", "");
+          e.layer = get_int(t, "layer", -1);
+          const std::string fold = get_str(t, "fold", "");
+          e.fold = fold == "plus_one" ? Fold::plus_one : fold == "neg_exp" ? Fold::neg_exp : Fold::none;
+          if (!fold.empty() && e.fold == Fold::none) throw std::invalid_argument("tensor " + e.name + ": unknown fold " + fold);
           e.file = get_str(t, "file", "");
           e.offset = static_cast<uint64_t>(get_num(t, "offset", 0));
           e.nbytes = static_cast<uint64_t>(get_num(t, "nbytes", 0));

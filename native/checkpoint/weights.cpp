@@ -2,7 +2,8 @@
 
 #include <cmath>
 #include <stdexcept>
-#include <unordered_map>
+#include <map>
+#include <utility>
 
 namespace lumen {
 namespace {
@@ -86,7 +87,7 @@ HostMat HostWeights::bind_mat(const TensorEntry& t, WeightPolicy policy, int64_t
   return m;
 }
 
-HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n, float add, bool neg_exp) {
+HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n) {
   if (numel(t.shape) != n)
     throw std::runtime_error("tensor " + t.name + ": shape " + shape_str(t.shape) + " has " +
                              std::to_string(numel(t.shape)) + " elements, expected " + std::to_string(n));
@@ -94,8 +95,8 @@ HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n, float add, bool n
   float* dst = new_f32(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const float v = element_f32(src, t.dtype, static_cast<size_t>(i));
-    // Fold checkpoint conventions in fp32, exactly as the reference computes them.
-    dst[i] = neg_exp ? -std::exp(v) : v + add;
+    // Fold the checkpoint's convention in fp32, exactly as the reference computes it.
+    dst[i] = t.fold == Fold::neg_exp ? -std::exp(v) : v + (t.fold == Fold::plus_one ? 1.f : 0.f);
   }
   vec_bytes_ += static_cast<size_t>(n) * sizeof(float);
   return HostVec{dst, n};
@@ -104,47 +105,52 @@ HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n, float add, bool n
 HostWeights::HostWeights(const ModelConfig& cfg, const std::vector<TensorEntry>& tensors, WeightPolicy policy,
                          const std::function<void(int, int)>& on_layer)
     : cfg_(cfg) {
-  std::unordered_map<std::string, const TensorEntry*> by_name;
-  for (const auto& t : tensors) by_name[t.name] = &t;
-  auto get = [&](const std::string& name) -> const TensorEntry& {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) throw std::runtime_error("tensor " + name + " is missing from the checkpoint");
+  // Tensors by (role, layer): the roles of src/model/tensor-roles.ts.
+  std::map<std::pair<std::string, int>, const TensorEntry*> by_role;
+  for (const auto& t : tensors)
+    if (!by_role.emplace(std::make_pair(t.role, t.layer), &t).second)
+      throw std::runtime_error("tensor " + t.name + ": role " + t.role + " of layer " + std::to_string(t.layer) +
+                               " is given twice");
+  auto get = [&](const char* role, int layer = -1) -> const TensorEntry& {
+    auto it = by_role.find({role, layer});
+    if (it == by_role.end())
+      throw std::runtime_error(std::string("the manifest has no tensor for role ") + role +
+                               (layer >= 0 ? " of layer " + std::to_string(layer) : std::string()));
     return *it->second;
   };
   const int64_t H = cfg.hidden, I = cfg.intermediate, V = cfg.vocab;
-  embed_ = bind_mat(get("embed_tokens.weight"), policy, V, H);
+  embed_ = bind_mat(get("embed"), policy, V, H);
   main_dtype_ = embed_.dtype;
-  final_norm_ = bind_vec(get("norm.weight"), H, 1.f);
-  head_ = cfg.tied ? embed_ : bind_mat(get("lm_head.weight"), policy, V, H);
+  final_norm_ = bind_vec(get("final_norm"), H);
+  head_ = cfg.tied ? embed_ : bind_mat(get("lm_head"), policy, V, H);
   layers_.resize(cfg.n_layers);
   for (int i = 0; i < cfg.n_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
     HostLayer& L = layers_[i];
     L.is_full = cfg.is_full[i];
-    L.in_norm = bind_vec(get(p + "input_layernorm.weight"), H, 1.f);
-    L.post_norm = bind_vec(get(p + "post_attention_layernorm.weight"), H, 1.f);
-    L.gate = bind_mat(get(p + "mlp.gate_proj.weight"), policy, I, H);
-    L.up = bind_mat(get(p + "mlp.up_proj.weight"), policy, I, H);
-    L.down = bind_mat(get(p + "mlp.down_proj.weight"), policy, H, I);
+    L.in_norm = bind_vec(get("in_norm", i), H);
+    L.post_norm = bind_vec(get("post_norm", i), H);
+    L.gate = bind_mat(get("mlp_gate", i), policy, I, H);
+    L.up = bind_mat(get("mlp_up", i), policy, I, H);
+    L.down = bind_mat(get("mlp_down", i), policy, H, I);
     if (L.is_full) {
       const int64_t hd = cfg.head_dim;
-      L.q = bind_mat(get(p + "self_attn.q_proj.weight"), policy, 2 * cfg.n_heads * hd, H);
-      L.k = bind_mat(get(p + "self_attn.k_proj.weight"), policy, cfg.n_kv_heads * hd, H);
-      L.v = bind_mat(get(p + "self_attn.v_proj.weight"), policy, cfg.n_kv_heads * hd, H);
-      L.o = bind_mat(get(p + "self_attn.o_proj.weight"), policy, H, cfg.n_heads * hd);
-      L.q_norm = bind_vec(get(p + "self_attn.q_norm.weight"), hd, 1.f);
-      L.k_norm = bind_vec(get(p + "self_attn.k_norm.weight"), hd, 1.f);
+      L.q = bind_mat(get("attn_q", i), policy, 2 * cfg.n_heads * hd, H);
+      L.k = bind_mat(get("attn_k", i), policy, cfg.n_kv_heads * hd, H);
+      L.v = bind_mat(get("attn_v", i), policy, cfg.n_kv_heads * hd, H);
+      L.o = bind_mat(get("attn_o", i), policy, H, cfg.n_heads * hd);
+      L.q_norm = bind_vec(get("attn_q_norm", i), hd);
+      L.k_norm = bind_vec(get("attn_k_norm", i), hd);
     } else {
       const int64_t nv = cfg.lin_v_heads;
-      L.qkv = bind_mat(get(p + "linear_attn.in_proj_qkv.weight"), policy, cfg.conv_dim(), H);
-      L.z = bind_mat(get(p + "linear_attn.in_proj_z.weight"), policy, cfg.value_dim(), H);
-      L.b = bind_mat(get(p + "linear_attn.in_proj_b.weight"), policy, nv, H);
-      L.a = bind_mat(get(p + "linear_attn.in_proj_a.weight"), policy, nv, H);
-      L.out = bind_mat(get(p + "linear_attn.out_proj.weight"), policy, H, cfg.value_dim());
-      L.conv = bind_vec(get(p + "linear_attn.conv1d.weight"), int64_t{cfg.conv_dim()} * cfg.conv_kernel);
-      L.dt_bias = bind_vec(get(p + "linear_attn.dt_bias"), nv);
-      L.neg_exp_a = bind_vec(get(p + "linear_attn.A_log"), nv, 0.f, true);
-      L.gdn_norm = bind_vec(get(p + "linear_attn.norm.weight"), cfg.lin_dv);
+      L.qkv = bind_mat(get("gdn_qkv", i), policy, cfg.conv_dim(), H);
+      L.z = bind_mat(get("gdn_z", i), policy, cfg.value_dim(), H);
+      L.b = bind_mat(get("gdn_b", i), policy, nv, H);
+      L.a = bind_mat(get("gdn_a", i), policy, nv, H);
+      L.out = bind_mat(get("gdn_out", i), policy, H, cfg.value_dim());
+      L.conv = bind_vec(get("gdn_conv", i), int64_t{cfg.conv_dim()} * cfg.conv_kernel);
+      L.dt_bias = bind_vec(get("gdn_dt_bias", i), nv);
+      L.neg_exp_a = bind_vec(get("gdn_a_log", i), nv);
+      L.gdn_norm = bind_vec(get("gdn_norm", i), cfg.lin_dv);
     }
     if (on_layer) on_layer(i + 1, cfg.n_layers);
   }

@@ -44,8 +44,16 @@ struct HostLayer {
   HostVec gdn_norm;    // [dv], plain multiplicative weight
 };
 
+// How stored values become the forward pass's values (src/model/tensor-roles.ts, `fold`).
+enum class Fold { none, plus_one, neg_exp };
+
+// One tensor of the manifest: where its bytes are, and the role it fills (the role ids and folds
+// come from the tensor-role table, src/model/tensor-roles.ts; `name` is only for messages).
 struct TensorEntry {
   std::string name;
+  std::string role;
+  int layer = -1;  // decoder layer, -1 outside them
+  Fold fold = Fold::none;
   std::string file;
   uint64_t offset = 0;
   uint64_t nbytes = 0;
@@ -78,7 +86,7 @@ class HostWeights {
  private:
   HostWeights(const ModelConfig& cfg) : cfg_(cfg) {}
   HostMat bind_mat(const TensorEntry& t, WeightPolicy policy, int64_t rows, int64_t cols);
-  HostVec bind_vec(const TensorEntry& t, int64_t n, float add = 0.f, bool neg_exp = false);
+  HostVec bind_vec(const TensorEntry& t, int64_t n);
   const unsigned char* tensor_bytes(const TensorEntry& t);
   float* new_f32(size_t n);
 

@@ -5,7 +5,8 @@
 import { closeSync, existsSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { loadCheckpoint } from '../model/checkpoint.js';
-import type { Checkpoint, TensorRef, TextConfig } from '../model/types.js';
+import type { Checkpoint, LayerType, TensorRef, TextConfig } from '../model/types.js';
+import { LM_HEAD_ROLE, layerRoles, modelRole, mtpRoles, type TensorRole } from '../model/tensor-roles.js';
 import { GgmlType, GgufValueType, GgufWriter, ggmlTypeName } from './gguf-writer.js';
 import { Q8_0_BLOCK, decodeToF32, encodeBf16, encodeF16, quantizeQ8_0 } from './quantize.js';
 
@@ -224,71 +225,55 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
       case 'q8_0': return rowLen % Q8_0_BLOCK === 0 ? GgmlType.Q8_0 : GgmlType.F16;
     }
   };
-  /** 2-D weight, PyTorch [out, in] -> ggml {in, out}. */
-  const mat = (gguf: string, name: string, out: number, inp: number, extra: Partial<TensorPlan> = {}) => {
-    plans.push({ ggufName: gguf, src: get(name, [out, inp]), ne: [inp, out], type: weightType(inp), rows: out, rowLen: inp, ...extra });
+  // Each tensor from its row of the tensor-role table: GGUF name, layout, fold and value-head tiling.
+  const tilingPerm = (role: TensorRole): Pick<TensorPlan, 'rowPerm' | 'colPerm'> => {
+    if (!permute || !role.tiling) return {};
+    switch (role.tiling) {
+      case 'qkv_rows': return { rowPerm: expandPerm(headPerm, d.dv, 2 * d.keyDim) };
+      case 'value_rows': return { rowPerm: expandPerm(headPerm, d.dv) };
+      case 'head_rows': return { rowPerm: headPerm };
+      case 'value_cols': return { colPerm: expandPerm(headPerm, d.dv) };
+    }
   };
-  /** 1-D tensor, always F32. */
-  const vec = (gguf: string, name: string, n: number, extra: Partial<TensorPlan> = {}) => {
-    plans.push({ ggufName: gguf, src: get(name, [n]), ne: [n], type: GgmlType.F32, rows: n, rowLen: 1, ...extra });
+  const place = (role: TensorRole, srcName: string, ggufName: string) => {
+    const shape = role.shape(cfg);
+    const src = get(srcName, shape);
+    const common = { ggufName, src, ...tilingPerm(role), ...(role.fold ? { op: role.fold } : {}) };
+    if (role.kind === 'matrix') {
+      // PyTorch [out, in] -> ggml {in, out}.
+      const [out, inp] = shape as [number, number];
+      plans.push({ ...common, ne: [inp, out], type: weightType(inp), rows: out, rowLen: inp });
+    } else if (role.kind === 'conv') {
+      // [conv_dim, 1, K] -> ggml {K, conv_dim}, always F32.
+      const [rows, , k] = shape as [number, number, number];
+      plans.push({ ...common, ne: [k, rows], type: GgmlType.F32, rows, rowLen: k });
+    } else {
+      // 1-D, always F32.
+      plans.push({ ...common, ne: [shape[0]!], type: GgmlType.F32, rows: shape[0]!, rowLen: 1 });
+    }
+  };
+  const layer = (i: number, srcPrefix: string, type: LayerType) => {
+    for (const r of layerRoles(type)) place(r, `${srcPrefix}${r.hf}`, `blk.${i}.${r.gguf}`);
   };
 
-  const hasHead = ckpt.tensors.has('lm_head.weight');
+  const hasHead = ckpt.tensors.has(LM_HEAD_ROLE.hf);
   if (!hasHead && !cfg.tieWordEmbeddings) {
     // llama.cpp would silently fall back to token_embd as the output head.
     throw new ConvertError(`${ckpt.dir}: tie_word_embeddings is false but lm_head.weight is missing`);
   }
-  mat('token_embd.weight', 'embed_tokens.weight', d.V, d.H);
-
-  const layer = (i: number, src: string, full: boolean) => {
-    const b = `blk.${i}.`;
-    vec(`${b}attn_norm.weight`, `${src}input_layernorm.weight`, d.H, { op: 'plus_one' });
-    vec(`${b}post_attention_norm.weight`, `${src}post_attention_layernorm.weight`, d.H, { op: 'plus_one' });
-    mat(`${b}ffn_gate.weight`, `${src}mlp.gate_proj.weight`, d.I, d.H);
-    mat(`${b}ffn_up.weight`, `${src}mlp.up_proj.weight`, d.I, d.H);
-    mat(`${b}ffn_down.weight`, `${src}mlp.down_proj.weight`, d.H, d.I);
-    if (full) {
-      const a = `${src}self_attn.`;
-      mat(`${b}attn_q.weight`, `${a}q_proj.weight`, 2 * d.nh * d.hd, d.H);
-      mat(`${b}attn_k.weight`, `${a}k_proj.weight`, d.nkv * d.hd, d.H);
-      mat(`${b}attn_v.weight`, `${a}v_proj.weight`, d.nkv * d.hd, d.H);
-      mat(`${b}attn_output.weight`, `${a}o_proj.weight`, d.H, d.nh * d.hd);
-      vec(`${b}attn_q_norm.weight`, `${a}q_norm.weight`, d.hd, { op: 'plus_one' });
-      vec(`${b}attn_k_norm.weight`, `${a}k_norm.weight`, d.hd, { op: 'plus_one' });
-    } else {
-      const a = `${src}linear_attn.`;
-      const p = <T>(v: T): T | undefined => (permute ? v : undefined);
-      mat(`${b}attn_qkv.weight`, `${a}in_proj_qkv.weight`, d.convDim, d.H, { rowPerm: p(expandPerm(headPerm, d.dv, 2 * d.keyDim)) });
-      mat(`${b}attn_gate.weight`, `${a}in_proj_z.weight`, d.valueDim, d.H, { rowPerm: p(expandPerm(headPerm, d.dv)) });
-      mat(`${b}ssm_beta.weight`, `${a}in_proj_b.weight`, d.nv, d.H, { rowPerm: p(headPerm) });
-      mat(`${b}ssm_alpha.weight`, `${a}in_proj_a.weight`, d.nv, d.H, { rowPerm: p(headPerm) });
-      const conv = get(`${a}conv1d.weight`, [d.convDim, 1, d.kc]);
-      plans.push({
-        ggufName: `${b}ssm_conv1d.weight`, src: conv, ne: [d.kc, d.convDim], type: GgmlType.F32,
-        rows: d.convDim, rowLen: d.kc, rowPerm: p(expandPerm(headPerm, d.dv, 2 * d.keyDim)),
-      });
-      vec(`${b}ssm_dt.bias`, `${a}dt_bias`, d.nv, { rowPerm: p(headPerm) });
-      vec(`${b}ssm_a`, `${a}A_log`, d.nv, { rowPerm: p(headPerm), op: 'neg_exp' });
-      vec(`${b}ssm_norm.weight`, `${a}norm.weight`, d.dv);
-      mat(`${b}ssm_out.weight`, `${a}out_proj.weight`, d.H, d.valueDim, { colPerm: p(expandPerm(headPerm, d.dv)) });
-    }
-  };
-  cfg.layerTypes.forEach((t, i) => layer(i, `layers.${i}.`, t === 'full_attention'));
+  place(modelRole('embed'), modelRole('embed').hf, modelRole('embed').gguf);
+  cfg.layerTypes.forEach((t, i) => layer(i, `layers.${i}.`, t));
 
   if (withMtp) {
     if (!ckpt.hasMtp) throw new ConvertError(`${ckpt.dir}: --mtp asked for, but the checkpoint has no mtp.* tensors`);
     if (cfg.mtpNumHiddenLayers !== 1) throw new ConvertError(`${ckpt.dir}: mtp_num_hidden_layers = ${cfg.mtpNumHiddenLayers}; only 1 is supported`);
     const L = cfg.numLayers;
-    layer(L, 'mtp.layers.0.', true);
-    const b = `blk.${L}.nextn.`;
-    mat(`${b}eh_proj.weight`, 'mtp.fc.weight', d.H, 2 * d.H);
-    vec(`${b}enorm.weight`, 'mtp.pre_fc_norm_embedding.weight', d.H, { op: 'plus_one' });
-    vec(`${b}hnorm.weight`, 'mtp.pre_fc_norm_hidden.weight', d.H, { op: 'plus_one' });
-    vec(`${b}shared_head_norm.weight`, 'mtp.norm.weight', d.H, { op: 'plus_one' });
+    layer(L, 'mtp.layers.0.', 'full_attention');
+    for (const r of mtpRoles()) place(r, r.hf, `blk.${L}.nextn.${r.gguf}`);
   }
 
-  vec('output_norm.weight', 'norm.weight', d.H, { op: 'plus_one' });
-  if (hasHead) mat('output.weight', 'lm_head.weight', d.V, d.H);
+  place(modelRole('final_norm'), modelRole('final_norm').hf, modelRole('final_norm').gguf);
+  if (hasHead) place(LM_HEAD_ROLE, LM_HEAD_ROLE.hf, LM_HEAD_ROLE.gguf);
 
   const leftover = [...ckpt.tensors.keys()].filter((k) => !used.has(k) && (withMtp || !k.startsWith('mtp.')));
   if (leftover.length > 0) {

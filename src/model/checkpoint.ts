@@ -9,15 +9,16 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { parseJsonBytes, preview } from '../util/json.js';
 import { displayName } from '../util/text.js';
-import { derivedDims, parseConfigDetailed } from './config.js';
+import { parseConfigDetailed } from './config.js';
+import { LM_HEAD_ROLE, layerRoles, modelRole, mtpRoles, type TensorRole } from './tensor-roles.js';
 import { numel, readSafetensorsHeader, shapeStr, type SafetensorsEntry } from './safetensors.js';
-import { CheckpointError, type Checkpoint, type DType, type LayerType, type TensorRef, type TextConfig } from './types.js';
+import { CheckpointError, type Checkpoint, type DType, type TensorRef, type TextConfig } from './types.js';
 
 export const PREFIX_NESTED = 'model.language_model.';
 export const PREFIX_FLAT = 'model.';
 const VISION_PREFIX = 'model.visual.';
 const MTP_PREFIX = 'mtp.';
-const LM_HEAD = 'lm_head.weight';
+const LM_HEAD = LM_HEAD_ROLE.hf;
 
 export interface ExpectedTensor {
   /** Canonical name (prefix stripped; `lm_head.weight` and `mtp.*` as is). */
@@ -25,65 +26,29 @@ export interface ExpectedTensor {
   shape: number[];
   /** text: counted in paramCount; mtp: only with mtp; lm_head: only when untied. */
   group: 'text' | 'mtp' | 'lm_head';
-}
-
-function layerTensors(p: string, type: LayerType, c: TextConfig): Array<[string, number[]]> {
-  const H = c.hiddenSize;
-  const d = derivedDims(c);
-  const out: Array<[string, number[]]> = [
-    [`${p}input_layernorm.weight`, [H]],
-    [`${p}post_attention_layernorm.weight`, [H]],
-    [`${p}mlp.gate_proj.weight`, [c.intermediateSize, H]],
-    [`${p}mlp.up_proj.weight`, [c.intermediateSize, H]],
-    [`${p}mlp.down_proj.weight`, [H, c.intermediateSize]],
-  ];
-  if (type === 'full_attention') {
-    out.push(
-      [`${p}self_attn.q_proj.weight`, [d.qProjRows, H]],
-      [`${p}self_attn.k_proj.weight`, [d.kvDim, H]],
-      [`${p}self_attn.v_proj.weight`, [d.kvDim, H]],
-      [`${p}self_attn.o_proj.weight`, [H, c.numHeads * c.headDim]],
-      [`${p}self_attn.q_norm.weight`, [c.headDim]],
-      [`${p}self_attn.k_norm.weight`, [c.headDim]],
-    );
-  } else {
-    const nv = c.linearNumValueHeads;
-    out.push(
-      [`${p}linear_attn.in_proj_qkv.weight`, [d.convDim, H]],
-      [`${p}linear_attn.in_proj_z.weight`, [d.valueDim, H]],
-      [`${p}linear_attn.in_proj_b.weight`, [nv, H]],
-      [`${p}linear_attn.in_proj_a.weight`, [nv, H]],
-      [`${p}linear_attn.conv1d.weight`, [d.convDim, 1, c.linearConvKernelDim]],
-      [`${p}linear_attn.dt_bias`, [nv]],
-      [`${p}linear_attn.A_log`, [nv]],
-      [`${p}linear_attn.norm.weight`, [c.linearValueHeadDim]],
-      [`${p}linear_attn.out_proj.weight`, [H, d.valueDim]],
-    );
-  }
-  return out;
+  /** Its row of the tensor-role table, and its layer (-1 outside the decoder layers). */
+  role: TensorRole;
+  layer: number;
 }
 
 /**
- * Every tensor a checkpoint with this config holds, in a natural order (embedding, layers, final
- * norm, lm_head when `lmHead`, then mtp.* when `mtp`). Shapes are PyTorch order.
+ * Every tensor a checkpoint with this config holds, from the tensor-role table, in a natural order
+ * (embedding, layers, final norm, lm_head when `lmHead`, then mtp.* when `mtp`). Shapes are
+ * PyTorch order.
  */
 export function expectedTensors(c: TextConfig, opts: { mtp?: boolean; lmHead?: boolean } = {}): ExpectedTensor[] {
-  const H = c.hiddenSize;
-  const out: ExpectedTensor[] = [{ name: 'embed_tokens.weight', shape: [c.vocabSize, H], group: 'text' }];
+  const at = (role: TensorRole, name: string, group: ExpectedTensor['group'], layer = -1): ExpectedTensor =>
+    ({ name, shape: role.shape(c), group, role, layer });
+  const out: ExpectedTensor[] = [at(modelRole('embed'), modelRole('embed').hf, 'text')];
   for (let i = 0; i < c.numLayers; i++) {
-    for (const [name, shape] of layerTensors(`layers.${i}.`, c.layerTypes[i]!, c)) out.push({ name, shape, group: 'text' });
+    for (const r of layerRoles(c.layerTypes[i]!)) out.push(at(r, `layers.${i}.${r.hf}`, 'text', i));
   }
-  out.push({ name: 'norm.weight', shape: [H], group: 'text' });
-  if (opts.lmHead ?? !c.tieWordEmbeddings) out.push({ name: LM_HEAD, shape: [c.vocabSize, H], group: 'lm_head' });
+  out.push(at(modelRole('final_norm'), modelRole('final_norm').hf, 'text'));
+  if (opts.lmHead ?? !c.tieWordEmbeddings) out.push(at(LM_HEAD_ROLE, LM_HEAD, 'lm_head'));
   if (opts.mtp) {
-    out.push(
-      { name: 'mtp.fc.weight', shape: [H, 2 * H], group: 'mtp' },
-      { name: 'mtp.pre_fc_norm_embedding.weight', shape: [H], group: 'mtp' },
-      { name: 'mtp.pre_fc_norm_hidden.weight', shape: [H], group: 'mtp' },
-      { name: 'mtp.norm.weight', shape: [H], group: 'mtp' },
-    );
+    for (const r of mtpRoles()) out.push(at(r, r.hf, 'mtp'));
     for (let i = 0; i < c.mtpNumHiddenLayers; i++) {
-      for (const [name, shape] of layerTensors(`mtp.layers.${i}.`, 'full_attention', c)) out.push({ name, shape, group: 'mtp' });
+      for (const r of layerRoles('full_attention')) out.push(at(r, `mtp.layers.${i}.${r.hf}`, 'mtp', i));
     }
   }
   return out;
@@ -306,7 +271,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
     }
     let ok = sameShape(loc.entry.shape, exp.shape);
     // A squeezed depthwise conv ([conv_dim, K] instead of [conv_dim, 1, K]) has identical bytes.
-    if (!ok && exp.name.endsWith('linear_attn.conv1d.weight') && sameShape(loc.entry.shape, [exp.shape[0]!, exp.shape[2]!])) ok = true;
+    if (!ok && exp.role.kind === 'conv' && sameShape(loc.entry.shape, [exp.shape[0]!, exp.shape[2]!])) ok = true;
     if (!ok) {
       throw new CheckpointError(
         `${loc.file}: tensor ${loc.fullName} has shape ${shapeStr(loc.entry.shape)}, expected ${shapeStr(exp.shape)}`,
@@ -314,6 +279,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
     }
     tensors.set(exp.name, {
       name: exp.name, file: loc.file, offset: loc.entry.offset, nbytes: loc.entry.nbytes, dtype: loc.entry.dtype, shape: loc.entry.shape.slice(),
+      role: exp.role.role, layer: exp.layer, ...(exp.role.fold ? { fold: exp.role.fold } : {}),
     });
     if (exp.group !== 'mtp') {
       const n = numel(loc.entry.shape);

@@ -48,6 +48,10 @@ export interface TensorRef {
   dtype: DType;
   /** PyTorch order, e.g. [out, in]. */
   shape: number[];
+  /** What it is for (src/model/tensor-roles.ts), its decoder layer (-1 outside them), its value fold. */
+  role: string;
+  layer: number;
+  fold?: 'plus_one' | 'neg_exp';
 }
 
 export interface Checkpoint {
