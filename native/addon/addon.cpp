@@ -5,6 +5,7 @@
 #include "addon/kernel_check.h"
 #include "addon/pool_check.h"
 #include "addon/machine_probe.h"
+#include "checkpoint/config.h"
 #include "core/cpu_features.h"
 #if defined(LUMEN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
@@ -21,6 +22,10 @@ Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
   obj.Set("avx512bf16", f.avx512bf16);
   obj.Set("isa", lumen::active_isa_name());
   obj.Set("usableCpus", lumen::usable_cpus());
+  auto limits = Napi::Object::New(env);
+  limits.Set("maxConvKernel", lumen::kMaxConvKernel);
+  limits.Set("maxLinearHeadDim", lumen::kMaxLinearHeadDim);
+  obj.Set("engineLimits", limits);
 #if defined(LUMEN_WITH_CUDA)
   obj.Set("cudaBuilt", true);
 #else

@@ -91,9 +91,10 @@ ModelConfig parse_config(const Napi::Object& c) {
   for (uint32_t i = 0; i < lt.Length(); ++i) m.is_full.push_back(lt.Get(i).ToString().Utf8Value() == "full_attention");
   if (m.n_heads % std::max(1, m.n_kv_heads) != 0 || m.lin_v_heads % std::max(1, m.lin_k_heads) != 0)
     throw std::invalid_argument("config: head counts must divide evenly");
-  if (m.conv_kernel < 1 || m.conv_kernel > 8) throw std::invalid_argument("config: conv kernel must be 1..8");
-  if (m.lin_dk < 1 || m.lin_dk > 512 || m.lin_dv < 1 || m.lin_dv > 512)
-    throw std::invalid_argument("config: linear key/value head dims must be 1..512");
+  if (m.conv_kernel < 1 || m.conv_kernel > kMaxConvKernel)
+    throw std::invalid_argument("config: conv kernel must be 1.." + std::to_string(kMaxConvKernel));
+  if (m.lin_dk < 1 || m.lin_dk > kMaxLinearHeadDim || m.lin_dv < 1 || m.lin_dv > kMaxLinearHeadDim)
+    throw std::invalid_argument("config: linear key/value head dims must be 1.." + std::to_string(kMaxLinearHeadDim));
   if (m.rot_dim() > m.head_dim || m.rot_dim() % 2) throw std::invalid_argument("config: bad partial rotary factor");
   return m;
 }

@@ -6,6 +6,11 @@
 
 namespace lumen {
 
+// What the kernels support (fixed-size per-head work buffers); the CLI reads these through the
+// addon (engineLimits) so a config beyond them is refused with the flag's words before a load.
+constexpr int kMaxConvKernel = 8;
+constexpr int kMaxLinearHeadDim = 512;
+
 struct ModelConfig {
   int hidden = 0;
   int n_layers = 0;

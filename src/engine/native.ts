@@ -42,7 +42,12 @@ export interface NativeEngine {
 }
 
 export interface NativeAddon {
-  cpuInfo(): { avx2: boolean; avx512: boolean; avx512bf16: boolean; isa: string; cudaBuilt: boolean };
+  cpuInfo(): {
+    avx2: boolean; avx512: boolean; avx512bf16: boolean; isa: string; cudaBuilt: boolean;
+    /** CPUs this process may use (its affinity mask): what --threads 0 means. */
+    usableCpus: number;
+    engineLimits: { maxConvKernel: number; maxLinearHeadDim: number };
+  };
   Engine: new (spec: object, options: object, onEvents: (events: NativeEvent[]) => void) => NativeEngine;
 }
 

@@ -4,6 +4,7 @@
 // level) and flattened copies (text keys at top level). Where a key is absent we fall back to the
 // HF defaults, which equal the 9B values; the keys that decide tensor shapes are required.
 
+import { engineLimits } from '../engine/limits.js';
 import { preview } from '../util/json.js';
 import { CheckpointError, type LayerType, type TextConfig } from './types.js';
 
@@ -101,10 +102,10 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
 
   const rmsNormEps = posNum(tc.rms_norm_eps, 'rms_norm_eps', 1e-6);
   if (rmsNormEps >= 1) fail('rms_norm_eps', `must be below 1 (got ${rmsNormEps})`);
-  // The engine's limits (native/addon): conv kernel 1..8, linear head dims 1..512.
-  if (linearConvKernelDim > 8) fail('linear_conv_kernel_dim', `is ${linearConvKernelDim}; the engine supports 1..8`);
-  if (linearKeyHeadDim > 512) fail('linear_key_head_dim', `is ${linearKeyHeadDim}; the engine supports 1..512`);
-  if (linearValueHeadDim > 512) fail('linear_value_head_dim', `is ${linearValueHeadDim}; the engine supports 1..512`);
+  const limits = engineLimits();
+  if (linearConvKernelDim > limits.maxConvKernel) fail('linear_conv_kernel_dim', `is ${linearConvKernelDim}; the engine supports 1..${limits.maxConvKernel}`);
+  if (linearKeyHeadDim > limits.maxLinearHeadDim) fail('linear_key_head_dim', `is ${linearKeyHeadDim}; the engine supports 1..${limits.maxLinearHeadDim}`);
+  if (linearValueHeadDim > limits.maxLinearHeadDim) fail('linear_value_head_dim', `is ${linearValueHeadDim}; the engine supports 1..${limits.maxLinearHeadDim}`);
 
   // RoPE: `rope_parameters` (current HF) or `rope_scaling` (older), else top-level keys.
   let ropeKey = 'rope_parameters';
