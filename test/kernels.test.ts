@@ -24,7 +24,8 @@ describe('CPU kernels against scalar references', () => {
   });
 
   for (const isa of ['avx2', 'avx512']) {
-    it.runIf(res[isa] !== undefined)(`${isa}: argmax, SwiGLU, conv+SiLU, gated RMSNorm, softmax exp, attention rows and the sigmoid gate match`, () => {
+    const why = res[isa] !== undefined ? '' : ` [skipped: this CPU cannot run the ${isa} table]`;
+    it.runIf(res[isa] !== undefined)(`${isa}: argmax, SwiGLU, conv+SiLU, gated RMSNorm, softmax exp, attention rows and the sigmoid gate match${why}`, () => {
       const r = res[isa]!;
       expect(r.argmaxCases).toBeGreaterThan(30);
       expect(r.argmaxMismatches).toBe(0); // first index of the maximum, NaN ignored, as the scalar pick
@@ -40,7 +41,7 @@ describe('CPU kernels against scalar references', () => {
   }
 
   // Packed panels exist only with vdpbf16ps; without it the bf16 path widens to f32 (no packing).
-  it.runIf(info.avx512bf16)('avx512: the packed bf16 matmul matches for whole, cut and sliced panel ranges', () => {
+  it.runIf(info.avx512bf16)(`avx512: the packed bf16 matmul matches for whole, cut and sliced panel ranges${info.avx512bf16 ? '' : ' [skipped: this CPU has no AVX-512 BF16]'}`, () => {
     const r = res.avx512!;
     expect(r.packedMatmulCases).toBeGreaterThan(300);
     expect(r.packedMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact bf16 products, relative to the sum of |terms|
