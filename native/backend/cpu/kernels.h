@@ -33,11 +33,6 @@ struct Kernels {
   void (*matmul_packed)(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
                         int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
-  // Machine probes: sum of n floats read as `streams` (1, 2, 4, 8) side-by-side streams, and
-  // `iters` rounds of independent multiply-adds in registers (returns FLOPs done; bf16 dot products
-  // where the ISA has them).
-  float (*stream_sum)(const float* x, int64_t n, int streams);
-  double (*fma_burn)(int64_t iters);
   // Gated DeltaNet core for one value head (see gdn_impl.h).
   void (*gdn_recurrent)(float* S, const GdnHeadIO& io, int n, int dk, int dv);
   void (*gdn_chunked)(float* S, const GdnHeadIO& io, int n, int dk, int dv, int chunk, std::vector<float>& scratch);
