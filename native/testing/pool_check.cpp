@@ -1,4 +1,4 @@
-#include "addon/pool_check.h"
+#include "testing/pool_check.h"
 
 #include <algorithm>
 #include <atomic>

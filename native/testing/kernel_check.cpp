@@ -1,4 +1,4 @@
-#include "addon/kernel_check.h"
+#include "testing/kernel_check.h"
 
 #include <algorithm>
 #include <cmath>
