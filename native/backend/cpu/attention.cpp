@@ -1,5 +1,6 @@
 // Full attention on the CPU: per-head q/k RMSNorm and partial RoPE, the KV write into the paged
 // cache, then causal GQA attention through each sequence's block table and the sigmoid gate.
+// The row kernels are in isa/attention.cpp.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -67,13 +68,13 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
   op.emplace(profiling_, stats_, "attention", "attention");
   // 2) causal attention through the block table, then the sigmoid gate. An item is up to kTile
   // consecutive tokens of one segment and one KV head; the query heads of the group, and the
-  // tokens of the tile, share each key and value read. The run is walked in chunks of kChunk
-  // blocks (256 KiB per KV head at hd 256, so a chunk stays in L2), each chunk serving every token
-  // of the tile before the next is read (in a long prefill each token used to stream the whole
-  // context itself). The kernels read several blocks side by side and prefetch the blocks after
-  // them (blocks are scattered, so the hardware prefetchers restart at each). Items are dealt
-  // round-robin so the threads get alike mixes of short and long contexts.
-  constexpr int kTile = 8, kChunk = 16;
+  // tokens of the tile, share each key and value read. The context is walked in KV spans of
+  // kKvSpan blocks (256 KiB per KV head at hd 256, so a span stays in L2), each span serving
+  // every token of the tile before the next is read, so a long prefill reads its context once
+  // per tile rather than once per token. The kernels read several blocks side by side and
+  // prefetch the blocks after them (blocks are scattered, so the hardware prefetchers restart at
+  // each). Items are dealt round-robin so the threads get alike mixes of short and long contexts.
+  constexpr int kTile = 8, kKvSpan = 16;
   struct Item { int seg, i, n, g; };
   std::vector<Item> items;
   items.reserve(static_cast<size_t>(b.n_tokens) * nkv);
@@ -95,7 +96,7 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
   pool_.run([&](int tid, int nth) {
     PerThread& pt = per_thread_[tid];
     auto& scores = pt.scores;
-    // A thread's items are it = tid, tid + nth, ...: the last value chunk of one prefetches the
+    // A thread's items are it = tid, tid + nth, ...: the last value span of one prefetches the
     // first key blocks of the next.
     for (size_t it = tid; it < items.size(); it += nth) {
       const Item& item = items[it];
@@ -113,25 +114,25 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
       blocks(item, vc, pt.vblk);
       int n_after = 0;
       if (it + nth < items.size()) n_after = std::min(kAhead, blocks(items[it + nth], kc, pt.kblk_next));
-      // Chunk c's blocks start at c0; the first token that reads it (from memory; the others
-      // find it in L2) also prefetches what comes after: the next chunk, else `after`.
+      // The span of blocks [s0, s1): the first token that reads it (from memory; the others find
+      // it in L2) also prefetches what comes after: the next span, else `after`.
       auto walk = [&](const std::vector<const float*>& blk, const float* const* after, int n_after_blocks, auto&& fn) {
-        for (int c0 = 0; c0 < nblk; c0 += kChunk) {
-          const int c1 = std::min(nblk, c0 + kChunk);
-          const float* const* next = c1 < nblk ? blk.data() + c1 : after;
-          const int n_next = c1 < nblk ? std::min(kAhead, nblk - c1) : n_after_blocks;
+        for (int s0 = 0; s0 < nblk; s0 += kKvSpan) {
+          const int s1 = std::min(nblk, s0 + kKvSpan);
+          const float* const* next = s1 < nblk ? blk.data() + s1 : after;
+          const int n_next = s1 < nblk ? std::min(kAhead, nblk - s1) : n_after_blocks;
           bool first = true;
           for (int t = 0; t < n; ++t) {
-            const int len = std::min(ctx_of(t) - c0 * bs, (c1 - c0) * bs);
+            const int len = std::min(ctx_of(t) - s0 * bs, (s1 - s0) * bs);
             if (len <= 0) continue;
-            fn(t, blk.data() + c0, c0 * bs, len, first ? next : nullptr, first ? n_next : -1);
+            fn(t, blk.data() + s0, s0 * bs, len, first ? next : nullptr, first ? n_next : -1);
             first = false;
           }
         }
       };
       walk(pt.kblk, pt.vblk.data(), std::min(kAhead, nblk),
            [&](int t, const float* const* blk, int p0, int len, const float* const* next, int n_next) {
-             K_.attn_scores(q(t), 2 * hd, group, blk, bs, len, hd, scale, sc(t) + p0, ctx_max, next, n_next);
+             kernels_.attn_scores(q(t), 2 * hd, group, blk, bs, len, hd, scale, sc(t) + p0, ctx_max, next, n_next);
            });
       for (int t = 0; t < n; ++t)
         for (int hh = 0; hh < group; ++hh) {
@@ -139,15 +140,15 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
           const int ctx = ctx_of(t);
           float mx = -INFINITY;
           for (int j = 0; j < ctx; ++j) mx = std::max(mx, row[j]);
-          K_.scale(row, 1.f / K_.exp_shift_sum(row, ctx, mx), ctx);  // probabilities
+          kernels_.scale(row, 1.f / kernels_.exp_shift_sum(row, ctx, mx), ctx);  // probabilities
         }
       for (int t = 0; t < n; ++t) std::fill(o(t), o(t) + static_cast<size_t>(group) * hd, 0.f);
       walk(pt.vblk, pt.kblk_next.data(), n_after,
            [&](int t, const float* const* blk, int p0, int len, const float* const* next, int n_next) {
-             K_.attn_values(sc(t) + p0, ctx_max, group, blk, bs, len, hd, o(t), hd, next, n_next);
+             kernels_.attn_values(sc(t) + p0, ctx_max, group, blk, bs, len, hd, o(t), hd, next, n_next);
            });
       for (int t = 0; t < n; ++t)
-        for (int hh = 0; hh < group; ++hh) K_.mul_sigmoid(o(t) + hh * hd, q(t) + hh * 2 * hd + hd, hd);
+        for (int hh = 0; hh < group; ++hh) kernels_.mul_sigmoid(o(t) + hh * hd, q(t) + hh * 2 * hd + hd, hd);
     }
   });
 }

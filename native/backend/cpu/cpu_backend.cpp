@@ -9,7 +9,7 @@
 namespace lumen {
 namespace cpu {
 
-CpuBackend::CpuBackend(int n_threads) : pool_(n_threads), K_(kernels()) {
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads), kernels_(kernels()) {
   per_thread_.resize(pool_.size());
   shadows_.resize(static_cast<size_t>(pool_.size()));
 }
@@ -47,7 +47,7 @@ void CpuBackend::load_state(int snap, int slot) {
 void CpuBackend::embed(const WMat& table, float* x) {
   ScopedOp op(profiling_, stats_, "embed", "embed");
   const StepBatch& b = *step_;
-  for (int t = 0; t < b.n_tokens; ++t) K_.row_to_f32(table.ptr, table.dtype, b.tokens[t], table.cols, x + t * table.cols);
+  for (int t = 0; t < b.n_tokens; ++t) kernels_.row_to_f32(table.ptr, table.dtype, b.tokens[t], table.cols, x + t * table.cols);
 }
 
 void CpuBackend::rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) {
@@ -65,7 +65,7 @@ void CpuBackend::add(float* y, const float* x, int64_t n) {
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
   ScopedOp op(profiling_, stats_, "swiglu", "elementwise");
   pool_.parallel_for(n, [&](int64_t i0, int64_t i1) {
-    K_.swiglu(gate + i0, up + i0, out + i0, i1 - i0);
+    kernels_.swiglu(gate + i0, up + i0, out + i0, i1 - i0);
   }, 4096);
 }
 
@@ -79,7 +79,7 @@ void CpuBackend::gather_rows(const float* x, int first, int count, float* y, int
 
 void CpuBackend::argmax_rows(const float* logits, const int* rows, int n, int vocab, int32_t* out) {
   pool_.parallel_for(n, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = K_.argmax(logits + static_cast<int64_t>(rows[i]) * vocab, vocab);
+    for (int64_t i = i0; i < i1; ++i) out[i] = kernels_.argmax(logits + static_cast<int64_t>(rows[i]) * vocab, vocab);
   });
 }
 

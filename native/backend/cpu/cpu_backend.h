@@ -44,11 +44,11 @@ class ScopedOp {
   int64_t t0_;
 };
 
-// A DeltaNet layer's step buffers (both paths): conv output [T, cd]; beta and decay [T, nv].
+// A DeltaNet layer's step buffers (both paths): conv output [T, cd]; beta and log decay [T, nv].
 struct GdnBuffers {
   float* conv_out;
   float* beta;
-  float* gdec;
+  float* log_decay;
   int64_t cd;
 };
 
@@ -61,7 +61,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   std::string device_desc() const override;
-  void set_gdn_chunk_min(int n) override { chunk_threshold_ = n; }
+  void set_gdn_chunk_min(int n) override { gdn_chunk_min_ = n; }
 
   void bind_weights(const HostWeights& w, BWeights& out) override;                      // weights.cpp
   size_t init_caches(const CacheSpec& spec, int max_step_tokens, int max_logit_rows) override;
@@ -79,8 +79,8 @@ class CpuBackend final : public Backend {
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void attention(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v,  // attention.cpp
                  float* out) override;
-  void gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* bb,  // gdn.cpp
-           const float* aa, float* out) override;
+  void gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* beta_in,  // gdn.cpp
+           const float* decay_in, float* out) override;
   void gather_rows(const float* x, int first, int count, float* y, int dim) override;
   void argmax_rows(const float* logits, const int* rows, int n, int vocab, int32_t* out) override;
   bool host_memory() const override { return true; }
@@ -94,11 +94,11 @@ class CpuBackend final : public Backend {
 
  private:
   void matmul_impl(const float* x, int rows, const WMat* const* ws, float* const* ys, int n);
-  void gdn_decode(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* bb,
-                  const float* aa, float* out);
+  void gdn_decode(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* beta_in,
+                  const float* decay_in, float* out);
 
   void rms_row(const float* x, const float* w, float* y, int dim, float eps) const {
-    const float inv = 1.f / std::sqrt(K_.sumsq(x, dim) / dim + eps);
+    const float inv = 1.f / std::sqrt(kernels_.sumsq(x, dim) / dim + eps);
     for (int i = 0; i < dim; ++i) y[i] = x[i] * inv * w[i];
   }
   float* slot_ptr(int slot) { return state_.as<float>() + static_cast<size_t>(slot) * slot_elems_; }
@@ -111,13 +111,13 @@ class CpuBackend final : public Backend {
     return conv_buf_.as<float>();
   }
   GdnBuffers gdn_buffers(int T, int64_t cd, int nv) {
-    if (small_buf_.size() < static_cast<size_t>(2) * T * nv) small_buf_.resize(static_cast<size_t>(2) * T * nv);
-    return {conv_buf(static_cast<size_t>(T) * cd), small_buf_.data(), small_buf_.data() + static_cast<size_t>(T) * nv, cd};
+    if (gate_buf_.size() < static_cast<size_t>(2) * T * nv) gate_buf_.resize(static_cast<size_t>(2) * T * nv);
+    return {conv_buf(static_cast<size_t>(T) * cd), gate_buf_.data(), gate_buf_.data() + static_cast<size_t>(T) * nv, cd};
   }
   // l2-normalise one q or k head of the conv output, times `scale` (1/sqrt(dk) for q, 1 for k).
   void l2norm_head(float* x, int dk, float scale) const {
-    const float inv = 1.f / std::sqrt(K_.sumsq(x, dk) + 1e-6f);
-    K_.scale(x, inv * scale, dk);
+    const float inv = 1.f / std::sqrt(kernels_.sumsq(x, dk) + 1e-6f);
+    kernels_.scale(x, inv * scale, dk);
   }
 
   struct PerThread {
@@ -139,11 +139,11 @@ class CpuBackend final : public Backend {
       int64_t n;
       float* y;
     };
-    const Kernels* K = nullptr;
+    const Kernels* kernels = nullptr;
     std::vector<AlignedBuffer>* shadows = nullptr;  // per thread; grown only by its thread
     int rows = 0, streams = 0;
     int64_t k = 0;
-    std::vector<uint16_t> xb;
+    std::vector<uint16_t> x_bf16;  // this region's own copy of x (the caller may have moved on)
     std::vector<Mat> mats;
     std::vector<Piece> pieces;
 
@@ -152,24 +152,26 @@ class CpuBackend final : public Backend {
   };
 
   // Declared before the pool, so destroyed after it (the destructor drains the pool first anyway).
-  MatmulWork mm_work_[ThreadPool::kSlots];
+  MatmulWork matmul_work_[ThreadPool::kSlots];
   std::vector<AlignedBuffer> shadows_;
   ThreadPool pool_;
-  std::vector<Piece> pieces_;
+  std::vector<Piece> prefill_pieces_;  // the prefill matmul's work list (one region at a time)
   // How long the caller, out of pieces, waits for a worker's piece before computing it itself. A
   // worker's last piece (128 KiB) takes ~4 us; a descheduled worker is gone for hundreds of
-  // microseconds or more (instrumented pool, c=1: 10 us left fewer waits than 30 us).
+  // microseconds or more (figures: docs/performance.md, v29).
   static constexpr int64_t kStealPatienceNs = 15'000;
-  const Kernels& K_;
+  const Kernels& kernels_;
   CacheSpec spec_;
-  AlignedBuffer k_cache_, v_cache_, state_, snapshots_, conv_buf_, xb_;
-  std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_;
-  const void* head_ptr_ = nullptr;
-  std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_t_;  // tap-major conv weights
-  std::vector<float> small_buf_;
+  AlignedBuffer k_cache_, v_cache_, state_, snapshots_;
+  AlignedBuffer conv_buf_;  // a DeltaNet layer's conv output [T, cd]
+  AlignedBuffer x_bf16_;    // x rounded to bf16 for the packed matmuls
+  std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_weights_;  // vdpbf16ps panels, by host matrix
+  const void* head_ptr_ = nullptr;  // the vocabulary head (profiled apart)
+  std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_taps_;  // tap-major conv weights, by host vector
+  std::vector<float> gate_buf_;  // a DeltaNet layer's beta and log decay [2][T, nv]
   size_t kv_layer_elems_ = 0, layer_state_elems_ = 0, slot_elems_ = 0;
   int n_snapshots_ = 0;
-  int chunk_threshold_ = 16;
+  int gdn_chunk_min_ = 16;  // segments of at least this many tokens take the chunked DeltaNet
   const StepBatch* step_ = nullptr;
   std::vector<std::unique_ptr<AlignedBuffer>> scratch_;
   std::vector<PerThread> per_thread_;

@@ -1,6 +1,7 @@
 // How the CPU backend splits a matrix product over the threads: f32 / unpacked matrices by output
 // rows; packed bf16 prefill products as pieces of 8 panels dealt from a shared counter; decode
 // products as a stealable work list of far-apart weight streams (see ThreadPool::run_stealable).
+// The kernels are in isa/matmul.cpp.
 #include <algorithm>
 #include <cstring>
 
@@ -30,48 +31,47 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
     for (int i = 0; i < n; ++i) {
       const WMat& w = *ws[i];
       pool_.parallel_for(w.rows, [&](int64_t n0, int64_t n1) {
-        K_.matmul(x, rows, w.cols, w.ptr, w.dtype, n0, n1, ys[i], w.rows);
+        kernels_.matmul(x, rows, w.cols, w.ptr, w.dtype, n0, n1, ys[i], w.rows);
       }, 16);
     }
     return;
   }
-  // x rounded to bf16 once for all the matrices; then one region dealing chunks of 8 panels (128
-  // weight rows, 256 KiB at K = 1024, long sequential streams) of every matrix from a shared
-  // counter, so a slower core takes fewer chunks.
+  // x rounded to bf16 once for all the matrices, then one parallel region over all of them.
   const int64_t K = ws[0]->cols;
   const int64_t xn = static_cast<int64_t>(rows) * K;
-  if (xb_.size() < static_cast<size_t>(xn) * 2) xb_.resize(static_cast<size_t>(xn) * 2, false);
-  uint16_t* xb = xb_.as<uint16_t>();
+  if (x_bf16_.size() < static_cast<size_t>(xn) * 2) x_bf16_.resize(static_cast<size_t>(xn) * 2, false);
+  uint16_t* xb = x_bf16_.as<uint16_t>();
   // A decode batch's rows take a few microseconds to round: less than waking the pool for them.
   if (xn <= 65536)
-    K_.to_bf16(x, xb, xn);
+    kernels_.to_bf16(x, xb, xn);
   else
-    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { K_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
-  // Decode-sized batches are weight streams. Each piece takes C panels from each quarter (1..6
-  // rows; a third for 7..16, whose tile spans 3 panels) of a matrix, read as streams that far
-  // apart; the panels past the last whole quarter (third) are a piece of their own. Four
-  // streams that both cores walk read faster than four adjacent panels per core (eight streams
-  // in all): A/B in one process, c=1 x1.07 (layer matmuls -6 %, head -5 to -18 %) with 1 MiB
-  // pieces; 256 KiB pieces gained nothing. Pieces shrink to 128 KiB as the region's remaining
-  // bytes run out, so that the core finishing first waits less for the other's last piece (perf,
-  // c=1 decode: time spent waiting in the pool 9.2 -> 6.6 % of samples; end-to-end A/Bs within
-  // the noise). Thirds for 7..16 rows: c=8 layer matmuls -4.6 %, head -8 %.
-  // Larger batches (prefill) take chunks of 8 adjacent panels.
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { kernels_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
+  // Decode-sized batches are weight streams. Each piece takes the same panels from each quarter
+  // (1..6 rows; a third for 7..16, whose tile spans 3 panels) of a matrix, read as streams that
+  // far apart, so both cores walk the same four (three) streams; the panels past the last whole
+  // quarter (third) are a piece of their own. Pieces shrink from 1 MiB to 128 KiB as the
+  // region's remaining bytes run out, so the core done first waits less for the other's last
+  // piece (figures: docs/performance.md, v25 and v26).
   const int streams = rows <= 6 ? 4 : rows <= 16 ? 3 : 0;  // see matmul_packed's slice
-  const int64_t panel_bytes = cpu::kPanel * K * 2;
-  auto panels_of = [&](int i) { return (ws[i]->rows + cpu::kPanel - 1) / cpu::kPanel; };
+  const int64_t panel_bytes = kPanel * K * 2;
+  auto panels_of = [&](int i) { return (ws[i]->rows + kPanel - 1) / kPanel; };
   if (streams == 0) {
-    const int64_t kChunk = 8;
-    pieces_.clear();
+    // Larger batches (prefill): pieces of 8 adjacent panels (128 weight rows, 256 KiB at K = 1024,
+    // long sequential streams) of every matrix, dealt from a shared counter so a slower core
+    // takes fewer.
+    constexpr int64_t kPanelsPerPiece = 8;
+    prefill_pieces_.clear();
     for (int i = 0; i < n; ++i) {
       const int64_t panels = panels_of(i);
-      for (int64_t p = 0; p < panels; p += kChunk) pieces_.push_back({i, p, std::min(panels, p + kChunk), 0});
+      for (int64_t p = 0; p < panels; p += kPanelsPerPiece)
+        prefill_pieces_.push_back({i, p, std::min(panels, p + kPanelsPerPiece), 0});
     }
-    pool_.parallel_chunks(static_cast<int64_t>(pieces_.size()), 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const Piece& pc = pieces_[static_cast<size_t>(c)];
+    pool_.parallel_dealt(static_cast<int64_t>(prefill_pieces_.size()), 1, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const Piece& pc = prefill_pieces_[static_cast<size_t>(i)];
         const WMat& w = *ws[pc.matrix];
-        K_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, pc.p0, pc.p1, ys[pc.matrix], w.rows, 0);
+        kernels_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, pc.p0, pc.p1, ys[pc.matrix],
+                               w.rows, 0);
       }
     });
     return;
@@ -79,13 +79,13 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
   // Decode regions are stealable (see ThreadPool): the work, with its own copy of x, lives in
   // the region's slot until the workers have left it.
   const int slot = pool_.acquire_slot();
-  MatmulWork& mw = mm_work_[slot];
-  mw.K = &K_;
+  MatmulWork& mw = matmul_work_[slot];
+  mw.kernels = &kernels_;
   mw.shadows = &shadows_;
   mw.rows = rows;
   mw.k = K;
   mw.streams = streams;
-  mw.xb.assign(xb, xb + xn);
+  mw.x_bf16.assign(xb, xb + xn);
   mw.mats.clear();
   mw.pieces.clear();
   int64_t remaining = 0;  // bytes of the region not dealt yet (sizes the pieces)
@@ -93,13 +93,13 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
   for (int i = 0; i < n; ++i) {
     mw.mats.push_back({static_cast<const uint16_t*>(ws[i]->aux), ws[i]->rows, ys[i]});
     const int64_t panels = panels_of(i);
-    const int64_t q = panels / streams;
+    const int64_t q = panels / streams;  // panels per quarter (third)
     for (int64_t p = 0; p < q;) {
       const int64_t bytes = std::clamp<int64_t>(remaining / 8, int64_t{128} << 10, int64_t{1} << 20);
-      const int64_t c = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes)));
-      mw.pieces.push_back({i, p, p + c, q});
-      p += c;
-      remaining -= streams * c * panel_bytes;
+      const int64_t per_stream = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes)));
+      mw.pieces.push_back({i, p, p + per_stream, q});
+      p += per_stream;
+      remaining -= streams * per_stream * panel_bytes;
     }
     if (panels % streams != 0) {
       mw.pieces.push_back({i, streams * q, panels, 0});
@@ -122,7 +122,7 @@ void CpuBackend::MatmulWork::compute(int64_t p, int tid, bool direct) {
     if (sh.size() < need) sh.resize(need, false);
     y = sh.as<float>();
   }
-  K->matmul_packed(xb.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
+  kernels->matmul_packed(x_bf16.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
 }
 void CpuBackend::MatmulWork::commit(int64_t p, int tid) {
   const Piece& pc = pieces[static_cast<size_t>(p)];
@@ -130,8 +130,8 @@ void CpuBackend::MatmulWork::commit(int64_t p, int tid) {
   const float* src = (*shadows)[static_cast<size_t>(tid)].as<float>();
   const int n_streams = pc.slice > 0 ? streams : 1;
   for (int j = 0; j < n_streams; ++j) {
-    const int64_t n0 = (pc.p0 + j * pc.slice) * cpu::kPanel;
-    const int64_t n1 = std::min(m.n, (pc.p1 + j * pc.slice) * cpu::kPanel);
+    const int64_t n0 = (pc.p0 + j * pc.slice) * kPanel;
+    const int64_t n1 = std::min(m.n, (pc.p1 + j * pc.slice) * kPanel);
     for (int r = 0; r < rows; ++r)
       std::memcpy(m.y + r * m.n + n0, src + r * m.n + n0, static_cast<size_t>(n1 - n0) * sizeof(float));
   }

@@ -9,8 +9,7 @@ namespace lumen::cpu::LUMEN_ISA {
 namespace {
 
 // Attention over a paged run of rows (see kernels.h). A core reads several streams faster than
-// one (an interleaved micro-benchmark over scattered 16 KiB runs, 2 threads: one run at a time
-// with prefetch 35.5 GB/s, four side by side 56.2), so S blocks are read side by side, S as large
+// one (figures: docs/performance.md, v23), so S blocks are read side by side, S as large
 // as the accumulators (S x NQ vectors) allow.
 template <int NQ>
 constexpr int attn_streams() {

@@ -46,7 +46,7 @@ void row_to_f32(const void* w, DType wt, int64_t row, int64_t cols, float* out) 
 void mul_sigmoid(float* o, const float* gate, int64_t n) {
   int64_t i = 0;
   for (; i + VW <= n; i += VW)
-    vstore(o + i, vdiv(vload(o + i), _add(vset1(1.f), vexp(vsub(vzero(), vload(gate + i))))));
+    vstore(o + i, vdiv(vload(o + i), vadd(vset1(1.f), vexp(vsub(vzero(), vload(gate + i))))));
   for (; i < n; ++i) o[i] /= 1.f + std::exp(-gate[i]);
 }
 
@@ -71,7 +71,7 @@ float exp_shift_sum(float* x, int64_t n, float shift) {
   for (; i + VW <= n; i += VW) {
     const vf e = vexp(vsub(vload(x + i), sh));
     vstore(x + i, e);
-    acc = _add(acc, e);
+    acc = vadd(acc, e);
   }
   float s = vsum(acc);
   for (; i < n; ++i) s += x[i] = std::exp(x[i] - shift);

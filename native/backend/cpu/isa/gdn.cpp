@@ -63,7 +63,7 @@ inline GdnToken gdn_token(const lumen::cpu::GdnHeadIO& io, int i) {
           std::exp(io.g[i * io.bg_stride]), io.beta[i * io.bg_stride]};
 }
 
-// The recurrence below (gdn_recurrent_impl) with a block of 8 vectors of columns held in registers
+// The recurrence below (gdn_recurrent) with a block of 8 vectors of columns held in registers
 // (e, u in pass one, d in pass two), so the inner loops only stream S: used when dv is a multiple
 // of the block.
 void gdn_recurrent_blocked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
@@ -103,7 +103,7 @@ void gdn_recurrent_blocked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int
 // Token-by-token recurrence: decay, predict e = Sᵀk, write k (β(v - e))ᵀ, read o = Sᵀq.
 // Two passes over S per token: one read (e and u = Sᵀq together), one read-modify-write that
 // applies the decay and the rank-1 write; o = decay·u + (k·q)·d needs no third pass.
-void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
+void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
   if (dv % (8 * VW) == 0) {
     gdn_recurrent_blocked(S, io, n, dk, dv);
     return;
@@ -133,11 +133,11 @@ void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk
   }
 }
 
-// Chunked (WY) form over chunks of C tokens (see docs/architecture.md and the architecture
-// reference, §3.2): within a chunk, G = cumulative log decay, A = strictly lower β(KKᵀ)⊙D,
+// Chunked (WY) form over blocks of C tokens (kGdnBlock; see docs/architecture.md and the
+// architecture reference, §3.2): within a block, G = cumulative log decay, A = strictly lower β(KKᵀ)⊙D,
 // U = (I+A)⁻¹βV, W = (I+A)⁻¹(βe^G K), V' = U - WS, O = e^G QS + (QKᵀ⊙D)V', S ← e^{G_L}S + (e^{G_L-G}K)ᵀV'.
-void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
-                      std::vector<float>& scratch) {
+void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
+                 std::vector<float>& scratch) {
   const int Cp = (C + VW - 1) / VW * VW;  // G and the decay row padded to whole vectors
   const size_t need = static_cast<size_t>(C) * (2 * C + dv + dk + dk + dv + dk) + 2 * static_cast<size_t>(Cp) + dv +
                       static_cast<size_t>(dk) * C;  // A doubles as the [dk][L] scaled Kᵀ
@@ -191,7 +191,7 @@ void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, 
         vaxpy(-aij, W + static_cast<int64_t>(j) * dk, Wi, dk);
       }
     }
-    // V' = U - W S and the inter-chunk part of O, both against the incoming state.
+    // V' = U - W S and the inter-block part of O, both against the incoming state.
     if (dv == 128) {
       // As GEMMs: U += (-W) S ; O = (e^G ⊙ Q) S ; O += (QKᵀ⊙D) V' (lower-triangular, zeros above).
       for (int i = 0; i < L; ++i) {

@@ -1,5 +1,6 @@
 // Matrix products for one ISA: the f32 / bf16-widening row kernel (every ISA), and on AVX-512 BF16
-// the weight packing into vdpbf16ps panels, x rounded to bf16, and the packed-panel tiles.
+// the weight packing into vdpbf16ps panels, x rounded to bf16, and the packed-panel tiles. How a
+// product is split over the threads is the backend's (cpu/matmul.cpp).
 #include <algorithm>
 
 #include "backend/cpu/isa/entry_points.h"
@@ -110,8 +111,8 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
   for (int64_t kp = 0; kp < pairs; ++kp) {
     __m512i b[NR];
     // With many rows per weight vector the loop body is long and the reorder window holds few
-    // of its loads; prefetch each stream 2 KB ahead so enough lines stay in flight (A/B: c=8 decode
-    // x1.05; 4 and 8 KB no better; also prefetching for fewer rows made c=1 slightly slower).
+    // of its loads; prefetch each stream 2 KB ahead so enough lines stay in flight (only for 4+
+    // rows; figures: docs/performance.md, v14 and v22).
     // With next_tile (the caller reads the NR panels after these next), the prefetch runs on near
     // a panel's end into the next tile's panel j, so that tile starts on lines already in flight.
     if constexpr (MR >= 4) {
@@ -141,8 +142,7 @@ inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, i
 // The same product as packed_tile<1, 4>, written in assembly because GCC 12 will not fold a load
 // into vdpbf16ps: its separate load per weight line made 12 instructions per k-pair where 8 do.
 // Fewer instructions per line let the reorder window reach further ahead in the weight streams
-// (micro-benchmark, 4 streams a quarter apart on a 508 MB matrix, 2 cores, interleaved: 72.0
-// against 68.5 GB/s in one run, 64.4 against 60.4 in another; the sum-only loop read 72.0 / 64.9).
+// (figures: docs/performance.md, v27).
 inline void packed_tile_1x4(const uint16_t* xb, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
                             int64_t step) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;

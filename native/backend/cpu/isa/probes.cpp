@@ -7,12 +7,11 @@ namespace lumen::cpu::LUMEN_ISA {
 namespace {
 
 // S contiguous parts of x read side by side: one read stream per part. A core keeps more lines in
-// flight over several streams than over one (on this machine 4-8 streams per thread read up to
-// 1.5x faster than one), and the weight kernels read 4-8 panels side by side, so the probe must too.
-// The loop must be as lean as the weight kernels' (one instruction per vector, accumulators in
-// registers): the first version kept its accumulators on the stack (GCC did not unroll the loop over
-// streams), issued 5 instructions per line and read 10-30 % slower than the decode kernel itself,
-// which put the limit too low. U lines per stream per pass keep 4+ independent add chains.
+// flight over several streams than over one, and the weight kernels read 4-8 panels side by side,
+// so the probe must too. The loop must be as lean as the weight kernels' (one instruction per
+// vector, accumulators in registers), or it reads slower than the decode kernel and puts the limit
+// too low (figures: docs/performance.md, "Notes moved from the code"). U lines per stream per pass
+// keep 4+ independent add chains.
 template <int S>
 float stream_sum_s(const float* x, int64_t n) {
   constexpr int U = S >= 4 ? 1 : 4 / S;
@@ -27,7 +26,7 @@ float stream_sum_s(const float* x, int64_t n) {
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s)
 #pragma GCC unroll 4
-      for (int u = 0; u < U; ++u) a[s * U + u] = _add(a[s * U + u], vload(p[s] + i + u * VW));
+      for (int u = 0; u < U; ++u) a[s * U + u] = vadd(a[s * U + u], vload(p[s] + i + u * VW));
   }
   float sum = 0;
   for (int j = 0; j < S * U; ++j) sum += vsum(a[j]);

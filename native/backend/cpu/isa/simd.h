@@ -25,7 +25,7 @@ inline void vstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
 inline vf vset1(float a) { return _mm512_set1_ps(a); }
 inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-inline vf _add(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
 inline vf vload_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
@@ -49,7 +49,7 @@ inline void vstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
 inline vf vset1(float a) { return _mm256_set1_ps(a); }
 inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-inline vf _add(vf a, vf b) { return _mm256_add_ps(a, b); }
+inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 inline float vsum(vf v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
@@ -84,10 +84,10 @@ inline vf vexp(vf x) {
   p = vfma(p, r, vset1(4.1665795894e-2f));
   p = vfma(p, r, vset1(1.6666665459e-1f));
   p = vfma(p, r, vset1(5.0000001201e-1f));
-  p = vfma(p, vmul(r, r), _add(r, vset1(1.f)));
+  p = vfma(p, vmul(r, r), vadd(r, vset1(1.f)));
   return vmul(p, vpow2i(n));
 }
-inline vf vsilu(vf x) { return vdiv(x, _add(vset1(1.f), vexp(vsub(vzero(), x)))); }
+inline vf vsilu(vf x) { return vdiv(x, vadd(vset1(1.f), vexp(vsub(vzero(), x)))); }
 inline float silu1(float x) { return x / (1.f + std::exp(-x)); }
 
 inline float bf16f(uint16_t h) {
