@@ -1,14 +1,9 @@
 // The CUDA backend: weights (bf16 or f32 as loaded), KV block pool, recurrent-state slots and
 // activations in device memory from one allocator; ops are enqueued on one stream. Elsewhere:
 // the step metadata's layout and upload (step_metadata.*), the decode-step graphs captured once per
-// batch-size bucket and replayed (cuda_graphs.*), environment switches and device probing
+// batch-size bucket and replayed (cuda_graphs.*), the deferred and fused launches of the matmuls,
+// adds, norms and SwiGLU (deferred_launches.*), environment switches and device probing
 // (cuda_env.*), the kernels (k_*.cu, one per op family).
-//
-// Two launch-count reductions stay invisible to the model code: matmuls that read the same input
-// are launched together (q|k|v, the four DeltaNet projections, gate|up), and a residual add is
-// fused into the RMSNorm that reads its result. A SwiGLU that follows a pending gate|up pair is
-// folded into that launch for few-row steps. Every buffer the interface promises to write is
-// still written.
 //
 // Compiled only into builds with the CUDA backend (the addon's source glob also sees this file in
 // CPU-only builds, where it is empty).
@@ -28,6 +23,7 @@
 #include "backend/cuda/cuda_env.h"
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/deferred_launches.h"
 #include "backend/cuda/step_metadata.h"
 #include "backend/op_profile.h"
 #include "backend/weight_binding.h"
@@ -144,19 +140,20 @@ class CudaBackend final : public Backend {
     if (cfg_.n_linear_layers() > 0) {
       conv_out_ = alloc_.alloc(static_cast<size_t>(rc) * cfg_.conv_dim() * sizeof(float), "DeltaNet conv output");
       beta_ = alloc_.alloc(static_cast<size_t>(rc) * cfg_.lin_v_heads * sizeof(float), "DeltaNet beta");
-      gdec_ = alloc_.alloc(static_cast<size_t>(rc) * cfg_.lin_v_heads * sizeof(float), "DeltaNet decay");
+      log_decay_ = alloc_.alloc(static_cast<size_t>(rc) * cfg_.lin_v_heads * sizeof(float), "DeltaNet decay");
       gdn_block_scratch_ = alloc_.alloc(static_cast<size_t>(step_meta_.gdn_block_capacity()) * cfg_.lin_v_heads *
                                             cuda::gdn_block_scratch_floats_per_head() * sizeof(float),
                                         "DeltaNet block scratch");
     }
     if (cfg_.n_full_layers() > 0) {
       const size_t rows = static_cast<size_t>(std::max(256, next_pow2(std::max(1, spec.n_state_slots))));
-      attn_part_ = alloc_.alloc(rows * cfg_.n_heads * (cfg_.head_dim + 2) * sizeof(float), "attention partials");
+      attn_partials_ = alloc_.alloc(rows * cfg_.n_heads * (cfg_.head_dim + 2) * sizeof(float), "attention partials");
     }
     if (max_cols_ > 0) {
-      xb_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activations");
-      if (precise_gemm_) xb_lo_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activation residuals");
+      x_bf16_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activations");
+      if (precise_gemm_) x_bf16_lo_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activation residuals");
     }
+    deferred_.set_bf16_workspace(x_bf16_.as<uint16_t>(), x_bf16_lo_.as<uint16_t>(), precise_gemm_);
     logit_rows_cap_ = std::max(1, max_logit_rows);
     logits_host_.resize(static_cast<size_t>(logit_rows_cap_) * std::max(1, cfg_.vocab) * sizeof(float));
     return total;
@@ -200,13 +197,13 @@ class CudaBackend final : public Backend {
     step_ = &b;
     const int T = b.n_tokens;
     if (T <= 0 || T > max_tokens_) throw std::runtime_error("CUDA backend: step of " + std::to_string(T) + " tokens");
-    step_T_ = T;
+    step_tokens_ = T;
     decode_path_ = b.decode_only;
     const int nseg = static_cast<int>(b.segs.size());
     const bool graphable = graphs_.enabled() && !profiling_ && b.decode_only && static_cast<int>(b.logit_rows.size()) == T &&
                            nseg == T && next_pow2(T) <= graph_max_rows_;
     graph_step_ = graphable;
-    rows_eff_ = graphable ? next_pow2(T) : T;
+    padded_rows_ = graphable ? next_pow2(T) : T;
     bucket_ = next_pow2(T);
     cuda::StepLimits lim;
     lim.n_blocks = spec_.n_blocks;
@@ -218,74 +215,34 @@ class CudaBackend final : public Backend {
     if (!decode_path_ && cfg_.n_full_layers() > 0)
       lim.attn_rows_per_item = cuda::attn_prefill_rows_per_item(cfg_.n_heads / std::max(1, cfg_.n_kv_heads));
     lim.gdn_chunk_min = gdn_chunk_min_;
-    work_ = step_meta_.fill(b, rows_eff_, lim, stream());
+    work_ = step_meta_.fill(b, padded_rows_, lim, stream());
   }
 
   void embed(const WMat& table, float* x) override {
     OpTimer op(*this, "embed", "embed");
     flush_all();
-    cuda::launch_embed(table.ptr, table.dtype == DType::bf16, static_cast<int>(table.cols), step_meta_.device().tokens, rows_eff_, x,
-                       stream());
+    cuda::launch_embed(table.ptr, table.dtype == DType::bf16, static_cast<int>(table.cols), step_meta_.device().tokens,
+                       padded_rows_, x, stream());
   }
 
   void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) override {
     OpTimer op(*this, "rmsnorm", "norm");
-    flush_matmul();
-    const int r = map_rows(rows);
-    if (pend_add_.y && pend_add_.y == x && pend_add_.n == static_cast<int64_t>(r) * dim) {
-      // y = x + o; xn = norm(y): one pass over the residual stream.
-      float* xs = pend_add_.y;
-      const float* add = pend_add_.x;
-      pend_add_ = {};
-      cuda::launch_rmsnorm(xs, add, w, y, r, dim, eps, stream());
-      return;
-    }
-    flush_add();
-    cuda::launch_rmsnorm(const_cast<float*>(x), nullptr, w, y, r, dim, eps, stream());
+    deferred_.rmsnorm(x, w, y, padded_rows(rows), dim, eps, stream());
   }
 
   void matmul(const float* x, int rows, const WMat& w, float* y) override {
     OpTimer op(*this, "matmul", "matmul");
-    flush_add();
-    if (rows <= 0) return;
-    if (w.dtype == DType::f16) throw std::runtime_error("CUDA backend: f16 weights are converted to f32 on load");
-    const int r = map_rows(rows);
-    const bool same = pend_mm_.n > 0 && pend_mm_.x == x && pend_mm_.rows == r && pend_mm_.dtype == w.dtype &&
-                      pend_mm_.K == w.cols && pend_mm_.n < 4;
-    if (!same) flush_matmul();
-    if (pend_mm_.n == 0) {
-      pend_mm_.x = x;
-      pend_mm_.rows = r;
-      pend_mm_.dtype = w.dtype;
-      pend_mm_.K = static_cast<int>(w.cols);
-    }
-    pend_mm_.w[pend_mm_.n] = w;
-    pend_mm_.y[pend_mm_.n] = y;
-    pend_mm_.n++;
-    if (y == x || profiling_) flush_matmul();
+    deferred_.matmul(x, padded_rows(rows), w, y, profiling_, stream());
   }
 
   void add(float* y, const float* x, int64_t n) override {
     OpTimer op(*this, "add", "elementwise");
-    flush_matmul();
-    flush_add();
-    pend_add_ = {y, x, map_n(n)};
-    if (profiling_) flush_add();
+    deferred_.add(y, x, padded_count(n), profiling_, stream());
   }
 
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
     OpTimer op(*this, "swiglu", "elementwise");
-    flush_add();
-    const int64_t ne = map_n(n);
-    if (pend_mm_.n == 2 && pend_mm_.y[0] == gate && pend_mm_.y[1] == up && pend_mm_.rows <= 16 &&
-        pend_mm_.w[0].rows == pend_mm_.w[1].rows && pend_mm_.w[0].rows % 2 == 0 && out != up &&
-        ne == static_cast<int64_t>(pend_mm_.rows) * pend_mm_.w[0].rows) {
-      swiglu_out_ = out;
-      flush_matmul();
-      return;
-    }
-    flush_matmul();
-    cuda::launch_swiglu(gate, up, out, ne, stream());
+    deferred_.swiglu(gate, up, out, padded_count(n), stream());
   }
 
   void attention(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v, float* out) override {
@@ -309,11 +266,11 @@ class CudaBackend final : public Backend {
     a.eps = c.eps;
     a.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
     a.m = step_meta_.device();
-    a.rows = rows_eff_;
+    a.rows = padded_rows_;
     if (L.kv_index < 0 || L.kv_index >= spec_.n_kv_layers) throw std::runtime_error("CUDA backend: bad KV layer index");
     cuda::launch_qk_rope_kv(a, stream());
     if (decode_path_)
-      cuda::launch_attn_decode(a, decode_splits(bucket_), attn_part_.as<float>(), stream());
+      cuda::launch_attn_decode(a, decode_splits(bucket_), attn_partials_.as<float>(), stream());
     else
       cuda::launch_attn_prefill(a, work_.n_attn_items, stream());
   }
@@ -331,7 +288,7 @@ class CudaBackend final : public Backend {
     a.out = out;
     a.conv_out = conv_out_.as<float>();
     a.beta = beta_.as<float>();
-    a.gdec = gdec_.as<float>();
+    a.gdec = log_decay_.as<float>();
     a.state = state_.as<float>() + static_cast<size_t>(L.gdn_index) * layer_state_elems_;
     a.slot_stride = static_cast<int64_t>(slot_elems_);
     a.conv_w = L.conv;
@@ -347,7 +304,7 @@ class CudaBackend final : public Backend {
     a.eps = c.eps;
     a.gdn_chunk_min = gdn_chunk_min_;
     a.m = step_meta_.device();
-    a.rows = rows_eff_;
+    a.rows = padded_rows_;
     a.nsegs = work_.n_segs;
     a.gdn_block_scratch = gdn_block_scratch_.as<float>();
     cuda::launch_gdn_conv(a, stream());
@@ -357,7 +314,7 @@ class CudaBackend final : public Backend {
 
   void gather_rows(const float* x, int first, int count, float* y, int dim) override {
     flush_all();
-    const int n = first == 0 ? map_rows(count) : count;
+    const int n = first == 0 ? padded_rows(count) : count;
     cuda::launch_gather_rows(x, step_meta_.device().logit_rows, first, n, y, dim, stream());
   }
 
@@ -383,7 +340,7 @@ class CudaBackend final : public Backend {
     LUMEN_CUDA_CHECK(cudaStreamSynchronize(stream()));
     step_ = nullptr;
     graph_step_ = false;
-    padded_ = false;
+    in_padded_body_ = false;
   }
 
   void run_body(const StepBatch& b, const std::function<void()>& body) override {
@@ -397,18 +354,14 @@ class CudaBackend final : public Backend {
       bool& f;
       explicit PadScope(bool& x) : f(x) { f = true; }
       ~PadScope() { f = false; }
-    } pad(padded_);
+    } pad(in_padded_body_);
     graphs_.replay(
-        stream(), rows_eff_,
+        stream(), padded_rows_,
         [&] {
           body();
           flush_all();
         },
-        [&] {
-          pend_mm_ = {};
-          pend_add_ = {};
-          swiglu_out_ = nullptr;
-        });
+        [&] { deferred_.drop(); });
     (void)b;
   }
 
@@ -440,9 +393,11 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return stream_->get(); }
 
-  int map_rows(int rows) const { return padded_ && rows == step_T_ ? rows_eff_ : rows; }
-  int64_t map_n(int64_t n) const {
-    return padded_ && step_T_ > 0 && n % step_T_ == 0 ? n / step_T_ * rows_eff_ : n;
+  // Inside a graph body the model's row counts (the step's tokens) and element counts (a multiple
+  // of them) stand for the bucket's padded rows, so one graph serves every batch of the bucket.
+  int padded_rows(int rows) const { return in_padded_body_ && rows == step_tokens_ ? padded_rows_ : rows; }
+  int64_t padded_count(int64_t n) const {
+    return in_padded_body_ && step_tokens_ > 0 && n % step_tokens_ == 0 ? n / step_tokens_ * padded_rows_ : n;
   }
 
   WMat upload_mat(const HostMat& m) {
@@ -472,62 +427,7 @@ class CudaBackend final : public Backend {
     return weights_.back().as<float>();
   }
 
-  void flush_add() {
-    if (!pend_add_.y) return;
-    const auto p = pend_add_;
-    pend_add_ = {};
-    cuda::launch_add(p.y, p.x, p.n, stream());
-  }
-
-  void flush_matmul() {
-    if (pend_mm_.n == 0) return;
-    const auto p = pend_mm_;
-    float* sw = swiglu_out_;
-    pend_mm_ = {};
-    swiglu_out_ = nullptr;
-    const bool bf16 = p.dtype == DType::bf16;
-    if (p.rows <= 16) {
-      cuda::GemvArgs a;
-      a.x = p.x;
-      a.K = p.K;
-      a.m_real = p.rows;
-      a.bf16 = bf16;
-      a.nseg = p.n;
-      for (int i = 0; i < p.n; ++i) {
-        if (p.w[i].rows > 0x7fffffff) throw std::runtime_error("CUDA backend: matrix too large");
-        a.seg[i] = cuda::GemvSeg{p.w[i].ptr, p.y[i], static_cast<int>(p.w[i].rows)};
-      }
-      a.swiglu_out = sw;
-      cuda::launch_gemv(a, next_pow2(p.rows), stream());
-      return;
-    }
-    if (bf16 && p.K % 8 == 0 && xb_) {
-      const int64_t n = static_cast<int64_t>(p.rows) * p.K;
-      if (precise_gemm_) {
-        // x = hi + lo, two tensor-core passes: about fp32 accuracy for twice the matrix work.
-        cuda::launch_to_bf16_split(p.x, xb_.as<uint16_t>(), xb_lo_.as<uint16_t>(), n, stream());
-        for (int i = 0; i < p.n; ++i) {
-          const auto* w = static_cast<const uint16_t*>(p.w[i].ptr);
-          const int N = static_cast<int>(p.w[i].rows);
-          cuda::launch_gemm_bf16(xb_.as<uint16_t>(), p.rows, p.K, w, N, p.y[i], stream());
-          cuda::launch_gemm_bf16(xb_lo_.as<uint16_t>(), p.rows, p.K, w, N, p.y[i], stream(), true);
-        }
-        return;
-      }
-      cuda::launch_to_bf16(p.x, xb_.as<uint16_t>(), n, stream());
-      for (int i = 0; i < p.n; ++i)
-        cuda::launch_gemm_bf16(xb_.as<uint16_t>(), p.rows, p.K, static_cast<const uint16_t*>(p.w[i].ptr),
-                               static_cast<int>(p.w[i].rows), p.y[i], stream());
-      return;
-    }
-    for (int i = 0; i < p.n; ++i)
-      cuda::launch_gemm_simt(p.x, p.rows, p.K, p.w[i].ptr, bf16, static_cast<int>(p.w[i].rows), p.y[i], stream());
-  }
-
-  void flush_all() {
-    flush_matmul();
-    flush_add();
-  }
+  void flush_all() { deferred_.flush(stream()); }
 
   void check_slot(int slot) const {
     if (slot < 0 || slot >= spec_.n_state_slots) throw std::runtime_error("CUDA backend: state slot out of range");
@@ -562,33 +462,23 @@ class CudaBackend final : public Backend {
   PinnedBuffer logits_host_;
   int logit_rows_cap_ = 0;
 
-  DeviceBuffer conv_out_, beta_, gdec_, gdn_block_scratch_, attn_part_, xb_, xb_lo_;
+  // Work buffers sized for the largest step: DeltaNet conv output, beta and log decay, the chunked
+  // DeltaNet's per-block scratch, the split decode attention's partials, x rounded to bf16 (and
+  // its low part in the precise GEMM mode).
+  DeviceBuffer conv_out_, beta_, log_decay_, gdn_block_scratch_, attn_partials_, x_bf16_, x_bf16_lo_;
   bool precise_gemm_ = false;  // LUMEN_CUDA_PRECISE_GEMM: split activations into bf16 hi + lo
   std::vector<DeviceBuffer> scratch_;
 
   // Step state.
   const StepBatch* step_ = nullptr;
-  int step_T_ = 0, rows_eff_ = 0, bucket_ = 1;
+  int step_tokens_ = 0;  // the step's real rows
+  int padded_rows_ = 0;  // rows the launches cover: the graph bucket on a graph step, else step_tokens_
+  int bucket_ = 1;       // next power of two of step_tokens_ (sizes the decode attention's splits)
   cuda::StepWork work_;
-  bool decode_path_ = false, graph_step_ = false, padded_ = false;
-  int gdn_chunk_min_ = 16;
+  bool decode_path_ = false, graph_step_ = false, in_padded_body_ = false;
+  int gdn_chunk_min_ = 16;  // segments of at least this many tokens take the chunked DeltaNet
 
-  // Deferred launches.
-  struct PendingMatmul {
-    const float* x = nullptr;
-    int rows = 0;
-    DType dtype = DType::f32;
-    int K = 0;
-    int n = 0;
-    WMat w[4];
-    float* y[4] = {nullptr, nullptr, nullptr, nullptr};
-  } pend_mm_;
-  struct PendingAdd {
-    float* y = nullptr;
-    const float* x = nullptr;
-    int64_t n = 0;
-  } pend_add_;
-  float* swiglu_out_ = nullptr;
+  cuda::DeferredLaunches deferred_;
 
   // Graphs, one per bucket (rows after padding).
   int graph_max_rows_ = 1;
