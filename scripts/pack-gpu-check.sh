@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
     --dest) DEST="$2"; shift ;;
     --arch) ARCH="$2"; shift ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "pack-gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
