@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs, on a CPU machine that has nvcc, everything the CUDA device check needs on a bare x86-64
 # GPU machine with no Node.js and no network, into one folder (default .gpu-pack/, git-ignored):
-#   payload.tar.xz      lumen/ (package.json, bin/, dist/, the addon built for sm_90 in
+#   payload.tar.xz      lumen/ (package.json, bin/, dist/ with the check's driver
+#                       dist/scripts/gpu-check-driver.js, the addon built for sm_90 in
 #                       build/Release/, the runtime node_modules, scripts/gpu-check.sh),
 #                       node/ (this machine's node binary, stripped, with its shared libraries and
 #                       loader as a fallback), bin/gpu-probe (bandwidth and mma-rate probe)
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
     --dest) DEST="$2"; shift ;;
     --arch) ARCH="$2"; shift ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "pack-gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -59,7 +60,9 @@ say "compiling TypeScript"
 if ! (cd "$REPO" && npx tsc -p tsconfig.json --outDir "$STAGE/lumen/dist" > "$STAGE/tsc.log" 2>&1); then
   say "warning: tsc reported errors (output still emitted):"; head -20 "$STAGE/tsc.log" >&2
 fi
-[ -f "$STAGE/lumen/dist/src/engine/engine.js" ] || { say "FATAL: tsc produced no dist/src/engine/engine.js"; exit 1; }
+for f in src/engine/engine.js scripts/gpu-check-driver.js; do
+  [ -f "$STAGE/lumen/dist/$f" ] || { say "FATAL: tsc produced no dist/$f"; exit 1; }
+done
 cp "$REPO/package.json" "$STAGE/lumen/"
 cp -r "$REPO/bin" "$STAGE/lumen/"
 cp "$REPO/scripts/gpu-check.sh" "$STAGE/lumen/scripts/"

@@ -167,12 +167,12 @@ describe('CUDA backend against the CPU backend', () => {
 });
 
 // The CUDA backend compiled as plain C++ against the CPU emulation of the CUDA execution model
-// (native/backend/cuda/emu/): kernel-level checks of the matrix products, then the engine's CUDA
+// (native/testing/cuda_emu/): kernel-level checks of the matrix products, then the engine's CUDA
 // backend against its CPU backend. Opt-in: it builds the engine once more and takes minutes.
 const emu = process.env.LUMEN_TEST_CUDA_EMU === '1';
 describe('CUDA backend on the CPU emulation', () => {
   it.skipIf(!emu)(`matches the CPU backend${emu ? '' : ' [skipped: set LUMEN_TEST_CUDA_EMU=1 to run it (builds for the emulation, minutes)]'}`, () => {
-    const r = spawnSync('bash', ['native/backend/cuda/emu/run.sh', 'quick'], { cwd: ROOT, encoding: 'utf8', timeout: 1_800_000 });
+    const r = spawnSync('bash', ['native/testing/cuda_emu/run.sh', 'quick'], { cwd: ROOT, encoding: 'utf8', timeout: 1_800_000 });
     expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
   }, 1_900_000);
 });

@@ -2,13 +2,15 @@
 #include <napi.h>
 
 #include "addon/engine_wrap.h"
-#include "addon/kernel_check.h"
-#include "addon/pool_check.h"
 #include "addon/machine_probe.h"
 #include "checkpoint/config.h"
 #include "core/cpu_features.h"
 #if defined(LUMEN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
+#endif
+#if defined(LUMEN_TEST_HOOKS)
+#include "testing/kernel_check.h"
+#include "testing/pool_check.h"
 #endif
 
 namespace {
@@ -55,8 +57,11 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   exports.Set("Engine", lumen::InitEngineClass(env));
   exports.Set("probeMachine", Napi::Function::New(env, lumen::ProbeMachine));
+#if defined(LUMEN_TEST_HOOKS)
+  // Test-only checks (native/testing/, CMake option LUMEN_TEST_HOOKS): the test suite calls them.
   exports.Set("kernelCheck", Napi::Function::New(env, lumen::KernelCheck));
   exports.Set("poolCheck", Napi::Function::New(env, lumen::PoolCheck));
+#endif
   return exports;
 }
 

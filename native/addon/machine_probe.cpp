@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/probes.h"
 #include "core/aligned.h"
 #include "core/clock.h"
 #include "core/cpu_features.h"
@@ -20,7 +20,7 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
   if (threads <= 0) threads = usable_cpus();
   // probeMachine(threads, peak = true): without peak, only the bandwidth (the per-round probes).
   const bool with_peak = info.Length() < 2 || !info[1].IsBoolean() || info[1].As<Napi::Boolean>().Value();
-  const auto& K = cpu::kernels();
+  const auto& probes = cpu::probes();
   ThreadPool pool(threads);
   // Bandwidth: read a 1 GiB buffer (far beyond the caches) several times. Passes alternate between
   // 1, 4 and 8 side-by-side streams per thread: one stream per core leaves bandwidth unused on this
@@ -52,7 +52,7 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
       pool.run([&](int tid, int nth) {
         const size_t per = n / nth;
         const int64_t len = static_cast<int64_t>(tid == nth - 1 ? n - per * tid : per);
-        sinks[tid] += K.stream_sum(x + per * tid, len, kStreams[si]);
+        sinks[tid] += probes.stream_sum(x + per * tid, len, kStreams[si]);
       });
       const double s = static_cast<double>(now_ns() - t0) / 1e9;
       by[si].push_back(static_cast<double>(n * sizeof(float)) / s / 1e9);
@@ -84,7 +84,7 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
   for (int rep = 0; rep < 3; ++rep) {
     std::vector<double> flops(threads);
     const int64_t t0 = now_ns();
-    pool.run([&](int tid, int) { flops[tid] = K.fma_burn(20'000'000); });
+    pool.run([&](int tid, int) { flops[tid] = probes.fma_burn(20'000'000); });
     const double s = static_cast<double>(now_ns() - t0) / 1e9;
     double total = 0;
     for (double f : flops) total += f;

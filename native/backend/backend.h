@@ -80,6 +80,16 @@ struct CacheSpec {
   int ssm_elems = 0;   // nv * dk * dv per layer
 };
 
+// Counters of a backend that captures its decode steps as graphs (CUDA); all zero elsewhere.
+struct GraphStats {
+  bool enabled = false;     // graphs in use (the switch, and not disabled by profiling)
+  uint64_t hits = 0;        // decode steps replayed from a captured graph
+  uint64_t misses = 0;      // decode steps that had to capture their bucket first
+  uint64_t eager_steps = 0; // steps run without a graph (prefill / mixed, or graphs off)
+  double capture_ms = 0;    // total time spent capturing and instantiating
+  int graphs = 0;           // graphs currently instantiated (one per batch-size bucket)
+};
+
 struct OpStat {
   std::string name;
   std::string group;
@@ -141,6 +151,8 @@ class Backend {
   // Runs the device work of a step. A backend may capture `body` once per shape bucket and replay
   // it (CUDA graphs for decode steps); the CPU backend just calls it.
   virtual void run_body(const StepBatch& b, const std::function<void()>& body) { body(); }
+  // Graph capture/replay counters since the backend was made (run_body); zero when it has none.
+  virtual GraphStats graph_stats() const { return {}; }
 
   // Profiling (per-op wall time), off unless enabled.
   virtual void set_profiling(bool on) = 0;

@@ -120,10 +120,10 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
   return taken;
 }
 
-void ThreadPool::run_chunks(int64_t n, const std::function<void(int, int64_t)>& fn) {
+void ThreadPool::run_dealt(int64_t n, const std::function<void(int, int64_t)>& fn) {
   Slot& s = publish_slot();
-  s.kind = Kind::kChunks;
-  s.chunk = &fn;
+  s.kind = Kind::kDealt;
+  s.dealt = &fn;
   s.n = n;
   s.next.store(0, std::memory_order_relaxed);
   s.worker_done.store(0, std::memory_order_relaxed);
@@ -135,16 +135,16 @@ void ThreadPool::run_chunks(int64_t n, const std::function<void(int, int64_t)>& 
     fn(0, c);
     ++mine;
   }
-  // Only a claimed chunk is waited for; fn stays valid until then (a worker calls it only after a
-  // successful claim, and is done with it before it counts the chunk).
+  // Only a made claim is waited for; fn stays valid until then (a worker calls it only after a
+  // successful claim, and is done with it before it counts the claim).
   spin_until([&] { return s.worker_done.load(std::memory_order_acquire) == n - mine; });
 }
 
-void ThreadPool::worker_chunks(Slot& s, int tid) {
+void ThreadPool::worker_dealt(Slot& s, int tid) {
   for (;;) {
     const int64_t c = s.next.fetch_add(1, std::memory_order_relaxed);
     if (c >= s.n) return;
-    (*s.chunk)(tid, c);
+    (*s.dealt)(tid, c);
     s.worker_done.fetch_add(1, std::memory_order_release);
   }
 }
@@ -182,7 +182,7 @@ void ThreadPool::worker(int tid) {
     Slot& s = slots_[seen % kSlots];
     switch (s.kind) {
       case Kind::kJob: (*s.job)(tid, n_threads_); break;
-      case Kind::kChunks: worker_chunks(s, tid); break;
+      case Kind::kDealt: worker_dealt(s, tid); break;
       case Kind::kStealable: worker_pieces(s, tid); break;
     }
     s.pending.fetch_sub(1, std::memory_order_acq_rel);

@@ -62,31 +62,31 @@ class ThreadPool {
   // no region started since; `work` is the slot's). The caller takes over a worker's unfinished
   // piece once it has had nothing else to do for patience_ns. Returns the pieces taken over.
   int64_t run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns);
-  // parallel_chunks' region: fn(tid, c) for c in [0, n) from a shared counter.
-  void run_chunks(int64_t n, const std::function<void(int, int64_t)>& fn);
+  // parallel_dealt's region: fn(tid, c) for claims c in [0, n) taken from a shared counter.
+  void run_dealt(int64_t n, const std::function<void(int, int64_t)>& fn);
 
-  // Deals [0, n) out in chunks of `chunk` from a shared counter, so a thread that runs slower (a
-  // core shared with another process) takes fewer chunks instead of holding up the region.
-  // fn(begin, end), or fn(tid, begin, end). Returns when every chunk is done: a worker that has
-  // not claimed a chunk yet (descheduled, or still in an earlier stealable region) is not waited
-  // for, and finds the region over when it gets there.
+  // Deals [0, n) out from a shared counter, `per_claim` items at a time, so a thread that runs
+  // slower (a core shared with another process) claims fewer instead of holding up the region.
+  // fn(begin, end), or fn(tid, begin, end), once per claim. Returns when every claim is done: a
+  // worker that has not claimed yet (descheduled, or still in an earlier stealable region) is
+  // not waited for, and finds the region over when it gets there.
   template <typename F>
-  void parallel_chunks(int64_t n, int64_t chunk, F&& fn) {
+  void parallel_dealt(int64_t n, int64_t per_claim, F&& fn) {
     if (n <= 0) return;
-    const int64_t nchunks = (n + chunk - 1) / chunk;
+    const int64_t n_claims = (n + per_claim - 1) / per_claim;
     auto call = [&](int tid, int64_t c) {
-      const int64_t b = c * chunk, e = b + chunk < n ? b + chunk : n;
+      const int64_t b = c * per_claim, e = b + per_claim < n ? b + per_claim : n;
       if constexpr (std::is_invocable_v<F&, int, int64_t, int64_t>)
         fn(tid, b, e);
       else
         fn(b, e);
     };
-    if (n_threads_ == 1 || nchunks <= 1) {
-      for (int64_t c = 0; c < nchunks; ++c) call(0, c);
+    if (n_threads_ == 1 || n_claims <= 1) {
+      for (int64_t c = 0; c < n_claims; ++c) call(0, c);
       return;
     }
     const std::function<void(int, int64_t)> f = call;
-    run_chunks(nchunks, f);
+    run_dealt(n_claims, f);
   }
 
   // Splits [0, n) into contiguous ranges, one per thread; fn(begin, end).
@@ -112,15 +112,15 @@ class ThreadPool {
   // A piece of a stealable region: claimed from `next`, then computed; a worker's piece becomes
   // kCommitting -> kDone when it wins the race to publish, kTaken when the caller took it over.
   enum PieceState : uint8_t { kOpen = 0, kCommitting = 1, kDone = 2, kTaken = 3 };
-  enum class Kind : uint8_t { kJob, kChunks, kStealable };
+  enum class Kind : uint8_t { kJob, kDealt, kStealable };
   struct Slot {
     Kind kind = Kind::kJob;
     const std::function<void(int, int)>* job = nullptr;       // blocking region
-    const std::function<void(int, int64_t)>* chunk = nullptr;  // chunks; valid while one is open
+    const std::function<void(int, int64_t)>* dealt = nullptr;  // dealt region; valid while a claim is open
     StealableWork* work = nullptr;                            // stealable region
     int64_t n = 0;
     std::atomic<int64_t> next{0};
-    std::atomic<int64_t> worker_done{0};  // chunks finished by workers
+    std::atomic<int64_t> worker_done{0};  // claims finished by workers
     std::unique_ptr<std::atomic<uint8_t>[]> state;
     int64_t state_cap = 0;
     std::atomic<int> pending{0};  // workers that have not left this slot's region yet
@@ -128,7 +128,7 @@ class ThreadPool {
 
   void worker(int tid);
   void worker_pieces(Slot& s, int tid);
-  void worker_chunks(Slot& s, int tid);
+  void worker_dealt(Slot& s, int tid);
   Slot& publish_slot();
   // Opens the next region in s (its fields set): every worker has it pending.
   void publish(Slot& s);

@@ -491,14 +491,10 @@ void Engine::step_once() {
     pipeline_.record("sampling", "pipeline", 1, static_cast<uint64_t>(t_emit - t_sample));
     if (ec_.profile)
       for (auto& op : backend_->take_profile()) op_stats_.record(op.name, op.group, op.calls, op.ns);
-#if defined(LUMEN_WITH_CUDA)
-    CudaGraphStats g;
-    if (cuda_graph_stats(*backend_, &g)) {
-      stats_.graph_hits = g.hits - graph_base_.graph_hits;
-      stats_.graph_misses = g.misses - graph_base_.graph_misses;
-      stats_.graph_capture_ms = g.capture_ms - graph_base_.graph_capture_ms;
-    }
-#endif
+    const GraphStats g = backend_->graph_stats();  // zero on a backend without graphs
+    stats_.graph_hits = g.hits - graph_base_.graph_hits;
+    stats_.graph_misses = g.misses - graph_base_.graph_misses;
+    stats_.graph_capture_ms = g.capture_ms - graph_base_.graph_capture_ms;
   }
   if (!evs.empty() && notify_) notify_();
   for (Sequence* s : finished) finish(*s, s->stop_hit ? "stop" : "length");

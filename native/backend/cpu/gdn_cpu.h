@@ -6,6 +6,10 @@
 
 namespace lumen::cpu {
 
+// Tokens per block of the chunked (WY) form; segments of at least the backend's gdn_chunk_min
+// tokens take that form, shorter ones the recurrence.
+constexpr int kGdnBlock = 64;
+
 struct GdnHeadIO {
   const float* q;     // row i at q + i*q_stride (l2-normalised, scaled by 1/sqrt(dk))
   const float* k;     // row i at k + i*k_stride (l2-normalised)

@@ -1,6 +1,7 @@
 #pragma once
-// CPU kernel table. kernels_isa.cpp is compiled once per ISA; kernels() returns the table of the
-// ISA chosen at run time (core/cpu_features.h).
+// CPU kernel table. The kernels (isa/, one file per op family: matmul, attention, elementwise,
+// gdn) are compiled once per ISA; kernels() returns the table of the ISA chosen at run time
+// (core/cpu_features.h; LUMEN_ISA=avx2|avx512 in the environment forces one).
 #include <cstdint>
 
 #include <vector>
@@ -33,14 +34,10 @@ struct Kernels {
   void (*matmul_packed)(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
                         int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
-  // Machine probes: sum of n floats read as `streams` (1, 2, 4, 8) side-by-side streams, and
-  // `iters` rounds of independent multiply-adds in registers (returns FLOPs done; bf16 dot products
-  // where the ISA has them).
-  float (*stream_sum)(const float* x, int64_t n, int streams);
-  double (*fma_burn)(int64_t iters);
-  // Gated DeltaNet core for one value head (see gdn_impl.h).
+  // Gated DeltaNet core for one value head (isa/gdn.cpp): the token recurrence, and the chunked
+  // (WY) form over blocks of `block` tokens (kGdnBlock; scratch grows as needed).
   void (*gdn_recurrent)(float* S, const GdnHeadIO& io, int n, int dk, int dv);
-  void (*gdn_chunked)(float* S, const GdnHeadIO& io, int n, int dk, int dv, int chunk, std::vector<float>& scratch);
+  void (*gdn_chunked)(float* S, const GdnHeadIO& io, int n, int dk, int dv, int block, std::vector<float>& scratch);
   // Elementwise ops with a vectorised exp (within 2 ulp of std::exp).
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);  // silu(gate) * up
   // Causal depthwise conv (kc <= 8 taps) then SiLU for one sequence's T rows (row strides xs, os),

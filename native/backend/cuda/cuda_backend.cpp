@@ -1,26 +1,18 @@
 // The CUDA backend: weights (bf16 or f32 as loaded), KV block pool, recurrent-state slots and
-// activations in device memory from one allocator; the step's metadata is uploaded once per step
-// by begin_step(); ops are enqueued on one stream, and decode-only steps are captured once per
-// batch-size bucket as CUDA graphs and replayed.
-//
-// Two launch-count reductions stay invisible to the model code: matmuls that read the same input
-// are launched together (q|k|v, the four DeltaNet projections, gate|up), and a residual add is
-// fused into the RMSNorm that reads its result. A SwiGLU that follows a pending gate|up pair is
-// folded into that launch for few-row steps. Every buffer the interface promises to write is
-// still written.
+// activations in device memory from one allocator; ops are enqueued on one stream. Elsewhere:
+// the step metadata's layout and upload (step_metadata.*), the decode-step graphs captured once per
+// batch-size bucket and replayed (cuda_graphs.*), the deferred and fused launches of the matmuls,
+// adds, norms and SwiGLU (deferred_launches.*), environment switches and device probing
+// (cuda_env.*), the kernels (k_*.cu, one per op family).
 //
 // Compiled only into builds with the CUDA backend (the addon's source glob also sees this file in
 // CPU-only builds, where it is empty).
 #if defined(LUMEN_WITH_CUDA)
-#include "backend/op_profile.h"
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -28,7 +20,13 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_env.h"
+#include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/deferred_launches.h"
+#include "backend/cuda/step_metadata.h"
+#include "backend/op_profile.h"
+#include "backend/weight_binding.h"
 #include "core/clock.h"
 
 namespace lumen {
@@ -47,70 +45,22 @@ int next_pow2(int n) {
 // per bucket so a replayed graph and an eager step of the same bucket compute identical bits.
 int decode_splits(int bucket) { return std::clamp(256 / std::max(1, bucket), 1, 32); }
 
-class GraphExec {
- public:
-  GraphExec() = default;
-  GraphExec(const GraphExec&) = delete;
-  GraphExec& operator=(const GraphExec&) = delete;
-  GraphExec(GraphExec&& o) noexcept : exec_(o.exec_) { o.exec_ = nullptr; }
-  GraphExec& operator=(GraphExec&& o) noexcept {
-    std::swap(exec_, o.exec_);
-    return *this;
-  }
-  ~GraphExec() {
-    if (exec_) (void)cudaGraphExecDestroy(exec_);
-  }
-  cudaGraphExec_t* out() { return &exec_; }
-  cudaGraphExec_t get() const { return exec_; }
-
- private:
-  cudaGraphExec_t exec_ = nullptr;
-};
-
-class Stream {
- public:
-  Stream() { LUMEN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() {
-    if (s_) (void)cudaStreamDestroy(s_);
-  }
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-bool env_flag(const char* name, bool def) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  const std::string s(v);
-  if (s == "0" || s == "off" || s == "false" || s == "no") return false;
-  if (s == "1" || s == "on" || s == "true" || s == "yes") return true;
-  return def;
-}
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
-    LUMEN_CUDA_CHECK(cudaSetDevice(device_));
-    cudaDeviceProp prop{};
-    LUMEN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
-    if (prop.major < 8)
-      throw std::runtime_error(std::string("the CUDA backend needs compute capability 8.0 or newer; ") + prop.name + " is " +
-                               std::to_string(prop.major) + "." + std::to_string(prop.minor));
-    name_ = prop.name;
-    total_mem_ = prop.totalGlobalMem;
-    stream_ = std::make_unique<Stream>();
+    const cuda::DeviceInfo d = cuda::open_device(device_);
+    name_ = d.name;
+    total_mem_ = d.total_memory;
+    stream_ = std::make_unique<cuda::Stream>();
     cuda::kernels_init(device_);
-    graphs_on_ = env_flag("LUMEN_CUDA_GRAPHS", true);
-    precise_gemm_ = env_flag("LUMEN_CUDA_PRECISE_GEMM", false);
+    graphs_.set_enabled(cuda::env_flag("LUMEN_CUDA_GRAPHS", true));
+    precise_gemm_ = cuda::env_flag("LUMEN_CUDA_PRECISE_GEMM", false);
   }
 
   ~CudaBackend() override {
     (void)cudaSetDevice(device_);  // the destructor may run on another thread than the engine worker
     if (stream_) (void)cudaStreamSynchronize(stream_->get());
-    write_stats_file();
+    cuda::write_stats_file(name_, graph_stats(), mem_stats());
     graphs_.clear();
   }
 
@@ -119,20 +69,12 @@ class CudaBackend final : public Backend {
   size_t device_memory_bytes() const override { return total_mem_; }
 
   void set_gdn_chunk_min(int n) override {
-    if (n != chunk_min_) graphs_.clear();  // captured launches carry the threshold
-    chunk_min_ = n;
+    if (n != gdn_chunk_min_) graphs_.clear();  // captured launches carry the threshold
+    gdn_chunk_min_ = n;
   }
 
-  void set_graphs(bool on) {
-    if (!on) graphs_.clear();
-    graphs_on_ = on;
-  }
-  CudaGraphStats graph_stats() const {
-    CudaGraphStats g = gstats_;
-    g.enabled = graphs_on_ && !profiling_;
-    g.graphs = static_cast<int>(graphs_.size());
-    return g;
-  }
+  void set_graphs(bool on) { graphs_.set_enabled(on); }
+  GraphStats graph_stats() const override { return graphs_.stats(profiling_); }
   CudaMemStats mem_stats() const {
     const auto& s = alloc_.stats();
     return CudaMemStats{s.current_bytes, s.peak_bytes, s.num_allocs};
@@ -144,43 +86,8 @@ class CudaBackend final : public Backend {
     cfg_ = w.config();
     have_cfg_ = true;
     uploaded_.clear();
-    auto M = [&](const HostMat& m) { return upload_mat(m); };
-    auto V = [&](const HostVec& v) { return upload_vec(v); };
-    out.embed = M(w.embed());
-    out.head = M(w.head());
-    out.final_norm = V(w.final_norm());
-    out.layers.clear();
-    int kv = 0, gd = 0;
-    for (const auto& L : w.layers()) {
-      BLayer b;
-      b.is_full = L.is_full;
-      b.in_norm = V(L.in_norm);
-      b.post_norm = V(L.post_norm);
-      b.gate = M(L.gate);
-      b.up = M(L.up);
-      b.down = M(L.down);
-      if (L.is_full) {
-        b.kv_index = kv++;
-        b.q = M(L.q);
-        b.k = M(L.k);
-        b.v = M(L.v);
-        b.o = M(L.o);
-        b.q_norm = V(L.q_norm);
-        b.k_norm = V(L.k_norm);
-      } else {
-        b.gdn_index = gd++;
-        b.qkv = M(L.qkv);
-        b.z = M(L.z);
-        b.b = M(L.b);
-        b.a = M(L.a);
-        b.out = M(L.out);
-        b.conv = V(L.conv);
-        b.dt_bias = V(L.dt_bias);
-        b.neg_exp_a = V(L.neg_exp_a);
-        b.gdn_norm = V(L.gdn_norm);
-      }
-      out.layers.push_back(b);
-    }
+    bind_host_weights(w, {[&](const HostMat& m) { return upload_mat(m); }, [&](const HostVec& v) { return upload_vec(v); }},
+                      out);
     uploaded_.clear();
     // RoPE inverse frequencies in double, as the CPU backend computes them.
     const int rot = cfg_.rot_dim(), half = rot / 2;
@@ -225,66 +132,28 @@ class CudaBackend final : public Backend {
     int cap = 1;
     while (cap * 2 <= max_tokens_ && cap * 2 <= 512) cap *= 2;
     graph_max_rows_ = std::min(next_pow2(std::max(1, spec.n_state_slots)), cap);
-    seg_cap_ = std::max(spec.n_state_slots, graph_max_rows_) + 1;
-    // Step metadata (fixed layout: graphs keep pointing at it).
-    const int rc = max_tokens_ + graph_max_rows_;
-    attn_cap_ = rc + seg_cap_;
-    chunk_cap_ = rc / cuda::kGdnChunk + seg_cap_ + 1;
-    int off = 0;
-    auto take = [&](int n) {
-      const int o = off;
-      off += n;
-      return o;
-    };
-    mo_.tokens = take(rc);
-    mo_.positions = take(rc);
-    mo_.row_seg = take(rc);
-    mo_.logit_rows = take(rc);
-    mo_.seg_start = take(seg_cap_);
-    mo_.seg_len = take(seg_cap_);
-    mo_.seg_pos0 = take(seg_cap_);
-    mo_.seg_slot = take(seg_cap_);
-    mo_.seg_toff = take(seg_cap_);
-    mo_.attn_items = take(2 * attn_cap_);
-    mo_.chunk_items = take(2 * chunk_cap_);
-    mo_.long_segs = take(seg_cap_);
-    mo_.long_item0 = take(seg_cap_);
-    meta_ints_ = off;
-    meta_dev_ = alloc_.alloc(static_cast<size_t>(meta_ints_) * sizeof(int32_t), "step metadata");
-    meta_host_.resize(static_cast<size_t>(meta_ints_) * sizeof(int32_t));
-    std::memset(meta_host_.as<int32_t>(), 0, meta_host_.bytes());
-    ensure_tables(std::max(1024, spec.n_blocks + seg_cap_ + 1));
-    const int32_t* md = meta_dev_.as<int32_t>();
-    meta_.tokens = md + mo_.tokens;
-    meta_.positions = md + mo_.positions;
-    meta_.row_seg = md + mo_.row_seg;
-    meta_.logit_rows = md + mo_.logit_rows;
-    meta_.seg_start = md + mo_.seg_start;
-    meta_.seg_len = md + mo_.seg_len;
-    meta_.seg_pos0 = md + mo_.seg_pos0;
-    meta_.seg_slot = md + mo_.seg_slot;
-    meta_.seg_toff = md + mo_.seg_toff;
-    meta_.attn_items = md + mo_.attn_items;
-    meta_.chunk_items = md + mo_.chunk_items;
-    meta_.long_segs = md + mo_.long_segs;
-    meta_.long_item0 = md + mo_.long_item0;
+    const int seg_cap = std::max(spec.n_state_slots, graph_max_rows_) + 1;
+    step_meta_.init(alloc_, stream(), max_tokens_, graph_max_rows_, seg_cap, std::max(1024, spec.n_blocks + seg_cap + 1),
+                    [this] { graphs_.clear(); });
+    const int rc = step_meta_.row_capacity();
     // Work buffers sized for the largest step (+ graph padding).
     if (cfg_.n_linear_layers() > 0) {
       conv_out_ = alloc_.alloc(static_cast<size_t>(rc) * cfg_.conv_dim() * sizeof(float), "DeltaNet conv output");
       beta_ = alloc_.alloc(static_cast<size_t>(rc) * cfg_.lin_v_heads * sizeof(float), "DeltaNet beta");
-      gdec_ = alloc_.alloc(static_cast<size_t>(rc) * cfg_.lin_v_heads * sizeof(float), "DeltaNet decay");
-      chunk_scr_ = alloc_.alloc(static_cast<size_t>(chunk_cap_) * cfg_.lin_v_heads *
-                                    cuda::gdn_chunk_scratch_floats_per_item_head() * sizeof(float),
-                                "DeltaNet chunk scratch");
+      log_decay_ = alloc_.alloc(static_cast<size_t>(rc) * cfg_.lin_v_heads * sizeof(float), "DeltaNet decay");
+      gdn_block_scratch_ = alloc_.alloc(static_cast<size_t>(step_meta_.gdn_block_capacity()) * cfg_.lin_v_heads *
+                                            cuda::gdn_block_scratch_floats_per_head() * sizeof(float),
+                                        "DeltaNet block scratch");
     }
     if (cfg_.n_full_layers() > 0) {
       const size_t rows = static_cast<size_t>(std::max(256, next_pow2(std::max(1, spec.n_state_slots))));
-      attn_part_ = alloc_.alloc(rows * cfg_.n_heads * (cfg_.head_dim + 2) * sizeof(float), "attention partials");
+      attn_partials_ = alloc_.alloc(rows * cfg_.n_heads * (cfg_.head_dim + 2) * sizeof(float), "attention partials");
     }
     if (max_cols_ > 0) {
-      xb_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activations");
-      if (precise_gemm_) xb_lo_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activation residuals");
+      x_bf16_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activations");
+      if (precise_gemm_) x_bf16_lo_ = alloc_.alloc(static_cast<size_t>(rc) * max_cols_ * sizeof(uint16_t), "bf16 activation residuals");
     }
+    deferred_.set_bf16_workspace(x_bf16_.as<uint16_t>(), x_bf16_lo_.as<uint16_t>(), precise_gemm_);
     logit_rows_cap_ = std::max(1, max_logit_rows);
     logits_host_.resize(static_cast<size_t>(logit_rows_cap_) * std::max(1, cfg_.vocab) * sizeof(float));
     return total;
@@ -323,180 +192,57 @@ class CudaBackend final : public Backend {
   // ---- step
 
   void begin_step(const StepBatch& b) override {
-    if (!meta_dev_) throw std::runtime_error("CUDA backend: begin_step before init_caches");
+    if (!step_meta_.ready()) throw std::runtime_error("CUDA backend: begin_step before init_caches");
     flush_all();
     step_ = &b;
     const int T = b.n_tokens;
     if (T <= 0 || T > max_tokens_) throw std::runtime_error("CUDA backend: step of " + std::to_string(T) + " tokens");
-    step_T_ = T;
+    step_tokens_ = T;
     decode_path_ = b.decode_only;
     const int nseg = static_cast<int>(b.segs.size());
-    const bool graphable = graphs_on_ && !profiling_ && b.decode_only && static_cast<int>(b.logit_rows.size()) == T &&
+    const bool graphable = graphs_.enabled() && !profiling_ && b.decode_only && static_cast<int>(b.logit_rows.size()) == T &&
                            nseg == T && next_pow2(T) <= graph_max_rows_;
     graph_step_ = graphable;
-    rows_eff_ = graphable ? next_pow2(T) : T;
+    padded_rows_ = graphable ? next_pow2(T) : T;
     bucket_ = next_pow2(T);
-    const int pad = rows_eff_ - T;
-    if (nseg + pad > seg_cap_) throw std::runtime_error("CUDA backend: too many segments in one step");
-    if (static_cast<int>(b.logit_rows.size()) > max_tokens_) throw std::runtime_error("CUDA backend: too many logit rows");
-
-    int32_t* h = meta_host_.as<int32_t>();
-    // Rows.
-    for (int t = 0; t < T; ++t) {
-      h[mo_.tokens + t] = b.tokens[t];
-      h[mo_.positions + t] = b.positions[t];
-    }
-    for (int si = 0; si < nseg; ++si) {
-      const auto& s = b.segs[si];
-      if (s.start < 0 || s.len <= 0 || s.start + s.len > T) throw std::runtime_error("CUDA backend: bad segment");
-      for (int i = 0; i < s.len; ++i) h[mo_.row_seg + s.start + i] = si;
-    }
-    for (int r = T; r < rows_eff_; ++r) {
-      h[mo_.tokens + r] = 0;
-      h[mo_.positions + r] = 0;
-      h[mo_.row_seg + r] = nseg + (r - T);
-    }
-    const int R = static_cast<int>(b.logit_rows.size());
-    for (int i = 0; i < R; ++i) h[mo_.logit_rows + i] = b.logit_rows[i];
-    for (int i = R; i < rows_eff_; ++i) h[mo_.logit_rows + i] = i;
-    // Block tables: the step's, then the scratch block for padded rows.
-    const int nt = static_cast<int>(b.block_tables.size());
-    ensure_tables(nt + 1);
-    int32_t* th = tables_host_.as<int32_t>();
-    for (int i = 0; i < nt; ++i) {
-      const int blk = b.block_tables[i];
-      if (blk < 0 || blk >= spec_.n_blocks) throw std::runtime_error("CUDA backend: block id out of range");
-      th[i] = blk;
-    }
-    th[nt] = scratch_block_;
-    // Segments (real, then one per padded row).
-    const int nseg_eff = nseg + pad;
-    for (int si = 0; si < nseg_eff; ++si) {
-      int start, len, pos0, slot, toff;
-      if (si < nseg) {
-        const auto& s = b.segs[si];
-        start = s.start;
-        len = s.len;
-        pos0 = s.pos0;
-        slot = s.state_slot;
-        toff = s.table_offset;
-        check_slot(slot);
-        if (spec_.n_kv_layers > 0 &&
-            (toff < 0 || s.n_blocks < 0 || toff + s.n_blocks > nt || s.n_blocks * spec_.block_size < pos0 + len))
-          throw std::runtime_error("CUDA backend: block table does not cover the segment");
-      } else {
-        start = T + (si - nseg);
-        len = 1;
-        pos0 = 0;
-        slot = scratch_slot_;
-        toff = nt;
-      }
-      h[mo_.seg_start + si] = start;
-      h[mo_.seg_len + si] = len;
-      h[mo_.seg_pos0 + si] = pos0;
-      h[mo_.seg_slot + si] = slot;
-      h[mo_.seg_toff + si] = toff;
-    }
-    nsegs_eff_ = nseg_eff;
-    // Prefill attention work items.
-    n_attn_items_ = 0;
-    if (!decode_path_ && cfg_.n_full_layers() > 0) {
-      const int bq = cuda::attn_prefill_rows_per_item(cfg_.n_heads / std::max(1, cfg_.n_kv_heads));
-      for (int si = 0; si < nseg_eff; ++si)
-        for (int q0 = 0; q0 < h[mo_.seg_len + si]; q0 += bq) {
-          if (n_attn_items_ >= attn_cap_) throw std::runtime_error("CUDA backend: attention work list overflow");
-          h[mo_.attn_items + 2 * n_attn_items_] = si;
-          h[mo_.attn_items + 2 * n_attn_items_ + 1] = q0;
-          ++n_attn_items_;
-        }
-    }
-    // Chunked DeltaNet work: segments of at least chunk_min tokens.
-    n_chunk_items_ = 0;
-    n_long_ = 0;
-    for (int si = 0; si < nseg_eff; ++si) {
-      const int len = h[mo_.seg_len + si];
-      if (len < chunk_min_) continue;
-      h[mo_.long_segs + n_long_] = si;
-      h[mo_.long_item0 + n_long_] = n_chunk_items_;
-      ++n_long_;
-      for (int c0 = 0; c0 < len; c0 += cuda::kGdnChunk) {
-        if (n_chunk_items_ >= chunk_cap_) throw std::runtime_error("CUDA backend: chunk work list overflow");
-        h[mo_.chunk_items + 2 * n_chunk_items_] = si;
-        h[mo_.chunk_items + 2 * n_chunk_items_ + 1] = c0;
-        ++n_chunk_items_;
-      }
-    }
-    LUMEN_CUDA_CHECK(cudaMemcpyAsync(meta_dev_.get(), meta_host_.as<int32_t>(),
-                                     static_cast<size_t>(meta_ints_) * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
-    LUMEN_CUDA_CHECK(cudaMemcpyAsync(tables_dev_.get(), tables_host_.as<int32_t>(), static_cast<size_t>(nt + 1) * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, stream()));
+    cuda::StepLimits lim;
+    lim.n_blocks = spec_.n_blocks;
+    lim.block_size = spec_.block_size;
+    lim.has_kv = spec_.n_kv_layers > 0;
+    lim.n_state_slots = spec_.n_state_slots;
+    lim.scratch_block = scratch_block_;
+    lim.scratch_slot = scratch_slot_;
+    if (!decode_path_ && cfg_.n_full_layers() > 0)
+      lim.attn_rows_per_item = cuda::attn_prefill_rows_per_item(cfg_.n_heads / std::max(1, cfg_.n_kv_heads));
+    lim.gdn_chunk_min = gdn_chunk_min_;
+    work_ = step_meta_.fill(b, padded_rows_, lim, stream());
   }
 
   void embed(const WMat& table, float* x) override {
     OpTimer op(*this, "embed", "embed");
     flush_all();
-    cuda::launch_embed(table.ptr, table.dtype == DType::bf16, static_cast<int>(table.cols), meta_.tokens, rows_eff_, x,
-                       stream());
+    cuda::launch_embed(table.ptr, table.dtype == DType::bf16, static_cast<int>(table.cols), step_meta_.device().tokens,
+                       padded_rows_, x, stream());
   }
 
   void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) override {
     OpTimer op(*this, "rmsnorm", "norm");
-    flush_matmul();
-    const int r = map_rows(rows);
-    if (pend_add_.y && pend_add_.y == x && pend_add_.n == static_cast<int64_t>(r) * dim) {
-      // y = x + o; xn = norm(y): one pass over the residual stream.
-      float* xs = pend_add_.y;
-      const float* add = pend_add_.x;
-      pend_add_ = {};
-      cuda::launch_rmsnorm(xs, add, w, y, r, dim, eps, stream());
-      return;
-    }
-    flush_add();
-    cuda::launch_rmsnorm(const_cast<float*>(x), nullptr, w, y, r, dim, eps, stream());
+    deferred_.rmsnorm(x, w, y, padded_rows(rows), dim, eps, stream());
   }
 
   void matmul(const float* x, int rows, const WMat& w, float* y) override {
     OpTimer op(*this, "matmul", "matmul");
-    flush_add();
-    if (rows <= 0) return;
-    if (w.dtype == DType::f16) throw std::runtime_error("CUDA backend: f16 weights are converted to f32 on load");
-    const int r = map_rows(rows);
-    const bool same = pend_mm_.n > 0 && pend_mm_.x == x && pend_mm_.rows == r && pend_mm_.dtype == w.dtype &&
-                      pend_mm_.K == w.cols && pend_mm_.n < 4;
-    if (!same) flush_matmul();
-    if (pend_mm_.n == 0) {
-      pend_mm_.x = x;
-      pend_mm_.rows = r;
-      pend_mm_.dtype = w.dtype;
-      pend_mm_.K = static_cast<int>(w.cols);
-    }
-    pend_mm_.w[pend_mm_.n] = w;
-    pend_mm_.y[pend_mm_.n] = y;
-    pend_mm_.n++;
-    if (y == x || profiling_) flush_matmul();
+    deferred_.matmul(x, padded_rows(rows), w, y, profiling_, stream());
   }
 
   void add(float* y, const float* x, int64_t n) override {
     OpTimer op(*this, "add", "elementwise");
-    flush_matmul();
-    flush_add();
-    pend_add_ = {y, x, map_n(n)};
-    if (profiling_) flush_add();
+    deferred_.add(y, x, padded_count(n), profiling_, stream());
   }
 
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
     OpTimer op(*this, "swiglu", "elementwise");
-    flush_add();
-    const int64_t ne = map_n(n);
-    if (pend_mm_.n == 2 && pend_mm_.y[0] == gate && pend_mm_.y[1] == up && pend_mm_.rows <= 16 &&
-        pend_mm_.w[0].rows == pend_mm_.w[1].rows && pend_mm_.w[0].rows % 2 == 0 && out != up &&
-        ne == static_cast<int64_t>(pend_mm_.rows) * pend_mm_.w[0].rows) {
-      swiglu_out_ = out;
-      flush_matmul();
-      return;
-    }
-    flush_matmul();
-    cuda::launch_swiglu(gate, up, out, ne, stream());
+    deferred_.swiglu(gate, up, out, padded_count(n), stream());
   }
 
   void attention(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v, float* out) override {
@@ -519,15 +265,14 @@ class CudaBackend final : public Backend {
     a.bs = spec_.block_size;
     a.eps = c.eps;
     a.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-    a.m = meta_;
-    a.m.tables = tables_dev_.as<int32_t>();
-    a.rows = rows_eff_;
+    a.m = step_meta_.device();
+    a.rows = padded_rows_;
     if (L.kv_index < 0 || L.kv_index >= spec_.n_kv_layers) throw std::runtime_error("CUDA backend: bad KV layer index");
     cuda::launch_qk_rope_kv(a, stream());
     if (decode_path_)
-      cuda::launch_attn_decode(a, decode_splits(bucket_), attn_part_.as<float>(), stream());
+      cuda::launch_attn_decode(a, decode_splits(bucket_), attn_partials_.as<float>(), stream());
     else
-      cuda::launch_attn_prefill(a, n_attn_items_, stream());
+      cuda::launch_attn_prefill(a, work_.n_attn_items, stream());
   }
 
   void gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* bb, const float* aa,
@@ -543,7 +288,7 @@ class CudaBackend final : public Backend {
     a.out = out;
     a.conv_out = conv_out_.as<float>();
     a.beta = beta_.as<float>();
-    a.gdec = gdec_.as<float>();
+    a.gdec = log_decay_.as<float>();
     a.state = state_.as<float>() + static_cast<size_t>(L.gdn_index) * layer_state_elems_;
     a.slot_stride = static_cast<int64_t>(slot_elems_);
     a.conv_w = L.conv;
@@ -557,21 +302,20 @@ class CudaBackend final : public Backend {
     a.dk = c.lin_dk;
     a.dv = c.lin_dv;
     a.eps = c.eps;
-    a.chunk_min = chunk_min_;
-    a.m = meta_;
-    a.m.tables = tables_dev_.as<int32_t>();
-    a.rows = rows_eff_;
-    a.nsegs = nsegs_eff_;
-    a.chunk_scratch = chunk_scr_.as<float>();
+    a.gdn_chunk_min = gdn_chunk_min_;
+    a.m = step_meta_.device();
+    a.rows = padded_rows_;
+    a.nsegs = work_.n_segs;
+    a.gdn_block_scratch = gdn_block_scratch_.as<float>();
     cuda::launch_gdn_conv(a, stream());
     cuda::launch_gdn_recurrent(a, stream());
-    if (n_long_ > 0) cuda::launch_gdn_chunked(a, n_chunk_items_, n_long_, stream());
+    if (work_.n_long_segs > 0) cuda::launch_gdn_chunked(a, work_.n_gdn_blocks, work_.n_long_segs, stream());
   }
 
   void gather_rows(const float* x, int first, int count, float* y, int dim) override {
     flush_all();
-    const int n = first == 0 ? map_rows(count) : count;
-    cuda::launch_gather_rows(x, meta_.logit_rows, first, n, y, dim, stream());
+    const int n = first == 0 ? padded_rows(count) : count;
+    cuda::launch_gather_rows(x, step_meta_.device().logit_rows, first, n, y, dim, stream());
   }
 
   void logits_to_host(const float* src, float* dst, int64_t n) override {
@@ -596,12 +340,12 @@ class CudaBackend final : public Backend {
     LUMEN_CUDA_CHECK(cudaStreamSynchronize(stream()));
     step_ = nullptr;
     graph_step_ = false;
-    padded_ = false;
+    in_padded_body_ = false;
   }
 
   void run_body(const StepBatch& b, const std::function<void()>& body) override {
     if (!graph_step_) {
-      gstats_.eager_steps++;
+      graphs_.count_eager();
       body();
       flush_all();
       return;
@@ -610,36 +354,14 @@ class CudaBackend final : public Backend {
       bool& f;
       explicit PadScope(bool& x) : f(x) { f = true; }
       ~PadScope() { f = false; }
-    } pad(padded_);
-    auto it = graphs_.find(rows_eff_);
-    if (it == graphs_.end()) {
-      const int64_t t0 = now_ns();
-      LUMEN_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
-      cudaGraph_t graph = nullptr;
-      try {
-        body();
-        flush_all();
-      } catch (...) {
-        pend_mm_ = {};
-        pend_add_ = {};
-        swiglu_out_ = nullptr;
-        (void)cudaStreamEndCapture(stream(), &graph);
-        if (graph) (void)cudaGraphDestroy(graph);
-        (void)cudaGetLastError();
-        throw;
-      }
-      LUMEN_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
-      GraphExec ge;
-      const cudaError_t e = cudaGraphInstantiate(ge.out(), graph, 0);
-      (void)cudaGraphDestroy(graph);
-      if (e != cudaSuccess) cuda::throw_cuda(e, "cudaGraphInstantiate", __FILE__, __LINE__);
-      it = graphs_.emplace(rows_eff_, std::move(ge)).first;
-      gstats_.misses++;
-      gstats_.capture_ms += ns_to_ms(now_ns() - t0);
-    } else {
-      gstats_.hits++;
-    }
-    LUMEN_CUDA_CHECK(cudaGraphLaunch(it->second.get(), stream()));
+    } pad(in_padded_body_);
+    graphs_.replay(
+        stream(), padded_rows_,
+        [&] {
+          body();
+          flush_all();
+        },
+        [&] { deferred_.drop(); });
     (void)b;
   }
 
@@ -671,9 +393,11 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return stream_->get(); }
 
-  int map_rows(int rows) const { return padded_ && rows == step_T_ ? rows_eff_ : rows; }
-  int64_t map_n(int64_t n) const {
-    return padded_ && step_T_ > 0 && n % step_T_ == 0 ? n / step_T_ * rows_eff_ : n;
+  // Inside a graph body the model's row counts (the step's tokens) and element counts (a multiple
+  // of them) stand for the bucket's padded rows, so one graph serves every batch of the bucket.
+  int padded_rows(int rows) const { return in_padded_body_ && rows == step_tokens_ ? padded_rows_ : rows; }
+  int64_t padded_count(int64_t n) const {
+    return in_padded_body_ && step_tokens_ > 0 && n % step_tokens_ == 0 ? n / step_tokens_ * padded_rows_ : n;
   }
 
   WMat upload_mat(const HostMat& m) {
@@ -703,76 +427,7 @@ class CudaBackend final : public Backend {
     return weights_.back().as<float>();
   }
 
-  void ensure_tables(int n) {
-    const int have = static_cast<int>(tables_dev_.bytes() / sizeof(int32_t));
-    if (tables_dev_ && have >= n) return;
-    const int cap = std::max(n, have * 2);
-    if (tables_dev_) {
-      // An earlier copy may still read the staging buffer, and captured graphs point at the old table.
-      LUMEN_CUDA_CHECK(cudaStreamSynchronize(stream()));
-      graphs_.clear();
-    }
-    tables_dev_ = alloc_.alloc(static_cast<size_t>(cap) * sizeof(int32_t), "block tables");
-    tables_host_.reset();
-    tables_host_.resize(static_cast<size_t>(cap) * sizeof(int32_t));
-  }
-
-  void flush_add() {
-    if (!pend_add_.y) return;
-    const auto p = pend_add_;
-    pend_add_ = {};
-    cuda::launch_add(p.y, p.x, p.n, stream());
-  }
-
-  void flush_matmul() {
-    if (pend_mm_.n == 0) return;
-    const auto p = pend_mm_;
-    float* sw = swiglu_out_;
-    pend_mm_ = {};
-    swiglu_out_ = nullptr;
-    const bool bf16 = p.dtype == DType::bf16;
-    if (p.rows <= 16) {
-      cuda::GemvArgs a;
-      a.x = p.x;
-      a.K = p.K;
-      a.m_real = p.rows;
-      a.bf16 = bf16;
-      a.nseg = p.n;
-      for (int i = 0; i < p.n; ++i) {
-        if (p.w[i].rows > 0x7fffffff) throw std::runtime_error("CUDA backend: matrix too large");
-        a.seg[i] = cuda::GemvSeg{p.w[i].ptr, p.y[i], static_cast<int>(p.w[i].rows)};
-      }
-      a.swiglu_out = sw;
-      cuda::launch_gemv(a, next_pow2(p.rows), stream());
-      return;
-    }
-    if (bf16 && p.K % 8 == 0 && xb_) {
-      const int64_t n = static_cast<int64_t>(p.rows) * p.K;
-      if (precise_gemm_) {
-        // x = hi + lo, two tensor-core passes: about fp32 accuracy for twice the matrix work.
-        cuda::launch_to_bf16_split(p.x, xb_.as<uint16_t>(), xb_lo_.as<uint16_t>(), n, stream());
-        for (int i = 0; i < p.n; ++i) {
-          const auto* w = static_cast<const uint16_t*>(p.w[i].ptr);
-          const int N = static_cast<int>(p.w[i].rows);
-          cuda::launch_gemm_bf16(xb_.as<uint16_t>(), p.rows, p.K, w, N, p.y[i], stream());
-          cuda::launch_gemm_bf16(xb_lo_.as<uint16_t>(), p.rows, p.K, w, N, p.y[i], stream(), true);
-        }
-        return;
-      }
-      cuda::launch_to_bf16(p.x, xb_.as<uint16_t>(), n, stream());
-      for (int i = 0; i < p.n; ++i)
-        cuda::launch_gemm_bf16(xb_.as<uint16_t>(), p.rows, p.K, static_cast<const uint16_t*>(p.w[i].ptr),
-                               static_cast<int>(p.w[i].rows), p.y[i], stream());
-      return;
-    }
-    for (int i = 0; i < p.n; ++i)
-      cuda::launch_gemm_simt(p.x, p.rows, p.K, p.w[i].ptr, bf16, static_cast<int>(p.w[i].rows), p.y[i], stream());
-  }
-
-  void flush_all() {
-    flush_matmul();
-    flush_add();
-  }
+  void flush_all() { deferred_.flush(stream()); }
 
   void check_slot(int slot) const {
     if (slot < 0 || slot >= spec_.n_state_slots) throw std::runtime_error("CUDA backend: state slot out of range");
@@ -782,28 +437,12 @@ class CudaBackend final : public Backend {
   }
   float* slot_ptr(int slot) { return state_.as<float>() + static_cast<size_t>(slot) * slot_elems_; }
 
-  void write_stats_file() const {
-    const char* path = std::getenv("LUMEN_CUDA_STATS_FILE");
-    if (!path || !*path) return;
-    FILE* f = std::fopen(path, "a");
-    if (!f) return;
-    const auto g = graph_stats();
-    const auto m = mem_stats();
-    std::fprintf(f,
-                 "{\"device\":\"%s\",\"graphs_enabled\":%s,\"graph_hits\":%llu,\"graph_misses\":%llu,\"eager_steps\":%llu,"
-                 "\"capture_ms\":%.3f,\"graphs\":%d,\"peak_bytes\":%lld,\"num_allocs\":%llu}\n",
-                 name_.c_str(), g.enabled ? "true" : "false", static_cast<unsigned long long>(g.hits),
-                 static_cast<unsigned long long>(g.misses), static_cast<unsigned long long>(g.eager_steps), g.capture_ms,
-                 g.graphs, static_cast<long long>(m.peak_bytes), static_cast<unsigned long long>(m.num_allocs));
-    std::fclose(f);
-  }
-
   // Declared first: destroyed last, after every buffer it handed out.
   cuda::DeviceAllocator alloc_;
   int device_;
   std::string name_;
   size_t total_mem_ = 0;
-  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<cuda::Stream> stream_;
 
   ModelConfig cfg_;
   bool have_cfg_ = false;
@@ -819,49 +458,31 @@ class CudaBackend final : public Backend {
   int n_snapshots_ = 0;
   int scratch_block_ = 0, scratch_slot_ = 0;
 
-  struct MetaOffsets {
-    int tokens, positions, row_seg, logit_rows, seg_start, seg_len, seg_pos0, seg_slot, seg_toff, attn_items,
-        chunk_items, long_segs, long_item0;
-  } mo_{};
-  int meta_ints_ = 0, seg_cap_ = 0, attn_cap_ = 0, chunk_cap_ = 0;
-  DeviceBuffer meta_dev_, tables_dev_;
-  PinnedBuffer meta_host_, tables_host_, logits_host_;
-  cuda::StepMeta meta_;
+  cuda::StepMetadata step_meta_;
+  PinnedBuffer logits_host_;
   int logit_rows_cap_ = 0;
 
-  DeviceBuffer conv_out_, beta_, gdec_, chunk_scr_, attn_part_, xb_, xb_lo_;
+  // Work buffers sized for the largest step: DeltaNet conv output, beta and log decay, the chunked
+  // DeltaNet's per-block scratch, the split decode attention's partials, x rounded to bf16 (and
+  // its low part in the precise GEMM mode).
+  DeviceBuffer conv_out_, beta_, log_decay_, gdn_block_scratch_, attn_partials_, x_bf16_, x_bf16_lo_;
   bool precise_gemm_ = false;  // LUMEN_CUDA_PRECISE_GEMM: split activations into bf16 hi + lo
   std::vector<DeviceBuffer> scratch_;
 
   // Step state.
   const StepBatch* step_ = nullptr;
-  int step_T_ = 0, rows_eff_ = 0, bucket_ = 1, nsegs_eff_ = 0;
-  int n_attn_items_ = 0, n_chunk_items_ = 0, n_long_ = 0;
-  bool decode_path_ = false, graph_step_ = false, padded_ = false;
-  int chunk_min_ = 16;
+  int step_tokens_ = 0;  // the step's real rows
+  int padded_rows_ = 0;  // rows the launches cover: the graph bucket on a graph step, else step_tokens_
+  int bucket_ = 1;       // next power of two of step_tokens_ (sizes the decode attention's splits)
+  cuda::StepWork work_;
+  bool decode_path_ = false, graph_step_ = false, in_padded_body_ = false;
+  int gdn_chunk_min_ = 16;  // segments of at least this many tokens take the chunked DeltaNet
 
-  // Deferred launches.
-  struct PendingMatmul {
-    const float* x = nullptr;
-    int rows = 0;
-    DType dtype = DType::f32;
-    int K = 0;
-    int n = 0;
-    WMat w[4];
-    float* y[4] = {nullptr, nullptr, nullptr, nullptr};
-  } pend_mm_;
-  struct PendingAdd {
-    float* y = nullptr;
-    const float* x = nullptr;
-    int64_t n = 0;
-  } pend_add_;
-  float* swiglu_out_ = nullptr;
+  cuda::DeferredLaunches deferred_;
 
   // Graphs, one per bucket (rows after padding).
-  bool graphs_on_ = true;
   int graph_max_rows_ = 1;
-  std::map<int, GraphExec> graphs_;
-  CudaGraphStats gstats_;
+  cuda::StepGraphs graphs_;
 
   bool profiling_ = false;
   OpProfile stats_;
@@ -873,64 +494,10 @@ const CudaBackend* as_cuda(const Backend& be) { return dynamic_cast<const CudaBa
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
-bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes) {
-  size_t f = 0, t = 0;
-  if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (free_bytes) *free_bytes = f;
-  if (total_bytes) *total_bytes = t;
-  return true;
-}
-
-bool cuda_available(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (why) *why = std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")";
-    return false;
-  }
-  if (n <= 0) {
-    if (why) *why = "no CUDA device is visible";
-    return false;
-  }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (why) *why = "cannot query CUDA device 0";
-    return false;
-  }
-  if (prop.major < 8) {
-    if (why)
-      *why = std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
-             std::to_string(prop.minor) + "; the CUDA backend needs 8.0 or newer";
-    return false;
-  }
-  return true;
-}
-
 bool cuda_set_graphs(Backend& be, bool on) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   if (!c) return false;
   c->set_graphs(on);
-  return true;
-}
-
-bool cuda_graph_stats(const Backend& be, CudaGraphStats* out) {
-  const auto* c = as_cuda(be);
-  if (!c || !out) return false;
-  *out = c->graph_stats();
   return true;
 }
 

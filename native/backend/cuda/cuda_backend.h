@@ -8,15 +8,6 @@
 
 namespace lumen {
 
-struct CudaGraphStats {
-  bool enabled = false;     // graphs in use (the switch, and not disabled by profiling)
-  uint64_t hits = 0;        // decode steps replayed from a captured graph
-  uint64_t misses = 0;      // decode steps that had to capture their bucket first
-  uint64_t eager_steps = 0; // steps run without a graph (prefill / mixed, or graphs off)
-  double capture_ms = 0;    // total time spent capturing and instantiating
-  int graphs = 0;           // graphs currently instantiated (one per batch-size bucket)
-};
-
 struct CudaMemStats {
   int64_t current_bytes = 0;
   int64_t peak_bytes = 0;   // high-water mark of the device allocator
@@ -32,7 +23,6 @@ bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes);
 
 // These act on a backend made by make_cuda_backend and return false for any other backend.
 bool cuda_set_graphs(Backend& be, bool on);
-bool cuda_graph_stats(const Backend& be, CudaGraphStats* out);
 bool cuda_mem_stats(const Backend& be, CudaMemStats* out);
 
 }  // namespace lumen

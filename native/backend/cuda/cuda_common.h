@@ -1,7 +1,7 @@
 #pragma once
 // Shared pieces of the CUDA backend: checked calls (errors become std::runtime_error, never an
-// abort), RAII device and pinned buffers, and the one device allocator whose counters feed the
-// engine's memory statistics.
+// abort), RAII device and pinned buffers and stream, and the one device allocator whose counters
+// feed the engine's memory statistics.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -151,6 +151,21 @@ class PinnedBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// One non-blocking stream, destroyed with its owner.
+class Stream {
+ public:
+  Stream() { LUMEN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() {
+    if (s_) (void)cudaStreamDestroy(s_);
+  }
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
 };
 
 }  // namespace lumen::cuda

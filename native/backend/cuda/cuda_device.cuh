@@ -1,13 +1,13 @@
 #pragma once
 // Device-side helpers shared by the k_*.cu files, and the two macros that let the same kernel
-// sources also build for the CPU emulator in emu/ (LUMEN_CUDA_EMU): kernel launches and dynamic
-// shared memory.
+// sources also build for the CPU emulation in native/testing/cuda_emu/ (LUMEN_CUDA_EMU): kernel
+// launches and dynamic shared memory.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #if defined(LUMEN_CUDA_EMU)
-#include "backend/cuda/emu/emu_device.h"
+#include "emu_device.h"  // native/testing/cuda_emu/include, on the emulation build's path
 #define LUMEN_LAUNCH(kernel, grid, block, smem, stream, ...) \
   ::lumen::emu::launch(#kernel, kernel, grid, block, smem, stream, __VA_ARGS__)
 #define LUMEN_DYN_SMEM(T, name) T* name = ::lumen::emu::dyn_smem<T>()

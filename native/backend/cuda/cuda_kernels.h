@@ -23,9 +23,9 @@ struct StepMeta {
   const int* seg_toff = nullptr;    // offset of the segment's block table in `tables`
   const int* tables = nullptr;
   const int* attn_items = nullptr;  // (segment, first query) pairs for the prefill attention
-  const int* chunk_items = nullptr; // (segment, first token) pairs for the chunked DeltaNet
+  const int* gdn_blocks = nullptr;  // (segment, first token) of each 64-token block of the chunked DeltaNet
   const int* long_segs = nullptr;   // segments that use the chunked DeltaNet
-  const int* long_item0 = nullptr;  // index of each long segment's first chunk item
+  const int* long_block0 = nullptr; // index in gdn_blocks of each long segment's first block
 };
 
 // ---- elementwise / norms (k_misc.cu)
@@ -110,18 +110,18 @@ struct GdnArgs {
   const float* norm_w = nullptr;  // [dv]
   int cd = 0, kc = 0, nk = 0, nv = 0, dk = 0, dv = 0;
   float eps = 1e-6f;
-  int chunk_min = 16;
+  int gdn_chunk_min = 16;  // segments of at least this many tokens take the chunked form
   StepMeta m;
   int rows = 0, nsegs = 0;
-  float* chunk_scratch = nullptr;  // per (chunk item, value head): see k_gdn.cu
+  float* gdn_block_scratch = nullptr;  // per (DeltaNet block, value head): see k_gdn.cu
 };
-constexpr int kGdnChunk = 64;
-size_t gdn_chunk_scratch_floats_per_item_head();
+constexpr int kGdnBlock = 64;  // tokens per block of the chunked (WY) DeltaNet
+size_t gdn_block_scratch_floats_per_head();  // per block and value head
 void launch_gdn_conv(const GdnArgs& a, cudaStream_t s);
 // Conv-window update of every segment, and the token recurrence + gated norm of the short ones.
 void launch_gdn_recurrent(const GdnArgs& a, cudaStream_t s);
-// Chunked form for the long segments: per-chunk preparation, the carried-state scan, gated norm.
-void launch_gdn_chunked(const GdnArgs& a, int n_items, int n_long, cudaStream_t s);
+// Chunked form for the long segments: per-block preparation, the carried-state scan, gated norm.
+void launch_gdn_chunked(const GdnArgs& a, int n_blocks, int n_long, cudaStream_t s);
 
 // Raises the dynamic shared-memory limits of the kernels that need more than 48 KiB; throws when
 // the device cannot give them.

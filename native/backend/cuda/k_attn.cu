@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(const AttnA
   const int hd = a.hd, G = a.nh / a.nkv, DC = hd / 128;
   const int pos = a.m.positions[row];
   const int ctx = pos + 1;
-  const int chunk = (ctx + splits - 1) / splits;
-  const int t0 = sp * chunk, t1 = min(ctx, t0 + chunk);
+  const int span = (ctx + splits - 1) / splits;  // context positions per split
+  const int t0 = sp * span, t1 = min(ctx, t0 + span);
   const int stride = hd + 2;
   if (t0 >= t1) {
     for (int h = threadIdx.x; h < G; h += blockDim.x) {

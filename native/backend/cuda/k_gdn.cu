@@ -6,9 +6,9 @@
 //  - recurrent: one block per (segment, value head), one thread per value column holding that
 //    column of S (dk floats) in registers; decay, delta-rule write, readout, then the gated RMSNorm.
 //    The same launch also slides every segment's conv window (after the conv kernel read it).
-//  - chunked (long segments): prep per (64-token chunk, value head): cumulative decay, A, the
+//  - chunked (long segments): prep per (64-token block, value head): cumulative decay, A, the
 //    masked decayed q.k products, and the forward substitution for U and W; then a scan per
-//    (segment, value head, 32-column tile of S) carries the state across the chunks; then the
+//    (segment, value head, 32-column tile of S) carries the state across the blocks; then the
 //    gated norm for those rows.
 // Key and value head dims are fixed at 128 (all Qwen3.5 sizes).
 #include <cmath>
@@ -21,10 +21,10 @@ namespace lumen::cuda {
 namespace {
 
 constexpr int D = 128;           // dk = dv
-constexpr int C = kGdnChunk;     // 64
+constexpr int C = kGdnBlock;     // 64
 constexpr int kTile = 32;        // state columns per scan block
 constexpr int kLdC = D + 1;      // padded row of a [C][D] smem tile
-constexpr size_t kPerItemHead = static_cast<size_t>(C) * D * 2 + C * C + C;  // U, W, QK, G
+constexpr size_t kPerBlockHead = static_cast<size_t>(C) * D * 2 + C * C + C;  // U, W, QK, G
 
 constexpr size_t kPrepSmem = (static_cast<size_t>(2) * C * kLdC + C * (C + 1) + 2 * C) * sizeof(float);
 constexpr size_t kScanSmem = (static_cast<size_t>(D) * (kTile + 1) + C * kLdC + C * (kTile + 1) + 2 * C) * sizeof(float);
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(D) gdn_recurrent_kernel(const GdnArgs a) {
       st[static_cast<int64_t>(r) * cd + ch] = v;
     }
   }
-  if (len >= a.chunk_min || len <= 0) return;
+  if (len >= a.gdn_chunk_min || len <= 0) return;
   const int kh = j / (a.nv / a.nk);
   const int kd = a.nk * D;
   float* S = st + static_cast<int64_t>(hist) * cd + static_cast<int64_t>(j) * D * D;
@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(D) gdn_recurrent_kernel(const GdnArgs a) {
   for (int r = 0; r < D; ++r) S[r * D + c] = sc[r];
 }
 
-// grid (chunk items, nv), 256 threads, kPrepSmem dynamic
-__global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const GdnArgs a) {
+// grid (DeltaNet blocks, nv), 256 threads, kPrepSmem dynamic
+__global__ void __launch_bounds__(256) gdn_block_prep_kernel(const GdnArgs a) {
   LUMEN_DYN_SMEM(float, sm);
   float* Kw = sm;                  // K rows, replaced in place by W rows
   float* Qu = Kw + C * kLdC;       // Q rows, then U rows
@@ -134,12 +134,12 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const GdnArgs a) {
   float* G = A + C * (C + 1);
   float* Bt = G + C;
   const int item = blockIdx.x, j = blockIdx.y, tid = threadIdx.x;
-  const int seg = a.m.chunk_items[2 * item], c0 = a.m.chunk_items[2 * item + 1];
+  const int seg = a.m.gdn_blocks[2 * item], c0 = a.m.gdn_blocks[2 * item + 1];
   const int len = a.m.seg_len[seg];
   const int L = min(C, len - c0);
   const int64_t base = a.m.seg_start[seg] + c0;
   const int cd = a.cd, kd = a.nk * D, kh = j / (a.nv / a.nk);
-  float* scr = a.chunk_scratch + (static_cast<int64_t>(item) * a.nv + j) * kPerItemHead;
+  float* scr = a.gdn_block_scratch + (static_cast<int64_t>(item) * a.nv + j) * kPerBlockHead;
   float* Ug = scr;
   float* Wg = Ug + C * D;
   float* QKg = Wg + C * D;
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const GdnArgs a) {
     float acc = 0.f;
     for (int i = 0; i < C; ++i) {
       if (i < L) acc += a.gdec[(base + i) * a.nv + j];
-      G[i] = acc;  // cumulative log decay from the chunk start
+      G[i] = acc;  // cumulative log decay from the block start
     }
   }
   __syncthreads();
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const GdnArgs a) {
 }
 
 // grid (long segments, nv, D / kTile), 256 threads, kScanSmem dynamic
-__global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const GdnArgs a) {
+__global__ void __launch_bounds__(256) gdn_block_scan_kernel(const GdnArgs a) {
   LUMEN_DYN_SMEM(float, sm);
   float* Ss = sm;                      // [D][kTile+1] state columns of this tile
   float* buf = Ss + D * (kTile + 1);   // [C][kLdC]: W, then Q, then K rows
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const GdnArgs a) {
   float* G = Vp + C * (kTile + 1);
   float* Wt = G + C;
   const int l = blockIdx.x, j = blockIdx.y, cbase = blockIdx.z * kTile, tid = threadIdx.x;
-  const int seg = a.m.long_segs[l], item0 = a.m.long_item0[l];
+  const int seg = a.m.long_segs[l], block0 = a.m.long_block0[l];
   const int start = a.m.seg_start[seg], len = a.m.seg_len[seg];
   const int cd = a.cd, kd = a.nk * D, kh = j / (a.nv / a.nk), hist = a.kc - 1;
   float* S = a.state + static_cast<int64_t>(a.m.seg_slot[seg]) * a.slot_stride + static_cast<int64_t>(hist) * cd +
@@ -232,16 +232,16 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const GdnArgs a) {
     const int r = idx / kTile, x = idx % kTile;
     Ss[r * (kTile + 1) + x] = S[r * D + cbase + x];
   }
-  const int nchunks = (len + C - 1) / C;
-  for (int ci = 0; ci < nchunks; ++ci) {
+  const int nblocks = (len + C - 1) / C;
+  for (int ci = 0; ci < nblocks; ++ci) {
     const int64_t base = start + static_cast<int64_t>(ci) * C;
     const int L = min(C, len - ci * C);
-    const float* scr = a.chunk_scratch + (static_cast<int64_t>(item0 + ci) * a.nv + j) * kPerItemHead;
+    const float* scr = a.gdn_block_scratch + (static_cast<int64_t>(block0 + ci) * a.nv + j) * kPerBlockHead;
     const float* Ug = scr;
     const float* Wg = Ug + C * D;
     const float* QKg = Wg + C * D;
     const float* Gg = QKg + C * C;
-    __syncthreads();  // previous chunk done with buf / Vp / G
+    __syncthreads();  // previous block done with buf / Vp / G
     if (tid < C) G[tid] = Gg[tid];
     for (int idx = tid; idx < C * D; idx += blockDim.x) buf[(idx / D) * kLdC + idx % D] = Wg[idx];
     __syncthreads();
@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const GdnArgs a) {
 __global__ void __launch_bounds__(D) gdn_gated_norm_kernel(const GdnArgs a) {
   __shared__ float red[32];
   const int row = blockIdx.x, j = blockIdx.y, c = threadIdx.x;
-  if (a.m.seg_len[a.m.row_seg[row]] < a.chunk_min) return;
+  if (a.m.seg_len[a.m.row_seg[row]] < a.gdn_chunk_min) return;
   const int64_t oi = static_cast<int64_t>(row) * a.nv * D + static_cast<int64_t>(j) * D + c;
   const float o = a.out[oi];
   const float ss = block_sum(o * o, red);
@@ -315,7 +315,7 @@ void check_shape(const GdnArgs& a) {
 
 }  // namespace
 
-size_t gdn_chunk_scratch_floats_per_item_head() { return kPerItemHead; }
+size_t gdn_block_scratch_floats_per_head() { return kPerBlockHead; }
 
 void launch_gdn_conv(const GdnArgs& a, cudaStream_t s) {
   if (a.rows <= 0) return;
@@ -331,14 +331,14 @@ void launch_gdn_recurrent(const GdnArgs& a, cudaStream_t s) {
   LUMEN_CUDA_LAUNCHED("gdn_recurrent");
 }
 
-void launch_gdn_chunked(const GdnArgs& a, int n_items, int n_long, cudaStream_t s) {
-  if (n_items <= 0 || n_long <= 0) return;
+void launch_gdn_chunked(const GdnArgs& a, int n_blocks, int n_long, cudaStream_t s) {
+  if (n_blocks <= 0 || n_long <= 0) return;
   check_shape(a);
-  if (!a.chunk_scratch) throw std::runtime_error("CUDA Gated DeltaNet: no chunk scratch");
-  LUMEN_LAUNCH(gdn_chunk_prep_kernel, dim3(n_items, a.nv), 256, kPrepSmem, s, a);
-  LUMEN_CUDA_LAUNCHED("gdn_chunk_prep");
-  LUMEN_LAUNCH(gdn_chunk_scan_kernel, dim3(n_long, a.nv, D / kTile), 256, kScanSmem, s, a);
-  LUMEN_CUDA_LAUNCHED("gdn_chunk_scan");
+  if (!a.gdn_block_scratch) throw std::runtime_error("CUDA Gated DeltaNet: no block scratch");
+  LUMEN_LAUNCH(gdn_block_prep_kernel, dim3(n_blocks, a.nv), 256, kPrepSmem, s, a);
+  LUMEN_CUDA_LAUNCHED("gdn_block_prep");
+  LUMEN_LAUNCH(gdn_block_scan_kernel, dim3(n_long, a.nv, D / kTile), 256, kScanSmem, s, a);
+  LUMEN_CUDA_LAUNCHED("gdn_block_scan");
   LUMEN_LAUNCH(gdn_gated_norm_kernel, dim3(a.rows, a.nv), D, 0, s, a);
   LUMEN_CUDA_LAUNCHED("gdn_gated_norm");
 }
@@ -352,8 +352,8 @@ void init_gdn_kernels(int device) {
     throw std::runtime_error("the GPU allows " + std::to_string(optin) + " bytes of shared memory per block; Gated DeltaNet needs " +
                              std::to_string(need));
   LUMEN_CUDA_CHECK(cudaFuncSetAttribute(gdn_conv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(conv)));
-  LUMEN_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
-  LUMEN_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kScanSmem)));
+  LUMEN_CUDA_CHECK(cudaFuncSetAttribute(gdn_block_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
+  LUMEN_CUDA_CHECK(cudaFuncSetAttribute(gdn_block_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kScanSmem)));
 }
 
 }  // namespace lumen::cuda

@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_kernel(const uint16_t*
     uint16_t* bs = b_tile(st);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c = tid + i * kGemmThreads;  // 512 chunks of 8 elements per operand
+      const int c = tid + i * kGemmThreads;  // 512 groups of 8 elements per operand
       const int row = c >> 2, kc = (c & 3) * 8;
       const int k = k0 + kc;
       const bool va = (m0 + row) < M && k < K;

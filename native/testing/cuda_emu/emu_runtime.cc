@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/emu/emu_device.h"
+#include "emu_device.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

@@ -1,9 +1,14 @@
-#pragma once
-// Gated DeltaNet core, included by kernels_isa.cpp so the plain loops below are vectorised for
-// each ISA (no calls in the inner loops). Both forms update S in place ([dk][dv] fp32).
-// Included inside namespace lumen::cpu::<isa> of kernels_isa.cpp, which includes <cmath>, <vector>
-// and gdn_cpu.h first.
+// Gated DeltaNet kernels for one ISA: the causal conv + SiLU, and the delta rule per value head as
+// the token recurrence (decode, short segments) and the chunked WY form (long prefill segments).
+// Plain loops over the vector helpers, inlined so each ISA's compile vectorises them (no calls in
+// the inner loops). Both forms update S in place ([dk][dv] fp32).
+#include <vector>
 
+#include "backend/cpu/gdn_cpu.h"
+#include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/isa/simd.h"
+
+namespace lumen::cpu::LUMEN_ISA {
 namespace {
 
 // C[i][0:128] += Σ_r A[i*lda + r] * B[r][0:128] for i < M (B row stride 128, C row stride ldc):
@@ -58,7 +63,7 @@ inline GdnToken gdn_token(const lumen::cpu::GdnHeadIO& io, int i) {
           std::exp(io.g[i * io.bg_stride]), io.beta[i * io.bg_stride]};
 }
 
-// The recurrence below (gdn_recurrent_impl) with a block of 8 vectors of columns held in registers
+// The recurrence below (gdn_recurrent) with a block of 8 vectors of columns held in registers
 // (e, u in pass one, d in pass two), so the inner loops only stream S: used when dv is a multiple
 // of the block.
 void gdn_recurrent_blocked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
@@ -93,10 +98,12 @@ void gdn_recurrent_blocked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int
   }
 }
 
+}  // namespace
+
 // Token-by-token recurrence: decay, predict e = Sᵀk, write k (β(v - e))ᵀ, read o = Sᵀq.
 // Two passes over S per token: one read (e and u = Sᵀq together), one read-modify-write that
 // applies the decay and the rank-1 write; o = decay·u + (k·q)·d needs no third pass.
-void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
+void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv) {
   if (dv % (8 * VW) == 0) {
     gdn_recurrent_blocked(S, io, n, dk, dv);
     return;
@@ -126,11 +133,11 @@ void gdn_recurrent_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk
   }
 }
 
-// Chunked (WY) form over chunks of C tokens (see docs/architecture.md and the architecture
-// reference, §3.2): within a chunk, G = cumulative log decay, A = strictly lower β(KKᵀ)⊙D,
+// Chunked (WY) form over blocks of C tokens (kGdnBlock; see docs/architecture.md and the
+// architecture reference, §3.2): within a block, G = cumulative log decay, A = strictly lower β(KKᵀ)⊙D,
 // U = (I+A)⁻¹βV, W = (I+A)⁻¹(βe^G K), V' = U - WS, O = e^G QS + (QKᵀ⊙D)V', S ← e^{G_L}S + (e^{G_L-G}K)ᵀV'.
-void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
-                      std::vector<float>& scratch) {
+void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
+                 std::vector<float>& scratch) {
   const int Cp = (C + VW - 1) / VW * VW;  // G and the decay row padded to whole vectors
   const size_t need = static_cast<size_t>(C) * (2 * C + dv + dk + dk + dv + dk) + 2 * static_cast<size_t>(Cp) + dv +
                       static_cast<size_t>(dk) * C;  // A doubles as the [dk][L] scaled Kᵀ
@@ -184,7 +191,7 @@ void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, 
         vaxpy(-aij, W + static_cast<int64_t>(j) * dk, Wi, dk);
       }
     }
-    // V' = U - W S and the inter-chunk part of O, both against the incoming state.
+    // V' = U - W S and the inter-block part of O, both against the incoming state.
     if (dv == 128) {
       // As GEMMs: U += (-W) S ; O = (e^G ⊙ Q) S ; O += (QKᵀ⊙D) V' (lower-triangular, zeros above).
       for (int i = 0; i < L; ++i) {
@@ -243,4 +250,59 @@ void gdn_chunked_impl(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, 
   }
 }
 
+namespace {
+
+// Depthwise causal conv with KC taps, then SiLU, over channels [c0, c1) of one sequence's T rows,
+// VW channels at a time with the window (the previous KC-1 inputs) held in registers.
+template <int KC>
+void conv_silu_t(const float* x, int64_t xs, int T, float* state, const float* wT, int64_t cd, int64_t c0, int64_t c1,
+                 float* out, int64_t os) {
+  constexpr int H = KC - 1;
+  int64_t c = c0;
+  for (; c + VW <= c1; c += VW) {
+    vf w[KC], win[H > 0 ? H : 1];
+    for (int r = 0; r < KC; ++r) w[r] = vload(wT + r * cd + c);
+    for (int r = 0; r < H; ++r) win[r] = vload(state + r * cd + c);
+    for (int t = 0; t < T; ++t) {
+      const vf xv = vload(x + t * xs + c);
+      vf acc = vmul(w[H], xv);
+      for (int r = 0; r < H; ++r) acc = vfma(w[r], win[r], acc);
+      vstore(out + t * os + c, vsilu(acc));
+      for (int r = 0; r + 1 < H; ++r) win[r] = win[r + 1];
+      if constexpr (H > 0) win[H - 1] = xv;
+    }
+    for (int r = 0; r < H; ++r) vstore(state + r * cd + c, win[r]);
+  }
+  for (; c < c1; ++c) {
+    float win[H > 0 ? H : 1];
+    for (int r = 0; r < H; ++r) win[r] = state[r * cd + c];
+    for (int t = 0; t < T; ++t) {
+      const float xv = x[t * xs + c];
+      float acc = wT[H * cd + c] * xv;
+      for (int r = 0; r < H; ++r) acc += wT[r * cd + c] * win[r];
+      out[t * os + c] = silu1(acc);
+      for (int r = 0; r + 1 < H; ++r) win[r] = win[r + 1];
+      if constexpr (H > 0) win[H - 1] = xv;
+    }
+    for (int r = 0; r < H; ++r) state[r * cd + c] = win[r];
+  }
+}
+
 }  // namespace
+
+void conv_silu(const float* x, int64_t xs, int T, float* state, const float* wT, int kc, int64_t cd, int64_t c0,
+               int64_t c1, float* out, int64_t os) {
+  switch (kc) {
+    case 1: conv_silu_t<1>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 2: conv_silu_t<2>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 3: conv_silu_t<3>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 4: conv_silu_t<4>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 5: conv_silu_t<5>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 6: conv_silu_t<6>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 7: conv_silu_t<7>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    case 8: conv_silu_t<8>(x, xs, T, state, wT, cd, c0, c1, out, os); break;
+    default: break;  // the backend rejects other kernel sizes at load
+  }
+}
+
+}  // namespace lumen::cpu::LUMEN_ISA

@@ -1,7 +1,7 @@
 #pragma once
 // Stand-in for the CUDA runtime header, for the CPU emulation build only (LUMEN_CUDA_EMU): the
 // CUDA backend and its kernels compile as plain C++ against this header and run on the CPU
-// (native/backend/cuda/emu/emu_runtime.cc). It covers exactly what the backend uses. Execution
+// (native/testing/cuda_emu/emu_runtime.cc). It covers exactly what the backend uses. Execution
 // is serial: every CUDA thread is a fiber, blocks run one after another, streams run in order.
 #ifndef LUMEN_CUDA_EMU
 #error "this header is only for the CPU emulation build"

@@ -416,8 +416,11 @@ int main(int argc, char** argv) {
     setenv("LUMEN_CUDA_GRAPHS", "1", 1);
     const auto on = run(tiny(), base("cuda", DType::bf16), reqs);
     const std::string s_on = read_last_line(stats);
+    // Off through the engine option too: the engine sets the backend's switch from it.
     setenv("LUMEN_CUDA_GRAPHS", "0", 1);
-    const auto off = run(tiny(), base("cuda", DType::bf16), reqs);
+    auto off_cfg = base("cuda", DType::bf16);
+    off_cfg.cuda_graphs = false;
+    const auto off = run(tiny(), off_cfg, reqs);
     const std::string s_off = read_last_line(stats);
     unsetenv("LUMEN_CUDA_GRAPHS");
     const auto cpu = run(tiny(), base("cpu", DType::bf16), reqs);

@@ -1,0 +1,53 @@
+#pragma once
+// The kernels one ISA's table points at (table.cpp), defined across the family files of this
+// folder; probes.cpp has its own table. Hidden: the tables are the only way in from outside.
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/gdn_cpu.h"
+#include "core/dtype.h"
+
+#ifndef LUMEN_ISA
+#error "LUMEN_ISA must be defined (avx2 or avx512): the kernel files are compiled once per ISA"
+#endif
+
+#pragma GCC visibility push(hidden)
+namespace lumen::cpu::LUMEN_ISA {
+
+// matmul.cpp
+void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
+            int64_t ldy);
+#if defined(__AVX512BF16__)
+void pack_bf16(const uint16_t* w, int64_t N, int64_t K, int64_t p0, int64_t p1, uint16_t* out);
+void to_bf16(const float* x, uint16_t* out, int64_t n);
+void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0, int64_t p1,
+                   float* y, int64_t ldy, int64_t slice);
+#endif
+
+// elementwise.cpp
+float dot(const float* a, const float* b, int64_t n);
+void axpy(float a, const float* x, float* y, int64_t n);
+void scale(float* y, float a, int64_t n);
+float sumsq(const float* x, int64_t n);
+void row_to_f32(const void* w, DType wt, int64_t row, int64_t cols, float* out);
+void mul_sigmoid(float* o, const float* gate, int64_t n);
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float eps);
+float exp_shift_sum(float* x, int64_t n, float shift);
+int32_t argmax(const float* x, int64_t n);
+
+// attention.cpp
+void attn_scores(const float* q, int64_t qs, int nq, const float* const* blk, int bs, int ctx, int64_t n, float scale,
+                 float* out, int64_t os, const float* const* next, int n_next);
+void attn_values(const float* w, int64_t ws, int nq, const float* const* blk, int bs, int ctx, int64_t n, float* o,
+                 int64_t os, const float* const* next, int n_next);
+
+// gdn.cpp
+void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv);
+void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
+                 std::vector<float>& scratch);
+void conv_silu(const float* x, int64_t xs, int T, float* state, const float* wT, int kc, int64_t cd, int64_t c0,
+               int64_t c1, float* out, int64_t os);
+
+}  // namespace lumen::cpu::LUMEN_ISA
+#pragma GCC visibility pop

@@ -1,0 +1,253 @@
+// Matrix products for one ISA: the f32 / bf16-widening row kernel (every ISA), and on AVX-512 BF16
+// the weight packing into vdpbf16ps panels, x rounded to bf16, and the packed-panel tiles. How a
+// product is split over the threads is the backend's (cpu/matmul.cpp).
+#include <algorithm>
+
+#include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/isa/simd.h"
+#include "backend/cpu/kernels.h"
+
+namespace lumen::cpu::LUMEN_ISA {
+namespace {
+
+// Register tile: MR token rows x NR weight rows, fp32 accumulators; each weight vector is loaded
+// once per tile and used for MR rows.
+template <typename WT, int MR, int NR>
+inline void tile(const float* x, int64_t K, const WT* w, float* y, int64_t ldy) {
+  vf acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) acc[m][n] = vzero();
+  const int64_t kv = K / VW * VW;
+  for (int64_t k = 0; k < kv; k += VW) {
+    vf wv[NR];
+    for (int n = 0; n < NR; ++n) wv[n] = wload<WT>(w + n * K + k);
+    for (int m = 0; m < MR; ++m) {
+      const vf xv = vload(x + m * K + k);
+      for (int n = 0; n < NR; ++n) acc[m][n] = vfma(xv, wv[n], acc[m][n]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) {
+      float s = vsum(acc[m][n]);
+      for (int64_t k = kv; k < K; ++k) s += x[m * K + k] * wscalar(w + n * K + k);
+      y[m * ldy + n] = s;
+    }
+}
+
+template <typename WT>
+void matmul_t(const float* x, int64_t M, int64_t K, const WT* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  constexpr int NR = 4;
+  // Weight rows outer so each row streams from memory once for all M token rows.
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) {
+    const WT* wp = w + n * K;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) tile<WT, 4, NR>(x + m * K, K, wp, y + m * ldy + n, ldy);
+    for (; m < M; ++m) tile<WT, 1, NR>(x + m * K, K, wp, y + m * ldy + n, ldy);
+  }
+  for (; n < n1; ++n) {
+    const WT* wp = w + n * K;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) tile<WT, 4, 1>(x + m * K, K, wp, y + m * ldy + n, ldy);
+    for (; m < M; ++m) tile<WT, 1, 1>(x + m * K, K, wp, y + m * ldy + n, ldy);
+  }
+}
+
+}  // namespace
+
+void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
+            int64_t ldy) {
+  if (wt == DType::bf16)
+    matmul_t(x, M, K, static_cast<const uint16_t*>(w), n0, n1, y, ldy);
+  else
+    matmul_t(x, M, K, static_cast<const float*>(w), n0, n1, y, ldy);
+}
+
+#if defined(__AVX512BF16__)
+void pack_bf16(const uint16_t* w, int64_t N, int64_t K, int64_t p0, int64_t p1, uint16_t* out) {
+  for (int64_t p = p0; p < p1; ++p) {
+    uint16_t* dst = out + p * kPanel * K;
+    for (int64_t j = 0; j < K / 2; ++j)
+      for (int i = 0; i < kPanel; ++i) {
+        const int64_t n = p * kPanel + i;
+        dst[(j * kPanel + i) * 2] = n < N ? w[n * K + 2 * j] : 0;
+        dst[(j * kPanel + i) * 2 + 1] = n < N ? w[n * K + 2 * j + 1] : 0;
+      }
+  }
+}
+
+void to_bf16(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i*)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+  for (; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    out[i] = static_cast<uint16_t>(u >> 16);
+  }
+}
+
+namespace {
+
+// Store mask of the panel whose first output is n, of N outputs in all (the last panel may be partial).
+inline __mmask16 panel_mask(int64_t N, int64_t n) {
+  const int64_t valid = N - n < kPanel ? N - n : kPanel;
+  return valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
+}
+
+// MR token rows x NR panels (16 outputs each) of fp32 accumulators; per k-pair one 64-byte weight
+// load per panel and one 4-byte broadcast per row.
+// Panel j of the tile is the step-th panel after panel j-1 (1: adjacent; see matmul_packed's slice).
+template <int MR, int NR>
+inline void packed_tile(const uint16_t* xb, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
+                        int64_t ldy, bool next_tile = false, int64_t step = 1) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
+  const int64_t pairs = K / 2;
+  const int64_t plen = kPanel * K;
+  const int64_t pstride = step * plen;
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    __m512i b[NR];
+    // With many rows per weight vector the loop body is long and the reorder window holds few
+    // of its loads; prefetch each stream 2 KB ahead so enough lines stay in flight (only for 4+
+    // rows; figures: docs/performance.md, v14 and v22).
+    // With next_tile (the caller reads the NR panels after these next), the prefetch runs on near
+    // a panel's end into the next tile's panel j, so that tile starts on lines already in flight.
+    if constexpr (MR >= 4) {
+      const int64_t ahead = kp * 32 + 1024;
+      if (ahead < plen || next_tile) {
+        // Adjacent panels: the next tile's panel j is NR panels on; sliced: the panel after this one.
+        const int64_t off = ahead < plen || step > 1 ? ahead : ahead + (NR - 1) * pstride;
+        for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(panel0 + j * pstride + off), _MM_HINT_T0);
+      }
+    }
+    for (int j = 0; j < NR; ++j) b[j] = _mm512_loadu_si512(panel0 + j * pstride + kp * 32);
+    for (int m = 0; m < MR; ++m) {
+      int32_t pair;
+      std::memcpy(&pair, xb + m * K + 2 * kp, 4);
+      const __m512i a = _mm512_set1_epi32(pair);
+      for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], (__m512bh)a, (__m512bh)b[j]);
+    }
+  }
+  for (int j = 0; j < NR; ++j) {
+    const int64_t n = n0 + j * step * kPanel;
+    const __mmask16 mask = panel_mask(N, n);
+    for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(y + m * ldy + n, mask, acc[m][j]);
+  }
+}
+
+// One token row x 4 panels: decode at concurrency 1, and the last row of batches of 6k + 1 rows.
+// The same product as packed_tile<1, 4>, written in assembly because GCC 12 will not fold a load
+// into vdpbf16ps: its separate load per weight line made 12 instructions per k-pair where 8 do.
+// Fewer instructions per line let the reorder window reach further ahead in the weight streams
+// (figures: docs/performance.md, v27).
+inline void packed_tile_1x4(const uint16_t* xb, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
+                            int64_t step) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const int64_t ps = step * kPanel * K * 2;  // bytes from one panel of the tile to the next
+  const int64_t ps3 = 3 * ps;
+  const char* w = reinterpret_cast<const char*>(panel0);
+  const char* x = reinterpret_cast<const char*>(xb);
+  const char* const wend = w + (K / 2) * 64;  // one 64-byte line per k-pair; K >= 2 (caller)
+  asm volatile(
+      "1:\n\t"
+      "vpbroadcastd (%[x]), %%zmm16\n\t"
+      "vdpbf16ps (%[w]), %%zmm16, %[a0]\n\t"
+      "vdpbf16ps (%[w],%[ps]), %%zmm16, %[a1]\n\t"
+      "vdpbf16ps (%[w],%[ps],2), %%zmm16, %[a2]\n\t"
+      "vdpbf16ps (%[w],%[ps3]), %%zmm16, %[a3]\n\t"
+      "add $64, %[w]\n\t"
+      "add $4, %[x]\n\t"
+      "cmp %[w], %[wend]\n\t"
+      "jne 1b\n\t"
+      : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [w] "+r"(w), [x] "+r"(x)
+      : [ps] "r"(ps), [ps3] "r"(ps3), [wend] "r"(wend)
+      : "zmm16", "cc", "memory");
+  const __m512 acc[4] = {a0, a1, a2, a3};
+  for (int j = 0; j < 4; ++j) {
+    const int64_t n = n0 + j * step * kPanel;
+    _mm512_mask_storeu_ps(y + n, panel_mask(N, n), acc[j]);
+  }
+}
+
+template <int NR>
+inline void packed_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0,
+                        float* y, int64_t ldy, int64_t step = 1) {
+  int64_t m = 0;
+  for (; m + 6 <= M; m += 6) packed_tile<6, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy, false, step);
+  const uint16_t* x = xb + m * K;
+  float* ym = y + m * ldy;
+  switch (M - m) {
+    case 5: packed_tile<5, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 4: packed_tile<4, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 3: packed_tile<3, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 2: packed_tile<2, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 1:
+      if constexpr (NR == 4) {
+        if (K >= 2) {
+          packed_tile_1x4(x, K, panel0, N, n0, ym, step);
+          break;
+        }
+      }
+      packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy, false, step);
+      break;
+    default: break;
+  }
+}
+
+// Decode-sized batches (7..16 rows): 8-row tiles over 3 panels read each weight vector once for 8
+// tokens (24 accumulators). Beside the weight stream this is the compute-heaviest shape, and one
+// pass beats the 6-row + 2-row pair, which reads every panel group twice.
+// next: the caller's next call reads the NR panels after these (the last row tile prefetches them).
+template <int NR>
+inline void packed_rows8(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0,
+                         float* y, int64_t ldy, bool next, int64_t step = 1) {
+  int64_t m = 0;
+  for (; m + 8 <= M; m += 8)
+    packed_tile<8, NR>(xb + m * K, K, panel0, N, n0, y + m * ldy, ldy, next && m + 8 == M, step);
+  const uint16_t* x = xb + m * K;
+  float* ym = y + m * ldy;
+  switch (M - m) {
+    case 7: packed_tile<7, NR>(x, K, panel0, N, n0, ym, ldy, next, step); break;
+    case 6: packed_tile<6, NR>(x, K, panel0, N, n0, ym, ldy, next, step); break;
+    case 5: packed_tile<5, NR>(x, K, panel0, N, n0, ym, ldy, next, step); break;
+    case 4: packed_tile<4, NR>(x, K, panel0, N, n0, ym, ldy, next, step); break;
+    case 3: packed_tile<3, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 2: packed_tile<2, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    case 1: packed_tile<1, NR>(x, K, panel0, N, n0, ym, ldy, false, step); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0, int64_t p1,
+                   float* y, int64_t ldy, int64_t slice) {
+  if (slice > 0 && M >= 7 && M <= 16) {
+    // Panels p, p + slice, p + 2 slice for p in [p0, p1): three streams far apart.
+    for (int64_t p = p0; p < p1; ++p)
+      packed_rows8<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, p + 1 < p1, slice);
+    return;
+  }
+  if (slice > 0) {
+    // Panels p, p + slice, p + 2 slice, p + 3 slice for p in [p0, p1): four streams far apart.
+    for (int64_t p = p0; p < p1; ++p) packed_rows<4>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice);
+    return;
+  }
+  if (M >= 7 && M <= 16) {
+    int64_t p = p0;
+    for (; p + 3 <= p1; p += 3) packed_rows8<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, p + 6 <= p1);
+    for (; p < p1; ++p) packed_rows8<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, false);
+    return;
+  }
+  constexpr int NR = 4;
+  int64_t p = p0;
+  // Groups of NR panels stay in L2 while every row of x passes over them.
+  for (; p + NR <= p1; p += NR) packed_rows<NR>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
+  for (; p < p1; ++p) packed_rows<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy);
+}
+#endif
+
+}  // namespace lumen::cpu::LUMEN_ISA

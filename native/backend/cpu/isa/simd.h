@@ -1,0 +1,110 @@
+#pragma once
+// SIMD mappings shared by the per-ISA kernel files: one vector type `vf` of VW floats and the
+// operations on it, for the ISA the file is being compiled for (AVX-512 when the compiler flags
+// enable it, else AVX2 + FMA), so the kernels are written once for both. Included by every
+// kernel file of native/backend/cpu/isa/, each compiled once per ISA (see CMakeLists.txt).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#ifndef LUMEN_ISA
+#error "LUMEN_ISA must be defined (avx2 or avx512): the kernel files are compiled once per ISA"
+#endif
+
+namespace lumen::cpu::LUMEN_ISA {
+namespace {
+
+#if defined(__AVX512F__)
+using vf = __m512;
+constexpr int VW = 16;
+inline vf vzero() { return _mm512_setzero_ps(); }
+inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
+inline vf vset1(float a) { return _mm512_set1_ps(a); }
+inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
+inline vf vload_bf16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline unsigned veq_mask(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+inline vf vround(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// 2^n for integral n in [-126, 127] held as floats.
+inline vf vpow2i(vf n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+#else
+using vf = __m256;
+constexpr int VW = 8;
+inline vf vzero() { return _mm256_setzero_ps(); }
+inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
+inline vf vset1(float a) { return _mm256_set1_ps(a); }
+inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+inline float vsum(vf v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+inline vf vload_bf16(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+inline unsigned veq_mask(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ))); }
+inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+inline vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vpow2i(vf n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+#endif
+
+// exp(x) in fp32 (Cephes expf: range reduction by ln2 in two parts, degree-6 polynomial), within
+// 2 ulp of std::exp over [-87.3, 88]; inputs are clamped to that range (exp(-87.3) ~ 1e-38).
+inline vf vexp(vf x) {
+  x = vmin(vset1(88.0f), vmax(vset1(-87.3f), x));  // operand order keeps NaN (max/min return the 2nd)
+  const vf n = vround(vmul(x, vset1(1.44269504088896341f)));
+  vf r = vfma(n, vset1(-0.693359375f), x);
+  r = vfma(n, vset1(2.12194440e-4f), r);
+  vf p = vset1(1.9875691500e-4f);
+  p = vfma(p, r, vset1(1.3981999507e-3f));
+  p = vfma(p, r, vset1(8.3334519073e-3f));
+  p = vfma(p, r, vset1(4.1665795894e-2f));
+  p = vfma(p, r, vset1(1.6666665459e-1f));
+  p = vfma(p, r, vset1(5.0000001201e-1f));
+  p = vfma(p, vmul(r, r), vadd(r, vset1(1.f)));
+  return vmul(p, vpow2i(n));
+}
+inline vf vsilu(vf x) { return vdiv(x, vadd(vset1(1.f), vexp(vsub(vzero(), x)))); }
+inline float silu1(float x) { return x / (1.f + std::exp(-x)); }
+
+inline float bf16f(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <typename WT>
+inline vf wload(const WT* p);
+template <>
+inline vf wload<float>(const float* p) { return vload(p); }
+template <>
+inline vf wload<uint16_t>(const uint16_t* p) { return vload_bf16(p); }
+inline float wscalar(const float* p) { return *p; }
+inline float wscalar(const uint16_t* p) { return bf16f(*p); }
+
+}  // namespace
+}  // namespace lumen::cpu::LUMEN_ISA

@@ -1,0 +1,22 @@
+// One ISA's model kernel table (kernels.h): the entry points of this folder's family files.
+#include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/kernels.h"
+
+namespace lumen::cpu::LUMEN_ISA {
+
+extern const Kernels table;
+const Kernels table = {
+#if defined(__AVX512F__)
+    "avx512",
+#else
+    "avx2",
+#endif
+    matmul, dot, axpy, scale, sumsq, row_to_f32,
+#if defined(__AVX512BF16__)
+    pack_bf16, matmul_packed, to_bf16,
+#else
+    nullptr, nullptr, nullptr,
+#endif
+    gdn_recurrent, gdn_chunked, swiglu, conv_silu, gated_rmsnorm, argmax, exp_shift_sum, attn_scores, attn_values, mul_sigmoid};
+
+}  // namespace lumen::cpu::LUMEN_ISA

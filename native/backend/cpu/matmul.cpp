@@ -1,0 +1,140 @@
+// How the CPU backend splits a matrix product over the threads: f32 / unpacked matrices by output
+// rows; packed bf16 prefill products as pieces of 8 panels dealt from a shared counter; decode
+// products as a stealable work list of far-apart weight streams (see ThreadPool::run_stealable).
+// The kernels are in isa/matmul.cpp.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace lumen::cpu {
+
+void CpuBackend::matmul(const float* x, int rows, const WMat& w, float* y) {
+  // The vocabulary head is a third of a small model's bytes: profile it apart from the layers.
+  ScopedOp op(profiling_, stats_, w.ptr == head_ptr_ ? "lm_head" : "matmul", "matmul");
+  const WMat* ws[] = {&w};
+  float* const ys[] = {y};
+  matmul_impl(x, rows, ws, ys, 1);
+}
+
+void CpuBackend::matmul_group(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
+  ScopedOp op(profiling_, stats_, "matmul", "matmul");
+  matmul_impl(x, rows, ws, ys, n);
+}
+
+void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
+  if (rows <= 0 || n <= 0) return;
+  bool packed = true;
+  for (int i = 0; i < n; ++i) packed = packed && ws[i]->aux != nullptr && ws[i]->cols == ws[0]->cols;
+  if (!packed) {
+    // Split over output features so every weight row is read once per step (all rows of x at once).
+    for (int i = 0; i < n; ++i) {
+      const WMat& w = *ws[i];
+      pool_.parallel_for(w.rows, [&](int64_t n0, int64_t n1) {
+        kernels_.matmul(x, rows, w.cols, w.ptr, w.dtype, n0, n1, ys[i], w.rows);
+      }, 16);
+    }
+    return;
+  }
+  // x rounded to bf16 once for all the matrices, then one parallel region over all of them.
+  const int64_t K = ws[0]->cols;
+  const int64_t xn = static_cast<int64_t>(rows) * K;
+  if (x_bf16_.size() < static_cast<size_t>(xn) * 2) x_bf16_.resize(static_cast<size_t>(xn) * 2, false);
+  uint16_t* xb = x_bf16_.as<uint16_t>();
+  // A decode batch's rows take a few microseconds to round: less than waking the pool for them.
+  if (xn <= 65536)
+    kernels_.to_bf16(x, xb, xn);
+  else
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { kernels_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
+  // Decode-sized batches are weight streams. Each piece takes the same panels from each quarter
+  // (1..6 rows; a third for 7..16, whose tile spans 3 panels) of a matrix, read as streams that
+  // far apart, so both cores walk the same four (three) streams; the panels past the last whole
+  // quarter (third) are a piece of their own. Pieces shrink from 1 MiB to 128 KiB as the
+  // region's remaining bytes run out, so the core done first waits less for the other's last
+  // piece (figures: docs/performance.md, v25 and v26).
+  const int streams = rows <= 6 ? 4 : rows <= 16 ? 3 : 0;  // see matmul_packed's slice
+  const int64_t panel_bytes = kPanel * K * 2;
+  auto panels_of = [&](int i) { return (ws[i]->rows + kPanel - 1) / kPanel; };
+  if (streams == 0) {
+    // Larger batches (prefill): pieces of 8 adjacent panels (128 weight rows, 256 KiB at K = 1024,
+    // long sequential streams) of every matrix, dealt from a shared counter so a slower core
+    // takes fewer.
+    constexpr int64_t kPanelsPerPiece = 8;
+    prefill_pieces_.clear();
+    for (int i = 0; i < n; ++i) {
+      const int64_t panels = panels_of(i);
+      for (int64_t p = 0; p < panels; p += kPanelsPerPiece)
+        prefill_pieces_.push_back({i, p, std::min(panels, p + kPanelsPerPiece), 0});
+    }
+    pool_.parallel_dealt(static_cast<int64_t>(prefill_pieces_.size()), 1, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const Piece& pc = prefill_pieces_[static_cast<size_t>(i)];
+        const WMat& w = *ws[pc.matrix];
+        kernels_.matmul_packed(xb, rows, K, static_cast<const uint16_t*>(w.aux), w.rows, pc.p0, pc.p1, ys[pc.matrix],
+                               w.rows, 0);
+      }
+    });
+    return;
+  }
+  // Decode regions are stealable (see ThreadPool): the work, with its own copy of x, lives in
+  // the region's slot until the workers have left it.
+  const int slot = pool_.acquire_slot();
+  MatmulWork& mw = matmul_work_[slot];
+  mw.kernels = &kernels_;
+  mw.shadows = &shadows_;
+  mw.rows = rows;
+  mw.k = K;
+  mw.streams = streams;
+  mw.x_bf16.assign(xb, xb + xn);
+  mw.mats.clear();
+  mw.pieces.clear();
+  int64_t remaining = 0;  // bytes of the region not dealt yet (sizes the pieces)
+  for (int i = 0; i < n; ++i) remaining += panels_of(i) * panel_bytes;
+  for (int i = 0; i < n; ++i) {
+    mw.mats.push_back({static_cast<const uint16_t*>(ws[i]->aux), ws[i]->rows, ys[i]});
+    const int64_t panels = panels_of(i);
+    const int64_t q = panels / streams;  // panels per quarter (third)
+    for (int64_t p = 0; p < q;) {
+      const int64_t bytes = std::clamp<int64_t>(remaining / 8, int64_t{128} << 10, int64_t{1} << 20);
+      const int64_t per_stream = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes)));
+      mw.pieces.push_back({i, p, p + per_stream, q});
+      p += per_stream;
+      remaining -= streams * per_stream * panel_bytes;
+    }
+    if (panels % streams != 0) {
+      mw.pieces.push_back({i, streams * q, panels, 0});
+      remaining -= (panels - streams * q) * panel_bytes;
+    }
+  }
+  const int64_t taken = pool_.run_stealable(slot, mw, static_cast<int64_t>(mw.pieces.size()), kStealPatienceNs);
+  // Counted in the profile as its own group (calls = pieces the caller computed for a late
+  // worker; no time of its own: that is inside the matmul op's).
+  if (profiling_ && taken > 0) stats_.record("taken_over", "pool", static_cast<uint64_t>(taken), 0);
+}
+
+void CpuBackend::MatmulWork::compute(int64_t p, int tid, bool direct) {
+  const Piece& pc = pieces[static_cast<size_t>(p)];
+  const Mat& m = mats[static_cast<size_t>(pc.matrix)];
+  float* y = m.y;
+  if (!direct) {
+    AlignedBuffer& sh = (*shadows)[static_cast<size_t>(tid)];
+    const size_t need = static_cast<size_t>(rows * m.n) * sizeof(float);
+    if (sh.size() < need) sh.resize(need, false);
+    y = sh.as<float>();
+  }
+  kernels->matmul_packed(x_bf16.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
+}
+void CpuBackend::MatmulWork::commit(int64_t p, int tid) {
+  const Piece& pc = pieces[static_cast<size_t>(p)];
+  const Mat& m = mats[static_cast<size_t>(pc.matrix)];
+  const float* src = (*shadows)[static_cast<size_t>(tid)].as<float>();
+  const int n_streams = pc.slice > 0 ? streams : 1;
+  for (int j = 0; j < n_streams; ++j) {
+    const int64_t n0 = (pc.p0 + j * pc.slice) * kPanel;
+    const int64_t n1 = std::min(m.n, (pc.p1 + j * pc.slice) * kPanel);
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(m.y + r * m.n + n0, src + r * m.n + n0, static_cast<size_t>(n1 - n0) * sizeof(float));
+  }
+}
+
+}  // namespace lumen::cpu

@@ -1,0 +1,48 @@
+// CPU weight binding: the layers through the shared binding (backend/weight_binding.h), with bf16
+// matrices repacked into vdpbf16ps panels when the ISA has them (prefill and decode then read only
+// the packed copy; f32 matrices stay as they are, the exact reference path), and the DeltaNet conv
+// taps copied tap-major for the conv kernel.
+#include <stdexcept>
+#include <string>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/weight_binding.h"
+
+namespace lumen::cpu {
+
+void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
+  const bool pack = kernels_.pack_bf16 != nullptr;
+  auto M = [&](const HostMat& m) {
+    WMat r{m.data, m.dtype, m.rows, m.cols, nullptr};
+    if (pack && m.dtype == DType::bf16 && m.cols % 2 == 0) {
+      auto it = packed_weights_.find(m.data);
+      if (it == packed_weights_.end()) {
+        auto buf = std::make_unique<AlignedBuffer>(packed_elems(m.rows, m.cols) * 2, false);
+        const int64_t panels = (m.rows + kPanel - 1) / kPanel;
+        uint16_t* dst = buf->as<uint16_t>();
+        const uint16_t* src = static_cast<const uint16_t*>(m.data);
+        pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) { kernels_.pack_bf16(src, m.rows, m.cols, p0, p1, dst); });
+        it = packed_weights_.emplace(m.data, std::move(buf)).first;
+      }
+      r.aux = it->second->data();
+    }
+    return r;
+  };
+  bind_host_weights(w, {M, [](const HostVec& v) { return v.data; }}, out);
+  head_ptr_ = out.head.ptr;
+  for (const BLayer& b : out.layers) {
+    if (b.is_full) continue;
+    // Tap-major copy [kc][cd] of the [cd][kc] conv weights: the conv kernel vectorises over channels.
+    if (!conv_taps_.count(b.conv)) {
+      const int64_t cd = w.config().conv_dim(), kc = w.config().conv_kernel;
+      if (kc < 1 || kc > 8)
+        throw std::runtime_error("linear_attn.conv1d.weight: kernel size " + std::to_string(kc) + " is not supported (1..8)");
+      auto t = std::make_unique<AlignedBuffer>(static_cast<size_t>(cd * kc) * sizeof(float), false);
+      for (int64_t ch = 0; ch < cd; ++ch)
+        for (int64_t r = 0; r < kc; ++r) t->as<float>()[r * cd + ch] = b.conv[ch * kc + r];
+      conv_taps_.emplace(b.conv, std::move(t));
+    }
+  }
+}
+
+}  // namespace lumen::cpu
