@@ -59,6 +59,8 @@ struct RequestSpec {
   std::vector<int32_t> stop;
   bool ignore_eos = false;
   bool logits_all = false;
+  int min_tokens = 0;  // the stop tokens cannot be sampled before this many tokens
+  int logprobs = -1;   // -1: none; n >= 0: each token's logprob and the n most likely alternatives
 };
 
 struct EngineEvent {
@@ -67,6 +69,11 @@ struct EngineEvent {
   int32_t token = 0;
   int index = 0;
   int64_t t_ns = 0;
+  // kToken of a request with logprobs >= 0
+  bool has_logprobs = false;
+  float logprob = 0.f;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
   // kDone
   std::string finish;
   std::string error;

@@ -10,6 +10,10 @@ export interface NativeEvent {
   token?: number;
   index?: number;
   tMs?: number;
+  /** Token events of a request with logprobs: the sampled token's logprob and the top alternatives. */
+  logprob?: number;
+  topIds?: number[];
+  topLogprobs?: number[];
   finish?: string;
   error?: string;
   tokens?: number[];
@@ -46,7 +50,7 @@ export interface NativeAddon {
 
 const cached = new Map<string, NativeAddon>();
 /** The native interface version this code expects (kAbiVersion in native/addon/addon.cpp). */
-const ADDON_ABI = 2;
+const ADDON_ABI = 3;
 
 /** The native addon: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
 export function loadAddon(file?: string): NativeAddon {
