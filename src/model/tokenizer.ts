@@ -9,13 +9,19 @@ import { CheckpointError } from './types.js';
 
 export interface ChatMessage {
   role: string;
-  content: string | Array<{ type: string; text?: string }>;
+  content: string | Array<{ type: string; text?: string }> | null;
+  /** Other message fields the template may read (assistant `tool_calls`, `reasoning_content`, tool `name`, ...). */
+  [field: string]: unknown;
 }
 
 export interface ChatTemplateOptions {
   addGenerationPrompt: boolean;
   /** Passed to the template as `enable_thinking` when given; the template's default applies otherwise. */
   enableThinking?: boolean;
+  /** Tool schemas (OpenAI layout), passed to the template as `tools` when given. */
+  tools?: readonly unknown[];
+  /** Further template variables (chat_template_kwargs); they cannot replace messages, tools or add_generation_prompt. */
+  extra?: Record<string, unknown>;
 }
 
 export interface LoadedTokenizer {
@@ -35,6 +41,10 @@ export interface LoadedTokenizer {
   vocabSize: number;
   /** Whether a chat template is available. */
   hasChatTemplate: boolean;
+  /** Ids of the added tokens marked special (skipped by decode with skipSpecialTokens). */
+  specialTokenIds: ReadonlySet<number>;
+  /** True when tokenizer.json's decoder is ByteLevel: a token's text is its vocabulary string mapped back to bytes. */
+  byteLevelDecoder: boolean;
 }
 
 function readJsonFile(file: string, what: string): Record<string, unknown> {
@@ -52,6 +62,14 @@ function readJsonFile(file: string, what: string): Record<string, unknown> {
   }
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new CheckpointError(`${file}: ${what} must be a JSON object`);
   return v as Record<string, unknown>;
+}
+
+/** A ByteLevel decoder, alone or as the only byte-changing step of a Sequence. */
+function isByteLevel(decoder: unknown): boolean {
+  if (typeof decoder !== 'object' || decoder === null) return false;
+  const d = decoder as { type?: unknown; decoders?: unknown };
+  if (d.type === 'ByteLevel') return true;
+  return d.type === 'Sequence' && Array.isArray(d.decoders) && d.decoders.length === 1 && isByteLevel(d.decoders[0]);
 }
 
 function tokenContent(t: unknown): string | undefined {
@@ -137,6 +155,11 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   for (const id of Object.values(model.vocab as Record<string, number>)) if (id + 1 > vocabSize) vocabSize = id + 1;
   for (const t of tokJson.added_tokens as Array<{ id?: number }>) if (typeof t.id === 'number' && t.id + 1 > vocabSize) vocabSize = t.id + 1;
 
+  const specialTokenIds = new Set<number>();
+  for (const t of tokJson.added_tokens as Array<{ id?: unknown; special?: unknown }>) {
+    if (typeof t.id === 'number' && t.special === true) specialTokenIds.add(t.id);
+  }
+
   const specials: Record<string, unknown> = {};
   for (const k of ['bos_token', 'eos_token', 'pad_token', 'unk_token']) {
     const c = tokenContent(tokConfig[k]);
@@ -155,11 +178,13 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
     applyChatTemplate(messages: readonly ChatMessage[], opts: ChatTemplateOptions): string {
       if (!template) throw new CheckpointError(`${absDir}: no chat template (neither chat_template.jinja nor tokenizer_config.json chat_template)`);
       const vars: Record<string, unknown> = {
+        ...specials,
+        ...(opts.extra ?? {}),
         messages: messages.map((m) => ({ ...m })),
         add_generation_prompt: opts.addGenerationPrompt,
-        ...specials,
       };
       if (opts.enableThinking !== undefined) vars.enable_thinking = opts.enableThinking;
+      if (opts.tools !== undefined) vars.tools = opts.tools;
       return template.render(vars);
     },
     eosTokenIds: [...eos].sort((a, b) => a - b),
@@ -167,5 +192,7 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
     idToToken: (id: number) => hf.id_to_token(id),
     vocabSize,
     hasChatTemplate: template !== undefined,
+    specialTokenIds,
+    byteLevelDecoder: isByteLevel(tokJson.decoder),
   };
 }
