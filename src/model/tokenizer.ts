@@ -41,6 +41,8 @@ export interface LoadedTokenizer {
   vocabSize: number;
   /** Whether a chat template is available. */
   hasChatTemplate: boolean;
+  /** Ids of the added tokens (their text is their content, not byte-level symbols). */
+  addedTokenIds: ReadonlySet<number>;
   /** Ids of the added tokens marked special (skipped by decode with skipSpecialTokens). */
   specialTokenIds: ReadonlySet<number>;
   /** True when tokenizer.json's decoder is ByteLevel: a token's text is its vocabulary string mapped back to bytes. */
@@ -156,8 +158,11 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   for (const t of tokJson.added_tokens as Array<{ id?: number }>) if (typeof t.id === 'number' && t.id + 1 > vocabSize) vocabSize = t.id + 1;
 
   const specialTokenIds = new Set<number>();
+  const addedTokenIds = new Set<number>();
   for (const t of tokJson.added_tokens as Array<{ id?: unknown; special?: unknown }>) {
-    if (typeof t.id === 'number' && t.special === true) specialTokenIds.add(t.id);
+    if (typeof t.id !== 'number') continue;
+    addedTokenIds.add(t.id);
+    if (t.special === true) specialTokenIds.add(t.id);
   }
 
   const specials: Record<string, unknown> = {};
@@ -192,6 +197,7 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
     idToToken: (id: number) => hf.id_to_token(id),
     vocabSize,
     hasChatTemplate: template !== undefined,
+    addedTokenIds,
     specialTokenIds,
     byteLevelDecoder: isByteLevel(tokJson.decoder),
   };
