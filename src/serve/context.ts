@@ -59,9 +59,12 @@ export class ServeContext {
     return gen;
   }
 
-  /** Cancels every generation in flight (shutdown). */
-  cancelAll(): void {
-    for (const g of this.live) g.cancel();
+  /** Cancels every generation in flight (shutdown); resolves once each has ended and its handler has answered. */
+  async cancelAll(): Promise<void> {
+    const all = [...this.live];
+    for (const g of all) g.cancel();
+    await Promise.allSettled(all.map((g) => g.done));
+    await new Promise((r) => setImmediate(r)); // the handlers write their last bytes after `done`
   }
 
   get inFlight(): number {

@@ -97,8 +97,8 @@ class BlockWriter {
 async function messages(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
   const startedAt = performance.now();
   const body = req.body as Json;
-  checkModel(ctx.model, body.model);
   ctx.requireEngine();
+  checkModel(ctx.model, body.model);
   const rendered = renderChat(ctx.model, anthropicInput(body));
   if ((body.max_tokens as number) < 1) throw badRequest(`max_tokens must be at least 1, got ${String(body.max_tokens)}`, 'max_tokens');
   const maxTokens = resolveMaxTokens(ctx.model, rendered.ids.length, body.max_tokens, 'max_tokens', 'rest');

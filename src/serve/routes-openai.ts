@@ -83,9 +83,9 @@ export function registerOpenAIRoutes(app: FastifyInstance, ctx: ServeContext): v
 async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
   const startedAt = performance.now();
   const body = req.body as Json;
+  ctx.requireEngine();
   checkModel(ctx.model, body.model);
   rejectUnsupported(body, 'chat');
-  ctx.requireEngine();
   const rendered = renderChat(ctx.model, openaiChatInput(body));
   const maxParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = resolveMaxTokens(ctx.model, rendered.ids.length, body[maxParam], maxParam, 'rest');
@@ -164,7 +164,7 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
   const r = await gen.done;
   if (!sse.closed) {
     if (r.finish === 'error' || (r.finish === 'cancelled' && ctx.closing)) {
-      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : toApiError(Object.assign(new Error('the server is shutting down'), { statusCode: 503 }));
+      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : new ApiError(503, 'the server is shutting down', 'unavailable');
       sse.data(errorBody('openai', e));
     } else {
       sse.data(chunk({ index: 0, delta: first ? { role: 'assistant', content: '' } : {}, logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
@@ -191,9 +191,9 @@ function completionPrompt(ctx: ServeContext, prompt: unknown): { ids: number[]; 
 async function completions(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
   const startedAt = performance.now();
   const body = req.body as Json;
+  ctx.requireEngine();
   checkModel(ctx.model, body.model);
   rejectUnsupported(body, 'completions');
-  ctx.requireEngine();
   const prompt = completionPrompt(ctx, body.prompt);
   const maxTokens = resolveMaxTokens(ctx.model, prompt.ids.length, body.max_tokens, 'max_tokens', 16);
   const common = commonParams(ctx.model, body, maxTokens);
@@ -252,7 +252,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
   const r = await gen.done;
   if (!sse.closed) {
     if (r.finish === 'error' || (r.finish === 'cancelled' && ctx.closing)) {
-      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : toApiError(Object.assign(new Error('the server is shutting down'), { statusCode: 503 }));
+      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : new ApiError(503, 'the server is shutting down', 'unavailable');
       sse.data(errorBody('openai', e));
     } else {
       sse.data(chunk({ index: 0, text: first ? echo : '', logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));

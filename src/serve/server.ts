@@ -10,6 +10,7 @@ import { engineOptionsFrom, type EngineFlags } from '../cli/engine-flags.js';
 import { loadEngine, type EngineInternals } from '../engine/engine.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
+import type { Checkpoint } from '../model/types.js';
 import { loadTokenizer } from '../model/tokenizer.js';
 import { machineInfo } from '../util/machine.js';
 import { TOOL_VERSION } from '../util/version.js';
@@ -40,6 +41,10 @@ export interface ServeOptions {
   stderrIsTTY: boolean;
   /** Tests only: engine internals (e.g. manual steps). */
   internals?: EngineInternals;
+  /** Called once the server listens, before the model loads (GET /health answers 503 until it has). */
+  onListening?: (url: string) => void;
+  /** Tests only: another engine behind the same handle (e.g. one that plays back scripted tokens). */
+  loadEngine?: (ckpt: Checkpoint, opts: EngineOptions) => Promise<EngineHandle>;
 }
 
 export interface RunningServer {
@@ -153,10 +158,14 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     renderer.warn(`listening on ${o.host} without an API key: anyone who can reach this port can use the model (give --api-key or --api-key-env)`);
   }
 
+  o.onListening?.(url);
+
   const opts = engineOptionsFrom(o.engine, o.device, o.engine.maxSeqs);
   let engine: EngineHandle;
   try {
-    engine = await loadEngine(ckpt, opts, { onLoadProgress: (d, t) => renderer.loadProgress(d, t) }, o.internals ?? {});
+    engine = o.loadEngine
+      ? await o.loadEngine(ckpt, opts)
+      : await loadEngine(ckpt, opts, { onLoadProgress: (d, t) => renderer.loadProgress(d, t) }, o.internals ?? {});
   } catch (err) {
     await app.close();
     renderer.close();
@@ -181,9 +190,10 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     closing = (async () => {
       ctx.closing = true;
       const stopped = app.close(); // no new connections; open ones end when their responses do
-      ctx.cancelAll(); // streams end with a "shutting down" error event, others with a 503
       const timer = setTimeout(() => app.server.closeAllConnections(), 1000);
       timer.unref();
+      await ctx.cancelAll(); // streams end with a "shutting down" error event, others with a 503
+      app.server.closeIdleConnections(); // keep-alive connections whose responses just ended
       await stopped;
       clearTimeout(timer);
       await engine.close();

@@ -18,6 +18,8 @@ export class SseStream {
       connection: 'keep-alive',
       'x-accel-buffering': 'no',
     });
+    // Headers now (the client's create() resolves); the first event waits for the first token.
+    this.res.flushHeaders();
   }
 
   /** The client is gone (or the stream ended). */
