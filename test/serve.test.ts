@@ -78,7 +78,10 @@ describe('bench serve over the embedded model', () => {
   });
 
   it('chat: non-streamed and streamed give the same text; the first chunk carries the role with the first token; usage chunk; [DONE]', async () => {
-    const req = { model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'Tell me about the sea.' }], max_tokens: 12, temperature: 0 };
+    // ignore_eos: the random model's greedy output differs between CPU kernels (AVX2 / AVX-512), so no test relies on it not ending.
+    const req = withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'Tell me about the sea.' }], max_tokens: 12, temperature: 0, ignore_eos: true,
+    });
     const whole = await client.chat.completions.create(req);
     const c = whole.choices[0]!;
     expect(whole.object).toBe('chat.completion');
@@ -154,13 +157,15 @@ describe('bench serve over the embedded model', () => {
 
   it('max_tokens -> length with completion_tokens == max_tokens; logprobs from the engine', async () => {
     for (const n of [1, 5]) {
-      const r = await client.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: n, model: 'embedded-tiny-v2' });
+      const r = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+        messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: n, model: 'embedded-tiny-v2', ignore_eos: true,
+      }));
       expect(r.choices[0]!.finish_reason).toBe('length');
       expect(r.usage!.completion_tokens).toBe(n);
     }
-    const lp = await client.chat.completions.create({
-      messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3, model: 'embedded-tiny-v2',
-    });
+    const lp = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3, model: 'embedded-tiny-v2', ignore_eos: true,
+    }));
     const content = lp.choices[0]!.logprobs!.content!;
     expect(content).toHaveLength(4);
     for (const t of content) {
@@ -333,7 +338,7 @@ describe('bench serve over the embedded model', () => {
       tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
       tool_choice: { type: 'function', function: { name: 'get_weather' } },
     });
-    expect(r.choices[0]!.finish_reason).toBe('length');
+    expect(['length', 'stop']).toContain(r.choices[0]!.finish_reason);
     expect(r.choices[0]!.message.tool_calls ?? []).toEqual([]);
     expect(typeof r.choices[0]!.message.content).toBe('string');
   });

@@ -173,7 +173,11 @@ export class Generation {
   private finish(r: RequestResult): GenerationResult {
     // What the pipeline still holds: a partial character, a possible stop-string start, a partial tag.
     let tail = this.detok.flush();
-    if (!this.stopped) tail = this.stops.push(tail).text + this.stops.flush();
+    if (!this.stopped) {
+      const r = this.stops.push(tail);
+      if (r.stop !== null) this.stopString = r.stop;
+      tail = r.text + (r.stop !== null ? '' : this.stops.flush());
+    }
     const last = this.parse(tail, true);
     if (last.content || last.reasoning || last.toolCalls.length) this.onDelta?.({ tokens: [], ...last });
 

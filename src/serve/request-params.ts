@@ -22,18 +22,20 @@ export interface CommonParams {
 const given = (v: unknown) => v !== undefined && v !== null;
 
 /** The prompt must leave room for at least one generated token. */
-export function checkPromptLength(model: ServeModel, promptTokens: number): void {
-  if (promptTokens === 0) throw badRequest('the prompt is empty', 'prompt');
+export function checkPromptLength(model: ServeModel, promptTokens: number, param = 'messages'): void {
+  if (promptTokens === 0) throw badRequest('the prompt is empty', param);
   if (promptTokens >= model.maxSeq) {
     throw badRequest(
       `the prompt is ${promptTokens} tokens, but this server's maximum context length (--max-seq) is ${model.maxSeq} tokens ` +
-      '(prompt and output together)', 'messages');
+      '(prompt and output together)', param);
   }
 }
 
 /** max_tokens: given (>= 1, within max_seq together with the prompt), or all the room the prompt leaves. */
-export function resolveMaxTokens(model: ServeModel, promptTokens: number, requested: unknown, param: string, dflt: number | 'rest'): number {
-  checkPromptLength(model, promptTokens);
+export function resolveMaxTokens(
+  model: ServeModel, promptTokens: number, requested: unknown, param: string, dflt: number | 'rest', promptParam = 'messages',
+): number {
+  checkPromptLength(model, promptTokens, promptParam);
   if (!given(requested)) return dflt === 'rest' ? model.maxSeq - promptTokens : Math.min(dflt, model.maxSeq - promptTokens);
   const n = requested as number;
   if (n < 1) throw badRequest(`${param} must be at least 1, got ${n}`, param);

@@ -195,7 +195,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
   checkModel(ctx.model, body.model);
   rejectUnsupported(body, 'completions');
   const prompt = completionPrompt(ctx, body.prompt);
-  const maxTokens = resolveMaxTokens(ctx.model, prompt.ids.length, body.max_tokens, 'max_tokens', 16);
+  const maxTokens = resolveMaxTokens(ctx.model, prompt.ids.length, body.max_tokens, 'max_tokens', 16, 'prompt');
   const common = commonParams(ctx.model, body, maxTokens);
   const logprobs = typeof body.logprobs === 'number' ? body.logprobs : undefined;
   const params: GenerationParams = {

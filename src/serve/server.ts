@@ -4,7 +4,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
-import { engineLine, HumanRenderer, LogRenderer, type SweepRenderer } from '../bench/render.js';
+import { colorEnabled, engineLine, HumanRenderer, LogRenderer, type SweepRenderer } from '../bench/render.js';
 import { createLogger } from '../bench/logger.js';
 import { engineOptionsFrom, type EngineFlags } from '../cli/engine-flags.js';
 import { loadEngine, type EngineInternals } from '../engine/engine.js';
@@ -136,7 +136,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   const log = createLogger(o.verbosity);
   const renderer: SweepRenderer = o.verbosity >= 1
     ? new LogRenderer(log)
-    : new HumanRenderer(o.stderr, o.stderrIsTTY, false, o.verbosity < 0);
+    : new HumanRenderer(o.stderr, o.stderrIsTTY, colorEnabled(o.stderrIsTTY, process.env), o.verbosity < 0);
   const machine = machineInfo();
   renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: o.engine.threads || machine.logicalCores });
   renderer.modelPath(o.modelDir, o.embedded);
