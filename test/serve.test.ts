@@ -404,6 +404,19 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
     expect(s.engine.stats().stateSlotsFree).toBe(s.engine.stats().stateSlotsTotal);
   });
 
+  it('a non-streamed request whose client goes away is cancelled too', async () => {
+    await until(() => atBaseline(s), step);
+    const ac = new AbortController();
+    const call = client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me everything.' }], max_tokens: 900, ignore_eos: true,
+    }), { signal: ac.signal }).catch((e: unknown) => e);
+    await until(() => s.ctx.inFlight === 1); // the request is in the engine (no step has run yet)
+    step();
+    ac.abort();
+    expect(await call).toBeInstanceOf(Error);
+    await until(() => atBaseline(s), step);
+  });
+
   it('requests beyond --max-seqs wait inside the engine and /metrics counts them as waiting', async () => {
     await until(() => atBaseline(s), step);
     const slots = s.engine.stats().stateSlotsTotal; // 8
