@@ -214,6 +214,6 @@ describe('embedded model', () => {
 
   it('defaults to <repo>/.models when LUMEN_CACHE_DIR is unset', () => {
     delete process.env.LUMEN_CACHE_DIR;
-    expect(embeddedModelDir()).toMatch(/[/\\]\.models[/\\]embedded-tiny-v1$/);
+    expect(embeddedModelDir()).toMatch(/[/\\]\.models[/\\]embedded-tiny-v2$/);
   });
 });

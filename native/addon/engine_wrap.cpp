@@ -203,6 +203,17 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           o.Set("token", e.token);
           o.Set("index", e.index);
           o.Set("tMs", ns_to_ms(e.t_ns));
+          if (e.has_logprobs) {
+            o.Set("logprob", e.logprob);
+            auto ids = Napi::Array::New(env, e.top_ids.size());
+            auto lps = Napi::Array::New(env, e.top_logprobs.size());
+            for (size_t k = 0; k < e.top_ids.size(); ++k) {
+              ids.Set(k, e.top_ids[k]);
+              lps.Set(k, e.top_logprobs[k]);
+            }
+            o.Set("topIds", ids);
+            o.Set("topLogprobs", lps);
+          }
           break;
         case EngineEvent::kStep:
           o.Set("type", "step");
@@ -273,6 +284,8 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       spec.ignore_eos = get_bool(r, "ignoreEos", false);
       spec.logits_all = get_str(r, "logits", "none") == "all";
       spec.stream = get_bool(r, "stream", false);
+      spec.min_tokens = get_int(r, "minTokens", 0);
+      spec.logprobs = get_int(r, "logprobs", -1);
       const bool defer = info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
       return Napi::Number::New(env, static_cast<double>(eng(env).submit(std::move(spec), defer)));
     } catch (const std::exception& e) {

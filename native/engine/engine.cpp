@@ -158,6 +158,9 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
       throw std::invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                                   std::to_string(cfg_.vocab) + ")");
   if (r.max_tokens < 0) throw std::invalid_argument("max tokens must be >= 0");
+  if (r.min_tokens < 0) throw std::invalid_argument("min tokens must be >= 0");
+  if (r.logprobs > kMaxTopLogprobs)
+    throw std::invalid_argument("at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
   const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
   if (need > ec_.max_seq)
     throw std::invalid_argument("request needs " + std::to_string(need) + " tokens (prompt " +
@@ -410,7 +413,9 @@ void Engine::step_once() {
       } else if (ends) {
         last_row[i] = r++;
       }
-      if (ends && s.samples() && s.sampler->greedy()) {
+      // While min_tokens suppresses the stop tokens, the pick is made per row below.
+      const bool suppress = s.generated < s.req.min_tokens && !s.req.stop.empty();
+      if (ends && s.samples() && s.sampler->greedy() && !suppress) {
         greedy_rows.push_back(last_row[i]);
         greedy_seg.push_back(i);
       }
@@ -445,7 +450,8 @@ void Engine::step_once() {
       finished.push_back(&s);
       continue;
     }
-    const int32_t tok = greedy_pick[i] >= 0 ? greedy_pick[i] : s.sampler->sample(last, cfg_.vocab);
+    const bool suppress = s.generated < s.req.min_tokens;
+    const int32_t tok = greedy_pick[i] >= 0 ? greedy_pick[i] : s.sampler->sample(last, cfg_.vocab, suppress ? &s.req.stop : nullptr);
     s.tokens.push_back(tok);
     s.generated++;
     const int64_t t = now_ns();
@@ -458,6 +464,12 @@ void Engine::step_once() {
       e.token = tok;
       e.index = s.generated - 1;
       e.t_ns = t;
+      if (s.req.logprobs >= 0) {
+        e.has_logprobs = true;
+        e.top_ids.resize(s.req.logprobs);
+        e.top_logprobs.resize(s.req.logprobs);
+        row_logprobs(last, cfg_.vocab, tok, s.req.logprobs, &e.logprob, e.top_ids.data(), e.top_logprobs.data());
+      }
       evs.push_back(std::move(e));
     }
     bool stop = false;

@@ -66,6 +66,11 @@ struct EngineEvent {
   int32_t token = 0;
   int index = 0;
   int64_t t_ns = 0;
+  // kToken of a request with logprobs >= 0
+  bool has_logprobs = false;
+  float logprob = 0.f;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
   // kDone
   std::string finish;
   std::string error;

@@ -7,11 +7,28 @@
 
 namespace lumen {
 
-int32_t Sampler::sample(const float* logits, int vocab) {
-  if (p_.temperature <= 0.f) return argmax_scalar(logits, vocab);
+namespace {
+
+bool is_banned(const std::vector<int32_t>* banned, int32_t id) {
+  return banned && std::find(banned->begin(), banned->end(), id) != banned->end();
+}
+
+}  // namespace
+
+int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_t>* banned) {
+  if (p_.temperature <= 0.f) {
+    const int32_t best = argmax_scalar(logits, vocab);
+    if (!is_banned(banned, best)) return best;
+    int32_t pick = -1;
+    for (int i = 0; i < vocab; ++i)
+      if (!is_banned(banned, i) && (pick < 0 || logits[i] > logits[pick])) pick = i;
+    return pick < 0 ? best : pick;
+  }
   cand_.clear();
   cand_.reserve(vocab);
-  for (int i = 0; i < vocab; ++i) cand_.emplace_back(logits[i] / p_.temperature, i);
+  for (int i = 0; i < vocab; ++i)
+    if (!is_banned(banned, i)) cand_.emplace_back(logits[i] / p_.temperature, i);
+  if (cand_.empty()) return argmax_scalar(logits, vocab);
   size_t n = cand_.size();
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
@@ -45,6 +62,32 @@ int32_t Sampler::sample(const float* logits, int vocab) {
     if (r <= 0) return cand_[i].second;
   }
   return cand_[n - 1].second;
+}
+
+void row_logprobs(const float* logits, int vocab, int32_t token, int n, float* token_logprob, int32_t* top_ids,
+                  float* top_logprobs) {
+  // One pass for the maximum and the n best (kept sorted, most likely first), one for the sum.
+  n = std::clamp(n, 0, std::min(kMaxTopLogprobs, vocab));
+  int kept = 0;
+  float mx = logits[0];
+  for (int i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    mx = std::max(mx, v);
+    if (n == 0 || (kept == n && !(v > top_logprobs[n - 1]))) continue;
+    int j = kept < n ? kept++ : n - 1;
+    while (j > 0 && v > top_logprobs[j - 1]) {
+      top_logprobs[j] = top_logprobs[j - 1];
+      top_ids[j] = top_ids[j - 1];
+      --j;
+    }
+    top_logprobs[j] = v;
+    top_ids[j] = i;
+  }
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = static_cast<double>(mx) + std::log(sum);
+  *token_logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
+  for (int j = 0; j < n; ++j) top_logprobs[j] = static_cast<float>(static_cast<double>(top_logprobs[j]) - lse);
 }
 
 }  // namespace lumen

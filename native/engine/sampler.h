@@ -16,7 +16,8 @@ struct SamplingParams {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
-  int32_t sample(const float* logits, int vocab);
+  // `banned` (optional): ids that may not be picked (min_tokens suppressing the stop tokens).
+  int32_t sample(const float* logits, int vocab, const std::vector<int32_t>* banned = nullptr);
   bool greedy() const { return p_.temperature <= 0.f; }
 
  private:
@@ -24,5 +25,14 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
 };
+
+// Most top-logprob alternatives a request may ask for.
+constexpr int kMaxTopLogprobs = 20;
+
+// Log-softmax of one logits row (raw logits, before temperature or any ban): the logprob of
+// `token`, and the `n` most likely ids with their logprobs, most likely first (ties: lower id).
+// n <= kMaxTopLogprobs; top_ids / top_logprobs hold n entries.
+void row_logprobs(const float* logits, int vocab, int32_t token, int n, float* token_logprob, int32_t* top_ids,
+                  float* top_logprobs);
 
 }  // namespace lumen

@@ -18,6 +18,8 @@ struct RequestSpec {
   bool ignore_eos = false;
   bool logits_all = false;
   bool stream = false;  // a token event per generated token (callers that stream); else only the step counts
+  int min_tokens = 0;   // the stop tokens cannot be sampled before this many tokens
+  int logprobs = -1;    // -1: none; n >= 0: each token's logprob and the n most likely alternatives
 };
 
 struct Sequence {

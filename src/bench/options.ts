@@ -2,15 +2,17 @@
 // raised before any model is touched.
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
+import { ENGINE_DEFAULTS, oneOf, parseCount, resolveEngineFlags, type DeviceChoice } from '../cli/engine-flags.js';
 import { UsageError } from '../cli/usage.js';
 import type { KvLayout } from '../engine/types.js';
+
+export { parseCount, type DeviceChoice };
 
 export interface Cell {
   isl: number;
   osl: number;
 }
 
-export type DeviceChoice = 'cpu' | 'cuda' | 'auto';
 export type PromptMode = 'unique' | 'repeat';
 export type OutputFormat = 'csv' | 'json' | 'md';
 
@@ -54,15 +56,9 @@ export const DEFAULT_ISL = 128;
 export const DEFAULT_OSL = 128;
 
 export const DEFAULTS = {
-  device: 'auto' as DeviceChoice,
-  threads: 0,
+  ...ENGINE_DEFAULTS,
   warmup: 2,
   iters: 1,
-  kvcache: 'paged' as KvLayout,
-  blockSize: 16,
-  prefillChunk: 512,
-  stepTokenBudget: 2048,
-  maxSeq: 4096,
   format: 'csv' as OutputFormat,
   seed: 0,
   sharedPrefix: 0,
@@ -102,18 +98,6 @@ export interface RawSweepOptions {
   skipTraining?: boolean;
 }
 
-/** A non-negative decimal integer no larger than max, or a UsageError naming the flag. */
-export function parseCount(flag: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  const v = value.trim();
-  if (!/^\d+$/.test(v)) {
-    throw new UsageError(`${flag}: '${value}' is not a whole number`);
-  }
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n > max) throw new UsageError(`${flag}: ${value} is too large (at most ${max})`);
-  if (n < min) throw new UsageError(`${flag}: ${value} is below the minimum of ${min}`);
-  return n;
-}
-
 /** `128:128,2048:128` -> cells. Each side a whole number >= 1. */
 export function parseCells(flag: string, value: string): Cell[] {
   const parts = value.split(',').map((s) => s.trim());
@@ -139,11 +123,6 @@ export function parseConcurrency(flag: string, value: string): number[] {
   return [...new Set(list)].sort((a, b) => a - b);
 }
 
-function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
-  if ((allowed as readonly string[]).includes(value)) return value as T;
-  throw new UsageError(`${flag}: '${value}' is not one of ${allowed.join(', ')}`);
-}
-
 export function resolveSweepConfig(raw: RawSweepOptions): SweepConfig {
   // Model directory: checked here so a typo costs nothing.
   let modelPath: string | null = null;
@@ -154,7 +133,9 @@ export function resolveSweepConfig(raw: RawSweepOptions): SweepConfig {
     modelPath = dir;
   }
 
-  const device = oneOf('--device', raw.device ?? DEFAULTS.device, ['cpu', 'cuda', 'auto'] as const);
+  // The engine flags (shared with `serve`): checked first, in the order they always were.
+  const engine = resolveEngineFlags(raw);
+  const device = engine.device;
 
   // Cells: --cells, or one cell from --isl/--osl (aliases: the peer's --prompt-tokens/--max-output-tokens).
   if (raw.isl !== undefined && raw.promptTokens !== undefined) {
@@ -197,11 +178,7 @@ export function resolveSweepConfig(raw: RawSweepOptions): SweepConfig {
   }
   const prompts: PromptMode = raw.repeatPrompts ? 'repeat' : 'unique';
 
-  let kvcache = DEFAULTS.kvcache;
-  if (raw.kvcache !== undefined) kvcache = oneOf('--kvcache', raw.kvcache, ['paged', 'continuous'] as const);
-  if (raw.paged && kvcache !== 'paged') {
-    throw new UsageError(`--paged contradicts --kvcache ${raw.kvcache}; give one`);
-  }
+  const kvcache = engine.kvcache;
 
   const format = oneOf('--format', raw.format ?? DEFAULTS.format, ['csv', 'json', 'md'] as const);
 
@@ -215,7 +192,7 @@ export function resolveSweepConfig(raw: RawSweepOptions): SweepConfig {
   const cfg: SweepConfig = {
     modelPath,
     device,
-    threads: num('--threads', raw.threads, DEFAULTS.threads, 0, 4096),
+    threads: engine.threads,
     cells,
     concurrency,
     sharedPrefix: num('--shared-prefix', raw.sharedPrefix, DEFAULTS.sharedPrefix, 0),
@@ -223,10 +200,10 @@ export function resolveSweepConfig(raw: RawSweepOptions): SweepConfig {
     warmup: num('--warmup', raw.warmup, DEFAULTS.warmup, 0, 1000),
     iters: num('--iters', raw.iters, DEFAULTS.iters, 1, 1000),
     kvcache,
-    blockSize: num('--block-size', raw.blockSize, DEFAULTS.blockSize, 1, 65536),
-    prefillChunk: num('--prefill-chunk', raw.prefillChunk, DEFAULTS.prefillChunk, 1),
-    stepTokenBudget: num('--step-token-budget', raw.stepTokenBudget, DEFAULTS.stepTokenBudget, 1),
-    maxSeq: num('--max-seq', raw.maxSeq, DEFAULTS.maxSeq, 2),
+    blockSize: engine.blockSize,
+    prefillChunk: engine.prefillChunk,
+    stepTokenBudget: engine.stepTokenBudget,
+    maxSeq: engine.maxSeq,
     memoryStages: raw.memoryStages !== undefined ? path.resolve(raw.memoryStages) : null,
     output: raw.output !== undefined ? raw.output : null,
     format,

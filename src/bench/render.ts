@@ -3,6 +3,7 @@
 // lines instead, so stderr stays machine-readable.
 import { Chalk, type ChalkInstance } from 'chalk';
 import cliProgress from 'cli-progress';
+import type { EngineInfo, EngineOptions } from '../engine/types.js';
 import type { Logger } from './logger.js';
 import type { ReportRow } from './report.js';
 import type { RowOutcome } from './runner.js';
@@ -22,7 +23,15 @@ export interface LoadedInfo {
   threads: number;
   gpu: { name: string; memoryMb: number } | null;
   engineLine: string;
-  sweepLine: string;
+  /** The sweep's plan (the sweep); absent for `serve`, which prints its URL instead. */
+  sweepLine?: string;
+}
+
+/** The header's engine line: the options the engine was loaded with and what it reports (sweep and serve). */
+export function engineLine(opts: EngineOptions, info: EngineInfo): string {
+  return `${opts.kvcache} KV, block ${info.blockSize}, ${info.kvBlocksTotal} blocks, prefill chunk ${opts.prefillChunk}, ` +
+    `step budget ${opts.stepTokenBudget}, max-seq ${opts.maxSeq}, ${opts.maxSeqs} seqs, prefix cache ${opts.prefixCache ? 'on' : 'off'}, ` +
+    `${info.isa}, ${info.threads} threads, ${info.dtype}`;
 }
 
 export interface SweepRenderer {
@@ -154,7 +163,12 @@ export class HumanRenderer implements SweepRenderer {
     if (l.gpu) this.kv('GPU', `${l.gpu.name} (${l.gpu.memoryMb} MB)`);
     this.kv('Model loaded', `${l.seconds.toFixed(2)}s (backend: ${l.backend}, ${fmt.mb(l.weightBytes)}${l.backend === 'cuda' ? ' VRAM' : ''})`);
     this.kv('Engine', l.engineLine);
-    this.kv('Sweep', l.sweepLine);
+    if (l.sweepLine !== undefined) this.kv('Sweep', l.sweepLine);
+  }
+
+  /** A field of the header (`serve`: the URL it listens on). */
+  field(key: string, value: string): void {
+    this.kv(key, value);
   }
 
   note(msg: string): void {

@@ -16,7 +16,8 @@ import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
 import { formatOpsReport, formatPipelineReport } from './profile.js';
 import { promptVocab } from './prompts.js';
 import { latencyBlock, modelSection, Report, type ReportRow } from './report.js';
-import { colorEnabled, HumanRenderer, LogRenderer, type SweepRenderer } from './render.js';
+import { colorEnabled, engineLine, HumanRenderer, LogRenderer, type SweepRenderer } from './render.js';
+import { engineOptionsFrom } from '../cli/engine-flags.js';
 import { errMessage, runRow, type RowOutcome } from './runner.js';
 
 /** What the sweep needs from the model and engine modules (injected so tests can drive a simulated engine). */
@@ -53,19 +54,8 @@ export const EXIT_TERMINATED = 143;
 export const CONTENTION_NOTE_SHARE = 0.1;
 
 export function engineOptions(cfg: SweepConfig, device: Device): EngineOptions {
-  return {
-    device,
-    threads: cfg.threads,
-    blockSize: cfg.blockSize,
-    kvcache: cfg.kvcache,
-    maxSeq: cfg.maxSeq,
-    maxSeqs: Math.max(...cfg.concurrency),
-    prefillChunk: cfg.prefillChunk,
-    stepTokenBudget: cfg.stepTokenBudget,
-    prefixCache: true,
-    cudaGraphs: device === 'cuda',
-    profile: cfg.profile || cfg.profilePipeline,
-  };
+  // The sweep sizes the state slots from its largest concurrency (`serve` takes --max-seqs).
+  return engineOptionsFrom(cfg, device, Math.max(...cfg.concurrency), cfg.profile || cfg.profilePipeline);
 }
 
 function toReportRow(out: RowOutcome): ReportRow {
@@ -259,8 +249,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
       weightBytes: info.weightBytes,
       threads: info.threads,
       gpu,
-      engineLine: `${opts.kvcache} KV, block ${info.blockSize}, ${info.kvBlocksTotal} blocks, prefill chunk ${opts.prefillChunk}, ` +
-        `step budget ${opts.stepTokenBudget}, max-seq ${opts.maxSeq}, ${opts.maxSeqs} seqs, prefix cache on, ${info.isa}, ${info.threads} threads, ${info.dtype}`,
+      engineLine: engineLine(opts, info),
       sweepLine: `${cfg.cells.map((c) => `${c.isl}:${c.osl}`).join(', ')} x concurrency ${cfg.concurrency.join(',')}; ` +
         `${cfg.warmup} warm-up + ${cfg.iters} timed pass${cfg.iters === 1 ? '' : 'es'}; ${cfg.prompts} prompts` +
         `${cfg.sharedPrefix ? `, shared prefix ${cfg.sharedPrefix}` : ''}; seed ${cfg.seed}`,

@@ -1,6 +1,7 @@
 // `bench` (default command) / `bench sweep`: the isl:osl x concurrency sweep. Flags are documented in docs/bench.md.
 import { Command } from 'commander';
 import { resolveSweepConfig, type RawSweepOptions } from '../bench/options.js';
+import { ENGINE_FLAGS } from './engine-flags.js';
 import { runSweep, type SweepBackend } from '../bench/sweep.js';
 import { resolveDevice } from '../engine/device.js';
 import { loadEngine } from '../engine/engine.js';
@@ -27,8 +28,8 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
       'Exit status: 0 all rows ok, 3 some rows failed, 2 usage error, 130 interrupted.',
     )
     .option('--model-path <dir>', 'checkpoint directory (default: the embedded synthetic tiny model)')
-    .option('--device <device>', 'cpu | cuda | auto (default auto: cuda when the engine has a GPU backend)')
-    .option('--threads <n>', 'CPU worker threads, 0 = all cores (default 0)')
+    .addOption(ENGINE_FLAGS.device())
+    .addOption(ENGINE_FLAGS.threads())
     .option('--cells <list>', 'isl:osl cells, comma separated (default 128:128,2048:128,128:1024)')
     .option('--isl <n>', 'prompt tokens of a single cell (with --osl; default osl 128)')
     .option('--osl <n>', 'generated tokens of a single cell (with --isl; default isl 128)')
@@ -42,12 +43,12 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
     .option('--repeat-prompts', 'one prompt set reused by warm-up and every iteration')
     .option('--warmup <n>', 'untimed full passes before timing (default 2)')
     .option('--iters <n>', 'timed passes (default 1)')
-    .option('--kvcache <layout>', 'paged | continuous (default paged)')
-    .option('--paged', 'same as --kvcache paged')
-    .option('--block-size <n>', 'tokens per KV block (default 16)')
-    .option('--prefill-chunk <n>', 'largest prefill chunk per sequence per step (default 512)')
-    .option('--step-token-budget <n>', 'most tokens in one forward step (default 2048)')
-    .option('--max-seq <n>', 'longest sequence (prompt + output) the engine accepts (default 4096)')
+    .addOption(ENGINE_FLAGS.kvcache())
+    .addOption(ENGINE_FLAGS.paged())
+    .addOption(ENGINE_FLAGS.blockSize())
+    .addOption(ENGINE_FLAGS.prefillChunk())
+    .addOption(ENGINE_FLAGS.stepTokenBudget())
+    .addOption(ENGINE_FLAGS.maxSeq())
     .option('--memory-stages <file>', "append the engine's memory counters at each stage of the model's life (JSON lines)")
     .option('--output <prefix>', 'also write PREFIX.csv, PREFIX.json and PREFIX.jsonl as rows complete')
     .option('--format <format>', 'stdout format: csv | json | md (default csv)')

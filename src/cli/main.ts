@@ -1,7 +1,8 @@
-// `bench` command line: the default command is the sweep; subcommands prompt, synth, convert.
+// `bench` command line: the default command is the sweep; subcommands prompt, serve, synth, convert.
 import { Command, CommanderError } from 'commander';
 import { registerSweep } from './cmd-sweep.js';
 import { registerPrompt } from './cmd-prompt.js';
+import { registerServe } from './cmd-serve.js';
 import { registerSynth } from './cmd-synth.js';
 import { registerConvert } from './cmd-convert.js';
 import { UsageError } from './usage.js';
@@ -18,6 +19,7 @@ export async function main(argv: string[]): Promise<number> {
   const setResult = (code: number) => { result = code; };
   registerSweep(program, setResult);
   registerPrompt(program, setResult);
+  registerServe(program, setResult);
   registerSynth(program, setResult);
   registerConvert(program, setResult);
   try {

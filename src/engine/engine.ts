@@ -4,7 +4,7 @@ import type { Checkpoint, TextConfig } from '../model/types.js';
 import { loadAddon, type NativeEngine, type NativeEvent } from './native.js';
 import type {
   EngineHandle, EngineInfo, EngineOptions, EngineStats, FinishReason, ProfileReport, RequestHandle,
-  RequestOptions, RequestResult, TokenEvent,
+  RequestOptions, RequestResult, TokenEvent, TokenLogprobs,
 } from './types.js';
 
 export interface LoadHooks {
@@ -35,6 +35,8 @@ export type ModelSource = Checkpoint | { synthetic: TextConfig };
 interface Pending {
   resolve: (r: RequestResult) => void;
   onToken?: (ev: TokenEvent) => void;
+  /** Collected from the token events when the request asked for logprobs. */
+  logprobs?: TokenLogprobs[];
 }
 
 class Engine implements EngineHandle {
@@ -83,7 +85,14 @@ class Engine implements EngineHandle {
 
   private dispatch(id: number, p: Pending, ev: NativeEvent): void {
     if (ev.type === 'token') {
-      p.onToken?.({ token: ev.token as number, index: ev.index as number, tMs: ev.tMs as number });
+      const tok: TokenEvent = { token: ev.token as number, index: ev.index as number, tMs: ev.tMs as number };
+      if (ev.logprob !== undefined) {
+        const ids = ev.topIds ?? [];
+        const lps = ev.topLogprobs ?? [];
+        tok.logprobs = { logprob: ev.logprob, top: ids.map((t, k) => ({ token: t, logprob: lps[k]! })) };
+        p.logprobs?.push(tok.logprobs);
+      }
+      p.onToken?.(tok);
       return;
     }
     this.pending.delete(id);
@@ -98,6 +107,7 @@ class Engine implements EngineHandle {
       finishReason: (ev.finish ?? 'error') as FinishReason,
       ...(ev.error ? { error: ev.error } : {}),
       ...(ev.logits ? { logits: ev.logits, logitRows: ev.logitRows } : {}),
+      ...(p.logprobs ? { logprobs: p.logprobs } : {}),
     };
     p.resolve(result);
   }
@@ -109,7 +119,9 @@ class Engine implements EngineHandle {
     const done = new Promise<RequestResult>((r) => { resolve = r; });
     // Staged natively (timestamped now) and released to the worker once this JS turn ends, so a
     // burst of submits (c sessions starting together) is admitted in one engine step.
-    const id = this.native.submit({ ...req, prompt, stream: onToken !== undefined }, true);
+    // Token events cross to JS for a request that streams, or whose logprobs are per-token data.
+    const stream = onToken !== undefined || (req.logprobs !== undefined && req.logprobs >= 0);
+    const id = this.native.submit({ ...req, prompt, stream }, true);
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       setImmediate(() => {
@@ -117,7 +129,7 @@ class Engine implements EngineHandle {
         if (!this.closed) this.native.flush();
       });
     }
-    const p: Pending = { resolve, onToken };
+    const p: Pending = { resolve, onToken, ...(req.logprobs !== undefined && req.logprobs >= 0 ? { logprobs: [] } : {}) };
     this.pending.set(id, p);
     const early = this.early.get(id);
     if (early) {

@@ -12,6 +12,10 @@ export interface NativeEvent {
   tMs?: number;
   /** 'step': tokens generated in the step. */
   count?: number;
+  /** Token events of a request with logprobs: the sampled token's logprob and the top alternatives. */
+  logprob?: number;
+  topIds?: number[];
+  topLogprobs?: number[];
   finish?: string;
   error?: string;
   tokens?: number[];
@@ -53,7 +57,7 @@ export interface NativeAddon {
 
 const cached = new Map<string, NativeAddon>();
 /** The native interface version this code expects (kAbiVersion in native/addon/addon.cpp). */
-const ADDON_ABI = 3;
+const ADDON_ABI = 4;
 
 /** The native addon: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
 export function loadAddon(file?: string): NativeAddon {

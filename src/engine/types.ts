@@ -42,6 +42,19 @@ export interface RequestOptions extends SamplingOptions {
   ignoreEos?: boolean;
   /** Return logits: none, or every evaluated position (prompt positions + each generated token's source). */
   logits?: 'none' | 'all';
+  /** The stop tokens cannot be sampled before this many tokens are generated (default 0). */
+  minTokens?: number;
+  /**
+   * Per-token logprobs, computed natively from each step's logits row (raw logits, before temperature):
+   * absent = none; n >= 0 = the sampled token's logprob plus the n most likely alternatives (n <= 20).
+   */
+  logprobs?: number;
+}
+
+/** The sampled token's logprob and the most likely alternatives (most likely first). */
+export interface TokenLogprobs {
+  logprob: number;
+  top: { token: number; logprob: number }[];
 }
 
 /** A token event. Times are milliseconds on the native monotonic clock (same clock as enqueueMs). */
@@ -50,6 +63,8 @@ export interface TokenEvent {
   /** 0-based index among generated tokens. */
   index: number;
   tMs: number;
+  /** Requests with `logprobs` only. */
+  logprobs?: TokenLogprobs;
 }
 
 export type FinishReason = 'length' | 'stop' | 'cancelled' | 'error';
@@ -67,6 +82,8 @@ export interface RequestResult {
   cachedPromptTokens: number;
   finishReason: FinishReason;
   error?: string;
+  /** Per generated token, when the request asked for logprobs. */
+  logprobs?: TokenLogprobs[];
   /** Row-major float32 [rows, vocab] when logits: 'all'. */
   logits?: Float32Array;
   logitRows?: number;

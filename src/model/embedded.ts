@@ -8,12 +8,12 @@ import { writeSynthCheckpoint } from './synth.js';
 import { REPO_ROOT } from '../util/version.js';
 
 /** Bump when the generated content changes (new directory name -> regenerated). */
-export const EMBEDDED_MODEL_NAME = 'embedded-tiny-v1';
+export const EMBEDDED_MODEL_NAME = 'embedded-tiny-v2';
 export const EMBEDDED_SEED = 20260301;
 
 /**
- * Directory of the embedded model: `$LUMEN_CACHE_DIR/embedded-tiny-v1` when LUMEN_CACHE_DIR is set,
- * else `<repo root>/.models/embedded-tiny-v1`.
+ * Directory of the embedded model: `$LUMEN_CACHE_DIR/embedded-tiny-v2` when LUMEN_CACHE_DIR is set,
+ * else `<repo root>/.models/embedded-tiny-v2`.
  */
 export function embeddedModelDir(): string {
   const root = process.env.LUMEN_CACHE_DIR ? path.resolve(process.env.LUMEN_CACHE_DIR) : path.join(REPO_ROOT, '.models');

@@ -373,17 +373,63 @@ export function buildSynthTokenizer(bpeVocabSize = BPE_VOCAB_SIZE): SynthTokeniz
   return built;
 }
 
-/** ChatML chat template; `thinkDefault` decides the generation prompt when enable_thinking is not given. */
+/** The instructions Qwen3.5's template puts after the tool schemas (the format the model was trained to call in). */
+export const QWEN35_TOOL_INSTRUCTIONS =
+  '\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n' +
+  '<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n' +
+  '<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n' +
+  '</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n' +
+  '- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within ' +
+  '<tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n' +
+  '- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n' +
+  '- If there is no function call available, answer the question like normal with your current knowledge and do not ' +
+  'tell the user about function calls\n</IMPORTANT>';
+
+/**
+ * ChatML chat template with Qwen3.5's tool layout; `thinkDefault` decides the generation prompt when
+ * enable_thinking is not given. Tools: a system turn listing each schema as one JSON line inside
+ * <tools></tools>, then the call-format instructions, then the system message (if any); assistant
+ * tool calls as <tool_call><function=NAME><parameter=ARG>VALUE</parameter></function></tool_call>;
+ * tool results as <tool_response> blocks in one user turn per run of tool messages.
+ */
 export function chatTemplate(thinkDefault: boolean): string {
   const think = thinkDefault
     ? `{%- if enable_thinking is defined and not enable_thinking %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}`
     : `{%- if enable_thinking is defined and enable_thinking %}{{- '<think>\\n' }}{%- else %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}`;
+  const instructions = JSON.stringify(QWEN35_TOOL_INSTRUCTIONS).slice(1, -1).replace(/'/g, "\\'");
   return [
-    `{%- for message in messages %}`,
-    `{%- if message.content is string %}{%- set content = message.content %}`,
-    `{%- else %}{%- set content = '' %}{%- for part in message.content %}{%- if part.type == 'text' %}{%- set content = content + part.text %}{%- endif %}{%- endfor %}`,
+    `{%- macro text_of(content) %}{%- if content is string %}{{- content }}{%- elif content is iterable and content is not mapping %}`,
+    `{%- for part in content %}{%- if part.type == 'text' %}{{- part.text }}{%- endif %}{%- endfor %}{%- endif %}{%- endmacro %}`,
+    `{%- set has_tools = tools is defined and tools is iterable and tools is not mapping and tools | length > 0 %}`,
+    `{%- if has_tools %}`,
+    `{{- '<|im_start|>system\\n# Tools\\n\\nYou have access to the following functions:\\n\\n<tools>' }}`,
+    `{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}`,
+    `{{- '\\n</tools>${instructions}' }}`,
+    `{%- if messages[0].role == 'system' %}{%- set system_text = text_of(messages[0].content) | trim %}{%- if system_text %}{{- '\\n\\n' + system_text }}{%- endif %}{%- endif %}`,
+    `{{- '<|im_end|>\\n' }}`,
     `{%- endif %}`,
+    `{%- for message in messages %}`,
+    `{%- set content = text_of(message.content) %}`,
+    `{%- if message.role == 'system' and has_tools and loop.first %}`,
+    `{%- elif message.role == 'assistant' and message.tool_calls is defined and message.tool_calls %}`,
+    `{{- '<|im_start|>assistant\\n' + content }}`,
+    `{%- for call in message.tool_calls %}`,
+    `{%- if call.function is defined %}{%- set call = call.function %}{%- endif %}`,
+    `{%- if not loop.first %}{{- '\\n' }}{%- elif content | trim %}{{- '\\n\\n' }}{%- endif %}`,
+    `{{- '<tool_call>\\n<function=' + call.name + '>\\n' }}`,
+    `{%- if call.arguments is mapping %}{%- for name, value in call.arguments | items %}`,
+    `{{- '<parameter=' + name + '>\\n' }}{%- if value is string %}{{- value }}{%- else %}{{- value | tojson }}{%- endif %}{{- '\\n</parameter>\\n' }}`,
+    `{%- endfor %}{%- endif %}`,
+    `{{- '</function>\\n</tool_call>' }}`,
+    `{%- endfor %}`,
+    `{{- '<|im_end|>\\n' }}`,
+    `{%- elif message.role == 'tool' %}`,
+    `{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}`,
+    `{{- '\\n<tool_response>\\n' + content + '\\n</tool_response>' }}`,
+    `{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}`,
+    `{%- else %}`,
     `{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}`,
+    `{%- endif %}`,
     `{%- endfor %}`,
     `{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}${think}{%- endif %}`,
   ].join('\n');

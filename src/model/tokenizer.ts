@@ -13,13 +13,19 @@ import { CheckpointError } from './types.js';
 
 export interface ChatMessage {
   role: string;
-  content: string | Array<{ type: string; text?: string }>;
+  content: string | Array<{ type: string; text?: string }> | null;
+  /** Other message fields the template may read (assistant `tool_calls`, `reasoning_content`, tool `name`, ...). */
+  [field: string]: unknown;
 }
 
 export interface ChatTemplateOptions {
   addGenerationPrompt: boolean;
   /** Passed to the template as `enable_thinking` when given; the template's default applies otherwise. */
   enableThinking?: boolean;
+  /** Tool schemas (OpenAI layout), passed to the template as `tools` when given. */
+  tools?: readonly unknown[];
+  /** Further template variables (chat_template_kwargs); they cannot replace messages, tools or add_generation_prompt. */
+  extra?: Record<string, unknown>;
 }
 
 export interface LoadedTokenizer {
@@ -39,6 +45,12 @@ export interface LoadedTokenizer {
   vocabSize: number;
   /** Whether a chat template is available. */
   hasChatTemplate: boolean;
+  /** Ids of the added tokens (their text is their content, not byte-level symbols). */
+  addedTokenIds: ReadonlySet<number>;
+  /** Ids of the added tokens marked special (skipped by decode with skipSpecialTokens). */
+  specialTokenIds: ReadonlySet<number>;
+  /** True when tokenizer.json's decoder is ByteLevel: a token's text is its vocabulary string mapped back to bytes. */
+  byteLevelDecoder: boolean;
 }
 
 /** Sample text run through a freshly built tokenizer, so a broken pipeline fails at load, not mid-benchmark. */
@@ -56,6 +68,14 @@ function readJsonFile(file: string, what: string): Record<string, unknown> {
   const v = parsed.value;
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new CheckpointError(`${file}: ${what} must be a JSON object`);
   return v as Record<string, unknown>;
+}
+
+/** A ByteLevel decoder, alone or as the only byte-changing step of a Sequence. */
+function isByteLevel(decoder: unknown): boolean {
+  if (typeof decoder !== 'object' || decoder === null) return false;
+  const d = decoder as { type?: unknown; decoders?: unknown };
+  if (d.type === 'ByteLevel') return true;
+  return d.type === 'Sequence' && Array.isArray(d.decoders) && d.decoders.length === 1 && isByteLevel(d.decoders[0]);
 }
 
 /**
@@ -152,6 +172,14 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
 
   const vocabSize = idBound;
 
+  const specialTokenIds = new Set<number>();
+  const addedTokenIds = new Set<number>();
+  for (const t of tokJson.added_tokens as Array<{ id?: unknown; special?: unknown }>) {
+    if (typeof t.id !== 'number') continue;
+    addedTokenIds.add(t.id);
+    if (t.special === true) specialTokenIds.add(t.id);
+  }
+
   const specials: Record<string, unknown> = {};
   for (const k of ['bos_token', 'eos_token', 'pad_token', 'unk_token']) {
     const c = tokenContent(tokConfig[k]);
@@ -160,11 +188,13 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   const render = (messages: readonly ChatMessage[], opts: ChatTemplateOptions): string => {
     if (!template) throw new CheckpointError(`${absDir}: no chat template (neither chat_template.jinja nor tokenizer_config.json chat_template)`);
     const vars: Record<string, unknown> = {
+      ...specials,
+      ...(opts.extra ?? {}),
       messages: messages.map((m) => ({ ...m })),
       add_generation_prompt: opts.addGenerationPrompt,
-      ...specials,
     };
     if (opts.enableThinking !== undefined) vars.enable_thinking = opts.enableThinking;
+    if (opts.tools !== undefined) vars.tools = opts.tools;
     let out: unknown;
     try {
       out = template.render(vars);
@@ -194,6 +224,9 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
     idToToken: (id: number) => hf.id_to_token(id),
     vocabSize,
     hasChatTemplate: template !== undefined,
+    addedTokenIds,
+    specialTokenIds,
+    byteLevelDecoder: isByteLevel(tokJson.decoder),
   };
 }
 

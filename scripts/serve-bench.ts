@@ -1,0 +1,191 @@
+// Serving overhead benchmark (`npm run bench:serve`): the same sweep cell driven in-process (the
+// sweep's own runRow on the engine) and over HTTP (`bench serve` in this process, an SSE client here:
+// c concurrent streamed /v1/completions with the same kind of token-id prompts), interleaved round by
+// round (the order alternating, so drift and position hit both alike); medians over the rounds. Both
+// sides are reduced by the same functions: the steady-state aggregate decode tok/s (the window where
+// all c streams decode, as bench:batch), the sweep's decode_tok_s (computeRowFigures: decode tokens over
+// the union of the decode windows, which also prices how the c requests happened to be admitted) and
+// TTFT (mean enqueue -> first token; over HTTP the clock is the client's: just before the POST -> the
+// first chunk carrying a token). `start spread`: first token of the last stream minus that of the first
+// (in-process the c requests are admitted in one step; over HTTP they arrive on c connections).
+// Usage: npm run bench:serve -- [--rounds 7] [--isl 128] [--osl 64] [--concurrency 1,8] [--threads 2] [--json FILE]
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import http from 'node:http';
+import { Writable } from 'node:stream';
+import { Command } from 'commander';
+import { computeRowFigures, steadyDecodeRate, type TimedRequest } from '../src/bench/metrics.js';
+import { makePrompt, promptVocab } from '../src/bench/prompts.js';
+import { runRow } from '../src/bench/runner.js';
+import { resolveEngineFlags } from '../src/cli/engine-flags.js';
+import type { RequestResult } from '../src/engine/types.js';
+import { startServer } from '../src/serve/server.js';
+import { cpuSample, otherCpuShare } from '../src/util/machine.js';
+import { ensureBenchModel, median } from './bench-model.js';
+
+const program = new Command('serve-bench')
+  .option('--threads <n>', 'engine threads', '2')
+  .option('--rounds <n>', 'interleaved rounds (medians reported; at least 5)', (v) => Number(v), 7)
+  .option('--isl <n>', 'prompt tokens', (v) => Number(v), 128)
+  .option('--osl <n>', 'generated tokens', (v) => Number(v), 64)
+  .option('--concurrency <list>', 'concurrencies', '1,8')
+  .option('--preset <p>', 'synthetic preset', '0.8b')
+  .option('--json <file>', 'also write the results as JSON')
+  .parse(process.argv);
+const opt = program.opts<{ threads: string; rounds: number; isl: number; osl: number; concurrency: string; preset: string; json?: string }>();
+const log = (s: string) => process.stderr.write(`${s}\n`);
+
+interface Figures { steadyTokS: number; decodeTokS: number; ttftMs: number; spreadMs: number }
+
+function figuresOf(timed: readonly TimedRequest[], f: { decodeTokS: number | null; ttftMs: number | null }): Figures {
+  const firsts = timed.map((t) => t.result.tokenMs[0]!);
+  const steady = steadyDecodeRate(timed.map((t) => t.result.tokenMs));
+  if (steady === null || f.decodeTokS === null || f.ttftMs === null) throw new Error('no decode window');
+  return { steadyTokS: steady, decodeTokS: f.decodeTokS, ttftMs: f.ttftMs, spreadMs: Math.max(...firsts) - Math.min(...firsts) };
+}
+
+async function main(): Promise<void> {
+  if (opt.rounds < 5) throw new Error('--rounds: at least 5 (medians over a noisy machine)');
+  const levels = opt.concurrency.split(',').map(Number);
+  const { dir } = await ensureBenchModel(opt.preset, log, false);
+  const maxSeq = opt.isl + opt.osl + 16;
+  const engineFlags = resolveEngineFlags({ device: 'cpu', threads: opt.threads, maxSeq: String(maxSeq), maxSeqs: String(Math.max(...levels)) }, 8) as
+    ReturnType<typeof resolveEngineFlags> & { maxSeqs: number };
+  const sink = new Writable({ write(_c, _e, cb) { cb(); } });
+  log(`loading ${dir} ...`);
+  const server = await startServer({
+    modelDir: dir, embedded: false, host: '127.0.0.1', port: 0, engine: engineFlags, device: 'cpu', verbosity: -1, stderr: sink, stderrIsTTY: false,
+  });
+  const engine = server.engine;
+  const vocab = promptVocab(server.ctx.model.vocabSize);
+  const cell = { isl: opt.isl, osl: opt.osl };
+  const plan = (seed: number, c: number) => ({ seed, isl: opt.isl, osl: opt.osl, concurrency: c, mode: 'unique' as const, sharedPrefix: 0, vocab });
+
+  const inProcess = async (c: number, seed: number): Promise<Figures> => {
+    const out = await runRow(engine, {
+      cell, concurrency: c, warmup: 0, iters: 1, maxSeq, seed, prompts: 'unique', sharedPrefix: 0, vocab, profile: false, c1DecodeTokS: null,
+    }, new AbortController().signal);
+    if (out.row.status !== 'ok' || !out.figures) throw new Error(`in-process row failed: ${out.row.reason}`);
+    return figuresOf(out.timed, out.figures);
+  };
+
+  // The client keeps a pool of connections (as benchmark clients do) and opens the c it needs before
+  // the measurement, so the c requests reach the server together, as the sweep's c submits reach the engine.
+  const agent = new http.Agent({ keepAlive: true, keepAliveMsecs: 60_000, maxSockets: 64 });
+  const { hostname, port } = new URL(server.url);
+  const request = (method: string, path: string, body: string | null, onData?: (chunk: string, at: number) => void) =>
+    new Promise<number>((resolve, reject) => {
+      const req = http.request({ agent, hostname, port, method, path, headers: body ? { 'content-type': 'application/json' } : {} }, (res) => {
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => onData?.(d, performance.now()));
+        res.on('end', () => resolve(res.statusCode ?? 0));
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end(body ?? undefined);
+    });
+  const openConnections = async (c: number) => {
+    await Promise.all(Array.from({ length: c }, () => request('GET', '/health', null)));
+  };
+
+  const overHttp = async (c: number, seed: number): Promise<Figures> => {
+    const p = plan(seed, c);
+    await openConnections(c);
+    const one = async (session: number): Promise<TimedRequest> => {
+      const prompt = Array.from(makePrompt(p, 0, session));
+      const body = JSON.stringify({ prompt, max_tokens: opt.osl, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true });
+      const tokens: number[] = [];
+      const tokenMs: number[] = [];
+      let buf = '';
+      const t0 = performance.now();
+      const status = await request('POST', '/v1/completions', body, (d, at) => {
+        buf += d;
+        let i: number;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const ev = buf.slice(6, i); // 'data: '
+          buf = buf.slice(i + 2);
+          if (ev === '[DONE]') continue;
+          const ids = (JSON.parse(ev) as { choices: { token_ids?: number[] }[] }).choices[0]?.token_ids ?? [];
+          for (const t of ids) { tokens.push(t); tokenMs.push(at); }
+        }
+      });
+      if (status !== 200) throw new Error(`HTTP ${status}: ${buf}`);
+      const result: RequestResult = {
+        id: session, tokens, promptTokens: prompt.length, enqueueMs: t0, tokenMs, prefillChunkMs: [], cachedPromptTokens: 0,
+        finishReason: tokens.length === opt.osl ? 'length' : 'error',
+      };
+      return { pass: 0, session, result };
+    };
+    const timed = await Promise.all(Array.from({ length: c }, (_, s) => one(s)));
+    if (timed.some((t) => t.result.tokens.length !== opt.osl)) throw new Error('an HTTP request did not stream osl tokens');
+    return figuresOf(timed, computeRowFigures(opt.isl, opt.osl, timed, null));
+  };
+
+  log('warm-up ...');
+  for (const c of levels) {
+    await inProcess(c, 90 + c);
+    await overHttp(c, 95 + c);
+  }
+  const res = new Map<number, { inproc: Figures[]; http: Figures[] }>(levels.map((c) => [c, { inproc: [], http: [] }]));
+  // Share of the machine's CPU that other processes took during each pair of measurements.
+  const others: number[] = [];
+  for (let r = 0; r < opt.rounds; r++) {
+    const line: string[] = [];
+    for (const c of levels) {
+      const slot = res.get(c)!;
+      // Fresh prompts every measurement (no prefix-cache hits); the order alternates each round.
+      const a = async () => { slot.inproc.push(await inProcess(c, 1000 + r * 10 + c)); };
+      const b = async () => { slot.http.push(await overHttp(c, 2000 + r * 10 + c)); };
+      const before = cpuSample();
+      if (r % 2 === 0) { await a(); await b(); } else { await b(); await a(); }
+      const other = otherCpuShare(before, cpuSample());
+      if (other !== null) others.push(other);
+      const i = slot.inproc[slot.inproc.length - 1]!, h = slot.http[slot.http.length - 1]!;
+      line.push(`c=${c} in-process ${i.steadyTokS.toFixed(1)} tok/s (sweep ${i.decodeTokS.toFixed(1)}) ttft ${i.ttftMs.toFixed(1)} ms | ` +
+        `http ${h.steadyTokS.toFixed(1)} tok/s (sweep ${h.decodeTokS.toFixed(1)}) ttft ${h.ttftMs.toFixed(1)} ms spread ${h.spreadMs.toFixed(0)} ms`);
+    }
+    log(`round ${r + 1}/${opt.rounds}: ${line.join('; ')}; other processes ${others.slice(-levels.length).map((x) => `${(x * 100).toFixed(0)}%`).join('/')} of the CPU`);
+  }
+  agent.destroy();
+  await server.close();
+
+  let cpu = 'unknown';
+  try {
+    cpu = /Model name:\s*(.+)/.exec(execFileSync('lscpu', { encoding: 'utf8' }))?.[1]?.trim() ?? cpu;
+  } catch { /* no lscpu */ }
+  const out: string[] = [];
+  out.push(`model: synthetic ${opt.preset} bf16; cell ${opt.isl}:${opt.osl}; ${opt.threads} engine threads; CPU ${cpu}; medians of ${opt.rounds} interleaved rounds; ` +
+    `other processes took ${others.length ? `${(median(others) * 100).toFixed(0)}% (median; ${(Math.min(...others) * 100).toFixed(0)}-${(Math.max(...others) * 100).toFixed(0)}%)` : 'an unknown share'} of the CPU`);
+  out.push(`${'c'.padEnd(3)}${'steady tok/s in-proc'.padStart(22)}${'http'.padStart(8)}${'ratio'.padStart(7)}${'sweep tok/s in-proc'.padStart(21)}${'http'.padStart(8)}${'ratio'.padStart(7)}` +
+    `${'TTFT ms in-proc'.padStart(17)}${'http'.padStart(9)}${'delta'.padStart(8)}${'http spread ms'.padStart(16)}`);
+  const summary: Record<string, unknown>[] = [];
+  const med = (xs: Figures[], k: keyof Figures) => median(xs.map((x) => x[k]));
+  for (const c of levels) {
+    const s = res.get(c)!;
+    const row = {
+      concurrency: c,
+      inprocess_steady_tok_s: med(s.inproc, 'steadyTokS'), http_steady_tok_s: med(s.http, 'steadyTokS'),
+      inprocess_decode_tok_s: med(s.inproc, 'decodeTokS'), http_decode_tok_s: med(s.http, 'decodeTokS'),
+      inprocess_ttft_ms: med(s.inproc, 'ttftMs'), http_ttft_ms: med(s.http, 'ttftMs'),
+      inprocess_spread_ms: med(s.inproc, 'spreadMs'), http_spread_ms: med(s.http, 'spreadMs'),
+      median_round_steady_ratio: median(s.inproc.map((x, k) => s.http[k]!.steadyTokS / x.steadyTokS)),
+      median_round_ttft_delta_ms: median(s.inproc.map((x, k) => s.http[k]!.ttftMs - x.ttftMs)),
+      rounds: s,
+    };
+    out.push(`${String(c).padEnd(3)}${row.inprocess_steady_tok_s.toFixed(1).padStart(22)}${row.http_steady_tok_s.toFixed(1).padStart(8)}` +
+      `${(row.http_steady_tok_s / row.inprocess_steady_tok_s).toFixed(3).padStart(7)}${row.inprocess_decode_tok_s.toFixed(1).padStart(21)}` +
+      `${row.http_decode_tok_s.toFixed(1).padStart(8)}${(row.http_decode_tok_s / row.inprocess_decode_tok_s).toFixed(3).padStart(7)}` +
+      `${row.inprocess_ttft_ms.toFixed(1).padStart(17)}${row.http_ttft_ms.toFixed(1).padStart(9)}${(row.http_ttft_ms - row.inprocess_ttft_ms).toFixed(2).padStart(8)}` +
+      `${row.http_spread_ms.toFixed(0).padStart(16)}`);
+    out.push(`   per-round steady ratios ${s.inproc.map((x, k) => (s.http[k]!.steadyTokS / x.steadyTokS).toFixed(3)).join(' ')}; ` +
+      `TTFT deltas ${s.inproc.map((x, k) => (s.http[k]!.ttftMs - x.ttftMs).toFixed(2)).join(' ')} ms`);
+    summary.push(row);
+  }
+  process.stdout.write(`${out.join('\n')}\n`);
+  if (opt.json) writeFileSync(opt.json, JSON.stringify({ cpu, isl: opt.isl, osl: opt.osl, threads: opt.threads, rounds: opt.rounds, other_cpu_share: others, results: summary }, null, 2));
+}
+
+main().catch((err) => {
+  process.stderr.write(`serve-bench: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,123 @@
+// `bench serve`: OpenAI- and Anthropic-compatible HTTP serving over the sweep's engine loop, with the
+// sweep's engine flags (src/cli/engine-flags.ts). Routes and fields: docs/serve.md.
+import { Command, Option } from 'commander';
+import { resolveDevice } from '../engine/device.js';
+import { ensureEmbeddedModel } from '../model/embedded.js';
+import { CheckpointError } from '../model/types.js';
+import { startServer, type RunningServer } from '../serve/server.js';
+import { ENGINE_FLAGS, parseCount, resolveEngineFlags, type RawEngineFlags } from './engine-flags.js';
+import { UsageError } from './usage.js';
+import { existsSync, statSync } from 'node:fs';
+import path from 'node:path';
+
+/** Sequences in flight when --max-seqs is not given (the sweep's largest default concurrency). */
+export const DEFAULT_MAX_SEQS = 8;
+
+interface RawServeOptions extends RawEngineFlags {
+  modelPath?: string;
+  host: string;
+  port: string;
+  servedModelName?: string;
+  apiKey?: string;
+  apiKeyEnv?: string;
+  verbose?: number;
+  quiet?: boolean;
+}
+
+function count(_v: string, previous: number): number {
+  return previous + 1;
+}
+
+/** Exit within this long of SIGINT/SIGTERM, whatever is still in flight. */
+const SHUTDOWN_DEADLINE_MS = 1800;
+
+export function registerServe(program: Command, setResult: (code: number) => void): void {
+  program
+    .command('serve')
+    .description('serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions) and Anthropic (/v1/messages) APIs, /metrics')
+    .option('--model-path <dir>', 'checkpoint directory (default: the embedded synthetic tiny model)')
+    .option('--host <host>', 'address to bind', '127.0.0.1')
+    .option('--port <n>', 'port (0 = any free port)', '8000')
+    .option('--served-model-name <name>', "the model's name in the API (default: the checkpoint directory's name)")
+    .addOption(new Option('--api-key <key>', 'require this key (Authorization: Bearer KEY or x-api-key: KEY)').conflicts('apiKeyEnv'))
+    .option('--api-key-env <var>', 'require the key held in environment variable VAR')
+    .addOption(ENGINE_FLAGS.device())
+    .addOption(ENGINE_FLAGS.threads())
+    .addOption(ENGINE_FLAGS.kvcache())
+    .addOption(ENGINE_FLAGS.paged())
+    .addOption(ENGINE_FLAGS.blockSize())
+    .addOption(ENGINE_FLAGS.prefillChunk())
+    .addOption(ENGINE_FLAGS.stepTokenBudget())
+    .addOption(ENGINE_FLAGS.maxSeq())
+    .addOption(ENGINE_FLAGS.maxSeqs(DEFAULT_MAX_SEQS))
+    .option('-v, --verbose', 'pino JSON lines on stderr (one per request) instead of the human header; -vv adds debug', count, 0)
+    .option('-q, --quiet', 'no header on stderr (errors still)')
+    .action(async (raw: RawServeOptions) => {
+      setResult(await runServe(raw));
+    });
+}
+
+async function runServe(raw: RawServeOptions): Promise<number> {
+  // Every flag is checked before anything loads.
+  const engine = resolveEngineFlags(raw, DEFAULT_MAX_SEQS) as ReturnType<typeof resolveEngineFlags> & { maxSeqs: number };
+  const port = parseCount('--port', raw.port, 0, 65535);
+  if (raw.host.trim() === '') throw new UsageError('--host: empty');
+  let apiKey: string | undefined = raw.apiKey;
+  if (raw.apiKeyEnv !== undefined) {
+    apiKey = process.env[raw.apiKeyEnv];
+    if (apiKey === undefined || apiKey === '') throw new UsageError(`--api-key-env: environment variable ${raw.apiKeyEnv} is not set`);
+  }
+  if (apiKey !== undefined && apiKey === '') throw new UsageError('--api-key: empty');
+  if (raw.servedModelName !== undefined && raw.servedModelName.trim() === '') throw new UsageError('--served-model-name: empty');
+  const verbose = raw.verbose ?? 0;
+  if (raw.quiet && verbose > 0) throw new UsageError('-q and -v contradict each other; give one');
+  let modelDir: string;
+  const embedded = raw.modelPath === undefined;
+  if (raw.modelPath !== undefined) {
+    modelDir = path.resolve(raw.modelPath);
+    if (!existsSync(modelDir)) throw new UsageError(`--model-path: ${raw.modelPath} does not exist`);
+    if (!statSync(modelDir).isDirectory()) throw new UsageError(`--model-path: ${raw.modelPath} is not a directory`);
+  } else {
+    modelDir = await ensureEmbeddedModel();
+  }
+  const device = resolveDevice(engine.device);
+
+  let server: RunningServer | null = null;
+  let signalled: NodeJS.Signals | null = null;
+  let stop!: () => void;
+  const stopped = new Promise<void>((r) => { stop = r; });
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (signalled !== null) process.exit(0); // a second signal: leave now
+    signalled = sig;
+    process.stderr.write(`bench serve: ${sig}: stopping (in-flight requests are cancelled)\n`);
+    setTimeout(() => process.exit(0), SHUTDOWN_DEADLINE_MS).unref();
+    if (server) void server.close().then(stop, stop);
+    else process.exit(0); // still loading: nothing to finish
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    try {
+      server = await startServer({
+        modelDir, embedded, host: raw.host, port, ...(raw.servedModelName !== undefined ? { servedModelName: raw.servedModelName } : {}),
+        ...(apiKey !== undefined ? { apiKey } : {}), engine, device,
+        verbosity: raw.quiet ? -1 : Math.min(verbose, 2), stderr: process.stderr, stderrIsTTY: process.stderr.isTTY === true,
+      });
+    } catch (err) {
+      if (err instanceof CheckpointError) {
+        if (embedded) throw err;
+        throw new UsageError(`--model-path: ${err.message}`);
+      }
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
+        throw new UsageError(`--port/--host: cannot listen on ${raw.host}:${port} (${(err as Error).message})`);
+      }
+      throw err;
+    }
+    await stopped;
+    return 0;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}

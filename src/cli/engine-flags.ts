@@ -1,0 +1,124 @@
+// The engine flags, defined once for every command that loads the serving engine (the sweep and
+// `serve`): the commander options, their defaults, the resolver (raw strings -> validated values,
+// each bad value a UsageError naming its flag) and the mapping to EngineOptions. A flag means the
+// same thing in both commands because it is this code in both.
+import { Option } from 'commander';
+import type { Device, EngineOptions, KvLayout } from '../engine/types.js';
+import { UsageError } from './usage.js';
+
+export type DeviceChoice = 'cpu' | 'cuda' | 'auto';
+
+export const ENGINE_DEFAULTS = {
+  device: 'auto' as DeviceChoice,
+  threads: 0,
+  kvcache: 'paged' as KvLayout,
+  blockSize: 16,
+  prefillChunk: 512,
+  stepTokenBudget: 2048,
+  maxSeq: 4096,
+};
+
+/** Raw values as commander hands them over (strings and booleans; no commander defaults). */
+export interface RawEngineFlags {
+  device?: string;
+  threads?: string;
+  kvcache?: string;
+  paged?: boolean;
+  blockSize?: string;
+  prefillChunk?: string;
+  stepTokenBudget?: string;
+  maxSeq?: string;
+  maxSeqs?: string;
+}
+
+export interface EngineFlags {
+  device: DeviceChoice;
+  threads: number;
+  kvcache: KvLayout;
+  blockSize: number;
+  prefillChunk: number;
+  stepTokenBudget: number;
+  maxSeq: number;
+  /** Only where the command takes --max-seqs (the sweep sizes it from --concurrency). */
+  maxSeqs?: number;
+}
+
+/** The options, by name; each command adds the ones it takes where its help lists them. */
+export const ENGINE_FLAGS = {
+  device: () => new Option('--device <device>', 'cpu | cuda | auto (default auto: cuda when the engine has a GPU backend)'),
+  threads: () => new Option('--threads <n>', 'CPU worker threads, 0 = all cores (default 0)'),
+  kvcache: () => new Option('--kvcache <layout>', 'paged | continuous (default paged)'),
+  paged: () => new Option('--paged', 'same as --kvcache paged'),
+  blockSize: () => new Option('--block-size <n>', 'tokens per KV block (default 16)'),
+  prefillChunk: () => new Option('--prefill-chunk <n>', 'largest prefill chunk per sequence per step (default 512)'),
+  stepTokenBudget: () => new Option('--step-token-budget <n>', 'most tokens in one forward step (default 2048)'),
+  maxSeq: () => new Option('--max-seq <n>', 'longest sequence (prompt + output) the engine accepts (default 4096)'),
+  maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
+} as const;
+
+/** A non-negative decimal integer no larger than max, or a UsageError naming the flag. */
+export function parseCount(flag: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const v = value.trim();
+  if (!/^\d+$/.test(v)) {
+    throw new UsageError(`${flag}: '${value}' is not a whole number`);
+  }
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n > max) throw new UsageError(`${flag}: ${value} is too large (at most ${max})`);
+  if (n < min) throw new UsageError(`${flag}: ${value} is below the minimum of ${min}`);
+  return n;
+}
+
+export function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
+  if ((allowed as readonly string[]).includes(value)) return value as T;
+  throw new UsageError(`${flag}: '${value}' is not one of ${allowed.join(', ')}`);
+}
+
+/**
+ * Raw engine flags -> validated values. `maxSeqsDefault` is given by commands that take --max-seqs
+ * (its default); without it --max-seqs is not resolved.
+ */
+export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number): EngineFlags {
+  const device = oneOf('--device', raw.device ?? ENGINE_DEFAULTS.device, ['cpu', 'cuda', 'auto'] as const);
+  let kvcache = ENGINE_DEFAULTS.kvcache;
+  if (raw.kvcache !== undefined) kvcache = oneOf('--kvcache', raw.kvcache, ['paged', 'continuous'] as const);
+  if (raw.paged && kvcache !== 'paged') {
+    throw new UsageError(`--paged contradicts --kvcache ${raw.kvcache}; give one`);
+  }
+  const num = (flag: string, v: string | undefined, dflt: number, min: number, max?: number) =>
+    v === undefined ? dflt : parseCount(flag, v, min, max);
+  const flags: EngineFlags = {
+    device,
+    threads: num('--threads', raw.threads, ENGINE_DEFAULTS.threads, 0, 4096),
+    kvcache,
+    blockSize: num('--block-size', raw.blockSize, ENGINE_DEFAULTS.blockSize, 1, 65536),
+    prefillChunk: num('--prefill-chunk', raw.prefillChunk, ENGINE_DEFAULTS.prefillChunk, 1),
+    stepTokenBudget: num('--step-token-budget', raw.stepTokenBudget, ENGINE_DEFAULTS.stepTokenBudget, 1),
+    maxSeq: num('--max-seq', raw.maxSeq, ENGINE_DEFAULTS.maxSeq, 2),
+  };
+  if (maxSeqsDefault !== undefined) {
+    flags.maxSeqs = num('--max-seqs', raw.maxSeqs, maxSeqsDefault, 1, 4096);
+    if (flags.stepTokenBudget < flags.maxSeqs) {
+      throw new UsageError(`--step-token-budget ${flags.stepTokenBudget} must be at least --max-seqs ${flags.maxSeqs} (one decode token per sequence)`);
+    }
+  }
+  return flags;
+}
+
+/** Resolved flags -> the engine's options (the prefix cache is always on, as in the sweep). */
+export function engineOptionsFrom(
+  flags: Omit<EngineFlags, 'device' | 'maxSeqs'>, device: Device, maxSeqs: number, profile = false,
+): EngineOptions {
+  return {
+    device,
+    threads: flags.threads,
+    blockSize: flags.blockSize,
+    kvcache: flags.kvcache,
+    maxSeq: flags.maxSeq,
+    maxSeqs,
+    prefillChunk: flags.prefillChunk,
+    stepTokenBudget: flags.stepTokenBudget,
+    prefixCache: true,
+    cudaGraphs: device === 'cuda',
+    profile,
+  };
+}

@@ -1,0 +1,58 @@
+// GET /health, GET /v1/models, POST /tokenize and /detokenize (vLLM's shapes), GET /metrics.
+import type { FastifyInstance } from 'fastify';
+import { openaiChatInput, renderChat } from './chat-request.js';
+import type { ServeContext } from './context.js';
+import { ApiError, badRequest } from './errors.js';
+import { checkModel } from './model.js';
+import { DETOKENIZE_BODY, TOKENIZE_BODY } from './schemas.js';
+
+type Json = Record<string, unknown>;
+
+export function registerMiscRoutes(app: FastifyInstance, ctx: ServeContext): void {
+  app.get('/health', async (_req, reply) => {
+    if (ctx.closing) return reply.code(503).send({ status: 'shutting down' });
+    if (!ctx.engine) return reply.code(503).send({ status: 'loading' });
+    return { status: 'ok' };
+  });
+
+  app.get('/v1/models', async () => ({
+    object: 'list',
+    data: [{
+      id: ctx.model.name, object: 'model', created: ctx.model.created, owned_by: 'lumen-bench', root: ctx.model.root,
+      parent: null, max_model_len: ctx.model.maxSeq,
+    }],
+  }));
+
+  app.post('/tokenize', { schema: { body: TOKENIZE_BODY } }, async (req) => {
+    const body = req.body as Json;
+    checkModel(ctx.model, body.model);
+    let ids: number[];
+    if (body.messages !== undefined && body.messages !== null) {
+      if (body.prompt !== undefined) throw badRequest('give either prompt or messages, not both', 'prompt');
+      ids = renderChat(ctx.model, openaiChatInput(body)).ids;
+    } else if (typeof body.prompt === 'string') {
+      ids = ctx.model.tokenizer.encode(body.prompt);
+    } else {
+      throw badRequest('give prompt (text) or messages', 'prompt');
+    }
+    return {
+      count: ids.length, max_model_len: ctx.model.maxSeq, tokens: ids,
+      token_strs: body.return_token_strs === true ? ids.map((t) => ctx.model.tokenizer.idToToken(t) ?? '') : null,
+    };
+  });
+
+  app.post('/detokenize', { schema: { body: DETOKENIZE_BODY } }, async (req) => {
+    const body = req.body as Json;
+    checkModel(ctx.model, body.model);
+    const ids = body.tokens as number[];
+    const bad = ids.find((t) => t >= ctx.model.vocabSize);
+    if (bad !== undefined) throw badRequest(`tokens: ${bad} is outside the vocabulary (${ctx.model.vocabSize})`, 'tokens');
+    return { prompt: ctx.model.tokenizer.decode(ids) };
+  });
+
+  app.get('/metrics', async (_req, reply) => {
+    if (!ctx.metrics) throw new ApiError(503, 'the model is still loading', 'unavailable');
+    const text = await ctx.metrics.text();
+    return reply.type(ctx.metrics.contentType).send(text);
+  });
+}

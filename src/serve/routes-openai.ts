@@ -1,0 +1,266 @@
+// POST /v1/chat/completions and POST /v1/completions, as the OpenAI API (and vLLM's extensions)
+// define them, streamed or not. Streams: one `id`; the first chunk carries the role together with
+// the first token (nothing is sent before prefill ends); one chunk per engine step; a final chunk with
+// finish_reason and no content; the usage chunk (`choices: []`) when asked; `data: [DONE]`.
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { TokenLogprobs } from '../engine/types.js';
+import { openaiChatInput, renderChat } from './chat-request.js';
+import type { ServeContext } from './context.js';
+import { ApiError, badRequest, errorBody, toApiError } from './errors.js';
+import type { GenerationParams, GenerationResult, StepDelta } from './generation.js';
+import { checkModel } from './model.js';
+import { commonParams, rejectUnsupported, resolveMaxTokens } from './request-params.js';
+import { CHAT_BODY, COMPLETION_BODY } from './schemas.js';
+import { SseStream } from './sse.js';
+import type { ToolCall } from './tool-calls.js';
+
+type Json = Record<string, unknown>;
+
+const hexId = () => randomBytes(8).toString('hex');
+
+export function usageOf(r: GenerationResult): Json {
+  return {
+    prompt_tokens: r.promptTokens,
+    completion_tokens: r.tokens.length,
+    total_tokens: r.promptTokens + r.tokens.length,
+    prompt_tokens_details: { cached_tokens: r.cachedPromptTokens },
+  };
+}
+
+/** The finish reasons the API knows (a request cut by the server is `abort`, as vLLM says). */
+function finishReason(r: GenerationResult): string {
+  return r.finish === 'cancelled' || r.finish === 'error' ? 'abort' : r.finish;
+}
+
+function chatLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonly TokenLogprobs[]): Json {
+  const piece = (id: number, logprob: number) => {
+    const p = ctx.model.text.tokenPiece(id);
+    return { token: p.text, logprob, bytes: p.bytes };
+  };
+  return {
+    content: lps.map((l, i) => ({ ...piece(tokens[i]!, l.logprob), top_logprobs: l.top.map((t) => piece(t.token, t.logprob)) })),
+  };
+}
+
+function completionLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonly TokenLogprobs[], offset0: number): Json {
+  const strs: string[] = [];
+  const offsets: number[] = [];
+  let off = offset0;
+  for (const t of tokens.slice(0, lps.length)) {
+    const s = ctx.model.text.tokenPiece(t).text;
+    strs.push(s);
+    offsets.push(off);
+    off += s.length;
+  }
+  return {
+    tokens: strs,
+    token_logprobs: lps.map((l) => l.logprob),
+    top_logprobs: lps.map((l) => Object.fromEntries(l.top.map((t) => [ctx.model.text.tokenPiece(t.token).text, t.logprob]))),
+    text_offset: offsets,
+  };
+}
+
+function toolCallsOut(calls: readonly ToolCall[], base = 0, indexed = false): Json[] {
+  return calls.map((c, k) => ({
+    ...(indexed ? { index: base + k } : {}),
+    id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments },
+  }));
+}
+
+/** Sends an error response in the OpenAI shape (before a stream started). */
+function sendError(reply: FastifyReply, err: unknown): FastifyReply {
+  const e = toApiError(err);
+  return reply.code(e.status).send(errorBody('openai', e));
+}
+
+export function registerOpenAIRoutes(app: FastifyInstance, ctx: ServeContext): void {
+  app.post('/v1/chat/completions', { schema: { body: CHAT_BODY } }, (req, reply) => chat(ctx, req, reply));
+  app.post('/v1/completions', { schema: { body: COMPLETION_BODY } }, (req, reply) => completions(ctx, req, reply));
+}
+
+async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
+  const startedAt = performance.now();
+  const body = req.body as Json;
+  ctx.requireEngine();
+  checkModel(ctx.model, body.model);
+  rejectUnsupported(body, 'chat');
+  const rendered = renderChat(ctx.model, openaiChatInput(body));
+  const maxParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+  const maxTokens = resolveMaxTokens(ctx.model, rendered.ids.length, body[maxParam], maxParam, 'rest');
+  const common = commonParams(ctx.model, body, maxTokens);
+  const params: GenerationParams = {
+    prompt: rendered.ids, ...common, eosTokens: ctx.model.eosTokenIds,
+    ...(body.logprobs === true ? { logprobs: (body.top_logprobs as number | null | undefined) ?? 0 } : {}),
+    reasoning: { startsInReasoning: rendered.startsInReasoning },
+    ...(rendered.tools
+      ? { tools: { defs: rendered.tools.defs, prefix: rendered.tools.prefix, idPrefix: 'chatcmpl-tool-', onlyFirst: body.parallel_tool_calls === false } }
+      : {}),
+  };
+  const id = `chatcmpl-${hexId()}`;
+  const created = Math.floor(Date.now() / 1000);
+  const model = ctx.model.name;
+  const returnIds = body.return_token_ids === true;
+
+  if (body.stream !== true) {
+    const gen = ctx.start(params, reply);
+    const r = await gen.done;
+    (req as { lumenResult?: GenerationResult }).lumenResult = r;
+    if (r.finish === 'error') return sendError(reply, new Error(r.error ?? 'generation failed'));
+    if (r.finish === 'cancelled' && ctx.closing) return sendError(reply, new ApiError(503, 'the server is shutting down', 'unavailable'));
+    const message: Json = {
+      role: 'assistant',
+      content: r.toolCalls.length && !r.content ? null : r.content,
+      reasoning_content: r.reasoning || null,
+      tool_calls: toolCallsOut(r.toolCalls),
+    };
+    return {
+      id, object: 'chat.completion', created, model,
+      choices: [{
+        index: 0, message,
+        logprobs: r.logprobs ? chatLogprobs(ctx, r.tokens, r.logprobs) : null,
+        finish_reason: finishReason(r), stop_reason: r.stopReason,
+        ...(returnIds ? { token_ids: r.tokens } : {}),
+      }],
+      usage: usageOf(r),
+      ...(returnIds ? { prompt_token_ids: rendered.ids } : {}),
+    };
+  }
+
+  const opts = (body.stream_options as Json | null | undefined) ?? {};
+  const includeUsage = opts.include_usage === true;
+  const continuous = includeUsage && opts.continuous_usage_stats === true;
+  let sse: SseStream | null = null;
+  let first = true;
+  let toolIndex = 0;
+  let produced = 0;
+  const chunk = (choice: Json, usage?: Json | null): Json => ({
+    id, object: 'chat.completion.chunk', created, model, choices: [choice],
+    ...(includeUsage ? { usage: usage ?? null } : {}),
+  });
+  const onDelta = (d: StepDelta) => {
+    if (!sse || sse.closed) return;
+    produced += d.tokens.length;
+    const delta: Json = {};
+    if (first) delta.role = 'assistant';
+    if (d.reasoning) delta.reasoning_content = d.reasoning;
+    if (d.content) delta.content = d.content;
+    if (d.toolCalls.length) {
+      delta.tool_calls = toolCallsOut(d.toolCalls, toolIndex, true);
+      toolIndex += d.toolCalls.length;
+    }
+    if (!('content' in delta) && !('reasoning_content' in delta) && !('tool_calls' in delta)) delta.content = '';
+    first = false;
+    sse.data(chunk({
+      index: 0, delta,
+      logprobs: d.logprobs ? chatLogprobs(ctx, d.tokens, d.logprobs) : null,
+      finish_reason: null,
+      ...(returnIds ? { token_ids: d.tokens } : {}),
+    }, continuous ? { prompt_tokens: rendered.ids.length, completion_tokens: produced, total_tokens: rendered.ids.length + produced } : null));
+  };
+  const gen = ctx.start(params, reply, onDelta);
+  sse = new SseStream(reply);
+  const r = await gen.done;
+  if (!sse.closed) {
+    if (r.finish === 'error' || (r.finish === 'cancelled' && ctx.closing)) {
+      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : new ApiError(503, 'the server is shutting down', 'unavailable');
+      sse.data(errorBody('openai', e));
+    } else {
+      sse.data(chunk({ index: 0, delta: first ? { role: 'assistant', content: '' } : {}, logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
+      if (includeUsage) sse.data({ id, object: 'chat.completion.chunk', created, model, choices: [], usage: usageOf(r) });
+    }
+    sse.line('data: [DONE]');
+    sse.end();
+  }
+  ctx.logRequest({ route: '/v1/chat/completions', status: 200, result: r, startedAt });
+  return reply;
+}
+
+/** `prompt` -> token ids and the prompt's text (for echo). */
+function completionPrompt(ctx: ServeContext, prompt: unknown): { ids: number[]; text: string } {
+  const one = (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) ? prompt[0] : prompt;
+  if (Array.isArray(one) && one.some((x) => typeof x !== 'number')) throw badRequest('batched prompts (a list of several prompts) are not supported by this server', 'prompt');
+  if (typeof one === 'string') return { ids: ctx.model.tokenizer.encode(one), text: one };
+  const ids = one as number[];
+  const bad = ids.find((t) => t >= ctx.model.vocabSize);
+  if (bad !== undefined) throw badRequest(`prompt: token ${bad} is outside the vocabulary (${ctx.model.vocabSize})`, 'prompt');
+  return { ids, text: ctx.model.text.text(ids) };
+}
+
+async function completions(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
+  const startedAt = performance.now();
+  const body = req.body as Json;
+  ctx.requireEngine();
+  checkModel(ctx.model, body.model);
+  rejectUnsupported(body, 'completions');
+  const prompt = completionPrompt(ctx, body.prompt);
+  const maxTokens = resolveMaxTokens(ctx.model, prompt.ids.length, body.max_tokens, 'max_tokens', 16, 'prompt');
+  const common = commonParams(ctx.model, body, maxTokens);
+  const logprobs = typeof body.logprobs === 'number' ? body.logprobs : undefined;
+  const params: GenerationParams = {
+    prompt: prompt.ids, ...common, eosTokens: ctx.model.eosTokenIds, ...(logprobs !== undefined ? { logprobs } : {}),
+  };
+  const echo = body.echo === true ? prompt.text : '';
+  const id = `cmpl-${hexId()}`;
+  const created = Math.floor(Date.now() / 1000);
+  const model = ctx.model.name;
+  const returnIds = body.return_token_ids === true;
+
+  if (body.stream !== true) {
+    const gen = ctx.start(params, reply);
+    const r = await gen.done;
+    (req as { lumenResult?: GenerationResult }).lumenResult = r;
+    if (r.finish === 'error') return sendError(reply, new Error(r.error ?? 'generation failed'));
+    if (r.finish === 'cancelled' && ctx.closing) return sendError(reply, new ApiError(503, 'the server is shutting down', 'unavailable'));
+    return {
+      id, object: 'text_completion', created, model,
+      choices: [{
+        index: 0, text: echo + r.content,
+        logprobs: r.logprobs ? completionLogprobs(ctx, r.tokens, r.logprobs, echo.length) : null,
+        finish_reason: finishReason(r), stop_reason: r.stopReason,
+        ...(returnIds ? { token_ids: r.tokens, prompt_token_ids: prompt.ids } : {}),
+      }],
+      usage: usageOf(r),
+    };
+  }
+
+  const opts = (body.stream_options as Json | null | undefined) ?? {};
+  const includeUsage = opts.include_usage === true;
+  const continuous = includeUsage && opts.continuous_usage_stats === true;
+  let sse: SseStream | null = null;
+  let first = true;
+  let offset = echo.length;
+  let produced = 0;
+  const chunk = (choice: Json, usage?: Json | null): Json => ({
+    id, object: 'text_completion', created, model, choices: [choice], ...(includeUsage ? { usage: usage ?? null } : {}),
+  });
+  const onDelta = (d: StepDelta) => {
+    if (!sse || sse.closed) return;
+    produced += d.tokens.length;
+    const text = (first ? echo : '') + d.content;
+    const lp = d.logprobs ? completionLogprobs(ctx, d.tokens, d.logprobs, offset) : null;
+    offset += d.content.length;
+    sse.data(chunk({
+      index: 0, text, logprobs: lp, finish_reason: null,
+      ...(returnIds ? { token_ids: d.tokens, ...(first ? { prompt_token_ids: prompt.ids } : {}) } : {}),
+    }, continuous ? { prompt_tokens: prompt.ids.length, completion_tokens: produced, total_tokens: prompt.ids.length + produced } : null));
+    first = false;
+  };
+  const gen = ctx.start(params, reply, onDelta);
+  sse = new SseStream(reply);
+  const r = await gen.done;
+  if (!sse.closed) {
+    if (r.finish === 'error' || (r.finish === 'cancelled' && ctx.closing)) {
+      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : new ApiError(503, 'the server is shutting down', 'unavailable');
+      sse.data(errorBody('openai', e));
+    } else {
+      sse.data(chunk({ index: 0, text: first ? echo : '', logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
+      if (includeUsage) sse.data({ id, object: 'text_completion', created, model, choices: [], usage: usageOf(r) });
+    }
+    sse.line('data: [DONE]');
+    sse.end();
+  }
+  ctx.logRequest({ route: '/v1/completions', status: 200, result: r, startedAt });
+  return reply;
+}

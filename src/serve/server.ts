@@ -1,0 +1,204 @@
+// `bench serve`'s server: fastify with JSON-schema validation, API keys, the APIs' error shapes, and
+// its life: listen first (GET /health answers 503 while the model loads), load the model into the
+// one engine, serve; close = stop accepting, cancel what is in flight, close the engine.
+import { timingSafeEqual } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import { colorEnabled, engineLine, HumanRenderer, LogRenderer, type SweepRenderer } from '../bench/render.js';
+import { createLogger } from '../bench/logger.js';
+import { engineOptionsFrom, type EngineFlags } from '../cli/engine-flags.js';
+import { loadEngine, type EngineInternals } from '../engine/engine.js';
+import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
+import { loadCheckpoint } from '../model/checkpoint.js';
+import type { Checkpoint } from '../model/types.js';
+import { loadTokenizer } from '../model/tokenizer.js';
+import { machineInfo } from '../util/machine.js';
+import { TOOL_VERSION } from '../util/version.js';
+import { ServeContext } from './context.js';
+import { ServeEngine } from './engine-queue.js';
+import { ApiError, errorBody, flavorOf, toApiError } from './errors.js';
+import type { GenerationResult } from './generation.js';
+import { ServeMetrics } from './metrics.js';
+import { makeServeModel } from './model.js';
+import { registerAnthropicRoutes } from './routes-anthropic.js';
+import { registerMiscRoutes } from './routes-misc.js';
+import { registerOpenAIRoutes } from './routes-openai.js';
+
+export interface ServeOptions {
+  modelDir: string;
+  /** The embedded synthetic model (said so in the header). */
+  embedded: boolean;
+  host: string;
+  /** 0 = any free port. */
+  port: number;
+  servedModelName?: string;
+  apiKey?: string;
+  engine: EngineFlags & { maxSeqs: number };
+  device: Device;
+  /** -1 quiet, 0 human header, 1 pino JSON lines (one per request), 2 debug. */
+  verbosity: number;
+  stderr: NodeJS.WritableStream;
+  stderrIsTTY: boolean;
+  /** Tests only: engine internals (e.g. manual steps). */
+  internals?: EngineInternals;
+  /** Called once the server listens, before the model loads (GET /health answers 503 until it has). */
+  onListening?: (url: string) => void;
+  /** Tests only: another engine behind the same handle (e.g. one that plays back scripted tokens). */
+  loadEngine?: (ckpt: Checkpoint, opts: EngineOptions) => Promise<EngineHandle>;
+}
+
+export interface RunningServer {
+  url: string;
+  app: FastifyInstance;
+  ctx: ServeContext;
+  engine: EngineHandle;
+  engineOptions: EngineOptions;
+  /** Stop accepting, cancel in flight, close the engine. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** Routes that need the API key (when one is set): the APIs and the tokenizer endpoints; /health and /metrics stay open. */
+function needsKey(url: string): boolean {
+  return url.startsWith('/v1/') || url === '/v1' || url.startsWith('/tokenize') || url.startsWith('/detokenize');
+}
+
+function keyMatches(given: string | undefined, key: string): boolean {
+  if (given === undefined) return false;
+  const a = Buffer.from(given);
+  const b = Buffer.from(key);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+function presentedKey(req: FastifyRequest): string | undefined {
+  const auth = req.headers.authorization;
+  if (typeof auth === 'string' && /^bearer\s+/i.test(auth)) return auth.replace(/^bearer\s+/i, '').trim();
+  const x = req.headers['x-api-key'];
+  return typeof x === 'string' ? x : undefined;
+}
+
+/** The body limit: room for a max_seq-token prompt as JSON text with plenty to spare, at least 1 MiB. */
+export function bodyLimitFor(maxSeq: number): number {
+  return Math.max(1 << 20, maxSeq * 64);
+}
+
+export function buildApp(ctx: ServeContext, apiKey: string | undefined, bodyLimit: number): FastifyInstance {
+  const app = Fastify({
+    logger: false,
+    bodyLimit,
+    return503OnClosing: true,
+    // Wrong types are errors, not conversions; nothing is added to or removed from a body.
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false } },
+  });
+
+  app.addHook('onRequest', async (req) => {
+    (req as { lumenStart?: number }).lumenStart = performance.now();
+    if (apiKey !== undefined && needsKey(req.url) && !keyMatches(presentedKey(req), apiKey)) {
+      throw new ApiError(401, presentedKey(req) === undefined
+        ? 'missing API key (send Authorization: Bearer KEY, or x-api-key: KEY)'
+        : 'incorrect API key', 'authentication');
+    }
+  });
+
+  app.addHook('onResponse', async (req, reply) => {
+    const r = req as { lumenStart?: number; lumenResult?: GenerationResult; lumenError?: string };
+    if (reply.raw.getHeader('content-type')?.toString().startsWith('text/event-stream')) return; // streams log themselves
+    if (req.url === '/health' || req.url === '/metrics') return;
+    ctx.logRequest({
+      route: req.routeOptions.url ?? req.url, status: reply.statusCode, result: r.lumenResult ?? null,
+      startedAt: r.lumenStart ?? performance.now(), ...(r.lumenError ? { error: r.lumenError } : {}),
+    });
+  });
+
+  app.setErrorHandler((err, req, reply) => {
+    const e = toApiError(err);
+    (req as { lumenError?: string }).lumenError = e.message;
+    if (e.status >= 500) ctx.log.error({ event: 'error', url: req.url, error: (err as Error).stack ?? String(err) }, 'request failed');
+    return reply.code(e.status).send(errorBody(flavorOf(req.url), e));
+  });
+
+  app.setNotFoundHandler((req, reply) => {
+    const e = new ApiError(404, `no route ${req.method} ${req.url.split('?')[0]}`, 'not_found');
+    return reply.code(404).send(errorBody(flavorOf(req.url), e));
+  });
+
+  registerMiscRoutes(app, ctx);
+  registerOpenAIRoutes(app, ctx);
+  registerAnthropicRoutes(app, ctx);
+  return app;
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}
+
+/** Starts serving: header, tokenizer, listen (503 on /health while loading), engine, ready. */
+export async function startServer(o: ServeOptions): Promise<RunningServer> {
+  const log = createLogger(o.verbosity);
+  const renderer: SweepRenderer = o.verbosity >= 1
+    ? new LogRenderer(log)
+    : new HumanRenderer(o.stderr, o.stderrIsTTY, colorEnabled(o.stderrIsTTY, process.env), o.verbosity < 0);
+  const machine = machineInfo();
+  renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: o.engine.threads || machine.logicalCores });
+  renderer.modelPath(o.modelDir, o.embedded);
+  const t0 = performance.now();
+  const ckpt = loadCheckpoint(o.modelDir);
+  const tokenizer = await loadTokenizer(o.modelDir);
+  const name = o.servedModelName ?? ckpt.dir.split(/[/\\]/).filter(Boolean).pop() ?? 'model';
+  const model = makeServeModel({
+    name, root: ckpt.dir, tokenizer, configEos: ckpt.config.eosTokenId, maxSeq: o.engine.maxSeq, vocabSize: ckpt.config.vocabSize,
+  });
+  const ctx = new ServeContext(model, log);
+  const app = buildApp(ctx, o.apiKey, bodyLimitFor(o.engine.maxSeq));
+  await app.listen({ host: o.host, port: o.port });
+  const addr = app.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : o.port;
+  const host = o.host.includes(':') ? `[${o.host}]` : o.host;
+  const url = `http://${host}:${port}`;
+  if (!isLoopback(o.host) && o.apiKey === undefined) {
+    renderer.warn(`listening on ${o.host} without an API key: anyone who can reach this port can use the model (give --api-key or --api-key-env)`);
+  }
+
+  o.onListening?.(url);
+
+  const opts = engineOptionsFrom(o.engine, o.device, o.engine.maxSeqs);
+  let engine: EngineHandle;
+  try {
+    engine = o.loadEngine
+      ? await o.loadEngine(ckpt, opts)
+      : await loadEngine(ckpt, opts, { onLoadProgress: (d, t) => renderer.loadProgress(d, t) }, o.internals ?? {});
+  } catch (err) {
+    await app.close();
+    renderer.close();
+    throw err;
+  }
+  const serveEngine = new ServeEngine(engine);
+  ctx.engine = serveEngine;
+  ctx.metrics = new ServeMetrics({ stats: () => engine.stats(), inFlight: () => serveEngine.inFlight() }, model.name);
+  const info = engine.info;
+  renderer.loaded({
+    seconds: (performance.now() - t0) / 1000, backend: info.backend, isa: info.isa, weightBytes: info.weightBytes,
+    threads: info.threads, gpu: info.backend === 'cuda' ? { name: info.gpuName ?? 'GPU', memoryMb: Math.round((info.gpuMemoryBytes ?? 0) / 2 ** 20) } : null,
+    engineLine: engineLine(opts, info),
+  });
+  if (renderer instanceof HumanRenderer) renderer.field('URL', `${url}  (model '${model.name}'; OpenAI /v1/chat/completions, /v1/completions; Anthropic /v1/messages)`);
+  else log.info({ event: 'listening', url, model: model.name }, `listening on ${url}`);
+  renderer.close();
+
+  let closing: Promise<void> | null = null;
+  const close = (): Promise<void> => {
+    if (closing) return closing;
+    closing = (async () => {
+      ctx.closing = true;
+      const stopped = app.close(); // no new connections; open ones end when their responses do
+      const timer = setTimeout(() => app.server.closeAllConnections(), 1000);
+      timer.unref();
+      await ctx.cancelAll(); // streams end with a "shutting down" error event, others with a 503
+      app.server.closeIdleConnections(); // keep-alive connections whose responses just ended
+      await stopped;
+      clearTimeout(timer);
+      await engine.close();
+    })();
+    return closing;
+  };
+  return { url, app, ctx, engine, engineOptions: opts, close };
+}

@@ -1,0 +1,115 @@
+// `bench serve` as a process: flag errors before anything loads (exit 2), the sweep's header and the
+// URL on stderr, a warning when bound beyond loopback without a key, -v request lines, and SIGTERM /
+// SIGINT: stop accepting, cancel what is in flight, exit 0 (the process gives itself 1.8 s).
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { REPO_ROOT } from '../src/util/version.js';
+import { readSse } from './helpers/serve-fixture.js';
+
+const BENCH = path.join(REPO_ROOT, 'bin', 'bench.js');
+
+interface Served {
+  child: ChildProcess;
+  stderr: () => string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
+}
+
+/** Spawns `bench serve ARGS` and resolves once `ready(stderr)` returns a URL. */
+async function serve(args: string[], ready: (stderr: string) => string | null): Promise<Served & { url: string }> {
+  const child = spawn(process.execPath, [BENCH, 'serve', '--port', '0', '--device', 'cpu', '--threads', '2', '--max-seq', '1024', ...args], {
+    env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let err = '';
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) => {
+    child.on('exit', (code, signal) => resolve({ code, signal, at: performance.now() }));
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+      const u = ready(err);
+      if (u) resolve(u);
+    });
+    void exited.then((e) => reject(new Error(`bench serve exited (${e.code}) before it was ready:\n${err}`)));
+  });
+  return { child, url, stderr: () => err, exited };
+}
+
+function usage(args: string[]): { code: number | null; stderr: string } {
+  const r = spawnSync(process.execPath, [BENCH, 'serve', ...args], { encoding: 'utf8', env: { ...process.env, NO_COLOR: '1', LUMEN_CACHE_DIR: '/nonexistent-cache-dir-for-usage-tests' } });
+  return { code: r.status, stderr: r.stderr };
+}
+
+describe('bench serve (process)', () => {
+  it.each([
+    [['--port', '70000'], /--port: 70000 is too large \(at most 65535\)/],
+    [['--max-seqs', '0'], /--max-seqs: 0 is below the minimum of 1/],
+    [['--kvcache', 'flat'], /--kvcache: 'flat' is not one of paged, continuous/],
+    [['--max-seqs', '64', '--step-token-budget', '32'], /--step-token-budget 32 must be at least --max-seqs 64/],
+    [['--api-key', 'a', '--api-key-env', 'B'], /cannot be used with/],
+    [['--api-key-env', 'LUMEN_SURELY_UNSET_VAR'], /LUMEN_SURELY_UNSET_VAR is not set/],
+    [['--model-path', '/nonexistent/model'], /--model-path: \/nonexistent\/model does not exist/],
+    [['-q', '-v'], /-q and -v contradict/],
+  ])('%j exits 2 naming the flag, before any model is loaded', (args, message) => {
+    const r = usage(args as string[]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(message as RegExp);
+  });
+
+  it('prints the sweep\'s header and the URL; warns when bound beyond loopback without a key; SIGINT exits 0', async () => {
+    const s = await serve(['--host', '0.0.0.0'], (e) => /URL\s+(http:\/\/\S+)/.exec(e)?.[1] ?? null);
+    const err = s.stderr();
+    expect(err).toMatch(/lumen-bench v\d/);
+    expect(err).toMatch(/CPU\s+.+\(2 threads\)/);
+    expect(err).toMatch(/Model path\s+.*embedded-tiny-v2 \(embedded synthetic tiny model\)/);
+    expect(err).toMatch(/Model loaded\s+[\d.]+s \(backend: cpu/);
+    expect(err).toMatch(/Engine\s+paged KV, block 16, \d+ blocks, prefill chunk 512, step budget 2048, max-seq 1024, 8 seqs, prefix cache on/);
+    expect(err).toMatch(/warning:.*without an API key/);
+    expect(err).not.toMatch(/\x1b\[/); // no escape codes off a TTY
+    const port = new URL(s.url).port;
+    const h = await fetch(`http://127.0.0.1:${port}/health`);
+    expect(await h.json()).toEqual({ status: 'ok' });
+    s.child.kill('SIGINT');
+    const e = await s.exited;
+    expect(e.code).toBe(0);
+  });
+
+  it('-v: one JSON line per request; SIGTERM mid-stream cancels it and exits 0', async () => {
+    const s = await serve(['-v'], (e) => {
+      for (const line of e.split('\n')) {
+        if (!line.startsWith('{')) continue;
+        const j = JSON.parse(line) as { event?: string; url?: string };
+        if (j.event === 'listening') return j.url!;
+      }
+      return null;
+    });
+    const r = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'the sea', max_tokens: 5, temperature: 0, ignore_eos: true }),
+    });
+    expect(r.status).toBe(200);
+    await r.json();
+    // A stream that would run for 900 tokens: SIGTERM after its first chunk.
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'the sea', max_tokens: 900, temperature: 0, ignore_eos: true, stream: true }),
+    });
+    let signalledAt = 0;
+    const events = await readSse(res, () => {
+      if (!signalledAt) {
+        signalledAt = performance.now();
+        s.child.kill('SIGTERM');
+      }
+    }).catch(() => null);
+    const e = await s.exited;
+    expect(e.code).toBe(0);
+    // Deadline, not a race: the process exits by itself within 1.8 s of the signal; 10 s covers a loaded machine's spawn/exit.
+    expect(e.at - signalledAt).toBeLessThan(10_000);
+    if (events) expect(events.length).toBeLessThan(900);
+    const lines = s.stderr().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const reqs = lines.filter((l) => l.event === 'request');
+    expect(reqs[0]).toMatchObject({ route: '/v1/completions', status: 200, output_tokens: 5, finish_reason: 'length' });
+    for (const k of ['id', 'prompt_tokens', 'cached_tokens', 'ttft_ms', 'duration_ms']) expect(reqs[0]).toHaveProperty(k);
+    expect(typeof reqs[0]!.ttft_ms).toBe('number');
+  });
+});

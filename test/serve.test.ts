@@ -1,0 +1,696 @@
+// `bench serve` end to end: the real server on a random port over the embedded model, driven by the
+// official SDKs (openai@6, @anthropic-ai/sdk, maxRetries 0) and by raw HTTP where the wire format
+// itself is the subject. Nothing here waits on timing: situations are forced (manual engine steps,
+// streams held open by large max_tokens) and conditions polled, bounded by the test timeout.
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '../src/serve/server.js';
+import { REPO_ROOT } from '../src/util/version.js';
+import { promptIds } from './helpers/engine-fixture.js';
+import { API_KEY, parsePrometheus, promValue, readSse, ScriptedEngine, startTestServer, until } from './helpers/serve-fixture.js';
+
+type Json = Record<string, any>;
+
+const BENCH = path.join(REPO_ROOT, 'bin', 'bench.js');
+
+/** Extra (vLLM) body fields through the SDK's typed params. */
+function withExtras<T>(p: T & Json): T {
+  return p;
+}
+
+function openai(s: RunningServer, apiKey = API_KEY): OpenAI {
+  return new OpenAI({ baseURL: `${s.url}/v1`, apiKey, maxRetries: 0 });
+}
+
+function anthropic(s: RunningServer, apiKey = API_KEY): Anthropic {
+  return new Anthropic({ baseURL: s.url, apiKey, maxRetries: 0 });
+}
+
+async function post(s: RunningServer, route: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(`${s.url}${route}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}`, ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/** Greedy tokens of a token-id prompt through /v1/completions (non-streamed). */
+async function soloTokens(client: OpenAI, prompt: number[], maxTokens: number): Promise<number[]> {
+  const r = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>({
+    model: 'embedded-tiny-v2', prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, return_token_ids: true,
+  }));
+  return (r.choices[0] as Json).token_ids as number[];
+}
+
+/** The engine's blocks and slots with nothing in flight: every used block is a prefix-cache block, every slot free. */
+function atBaseline(s: RunningServer): boolean {
+  const st = s.engine.stats();
+  return s.ctx.inFlight === 0 && s.ctx.engine!.inFlight() === 0 && st.stateSlotsFree === st.stateSlotsTotal && st.kvBlocksUsed === st.prefixCachedBlocks;
+}
+
+describe('bench serve over the embedded model', () => {
+  let s: RunningServer;
+  let client: OpenAI;
+  beforeAll(async () => {
+    s = await startTestServer();
+    client = openai(s);
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  it('GET /health and /v1/models', async () => {
+    const h = await fetch(`${s.url}/health`);
+    expect(h.status).toBe(200);
+    expect(await h.json()).toEqual({ status: 'ok' });
+    const models = await client.models.list();
+    expect(models.data).toHaveLength(1);
+    const m = models.data[0] as Json;
+    expect(m.id).toBe('embedded-tiny-v2');
+    expect(m.object).toBe('model');
+    expect(typeof m.created).toBe('number');
+    expect(m.owned_by).toBe('lumen-bench');
+    expect(m.root).toMatch(/embedded-tiny-v2$/);
+    expect(m.max_model_len).toBe(1024);
+  });
+
+  it('chat: non-streamed and streamed give the same text; the first chunk carries the role with the first token; usage chunk; [DONE]', async () => {
+    // ignore_eos: the random model's greedy output differs between CPU kernels (AVX2 / AVX-512), so no test relies on it not ending.
+    const req = withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'Tell me about the sea.' }], max_tokens: 12, temperature: 0, ignore_eos: true,
+    });
+    const whole = await client.chat.completions.create(req);
+    const c = whole.choices[0]!;
+    expect(whole.object).toBe('chat.completion');
+    expect(c.finish_reason).toBe('length');
+    expect(whole.usage!.completion_tokens).toBe(12);
+    expect(whole.usage!.total_tokens).toBe(whole.usage!.prompt_tokens + 12);
+    expect(typeof c.message.content).toBe('string');
+    // SDK stream.
+    let text = '';
+    const ids = new Set<string>();
+    let usage: OpenAI.CompletionUsage | undefined;
+    let finish: string | null = null;
+    const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+    for await (const ch of stream) {
+      ids.add(ch.id);
+      if (ch.usage) usage = ch.usage;
+      for (const ci of ch.choices) {
+        text += ci.delta.content ?? '';
+        if (ci.finish_reason) finish = ci.finish_reason;
+      }
+    }
+    expect(text).toBe(c.message.content);
+    expect(ids.size).toBe(1);
+    expect(finish).toBe('length');
+    expect(usage).toMatchObject({ completion_tokens: 12, prompt_tokens: whole.usage!.prompt_tokens });
+    // Raw wire: data lines, role + the first token in chunk 1, token chunks (one per engine step; see the
+    // manual-step test for the exact count), the finish chunk without content, the usage chunk with choices [], [DONE].
+    const res = await post(s, '/v1/chat/completions', { ...req, stream: true, stream_options: { include_usage: true }, return_token_ids: true });
+    expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    const events = await readSse(res);
+    expect(events.every((e) => e.event === null)).toBe(true);
+    expect(events[events.length - 1]!.data).toBe('[DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.data) as Json);
+    const tokenChunks = chunks.slice(0, -2);
+    expect(tokenChunks[0]!.choices[0].delta.role).toBe('assistant');
+    expect(tokenChunks.every((ch) => ch.choices[0].token_ids.length >= 1)).toBe(true);
+    expect(tokenChunks.flatMap((ch) => ch.choices[0].token_ids as number[])).toHaveLength(12);
+    expect(tokenChunks.slice(1).every((ch) => ch.choices[0].delta.role === undefined)).toBe(true);
+    expect(tokenChunks.every((ch) => ch.usage === null && ch.choices[0].finish_reason === null)).toBe(true);
+    const fin = chunks[chunks.length - 2]!;
+    expect(fin.choices[0]).toMatchObject({ delta: {}, finish_reason: 'length' });
+    expect(chunks[chunks.length - 1]).toMatchObject({ choices: [], usage: { completion_tokens: 12 } });
+    expect(tokenChunks.map((ch) => ch.choices[0].delta.content ?? '').join('')).toBe(c.message.content);
+  });
+
+  it('completions: greedy tokens over HTTP are `bench prompt`\'s tokens for the same prompt ids, streamed or not', async () => {
+    const prompt = promptIds(21, 4);
+    const cli = spawnSync(process.execPath, [BENCH, 'prompt', '--prompt-ids', prompt.join(','), '--max-new-tokens', '10', '--ignore-eos', '--device', 'cpu', '--threads', '2'], {
+      encoding: 'utf8', env: { ...process.env, NO_COLOR: '1' },
+    });
+    expect(cli.status, cli.stderr).toBe(0);
+    const want = cli.stdout.trim().split(/\s+/).map(Number);
+    expect(want).toHaveLength(10);
+    expect(await soloTokens(client, prompt, 10)).toEqual(want);
+    const stream = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsStreaming>({
+      model: 'embedded-tiny-v2', prompt, max_tokens: 10, temperature: 0, ignore_eos: true, return_token_ids: true, stream: true,
+    }));
+    const got: number[] = [];
+    let text = '';
+    for await (const ch of stream) {
+      got.push(...(((ch.choices[0] as Json | undefined)?.token_ids as number[] | undefined) ?? []));
+      text += ch.choices[0]?.text ?? '';
+    }
+    expect(got).toEqual(want);
+    const whole = await client.completions.create({ model: 'embedded-tiny-v2', prompt, max_tokens: 10, temperature: 0, ...({ ignore_eos: true } as Json) });
+    expect(text).toBe(whole.choices[0]!.text);
+    expect(whole.object).toBe('text_completion');
+    expect(whole.usage).toMatchObject({ prompt_tokens: 21, completion_tokens: 10, total_tokens: 31 });
+    // echo: the prompt's text first; a text prompt works the same way.
+    const echo = await client.completions.create({ model: 'embedded-tiny-v2', prompt: 'the water', max_tokens: 3, temperature: 0, echo: true });
+    expect(echo.choices[0]!.text.startsWith('the water')).toBe(true);
+  });
+
+  it('max_tokens -> length with completion_tokens == max_tokens; logprobs from the engine', async () => {
+    for (const n of [1, 5]) {
+      const r = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+        messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: n, model: 'embedded-tiny-v2', ignore_eos: true,
+      }));
+      expect(r.choices[0]!.finish_reason).toBe('length');
+      expect(r.usage!.completion_tokens).toBe(n);
+    }
+    const lp = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3, model: 'embedded-tiny-v2', ignore_eos: true,
+    }));
+    const content = lp.choices[0]!.logprobs!.content!;
+    expect(content).toHaveLength(4);
+    for (const t of content) {
+      expect(t.top_logprobs).toHaveLength(3);
+      expect(t.logprob).toBeLessThanOrEqual(0);
+      expect(t.top_logprobs[0]!.logprob).toBeCloseTo(t.logprob, 6); // greedy picks the most likely token
+      expect(t.top_logprobs[0]!.logprob).toBeGreaterThanOrEqual(t.top_logprobs[2]!.logprob);
+      expect(Array.isArray(t.bytes)).toBe(true);
+    }
+    expect(content.map((t) => t.token).join('')).toBe(lp.choices[0]!.message.content);
+    const comp = await client.completions.create({ model: 'embedded-tiny-v2', prompt: promptIds(8, 1), max_tokens: 3, temperature: 0, logprobs: 2, ...({ ignore_eos: true } as Json) });
+    const l = comp.choices[0]!.logprobs!;
+    expect(l.tokens).toHaveLength(3);
+    expect(l.token_logprobs).toHaveLength(3);
+    expect(l.top_logprobs!.every((o) => Object.keys(o).length >= 1)).toBe(true);
+    expect(l.text_offset![0]).toBe(0);
+  });
+
+  it('stop strings (across token boundaries, not in the output), stop_token_ids and min_tokens, streamed and not', async () => {
+    const prompt = promptIds(15, 8);
+    const base = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', prompt, max_tokens: 16, temperature: 0, ignore_eos: true, return_token_ids: true,
+    }));
+    const full = base.choices[0]!.text;
+    const tokens = (base.choices[0] as Json).token_ids as number[];
+    // A stop string spanning the 4th and 5th tokens' text.
+    const pieces = tokens.map((t) => s.ctx.model.text.text([t]));
+    const start = pieces.slice(0, 3).join('').length;
+    const end = pieces.slice(0, 5).join('').length;
+    const stop = full.slice(start + Math.floor((end - start) / 2) - 1, start + Math.floor((end - start) / 2) + 1);
+    expect(stop.length).toBe(2);
+    const at = full.indexOf(stop);
+    const req = { model: 'embedded-tiny-v2', prompt, max_tokens: 16, temperature: 0, stop: [stop, 'never-happens'], ignore_eos: true, return_token_ids: true };
+    const r = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>(req));
+    const rc = r.choices[0] as Json;
+    expect(rc.text).toBe(full.slice(0, at));
+    expect(rc.finish_reason).toBe('stop');
+    expect(rc.stop_reason).toBe(stop);
+    // The output ends at the token that completed the stop string.
+    let need = 0;
+    while (pieces.slice(0, need).join('').length < at + stop.length) need++;
+    expect(r.usage!.completion_tokens).toBe(need);
+    expect(rc.token_ids).toEqual(tokens.slice(0, need));
+    let streamed = '';
+    let finish: string | null = null;
+    for await (const ch of await client.completions.create(withExtras<OpenAI.CompletionCreateParamsStreaming>({ ...req, stream: true }))) {
+      streamed += ch.choices[0]?.text ?? '';
+      finish = ch.choices[0]?.finish_reason ?? finish;
+    }
+    expect(streamed).toBe(rc.text);
+    expect(finish).toBe('stop');
+    // stop_token_ids: the 4th token stops the output (counted, its text not shown).
+    const st = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', prompt, max_tokens: 16, temperature: 0, stop_token_ids: [tokens[3]], return_token_ids: true,
+    }));
+    const sc = st.choices[0] as Json;
+    const firstAt = tokens.indexOf(tokens[3]!);
+    expect(sc.finish_reason).toBe('stop');
+    expect(sc.stop_reason).toBe(tokens[3]);
+    expect(sc.token_ids).toEqual(tokens.slice(0, firstAt + 1));
+    expect(sc.text).toBe(s.ctx.model.text.text(tokens.slice(0, firstAt)));
+    // min_tokens: with the first greedy token as a stop token and min_tokens = max_tokens, it never appears.
+    const held = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', prompt, max_tokens: 4, min_tokens: 4, temperature: 0, stop_token_ids: [tokens[0]], return_token_ids: true,
+    }));
+    const hc = held.choices[0] as Json;
+    expect(hc.finish_reason).toBe('length');
+    expect(hc.token_ids).toHaveLength(4);
+    expect(hc.token_ids).not.toContain(tokens[0]);
+  });
+
+  it('Anthropic messages, non-streamed and streamed, with the event order of the API', async () => {
+    const a = anthropic(s);
+    const req = { model: 'embedded-tiny-v2', max_tokens: 6, temperature: 0, system: 'Be brief.', messages: [{ role: 'user' as const, content: 'Hello!' }] };
+    const m = await a.messages.create(req);
+    expect(m.type).toBe('message');
+    expect(m.role).toBe('assistant');
+    expect(m.stop_reason).toBe('max_tokens');
+    expect(m.usage.output_tokens).toBe(6);
+    expect(m.content).toHaveLength(1);
+    expect(m.content[0]!.type).toBe('text');
+    const types: string[] = [];
+    let text = '';
+    let outputTokens = -1;
+    for await (const ev of await a.messages.create({ ...req, stream: true })) {
+      types.push(ev.type);
+      if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
+      if (ev.type === 'message_delta') {
+        expect(ev.delta.stop_reason).toBe('max_tokens');
+        outputTokens = ev.usage.output_tokens;
+      }
+    }
+    expect(text).toBe((m.content[0] as Anthropic.TextBlock).text);
+    expect(outputTokens).toBe(6);
+    const deltas = types.filter((t) => t === 'content_block_delta').length;
+    expect(deltas).toBeGreaterThanOrEqual(1);
+    expect(types).toEqual(['message_start', 'content_block_start', ...Array(deltas).fill('content_block_delta'), 'content_block_stop', 'message_delta', 'message_stop']);
+    // stop_sequences -> stop_sequence; count_tokens = the rendered prompt's length.
+    const stop = text.slice(2, 4);
+    const sm = await a.messages.create({ ...req, stop_sequences: [stop] });
+    expect(sm.stop_reason).toBe('stop_sequence');
+    expect(sm.stop_sequence).toBe(stop);
+    expect((sm.content[0] as Anthropic.TextBlock).text).toBe(text.slice(0, text.indexOf(stop)));
+    const count = await a.messages.countTokens({ model: 'embedded-tiny-v2', system: 'Be brief.', messages: [{ role: 'user', content: 'Hello!' }] });
+    expect(count.input_tokens).toBe(m.usage.input_tokens);
+  });
+
+  it('8 concurrent streamed requests each get exactly their solo greedy tokens', async () => {
+    const prompts = Array.from({ length: 8 }, (_, i) => promptIds(9 + 7 * i, 100 + i));
+    const solo: number[][] = [];
+    for (const p of prompts) solo.push(await soloTokens(client, p, 20));
+    const streams = await Promise.all(prompts.map((p) => client.completions.create(withExtras<OpenAI.CompletionCreateParamsStreaming>({
+      model: 'embedded-tiny-v2', prompt: p, max_tokens: 20, temperature: 0, ignore_eos: true, return_token_ids: true, stream: true,
+    }))));
+    const got = await Promise.all(streams.map(async (st) => {
+      const ids: number[] = [];
+      for await (const ch of st) ids.push(...(((ch.choices[0] as Json | undefined)?.token_ids as number[] | undefined) ?? []));
+      return ids;
+    }));
+    expect(got).toEqual(solo);
+  });
+
+  it('/metrics parses as Prometheus text and its counters move by the right amounts', async () => {
+    const scrape = async () => {
+      const r = await fetch(`${s.url}/metrics`);
+      expect(r.status).toBe(200);
+      expect(r.headers.get('content-type')).toMatch(/^text\/plain/);
+      return parsePrometheus(await r.text());
+    };
+    await until(() => atBaseline(s));
+    const before = await scrape();
+    for (const name of ['lumen:num_requests_running', 'lumen:num_requests_waiting', 'lumen:kv_cache_blocks_used', 'lumen:kv_cache_blocks_total']) {
+      expect(before.types.get(name)).toBe('gauge');
+    }
+    expect(before.types.get('lumen:time_to_first_token_seconds')).toBe('histogram');
+    expect(promValue(before, 'lumen:kv_cache_blocks_total')).toBe(s.engine.info.kvBlocksTotal);
+    expect(promValue(before, 'lumen:num_requests_running')).toBe(0);
+    const prompt = promptIds(33, 77);
+    await soloTokens(client, prompt, 7);
+    const after = await scrape();
+    const d = (name: string, labels: Record<string, string> = {}) => promValue(after, name, labels) - promValue(before, name, labels);
+    expect(d('lumen:prompt_tokens_total')).toBe(33);
+    expect(d('lumen:generation_tokens_total')).toBe(7);
+    expect(d('lumen:request_success_total', { finished_reason: 'length' })).toBe(1);
+    expect(d('lumen:time_to_first_token_seconds_count')).toBe(1);
+    expect(d('lumen:inter_token_latency_seconds_count')).toBe(6);
+    expect(d('lumen:e2e_request_latency_seconds_count')).toBe(1);
+    expect(d('lumen:time_to_first_token_seconds_sum')).toBeGreaterThan(0);
+    // The same prompt again is served from the prefix cache (two full 16-token blocks).
+    await soloTokens(client, prompt, 2);
+    const third = await scrape();
+    expect(promValue(third, 'lumen:prefix_cache_hit_tokens_total') - promValue(after, 'lumen:prefix_cache_hit_tokens_total')).toBe(s.engine.stats().prefixHitTokens - promValue(after, 'lumen:prefix_cache_hit_tokens_total'));
+    expect(promValue(third, 'lumen:prefix_cache_hit_tokens_total')).toBeGreaterThan(promValue(after, 'lumen:prefix_cache_hit_tokens_total'));
+  });
+
+  it('/tokenize and /detokenize (vLLM shapes)', async () => {
+    const t = await (await post(s, '/tokenize', { prompt: 'the water of the sea' })).json() as Json;
+    expect(t.count).toBe(t.tokens.length);
+    expect(t.max_model_len).toBe(1024);
+    const d = await (await post(s, '/detokenize', { tokens: t.tokens })).json() as Json;
+    expect(d.prompt).toBe('the water of the sea');
+    const chat = await (await post(s, '/tokenize', { messages: [{ role: 'user', content: 'hi' }] })).json() as Json;
+    const m = await anthropic(s).messages.countTokens({ model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'hi' }] });
+    expect(chat.count).toBe(m.input_tokens);
+  });
+
+  it('a forced tool choice on a random-weight model: its malformed call stays text, never a 500', async () => {
+    const r = await client.chat.completions.create({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Weather in Oslo?' }], max_tokens: 8, temperature: 0,
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+    });
+    expect(['length', 'stop']).toContain(r.choices[0]!.finish_reason);
+    expect(r.choices[0]!.message.tool_calls ?? []).toEqual([]);
+    expect(typeof r.choices[0]!.message.content).toBe('string');
+  });
+});
+
+describe('bench serve: aborts and bad input, with the engine stepped by hand', () => {
+  let s: RunningServer;
+  let client: OpenAI;
+  const step = () => s.engine.allowSteps!(1);
+  beforeAll(async () => {
+    s = await startTestServer({ internals: { manualSteps: true }, maxSeq: 1024 });
+    client = openai(s);
+  });
+  afterAll(async () => {
+    s.engine.allowSteps!(1_000_000);
+    await s?.close();
+  });
+
+  it('streams one chunk per engine step, the first only once prefill has produced a token', async () => {
+    // First on this engine: no step permit has been granted yet, so each step() below is exactly one step.
+    expect(atBaseline(s)).toBe(true);
+    // A prompt shorter than one KV block: its whole prefill is the first step, which also samples the first token.
+    const res = await post(s, '/v1/completions', {
+      prompt: promptIds(10, 61), max_tokens: 6, temperature: 0, stream: true, return_token_ids: true, ignore_eos: true,
+    });
+    const chunks: Json[] = [];
+    const all = readSse(res, (e) => { if (e.data !== '[DONE]') chunks.push(JSON.parse(e.data) as Json); });
+    // Headers are out, but no chunk before the first step has run.
+    await new Promise((r) => setImmediate(r));
+    expect(chunks).toHaveLength(0);
+    const tokenChunks = () => chunks.filter((c) => c.choices[0].finish_reason === null);
+    for (let k = 1; k <= 6; k++) {
+      step(); // exactly one engine step ...
+      await until(() => tokenChunks().length >= k); // ... gives exactly one chunk with exactly one token
+      expect(tokenChunks()).toHaveLength(k);
+      expect(tokenChunks()[k - 1]!.choices[0].token_ids).toHaveLength(1);
+    }
+    await all;
+    expect(chunks).toHaveLength(7); // + the finish chunk
+    expect(chunks[6]!.choices[0].finish_reason).toBe('length');
+  });
+
+  it('a client aborted mid-stream cancels its request: blocks and slots back at baseline', async () => {
+    await until(() => atBaseline(s), step);
+    const ac = new AbortController();
+    const stream = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Write a long story about the sea and the mountain.' }],
+      max_tokens: 900, ignore_eos: true, temperature: 0, stream: true,
+    }), { signal: ac.signal });
+    const it = stream[Symbol.asyncIterator]();
+    const first = it.next();
+    let got = false;
+    void first.then(() => { got = true; });
+    await until(() => got, step);
+    expect(((await first).value as OpenAI.ChatCompletionChunk).choices[0]!.delta.role).toBe('assistant');
+    const st = s.engine.stats();
+    expect(st.stateSlotsFree).toBe(st.stateSlotsTotal - 1); // running, far from its 900 tokens
+    ac.abort();
+    // The SDK ends the stream (or throws its abort error): either way the client is gone.
+    const after = await it.next().catch(() => ({ done: true }));
+    expect(after.done).toBe(true);
+    await until(() => atBaseline(s), step);
+    expect(s.engine.stats().stateSlotsFree).toBe(s.engine.stats().stateSlotsTotal);
+  });
+
+  it('a non-streamed request whose client goes away is cancelled too', async () => {
+    await until(() => atBaseline(s), step);
+    const ac = new AbortController();
+    const call = client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me everything.' }], max_tokens: 900, ignore_eos: true,
+    }), { signal: ac.signal }).catch((e: unknown) => e);
+    await until(() => s.ctx.inFlight === 1); // the request is in the engine (no step has run yet)
+    step();
+    ac.abort();
+    expect(await call).toBeInstanceOf(Error);
+    await until(() => atBaseline(s), step);
+  });
+
+  it('requests beyond --max-seqs wait inside the engine and /metrics counts them as waiting', async () => {
+    await until(() => atBaseline(s), step);
+    const slots = s.engine.stats().stateSlotsTotal; // 8
+    const firsts = new Set<number>();
+    const ends: Promise<void>[] = [];
+    for (let i = 0; i <= slots; i++) {
+      const st = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsStreaming>({
+        model: 'embedded-tiny-v2', prompt: promptIds(12 + i, 300 + i), max_tokens: 40, temperature: 0, ignore_eos: true, stream: true,
+      }));
+      ends.push((async () => {
+        for await (const _ of st) firsts.add(i);
+      })());
+    }
+    await until(() => firsts.size >= slots, step);
+    const text = await (await fetch(`${s.url}/metrics`)).text();
+    const m = parsePrometheus(text);
+    expect(promValue(m, 'lumen:num_requests_running')).toBe(slots);
+    expect(promValue(m, 'lumen:num_requests_waiting')).toBe(1);
+    expect(firsts.has(slots)).toBe(false); // the last one has not started
+    let all = false;
+    void Promise.all(ends).then(() => { all = true; });
+    await until(() => all, step);
+    await until(() => atBaseline(s), step);
+    const after = parsePrometheus(await (await fetch(`${s.url}/metrics`)).text());
+    expect(promValue(after, 'lumen:num_requests_running')).toBe(0);
+    expect(promValue(after, 'lumen:num_requests_waiting')).toBe(0);
+  });
+
+  it('every bad input gets its status and error shape while a concurrent request finishes with its tokens unchanged', async () => {
+    const prompt = promptIds(40, 55);
+    // Solo tokens of the concurrent request (stepped through).
+    let solo: number[] | null = null;
+    void soloTokens(client, prompt, 24).then((t) => { solo = t; });
+    await until(() => solo !== null, step);
+    // Start it again and hold it mid-generation.
+    const stream = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsStreaming>({
+      model: 'embedded-tiny-v2', prompt, max_tokens: 24, temperature: 0, ignore_eos: true, return_token_ids: true, stream: true,
+    }));
+    const ids: number[] = [];
+    let finished = false;
+    void (async () => {
+      for await (const ch of stream) ids.push(...(((ch.choices[0] as Json | undefined)?.token_ids as number[] | undefined) ?? []));
+      finished = true;
+    })();
+    await until(() => ids.length > 0, step);
+
+    const openaiShape = (b: Json) => {
+      expect(Object.keys(b)).toEqual(['error']);
+      expect(typeof b.error.message).toBe('string');
+      expect(typeof b.error.type).toBe('string');
+      expect('param' in b.error && 'code' in b.error).toBe(true);
+    };
+    const anthropicShape = (b: Json, type: string) => {
+      expect(b.type).toBe('error');
+      expect(b.error.type).toBe(type);
+      expect(typeof b.error.message).toBe('string');
+    };
+    const chat = (extra: Json) => ({ model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'hi' }], ...extra });
+    const cases: Array<[string, string, unknown, number, RegExp, Record<string, string>?]> = [
+      ['malformed JSON', '/v1/chat/completions', '{"messages": [', 400, /json/i],
+      ['wrong type', '/v1/chat/completions', chat({ max_tokens: '5' }), 400, /max_tokens/],
+      ['wrong type in a message', '/v1/chat/completions', chat({ messages: [{ role: 'user', content: 5 }] }), 400, /content/],
+      ['unknown role', '/v1/chat/completions', chat({ messages: [{ role: 'wizard', content: 'x' }] }), 400, /role/],
+      ['max_tokens 0', '/v1/chat/completions', chat({ max_tokens: 0 }), 400, /at least 1/],
+      ['max_tokens beyond max_seq', '/v1/chat/completions', chat({ max_tokens: 5000 }), 400, /5000.*1024/],
+      ['prompt longer than max_seq', '/v1/completions', { prompt: promptIds(1100, 3), max_tokens: 4 }, 400, /1100 tokens.*1024/],
+      ['prompt + max_tokens beyond max_seq', '/v1/completions', { prompt: promptIds(1000, 3), max_tokens: 100 }, 400, /1024.*1100.*1000.*100/],
+      ['n > 1', '/v1/chat/completions', chat({ n: 2 }), 400, /n > 1.*not supported/],
+      ['response_format json', '/v1/chat/completions', chat({ response_format: { type: 'json_object' } }), 400, /response_format.*not supported/],
+      ['penalties', '/v1/completions', { prompt: 'x', presence_penalty: 1 }, 400, /presence_penalty.*not supported/],
+      ['token outside the vocabulary', '/v1/completions', { prompt: [1, 999999] }, 400, /outside the vocabulary/],
+      ['body over the size limit', '/v1/completions', JSON.stringify({ prompt: 'x'.repeat(1_200_000) }), 413, /too large/],
+      ['unknown model', '/v1/chat/completions', chat({ model: 'gpt-17' }), 404, /gpt-17/],
+      ['missing API key', '/v1/chat/completions', chat({}), 401, /API key/, { authorization: '' }],
+      ['wrong API key', '/v1/models', chat({}), 401, /incorrect API key/, { authorization: 'Bearer nope' }],
+      ['unknown route', '/v1/nothing', {}, 404, /no route/],
+    ];
+    for (const [what, route, body, status, msg, headers] of cases) {
+      const method = route === '/v1/models' ? 'GET' : 'POST';
+      const res = await fetch(`${s.url}${route}`, {
+        method, headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}`, ...(headers ?? {}) },
+        ...(method === 'POST' ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+      });
+      expect(res.status, what).toBe(status);
+      const b = await res.json() as Json;
+      openaiShape(b);
+      expect(b.error.message, what).toMatch(msg);
+    }
+    // The SDK sees the same errors as its own exception types.
+    await expect(client.chat.completions.create(chat({ n: 3 }) as OpenAI.ChatCompletionCreateParamsNonStreaming)).rejects.toBeInstanceOf(OpenAI.BadRequestError);
+    await expect(openai(s, 'nope').models.list()).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+    await expect(client.chat.completions.create(chat({ model: 'x' }) as OpenAI.ChatCompletionCreateParamsNonStreaming)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    // Anthropic routes answer in Anthropic's shape.
+    const aCases: Array<[unknown, number, string, Record<string, string>?]> = [
+      [{ model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'x' }] }, 400, 'invalid_request_error'],
+      [{ model: 'embedded-tiny-v2', max_tokens: 0, messages: [{ role: 'user', content: 'x' }] }, 400, 'invalid_request_error'],
+      [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }, 400, 'invalid_request_error'],
+      [{ model: 'claude-9', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 404, 'not_found_error'],
+      ['{"model": ', 400, 'invalid_request_error'],
+      [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 401, 'authentication_error', { authorization: '', 'x-api-key': 'nope' }],
+    ];
+    for (const [body, status, type, headers] of aCases) {
+      const res = await post(s, '/v1/messages', body, { 'anthropic-version': '2023-06-01', ...(headers ?? {}) });
+      expect(res.status, JSON.stringify(body)).toBe(status);
+      anthropicShape(await res.json() as Json, type);
+    }
+    await expect(anthropic(s, 'nope').messages.create({ model: 'embedded-tiny-v2', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }))
+      .rejects.toBeInstanceOf(Anthropic.AuthenticationError);
+
+    // The concurrent request was mid-generation through all of that, and finishes with its solo tokens.
+    expect(finished).toBe(false);
+    await until(() => finished, step);
+    expect(ids).toEqual(solo);
+  });
+});
+
+describe('bench serve: while the model loads', () => {
+  it('GET /health answers 503 (and the APIs 503 in their shapes) until the engine is loaded, then 200', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => { release = r; });
+    let url = '';
+    const listening = new Promise<void>((r) => {
+      void startTestServer({
+        apiKey: null,
+        onListening: (u) => { url = u; r(); },
+        loadEngine: async () => { await gate; return new ScriptedEngine(); },
+      }).then((srv) => { server = srv; });
+    });
+    let server: RunningServer | undefined;
+    await listening;
+    const h = await fetch(`${url}/health`);
+    expect(h.status).toBe(503);
+    expect(await h.json()).toEqual({ status: 'loading' });
+    const c = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"prompt": "x"}' });
+    expect(c.status).toBe(503);
+    expect(((await c.json()) as Json).error.message).toMatch(/loading/);
+    const m = await fetch(`${url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}' });
+    expect(m.status).toBe(503);
+    expect(((await m.json()) as Json).error.type).toBe('overloaded_error');
+    release();
+    await until(() => server !== undefined);
+    const ok = await fetch(`${url}/health`);
+    expect(ok.status).toBe(200);
+    await server!.close();
+  });
+});
+
+describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', () => {
+  let s: RunningServer;
+  let eng: ScriptedEngine;
+  let client: OpenAI;
+  const tools: OpenAI.ChatCompletionTool[] = [{
+    type: 'function',
+    function: { name: 'get_weather', description: 'Current weather of a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
+  }];
+  const script = (text: string) => [...s.ctx.model.tokenizer.encode(text), 248046];
+  beforeAll(async () => {
+    eng = new ScriptedEngine();
+    s = await startTestServer({ loadEngine: async () => eng });
+    client = openai(s);
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  const CALL = 'I will look it up.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>';
+
+  it('OpenAI: the model\'s <tool_call> comes back as tool_calls with finish_reason tool_calls, streamed as tool-call deltas', async () => {
+    const req = { model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'What is the weather in Oslo?' }], tools };
+    eng.scripts.push(script(CALL));
+    const r = await client.chat.completions.create(req);
+    const c = r.choices[0]!;
+    expect(c.finish_reason).toBe('tool_calls');
+    expect(c.message.content).toBe('I will look it up.\n\n');
+    expect(c.message.tool_calls).toHaveLength(1);
+    const call = c.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call.type).toBe('function');
+    expect(call.id).toMatch(/^chatcmpl-tool-[0-9a-f]{16}$/);
+    expect(call.function).toEqual({ name: 'get_weather', arguments: '{"city": "Oslo"}' });
+    expect(JSON.parse(call.function.arguments)).toEqual({ city: 'Oslo' });
+    // Streamed: the SDK's own accumulation gives the same message.
+    eng.scripts.push(script(CALL));
+    const stream = client.chat.completions.stream({ ...req, stream: true });
+    const final = await stream.finalChatCompletion();
+    expect(final.choices[0]!.finish_reason).toBe('tool_calls');
+    expect((final.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function).toEqual({ name: 'get_weather', arguments: '{"city": "Oslo"}' });
+    expect(final.choices[0]!.message.content).toBe('I will look it up.\n\n');
+    // The history with the call and its result is accepted and rendered by the template.
+    eng.scripts.push(script('It is 3 degrees in Oslo.'));
+    const next = await client.chat.completions.create({
+      ...req,
+      messages: [...req.messages, c.message as OpenAI.ChatCompletionAssistantMessageParam, { role: 'tool', tool_call_id: call.id, content: '{"temp_c": 3}' }],
+    });
+    expect(next.choices[0]!.message.content).toBe('It is 3 degrees in Oslo.');
+    expect(next.choices[0]!.finish_reason).toBe('stop');
+  });
+
+  it('Anthropic: tool_use blocks (stop_reason tool_use), streamed as input_json_delta', async () => {
+    const a = anthropic(s);
+    const req = {
+      model: 'embedded-tiny-v2', max_tokens: 200, messages: [{ role: 'user' as const, content: 'Weather in Oslo?' }],
+      tools: [{ name: 'get_weather', description: 'Current weather of a city', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } } } }],
+    };
+    eng.scripts.push(script(CALL));
+    const m = await a.messages.create(req);
+    expect(m.stop_reason).toBe('tool_use');
+    expect(m.content.map((b) => b.type)).toEqual(['text', 'tool_use']);
+    const use = m.content[1] as Anthropic.ToolUseBlock;
+    expect(use.name).toBe('get_weather');
+    expect(use.input).toEqual({ city: 'Oslo' });
+    expect(use.id).toMatch(/^toolu_/);
+    eng.scripts.push(script(CALL));
+    const final = await a.messages.stream(req).finalMessage();
+    expect(final.stop_reason).toBe('tool_use');
+    expect((final.content[1] as Anthropic.ToolUseBlock).input).toEqual({ city: 'Oslo' });
+    // tool_result in the history.
+    eng.scripts.push(script('Cold.'));
+    const next = await a.messages.create({
+      ...req,
+      messages: [...req.messages, { role: 'assistant', content: m.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '{"temp_c": 3}' }] }],
+    });
+    expect(next.content).toEqual([{ type: 'text', text: 'Cold.' }]);
+    expect(next.stop_reason).toBe('end_turn');
+  });
+
+  it('thinking: <think> text is reasoning_content (OpenAI) / a thinking block (Anthropic), apart from the answer', async () => {
+    const out = 'The user greets me.\n</think>\n\nHello!';
+    const req = { model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'Hi' }], chat_template_kwargs: { enable_thinking: true } };
+    eng.scripts.push(script(out));
+    const r = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>(req));
+    const msg = r.choices[0]!.message as Json;
+    expect(msg.reasoning_content).toBe('The user greets me.\n');
+    expect(msg.content).toBe('Hello!');
+    eng.scripts.push(script(out));
+    let reasoning = '';
+    let content = '';
+    for await (const ch of await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsStreaming>({ ...req, stream: true }))) {
+      const d = (ch.choices[0]?.delta ?? {}) as Json;
+      reasoning += d.reasoning_content ?? '';
+      content += d.content ?? '';
+    }
+    expect({ reasoning, content }).toEqual({ reasoning: 'The user greets me.\n', content: 'Hello!' });
+    eng.scripts.push(script(out));
+    const m = await anthropic(s).messages.create({ model: 'embedded-tiny-v2', max_tokens: 100, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'Hi' }] });
+    expect(m.content.map((b) => b.type)).toEqual(['thinking', 'text']);
+    expect((m.content[0] as Anthropic.ThinkingBlock).thinking).toBe('The user greets me.\n');
+    expect((m.content[1] as Anthropic.TextBlock).text).toBe('Hello!');
+  });
+
+  it('multi-byte characters split over tokens: every chunk is whole characters, streamed text = non-streamed', async () => {
+    const text = 'Grüße 日本 😀!';
+    // One byte-level token per byte: every character but the ASCII ones spans several tokens.
+    const bytes = [...new TextEncoder().encode(text)];
+    const byteId = (b: number) => {
+      for (let id = 0; id < 256; id++) {
+        const x = s.ctx.model.text.bytesOf(id);
+        if (x.length === 1 && x[0] === b) return id;
+      }
+      throw new Error('no byte token');
+    };
+    const ids = [...bytes.map(byteId), 248046];
+    eng.scripts.push(ids);
+    const whole = await client.chat.completions.create({ model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'x' }] });
+    expect(whole.choices[0]!.message.content).toBe(text);
+    eng.scripts.push(ids);
+    const res = await post(s, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], stream: true });
+    const chunks = (await readSse(res)).slice(0, -1).map((e) => JSON.parse(e.data) as Json);
+    const pieces = chunks.map((c) => (c.choices[0]?.delta?.content as string | undefined) ?? '');
+    expect(pieces.join('')).toBe(text);
+    for (const p of pieces) {
+      expect(p.includes('\uFFFD')).toBe(false);
+      expect(/[\uD800-\uDBFF]$/.test(p)).toBe(false);
+    }
+    // One chunk per step: as many token chunks as tokens (the held bytes give empty-content chunks).
+    expect(chunks.filter((c) => c.choices[0]?.finish_reason === null)).toHaveLength(ids.length);
+  });
+});
