@@ -15,8 +15,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { Command, CommanderError } from 'commander';
-import { parseFloatFlag, parseIdList, parseIntFlag } from '../src/cli/options.js';
-import { UsageError } from '../src/cli/usage.js';
+import { countArg, idListArg, numberArg } from '../src/cli/flag-values.js';
+import { UsageError } from '../src/util/usage-error.js';
 import { ConvertError, writeGguf } from '../src/convert/convert.js';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { CheckpointError } from '../src/model/types.js';
@@ -164,12 +164,12 @@ async function main(argv: string[]): Promise<number> {
     .exitOverride()
     .configureOutput({ writeErr: (s) => process.stderr.write(s) })
     .option('--model-path <dir>', 'checkpoint directory (f32 recommended)')
-    .option('--prompt-ids <ids>', 'prompt token ids, comma separated', parseIdList('--prompt-ids'))
-    .option('--prompt-len <n>', 'pseudo-random prompt of N plain tokens', parseIntFlag('--prompt-len', 1, 100_000))
-    .option('--new-tokens <n>', 'greedy continuation length', parseIntFlag('--new-tokens', 0, 100_000), 32)
-    .option('--seed <n>', 'seed of the pseudo-random prompt', parseIntFlag('--seed', 0), 0)
-    .option('--threads <n>', 'CPU threads for both engines', parseIntFlag('--threads', 1, 1024), 2)
-    .option('--tol <x>', 'log-softmax tolerance', parseFloatFlag('--tol', 0), 1e-3)
+    .option('--prompt-ids <ids>', 'prompt token ids, comma separated', idListArg('--prompt-ids'))
+    .option('--prompt-len <n>', 'pseudo-random prompt of N plain tokens', countArg('--prompt-len', 1, 100_000))
+    .option('--new-tokens <n>', 'greedy continuation length', countArg('--new-tokens', 0, 100_000), 32)
+    .option('--seed <n>', 'seed of the pseudo-random prompt', countArg('--seed', 0), 0)
+    .option('--threads <n>', 'CPU threads for both engines', countArg('--threads', 1, 1024), 2)
+    .option('--tol <x>', 'log-softmax tolerance', numberArg('--tol', 0), 1e-3)
     .option('--gguf <file>', 'GGUF path to write and keep (reused when it exists)')
     .option('--json', 'one JSON object on stdout instead of the report');
   let code = 0;

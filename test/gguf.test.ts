@@ -8,7 +8,7 @@ import { Command, CommanderError } from 'commander';
 import { readGgufFileInfo } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerConvert } from '../src/cli/cmd-convert.js';
-import { UsageError } from '../src/cli/usage.js';
+import { UsageError } from '../src/util/usage-error.js';
 import { ConvertError, convertCheckpoint, fullAttentionInterval, valueHeadPermutation, type OutDtype } from '../src/convert/convert.js';
 import { GgmlType, GgufValueType, GgufWriter } from '../src/convert/gguf-writer.js';
 import {
@@ -567,7 +567,7 @@ describe('bench convert: bad input', () => {
       [['--model-path', dir], /--out/],
       [['--model-path', join(dir, 'nope'), '--out', join(dir, 'x.gguf')], /--model-path .*nope/],
       [['--model-path', dir, '--out', join(dir, 'no-dir', 'x.gguf')], /--out .*no-dir/],
-      [['--model-path', dir, '--out', join(dir, 'x.gguf'), '--dtype', 'q4_k'], /--dtype q4_k/],
+      [['--model-path', dir, '--out', join(dir, 'x.gguf'), '--dtype', 'q4_k'], /--dtype: 'q4_k' is not one of f32, bf16, f16, q8_0/],
       [['--model-path', dir, '--out', join(dir, 'x.gguf')], /config\.json/],
     ];
     for (const [args, re] of cases) {

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { Command } from 'commander';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { registerSynth } from '../src/cli/cmd-synth.js';
-import { UsageError } from '../src/cli/usage.js';
+import { UsageError } from '../src/util/usage-error.js';
 import { countParams, loadCheckpoint } from '../src/model/checkpoint.js';
 import { EMBEDDED_MODEL_NAME, embeddedModelDir, ensureEmbeddedModel } from '../src/model/embedded.js';
 import { DTYPE_SIZE, f32ToBf16, readSafetensorsHeader, readTensorBytes, readTensorF32 } from '../src/model/safetensors.js';

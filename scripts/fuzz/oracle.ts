@@ -3,7 +3,7 @@
 // clear error: a project error class, one line, naming the file, with no stack or raw library text.
 import { statSync } from 'node:fs';
 import path from 'node:path';
-import { UsageError } from '../../src/cli/usage.js';
+import { UsageError } from '../../src/util/usage-error.js';
 import { GgufError, type GgufFile } from '../../src/model/gguf-reader.js';
 import { CheckpointError, type Checkpoint } from '../../src/model/types.js';
 

@@ -2,7 +2,7 @@
 // run is reproducible whatever order requests complete in.
 import { BPE_VOCAB_SIZE } from '../model/synth-tokenizer.js';
 import { Rng } from '../util/rng.js';
-import type { PromptMode } from './options.js';
+import type { PromptMode } from './sweep-config.js';
 
 /** `count` uniform ids in [0, vocab) from the stream (seed, stream); rejection sampling keeps them unbiased. */
 export function randomTokens(seed: number, stream: string, count: number, vocab: number): Int32Array {

@@ -5,7 +5,7 @@ import type { GitInfo } from '../util/git.js';
 import type { GpuInfo, MachineInfo } from '../util/machine.js';
 import type { SweepRow } from './csv.js';
 import type { RowFigures } from './metrics.js';
-import type { SweepConfig } from './options.js';
+import type { SweepConfig } from './sweep-config.js';
 
 export const REPORT_SCHEMA_VERSION = 1;
 

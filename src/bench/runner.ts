@@ -8,7 +8,7 @@ import {
   type RowFigures,
   type TimedRequest,
 } from './metrics.js';
-import type { Cell, PromptMode } from './options.js';
+import type { Cell, PromptMode } from './sweep-config.js';
 import { makePrompt, type PromptPlan } from './prompts.js';
 
 export interface RowSettings {

@@ -1,7 +1,7 @@
 // The sweep: load the model once, run every cell x concurrency row one at a time, stream each finished row to
 // stdout and to the --output files, and end with a summary. Returns the exit code.
 import { performance } from 'node:perf_hooks';
-import { UsageError } from '../cli/usage.js';
+import { UsageError } from '../util/usage-error.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { CheckpointError, type Checkpoint } from '../model/types.js';
 import { gitInfo } from '../util/git.js';
@@ -11,13 +11,13 @@ import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } fro
 import { createLogger } from './logger.js';
 import { ttftOf } from './metrics.js';
 import { appendMemoryStage, memoryStageRows, type MemoryStage } from './memory-stages.js';
-import type { SweepConfig } from './options.js';
+import type { SweepConfig } from './sweep-config.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
 import { formatOpsReport, formatPipelineReport } from './profile.js';
 import { promptVocab } from './prompts.js';
 import { latencyBlock, modelSection, Report, type ReportRow } from './report.js';
 import { colorEnabled, engineLine, HumanRenderer, LogRenderer, type SweepRenderer } from './render.js';
-import { engineOptionsFrom } from '../cli/engine-flags.js';
+import { engineOptionsFrom } from '../engine/options.js';
 import { errMessage, runRow, type RowOutcome } from './runner.js';
 
 /** What the sweep needs from the model and engine modules (injected so tests can drive a simulated engine). */

@@ -5,7 +5,8 @@ import { Command } from 'commander';
 import { ConvertError, OUT_DTYPES, writeGguf, type OutDtype } from '../convert/convert.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { CheckpointError, type DType } from '../model/types.js';
-import { UsageError } from './usage.js';
+import { UsageError } from '../util/usage-error.js';
+import { oneOf } from './flag-values.js';
 
 interface RawConvertOptions {
   modelPath?: string;
@@ -42,13 +43,7 @@ export function convertCommand(setResult: (code: number) => void): Command {
       }
       if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`--out ${raw.out}: is a directory`);
       let dtype: OutDtype | undefined;
-      if (raw.dtype !== undefined) {
-        const d = raw.dtype.toLowerCase();
-        if (!(OUT_DTYPES as readonly string[]).includes(d)) {
-          throw new UsageError(`--dtype ${raw.dtype}: expected one of ${OUT_DTYPES.join(', ')}`);
-        }
-        dtype = d as OutDtype;
-      }
+      if (raw.dtype !== undefined) dtype = oneOf('--dtype', raw.dtype.toLowerCase(), OUT_DTYPES);
 
       const progress = !raw.quiet && process.stderr.isTTY === true;
       let lastPct = -1;

@@ -8,10 +8,12 @@ import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
-import { parseChoice, parseFloatFlag, parseIdList, parseIntFlag } from './options.js';
-import { UsageError } from './usage.js';
+import { engineOptionsFrom } from '../engine/options.js';
+import { ENGINE_FLAGS, resolveEngineFlags, type RawEngineFlags } from './engine-flags.js';
+import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
+import { UsageError } from '../util/usage-error.js';
 
-interface PromptOpts {
+interface PromptOpts extends Omit<RawEngineFlags, 'maxSeq' | 'maxSeqs'> {
   modelPath?: string;
   prompt?: string;
   promptIds?: number[];
@@ -19,8 +21,6 @@ interface PromptOpts {
   chat?: boolean;
   think?: boolean;
   logitsOut?: string;
-  device: 'cpu' | 'cuda' | 'auto';
-  threads: number;
   temperature: number;
   topK: number;
   topP: number;
@@ -38,19 +38,24 @@ export function registerPrompt(program: Command, setResult: (code: number) => vo
     .description('generate from a prompt through the serving engine (greedy by default)')
     .option('--model-path <dir>', 'checkpoint directory (default: the embedded synthetic model)')
     .option('--prompt <text>', 'prompt text (tokenized with the checkpoint tokenizer)')
-    .option('--prompt-ids <ids>', 'prompt as token ids, comma separated', parseIdList('--prompt-ids'))
-    .option('--max-new-tokens <n>', 'tokens to generate (0 = evaluate the prompt only)', parseIntFlag('--max-new-tokens', 0), 32)
+    .option('--prompt-ids <ids>', 'prompt as token ids, comma separated', idListArg('--prompt-ids'))
+    .option('--max-new-tokens <n>', 'tokens to generate (0 = evaluate the prompt only)', countArg('--max-new-tokens', 0), 32)
     .option('--chat', 'wrap --prompt in the chat template as a user message')
     .option('--think', 'with --chat: enable thinking in the template')
     .option('--logits-out <file>', 'write raw float32 logits [prompt_len + new_tokens, vocab], row-major')
-    .addOption(new Option('--device <device>', 'cpu | cuda | auto').argParser(parseChoice('--device', ['cpu', 'cuda', 'auto'] as const)).default('auto'))
-    .option('--threads <n>', 'CPU threads (0 = all cores)', parseIntFlag('--threads', 0, 1024), 0)
-    .option('--temperature <t>', 'sampling temperature (0 = greedy)', parseFloatFlag('--temperature', 0, 100), 0)
-    .option('--top-k <k>', 'top-k sampling (0 = off)', parseIntFlag('--top-k', 0), 0)
-    .option('--top-p <p>', 'top-p sampling (1 = off)', parseFloatFlag('--top-p', 0, 1), 1)
-    .option('--seed <n>', 'sampling seed', parseIntFlag('--seed', 0), 0)
+    .addOption(ENGINE_FLAGS.device())
+    .addOption(ENGINE_FLAGS.threads())
+    .addOption(ENGINE_FLAGS.kvcache())
+    .addOption(ENGINE_FLAGS.paged())
+    .addOption(ENGINE_FLAGS.blockSize())
+    .addOption(ENGINE_FLAGS.prefillChunk())
+    .addOption(ENGINE_FLAGS.stepTokenBudget())
+    .option('--temperature <t>', 'sampling temperature (0 = greedy)', numberArg('--temperature', 0, 100), 0)
+    .option('--top-k <k>', 'top-k sampling (0 = off)', countArg('--top-k', 0), 0)
+    .option('--top-p <p>', 'top-p sampling (1 = off)', numberArg('--top-p', 0, 1), 1)
+    .option('--seed <n>', 'sampling seed', countArg('--seed', 0, 0xffffffff), 0)
     .option('--ignore-eos', 'keep generating through end-of-sequence tokens')
-    .addOption(new Option('--weight-dtype <t>', 'run weights as stored (auto), or convert to f32 / bf16').argParser(parseChoice('--weight-dtype', ['auto', 'f32', 'bf16'] as const)).default('auto'))
+    .addOption(new Option('--weight-dtype <t>', 'run weights as stored (auto), or convert to f32 / bf16').argParser(choiceArg('--weight-dtype', ['auto', 'f32', 'bf16'] as const)).default('auto'))
     .action(async (opts: PromptOpts) => {
       setResult(await runPrompt(opts));
     });
@@ -61,7 +66,9 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     throw new UsageError('prompt: give exactly one of --prompt TEXT or --prompt-ids 1,2,3');
   }
   if (opts.chat && opts.promptIds) throw new UsageError('--chat applies to --prompt TEXT, not --prompt-ids');
-  const device = resolveDevice(opts.device);
+  // The engine flags mean what they mean in the sweep and serve; max-seq is the request's length.
+  const flags = resolveEngineFlags(opts);
+  const device = resolveDevice(flags.device);
   let dir: string;
   if (opts.modelPath === undefined) {
     dir = await ensureEmbeddedModel();
@@ -99,9 +106,10 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   }
   const stop = [...new Set([...QWEN_STOP_IDS, ckpt.config.eosTokenId, ...(tokenizer?.eosTokenIds ?? [])])];
   const total = ids.length + opts.maxNewTokens;
+  // One request, no prefix cache: its prefill is chunked by --prefill-chunk alone (no snapshot stops),
+  // the layout the parity tests compare.
   const engine = await loadEngine(ckpt, {
-    device, threads: opts.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(total, 16), maxSeqs: 1,
-    prefillChunk: 512, stepTokenBudget: 2048, prefixCache: false,
+    ...engineOptionsFrom({ ...flags, maxSeq: Math.max(total, 16) }, device, 1), prefixCache: false,
   }, {}, { weightDtype: opts.weightDtype });
   try {
     const result = await engine.submit({

@@ -5,8 +5,9 @@ import { resolveDevice } from '../engine/device.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { startServer, type RunningServer } from '../serve/server.js';
-import { ENGINE_FLAGS, parseCount, resolveEngineFlags, type RawEngineFlags } from './engine-flags.js';
-import { UsageError } from './usage.js';
+import { ENGINE_FLAGS, resolveEngineFlags, type RawEngineFlags } from './engine-flags.js';
+import { parseCount } from './flag-values.js';
+import { UsageError } from '../util/usage-error.js';
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 

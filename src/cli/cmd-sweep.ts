@@ -1,6 +1,6 @@
 // `bench` (default command) / `bench sweep`: the isl:osl x concurrency sweep. Flags are documented in docs/bench.md.
 import { Command } from 'commander';
-import { resolveSweepConfig, type RawSweepOptions } from '../bench/options.js';
+import { resolveSweepConfig, type RawSweepOptions } from './sweep-options.js';
 import { ENGINE_FLAGS } from './engine-flags.js';
 import { runSweep, type SweepBackend } from '../bench/sweep.js';
 import { resolveDevice } from '../engine/device.js';

@@ -2,7 +2,8 @@
 import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { UsageError } from './usage.js';
+import { UsageError } from '../util/usage-error.js';
+import { oneOf, parseCount } from './flag-values.js';
 import { isPresetName, PRESET_NAMES } from '../model/presets.js';
 import { resolveSynthConfig, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
 import { CheckpointError, type TextConfig } from '../model/types.js';
@@ -41,12 +42,8 @@ const FLAG_OF_KEY: Record<string, string> = {
   linear_num_value_heads: '--linear-value-heads',
 };
 
-function intFlag(flag: string, v: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
-  if (v === undefined) return undefined;
-  if (!/^\d+$/.test(v.trim())) throw new UsageError(`${flag}: expected an integer, got ${JSON.stringify(v)}`);
-  const n = Number(v.trim());
-  if (!Number.isSafeInteger(n) || n < min || n > max) throw new UsageError(`${flag}: ${n} is out of range (${min}..${max})`);
-  return n;
+function intFlag(flag: string, v: string | undefined, min: number, max?: number): number | undefined {
+  return v === undefined ? undefined : parseCount(flag, v, min, max);
 }
 
 function fmtBytes(n: number): string {
@@ -88,15 +85,13 @@ export function registerSynth(program: Command, setResult: (code: number) => voi
       if (!isPresetName(raw.preset)) throw new UsageError(`--preset: unknown preset ${JSON.stringify(raw.preset)} (expected ${PRESET_NAMES.join(', ')})`);
       const preset = raw.preset;
       if (!raw.out) throw new UsageError('--out is required');
-      if (raw.dtype !== 'bf16' && raw.dtype !== 'f32') throw new UsageError(`--dtype: expected bf16 or f32, got ${JSON.stringify(raw.dtype)}`);
-      const dtype: SynthDType = raw.dtype;
+      const dtype: SynthDType = oneOf('--dtype', raw.dtype, ['bf16', 'f32'] as const);
       const seed = intFlag('--seed', raw.seed, 0)!;
       const shards = intFlag('--shards', raw.shards, 1, 99999)!;
       if (raw.untied && raw.tied) throw new UsageError('--tied and --untied are mutually exclusive');
       let thinkingDefault: boolean | undefined;
       if (raw.thinking !== undefined) {
-        if (raw.thinking !== 'on' && raw.thinking !== 'off') throw new UsageError(`--thinking: expected on or off, got ${JSON.stringify(raw.thinking)}`);
-        thinkingDefault = raw.thinking === 'on';
+        thinkingDefault = oneOf('--thinking', raw.thinking, ['on', 'off'] as const) === 'on';
       }
 
       const overrides: Partial<TextConfig> = {};

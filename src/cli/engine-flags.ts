@@ -3,10 +3,12 @@
 // each bad value a UsageError naming its flag) and the mapping to EngineOptions. A flag means the
 // same thing in both commands because it is this code in both.
 import { Option } from 'commander';
-import type { Device, EngineOptions, KvLayout } from '../engine/types.js';
-import { UsageError } from './usage.js';
+import type { DeviceChoice, ServingFlags } from '../engine/options.js';
+import type { KvLayout } from '../engine/types.js';
+import { UsageError } from '../util/usage-error.js';
+import { oneOf, parseCount } from './flag-values.js';
 
-export type DeviceChoice = 'cpu' | 'cuda' | 'auto';
+export type { DeviceChoice };
 
 export const ENGINE_DEFAULTS = {
   device: 'auto' as DeviceChoice,
@@ -56,23 +58,6 @@ export const ENGINE_FLAGS = {
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
 
-/** A non-negative decimal integer no larger than max, or a UsageError naming the flag. */
-export function parseCount(flag: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  const v = value.trim();
-  if (!/^\d+$/.test(v)) {
-    throw new UsageError(`${flag}: '${value}' is not a whole number`);
-  }
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n > max) throw new UsageError(`${flag}: ${value} is too large (at most ${max})`);
-  if (n < min) throw new UsageError(`${flag}: ${value} is below the minimum of ${min}`);
-  return n;
-}
-
-export function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
-  if ((allowed as readonly string[]).includes(value)) return value as T;
-  throw new UsageError(`${flag}: '${value}' is not one of ${allowed.join(', ')}`);
-}
-
 /**
  * Raw engine flags -> validated values. `maxSeqsDefault` is given by commands that take --max-seqs
  * (its default); without it --max-seqs is not resolved.
@@ -102,23 +87,4 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     }
   }
   return flags;
-}
-
-/** Resolved flags -> the engine's options (the prefix cache is always on, as in the sweep). */
-export function engineOptionsFrom(
-  flags: Omit<EngineFlags, 'device' | 'maxSeqs'>, device: Device, maxSeqs: number, profile = false,
-): EngineOptions {
-  return {
-    device,
-    threads: flags.threads,
-    blockSize: flags.blockSize,
-    kvcache: flags.kvcache,
-    maxSeq: flags.maxSeq,
-    maxSeqs,
-    prefillChunk: flags.prefillChunk,
-    stepTokenBudget: flags.stepTokenBudget,
-    prefixCache: true,
-    cudaGraphs: device === 'cuda',
-    profile,
-  };
 }

@@ -5,7 +5,7 @@ import { registerPrompt } from './cmd-prompt.js';
 import { registerServe } from './cmd-serve.js';
 import { registerSynth } from './cmd-synth.js';
 import { registerConvert } from './cmd-convert.js';
-import { UsageError } from './usage.js';
+import { UsageError } from '../util/usage-error.js';
 import { TOOL_VERSION } from '../util/version.js';
 
 export async function main(argv: string[]): Promise<number> {

@@ -1,7 +1,7 @@
 // Resolves --device: auto picks cuda when this build has the CUDA backend and a GPU, else cpu.
 import { loadAddon } from './native.js';
 import { cudaAvailable } from './engine.js';
-import { UsageError } from '../cli/usage.js';
+import { UsageError } from '../util/usage-error.js';
 
 export function resolveDevice(requested: 'cpu' | 'cuda' | 'auto'): 'cpu' | 'cuda' {
   if (requested === 'cuda' && !loadAddon().cpuInfo().cudaBuilt) {

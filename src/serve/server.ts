@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { colorEnabled, engineLine, HumanRenderer, LogRenderer, type SweepRenderer } from '../bench/render.js';
 import { createLogger } from '../bench/logger.js';
-import { engineOptionsFrom, type EngineFlags } from '../cli/engine-flags.js';
+import { engineOptionsFrom, type ServingFlags } from '../engine/options.js';
 import { loadEngine, type EngineInternals } from '../engine/engine.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
@@ -33,7 +33,7 @@ export interface ServeOptions {
   port: number;
   servedModelName?: string;
   apiKey?: string;
-  engine: EngineFlags & { maxSeqs: number };
+  engine: ServingFlags & { maxSeqs: number };
   device: Device;
   /** -1 quiet, 0 human header, 1 pino JSON lines (one per request), 2 debug. */
   verbosity: number;

@@ -8,7 +8,7 @@ import type {
 } from '../../src/engine/types.js';
 import type { Checkpoint } from '../../src/model/types.js';
 import type { SweepBackend } from '../../src/bench/sweep.js';
-import { UsageError } from '../../src/cli/usage.js';
+import { UsageError } from '../../src/util/usage-error.js';
 
 export interface FakeTuning {
   baseMs?: number;

@@ -2,48 +2,10 @@
 // raised before any model is touched.
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { ENGINE_DEFAULTS, oneOf, parseCount, resolveEngineFlags, type DeviceChoice } from '../cli/engine-flags.js';
-import { UsageError } from '../cli/usage.js';
-import type { KvLayout } from '../engine/types.js';
-
-export { parseCount, type DeviceChoice };
-
-export interface Cell {
-  isl: number;
-  osl: number;
-}
-
-export type PromptMode = 'unique' | 'repeat';
-export type OutputFormat = 'csv' | 'json' | 'md';
-
-export interface SweepConfig {
-  /** Checkpoint directory; null = the embedded synthetic model. */
-  modelPath: string | null;
-  device: DeviceChoice;
-  threads: number;
-  cells: Cell[];
-  /** Ascending, without duplicates. */
-  concurrency: number[];
-  sharedPrefix: number;
-  prompts: PromptMode;
-  warmup: number;
-  iters: number;
-  kvcache: KvLayout;
-  blockSize: number;
-  prefillChunk: number;
-  stepTokenBudget: number;
-  maxSeq: number;
-  memoryStages: string | null;
-  output: string | null;
-  format: OutputFormat;
-  profile: boolean;
-  profilePipeline: boolean;
-  seed: number;
-  /** -1 quiet, 0 default, 1 info JSON logs, 2 debug JSON logs. */
-  verbosity: number;
-  latencyOnly: boolean;
-  skipTraining: boolean;
-}
+import type { Cell, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
+import { UsageError } from '../util/usage-error.js';
+import { ENGINE_DEFAULTS, resolveEngineFlags } from './engine-flags.js';
+import { oneOf, parseCount } from './flag-values.js';
 
 export const DEFAULT_CELLS: readonly Cell[] = [
   { isl: 128, osl: 128 },

@@ -1,0 +1,42 @@
+// The value parsers of every command's flags, one per kind of value: each turns the text a user
+// typed into a value or a UsageError naming the flag, with the same words in every command.
+// `*Arg` are the same parsers in the shape commander's argParser takes.
+import { UsageError } from '../util/usage-error.js';
+
+/** A non-negative decimal integer in [min, max]. */
+export function parseCount(flag: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const v = value.trim();
+  if (!/^\d+$/.test(v)) throw new UsageError(`${flag}: '${value}' is not a whole number`);
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n > max) throw new UsageError(`${flag}: ${value} is too large (at most ${max})`);
+  if (n < min) throw new UsageError(`${flag}: ${value} is below the minimum of ${min}`);
+  return n;
+}
+
+/** A finite decimal number in [min, max]. */
+export function parseNumber(flag: string, value: string, min = -Infinity, max = Infinity): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n)) throw new UsageError(`${flag}: '${value}' is not a number`);
+  if (n < min || n > max) throw new UsageError(`${flag}: ${value} is out of range [${min}, ${max}]`);
+  return n;
+}
+
+/** Token ids separated by commas or spaces. */
+export function parseIdList(flag: string, value: string): number[] {
+  const parts = value.split(/[\s,]+/).filter((s) => s.length > 0);
+  if (parts.length === 0) throw new UsageError(`${flag}: empty list`);
+  return parts.map((p) => {
+    if (!/^\d+$/.test(p) || !Number.isSafeInteger(Number(p))) throw new UsageError(`${flag}: '${p}' is not a token id`);
+    return Number(p);
+  });
+}
+
+export function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
+  if ((allowed as readonly string[]).includes(value)) return value as T;
+  throw new UsageError(`${flag}: '${value}' is not one of ${allowed.join(', ')}`);
+}
+
+export const countArg = (flag: string, min: number, max?: number) => (v: string): number => parseCount(flag, v, min, max);
+export const numberArg = (flag: string, min?: number, max?: number) => (v: string): number => parseNumber(flag, v, min, max);
+export const idListArg = (flag: string) => (v: string): number[] => parseIdList(flag, v);
+export const choiceArg = <T extends string>(flag: string, allowed: readonly T[]) => (v: string): T => oneOf(flag, v, allowed);
