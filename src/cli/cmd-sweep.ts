@@ -4,6 +4,7 @@ import { resolveSweepConfig, type RawSweepOptions } from './sweep-options.js';
 import { ENGINE_FLAGS } from './engine-flags.js';
 import { runSweep, type SweepBackend } from '../bench/sweep.js';
 import { resolveDevice } from '../engine/device.js';
+import { usableCpus } from '../engine/native.js';
 import { loadEngine } from '../engine/engine.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
@@ -13,6 +14,7 @@ const realBackend: SweepBackend = {
   loadCheckpoint: (dir) => loadCheckpoint(dir),
   loadEngine,
   resolveDevice,
+  usableCpus,
 };
 
 function count(_v: string, previous: number): number {

@@ -76,3 +76,8 @@ export function loadAddon(file?: string): NativeAddon {
   cached.set(f, addon);
   return addon;
 }
+
+/** CPUs this process may use, as the engine resolves `--threads 0` (native/core/cpu_features.h). */
+export function usableCpus(): number {
+  return loadAddon().cpuInfo().usableCpus;
+}

@@ -6,6 +6,7 @@ import { performance } from 'node:perf_hooks';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { colorEnabled, engineLine, HumanRenderer, LogRenderer, type SweepRenderer } from '../bench/render.js';
 import { createLogger } from '../bench/logger.js';
+import { usableCpus } from '../engine/native.js';
 import { engineOptionsFrom, type ServingFlags } from '../engine/options.js';
 import { loadEngine, type EngineInternals } from '../engine/engine.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
@@ -138,7 +139,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     ? new LogRenderer(log)
     : new HumanRenderer(o.stderr, o.stderrIsTTY, colorEnabled(o.stderrIsTTY, process.env), o.verbosity < 0);
   const machine = machineInfo();
-  renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: o.engine.threads || machine.logicalCores });
+  renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: o.engine.threads || usableCpus() });
   renderer.modelPath(o.modelDir, o.embedded);
   const t0 = performance.now();
   const ckpt = loadCheckpoint(o.modelDir);

@@ -282,6 +282,7 @@ export function fakeBackend(tune: FakeTuning & { loadError?: string; cuda?: bool
       engines.push(e);
       return e;
     },
+    usableCpus: () => 2,
     resolveDevice: (choice) => {
       if (choice === 'cuda' && !tune.cuda) throw new UsageError('--device cuda: this build has no CUDA backend');
       return choice === 'auto' ? (tune.cuda ? 'cuda' : 'cpu') : choice;

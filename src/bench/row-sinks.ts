@@ -1,0 +1,96 @@
+// Where finished rows go: stdout (csv format) and the --output files (PREFIX.csv, PREFIX.jsonl,
+// PREFIX.json), each row flushed as it completes so a killed sweep keeps every row it finished.
+import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
+import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
+import { latencyBlock, type Report, type ReportRow } from './report.js';
+import type { RowOutcome } from './runner.js';
+import type { SweepConfig } from './sweep-config.js';
+
+/** The streams the sinks write to. */
+export interface SinkIO {
+  stdout: NodeJS.WritableStream;
+  stderr: NodeJS.WritableStream;
+}
+
+export function toReportRow(out: RowOutcome): ReportRow {
+  const f = out.figures;
+  return {
+    ...out.row,
+    distributions: f ? f.distributions : null,
+    latency: f && out.row.status === 'ok' ? latencyBlock(out.row, f) : null,
+    timed_requests: out.timed.length,
+    generated_tokens: f ? f.generatedTokens : null,
+    decode_tokens: f ? f.decodeTokens : null,
+    decode_window_ms: f ? f.decodeWindowMs : null,
+    timed_wall_ms: out.timedWallMs,
+    itl_excluded_gaps: f ? f.mixedGaps : null,
+    cached_prompt_tokens: f ? f.cachedPromptTokens : null,
+    counters: out.counters,
+    profile: out.profile,
+    cpu_other_share: null,
+  };
+}
+
+export function rowFromError(isl: number, osl: number, c: number, reason: string): ReportRow {
+  return toReportRow({ row: errorRow(isl, osl, c, reason), figures: null, counters: null, timed: [], profile: null, timedWallMs: null, interrupted: false });
+}
+
+/** The row stream: stdout (csv format) and the --output files, each row flushed as it completes. */
+export class RowSinks {
+  private csvFile: SyncAppender | null = null;
+  private jsonlFile: SyncAppender | null = null;
+  private stdoutBroken = false;
+
+  constructor(
+    private readonly cfg: SweepConfig,
+    private readonly io: SinkIO,
+    private readonly report: Report,
+    onStdoutGone: () => void,
+  ) {
+    io.stdout.on('error', (err: NodeJS.ErrnoException) => {
+      // A closed pipe (bench | head) ends the sweep quietly; the files, if any, still get every finished row.
+      this.stdoutBroken = true;
+      if (err.code !== 'EPIPE') io.stderr.write(`bench: stdout: ${err.message}\n`);
+      onStdoutGone();
+    });
+  }
+
+  private stdout(text: string): void {
+    if (!this.stdoutBroken) this.io.stdout.write(text);
+  }
+
+  begin(): void {
+    const header = csvHeaderLine();
+    if (this.cfg.format === 'csv') this.stdout(header);
+    if (this.cfg.output !== null) {
+      this.csvFile = new SyncAppender(`${this.cfg.output}.csv`);
+      this.csvFile.append(header);
+      this.jsonlFile = new SyncAppender(`${this.cfg.output}.jsonl`);
+      this.writeJson();
+    }
+  }
+
+  /** Request lines and the report first, the CSV row last: a row in PREFIX.csv is a row in PREFIX.json. */
+  row(row: SweepRow, out: RowOutcome | null): void {
+    if (out && this.jsonlFile && out.timed.length) {
+      this.jsonlFile.append(out.timed.map((t) => requestLine(row.isl, row.osl, row.concurrency, t)).join(''));
+    }
+    this.writeJson();
+    const line = csvRowLine(row);
+    this.csvFile?.append(line);
+    if (this.cfg.format === 'csv') this.stdout(line);
+  }
+
+  writeJson(): void {
+    if (this.cfg.output !== null) writeFileAtomic(`${this.cfg.output}.json`, JSON.stringify(this.report, null, 2) + '\n');
+  }
+
+  finish(rows: readonly SweepRow[]): void {
+    this.writeJson();
+    if (this.cfg.format === 'json') this.stdout(JSON.stringify(this.report, null, 2) + '\n');
+    else if (this.cfg.format === 'md') this.stdout(markdownTable(rows));
+    this.csvFile?.close();
+    this.jsonlFile?.close();
+  }
+}
+

@@ -1,0 +1,80 @@
+// The sweep's model load: the checkpoint (a bad --model-path is a usage error), then the engine,
+// each stage rendered and recorded in the report; the engine is null when it failed to load.
+import { performance } from 'node:perf_hooks';
+import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
+import { CheckpointError, type Checkpoint } from '../model/types.js';
+import type { GpuInfo } from '../util/machine.js';
+import { UsageError } from '../util/usage-error.js';
+import { modelSection, type Report } from './report.js';
+import { engineLine, type SweepRenderer } from './render.js';
+import { errMessage } from './runner.js';
+import type { SweepConfig } from './sweep-config.js';
+import type { SweepBackend } from './sweep.js';
+
+export interface LoadedModel {
+  ckpt: Checkpoint;
+  opts: EngineOptions;
+  engine: EngineHandle | null;
+  /** Why the engine did not load (engine null). */
+  loadError: string | null;
+}
+
+export async function loadModel(
+  cfg: SweepConfig, backend: SweepBackend, device: Device, opts: EngineOptions, gpus: readonly GpuInfo[],
+  renderer: SweepRenderer, report: Report,
+): Promise<LoadedModel> {
+  const embedded = cfg.modelPath === null;
+  const modelDir = cfg.modelPath ?? (await backend.ensureEmbeddedModel());
+  renderer.modelPath(modelDir, embedded);
+
+  const tc0 = performance.now();
+  let ckpt: Checkpoint;
+  try {
+    ckpt = await backend.loadCheckpoint(modelDir);
+  } catch (err) {
+    if (err instanceof CheckpointError && !embedded) throw new UsageError(`--model-path: ${err.message}`);
+    throw err;
+  }
+  const checkpointMs = performance.now() - tc0;
+  report.model = modelSection(ckpt, embedded);
+  renderer.loadStage('checkpoint', {
+    path: ckpt.dir, shards: ckpt.shards.length, bytes_on_disk: ckpt.bytesOnDisk, param_count: ckpt.paramCount,
+    dtype: ckpt.dtype, layers: ckpt.config.numLayers, ms: checkpointMs,
+  });
+
+  renderer.loadStage('engine_load_start', { device, options: opts });
+  const te0 = performance.now();
+  let engine: EngineHandle | null = null;
+  let loadError: string | null = null;
+  try {
+    engine = await backend.loadEngine(ckpt, opts, { onLoadProgress: (d, t) => renderer.loadProgress(d, t) });
+  } catch (err) {
+    loadError = errMessage(err);
+  }
+  const loadMs = performance.now() - te0;
+  if (engine === null) return { ckpt, opts, engine, loadError };
+
+  const info = engine.info;
+  report.engine = { ...info, options: opts };
+  report.modelLoad = { checkpoint_ms: checkpointMs, engine_ms: loadMs, weight_bytes: info.weightBytes };
+  renderer.loadStage('engine', { backend: info.backend, isa: info.isa, threads: info.threads, weight_bytes: info.weightBytes, dtype: info.dtype, kv_blocks_total: info.kvBlocksTotal, ms: loadMs });
+  const gpu = info.backend === 'cuda'
+    ? {
+      name: info.gpuName ?? gpus[0]?.name ?? 'unnamed GPU',
+      memoryMb: info.gpuMemoryBytes !== undefined ? Math.round(info.gpuMemoryBytes / (1024 * 1024)) : (gpus[0]?.memoryMb ?? 0),
+    }
+    : null;
+  renderer.loaded({
+    seconds: (checkpointMs + loadMs) / 1000,
+    backend: info.backend,
+    isa: info.isa,
+    weightBytes: info.weightBytes,
+    threads: info.threads,
+    gpu,
+    engineLine: engineLine(opts, info),
+    sweepLine: `${cfg.cells.map((c) => `${c.isl}:${c.osl}`).join(', ')} x concurrency ${cfg.concurrency.join(',')}; ` +
+      `${cfg.warmup} warm-up + ${cfg.iters} timed pass${cfg.iters === 1 ? '' : 'es'}; ${cfg.prompts} prompts` +
+      `${cfg.sharedPrefix ? `, shared prefix ${cfg.sharedPrefix}` : ''}; seed ${cfg.seed}`,
+  });
+  return { ckpt, opts, engine, loadError };
+}

@@ -1,0 +1,86 @@
+// The sweep's rows: every cell at every concurrency, one row at a time (row k+1 starts after every
+// request of row k has finished), each streamed to the sinks as it completes. Returns whether the
+// sweep was interrupted.
+import type { EngineHandle } from '../engine/types.js';
+import type { Checkpoint } from '../model/types.js';
+import { cpuSample, otherCpuShare } from '../util/machine.js';
+import { TOOL_VERSION } from '../util/version.js';
+import type { SweepRow } from './csv.js';
+import { appendMemoryStage, memoryStageRows, type MemoryStage } from './memory-stages.js';
+import { ttftOf } from './metrics.js';
+import { formatOpsReport, formatPipelineReport } from './profile.js';
+import { promptVocab } from './prompts.js';
+import type { Report } from './report.js';
+import type { SweepRenderer } from './render.js';
+import { RowSinks, toReportRow } from './row-sinks.js';
+import { runRow } from './runner.js';
+import type { SweepConfig } from './sweep-config.js';
+
+/** A row whose run saw other processes take at least this share of the CPU says so in its notes. */
+export const CONTENTION_NOTE_SHARE = 0.1;
+
+export async function runRows(
+  cfg: SweepConfig, engine: EngineHandle, ckpt: Checkpoint, profile: boolean, signal: AbortSignal,
+  renderer: SweepRenderer, report: Report, sinks: RowSinks, rows: SweepRow[],
+): Promise<boolean> {
+  const stage = (s: MemoryStage) => {
+    if (cfg.memoryStages === null) return;
+    const stageRows = memoryStageRows(s, engine, ckpt, TOOL_VERSION);
+    appendMemoryStage(cfg.memoryStages, stageRows);
+    renderer.debug('memory_stage', { stage: s, rows: stageRows });
+  };
+  stage('weights_bound');
+
+  sinks.begin();
+  renderer.sweepStart();
+  const vocab = promptVocab(ckpt.config.vocabSize);
+  let sweepFirstToken = false;
+  let sweepFirstRequest = false;
+
+  for (const cell of cfg.cells) {
+    let c1DecodeTokS: number | null = null;
+    for (const c of cfg.concurrency) {
+      if (signal.aborted) return true;
+      const label = `${cell.isl}:${cell.osl} c=${c}`;
+      renderer.rowStart(label, { isl: cell.isl, osl: cell.osl, concurrency: c }, () => engine.nowMs());
+      const cpuBefore = cpuSample();
+      const out = await runRow(engine, {
+        cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: cfg.maxSeq, seed: cfg.seed,
+        prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile, c1DecodeTokS,
+      }, signal, {
+        phase: (p, total) => renderer.rowPhase(p, total),
+        tokens: (n) => renderer.stepTokens(n),
+        firstToken: () => {
+          if (!sweepFirstToken) { sweepFirstToken = true; stage('warmup_forward'); }
+        },
+        firstRequestDone: () => {
+          if (!sweepFirstRequest) { sweepFirstRequest = true; stage('first_generation'); }
+        },
+        requestDone: (t, timed) => renderer.debug('request', {
+          cell: label, timed, pass: t.pass, session: t.session, id: t.result.id,
+          tokens: t.result.tokens.length, ttft_ms: ttftOf(t.result),
+        }),
+      });
+      const otherCpu = otherCpuShare(cpuBefore, cpuSample());
+      if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted) {
+        const note = `other processes used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;
+        out.row.notes = out.row.notes ? `${out.row.notes}; ${note}` : note;
+        renderer.warn(`${label}: ${note}`, { cell: label, cpu_other_share: otherCpu });
+      }
+      renderer.rowEnd(label, out);
+      if (out.interrupted) return true;
+      if (c === 1) c1DecodeTokS = out.row.status === 'ok' ? out.row.decode_tok_s : null;
+      rows.push(out.row);
+      report.rows.push({ ...toReportRow(out), cpu_other_share: otherCpu });
+      sinks.row(out.row, out);
+      if (out.profile) {
+        const scope = `${label}, timed passes`;
+        if (cfg.profile) renderer.profile('ops', formatOpsReport(scope, out.profile.ops), out.profile.ops);
+        if (cfg.profilePipeline) renderer.profile('pipeline', formatPipelineReport(scope, out.profile.pipeline), out.profile.pipeline);
+      } else if (profile && out.row.status === 'ok') {
+        renderer.warn(`${label}: the engine returned no profile although profiling was requested`);
+      }
+    }
+  }
+  return false;
+}
