@@ -8,6 +8,8 @@
 // TTFT (mean enqueue -> first token; over HTTP the clock is the client's: just before the POST -> the
 // first chunk carrying a token). `start spread`: first token of the last stream minus that of the first
 // (in-process the c requests are admitted in one step; over HTTP they arrive on c connections).
+// `paired TTFT overhead`: per HTTP request, the client's TTFT minus the engine's own TTFT of that same
+// request (native enqueue -> first token): what HTTP adds, free of the prefill time's noise.
 // Usage: npm run bench:serve -- [--rounds 7] [--isl 128] [--osl 64] [--concurrency 1,8] [--threads 2] [--json FILE]
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -19,6 +21,7 @@ import { makePrompt, promptVocab } from '../src/bench/prompts.js';
 import { runRow } from '../src/bench/runner.js';
 import { resolveEngineFlags } from '../src/cli/engine-flags.js';
 import type { RequestResult } from '../src/engine/types.js';
+import type { GenerationResult } from '../src/serve/generation.js';
 import { startServer } from '../src/serve/server.js';
 import { cpuSample, otherCpuShare } from '../src/util/machine.js';
 import { ensureBenchModel, median } from './bench-model.js';
@@ -35,7 +38,7 @@ const program = new Command('serve-bench')
 const opt = program.opts<{ threads: string; rounds: number; isl: number; osl: number; concurrency: string; preset: string; json?: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
-interface Figures { steadyTokS: number; decodeTokS: number; ttftMs: number; spreadMs: number }
+interface Figures { steadyTokS: number; decodeTokS: number; ttftMs: number; spreadMs: number; pairedTtftMs?: number }
 
 function figuresOf(timed: readonly TimedRequest[], f: { decodeTokS: number | null; ttftMs: number | null }): Figures {
   const firsts = timed.map((t) => t.result.tokenMs[0]!);
@@ -57,6 +60,8 @@ async function main(): Promise<void> {
     modelDir: dir, embedded: false, host: '127.0.0.1', port: 0, engine: engineFlags, device: 'cpu', verbosity: -1, stderr: sink, stderrIsTTY: false,
   });
   const engine = server.engine;
+  const finished: GenerationResult[] = [];
+  server.ctx.onFinished = (r) => { finished.push(r); };
   const vocab = promptVocab(server.ctx.model.vocabSize);
   const cell = { isl: opt.isl, osl: opt.osl };
   const plan = (seed: number, c: number) => ({ seed, isl: opt.isl, osl: opt.osl, concurrency: c, mode: 'unique' as const, sharedPrefix: 0, vocab });
@@ -116,9 +121,17 @@ async function main(): Promise<void> {
       };
       return { pass: 0, session, result };
     };
+    finished.length = 0;
     const timed = await Promise.all(Array.from({ length: c }, (_, s) => one(s)));
     if (timed.some((t) => t.result.tokens.length !== opt.osl)) throw new Error('an HTTP request did not stream osl tokens');
-    return figuresOf(timed, computeRowFigures(opt.isl, opt.osl, timed, null));
+    // The engine's view of each request, matched by its output tokens.
+    const paired: number[] = [];
+    for (const t of timed) {
+      const key = t.result.tokens.join(',');
+      const g = finished.find((f) => f.tokens.join(',') === key);
+      if (g?.ttftMs != null) paired.push(t.result.tokenMs[0]! - t.result.enqueueMs - g.ttftMs);
+    }
+    return { ...figuresOf(timed, computeRowFigures(opt.isl, opt.osl, timed, null)), ...(paired.length ? { pairedTtftMs: median(paired) } : {}) };
   };
 
   log('warm-up ...');
@@ -142,7 +155,8 @@ async function main(): Promise<void> {
       if (other !== null) others.push(other);
       const i = slot.inproc[slot.inproc.length - 1]!, h = slot.http[slot.http.length - 1]!;
       line.push(`c=${c} in-process ${i.steadyTokS.toFixed(1)} tok/s (sweep ${i.decodeTokS.toFixed(1)}) ttft ${i.ttftMs.toFixed(1)} ms | ` +
-        `http ${h.steadyTokS.toFixed(1)} tok/s (sweep ${h.decodeTokS.toFixed(1)}) ttft ${h.ttftMs.toFixed(1)} ms spread ${h.spreadMs.toFixed(0)} ms`);
+        `http ${h.steadyTokS.toFixed(1)} tok/s (sweep ${h.decodeTokS.toFixed(1)}) ttft ${h.ttftMs.toFixed(1)} ms spread ${h.spreadMs.toFixed(0)} ms` +
+        ` paired +${(h.pairedTtftMs ?? NaN).toFixed(2)} ms`);
     }
     log(`round ${r + 1}/${opt.rounds}: ${line.join('; ')}; other processes ${others.slice(-levels.length).map((x) => `${(x * 100).toFixed(0)}%`).join('/')} of the CPU`);
   }
@@ -159,7 +173,7 @@ async function main(): Promise<void> {
   out.push(`${'c'.padEnd(3)}${'steady tok/s in-proc'.padStart(22)}${'http'.padStart(8)}${'ratio'.padStart(7)}${'sweep tok/s in-proc'.padStart(21)}${'http'.padStart(8)}${'ratio'.padStart(7)}` +
     `${'TTFT ms in-proc'.padStart(17)}${'http'.padStart(9)}${'delta'.padStart(8)}${'http spread ms'.padStart(16)}`);
   const summary: Record<string, unknown>[] = [];
-  const med = (xs: Figures[], k: keyof Figures) => median(xs.map((x) => x[k]));
+  const med = (xs: Figures[], k: 'steadyTokS' | 'decodeTokS' | 'ttftMs' | 'spreadMs') => median(xs.map((x) => x[k]));
   for (const c of levels) {
     const s = res.get(c)!;
     const row = {
@@ -170,6 +184,7 @@ async function main(): Promise<void> {
       inprocess_spread_ms: med(s.inproc, 'spreadMs'), http_spread_ms: med(s.http, 'spreadMs'),
       median_round_steady_ratio: median(s.inproc.map((x, k) => s.http[k]!.steadyTokS / x.steadyTokS)),
       median_round_ttft_delta_ms: median(s.inproc.map((x, k) => s.http[k]!.ttftMs - x.ttftMs)),
+      http_paired_ttft_overhead_ms: median(s.http.map((x) => x.pairedTtftMs ?? NaN)),
       rounds: s,
     };
     out.push(`${String(c).padEnd(3)}${row.inprocess_steady_tok_s.toFixed(1).padStart(22)}${row.http_steady_tok_s.toFixed(1).padStart(8)}` +
@@ -178,7 +193,8 @@ async function main(): Promise<void> {
       `${row.inprocess_ttft_ms.toFixed(1).padStart(17)}${row.http_ttft_ms.toFixed(1).padStart(9)}${(row.http_ttft_ms - row.inprocess_ttft_ms).toFixed(2).padStart(8)}` +
       `${row.http_spread_ms.toFixed(0).padStart(16)}`);
     out.push(`   per-round steady ratios ${s.inproc.map((x, k) => (s.http[k]!.steadyTokS / x.steadyTokS).toFixed(3)).join(' ')}; ` +
-      `TTFT deltas ${s.inproc.map((x, k) => (s.http[k]!.ttftMs - x.ttftMs).toFixed(2)).join(' ')} ms`);
+      `TTFT deltas ${s.inproc.map((x, k) => (s.http[k]!.ttftMs - x.ttftMs).toFixed(2)).join(' ')} ms; ` +
+      `paired TTFT overhead (median ${row.http_paired_ttft_overhead_ms.toFixed(2)} ms) ${s.http.map((x) => (x.pairedTtftMs ?? NaN).toFixed(2)).join(' ')} ms`);
     summary.push(row);
   }
   process.stdout.write(`${out.join('\n')}\n`);

@@ -22,6 +22,8 @@ export class ServeContext {
   engine: ServeEngine | null = null;
   metrics: ServeMetrics | null = null;
   closing = false;
+  /** Called with every finished generation (benchmarks pair a client's view of a request with the engine's). */
+  onFinished: ((r: GenerationResult) => void) | null = null;
   private readonly live = new Set<Generation>();
   private nextLogId = 1;
 
@@ -55,6 +57,7 @@ export class ServeContext {
     void gen.done.then((r) => {
       this.live.delete(gen);
       this.metrics?.record(r.engine, r.tokens.length, r.finish);
+      this.onFinished?.(r);
     }, () => this.live.delete(gen));
     return gen;
   }
