@@ -209,6 +209,24 @@ describe('memory pressure and cancellation', () => {
     expect(s.activeBytes).toBe(base.activeBytes);
     e.allowSteps!(1000); // let close() find an idle engine
   });
+
+  // A test that polls with allowSteps(1) (as the serve tests do while a request travels over HTTP)
+  // must not bank a run of steps: with permits added, the twenty below would let the request run
+  // on to many tokens before the cancel lands; topped up, exactly one step runs.
+  it('step permits are topped up, not added: polling while idle banks one step, not twenty', async () => {
+    const e = await engine({ prefillChunk: 64 }, { manualSteps: true });
+    for (let i = 0; i < 20; i++) e.allowSteps!(1);
+    let first!: () => void;
+    const atFirst = new Promise<void>((resolve) => { first = resolve; });
+    const h = e.submit({ prompt: promptIds(10, 11), maxTokens: 50, ignoreEos: true }, () => first());
+    await atFirst; // the one banked step: prefill of a 10-token prompt, which samples the first token
+    h.cancel();
+    e.allowSteps!(1);
+    const r = await h.done;
+    expect(r.finishReason).toBe('cancelled');
+    expect(r.tokens).toHaveLength(1);
+    e.allowSteps!(1000);
+  });
 });
 
 describe('admission edge cases', () => {

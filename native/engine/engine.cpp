@@ -298,7 +298,7 @@ void Engine::memory_changed() {
 void Engine::allow_steps(int n) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    step_permits_ += std::max(0, n);
+    step_permits_ = std::max<int64_t>(step_permits_, n);  // topped up, never banked beyond n
   }
   cv_.notify_all();
 }

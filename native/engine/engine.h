@@ -141,8 +141,10 @@ class Engine : private CounterSink {
   uint64_t submit(RequestSpec r, bool defer = false);
   void flush();
   void cancel(uint64_t id);
-  // With EngineConfig::manual_steps: lets the worker run n more steps (each admits what has
-  // arrived, applies cancels, and runs one forward pass if there is work).
+  // With EngineConfig::manual_steps: lets the worker run n more steps from now (each admits what
+  // has arrived, applies cancels, and runs one forward pass if there is work). Permits are topped
+  // up to n, not added: a test that polls with allow_steps(1) while the worker is idle or busy
+  // never banks a run of steps that would carry a request past the point the test holds it at.
   void allow_steps(int n);
   std::vector<EngineEvent> drain();
   EngineStats stats();

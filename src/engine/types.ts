@@ -181,8 +181,9 @@ export interface EngineHandle {
   /** Profile since the last call (null unless EngineOptions.profile). */
   takeProfile(): ProfileReport | null;
   /**
-   * Engines loaded with internals.manualSteps only (tests): lets the worker run n more steps, so a
-   * test places a cancel or a submit exactly between two steps instead of racing the worker.
+   * Engines loaded with internals.manualSteps only (tests): lets the worker run n more steps from
+   * now, so a test places a cancel or a submit exactly between two steps instead of racing the
+   * worker. Permits are topped up to n, not added: polling with allowSteps(1) never banks steps.
    */
   allowSteps?(n: number): void;
   close(): Promise<void>;
