@@ -12,7 +12,7 @@ const BENCH = path.join(REPO_ROOT, 'bin', 'bench.js');
 interface Served {
   child: ChildProcess;
   stderr: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
 /** Spawns `bench serve ARGS` and resolves once `ready(stderr)` returns a URL. */
@@ -21,8 +21,8 @@ async function serve(args: string[], ready: (stderr: string) => string | null): 
     env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'],
   });
   let err = '';
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) => {
-    child.on('exit', (code, signal) => resolve({ code, signal, at: performance.now() }));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => resolve({ code, signal }));
   });
   const url = await new Promise<string>((resolve, reject) => {
     child.stderr!.on('data', (d: Buffer) => {
@@ -94,17 +94,16 @@ describe('bench serve (process)', () => {
       method: 'POST', headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ prompt: 'the sea', max_tokens: 900, temperature: 0, ignore_eos: true, stream: true }),
     });
-    let signalledAt = 0;
+    let signalled = false;
     const events = await readSse(res, () => {
-      if (!signalledAt) {
-        signalledAt = performance.now();
+      if (!signalled) {
+        signalled = true;
         s.child.kill('SIGTERM');
       }
     }).catch(() => null);
+    // The process exits by itself (a hang fails on the test's timeout; no wall-clock deadline here).
     const e = await s.exited;
     expect(e.code).toBe(0);
-    // Deadline, not a race: the process exits by itself within 1.8 s of the signal; 10 s covers a loaded machine's spawn/exit.
-    expect(e.at - signalledAt).toBeLessThan(10_000);
     if (events) expect(events.length).toBeLessThan(900);
     const lines = s.stderr().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
     const reqs = lines.filter((l) => l.event === 'request');

@@ -9,12 +9,9 @@ import { loadTokenizer, type LoadedTokenizer } from '../src/model/tokenizer.js';
 import { CheckpointError } from '../src/model/types.js';
 import { cleanupAllFixtures, synthFixture, tempDir } from './helpers/synth-fixture.js';
 
-// Built first, in a fresh worker: the first build is the cold cost. CPU time, not wall time, so a
-// busy machine does not fail the test.
-const cpu0 = process.cpuUsage();
+// How long the build takes is a figure, not a property: no test asserts it (it varies with the CPU
+// and with the other work on a shared machine).
 const built = buildSynthTokenizer();
-const cpu = process.cpuUsage(cpu0);
-const buildSeconds = (cpu.user + cpu.system) / 1e6;
 
 let dir: string;
 let tok: LoadedTokenizer;
@@ -26,9 +23,8 @@ beforeAll(async () => {
 afterAll(() => cleanupAllFixtures());
 
 describe('synthetic tokenizer.json', () => {
-  it('is small and quick to build', () => {
+  it('is small', () => {
     expect(built.tokenizerJson.length).toBeLessThan(15 * 1024 * 1024);
-    expect(buildSeconds).toBeLessThan(2);
     expect(built.vocabSize).toBe(248077);
   });
 
