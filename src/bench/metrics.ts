@@ -9,6 +9,10 @@ export interface TimedRequest {
   pass: number;
   session: number;
   result: RequestResult;
+  /** When the request was handed to the engine (engine clock, ms); before its enqueue stamp. */
+  submittedMs?: number;
+  /** Open loop: when its arrival was scheduled (engine clock, ms). */
+  scheduledMs?: number;
 }
 
 export interface RowFigures {

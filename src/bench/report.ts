@@ -4,6 +4,7 @@ import type { Checkpoint } from '../model/types.js';
 import type { GitInfo } from '../util/git.js';
 import type { GpuInfo, MachineInfo } from '../util/machine.js';
 import type { SweepRow } from './csv.js';
+import type { LoadFigures } from './load-figures.js';
 import type { RowFigures } from './metrics.js';
 import type { SweepConfig } from './sweep-config.js';
 
@@ -43,6 +44,10 @@ export interface ReportRow extends SweepRow {
   profile: ProfileReport | null;
   /** Share of the machine's CPU other processes used while the row ran (Linux /proc/stat; null elsewhere). */
   cpu_other_share: number | null;
+  /** TPOT, client-side queue time, achieved vs requested concurrency, goodput (ok rows). */
+  load: LoadFigures | null;
+  /** An endpoint row: the wire figures (TTFT by vLLM's mark, tokens per chunk, prompt-length checks, /metrics). */
+  endpoint: Record<string, unknown> | null;
 }
 
 export interface ModelSection {

@@ -28,6 +28,8 @@ export function toReportRow(out: RowOutcome): ReportRow {
     counters: out.counters,
     profile: out.profile,
     cpu_other_share: null,
+    load: out.load ?? null,
+    endpoint: out.detail ?? null,
   };
 }
 

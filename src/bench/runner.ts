@@ -1,6 +1,8 @@
 // One sweep row: a cell (isl:osl) at one concurrency, run as a closed loop of sessions on a loaded engine.
-import type { EngineHandle, EngineStats, ProfileReport, RequestHandle, RequestResult, TokenEvent } from '../engine/types.js';
-import { counterColumns, errorRow, type SweepRow } from './csv.js';
+import type { EngineHandle, EngineStats, ProfileReport, RequestHandle, RequestResult } from '../engine/types.js';
+import { arrivalOffsetsMs } from './arrivals.js';
+import { errorRow, type SweepRow } from './csv.js';
+import { loadFigures, type GoodputBounds, type LoadFigures } from './load-figures.js';
 import {
   batchingEfficiency,
   computeRowFigures,
@@ -10,6 +12,7 @@ import {
 } from './metrics.js';
 import type { Cell, PromptMode } from './sweep-config.js';
 import { makePrompt, type PromptPlan } from './prompts.js';
+import { engineCounterProbe, type RowProbe } from './row-probe.js';
 
 export interface RowSettings {
   cell: Cell;
@@ -25,6 +28,19 @@ export interface RowSettings {
   profile: boolean;
   /** decode_tok_s of the same cell at concurrency 1, when that row ran ok. */
   c1DecodeTokS: number | null;
+  /** What sets maxSeq, for the error row of a cell too long for it (default `--max-seq`). */
+  maxSeqSource?: string;
+  /** Open-loop timed phase (--request-rate): arrivals at `rate`/s, at most `concurrency` in flight. */
+  open?: OpenLoop | null;
+  goodput?: GoodputBounds | null;
+}
+
+export interface OpenLoop {
+  /** Requests per second (Infinity: all at once). */
+  rate: number;
+  burstiness: number;
+  /** Timed requests (default concurrency x iters). */
+  numRequests: number | null;
 }
 
 /** What the runner tells whoever draws progress. */
@@ -51,6 +67,10 @@ export interface RowOutcome {
   timedWallMs: number | null;
   /** True when an abort (SIGINT) cut the row short: the row is not to be reported. */
   interrupted: boolean;
+  /** TPOT, queue time, achieved concurrency, goodput (ok rows). */
+  load?: LoadFigures | null;
+  /** The probe's detail for the JSON report (an endpoint's wire figures), or null. */
+  detail?: Record<string, unknown> | null;
 }
 
 interface PhaseResult {
@@ -59,74 +79,132 @@ interface PhaseResult {
   cancelled: boolean;
 }
 
+/** One request of a phase: its place in the loop and, open loop, its arrival offset (ms from the phase start). */
+interface PhaseSlot {
+  pass: number;
+  session: number;
+  atMs?: number;
+}
+
 /**
- * Closed loop: `concurrency` sessions, each submitting its requests back to back (the next one when the
- * previous completes), `passes` requests per session. The first failure cancels everything in flight.
+ * Runs a phase's requests on `lanes` workers. Closed loop: one lane per session, each submitting its
+ * requests back to back (the next when the previous completes). Open loop: every request waits for its
+ * arrival time, then for a free lane (at most `lanes` in flight). The first failure cancels everything.
  */
 async function runPhase(
   engine: EngineHandle,
-  concurrency: number,
-  firstPass: number,
-  passes: number,
+  lanes: number,
+  plan: PhasePlan,
   promptFor: (pass: number, session: number) => Int32Array,
   osl: number,
   signal: AbortSignal,
   onDone: (t: TimedRequest) => void,
+  subject: string,
 ): Promise<PhaseResult> {
   const results: TimedRequest[] = [];
   const inflight = new Set<RequestHandle>();
   let failure: string | null = null;
   let cancelled = false;
-  const cancelAll = () => { for (const h of inflight) h.cancel(); };
+  const wake = new Set<() => void>();
+  const cancelAll = () => {
+    for (const h of inflight) h.cancel();
+    for (const w of wake) w();
+  };
   const onAbort = () => { cancelled = true; cancelAll(); };
   signal.addEventListener('abort', onAbort);
+  const stopped = () => failure !== null || cancelled || signal.aborted;
+  const t0 = engine.nowMs();
+  const waitUntil = (at: number) => new Promise<void>((resolve) => {
+    const ms = at - engine.nowMs();
+    if (ms <= 0) return resolve();
+    const done = () => { clearTimeout(timer); wake.delete(done); resolve(); };
+    const timer = setTimeout(done, ms);
+    wake.add(done);
+  });
 
-  const session = async (s: number) => {
-    for (let p = firstPass; p < firstPass + passes; p++) {
-      if (failure !== null || cancelled || signal.aborted) return;
-      let handle: RequestHandle;
-      try {
-        handle = engine.submit({ prompt: promptFor(p, s), maxTokens: osl, ignoreEos: true, temperature: 0 });
-      } catch (err) {
-        failure ??= `engine refused the request: ${errMessage(err)}`;
+  /** Returns false when the lane must stop. */
+  const one = async (slot: PhaseSlot): Promise<boolean> => {
+    let scheduledMs: number | undefined;
+    if (slot.atMs !== undefined) {
+      scheduledMs = t0 + slot.atMs;
+      await waitUntil(scheduledMs);
+      if (stopped()) return false;
+    }
+    let handle: RequestHandle;
+    const submittedMs = engine.nowMs();
+    try {
+      handle = engine.submit({ prompt: promptFor(slot.pass, slot.session), maxTokens: osl, ignoreEos: true, temperature: 0 });
+    } catch (err) {
+      failure ??= `${subject} refused the request: ${errMessage(err)}`;
+      cancelAll();
+      return false;
+    }
+    inflight.add(handle);
+    let r: RequestResult;
+    try {
+      r = await handle.done;
+    } catch (err) {
+      failure ??= `${subject} error: ${errMessage(err)}`;
+      cancelAll();
+      return false;
+    } finally {
+      inflight.delete(handle);
+    }
+    const t: TimedRequest = { pass: slot.pass, session: slot.session, result: r, submittedMs, ...(scheduledMs !== undefined ? { scheduledMs } : {}) };
+    results.push(t);
+    if (r.finishReason === 'error') {
+      failure ??= `${subject} error: ${r.error ?? 'request failed without a message'}`;
+      cancelAll();
+      return false;
+    }
+    if (r.finishReason === 'cancelled') {
+      // Ours (an abort, or cancelAll after another failure) or the engine's own: the latter loses a request.
+      if (!signal.aborted && failure === null) {
+        failure = `the ${subject} cancelled a request it was not asked to cancel${r.error ? ` (${r.error})` : ''}`;
         cancelAll();
-        return;
       }
-      inflight.add(handle);
-      let r: RequestResult;
-      try {
-        r = await handle.done;
-      } catch (err) {
-        failure ??= `engine error: ${errMessage(err)}`;
-        cancelAll();
-        return;
-      } finally {
-        inflight.delete(handle);
-      }
-      const t: TimedRequest = { pass: p, session: s, result: r };
-      results.push(t);
-      if (r.finishReason === 'error') {
-        failure ??= `engine error: ${r.error ?? 'request failed without a message'}`;
-        cancelAll();
-        return;
-      }
-      if (r.finishReason === 'cancelled') {
-        // Ours (an abort, or cancelAll after another failure) or the engine's own: the latter loses a request.
-        if (!signal.aborted && failure === null) {
-          failure = `the engine cancelled a request it was not asked to cancel${r.error ? ` (${r.error})` : ''}`;
-          cancelAll();
-        }
-        return;
-      }
-      onDone(t);
+      return false;
+    }
+    onDone(t);
+    return true;
+  };
+
+  // A lane takes its next request from its own list (closed loop) or the shared queue (open loop).
+  const lane = async (list: PhaseSlot[]) => {
+    for (;;) {
+      if (stopped()) return;
+      const slot = list.shift();
+      if (slot === undefined) return;
+      if (!(await one(slot))) return;
     }
   };
   try {
-    await Promise.all(Array.from({ length: concurrency }, (_, s) => session(s)));
+    if ('lanes' in plan) await Promise.all(plan.lanes.map((l) => lane(l.slice())));
+    else {
+      const queue = plan.queue.slice();
+      await Promise.all(Array.from({ length: lanes }, () => lane(queue)));
+    }
   } finally {
     signal.removeEventListener('abort', onAbort);
   }
   return { results, failure, cancelled: cancelled || signal.aborted };
+}
+
+/** Closed loop: one lane per session; open loop: one queue of requests with arrival times. */
+type PhasePlan = { lanes: PhaseSlot[][] } | { queue: PhaseSlot[] };
+
+/** Closed-loop plan: session s runs passes firstPass .. firstPass + passes - 1. */
+function closedPlan(concurrency: number, firstPass: number, passes: number): PhasePlan {
+  return { lanes: Array.from({ length: concurrency }, (_, s) => Array.from({ length: passes }, (_, k) => ({ pass: firstPass + k, session: s }))) };
+}
+
+/** Open-loop plan: request i is pass firstPass + floor(i / c), session i mod c, arriving at its seeded offset. */
+export function openPlan(concurrency: number, firstPass: number, n: number, offsets: readonly number[]): PhasePlan {
+  return { queue: Array.from({ length: n }, (_, i) => ({ pass: firstPass + Math.floor(i / concurrency), session: i % concurrency, atMs: offsets[i]! })) };
+}
+
+function planSlots(plan: PhasePlan): PhaseSlot[] {
+  return 'lanes' in plan ? plan.lanes.flat() : plan.queue;
 }
 
 export function errMessage(err: unknown): string {
@@ -145,9 +223,11 @@ export async function runRow(
   st: RowSettings,
   signal: AbortSignal,
   obs: RowObserver = {},
+  probe: RowProbe = engineCounterProbe(engine),
 ): Promise<RowOutcome> {
   const { cell, concurrency: c } = st;
   const { isl, osl } = cell;
+  const subject = probe.failureSubject ?? 'engine';
   const notes: string[] = [promptNote(st.prompts)];
   const shared = Math.min(st.sharedPrefix, isl);
   if (st.sharedPrefix > 0) {
@@ -155,20 +235,29 @@ export async function runRow(
       ? `shared-prefix=${shared} (clamped from ${st.sharedPrefix} to isl)`
       : `shared-prefix=${shared}`);
   }
+  const open = st.open ?? null;
+  const timedCount = open ? (open.numRequests ?? c * st.iters) : c * st.iters;
+  if (open) {
+    notes.push(`open loop: ${timedCount} timed requests at ${Number.isFinite(open.rate) ? `${open.rate} req/s` : 'an infinite rate (all at once)'}` +
+      `${Number.isFinite(open.rate) ? `, burstiness ${open.burstiness}` : ''}, at most ${c} in flight`);
+  }
   const fail = (reason: string, extra: Partial<RowOutcome> = {}): RowOutcome => ({
     row: errorRow(isl, osl, c, reason, notes.join('; ')),
-    figures: null, counters: null, timed: [], profile: null, timedWallMs: null, interrupted: false,
+    figures: null, counters: null, timed: [], profile: null, timedWallMs: null, interrupted: false, load: null, detail: null,
     ...extra,
   });
 
   if (isl + osl > st.maxSeq) {
-    return fail(`isl+osl = ${isl + osl} tokens exceeds --max-seq ${st.maxSeq} (the longest sequence the engine accepts)`);
+    return fail(`isl+osl = ${isl + osl} tokens exceeds ${st.maxSeqSource ?? '--max-seq'} ${st.maxSeq} (the longest sequence the ${subject} accepts)`);
   }
 
   const plan: PromptPlan = {
     seed: st.seed, isl, osl, concurrency: c, mode: st.prompts, sharedPrefix: shared, vocab: st.vocab,
   };
   const promptFor = (pass: number, session: number) => makePrompt(plan, pass, session);
+  const timedPlan = open
+    ? openPlan(c, st.warmup, timedCount, arrivalOffsetsMs(timedCount, open.rate, open.burstiness, st.seed, `${isl}:${osl}:${c}`))
+    : closedPlan(c, st.warmup, st.iters);
 
   let firstCall: RequestResult | null = null;
   let firstTokenSeen = false;
@@ -180,7 +269,7 @@ export async function runRow(
     }
     obs.tokens?.(n);
   });
-  const tokensInRow = (st.warmup + st.iters) * c * osl;
+  const tokensInRow = (st.warmup * c + timedCount) * osl;
   const onDone = (timed: boolean) => (t: TimedRequest) => {
     if (firstCall === null && t.pass === 0 && t.session === 0) {
       firstCall = t.result;
@@ -190,24 +279,39 @@ export async function runRow(
   };
 
   try {
+    if (probe.prepare) {
+      // Every prompt of the row, in a fixed order, before the first request (an endpoint turns them into text).
+      const prompts: Int32Array[] = [];
+      for (let p = 0; p < st.warmup; p++) for (let s = 0; s < c; s++) prompts.push(promptFor(p, s));
+      for (const sl of planSlots(timedPlan)) prompts.push(promptFor(sl.pass, sl.session));
+      let prepNotes: string[];
+      try {
+        prepNotes = await probe.prepare(prompts, signal);
+      } catch (err) {
+        if (signal.aborted) return { ...fail('interrupted'), interrupted: true };
+        return fail(`preparing the prompts failed: ${errMessage(err)}`);
+      }
+      notes.push(...prepNotes);
+    }
     if (st.warmup > 0) {
       obs.phase?.('warm-up', tokensInRow);
-      const w = await runPhase(engine, c, 0, st.warmup, promptFor, osl, signal, onDone(false));
+      const w = await runPhase(engine, c, closedPlan(c, 0, st.warmup), promptFor, osl, signal, onDone(false), subject);
       if (w.cancelled) return { ...fail('interrupted'), interrupted: true };
       if (w.failure !== null) return fail(`${w.failure} (during warm-up)`);
     }
 
     // Counters and the profile cover the timed passes only.
-    engine.resetCounters();
+    await probe.begin();
     if (st.profile) engine.takeProfile();
     obs.phase?.('timed', tokensInRow);
     const t0 = engine.nowMs();
-    const timedPhase = await runPhase(engine, c, st.warmup, st.iters, promptFor, osl, signal, onDone(true));
+    const timedPhase = await runPhase(engine, c, timedPlan, promptFor, osl, signal, onDone(true), subject);
     const t1 = engine.nowMs();
-    const counters = engine.stats();
+    const reading = await probe.end(timedPhase.results);
+    const counters = reading.stats;
     const profile = st.profile ? engine.takeProfile() : null;
     if (timedPhase.cancelled) return { ...fail('interrupted'), interrupted: true };
-    if (timedPhase.failure !== null) return fail(timedPhase.failure, { counters, timed: timedPhase.results, profile });
+    if (timedPhase.failure !== null) return fail(timedPhase.failure, { counters, timed: timedPhase.results, profile, detail: reading.detail });
 
     const timed = timedPhase.results.slice().sort((a, b) => a.pass - b.pass || a.session - b.session);
     const fig = computeRowFigures(isl, osl, timed, firstCall);
@@ -218,12 +322,12 @@ export async function runRow(
     }
     if (fig.itlP50Ms === null && osl > 1) notes.push('no decode-only inter-token gap (every gap overlapped another prefill)');
     if (osl === 1) notes.push('osl=1: no decode phase, so no itl or decode_tok_s');
+    notes.push(...reading.notes);
 
     const speedup = speedupVsC1(fig.decodeTokS, c === 1 ? fig.decodeTokS : st.c1DecodeTokS);
     if (c !== 1 && st.c1DecodeTokS === null && fig.decodeTokS !== null) {
       notes.push('no ok c=1 row for this cell, so no speedup_vs_c1');
     }
-    const cc = counterColumns(counters);
     const row: SweepRow = {
       isl, osl, concurrency: c,
       first_call_ms: fig.firstCallMs,
@@ -236,15 +340,16 @@ export async function runRow(
       decode_tok_s: fig.decodeTokS,
       speedup_vs_c1: speedup,
       batching_efficiency: batchingEfficiency(speedup, c),
-      ...cc,
+      ...reading.columns,
       status: 'ok',
       reason: '',
       notes: notes.join('; '),
     };
-    return { row, figures: fig, counters, timed, profile, timedWallMs: t1 - t0, interrupted: false };
+    const load = loadFigures(timed, t1 - t0, c, open && { rate: open.rate, burstiness: open.burstiness }, st.goodput ?? null);
+    return { row, figures: fig, counters, timed, profile, timedWallMs: t1 - t0, interrupted: false, load, detail: reading.detail };
   } catch (err) {
     if (signal.aborted) return { ...fail('interrupted'), interrupted: true };
-    return fail(`engine error: ${errMessage(err)}`);
+    return fail(`${subject} error: ${errMessage(err)}`);
   } finally {
     unsubscribe();
   }

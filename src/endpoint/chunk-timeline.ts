@@ -1,0 +1,78 @@
+// A streamed response's chunks -> one time per output token. A chunk that carries k tokens adds k
+// inter-token gaps, the gap since the previous token-bearing chunk split evenly among its k tokens;
+// the first content chunk's tokens all arrive at its time (TTFT; its extra tokens have 0 ms gaps).
+// Tokens per chunk come from `continuous_usage_stats` (the running completion_tokens of each chunk)
+// when the server sends them, else from the tokenizer, reconciled with the final usage count.
+
+/** One SSE chunk that had a `choices` entry. */
+export interface WireChunk {
+  atMs: number;
+  /** The chunk's generated text (content, reasoning and tool-call arguments together). */
+  text: string;
+  /** The chunk's running usage.completion_tokens (continuous_usage_stats), or null. */
+  runningCompletion: number | null;
+}
+
+export interface Timeline {
+  /** Time of each output token (ms, client clock). */
+  tokenMs: number[];
+  /** Tokens of each token-bearing chunk, in order. */
+  tokensPerChunk: number[];
+}
+
+/** Tokens of each chunk from continuous usage (the running count's increments); null unless every chunk has one. */
+export function countsFromRunningUsage(chunks: readonly WireChunk[]): number[] | null {
+  if (chunks.length === 0 || chunks.some((c) => c.runningCompletion === null)) return null;
+  let prev = 0;
+  return chunks.map((c) => {
+    const k = Math.max(0, c.runningCompletion! - prev);
+    prev = Math.max(prev, c.runningCompletion!);
+    return k;
+  });
+}
+
+/**
+ * Adjusts per-chunk counts (from the tokenizer) so they sum to `total` (the server's usage count):
+ * the difference is taken from or given to the last chunks, never below zero.
+ */
+export function reconcileCounts(counts: readonly number[], total: number): number[] {
+  const out = counts.slice();
+  let diff = total - out.reduce((a, b) => a + b, 0);
+  if (out.length === 0) return out;
+  if (diff > 0) out[out.length - 1]! += diff;
+  for (let i = out.length - 1; i >= 0 && diff < 0; i--) {
+    const take = Math.min(out[i]!, -diff);
+    out[i]! -= take;
+    diff += take;
+  }
+  return out;
+}
+
+/**
+ * Token times from the chunks and their token counts. Chunks before the first one with text give
+ * their tokens to it (TTFT is the first chunk with non-empty content); chunks with no tokens add none.
+ */
+export function tokenTimeline(chunks: readonly WireChunk[], counts: readonly number[]): Timeline {
+  // Without any text (a server that streams token ids only) the first chunk with tokens starts the timeline.
+  let firstText = chunks.findIndex((c) => c.text !== '');
+  if (firstText < 0) firstText = chunks.findIndex((_c, i) => (counts[i] ?? 0) > 0);
+  const tokenMs: number[] = [];
+  const tokensPerChunk: number[] = [];
+  if (firstText < 0) return { tokenMs, tokensPerChunk };
+  let carried = 0;
+  for (let i = 0; i < firstText; i++) carried += counts[i] ?? 0;
+  let prev = -1;
+  for (let i = firstText; i < chunks.length; i++) {
+    const k = (counts[i] ?? 0) + (i === firstText ? carried : 0);
+    if (k <= 0) continue;
+    const at = chunks[i]!.atMs;
+    tokensPerChunk.push(k);
+    if (prev < 0) {
+      for (let m = 0; m < k; m++) tokenMs.push(at);
+    } else {
+      for (let m = 1; m <= k; m++) tokenMs.push(prev + ((at - prev) * m) / k);
+    }
+    prev = at;
+  }
+  return { tokenMs, tokensPerChunk };
+}

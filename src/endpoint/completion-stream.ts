@@ -1,0 +1,166 @@
+// One streamed completion over the OpenAI wire: the request body the benchmark sends (chat or
+// completions; greedy; exactly osl tokens asked for with ignore_eos and min_tokens; usage asked for,
+// with continuous_usage_stats), and the stream read into timed chunks, the final usage and the finish.
+import type { HttpPool } from './http-pool.js';
+import { HttpFailure } from './http-pool.js';
+import { SseParser } from './sse.js';
+import type { WireChunk } from './chunk-timeline.js';
+
+export type WireApi = 'chat' | 'completions';
+
+export const API_PATHS: Record<WireApi, string> = { chat: '/v1/chat/completions', completions: '/v1/completions' };
+
+export interface Usage {
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  cached_tokens: number | null;
+}
+
+/** The body of a benchmark request: `text` is the prompt (chat: the one user message). */
+export function benchRequestBody(api: WireApi, model: string, text: string, maxTokens: number): Record<string, unknown> {
+  const common = {
+    model,
+    max_tokens: maxTokens,
+    temperature: 0,
+    stream: true,
+    stream_options: { include_usage: true, continuous_usage_stats: true },
+    ignore_eos: true,
+    min_tokens: maxTokens,
+  };
+  return api === 'chat'
+    ? { ...common, messages: [{ role: 'user', content: text }] }
+    : { ...common, prompt: text };
+}
+
+export interface StreamedCompletion {
+  /** Client clock (performance.now(), ms): the body written on a connected socket. */
+  sentMs: number;
+  /** The first chunk with a non-empty `choices` list (vLLM's TTFT mark), and the first with text. */
+  firstChoicesMs: number | null;
+  firstTextMs: number | null;
+  /** Every chunk that had a choice, in order. */
+  chunks: WireChunk[];
+  /** The last usage object seen (the final usage chunk, or the last continuous one). */
+  usage: Usage | null;
+  /** The server's finish_reason, or null when the stream gave none. */
+  finishReason: string | null;
+  /** Why the request failed (HTTP status, an error event, a broken stream), or null. */
+  error: string | null;
+  /** The request was cancelled by the caller. */
+  cancelled: boolean;
+  /** HTTP status (0 when no response). */
+  status: number;
+}
+
+type Json = Record<string, unknown>;
+
+function numOrNull(v: unknown): number | null {
+  return typeof v === 'number' && Number.isFinite(v) ? v : null;
+}
+
+export function usageOf(u: unknown): Usage | null {
+  if (typeof u !== 'object' || u === null) return null;
+  const o = u as Json;
+  const details = o.prompt_tokens_details as Json | null | undefined;
+  return {
+    prompt_tokens: numOrNull(o.prompt_tokens),
+    completion_tokens: numOrNull(o.completion_tokens),
+    cached_tokens: numOrNull(details?.cached_tokens),
+  };
+}
+
+/** The generated text of a choice: completions' `text`, chat's delta content, reasoning and tool-call arguments. */
+export function choiceText(choice: Json): string {
+  if (typeof choice.text === 'string') return choice.text;
+  const d = (choice.delta ?? {}) as Json;
+  let s = '';
+  if (typeof d.content === 'string') s += d.content;
+  if (typeof d.reasoning_content === 'string') s += d.reasoning_content;
+  else if (typeof d.reasoning === 'string') s += d.reasoning;
+  if (Array.isArray(d.tool_calls)) {
+    for (const t of d.tool_calls as Json[]) {
+      const f = (t?.function ?? {}) as Json;
+      if (typeof f.name === 'string') s += f.name;
+      if (typeof f.arguments === 'string') s += f.arguments;
+    }
+  }
+  return s;
+}
+
+/** The message of an error body in the OpenAI shape ({error: {message}}), or the text's start. */
+export function errorText(text: string, json?: unknown): string {
+  let j = json;
+  if (j === undefined) {
+    try { j = JSON.parse(text); } catch { j = null; }
+  }
+  const e = (j as { error?: unknown; message?: unknown } | null)?.error;
+  if (typeof e === 'object' && e !== null && typeof (e as Json).message === 'string') return (e as Json).message as string;
+  if (typeof e === 'string') return e;
+  const m = (j as { message?: unknown } | null)?.message;
+  if (typeof m === 'string') return m;
+  return text.trim().slice(0, 200);
+}
+
+/** Sends one request and reads its stream. Never throws: every failure is in `error`. */
+export async function streamCompletion(
+  pool: HttpPool, api: WireApi, body: Record<string, unknown>, timeoutMs: number, signal: AbortSignal,
+  onChunk?: (c: WireChunk) => void,
+): Promise<StreamedCompletion> {
+  const out: StreamedCompletion = {
+    sentMs: performance.now(), firstChoicesMs: null, firstTextMs: null, chunks: [], usage: null, finishReason: null,
+    error: null, cancelled: false, status: 0,
+  };
+  const parser = new SseParser();
+  let raw = '';
+  let done = false;
+  let streaming = false;
+  const onEvent = (data: string, at: number) => {
+    if (done || out.error) return;
+    if (data === '[DONE]') { done = true; return; }
+    let j: Json;
+    try {
+      j = JSON.parse(data) as Json;
+    } catch {
+      out.error = `the stream sent an event that is not JSON: ${data.slice(0, 120)}`;
+      return;
+    }
+    if (j.error !== undefined) {
+      out.error = `the server sent an error event: ${errorText(data, j)}`;
+      return;
+    }
+    const usage = usageOf(j.usage);
+    if (usage) out.usage = usage;
+    const choices = Array.isArray(j.choices) ? (j.choices as Json[]) : [];
+    if (choices.length === 0) return;
+    const choice = choices[0]!;
+    out.firstChoicesMs ??= at;
+    const text = choiceText(choice);
+    if (text !== '') out.firstTextMs ??= at;
+    const c: WireChunk = { atMs: at, text, runningCompletion: usage?.completion_tokens ?? null };
+    out.chunks.push(c);
+    onChunk?.(c);
+    if (typeof choice.finish_reason === 'string') out.finishReason = choice.finish_reason;
+  };
+  try {
+    out.status = await pool.stream(API_PATHS[api], body, {
+      onSent: (t) => { out.sentMs = t; },
+      onResponse: (status) => { streaming = status === 200; },
+      onData: (text, at) => {
+        if (!streaming) { raw += text; return; }
+        for (const ev of parser.push(text)) onEvent(ev.data, at);
+      },
+    }, { timeoutMs, signal });
+  } catch (err) {
+    if (err instanceof HttpFailure && err.kind === 'aborted') out.cancelled = true;
+    else out.error = err instanceof Error ? err.message : String(err);
+    return out;
+  }
+  if (out.status !== 200) {
+    out.error = `HTTP ${out.status} from POST ${API_PATHS[api]}: ${errorText(raw)}`;
+    return out;
+  }
+  const tail = parser.end();
+  if (tail) onEvent(tail.data, performance.now());
+  if (!out.error && !done && out.finishReason === null) out.error = 'the stream ended before a finish_reason or data: [DONE]';
+  return out;
+}

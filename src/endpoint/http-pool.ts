@@ -1,0 +1,152 @@
+// An HTTP client over one keep-alive connection pool to one server (http or https), with no cap on
+// the connections below what the caller runs at once: a cap below the concurrency would quietly
+// serialize requests. JSON requests for the small endpoints, and streamed requests whose `sentMs` is
+// stamped on the client's monotonic clock (performance.now()) once the connection is up, just before
+// the body is written, so connection setup counts as client-side queue time, not as server time.
+import http from 'node:http';
+import https from 'node:https';
+import { performance } from 'node:perf_hooks';
+
+export interface HttpPoolOptions {
+  /** Bearer token sent as `Authorization` (the value of --api-key-env's variable). */
+  apiKey?: string | null;
+}
+
+export interface JsonResponse {
+  status: number;
+  /** The parsed body, or null when it was not JSON. */
+  json: unknown;
+  text: string;
+}
+
+export interface StreamHandlers {
+  /** The body is about to be written on a connected socket (monotonic ms). */
+  onSent?(atMs: number): void;
+  /** The response status and headers arrived. */
+  onResponse?(status: number, atMs: number): void;
+  /** A piece of the response body (UTF-8), with its arrival time. */
+  onData(text: string, atMs: number): void;
+}
+
+export interface RequestLimits {
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+/** Why a request got no complete response: the network, the time limit, or the caller's abort. */
+export class HttpFailure extends Error {
+  constructor(message: string, readonly kind: 'network' | 'timeout' | 'aborted') {
+    super(message);
+    this.name = 'HttpFailure';
+  }
+}
+
+export class HttpPool {
+  readonly base: URL;
+  private readonly agent: http.Agent;
+  private readonly mod: typeof http | typeof https;
+  private readonly headers: Record<string, string>;
+
+  constructor(baseUrl: string, opts: HttpPoolOptions = {}) {
+    this.base = new URL(baseUrl);
+    const https_ = this.base.protocol === 'https:';
+    this.mod = https_ ? https : http;
+    // maxSockets Infinity: never fewer connections than requests in flight.
+    const agentOpts = { keepAlive: true, keepAliveMsecs: 60_000, maxSockets: Infinity, maxFreeSockets: 4096 };
+    this.agent = https_ ? new https.Agent(agentOpts) : new http.Agent(agentOpts);
+    this.headers = opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {};
+  }
+
+  /** The URL of `path` under the base (a base path such as `/v1/` is kept: paths are joined to it). */
+  url(path: string): URL {
+    const basePath = this.base.pathname.replace(/\/+$/, '');
+    const u = new URL(this.base.href);
+    u.pathname = `${basePath}${path.startsWith('/') ? path : `/${path}`}`;
+    return u;
+  }
+
+  /** A request whose whole body is read; `json` is the body parsed when it is JSON. */
+  async json(method: 'GET' | 'POST', path: string, body?: unknown, limits: RequestLimits = {}): Promise<JsonResponse> {
+    let text = '';
+    const status = await this.send(method, path, body, { onData: (t) => { text += t; } }, limits);
+    let json: unknown = null;
+    try {
+      json = JSON.parse(text);
+    } catch { /* not JSON */ }
+    return { status, json, text };
+  }
+
+  /** A request whose body streams to `handlers`; resolves with the status once the body ended. */
+  stream(path: string, body: unknown, handlers: StreamHandlers, limits: RequestLimits = {}): Promise<number> {
+    return this.send('POST', path, body, handlers, limits);
+  }
+
+  private send(method: string, path: string, body: unknown, h: StreamHandlers, limits: RequestLimits): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      const u = this.url(path);
+      const payload = body === undefined ? null : Buffer.from(JSON.stringify(body));
+      const headers: Record<string, string | number> = { ...this.headers, accept: 'application/json, text/event-stream' };
+      if (payload) {
+        headers['content-type'] = 'application/json';
+        headers['content-length'] = payload.length;
+      }
+      let settled = false;
+      let timer: NodeJS.Timeout | null = null;
+      const fail = (err: HttpFailure) => {
+        if (settled) return;
+        settled = true;
+        cleanup();
+        req.destroy();
+        reject(err);
+      };
+      const onAbort = () => fail(new HttpFailure('cancelled', 'aborted'));
+      const cleanup = () => {
+        if (timer) clearTimeout(timer);
+        limits.signal?.removeEventListener('abort', onAbort);
+      };
+      const req = this.mod.request(u, { method, agent: this.agent, headers }, (res) => {
+        h.onResponse?.(res.statusCode ?? 0, performance.now());
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => { if (!settled) h.onData(d, performance.now()); });
+        res.on('end', () => {
+          if (settled) return;
+          settled = true;
+          cleanup();
+          resolve(res.statusCode ?? 0);
+        });
+        res.on('error', (err) => fail(new HttpFailure(`${method} ${u.pathname}: the response broke off (${err.message})`, 'network')));
+        res.on('aborted', () => fail(new HttpFailure(`${method} ${u.pathname}: the server closed the connection mid-response`, 'network')));
+      });
+      req.on('error', (err: NodeJS.ErrnoException) =>
+        fail(new HttpFailure(`${method} ${u.href}: ${err.code ? `${err.code} ` : ''}${err.message}`.trim(), 'network')));
+      if (limits.timeoutMs !== undefined && Number.isFinite(limits.timeoutMs)) {
+        timer = setTimeout(() => fail(new HttpFailure(`${method} ${u.pathname}: no complete response within ${limits.timeoutMs! / 1000} s (--timeout-s)`, 'timeout')), limits.timeoutMs);
+        timer.unref();
+      }
+      if (limits.signal) {
+        if (limits.signal.aborted) return onAbort();
+        limits.signal.addEventListener('abort', onAbort);
+      }
+      const write = () => {
+        if (settled) return;
+        h.onSent?.(performance.now());
+        req.end(payload ?? undefined);
+      };
+      req.on('socket', (socket) => {
+        // A fresh connection: wait until it is up, so the stamp excludes the connect (and TLS) time.
+        const s = socket as import('node:net').Socket & { encrypted?: boolean };
+        if (s.connecting) s.once(s.encrypted ? 'secureConnect' : 'connect', write);
+        else write();
+      });
+    });
+  }
+
+  /** Opens `n` connections (one small GET each, concurrently), so the requests that follow find them. */
+  async warm(n: number, path = '/v1/models'): Promise<void> {
+    await Promise.all(Array.from({ length: n }, () => this.json('GET', path, undefined, { timeoutMs: 30_000 }).catch(() => undefined)));
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}
