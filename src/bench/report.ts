@@ -123,6 +123,8 @@ export class Report {
   finishedAt: string | null = null;
   exitCode: number | null = null;
   notes: string[] = [];
+  /** --endpoint: the server, its model and what it says of itself (src/endpoint/connect.ts). */
+  endpoint: Record<string, unknown> | null = null;
 
   constructor(private readonly ctx: ReportContext) {}
 
@@ -167,6 +169,7 @@ export class Report {
         gpu_memory_bytes: this.engine.gpuMemoryBytes ?? null,
       },
       model: this.model,
+      endpoint: this.endpoint,
       model_load: this.modelLoad && {
         load_time_ms: this.modelLoad.checkpoint_ms + this.modelLoad.engine_ms,
         load_time_secs: (this.modelLoad.checkpoint_ms + this.modelLoad.engine_ms) / 1000,
@@ -183,6 +186,13 @@ export class Report {
         shared_prefix: cfg.sharedPrefix,
         seed: cfg.seed,
         sampling: 'greedy, end-of-sequence ignored, max_tokens = osl',
+        load: cfg.load.requestRate === null
+          ? { kind: 'closed loop' }
+          : {
+            kind: 'open loop', request_rate: Number.isFinite(cfg.load.requestRate) ? cfg.load.requestRate : 'inf', burstiness: cfg.load.burstiness,
+            num_requests: cfg.load.numRequests, arrivals: 'gamma gaps, shape = burstiness, mean 1/rate; seeded', cap: 'concurrency',
+          },
+        goodput: cfg.load.goodput,
         percentile_method: 'nearest-rank',
       },
       rows: this.rows,

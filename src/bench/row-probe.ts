@@ -21,7 +21,7 @@ export interface ProbeReading {
 
 export interface RowProbe {
   /** Every prompt of the row (warm-up and timed), before its first request; returns notes on them. */
-  prepare?(prompts: readonly Int32Array[], signal: AbortSignal): Promise<string[]>;
+  prepare?(prompts: readonly Int32Array[], signal: AbortSignal, concurrency: number): Promise<string[]>;
   /** Just before the timed passes. */
   begin(): Promise<void>;
   /** Just after them, with their requests. */

@@ -286,7 +286,7 @@ export async function runRow(
       for (const sl of planSlots(timedPlan)) prompts.push(promptFor(sl.pass, sl.session));
       let prepNotes: string[];
       try {
-        prepNotes = await probe.prepare(prompts, signal);
+        prepNotes = await probe.prepare(prompts, signal, c);
       } catch (err) {
         if (signal.aborted) return { ...fail('interrupted'), interrupted: true };
         return fail(`preparing the prompts failed: ${errMessage(err)}`);

@@ -2,6 +2,7 @@
 // the outputs, resolved from the command line by src/cli/sweep-options.ts.
 import type { DeviceChoice } from '../engine/options.js';
 import type { KvLayout } from '../engine/types.js';
+import type { GoodputBounds } from './load-figures.js';
 
 export interface Cell {
   isl: number;
@@ -11,7 +12,33 @@ export interface Cell {
 export type PromptMode = 'unique' | 'repeat';
 export type OutputFormat = 'csv' | 'json' | 'md';
 
+/** `--endpoint URL`: the sweep drives an OpenAI-compatible server instead of loading a model. */
+export interface EndpointConfig {
+  /** The server's base URL (a trailing /v1 removed). */
+  url: string;
+  api: 'chat' | 'completions';
+  /** null: the first id of GET /v1/models. */
+  model: string | null;
+  /** The environment variable holding the API key (its value is read at connect time, never recorded). */
+  apiKeyEnv: string | null;
+  /** A tokenizer directory; null: the server's /tokenize. */
+  tokenizer: string | null;
+  /** Per-request limit (s). */
+  timeoutS: number;
+}
+
+/** Open-loop load of the timed passes (--request-rate), and --goodput. */
+export interface LoadConfig {
+  /** Requests/s (Infinity: all at once); null = the closed loop. */
+  requestRate: number | null;
+  burstiness: number;
+  numRequests: number | null;
+  goodput: GoodputBounds | null;
+}
+
 export interface SweepConfig {
+  endpoint: EndpointConfig | null;
+  load: LoadConfig;
   /** Checkpoint directory; null = the embedded synthetic model. */
   modelPath: string | null;
   device: DeviceChoice;

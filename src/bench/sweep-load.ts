@@ -72,9 +72,18 @@ export async function loadModel(
     threads: info.threads,
     gpu,
     engineLine: engineLine(opts, info),
-    sweepLine: `${cfg.cells.map((c) => `${c.isl}:${c.osl}`).join(', ')} x concurrency ${cfg.concurrency.join(',')}; ` +
-      `${cfg.warmup} warm-up + ${cfg.iters} timed pass${cfg.iters === 1 ? '' : 'es'}; ${cfg.prompts} prompts` +
-      `${cfg.sharedPrefix ? `, shared prefix ${cfg.sharedPrefix}` : ''}; seed ${cfg.seed}`,
+    sweepLine: sweepLine(cfg),
   });
   return { ckpt, opts, engine, loadError };
+}
+
+/** The header's plan of the sweep: cells, ladder, passes, prompts, load. */
+export function sweepLine(cfg: SweepConfig): string {
+  const l = cfg.load;
+  const timed = l.requestRate !== null
+    ? `${l.numRequests ?? `${cfg.iters} x concurrency`} timed requests at ${Number.isFinite(l.requestRate) ? `${l.requestRate} req/s (burstiness ${l.burstiness})` : 'once'}`
+    : `${cfg.iters} timed pass${cfg.iters === 1 ? '' : 'es'}`;
+  return `${cfg.cells.map((c) => `${c.isl}:${c.osl}`).join(', ')} x concurrency ${cfg.concurrency.join(',')}; ` +
+    `${cfg.warmup} warm-up + ${timed}; ${cfg.prompts} prompts` +
+    `${cfg.sharedPrefix ? `, shared prefix ${cfg.sharedPrefix}` : ''}; seed ${cfg.seed}`;
 }

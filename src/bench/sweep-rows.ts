@@ -9,22 +9,35 @@ import type { SweepRow } from './csv.js';
 import { appendMemoryStage, memoryStageRows, type MemoryStage } from './memory-stages.js';
 import { ttftOf } from './metrics.js';
 import { formatOpsReport, formatPipelineReport } from './profile.js';
-import { promptVocab } from './prompts.js';
 import type { Report } from './report.js';
 import type { SweepRenderer } from './render.js';
 import { RowSinks, toReportRow } from './row-sinks.js';
+import type { RowProbe } from './row-probe.js';
 import { runRow } from './runner.js';
 import type { SweepConfig } from './sweep-config.js';
+
+/** What the rows run on: the loaded checkpoint (in-process) or a server (no checkpoint; a probe per row). */
+export interface RowsTarget {
+  ckpt: Checkpoint | null;
+  /** Exclusive bound of prompt token ids. */
+  vocab: number;
+  maxSeq: number;
+  /** What sets maxSeq (default `--max-seq`). */
+  maxSeqSource?: string;
+  /** The probe of one row (default: the engine's own counters). */
+  probe?: (cell: { isl: number; osl: number }) => RowProbe;
+}
 
 /** A row whose run saw other processes take at least this share of the CPU says so in its notes. */
 export const CONTENTION_NOTE_SHARE = 0.1;
 
 export async function runRows(
-  cfg: SweepConfig, engine: EngineHandle, ckpt: Checkpoint, profile: boolean, signal: AbortSignal,
+  cfg: SweepConfig, engine: EngineHandle, target: RowsTarget, profile: boolean, signal: AbortSignal,
   renderer: SweepRenderer, report: Report, sinks: RowSinks, rows: SweepRow[],
 ): Promise<boolean> {
+  const ckpt = target.ckpt;
   const stage = (s: MemoryStage) => {
-    if (cfg.memoryStages === null) return;
+    if (cfg.memoryStages === null || ckpt === null) return;
     const stageRows = memoryStageRows(s, engine, ckpt, TOOL_VERSION);
     appendMemoryStage(cfg.memoryStages, stageRows);
     renderer.debug('memory_stage', { stage: s, rows: stageRows });
@@ -32,8 +45,10 @@ export async function runRows(
   stage('weights_bound');
 
   sinks.begin();
-  renderer.sweepStart();
-  const vocab = promptVocab(ckpt.config.vocabSize);
+  renderer.sweepStart(cfg.cells.length * cfg.concurrency.length);
+  const vocab = target.vocab;
+  const load = cfg.load;
+  const open = load.requestRate !== null ? { rate: load.requestRate, burstiness: load.burstiness, numRequests: load.numRequests } : null;
   let sweepFirstToken = false;
   let sweepFirstRequest = false;
 
@@ -45,8 +60,9 @@ export async function runRows(
       renderer.rowStart(label, { isl: cell.isl, osl: cell.osl, concurrency: c }, () => engine.nowMs());
       const cpuBefore = cpuSample();
       const out = await runRow(engine, {
-        cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: cfg.maxSeq, seed: cfg.seed,
+        cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: target.maxSeq, seed: cfg.seed,
         prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile, c1DecodeTokS,
+        ...(target.maxSeqSource ? { maxSeqSource: target.maxSeqSource } : {}), open, goodput: load.goodput,
       }, signal, {
         phase: (p, total) => renderer.rowPhase(p, total),
         tokens: (n) => renderer.stepTokens(n),
@@ -60,7 +76,7 @@ export async function runRows(
           cell: label, timed, pass: t.pass, session: t.session, id: t.result.id,
           tokens: t.result.tokens.length, ttft_ms: ttftOf(t.result),
         }),
-      });
+      }, target.probe?.(cell));
       const otherCpu = otherCpuShare(cpuBefore, cpuSample());
       if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted) {
         const note = `other processes used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;

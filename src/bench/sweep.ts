@@ -13,8 +13,11 @@ import { Report } from './report.js';
 import { colorEnabled, HumanRenderer, LogRenderer, type SweepRenderer } from './render.js';
 import { RowSinks, rowFromError } from './row-sinks.js';
 import type { SweepConfig } from './sweep-config.js';
-import { loadModel } from './sweep-load.js';
-import { runRows } from './sweep-rows.js';
+import { loadModel, sweepLine } from './sweep-load.js';
+import { runRows, type RowsTarget } from './sweep-rows.js';
+import { promptVocab } from './prompts.js';
+import type { RowProbe } from './row-probe.js';
+import type { EndpointHeader } from './render.js';
 import { watchStopSignals } from './sweep-signals.js';
 
 /** What the sweep needs from the model and engine modules (injected so tests can drive a simulated engine). */
@@ -31,6 +34,25 @@ export interface SweepBackend {
   resolveDevice(choice: SweepConfig['device']): Device;
   /** The CPUs `--threads 0` means, as the engine resolves it (its affinity mask). */
   usableCpus(): number;
+  /** --endpoint: reach the server (src/endpoint/connect.ts); a UsageError when it needs a flag it was not given. */
+  connectEndpoint?(cfg: SweepConfig, env: NodeJS.ProcessEnv): Promise<EndpointConnection>;
+}
+
+/** A server the sweep drives instead of an engine it loads. */
+export interface EndpointConnection {
+  /** Null when the server could not be used (loadError says why). */
+  engine: EngineHandle | null;
+  loadError: string | null;
+  notes: string[];
+  /** What the server says of itself: the header, and the report's `endpoint` provenance. */
+  header: EndpointHeader | null;
+  provenance: Record<string, unknown> | null;
+  /** Exclusive bound of prompt token ids (the tokenizer's). */
+  vocab: number;
+  /** The server's max_model_len, when it says. */
+  maxSeq: number | null;
+  /** The probe of one row: prompt texts, /metrics around the timed passes, the wire notes. */
+  probe(cell: { isl: number; osl: number }): RowProbe;
 }
 
 export interface SweepIO {
@@ -63,8 +85,8 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
     ? new LogRenderer(log)
     : new HumanRenderer(io.stderr, tty, colorEnabled(tty, io.env), cfg.verbosity < 0);
 
-  // Usage checks that need the engine's word come before anything is loaded.
-  const device = backend.resolveDevice(cfg.device);
+  // Usage checks that need the engine's word come before anything is loaded (no engine loads for --endpoint).
+  const device: Device = cfg.endpoint ? 'cpu' : backend.resolveDevice(cfg.device);
 
   const machine = machineInfo();
   const gpus = device === 'cuda' ? nvidiaGpus() : [];
@@ -84,18 +106,37 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
   const sinks = new RowSinks(cfg, io, report, () => abort.abort());
   const rows: SweepRow[] = [];
   try {
-    renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: cfg.threads || backend.usableCpus() });
-    const opts = engineOptions(cfg, device);
-    const loaded = await loadModel(cfg, backend, device, opts, gpus, renderer, report);
+    renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: cfg.endpoint ? machine.logicalCores : cfg.threads || backend.usableCpus() });
+    let target: RowsTarget;
+    let loadError: string | null = null;
+    if (cfg.endpoint) {
+      if (!backend.connectEndpoint) throw new Error('internal: this sweep backend cannot reach an endpoint');
+      const conn = await backend.connectEndpoint(cfg, io.env);
+      engine = conn.engine;
+      loadError = conn.loadError;
+      report.endpoint = conn.provenance;
+      if (conn.header) renderer.endpoint(conn.header, sweepLine(cfg));
+      for (const n of conn.notes) { renderer.note(n); report.notes.push(n); }
+      target = {
+        ckpt: null, vocab: conn.vocab, maxSeq: conn.maxSeq ?? Number.MAX_SAFE_INTEGER, maxSeqSource: "the server's max_model_len",
+        probe: (cell) => conn.probe(cell),
+      };
+    } else {
+      const opts = engineOptions(cfg, device);
+      const loaded = await loadModel(cfg, backend, device, opts, gpus, renderer, report);
+      engine = loaded.engine;
+      loadError = loaded.loadError;
+      target = { ckpt: loaded.ckpt, vocab: promptVocab(loaded.ckpt.config.vocabSize), maxSeq: cfg.maxSeq };
+    }
     signals.loaded();
-    engine = loaded.engine;
+    const what = cfg.endpoint ? 'endpoint failed' : 'model failed to load';
     if (engine === null) {
-      renderer.error(`model failed to load: ${loaded.loadError}`);
+      renderer.error(`${what}: ${loadError}`);
       report.status = 'load_failed';
       sinks.begin();
       for (const cell of cfg.cells) {
         for (const c of cfg.concurrency) {
-          const r = rowFromError(cell.isl, cell.osl, c, `model failed to load: ${loaded.loadError}`);
+          const r = rowFromError(cell.isl, cell.osl, c, `${what}: ${loadError}`);
           rows.push(r);
           report.rows.push(r);
           sinks.row(r, null);
@@ -110,7 +151,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
       report.notes.push(msg);
     }
 
-    const interrupted = await runRows(cfg, engine, loaded.ckpt, opts.profile === true, abort.signal, renderer, report, sinks, rows);
+    const interrupted = await runRows(cfg, engine, target, cfg.profile || cfg.profilePipeline, abort.signal, renderer, report, sinks, rows);
     report.status = interrupted ? 'interrupted' : 'complete';
     if (interrupted) return finish(signals.stopCode());
     return finish(rows.every((r) => r.status === 'ok') ? EXIT_OK : EXIT_ROWS_FAILED);

@@ -2,10 +2,11 @@
 // raised before any model is touched.
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
-import type { Cell, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
+import type { GoodputBounds } from '../bench/load-figures.js';
+import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
 import { UsageError } from '../util/usage-error.js';
 import { ENGINE_DEFAULTS, resolveEngineFlags } from './engine-flags.js';
-import { oneOf, parseCount } from './flag-values.js';
+import { oneOf, parseCount, parseNumber } from './flag-values.js';
 
 export const DEFAULT_CELLS: readonly Cell[] = [
   { isl: 128, osl: 128 },
@@ -24,6 +25,11 @@ export const DEFAULTS = {
   format: 'csv' as OutputFormat,
   seed: 0,
   sharedPrefix: 0,
+  // --endpoint
+  api: 'chat' as EndpointConfig['api'],
+  timeoutS: 600,
+  // open-loop load
+  burstiness: 1,
 };
 
 /** Raw option values as commander hands them over (strings, booleans, the -v count). */
@@ -58,6 +64,101 @@ export interface RawSweepOptions {
   quiet?: boolean;
   latencyOnly?: boolean;
   skipTraining?: boolean;
+  endpoint?: string;
+  api?: string;
+  model?: string;
+  apiKeyEnv?: string;
+  tokenizer?: string;
+  timeoutS?: string;
+  requestRate?: string;
+  burstiness?: string;
+  numRequests?: string;
+  goodput?: string;
+}
+
+/** Flags of the in-process engine: with --endpoint the server has its own, so giving one is a usage error. */
+const IN_PROCESS_FLAGS: readonly [keyof RawSweepOptions, string][] = [
+  ['modelPath', '--model-path'], ['device', '--device'], ['threads', '--threads'], ['kvcache', '--kvcache'], ['paged', '--paged'],
+  ['blockSize', '--block-size'], ['prefillChunk', '--prefill-chunk'], ['stepTokenBudget', '--step-token-budget'], ['maxSeq', '--max-seq'],
+  ['memoryStages', '--memory-stages'], ['profile', '--profile'], ['profilePipeline', '--profile-pipeline'],
+];
+
+/** Flags that only mean something with --endpoint. */
+const ENDPOINT_ONLY_FLAGS: readonly [keyof RawSweepOptions, string][] = [
+  ['api', '--api'], ['model', '--model'], ['apiKeyEnv', '--api-key-env'], ['tokenizer', '--tokenizer'], ['timeoutS', '--timeout-s'],
+];
+
+/** `http://host:port[/path]`; a trailing `/v1` is dropped (the client adds the API paths). */
+export function parseEndpointUrl(flag: string, value: string): string {
+  let u: URL;
+  try {
+    u = new URL(value);
+  } catch {
+    throw new UsageError(`${flag}: '${value}' is not a URL (e.g. http://127.0.0.1:8000)`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new UsageError(`${flag}: '${value}' is not an http:// or https:// URL`);
+  if (u.search || u.hash) throw new UsageError(`${flag}: '${value}' has a query or fragment; give the server's base URL`);
+  u.pathname = u.pathname.replace(/\/+$/, '').replace(/\/v1$/, '');
+  return u.href.replace(/\/+$/, '');
+}
+
+/** `ttft:MS,tpot:MS,e2el:MS` (any of the three, each once). */
+export function parseGoodput(flag: string, value: string): GoodputBounds {
+  const keys = { ttft: 'ttftMs', tpot: 'tpotMs', e2el: 'e2elMs' } as const;
+  const out: GoodputBounds = {};
+  const parts = value.split(',').map((p) => p.trim());
+  if (parts.some((p) => p === '')) throw new UsageError(`${flag}: '${value}' is not a list of bounds (e.g. ttft:500,tpot:50,e2el:10000)`);
+  for (const p of parts) {
+    const m = /^([a-z0-9]+):(.+)$/.exec(p);
+    if (!m) throw new UsageError(`${flag}: '${p}' is not a bound (name:milliseconds, e.g. ttft:500)`);
+    const key = keys[m[1] as keyof typeof keys];
+    if (key === undefined) throw new UsageError(`${flag}: '${m[1]}' is not one of ttft, tpot, e2el`);
+    if (out[key] !== undefined) throw new UsageError(`${flag}: ${m[1]} is given twice`);
+    out[key] = parseNumber(`${flag} (${m[1]})`, m[2]!, 0);
+  }
+  return out;
+}
+
+function resolveEndpoint(raw: RawSweepOptions, env: NodeJS.ProcessEnv): EndpointConfig | null {
+  if (raw.endpoint === undefined) {
+    const stray = ENDPOINT_ONLY_FLAGS.find(([k]) => raw[k] !== undefined);
+    if (stray) throw new UsageError(`${stray[1]} applies to --endpoint only`);
+    return null;
+  }
+  const local = IN_PROCESS_FLAGS.find(([k]) => raw[k] !== undefined && raw[k] !== false);
+  if (local) throw new UsageError(`${local[1]} sets up the in-process engine; with --endpoint the server has its own settings`);
+  const url = parseEndpointUrl('--endpoint', raw.endpoint);
+  const api = oneOf('--api', raw.api ?? DEFAULTS.api, ['chat', 'completions'] as const);
+  if (raw.model !== undefined && raw.model.trim() === '') throw new UsageError('--model: empty model name');
+  let apiKeyEnv: string | null = null;
+  if (raw.apiKeyEnv !== undefined) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(raw.apiKeyEnv)) throw new UsageError(`--api-key-env: '${raw.apiKeyEnv}' is not an environment variable name`);
+    if (!env[raw.apiKeyEnv]) throw new UsageError(`--api-key-env: the environment variable ${raw.apiKeyEnv} is not set or empty`);
+    apiKeyEnv = raw.apiKeyEnv;
+  }
+  let tokenizer: string | null = null;
+  if (raw.tokenizer !== undefined) {
+    const dir = path.resolve(raw.tokenizer);
+    if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--tokenizer: ${raw.tokenizer} is not a directory`);
+    if (!existsSync(path.join(dir, 'tokenizer.json'))) throw new UsageError(`--tokenizer: ${raw.tokenizer} has no tokenizer.json`);
+    tokenizer = dir;
+  }
+  const timeoutS = raw.timeoutS === undefined ? DEFAULTS.timeoutS : parseNumber('--timeout-s', raw.timeoutS, 0.001, 86400);
+  return { url, api, model: raw.model ?? null, apiKeyEnv, tokenizer, timeoutS };
+}
+
+function resolveLoad(raw: RawSweepOptions): LoadConfig {
+  let requestRate: number | null = null;
+  if (raw.requestRate !== undefined) {
+    requestRate = raw.requestRate.trim() === 'inf' ? Infinity : parseNumber('--request-rate', raw.requestRate, 1e-6);
+  } else {
+    if (raw.burstiness !== undefined) throw new UsageError('--burstiness shapes the arrivals of --request-rate; give --request-rate too');
+    if (raw.numRequests !== undefined) throw new UsageError('--num-requests counts the arrivals of --request-rate; give --request-rate too');
+  }
+  const burstiness = raw.burstiness === undefined ? DEFAULTS.burstiness : parseNumber('--burstiness', raw.burstiness, 1e-3, 1000);
+  const numRequests = raw.numRequests === undefined ? null : parseCount('--num-requests', raw.numRequests, 1, 1_000_000);
+  const goodput = raw.goodput === undefined ? null : parseGoodput('--goodput', raw.goodput);
+  return { requestRate, burstiness, numRequests, goodput };
 }
 
 /** `128:128,2048:128` -> cells. Each side a whole number >= 1. */
@@ -85,7 +186,8 @@ export function parseConcurrency(flag: string, value: string): number[] {
   return [...new Set(list)].sort((a, b) => a - b);
 }
 
-export function resolveSweepConfig(raw: RawSweepOptions): SweepConfig {
+export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv = process.env): SweepConfig {
+  const endpoint = resolveEndpoint(raw, env);
   // Model directory: checked here so a typo costs nothing.
   let modelPath: string | null = null;
   if (raw.modelPath !== undefined) {
@@ -152,6 +254,8 @@ export function resolveSweepConfig(raw: RawSweepOptions): SweepConfig {
     v === undefined ? dflt : parseCount(flag, v, min, max);
 
   const cfg: SweepConfig = {
+    endpoint,
+    load: resolveLoad(raw),
     modelPath,
     device,
     threads: engine.threads,

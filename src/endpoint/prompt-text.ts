@@ -1,7 +1,7 @@
 // Prompts of an exact token count, sent as text. The sweep's prompts are token ids (src/bench/prompts.ts);
 // ids decoded to text do not always encode back to the same ids (merges at the joins), so the ids are
-// decoded, the text re-encoded, and the id list trimmed or extended at its end until the text encodes
-// to the target count. The shared prefix sits at the front, so it survives the fitting.
+// decoded, the text re-encoded, and its own tokens cut to the target (or extended with fresh seeded ids)
+// until the text encodes to the target count. The shared prefix sits at the front, so it survives.
 import { randomTokens } from '../bench/prompts.js';
 import type { TextTokenizer } from './text-tokenizer.js';
 
@@ -13,7 +13,7 @@ export interface FittedPrompt {
 }
 
 /** Rounds of decode/encode before the closest text is taken (and the row says so). */
-export const FIT_ROUNDS = 12;
+export const FIT_ROUNDS = 24;
 
 /**
  * Text of `ids` adjusted to encode to exactly `target` tokens. `streamKey` names the seeded stream
@@ -34,11 +34,13 @@ export async function fitPrompt(
   let best: FittedPrompt | null = null;
   for (let round = 0; round < FIT_ROUNDS; round++) {
     const text = await tok.decode(cand);
-    const n = (await tok.encode(text)).length;
+    const enc = await tok.encode(text);
+    const n = enc.length;
     if (best === null || Math.abs(n - target) < Math.abs(best.tokens - target)) best = { text, tokens: n, exact: n === target };
     if (n === target) return best;
-    if (n > target) cand = cand.slice(0, Math.max(1, cand.length - (n - target)));
-    else cand = cand.concat(more(target - n));
+    // Continue from the text's own (canonical) tokens: cut to the target, or extended by fresh ids. A cut
+    // that keeps growing back (a merge at the end) cuts deeper each round, and fresh ids fill the rest.
+    cand = n > target ? enc.slice(0, Math.max(1, target - Math.floor(round / 2))) : enc.concat(more(target - n));
   }
   return best!;
 }

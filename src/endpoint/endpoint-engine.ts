@@ -1,0 +1,163 @@
+// The sweep's EngineHandle over an OpenAI-compatible server: submit() sends one streamed request
+// (the prompt's text prepared beforehand, src/endpoint/endpoint-probe.ts), and its RequestResult
+// carries the client's monotonic times: enqueueMs = the request sent, tokenMs from the chunks (a
+// chunk of k tokens split into k gaps), tokens counted from usage. So the sweep's cells, ladder,
+// warm-up, passes, prompts and figures are the same code as in-process. What the wire adds (TTFT by
+// vLLM's mark, tokens per chunk, the server's prompt count, queue time) is kept per request for the probe.
+import { performance } from 'node:perf_hooks';
+import type {
+  EngineHandle, EngineInfo, EngineStats, FinishReason, RequestHandle, RequestOptions, RequestResult,
+} from '../engine/types.js';
+import { countsFromRunningUsage, reconcileCounts, tokenTimeline } from './chunk-timeline.js';
+import { benchRequestBody, streamCompletion, type StreamedCompletion, type WireApi } from './completion-stream.js';
+import type { HttpPool } from './http-pool.js';
+import type { FittedPrompt } from './prompt-text.js';
+import type { TextTokenizer } from './text-tokenizer.js';
+
+export interface EndpointSettings {
+  api: WireApi;
+  model: string;
+  timeoutMs: number;
+}
+
+/** What the wire said of one request, beyond the RequestResult. */
+export interface WireRecord {
+  /** submit() -> sent (connection wait, text lookup): client-side queue time of a closed loop. */
+  submitToSentMs: number;
+  /** Sent -> first chunk with non-empty `choices` (vLLM's TTFT), and -> first chunk with text (the row's TTFT). */
+  ttftFirstChoicesMs: number | null;
+  ttftFirstTextMs: number | null;
+  tokensPerChunk: number[];
+  /** Where tokens per chunk came from. */
+  chunkCounts: 'continuous_usage_stats' | 'tokenizer' | 'one per chunk (usage total = chunks)' | 'none';
+  /** The server's usage (null: it sent none). */
+  promptTokensServer: number | null;
+  completionTokensServer: number | null;
+  /** Tokens the prompt's text encodes to by the benchmark's tokenizer (chat: content + template overhead). */
+  promptTokensExpected: number;
+  promptExact: boolean;
+  finishReasonServer: string | null;
+}
+
+/** Token ids of a prompt -> its key in the prepared table. */
+export function promptKey(ids: ArrayLike<number>): string {
+  return Array.prototype.join.call(ids, ',');
+}
+
+export interface PreparedPrompt extends FittedPrompt {
+  /** Tokens the server should count (chat: the text's tokens + the template's overhead). */
+  expectedPromptTokens: number;
+}
+
+const ZERO_STATS: EngineStats = {
+  peakActiveBytes: 0, activeBytes: 0, numAllocs: 0, parkWaits: 0, prefixAdmittedTokens: 0, prefixHitTokens: 0, retires: 0,
+  evictions: 0, preemptions: 0, kvBlocksUsed: 0, kvBlocksFree: 0, kvBlocksTotal: 0, stateSlotsFree: 0, stateSlotsTotal: 0,
+  prefixCachedBlocks: 0, snapshotsUsed: 0, snapshotsTotal: 0, steps: 0, weightBytes: 0,
+};
+
+export class EndpointEngine implements EngineHandle {
+  /** Not the server's: an endpoint's own description is in the report's `endpoint` section. */
+  readonly info: EngineInfo = {
+    backend: 'cpu', isa: 'remote', threads: 0, weightBytes: 0, dtype: 'unknown', kvBlocksTotal: 0, blockSize: 0, kvBlockBytes: 0, stateBytes: 0,
+  };
+  /** Prompt text by prompt key, filled before each row. */
+  readonly prepared = new Map<string, PreparedPrompt>();
+  readonly records = new Map<number, WireRecord>();
+  private readonly listeners = new Set<(n: number) => void>();
+  private nextId = 1;
+
+  constructor(
+    readonly pool: HttpPool,
+    readonly tokenizer: TextTokenizer,
+    readonly settings: EndpointSettings,
+  ) {}
+
+  submit(req: RequestOptions): RequestHandle {
+    const id = this.nextId++;
+    const submitMs = performance.now();
+    const prompt = this.prepared.get(promptKey(req.prompt));
+    if (prompt === undefined) throw new Error('internal: a prompt reached the endpoint without its text prepared');
+    const abort = new AbortController();
+    const body = benchRequestBody(this.settings.api, this.settings.model, prompt.text, req.maxTokens);
+    let seen = 0;
+    const done = (async (): Promise<RequestResult> => {
+      const s = await streamCompletion(this.pool, this.settings.api, body, this.settings.timeoutMs, abort.signal, (c) => {
+        // Progress: tokens so far (continuous usage) or one per chunk.
+        const n = c.runningCompletion !== null ? Math.max(0, c.runningCompletion - seen) : (c.text !== '' ? 1 : 0);
+        seen += n;
+        if (n > 0) for (const l of this.listeners) l(n);
+      });
+      return this.toResult(id, submitMs, prompt, s);
+    })();
+    return { id, done, cancel: () => abort.abort() };
+  }
+
+  private async toResult(id: number, submitMs: number, prompt: PreparedPrompt, s: StreamedCompletion): Promise<RequestResult> {
+    const base = {
+      id, promptTokens: s.usage?.prompt_tokens ?? prompt.expectedPromptTokens, enqueueMs: s.sentMs, prefillChunkMs: [] as number[],
+      cachedPromptTokens: s.usage?.cached_tokens ?? 0,
+    };
+    const record: WireRecord = {
+      submitToSentMs: s.sentMs - submitMs,
+      ttftFirstChoicesMs: s.firstChoicesMs !== null ? s.firstChoicesMs - s.sentMs : null,
+      ttftFirstTextMs: s.firstTextMs !== null ? s.firstTextMs - s.sentMs : null,
+      tokensPerChunk: [], chunkCounts: 'none',
+      promptTokensServer: s.usage?.prompt_tokens ?? null,
+      completionTokensServer: s.usage?.completion_tokens ?? null,
+      promptTokensExpected: prompt.expectedPromptTokens, promptExact: prompt.exact,
+      finishReasonServer: s.finishReason,
+    };
+    this.records.set(id, record);
+    if (s.cancelled) return { ...base, tokens: [], tokenMs: [], finishReason: 'cancelled' };
+    if (s.error !== null) return { ...base, tokens: [], tokenMs: [], finishReason: 'error', error: s.error };
+
+    let counts = countsFromRunningUsage(s.chunks);
+    const total = s.usage?.completion_tokens ?? null;
+    if (counts !== null) record.chunkCounts = 'continuous_usage_stats';
+    else {
+      const textChunks = s.chunks.filter((c) => c.text !== '').length;
+      if (total !== null && total === textChunks) {
+        counts = s.chunks.map((c) => (c.text !== '' ? 1 : 0));
+        record.chunkCounts = 'one per chunk (usage total = chunks)';
+      } else {
+        counts = [];
+        for (const c of s.chunks) counts.push(c.text === '' ? 0 : (await this.tokenizer.encode(c.text)).length);
+        if (total !== null) counts = reconcileCounts(counts, total);
+        record.chunkCounts = 'tokenizer';
+      }
+    }
+    const tl = tokenTimeline(s.chunks, counts);
+    record.tokensPerChunk = tl.tokensPerChunk;
+    const finish: FinishReason = s.finishReason === 'length' || s.finishReason === 'stop' ? s.finishReason : 'length';
+    if (s.finishReason !== null && s.finishReason !== 'length' && s.finishReason !== 'stop') {
+      return { ...base, tokens: new Array<number>(tl.tokenMs.length).fill(-1), tokenMs: tl.tokenMs, finishReason: 'error',
+        error: `the server ended the stream with finish_reason '${s.finishReason}'` };
+    }
+    // Token ids are not on the wire (text is): the count is right, the ids are -1.
+    return { ...base, tokens: new Array<number>(tl.tokenMs.length).fill(-1), tokenMs: tl.tokenMs, finishReason: finish };
+  }
+
+  onStep(listener: (tokens: number) => void): () => void {
+    this.listeners.add(listener);
+    return () => { this.listeners.delete(listener); };
+  }
+
+  /** The server's counters are read from /metrics by the probe; nothing is counted here. */
+  stats(): EngineStats {
+    return { ...ZERO_STATS };
+  }
+
+  resetCounters(): void {}
+
+  nowMs(): number {
+    return performance.now();
+  }
+
+  takeProfile(): null {
+    return null;
+  }
+
+  async close(): Promise<void> {
+    this.pool.close();
+  }
+}
