@@ -20,13 +20,17 @@ export interface Timeline {
   tokensPerChunk: number[];
 }
 
-/** Tokens of each chunk from continuous usage (the running count's increments); null unless every chunk has one. */
+/**
+ * Tokens of each chunk from continuous usage (the running count's increments); null unless every chunk
+ * with text has one (a chunk without text or usage, such as a role-only first chunk, carries none).
+ */
 export function countsFromRunningUsage(chunks: readonly WireChunk[]): number[] | null {
-  if (chunks.length === 0 || chunks.some((c) => c.runningCompletion === null)) return null;
+  if (!chunks.some((c) => c.runningCompletion !== null) || chunks.some((c) => c.runningCompletion === null && c.text !== '')) return null;
   let prev = 0;
   return chunks.map((c) => {
-    const k = Math.max(0, c.runningCompletion! - prev);
-    prev = Math.max(prev, c.runningCompletion!);
+    if (c.runningCompletion === null) return 0;
+    const k = Math.max(0, c.runningCompletion - prev);
+    prev = Math.max(prev, c.runningCompletion);
     return k;
   });
 }

@@ -33,14 +33,15 @@ export async function fitPrompt(
   };
   let best: FittedPrompt | null = null;
   for (let round = 0; round < FIT_ROUNDS; round++) {
-    const text = await tok.decode(cand);
+    // A cut inside a multi-byte character decodes to U+FFFD, which encodes to more tokens: drop it.
+    const text = (await tok.decode(cand)).replace(/\uFFFD+$/u, '');
     const enc = await tok.encode(text);
     const n = enc.length;
     if (best === null || Math.abs(n - target) < Math.abs(best.tokens - target)) best = { text, tokens: n, exact: n === target };
     if (n === target) return best;
-    // Continue from the text's own (canonical) tokens: cut to the target, or extended by fresh ids. A cut
-    // that keeps growing back (a merge at the end) cuts deeper each round, and fresh ids fill the rest.
-    cand = n > target ? enc.slice(0, Math.max(1, target - Math.floor(round / 2))) : enc.concat(more(target - n));
+    // Continue from the text's own (canonical) tokens: cut to the target, or extended by fresh seeded ids
+    // (different ones every round, so a merge at the join that undoes one extension is not repeated).
+    cand = n > target ? enc.slice(0, target) : enc.concat(more(target - n));
   }
   return best!;
 }
