@@ -268,7 +268,7 @@ describe('rendering', () => {
     r.header({ toolVersion: '0.1.0', cpuModel: 'Test CPU', threads: 2 });
     r.modelPath('/m', true);
     r.loadProgress(1, 4);
-    r.sweepStart();
+    r.sweepStart(1);
     r.rowStart('16:8 c=1', {}, () => 0);
     r.rowPhase('timed', 8);
     r.rowEnd('16:8 c=1', { row: errorRow(16, 8, 1, 'boom'), figures: null, counters: null, timed: [], profile: null, timedWallMs: null, interrupted: false });

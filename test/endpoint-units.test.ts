@@ -1,0 +1,256 @@
+// Unit tests of the endpoint client's parts and the load figures: SSE parsing, the chunk timeline,
+// /metrics columns, prompt fitting, gamma arrivals, goodput, the flags, the open loop on a simulated
+// engine, and the overall progress line. Pure inputs, exact outputs.
+import { PassThrough } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { arrivalOffsetsMs } from '../src/bench/arrivals.js';
+import { loadFigures, meetsGoodput, queueMs, tpotMs } from '../src/bench/load-figures.js';
+import type { TimedRequest } from '../src/bench/metrics.js';
+import { formatDuration, HumanRenderer, overallProgress } from '../src/bench/render.js';
+import { runRow, type RowSettings } from '../src/bench/runner.js';
+import { parseEndpointUrl, parseGoodput, resolveSweepConfig } from '../src/cli/sweep-options.js';
+import { countsFromRunningUsage, reconcileCounts, tokenTimeline, type WireChunk } from '../src/endpoint/chunk-timeline.js';
+import { choiceText, errorText } from '../src/endpoint/completion-stream.js';
+import { fitPrompt } from '../src/endpoint/prompt-text.js';
+import { counterColumnsFromMetrics, metricsFamily, parseMetrics } from '../src/endpoint/server-metrics.js';
+import { SseParser } from '../src/endpoint/sse.js';
+import type { TextTokenizer } from '../src/endpoint/text-tokenizer.js';
+import type { RequestResult } from '../src/engine/types.js';
+import { UsageError } from '../src/util/usage-error.js';
+import { createFakeEngine } from './helpers/fake-engine.js';
+
+function usageMessage(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(UsageError);
+    return (err as Error).message;
+  }
+  throw new Error('expected a UsageError');
+}
+
+describe('SSE parser', () => {
+  it('splits events across arbitrary chunk boundaries, CRLF or LF, skipping comments', () => {
+    const p = new SseParser();
+    const text = ': keep-alive\n\ndata: {"a":1}\r\n\r\nevent: x\ndata: l1\ndata: l2\n\ndata: [DONE]\n\n';
+    const events = [];
+    for (let i = 0; i < text.length; i += 3) events.push(...p.push(text.slice(i, i + 3)));
+    expect(events).toEqual([{ event: null, data: '{"a":1}' }, { event: 'x', data: 'l1\nl2' }, { event: null, data: '[DONE]' }]);
+    expect(p.end()).toBeNull();
+    p.push('data: tail');
+    expect(p.end()).toEqual({ event: null, data: 'tail' });
+  });
+
+  it('reads the text of completions and chat choices, and the message of an error body', () => {
+    expect(choiceText({ text: 'ab' })).toBe('ab');
+    expect(choiceText({ delta: { role: 'assistant' } })).toBe('');
+    expect(choiceText({ delta: { content: 'a', reasoning_content: 'r' } })).toBe('ar');
+    expect(choiceText({ delta: { tool_calls: [{ function: { name: 'f', arguments: '{}' } }] } })).toBe('f{}');
+    expect(errorText('{"error":{"message":"bad model"}}')).toBe('bad model');
+    expect(errorText('{"message":"nope"}')).toBe('nope');
+    expect(errorText('Internal Server Error')).toBe('Internal Server Error');
+  });
+});
+
+describe('chunk timeline', () => {
+  const ch = (atMs: number, text: string, runningCompletion: number | null = null): WireChunk => ({ atMs, text, runningCompletion });
+
+  it('splits a k-token chunk into k equal gaps; the first chunk\'s tokens all arrive at TTFT', () => {
+    const chunks = [ch(5, ''), ch(10, 'a b'), ch(16, 'c d e'), ch(20, 'f'), ch(21, '')];
+    const t = tokenTimeline(chunks, [0, 2, 3, 1, 0]);
+    expect(t.tokenMs).toEqual([10, 10, 12, 14, 16, 20]);
+    expect(t.tokensPerChunk).toEqual([2, 3, 1]);
+  });
+
+  it('gives tokens of chunks before the first text to the first text chunk', () => {
+    const t = tokenTimeline([ch(3, ''), ch(8, 'x'), ch(12, 'y')], [1, 1, 1]);
+    expect(t.tokenMs).toEqual([8, 8, 12]);
+    expect(t.tokensPerChunk).toEqual([2, 1]);
+  });
+
+  it('reads counts from continuous usage (a role-only chunk without usage counts none), else none', () => {
+    expect(countsFromRunningUsage([ch(1, ''), ch(2, 'a', 2), ch(3, 'b', 3), ch(4, '', 3)])).toEqual([0, 2, 1, 0]);
+    expect(countsFromRunningUsage([ch(2, 'a', 1), ch(3, 'b')])).toBeNull();
+    expect(countsFromRunningUsage([ch(2, 'a'), ch(3, 'b')])).toBeNull();
+  });
+
+  it('reconciles tokenizer counts with the usage total, never below zero', () => {
+    expect(reconcileCounts([1, 2, 1], 6)).toEqual([1, 2, 3]);
+    expect(reconcileCounts([1, 2, 1], 2)).toEqual([1, 1, 0]);
+    expect(reconcileCounts([1, 1], 0)).toEqual([0, 0]);
+  });
+});
+
+describe('/metrics columns', () => {
+  const lumen = (admitted: number, retires: number, peak: number) => parseMetrics(
+    `# TYPE lumen:retires_total counter\nlumen:retires_total{model_name="m"} ${retires}\n` +
+    `lumen:prefix_admitted_tokens_total{model_name="m"} ${admitted}\nlumen:num_allocs_total 10\nlumen:num_park_waits_total 2\n` +
+    `lumen:peak_active_bytes ${peak}\nnot a sample line\n`);
+
+  it('sums labelled samples and names the family', () => {
+    const m = parseMetrics('vllm:request_success_total{finished_reason="length"} 3\nvllm:request_success_total{finished_reason="stop"} 2\n');
+    expect(m.get('vllm:request_success_total')).toBe(5);
+    expect(metricsFamily(m)).toBe('vllm');
+    expect(metricsFamily(lumen(0, 0, 0))).toBe('lumen');
+    expect(metricsFamily(parseMetrics('process_cpu_seconds_total 1\n'))).toBe('other');
+    expect(metricsFamily(null)).toBe('none');
+  });
+
+  it('lumen: counter increases, and the peak only when it rose during the row', () => {
+    const r = counterColumnsFromMetrics(lumen(100, 4, 1000), lumen(164, 8, 2000), '');
+    expect(r.columns).toEqual({ admitted_tok: 64, retires: 4, peak_active_bytes: 2000, num_allocs: 0, num_inflight_park_waits: 0 });
+    expect(r.note).toBeNull();
+    const flat = counterColumnsFromMetrics(lumen(100, 4, 2000), lumen(164, 8, 2000), '');
+    expect(flat.columns.peak_active_bytes).toBeNull();
+    expect(flat.note).toMatch(/^peak_active_bytes empty: the server's high-water mark \(2000, since it started\) did not rise/);
+  });
+
+  it('vLLM: retires only, the rest empty with why; no /metrics: all empty with why', () => {
+    const v = (n: number) => parseMetrics(`vllm:request_success_total{finished_reason="length"} ${n}\nvllm:num_preemptions_total 9\n`);
+    const r = counterColumnsFromMetrics(v(2), v(7), '');
+    expect(r.columns).toEqual({ admitted_tok: null, retires: 5, peak_active_bytes: null, num_allocs: null, num_inflight_park_waits: null });
+    expect(r.note).toBe("admitted_tok, peak_active_bytes, num_allocs, num_inflight_park_waits empty: the server's /metrics (vllm:*) has no metric that measures them");
+    const none = counterColumnsFromMetrics(null, null, 'GET /metrics answered HTTP 404');
+    expect(Object.values(none.columns).every((x) => x === null)).toBe(true);
+    expect(none.note).toMatch(/empty: GET \/metrics answered HTTP 404$/);
+  });
+});
+
+describe('prompt fitting', () => {
+  // A tokenizer whose decode does not round-trip: id 0 decodes to 'ab', which encodes to two tokens.
+  const tok: TextTokenizer = {
+    source: 'test', vocab: 50,
+    encode: async (text) => text.split(' ').filter(Boolean).flatMap((w) => (w === 'ab' ? [1, 2] : [Number(w.slice(1))])),
+    decode: async (ids) => ids.map((i) => (i === 0 ? 'ab' : `t${i}`)).join(' '),
+  };
+
+  it('reaches the exact count through texts that do not round-trip', async () => {
+    const f = await fitPrompt(tok, Int32Array.from([0, 0, 3, 4]), 4, 1, 'k');
+    expect(f.exact).toBe(true);
+    expect(f.tokens).toBe(4);
+    expect((await tok.encode(f.text)).length).toBe(4);
+    const longer = await fitPrompt(tok, Int32Array.from([5]), 6, 1, 'k2');
+    expect(longer).toMatchObject({ tokens: 6, exact: true });
+  });
+});
+
+describe('open-loop arrivals and load figures', () => {
+  it('draws seeded gamma gaps with mean 1/rate; an infinite rate sends everything at once', () => {
+    const a = arrivalOffsetsMs(20001, 4, 1, 7, 's');
+    expect(a).toEqual(arrivalOffsetsMs(20001, 4, 1, 7, 's'));
+    expect(a[0]).toBe(0);
+    for (let i = 1; i < a.length; i++) expect(a[i]!).toBeGreaterThanOrEqual(a[i - 1]!);
+    expect(a[20000]! / 20000).toBeCloseTo(250, -1); // mean gap 1000/4 ms (a seeded sample: exact for this seed)
+    const bursty = arrivalOffsetsMs(20001, 4, 0.25, 7, 's');
+    expect(bursty[20000]! / 20000).toBeCloseTo(250, -1);
+    expect(arrivalOffsetsMs(3, Infinity, 1, 0, 's')).toEqual([0, 0, 0]);
+    expect(arrivalOffsetsMs(5, 4, 1, 8, 's')).not.toEqual(arrivalOffsetsMs(5, 4, 1, 7, 's'));
+  });
+
+  const req = (enqueueMs: number, tokenMs: number[], extra: Partial<TimedRequest> = {}): TimedRequest => ({
+    pass: 0, session: 0, ...extra,
+    result: { id: 1, tokens: tokenMs.map(() => 0), promptTokens: 1, enqueueMs, tokenMs, prefillChunkMs: [], cachedPromptTokens: 0, finishReason: 'length' } as RequestResult,
+  });
+
+  it('TPOT = (E2E - TTFT)/(n - 1), queue time apart, goodput against every bound, achieved concurrency', () => {
+    const a = req(100, [110, 120, 130], { scheduledMs: 90 });
+    const b = req(100, [150], { submittedMs: 99 });
+    expect(tpotMs(a)).toBe(10);
+    expect(tpotMs(b)).toBeNull();
+    expect(queueMs(a)).toBe(10);
+    expect(queueMs(b)).toBe(1);
+    expect(meetsGoodput(a, { ttftMs: 10, tpotMs: 10, e2elMs: 30 })).toBe(true);
+    expect(meetsGoodput(a, { tpotMs: 9.9 })).toBe(false);
+    expect(meetsGoodput(b, { tpotMs: 1, e2elMs: 49 })).toBe(false);
+    const f = loadFigures([a, b], 40, 2, { rate: Infinity, burstiness: 1 }, { ttftMs: 20 });
+    expect(f.achieved_concurrency).toBe((30 + 50) / 40);
+    expect(f.request_rate).toBe('inf');
+    expect(f.goodput).toMatchObject({ met: 1, total: 2, share: 0.5 });
+    expect(f.tpot_ms.n).toBe(1);
+  });
+
+  it('runs an open-loop timed phase in-process too: N requests, at most c in flight, arrivals in the JSON', async () => {
+    const e = createFakeEngine({ device: 'cpu', threads: 2, blockSize: 4, kvcache: 'paged', maxSeq: 256, maxSeqs: 4, prefillChunk: 8, stepTokenBudget: 64, prefixCache: true });
+    const st: RowSettings = {
+      cell: { isl: 8, osl: 4 }, concurrency: 2, warmup: 1, iters: 1, maxSeq: 256, seed: 0, prompts: 'unique', sharedPrefix: 0, vocab: 1000,
+      profile: false, c1DecodeTokS: null, open: { rate: 1000, burstiness: 1, numRequests: 5 }, goodput: { e2elMs: 1e9 },
+    };
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const submit = e.submit.bind(e);
+    e.submit = (r, cb) => {
+      const h = submit(r, cb);
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      void h.done.then(() => { inFlight--; });
+      return h;
+    };
+    const out = await runRow(e, st, new AbortController().signal);
+    expect(out.row.status).toBe('ok');
+    expect(out.timed).toHaveLength(5);
+    expect(out.timed.every((t) => t.scheduledMs !== undefined)).toBe(true);
+    expect(out.timed.map((t) => `${t.pass}:${t.session}`).sort()).toEqual(['1:0', '1:1', '2:0', '2:1', '3:0']);
+    expect(maxInFlight).toBeLessThanOrEqual(2);
+    expect(out.load).toMatchObject({ requests: 5, request_rate: 1000, burstiness: 1, goodput: { met: 5, total: 5 } });
+    expect(out.row.notes).toMatch(/open loop: 5 timed requests at 1000 req\/s, burstiness 1, at most 2 in flight/);
+    expect(out.row.retires).toBe(5);
+    await e.close();
+  });
+});
+
+describe('endpoint and load flags', () => {
+  it('parses the URL, the API, the goodput bounds and the rate, with defaults', () => {
+    expect(parseEndpointUrl('--endpoint', 'http://h:8000/v1/')).toBe('http://h:8000');
+    expect(parseEndpointUrl('--endpoint', 'https://h/proxy/v1')).toBe('https://h/proxy');
+    expect(parseGoodput('--goodput', 'ttft:500,e2el:1e4')).toEqual({ ttftMs: 500, e2elMs: 10000 });
+    const c = resolveSweepConfig({ endpoint: 'http://127.0.0.1:1', requestRate: 'inf', numRequests: '9' }, {});
+    expect(c.endpoint).toEqual({ url: 'http://127.0.0.1:1', api: 'chat', model: null, apiKeyEnv: null, tokenizer: null, timeoutS: 600 });
+    expect(c.load).toEqual({ requestRate: Infinity, burstiness: 1, numRequests: 9, goodput: null });
+    expect(resolveSweepConfig({}).load.requestRate).toBeNull();
+    expect(resolveSweepConfig({}).endpoint).toBeNull();
+  });
+
+  it('rejects bad values with one line naming the flag', () => {
+    const ep = 'http://127.0.0.1:1';
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: 'localhost:8000' }))).toMatch(/^--endpoint: 'localhost:8000' is not an http/);
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: 'not a url' }))).toMatch(/^--endpoint: 'not a url' is not a URL/);
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, api: 'responses' }))).toMatch(/^--api: 'responses' is not one of chat, completions/);
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, apiKeyEnv: 'NOPE_NOT_SET' }, {}))).toMatch(/^--api-key-env: the environment variable NOPE_NOT_SET is not set/);
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, tokenizer: '/no/such/dir' }))).toMatch(/^--tokenizer: \/no\/such\/dir is not a directory/);
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, timeoutS: '0' }))).toMatch(/^--timeout-s/);
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, threads: '2' }))).toMatch(/^--threads sets up the in-process engine/);
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, modelPath: '/x' }))).toMatch(/^--model-path sets up the in-process engine/);
+    expect(usageMessage(() => resolveSweepConfig({ api: 'chat' }))).toBe('--api applies to --endpoint only');
+    expect(usageMessage(() => resolveSweepConfig({ model: 'm' }))).toBe('--model applies to --endpoint only');
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: '0' }))).toMatch(/^--request-rate/);
+    expect(usageMessage(() => resolveSweepConfig({ burstiness: '2' }))).toMatch(/^--burstiness shapes the arrivals of --request-rate/);
+    expect(usageMessage(() => resolveSweepConfig({ numRequests: '2' }))).toMatch(/^--num-requests counts the arrivals/);
+    expect(usageMessage(() => resolveSweepConfig({ goodput: 'ttft' }))).toMatch(/^--goodput: 'ttft' is not a bound/);
+    expect(usageMessage(() => resolveSweepConfig({ goodput: 'itl:5' }))).toMatch(/^--goodput: 'itl' is not one of ttft, tpot, e2el/);
+    expect(usageMessage(() => resolveSweepConfig({ goodput: 'ttft:5,ttft:6' }))).toMatch(/^--goodput: ttft is given twice/);
+  });
+});
+
+describe('overall progress line', () => {
+  it('counts rows, elapsed time and an ETA from the rows so far', () => {
+    expect(formatDuration(65_000)).toBe('1m05s');
+    expect(formatDuration(3_720_000)).toBe('1h02m');
+    expect(formatDuration(9_400)).toBe('9s');
+    expect(overallProgress(0, 4, 1000, 0, 1000)).toBe('row 1/4, 0 done, 1s elapsed, ETA -');
+    // 2 rows took 60 s: 30 s each; 2 rows left, 10 s into the current one -> 50 s.
+    expect(overallProgress(2, 4, 70_000, 60_000, 10_000)).toBe('row 3/4, 2 done, 1m10s elapsed, ETA 50s');
+    expect(overallProgress(4, 4, 10_000, 10_000, 0)).toBe('row 4/4, 4 done, 10s elapsed, ETA 0s');
+  });
+
+  it('is drawn on a TTY with the row bar', () => {
+    let text = '';
+    const tty = Object.assign(new PassThrough(), { isTTY: true, columns: 200, cursorTo: () => true, clearLine: () => true, moveCursor: () => true });
+    tty.on('data', (d: Buffer) => { text += d.toString(); });
+    const r = new HumanRenderer(tty as unknown as NodeJS.WriteStream, true, false, false);
+    r.sweepStart(6);
+    r.rowStart('16:8 c=1', {}, () => 0);
+    r.close();
+    expect(text).toContain('row 1/6, 0 done');
+    expect(text).toContain('ETA -');
+  });
+});
