@@ -13,7 +13,6 @@
 // Usage: npm run bench:serve -- [--rounds 7] [--isl 128] [--osl 64] [--concurrency 1,8] [--threads 2] [--json FILE]
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import http from 'node:http';
 import { Writable } from 'node:stream';
 import { Command } from 'commander';
 import { computeRowFigures, steadyDecodeRate, type TimedRequest } from '../src/bench/metrics.js';
@@ -22,6 +21,11 @@ import { runRow } from '../src/bench/runner.js';
 import { resolveEngineFlags } from '../src/cli/engine-flags.js';
 import type { RequestResult } from '../src/engine/types.js';
 import type { GenerationResult } from '../src/serve/generation.js';
+import { HttpPool } from '../src/endpoint/http-pool.js';
+import { SseParser } from '../src/endpoint/sse.js';
+import { EndpointEngine } from '../src/endpoint/endpoint-engine.js';
+import { endpointProbe } from '../src/endpoint/endpoint-probe.js';
+import { serverTokenizer } from '../src/endpoint/text-tokenizer.js';
 import { startServer } from '../src/serve/server.js';
 import { cpuSample, otherCpuShare } from '../src/util/machine.js';
 import { ensureBenchModel, median } from './bench-model.js';
@@ -74,47 +78,33 @@ async function main(): Promise<void> {
     return figuresOf(out.timed, out.figures);
   };
 
-  // The client keeps a pool of connections (as benchmark clients do) and opens the c it needs before
-  // the measurement, so the c requests reach the server together, as the sweep's c submits reach the engine.
-  const agent = new http.Agent({ keepAlive: true, keepAliveMsecs: 60_000, maxSockets: 64 });
-  const { hostname, port } = new URL(server.url);
-  const request = (method: string, path: string, body: string | null, onData?: (chunk: string, at: number) => void) =>
-    new Promise<number>((resolve, reject) => {
-      const req = http.request({ agent, hostname, port, method, path, headers: body ? { 'content-type': 'application/json' } : {} }, (res) => {
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => onData?.(d, performance.now()));
-        res.on('end', () => resolve(res.statusCode ?? 0));
-        res.on('error', reject);
-      });
-      req.on('error', reject);
-      req.end(body ?? undefined);
-    });
-  const openConnections = async (c: number) => {
-    await Promise.all(Array.from({ length: c }, () => request('GET', '/health', null)));
-  };
+  // The client keeps a pool of connections (as benchmark clients do: src/endpoint/http-pool.ts, the
+  // endpoint sweep's) and opens the c it needs before the measurement, so the c requests reach the
+  // server together, as the sweep's c submits reach the engine.
+  const pool = new HttpPool(server.url);
 
   const overHttp = async (c: number, seed: number): Promise<Figures> => {
     const p = plan(seed, c);
-    await openConnections(c);
+    await pool.warm(c, '/health');
     const one = async (session: number): Promise<TimedRequest> => {
       const prompt = Array.from(makePrompt(p, 0, session));
-      const body = JSON.stringify({ prompt, max_tokens: opt.osl, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true });
+      const body = { prompt, max_tokens: opt.osl, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true };
       const tokens: number[] = [];
       const tokenMs: number[] = [];
-      let buf = '';
+      const sse = new SseParser();
+      let raw = '';
       const t0 = performance.now();
-      const status = await request('POST', '/v1/completions', body, (d, at) => {
-        buf += d;
-        let i: number;
-        while ((i = buf.indexOf('\n\n')) >= 0) {
-          const ev = buf.slice(6, i); // 'data: '
-          buf = buf.slice(i + 2);
-          if (ev === '[DONE]') continue;
-          const ids = (JSON.parse(ev) as { choices: { token_ids?: number[] }[] }).choices[0]?.token_ids ?? [];
-          for (const t of ids) { tokens.push(t); tokenMs.push(at); }
-        }
+      const status = await pool.stream('/v1/completions', body, {
+        onData: (d, at) => {
+          raw += d;
+          for (const ev of sse.push(d)) {
+            if (ev.data === '[DONE]') continue;
+            const ids = (JSON.parse(ev.data) as { choices: { token_ids?: number[] }[] }).choices[0]?.token_ids ?? [];
+            for (const t of ids) { tokens.push(t); tokenMs.push(at); }
+          }
+        },
       });
-      if (status !== 200) throw new Error(`HTTP ${status}: ${buf}`);
+      if (status !== 200) throw new Error(`HTTP ${status}: ${raw}`);
       const result: RequestResult = {
         id: session, tokens, promptTokens: prompt.length, enqueueMs: t0, tokenMs, prefillChunkMs: [], cachedPromptTokens: 0,
         finishReason: tokens.length === opt.osl ? 'length' : 'error',
@@ -134,12 +124,27 @@ async function main(): Promise<void> {
     return { ...figuresOf(timed, computeRowFigures(opt.isl, opt.osl, timed, null)), ...(paired.length ? { pairedTtftMs: median(paired) } : {}) };
   };
 
+  // The endpoint sweep's own client (`bench --endpoint`): runRow over EndpointEngine, prompts sent as text
+  // of exactly isl tokens, times from the SSE chunks. Its TTFT and decode_tok_s beside the in-process row's
+  // are the benchmark behind docs/endpoint.md's "how close the endpoint sweep comes".
+  const tokenizer = (await serverTokenizer(pool, server.ctx.model.name, 30_000)).tok!;
+  const endpointEngine = new EndpointEngine(pool, tokenizer, { api: 'completions', model: server.ctx.model.name, timeoutMs: 600_000 });
+  const endpointSweep = async (c: number, seed: number): Promise<{ decodeTokS: number; ttftMs: number }> => {
+    const probe = endpointProbe(endpointEngine, { isl: opt.isl, osl: opt.osl, seed, overheadTokens: 0 });
+    const out = await runRow(endpointEngine, {
+      cell, concurrency: c, warmup: 0, iters: 1, maxSeq, seed, prompts: 'unique', sharedPrefix: 0, vocab: tokenizer.vocab, profile: false, c1DecodeTokS: null,
+    }, new AbortController().signal, {}, probe);
+    if (out.row.status !== 'ok' || out.row.decode_tok_s === null || out.row.ttft_ms === null) throw new Error(`endpoint row failed: ${out.row.reason}`);
+    return { decodeTokS: out.row.decode_tok_s, ttftMs: out.row.ttft_ms };
+  };
+
   log('warm-up ...');
   for (const c of levels) {
     await inProcess(c, 90 + c);
     await overHttp(c, 95 + c);
   }
-  const res = new Map<number, { inproc: Figures[]; http: Figures[] }>(levels.map((c) => [c, { inproc: [], http: [] }]));
+  const res = new Map<number, { inproc: Figures[]; http: Figures[]; endpoint: { decodeTokS: number; ttftMs: number }[] }>(
+    levels.map((c) => [c, { inproc: [], http: [], endpoint: [] }]));
   // Share of the machine's CPU that other processes took during each pair of measurements.
   const others: number[] = [];
   for (let r = 0; r < opt.rounds; r++) {
@@ -151,6 +156,7 @@ async function main(): Promise<void> {
       const b = async () => { slot.http.push(await overHttp(c, 2000 + r * 10 + c)); };
       const before = cpuSample();
       if (r % 2 === 0) { await a(); await b(); } else { await b(); await a(); }
+      slot.endpoint.push(await endpointSweep(c, 3000 + r * 10 + c));
       const other = otherCpuShare(before, cpuSample());
       if (other !== null) others.push(other);
       const i = slot.inproc[slot.inproc.length - 1]!, h = slot.http[slot.http.length - 1]!;
@@ -160,7 +166,7 @@ async function main(): Promise<void> {
     }
     log(`round ${r + 1}/${opt.rounds}: ${line.join('; ')}; other processes ${others.slice(-levels.length).map((x) => `${(x * 100).toFixed(0)}%`).join('/')} of the CPU`);
   }
-  agent.destroy();
+  pool.close();
   await server.close();
 
   let cpu = 'unknown';
@@ -195,7 +201,11 @@ async function main(): Promise<void> {
     out.push(`   per-round steady ratios ${s.inproc.map((x, k) => (s.http[k]!.steadyTokS / x.steadyTokS).toFixed(3)).join(' ')}; ` +
       `TTFT deltas ${s.inproc.map((x, k) => (s.http[k]!.ttftMs - x.ttftMs).toFixed(2)).join(' ')} ms; ` +
       `paired TTFT overhead (median ${row.http_paired_ttft_overhead_ms.toFixed(2)} ms) ${s.http.map((x) => (x.pairedTtftMs ?? NaN).toFixed(2)).join(' ')} ms`);
-    summary.push(row);
+    const ep = { decode_tok_s: median(s.endpoint.map((x) => x.decodeTokS)), ttft_ms: median(s.endpoint.map((x) => x.ttftMs)) };
+    out.push(`   endpoint sweep (bench --endpoint's client, text prompts): decode_tok_s ${ep.decode_tok_s.toFixed(1)} ` +
+      `(${(ep.decode_tok_s / row.inprocess_decode_tok_s).toFixed(3)} x in-process), TTFT ${ep.ttft_ms.toFixed(1)} ms ` +
+      `(${(ep.ttft_ms / row.inprocess_ttft_ms).toFixed(3)} x in-process)`);
+    summary.push({ ...row, endpoint_sweep: ep });
   }
   process.stdout.write(`${out.join('\n')}\n`);
   if (opt.json) writeFileSync(opt.json, JSON.stringify({ cpu, isl: opt.isl, osl: opt.osl, threads: opt.threads, rounds: opt.rounds, other_cpu_share: others, results: summary }, null, 2));
