@@ -9,7 +9,9 @@
 // first chunk carrying a token). `start spread`: first token of the last stream minus that of the first
 // (in-process the c requests are admitted in one step; over HTTP they arrive on c connections).
 // `paired TTFT overhead`: per HTTP request, the client's TTFT minus the engine's own TTFT of that same
-// request (native enqueue -> first token): what HTTP adds, free of the prefill time's noise.
+// request (native enqueue -> first token): what HTTP adds, free of the prefill time's noise. `endpoint
+// sweep`: the same cell through `bench --endpoint`'s own client (runRow over src/endpoint's EngineHandle,
+// text prompts of exactly isl tokens), its decode_tok_s and TTFT as multiples of the in-process row's.
 // Usage: npm run bench:serve -- [--rounds 7] [--isl 128] [--osl 64] [--concurrency 1,8] [--threads 2] [--json FILE]
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
