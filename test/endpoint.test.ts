@@ -245,6 +245,37 @@ describe('against small local servers', () => {
     expect(r.report.status).toBe('load_failed');
   });
 
+  it('a server that never finishes a response: the request fails at --timeout-s and the row says so, exit 3', async () => {
+    const s = await start({ hang: true });
+    const r = await sweep({ endpoint: s.url, cells: '8:2', concurrency: '1', timeoutS: '0.2', warmup: '0' });
+    expect(r.code).toBe(3);
+    expect(r.rows[0]!.reason).toBe('server error: POST /v1/chat/completions: no complete response within 0.2 s (--timeout-s)');
+  });
+
+  it('keeps --shared-prefix: every prompt text of the run starts with the same words', async () => {
+    const s = await start({});
+    const r = await sweep({ endpoint: s.url, api: 'completions', cells: '16:2', concurrency: '2', sharedPrefix: '6' });
+    expect(r.code).toBe(0);
+    const prompts = s.bodies.map((b) => String(b.prompt).split(' '));
+    expect(prompts).toHaveLength(4);
+    for (const p of prompts) {
+      expect(p).toHaveLength(16);
+      expect(p.slice(0, 6)).toEqual(prompts[0]!.slice(0, 6));
+    }
+    expect(new Set(prompts.map((p) => p.join(' '))).size).toBe(4);
+    expect(r.rows[0]!.notes).toContain('shared-prefix=6');
+  });
+
+  it('a bad endpoint flag is a one-line usage error from the CLI, exit 2', async () => {
+    const child = spawn(process.execPath, [path.join(ROOT, 'bin', 'bench.js'), '--endpoint', 'http://127.0.0.1:1', '--threads', '2'],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    const code = await new Promise<number | null>((res) => child.on('close', res));
+    expect(code).toBe(2);
+    expect(stderr).toBe('bench: --threads sets up the in-process engine; with --endpoint the server has its own settings\n');
+  });
+
   it('never opens fewer connections than requests in flight (the cap is the concurrency)', async () => {
     const s = await start({});
     const r = await sweep({ endpoint: s.url, cells: '8:3', concurrency: '3', requestRate: 'inf', numRequests: '7' });

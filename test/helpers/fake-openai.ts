@@ -19,6 +19,8 @@ export interface FakeBehaviour {
   stopAfter?: number;
   /** Streamed requests whose prompt has at least this many tokens get an HTTP 500. */
   failFromTokens?: number;
+  /** Streamed requests get their headers and then nothing, ever (a hung server). */
+  hang?: boolean;
   /** /tokenize and /detokenize offered (default true). */
   tokenize?: boolean;
   /** /metrics: none, or vLLM's finished-request counter (default none). */
@@ -77,6 +79,11 @@ export async function startFakeOpenAI(b: FakeBehaviour = {}): Promise<FakeServer
       state.streamed++;
       state.bodies.push(body);
       if (b.failFromTokens !== undefined && promptTokens >= b.failFromTokens) return json(500, { error: { message: 'simulated server failure' } });
+      if (b.hang) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.flushHeaders();
+        return;
+      }
       const opts = (body.stream_options ?? {}) as { include_usage?: boolean; continuous_usage_stats?: boolean };
       const usage = b.usage !== false && opts.include_usage === true;
       const continuous = usage && b.continuousUsage !== false && opts.continuous_usage_stats === true;
