@@ -241,7 +241,7 @@ describe('against small local servers', () => {
     const r = await sweep({ endpoint: url, cells: '8:2', concurrency: '1,2' });
     expect(r.code).toBe(3);
     expect(r.rows.map((x) => x.status)).toEqual(['error', 'error']);
-    expect(r.rows[0]!.reason).toMatch(new RegExp(`^endpoint failed: endpoint ${url.replace(/[.]/g, '\\.')} unreachable: .*ECONNREFUSED`));
+    expect(r.rows[0]!.reason).toMatch(new RegExp(`^endpoint ${url.replace(/[.]/g, '\\.')} unreachable: .*ECONNREFUSED`));
     expect(r.report.status).toBe('load_failed');
   });
 

@@ -129,14 +129,15 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
       target = { ckpt: loaded.ckpt, vocab: promptVocab(loaded.ckpt.config.vocabSize), maxSeq: cfg.maxSeq };
     }
     signals.loaded();
-    const what = cfg.endpoint ? 'endpoint failed' : 'model failed to load';
+    // An endpoint's load error names the endpoint itself (`endpoint URL unreachable: ...`).
+    const failure = cfg.endpoint ? String(loadError) : `model failed to load: ${loadError}`;
     if (engine === null) {
-      renderer.error(`${what}: ${loadError}`);
+      renderer.error(failure);
       report.status = 'load_failed';
       sinks.begin();
       for (const cell of cfg.cells) {
         for (const c of cfg.concurrency) {
-          const r = rowFromError(cell.isl, cell.osl, c, `${what}: ${loadError}`);
+          const r = rowFromError(cell.isl, cell.osl, c, failure);
           rows.push(r);
           report.rows.push(r);
           sinks.row(r, null);
