@@ -93,6 +93,7 @@ describe('against bench serve (the embedded model)', () => {
     }
     expect(r.report.endpoint).toMatchObject({ url: server.url, api: 'chat', model: server.ctx.model.name, metrics: 'lumen', api_key_env: 'LUMEN_KEY' });
     expect(r.report.endpoint.tokenizer).toMatch(/server's \/tokenize/);
+    expect(r.report.endpoint.server).toMatch(/^lumen-bench serve \d/);
     expect(JSON.stringify(r.report)).not.toContain(API_KEY);
   }, 120_000);
 

@@ -36,11 +36,12 @@ export interface ServerIdentity {
 const SMALL_TIMEOUT_MS = 10_000;
 
 function describeServer(self: Record<string, unknown>, owner: string | null): string {
-  const v = self['/version'] as { version?: unknown } | undefined;
+  const v = self['/version'] as { version?: unknown; server?: unknown } | undefined;
   const props = self['/props'] as { build_info?: unknown; model_path?: unknown } | undefined;
   const sg = self['/get_server_info'] as { version?: unknown } | undefined;
   if (props && typeof props.build_info === 'string') return `llama.cpp server (${props.build_info})`;
   if (sg && typeof sg.version === 'string') return `SGLang ${sg.version}`;
+  if (v && typeof v.version === 'string' && typeof v.server === 'string') return `${v.server} ${v.version}`;
   if (v && typeof v.version === 'string') return owner === 'vllm' ? `vLLM ${v.version}` : `version ${v.version}${owner ? ` (models owned by ${owner})` : ''}`;
   return owner ? `models owned by ${owner}; no version endpoint` : 'no version endpoint';
 }

@@ -1,5 +1,6 @@
-// GET /health, GET /v1/models, POST /tokenize and /detokenize (vLLM's shapes), GET /metrics.
+// GET /health, GET /version, GET /v1/models, POST /tokenize and /detokenize (vLLM's shapes), GET /metrics.
 import type { FastifyInstance } from 'fastify';
+import { TOOL_VERSION } from '../util/version.js';
 import { openaiChatInput, renderChat } from './chat-request.js';
 import type { ServeContext } from './context.js';
 import { ApiError, badRequest } from './errors.js';
@@ -14,6 +15,9 @@ export function registerMiscRoutes(app: FastifyInstance, ctx: ServeContext): voi
     if (!ctx.engine) return reply.code(503).send({ status: 'loading' });
     return { status: 'ok' };
   });
+
+  // vLLM's shape ({version}), plus the server's name, so a benchmark client can say what it measured.
+  app.get('/version', async () => ({ version: TOOL_VERSION, server: 'lumen-bench serve' }));
 
   app.get('/v1/models', async () => ({
     object: 'list',
