@@ -31,6 +31,18 @@ export function parseIdList(flag: string, value: string): number[] {
   });
 }
 
+/** An http:// or https:// URL (a server's address). */
+export function parseHttpUrl(flag: string, value: string): string {
+  let u: URL;
+  try {
+    u = new URL(value.trim());
+  } catch {
+    throw new UsageError(`${flag}: '${value}' is not a URL (give e.g. http://127.0.0.1:8000)`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new UsageError(`${flag}: '${value}' is not an http:// or https:// URL`);
+  return value.trim();
+}
+
 export function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
   if ((allowed as readonly string[]).includes(value)) return value as T;
   throw new UsageError(`${flag}: '${value}' is not one of ${allowed.join(', ')}`);
@@ -39,4 +51,5 @@ export function oneOf<T extends string>(flag: string, value: string, allowed: re
 export const countArg = (flag: string, min: number, max?: number) => (v: string): number => parseCount(flag, v, min, max);
 export const numberArg = (flag: string, min?: number, max?: number) => (v: string): number => parseNumber(flag, v, min, max);
 export const idListArg = (flag: string) => (v: string): number[] => parseIdList(flag, v);
+export const httpUrlArg = (flag: string) => (v: string): string => parseHttpUrl(flag, v);
 export const choiceArg = <T extends string>(flag: string, allowed: readonly T[]) => (v: string): T => oneOf(flag, v, allowed);
