@@ -62,7 +62,6 @@ async function runDiagnoseCommand(f: DiagnoseFlags): Promise<number> {
     if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--output: directory ${dir} does not exist`);
   }
   const base = normalizeBaseUrl(f.endpoint);
-  process.stderr.write(`bench diagnose: ${base}${f.model ? ` (model ${f.model})` : ''}, seed ${f.seed}\n`);
   let report;
   try {
     report = await runDiagnose({

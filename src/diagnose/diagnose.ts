@@ -87,6 +87,7 @@ export async function runDiagnose(o: DiagnoseOptions): Promise<DiagnoseReport> {
   const phase = (name: string) => o.onPhase?.(name);
   const found = await discover(client, o.model);
   const session = new Session(client, found.model ?? o.model ?? '');
+  phase(`${client.baseUrl}: model ${session.model || '(none)'}, max_model_len ${found.maxModelLen ?? 'not given'}, seed ${o.seed}`);
   const reasons: string[] = [];
   const server: Json = { models: found.models, max_model_len: found.maxModelLen };
   let setupFailed: string | null = found.reason ?? null;

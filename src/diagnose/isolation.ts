@@ -131,6 +131,55 @@ interface RequestReport {
   pass: boolean;
 }
 
+export interface IsolationJudgement {
+  pass: boolean;
+  comparedBy: ComparedBy;
+  equal: number;
+  compared: number;
+  vacuous: boolean;
+  requests: RequestReport[];
+  reason: string;
+}
+
+/**
+ * The verdict on the concurrent answers: `solo[i]` and `conc[i]` for every prompt but the last,
+ * whose partial (cancelled) text is `partial`. Pass: no answer holds another request's word, and
+ * every request whose solo answer held its own word still holds it.
+ */
+export function judgeIsolation(prompts: readonly IsolationPrompt[], solo: readonly Completion[], conc: readonly Completion[], partial: string): IsolationJudgement {
+  const cancelIndex = prompts.length - 1;
+  const words = prompts.map((p) => p.word);
+  const by = comparedBy([...solo, ...conc]);
+  const requests: RequestReport[] = prompts.map((p, i) => {
+    const text = i === cancelIndex ? partial : conc[i]!.text;
+    const foreign = words.filter((w, j) => j !== i && holdsWord(text, w));
+    if (i === cancelIndex) {
+      return {
+        word: p.word, shared_prefix: p.sharedPrefix, cancelled: true, solo_text: null, concurrent_text: text, equal_to_solo: null,
+        first_difference: null, own_word_solo: null, own_word_concurrent: holdsWord(text, p.word), foreign_words: foreign, pass: foreign.length === 0,
+      };
+    }
+    const ownSolo = holdsWord(solo[i]!.text, p.word);
+    const ownConc = holdsWord(text, p.word);
+    const diff = firstDifference(by === 'token_ids' ? solo[i]! : { ids: null, text: solo[i]!.text }, by === 'token_ids' ? conc[i]! : { ids: null, text });
+    return {
+      word: p.word, shared_prefix: p.sharedPrefix, cancelled: false, solo_text: solo[i]!.text, concurrent_text: text,
+      equal_to_solo: diff === null, first_difference: diff, own_word_solo: ownSolo, own_word_concurrent: ownConc,
+      foreign_words: foreign, pass: foreign.length === 0 && (!ownSolo || ownConc),
+    };
+  });
+  const completed = requests.filter((r) => !r.cancelled);
+  const equal = completed.filter((r) => r.equal_to_solo).length;
+  const vacuous = completed.every((r) => !r.own_word_solo);
+  const pass = requests.every((r) => r.pass);
+  const leaks = requests.filter((r) => r.foreign_words.length > 0).length;
+  const lost = completed.filter((r) => r.own_word_solo && !r.own_word_concurrent).length;
+  const reason = (pass ? 'no answer holds another request\'s word; none lost its own' : `${leaks} answer(s) hold another request's word, ${lost} lost their own`) +
+    `; ${equal}/${completed.length} concurrent answers equal their solo answers (${by})` +
+    (vacuous ? '; the word check is vacuous: no solo answer held its own word' : '');
+  return { pass, comparedBy: by, equal, compared: completed.length, vacuous, requests, reason };
+}
+
 /**
  * N concurrent requests with their own code words, the last one streamed and cancelled after its
  * first chunk. Pass: no answer holds another request's word, and every request whose solo answer
@@ -160,47 +209,19 @@ export async function runIsolation(s: Session, o: IsolationOptions): Promise<Che
     const cancelStream = concurrent[cancelIndex] as Awaited<typeof cancelled>;
     const partial = summarizeStream(cancelStream.events).text;
 
-    const words = prompts.map((p) => p.word);
-    const by = comparedBy([...solo, ...conc]);
-    const requests: RequestReport[] = prompts.map((p, i) => {
-      const text = i === cancelIndex ? partial : conc[i]!.text;
-      const foreign = words.filter((w, j) => j !== i && holdsWord(text, w));
-      if (i === cancelIndex) {
-        return {
-          word: p.word, shared_prefix: p.sharedPrefix, cancelled: true, solo_text: null, concurrent_text: text, equal_to_solo: null,
-          first_difference: null, own_word_solo: null, own_word_concurrent: holdsWord(text, p.word), foreign_words: foreign, pass: foreign.length === 0,
-        };
-      }
-      const ownSolo = holdsWord(solo[i]!.text, p.word);
-      const ownConc = holdsWord(text, p.word);
-      const diff = firstDifference(by === 'token_ids' ? solo[i]! : { ids: null, text: solo[i]!.text }, by === 'token_ids' ? conc[i]! : { ids: null, text });
-      return {
-        word: p.word, shared_prefix: p.sharedPrefix, cancelled: false, solo_text: solo[i]!.text, concurrent_text: text,
-        equal_to_solo: diff === null, first_difference: diff, own_word_solo: ownSolo, own_word_concurrent: ownConc,
-        foreign_words: foreign, pass: foreign.length === 0 && (!ownSolo || ownConc),
-      };
-    });
-    const completed = requests.filter((r) => !r.cancelled);
-    const equal = completed.filter((r) => r.equal_to_solo).length;
-    const vacuous = completed.every((r) => !r.own_word_solo);
-    const pass = requests.every((r) => r.pass);
-    const leaks = requests.filter((r) => r.foreign_words.length > 0).length;
-    const lost = completed.filter((r) => r.own_word_solo && !r.own_word_concurrent).length;
+    const j = judgeIsolation(prompts, solo, conc, partial);
     return {
-      pass,
+      pass: j.pass,
       response: [...conc.map((c) => c.response), cancelStream.events.map((e) => e.data)],
       requests_total: prompts.length, max_tokens: o.maxTokens, shared_prefix_sentences: o.prefixSentences,
       cancelled_request: cancelIndex, cancelled_mid_stream: !sawFinishBeforeCancel,
-      compared_by: by, concurrent_equal_to_solo: equal, compared: completed.length,
-      word_check_vacuous: vacuous,
-      requests,
-      reason: (pass ? 'no answer holds another request\'s word; none lost its own' : `${leaks} answer(s) hold another request's word, ${lost} lost their own`) +
-        `; ${equal}/${completed.length} concurrent answers equal their solo answers (${by})` +
-        (vacuous ? '; the word check is vacuous: no solo answer held its own word' : ''),
+      compared_by: j.comparedBy, concurrent_equal_to_solo: j.equal, compared: j.compared,
+      word_check_vacuous: j.vacuous,
+      requests: j.requests,
+      reason: j.reason,
     };
   });
 }
-
 /** The probe prompt alone, then among `distractors` concurrent requests of mixed lengths: reported, not judged. */
 export async function runBatchInvariance(s: Session, seed: number, distractors: number, maxTokens: number): Promise<CheckResult> {
   return runCheck('batch-invariance', async () => {
