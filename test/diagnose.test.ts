@@ -158,7 +158,7 @@ describe('held-out retrieval prompt', () => {
 
 describe('stop strings, decode figures, stream summaries', () => {
   it('the stop string comes from the middle of the reference text; the text before it is what a stop must leave', () => {
-    expect(stopFromReference('a b c d e f g h i j')).toEqual({ stop: 'f g', before: 'a b c d e ' });
+    expect(stopFromReference('a b c d e f g h i j')).toEqual({ stop: ' f ', before: 'a b c d e' });
     expect(stopFromReference('abc')).toBeNull();
     const pick = stopFromReference('xyz 東京🚀 xyz 東京🚀 tail')!;
     expect('xyz 東京🚀 xyz 東京🚀 tail'.indexOf(pick.stop)).toBe(pick.before.length);
