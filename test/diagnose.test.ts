@@ -24,6 +24,7 @@ import {
 import { exactAnswer, IS_EVEN_RE, jsonAnswer, numberInAnswer, toolCallAnswer } from '../src/diagnose/scoring.js';
 import type { RunningServer } from '../src/serve/server.js';
 import { REPO_ROOT } from '../src/util/version.js';
+import { startOracleServer } from './helpers/oracle-server.js';
 import { API_KEY, startTestServer, until } from './helpers/serve-fixture.js';
 
 type Json = Record<string, any>;
@@ -390,6 +391,83 @@ describe('bench diagnose against bench serve (embedded random-weight model)', ()
     await until(() => s.ctx.inFlight === 0 && s.ctx.engine!.inFlight() === 0);
     const st = s.engine.stats();
     await until(() => s.engine.stats().stateSlotsFree === st.stateSlotsTotal);
+  });
+});
+
+/** `bench diagnose ARGS` in-process; the report from --output, stderr captured. */
+async function diagnoseInProcess(args: string[]): Promise<{ code: number; report: Json; stderr: string }> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'lumen-diagnose-'));
+  let stderr = '';
+  const spy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    stderr += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString();
+    return true;
+  });
+  try {
+    const code = await main(['node', 'bench', 'diagnose', ...args, '--output', path.join(dir, 'report.json')]);
+    return { code, report: JSON.parse(readFileSync(path.join(dir, 'report.json'), 'utf8')) as Json, stderr };
+  } finally {
+    spy.mockRestore();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+describe('bench diagnose against a server that knows the answers (test/helpers/oracle-server.ts)', () => {
+  const small = ['--concurrency', '4', '--repeats', '2', '--decode-tokens', '16', '--compare-tokens', '8'];
+
+  it('passes every behaviour check, the retrieval (sized by usage.prompt_tokens: no /tokenize) and a non-vacuous isolation check', async () => {
+    const o = await startOracleServer();
+    try {
+      const { code, report, stderr } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      expect(report.status, stderr).toBe('complete');
+      expect(code).toBe(0);
+      expect(report.model).toBe('oracle-1');
+      expect(report.behavior_passes).toBe(11);
+      expect(report.server.request_extras).toMatchObject({ chat_template_kwargs: true, return_token_ids: true });
+      const lc = report.long_context[0];
+      expect(lc).toMatchObject({ pass: true, counted_by: 'usage.prompt_tokens', limited_by: 'window', token_limit: 8192 });
+      expect(lc.prepared_prompt_tokens + RETRIEVAL_ANSWER_TOKENS).toBeLessThan(8192);
+      expect(lc.prepared_prompt_tokens).toBeGreaterThan(8192 - RETRIEVAL_ANSWER_TOKENS - 200);
+      expect(lc.counts).toBeLessThanOrEqual(5);
+      const byId = Object.fromEntries((report.protocol as Json[]).map((c) => [c.id, c]));
+      expect(byId['protocol-unicode-roundtrip']).toMatchObject({ pass: null });
+      expect(byId['protocol-unicode-roundtrip'].skipped).toMatch(/no \/tokenize \(HTTP 404\)/);
+      for (const c of (report.protocol as Json[]).filter((x) => x.pass !== null)) expect(c.pass, `${c.id}: ${c.reason}`).toBe(true);
+      expect(report.protocol_passes).toBe(5);
+      expect(report.request_isolation).toMatchObject({ pass: true, word_check_vacuous: false, compared_by: 'text', concurrent_equal_to_solo: 3 });
+      expect(report.request_isolation_passed).toBe(true);
+      expect(report.identical_greedy_completions).toBe(true);
+      expect(stderr).toMatch(/^protocol-unicode-roundtrip +skipped/m);
+      expect(o.hits.get('/tokenize')).toBeGreaterThan(0);
+    } finally {
+      await o.close();
+    }
+  });
+
+  it('an answer carrying another request\'s code word fails the isolation check (the report is still complete)', async () => {
+    const o = await startOracleServer({ fault: 'leak' });
+    try {
+      const { code, report } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      expect(report.status).toBe('complete');
+      expect(code).toBe(0);
+      expect(report.request_isolation_passed).toBe(false);
+      expect(report.request_isolation.reason).toMatch(/hold another request's word/);
+      expect((report.request_isolation.requests as Json[]).some((r) => r.foreign_words.length > 0)).toBe(true);
+    } finally {
+      await o.close();
+    }
+  });
+
+  it('a server whose chat completions fail with 500: incomplete with the reason, exit 3', async () => {
+    const o = await startOracleServer({ fault: 'chat-500' });
+    try {
+      const { code, report, stderr } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      expect(code).toBe(3);
+      expect(report.status).toBe('incomplete');
+      expect(report.incomplete_reasons[0]).toMatch(/HTTP 500: the oracle is broken/);
+      expect(stderr).toMatch(/^status: incomplete: .*HTTP 500/m);
+    } finally {
+      await o.close();
+    }
   });
 });
 
