@@ -1,7 +1,7 @@
 // The behaviour checks of `bench diagnose`, as one table: the seed's ids and answers
-// (../shared/seeds/serving-diagnostics-report.json; a copy in test/fixtures/), each with the prompt this project wrote, the
-// most tokens its answer may take, and its scoring rule (src/diagnose/scoring.ts). Every request is
-// greedy (temperature 0) with thinking switched off where the server takes chat_template_kwargs.
+// (../shared/seeds/serving-diagnostics-report.json; a copy in test/fixtures/), each with the prompt
+// this project wrote, the most tokens its answer may take, and its scoring rule (scoring.ts). Every
+// request is greedy (temperature 0), thinking off where the server takes chat_template_kwargs.
 import type { Json } from './http-client.js';
 import { exactAnswer, IS_EVEN_RE, jsonAnswer, regexAnswer, toolCallAnswer, type Scorer } from './scoring.js';
 

@@ -60,6 +60,16 @@ async function decodeRun(s: Session, tokens: number): Promise<DecodeRun & { erro
   }
 }
 
+/**
+ * The shared prefix's filler sentences: as asked, but within about a quarter of a small
+ * max_model_len (a filler sentence is 15-25 tokens in common tokenizers, up to 40 in byte-level
+ * ones with small vocabularies), so the isolation prompts fit any server.
+ */
+export function sharedPrefixFor(sentences: number, maxModelLen: number | null): number {
+  if (maxModelLen === null) return sentences;
+  return Math.max(1, Math.min(sentences, Math.floor(maxModelLen / 4 / 40)));
+}
+
 function notRun(id: string, why: string): CheckResult {
   return { id, pass: false, seconds: 0, response: null, error: why };
 }
@@ -123,7 +133,9 @@ export async function runDiagnose(o: DiagnoseOptions): Promise<DiagnoseReport> {
     phase('greedy repeats');
     const repeats = await runRepeats(session, o.repeats, o.compareTokens);
     phase('request isolation');
-    const isolation = await runIsolation(session, { seed: o.seed, requests: o.concurrency, maxTokens: o.compareTokens, prefixSentences: o.sharedPrefixSentences });
+    const isolation = await runIsolation(session, {
+      seed: o.seed, requests: o.concurrency, maxTokens: o.compareTokens, prefixSentences: sharedPrefixFor(o.sharedPrefixSentences, found.maxModelLen),
+    });
     phase('batch invariance');
     const batchInvariance = await runBatchInvariance(session, o.seed, Math.max(1, o.concurrency - 1), o.compareTokens);
     parts = { behavior, protocol, longContext, initialDecode, decodeRuns, repeats, isolation, batchInvariance, reasons };

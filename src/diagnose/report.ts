@@ -1,6 +1,7 @@
 // The report of `bench diagnose`: the seed's fields first and in the seed's order
-// (../shared/seeds/serving-diagnostics-report.json; a copy in test/fixtures/), then this tool's additions (protocol checks,
-// the repeat / isolation / batch-invariance details, what the server said of itself); its status
+// (../shared/seeds/serving-diagnostics-report.json; a copy in test/fixtures/), then this tool's
+// additions (protocol checks, the repeat / isolation / batch-invariance details, what the server
+// said of itself); its status
 // (complete when every check ran, whatever passed; incomplete with the reasons otherwise); and the
 // summary table for stderr.
 import type { DecodeRun } from './decode.js';

@@ -161,9 +161,14 @@ export async function runRetrieval(s: Session, seed: number, maxModelLen: number
     const t0 = performance.now();
     let countedBy = '/tokenize';
     let sized: SizedPrompt;
-    const probe = await s.client.post('/tokenize', { model: s.model, prompt: 'probe' });
-    if (ok(probe) && typeof (probe.body as Json | null)?.count === 'number') {
-      sized = await sizeRetrievalPrompt(seed, lim.target, tokenizeCounter(s));
+    // /tokenize must take chat messages (vLLM's and our serve's do); else the usage probes.
+    const tokenize = tokenizeCounter(s);
+    const hasTokenize = await tokenize('probe').then(() => true, (err: unknown) => {
+      if (err instanceof CheckNotRun) return false;
+      throw err;
+    });
+    if (hasTokenize) {
+      sized = await sizeRetrievalPrompt(seed, lim.target, tokenize);
     } else {
       countedBy = 'usage.prompt_tokens';
       sized = await sizeRetrievalPrompt(seed, lim.target, usageCounter(s), 5);

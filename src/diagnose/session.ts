@@ -54,7 +54,6 @@ export interface ChatOptions {
 
 export class Session {
   extras: Extras = { chatTemplateKwargs: true, returnTokenIds: true };
-  /** Every request with an answer, to tell "never answered" from "answered, then failed". */
   constructor(readonly client: DiagnoseClient, readonly model: string) {}
 
   /** A greedy chat request body. */
