@@ -457,6 +457,21 @@ describe('bench diagnose against a server that knows the answers (test/helpers/o
     }
   });
 
+  it('a server refusing vLLM\'s extra fields gets requests without them, and the report says so', async () => {
+    const o = await startOracleServer({ fault: 'strict' });
+    try {
+      const { code, report } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      expect(report.status).toBe('complete');
+      expect(code).toBe(0);
+      expect(report.server.request_extras).toMatchObject({ chat_template_kwargs: false, return_token_ids: false });
+      expect(report.server.request_extras.note).toMatch(/HTTP 400: Unrecognized request argument/);
+      expect(report.behavior_passes).toBe(11);
+      expect(report.request_isolation).toMatchObject({ pass: true, compared_by: 'text' });
+    } finally {
+      await o.close();
+    }
+  });
+
   it('a server whose chat completions fail with 500: incomplete with the reason, exit 3', async () => {
     const o = await startOracleServer({ fault: 'chat-500' });
     try {

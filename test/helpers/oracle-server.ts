@@ -17,8 +17,12 @@ export interface OracleServer {
 }
 
 export interface OracleOptions {
-  /** 'chat-500': every chat completion fails with HTTP 500. 'leak': the isolation answers carry the previous request's code word. */
-  fault?: 'chat-500' | 'leak';
+  /**
+   * 'chat-500': every chat completion fails with HTTP 500. 'leak': the isolation answers carry the
+   * previous request's code word. 'strict': vLLM's extra fields (chat_template_kwargs,
+   * return_token_ids) are refused with a 400, as OpenAI's own API refuses unknown fields.
+   */
+  fault?: 'chat-500' | 'leak' | 'strict';
   maxModelLen?: number;
 }
 
@@ -71,6 +75,9 @@ export async function startOracleServer(o: OracleOptions = {}): Promise<OracleSe
       let body: Json;
       try { body = JSON.parse(raw) as Json; } catch { return error(400, 'body is not valid JSON'); }
       if (!Array.isArray(body.messages)) return error(400, 'messages must be a list');
+      for (const k of ['chat_template_kwargs', 'return_token_ids']) {
+        if (o.fault === 'strict' && k in body) return error(400, `Unrecognized request argument supplied: ${k}`);
+      }
       const prompt = String((body.messages as Json[]).at(-1)?.content ?? '');
       const promptTokens = words(prompt).length + 3 + (body.tools ? 40 : 0);
       const maxTokens = Number(body.max_tokens ?? 16);
