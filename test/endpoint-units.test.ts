@@ -8,7 +8,8 @@ import { loadFigures, meetsGoodput, queueMs, tpotMs } from '../src/bench/load-fi
 import type { TimedRequest } from '../src/bench/metrics.js';
 import { formatDuration, HumanRenderer, overallProgress } from '../src/bench/render.js';
 import { runRow, type RowSettings } from '../src/bench/runner.js';
-import { parseEndpointUrl, parseGoodput, resolveSweepConfig } from '../src/cli/sweep-options.js';
+import { parseEndpointUrl } from '../src/cli/flag-values.js';
+import { parseGoodput, resolveSweepConfig } from '../src/cli/sweep-options.js';
 import { countsFromRunningUsage, reconcileCounts, tokenTimeline, type WireChunk } from '../src/endpoint/chunk-timeline.js';
 import { choiceText, errorText } from '../src/endpoint/completion-stream.js';
 import { fitPrompt } from '../src/endpoint/prompt-text.js';

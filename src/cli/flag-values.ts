@@ -31,6 +31,20 @@ export function parseIdList(flag: string, value: string): number[] {
   });
 }
 
+/** `http://host:port[/path]`; a trailing `/v1` is dropped (the client adds the API paths). */
+export function parseEndpointUrl(flag: string, value: string): string {
+  let u: URL;
+  try {
+    u = new URL(value);
+  } catch {
+    throw new UsageError(`${flag}: '${value}' is not a URL (e.g. http://127.0.0.1:8000)`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new UsageError(`${flag}: '${value}' is not an http:// or https:// URL`);
+  if (u.search || u.hash) throw new UsageError(`${flag}: '${value}' has a query or fragment; give the server's base URL`);
+  u.pathname = u.pathname.replace(/\/+$/, '').replace(/\/v1$/, '');
+  return u.href.replace(/\/+$/, '');
+}
+
 export function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
   if ((allowed as readonly string[]).includes(value)) return value as T;
   throw new UsageError(`${flag}: '${value}' is not one of ${allowed.join(', ')}`);
@@ -39,4 +53,5 @@ export function oneOf<T extends string>(flag: string, value: string, allowed: re
 export const countArg = (flag: string, min: number, max?: number) => (v: string): number => parseCount(flag, v, min, max);
 export const numberArg = (flag: string, min?: number, max?: number) => (v: string): number => parseNumber(flag, v, min, max);
 export const idListArg = (flag: string) => (v: string): number[] => parseIdList(flag, v);
+export const endpointUrlArg = (flag: string) => (v: string): string => parseEndpointUrl(flag, v);
 export const choiceArg = <T extends string>(flag: string, allowed: readonly T[]) => (v: string): T => oneOf(flag, v, allowed);

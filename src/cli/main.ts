@@ -1,10 +1,11 @@
-// `bench` command line: the default command is the sweep; subcommands prompt, serve, synth, convert.
+// `bench` command line: the default command is the sweep; subcommands prompt, serve, synth, convert, diagnose.
 import { Command, CommanderError } from 'commander';
 import { registerSweep } from './cmd-sweep.js';
 import { registerPrompt } from './cmd-prompt.js';
 import { registerServe } from './cmd-serve.js';
 import { registerSynth } from './cmd-synth.js';
 import { registerConvert } from './cmd-convert.js';
+import { registerDiagnose } from './cmd-diagnose.js';
 import { UsageError } from '../util/usage-error.js';
 import { TOOL_VERSION } from '../util/version.js';
 
@@ -22,6 +23,7 @@ export async function main(argv: string[]): Promise<number> {
   registerServe(program, setResult);
   registerSynth(program, setResult);
   registerConvert(program, setResult);
+  registerDiagnose(program, setResult);
   try {
     await program.parseAsync(argv);
   } catch (err) {

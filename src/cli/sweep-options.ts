@@ -6,7 +6,7 @@ import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
 import { UsageError } from '../util/usage-error.js';
 import { ENGINE_DEFAULTS, resolveEngineFlags } from './engine-flags.js';
-import { oneOf, parseCount, parseNumber } from './flag-values.js';
+import { oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
 
 export const DEFAULT_CELLS: readonly Cell[] = [
   { isl: 128, osl: 128 },
@@ -87,20 +87,6 @@ const IN_PROCESS_FLAGS: readonly [keyof RawSweepOptions, string][] = [
 const ENDPOINT_ONLY_FLAGS: readonly [keyof RawSweepOptions, string][] = [
   ['api', '--api'], ['model', '--model'], ['apiKeyEnv', '--api-key-env'], ['tokenizer', '--tokenizer'], ['timeoutS', '--timeout-s'],
 ];
-
-/** `http://host:port[/path]`; a trailing `/v1` is dropped (the client adds the API paths). */
-export function parseEndpointUrl(flag: string, value: string): string {
-  let u: URL;
-  try {
-    u = new URL(value);
-  } catch {
-    throw new UsageError(`${flag}: '${value}' is not a URL (e.g. http://127.0.0.1:8000)`);
-  }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new UsageError(`${flag}: '${value}' is not an http:// or https:// URL`);
-  if (u.search || u.hash) throw new UsageError(`${flag}: '${value}' has a query or fragment; give the server's base URL`);
-  u.pathname = u.pathname.replace(/\/+$/, '').replace(/\/v1$/, '');
-  return u.href.replace(/\/+$/, '');
-}
 
 /** `ttft:MS,tpot:MS,e2el:MS` (any of the three, each once). */
 export function parseGoodput(flag: string, value: string): GoodputBounds {

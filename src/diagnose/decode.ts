@@ -1,0 +1,57 @@
+// Greedy decode timing over HTTP, as the seed report defines it: one streamed request (with
+// include_usage) per run; TTFT from the request to the first chunk whose delta has non-empty text;
+// the decode time from that chunk to the chunk carrying finish_reason, so the first output token is
+// outside it; tokens from usage.completion_tokens (never re-tokenised text).
+import { summarizeStream, type Json } from './http-client.js';
+import { CheckNotRun, errorMessage, type Session } from './session.js';
+
+export const TIMING_SCOPE = 'Client-observed first nonempty delta through finish event; excludes first output token';
+
+export const DECODE_PROMPT = 'In about one hundred words, explain why batch-one decoding of a large language model is usually limited by memory bandwidth rather than by compute.';
+
+export interface DecodeRun {
+  text: string;
+  /** The server's usage (null when it sent none: then the rate is null too). */
+  usage: Json | null;
+  ttft_ms: number | null;
+  /** (completion_tokens − 1) / decode_seconds; null when it cannot be computed (no usage, one token, no finish event). */
+  decode_tokens_per_second: number | null;
+  decode_seconds: number | null;
+  timing_scope: string;
+  finish_reason: string | null;
+  chunks: number;
+  /** Output ids when the server returned them in every chunk (determinism comparisons). */
+  token_ids?: number[];
+}
+
+/** The figures of one run from its stream's times and usage. */
+export function decodeFigures(firstContentMs: number | null, finishMs: number | null, completionTokens: number | null): Pick<DecodeRun, 'ttft_ms' | 'decode_seconds' | 'decode_tokens_per_second'> {
+  const decodeSeconds = firstContentMs !== null && finishMs !== null ? (finishMs - firstContentMs) / 1000 : null;
+  const rate = decodeSeconds !== null && decodeSeconds > 0 && completionTokens !== null && completionTokens > 1
+    ? (completionTokens - 1) / decodeSeconds : null;
+  return { ttft_ms: firstContentMs, decode_seconds: decodeSeconds, decode_tokens_per_second: rate };
+}
+
+export async function timedDecode(s: Session, maxTokens: number, prompt = DECODE_PROMPT): Promise<DecodeRun> {
+  const st = await s.client.stream('/v1/chat/completions', s.userBody(prompt, { maxTokens, stream: true, includeUsage: true }));
+  if (st.status !== 200) throw new CheckNotRun(`decode stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
+  const sum = summarizeStream(st.events);
+  if (sum.errors.length > 0) throw new CheckNotRun(`decode stream carried an error: ${JSON.stringify(sum.errors[0]).slice(0, 160)}`, st.events.map((e) => e.data));
+  const n = typeof sum.usage?.completion_tokens === 'number' ? sum.usage.completion_tokens : null;
+  return {
+    text: sum.text,
+    usage: sum.usage,
+    ...decodeFigures(sum.firstContentMs, sum.finishMs, n),
+    timing_scope: TIMING_SCOPE,
+    finish_reason: sum.finishReason,
+    chunks: st.events.length,
+    ...(sum.tokenIds ? { token_ids: sum.tokenIds } : {}),
+  };
+}
+
+export function median(xs: readonly number[]): number | null {
+  if (xs.length === 0) return null;
+  const a = [...xs].sort((x, y) => x - y);
+  const m = Math.floor(a.length / 2);
+  return a.length % 2 ? a[m]! : (a[m - 1]! + a[m]!) / 2;
+}

@@ -1,0 +1,234 @@
+// The HTTP side of `bench diagnose`: JSON requests and SSE streams to an OpenAI-compatible server over
+// Node's fetch (undici: keep-alive pool, no cap on connections per origin), every request bounded by
+// a timeout, times from the monotonic clock. A request that got no HTTP answer at all (refused,
+// reset, timed out) throws EndpointError; an HTTP error status is an answer and comes back as one.
+import { performance } from 'node:perf_hooks';
+
+export type Json = Record<string, unknown>;
+
+/** No HTTP answer: the connection failed or the request timed out. */
+export class EndpointError extends Error {
+  constructor(message: string, readonly kind: 'unreachable' | 'timeout' | 'protocol') {
+    super(message);
+    this.name = 'EndpointError';
+  }
+}
+
+export interface HttpReply {
+  status: number;
+  /** The parsed JSON body, or null when the body is not JSON (then see `text`). */
+  body: unknown;
+  text: string;
+  seconds: number;
+}
+
+/** One SSE `data:` event of a stream: its payload (parsed JSON, or the raw text such as `[DONE]`) and when it arrived. */
+export interface StreamEvent {
+  /** ms since the request was sent (monotonic clock). */
+  atMs: number;
+  data: unknown;
+}
+
+export interface StreamReply {
+  status: number;
+  /** The error body when the status is not 2xx (no events then). */
+  errorBody: unknown;
+  events: StreamEvent[];
+  /** The stream ended with `data: [DONE]`. */
+  done: boolean;
+  /** The client cancelled it (onEvent returned 'cancel'). */
+  cancelled: boolean;
+  seconds: number;
+}
+
+export interface ClientOptions {
+  /** The server's root (no trailing slash, no /v1). */
+  baseUrl: string;
+  apiKey?: string;
+  timeoutMs: number;
+}
+
+/** The server's root URL from what a user typed: trailing slashes and a final `/v1` removed. */
+export function normalizeBaseUrl(url: string): string {
+  let u = url.trim().replace(/\/+$/, '');
+  if (u.endsWith('/v1')) u = u.slice(0, -3);
+  return u.replace(/\/+$/, '');
+}
+
+function describeFetchError(err: unknown, url: string, timeoutMs: number): EndpointError {
+  const e = err as Error & { cause?: { code?: string; message?: string } };
+  if (e.name === 'TimeoutError') return new EndpointError(`${url}: no answer within ${timeoutMs / 1000} s`, 'timeout');
+  const cause = e.cause?.code ?? e.cause?.message ?? e.message;
+  return new EndpointError(`cannot reach ${url}: ${cause}`, 'unreachable');
+}
+
+export class DiagnoseClient {
+  readonly baseUrl: string;
+  /** Whether any request has had an HTTP answer (of any status). */
+  answered = false;
+  private readonly apiKey: string | undefined;
+  private readonly timeoutMs: number;
+
+  constructor(o: ClientOptions) {
+    this.baseUrl = normalizeBaseUrl(o.baseUrl);
+    this.apiKey = o.apiKey;
+    this.timeoutMs = o.timeoutMs;
+  }
+
+  private headers(json: boolean): Record<string, string> {
+    return {
+      ...(json ? { 'content-type': 'application/json' } : {}),
+      ...(this.apiKey !== undefined ? { authorization: `Bearer ${this.apiKey}` } : {}),
+    };
+  }
+
+  private async send(method: 'GET' | 'POST', path: string, body: unknown, signal?: AbortSignal): Promise<{ res: Response; t0: number }> {
+    const url = `${this.baseUrl}${path}`;
+    const timeout = AbortSignal.timeout(this.timeoutMs);
+    const t0 = performance.now();
+    try {
+      const res = await fetch(url, {
+        method,
+        headers: this.headers(body !== undefined),
+        ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+      this.answered = true;
+      return { res, t0 };
+    } catch (err) {
+      throw describeFetchError(err, url, this.timeoutMs);
+    }
+  }
+
+  private async reply(method: 'GET' | 'POST', path: string, body?: unknown): Promise<HttpReply> {
+    const { res, t0 } = await this.send(method, path, body);
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (err) {
+      throw describeFetchError(err, `${this.baseUrl}${path}`, this.timeoutMs);
+    }
+    let parsed: unknown = null;
+    try { parsed = JSON.parse(text); } catch { /* not JSON: the caller sees text */ }
+    return { status: res.status, body: parsed, text, seconds: (performance.now() - t0) / 1000 };
+  }
+
+  get(path: string): Promise<HttpReply> {
+    return this.reply('GET', path);
+  }
+
+  /** POST a JSON body (an object, or raw text sent as is, e.g. deliberately malformed JSON). */
+  post(path: string, body: unknown): Promise<HttpReply> {
+    return this.reply('POST', path, body);
+  }
+
+  /**
+   * POST a streaming request and read its SSE events. `onEvent` sees each event as it arrives and
+   * may return 'cancel' to abort the request there (the connection is closed, as a client that goes
+   * away would).
+   */
+  async stream(path: string, body: unknown, onEvent?: (e: StreamEvent, index: number) => 'cancel' | void): Promise<StreamReply> {
+    const ctl = new AbortController();
+    const { res, t0 } = await this.send('POST', path, body, ctl.signal);
+    const url = `${this.baseUrl}${path}`;
+    const events: StreamEvent[] = [];
+    if (res.status < 200 || res.status >= 300 || !res.body) {
+      const text = await res.text().catch(() => '');
+      let errorBody: unknown = text;
+      try { errorBody = JSON.parse(text); } catch { /* keep the text */ }
+      return { status: res.status, errorBody, events, done: false, cancelled: false, seconds: (performance.now() - t0) / 1000 };
+    }
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    let done = false;
+    let cancelled = false;
+    const handle = (block: string): void => {
+      const data: string[] = [];
+      for (const line of block.split(/\r?\n/)) {
+        if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+        // event:, id:, retry: and comments carry nothing an OpenAI stream needs.
+      }
+      if (data.length === 0) return;
+      const payload = data.join('\n');
+      if (payload === '[DONE]') { done = true; return; }
+      let parsed: unknown = payload;
+      try { parsed = JSON.parse(payload); } catch { /* kept as text: the checks say so */ }
+      const ev = { atMs: performance.now() - t0, data: parsed };
+      events.push(ev);
+      if (onEvent?.(ev, events.length - 1) === 'cancel') {
+        cancelled = true;
+        ctl.abort();
+      }
+    };
+    try {
+      while (!cancelled) {
+        const { value, done: end } = await reader.read();
+        if (end) break;
+        buf += dec.decode(value, { stream: true });
+        let m: RegExpExecArray | null;
+        while (!cancelled && (m = /\r?\n\r?\n/.exec(buf)) !== null) {
+          const block = buf.slice(0, m.index);
+          buf = buf.slice(m.index + m[0].length);
+          handle(block);
+        }
+      }
+      if (!cancelled && buf.trim() !== '') handle(buf);
+    } catch (err) {
+      if (!cancelled) throw describeFetchError(err, url, this.timeoutMs);
+    } finally {
+      if (cancelled) await reader.cancel().catch(() => {});
+    }
+    return { status: res.status, errorBody: null, events, done, cancelled, seconds: (performance.now() - t0) / 1000 };
+  }
+}
+
+/** `choices[0]` of a response or chunk, if it has one. */
+export function firstChoice(x: unknown): Json | undefined {
+  const choices = (x as Json | null)?.choices;
+  return Array.isArray(choices) && choices.length > 0 && typeof choices[0] === 'object' && choices[0] !== null ? choices[0] as Json : undefined;
+}
+
+/** What a stream says, put together: text, finish reason, usage, token ids (when every content chunk had them). */
+export interface StreamSummary {
+  text: string;
+  finishReason: string | null;
+  usage: Json | null;
+  tokenIds: number[] | null;
+  /** ms from the request to the first chunk whose delta had non-empty text (content or reasoning). */
+  firstContentMs: number | null;
+  /** ms from the request to the chunk that carried finish_reason. */
+  finishMs: number | null;
+  /** Chunks that were not JSON objects, or error objects inside the stream. */
+  errors: unknown[];
+}
+
+export function summarizeStream(events: readonly StreamEvent[]): StreamSummary {
+  let text = '';
+  let finishReason: string | null = null;
+  let usage: Json | null = null;
+  let ids: number[] | null = [];
+  let firstContentMs: number | null = null;
+  let finishMs: number | null = null;
+  const errors: unknown[] = [];
+  for (const ev of events) {
+    const d = ev.data as Json | null;
+    if (typeof d !== 'object' || d === null) { errors.push(ev.data); continue; }
+    if (d.error !== undefined) errors.push(d);
+    if (d.usage && typeof d.usage === 'object') usage = d.usage as Json;
+    const c = firstChoice(d);
+    if (!c) continue;
+    const delta = (c.delta ?? {}) as Json;
+    const piece = typeof delta.content === 'string' ? delta.content : typeof c.text === 'string' ? c.text : '';
+    const reasoning = typeof delta.reasoning_content === 'string' ? delta.reasoning_content : typeof delta.reasoning === 'string' ? delta.reasoning : '';
+    if ((piece !== '' || reasoning !== '') && firstContentMs === null) firstContentMs = ev.atMs;
+    text += piece;
+    if (Array.isArray(c.token_ids)) { if (ids) ids.push(...(c.token_ids as number[])); }
+    else if (piece !== '') ids = null;
+    if (c.finish_reason !== null && c.finish_reason !== undefined && finishReason === null) {
+      finishReason = String(c.finish_reason);
+      finishMs = ev.atMs;
+    }
+  }
+  return { text, finishReason, usage, tokenIds: ids && ids.length > 0 ? ids : null, firstContentMs, finishMs, errors };
+}

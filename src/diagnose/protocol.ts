@@ -1,0 +1,162 @@
+// The wire checks every OpenAI-compatible server owes its clients, whatever its model: a stop
+// sequence, max_tokens truncation, streamed = non-streamed text, usage with include_usage, a 4xx
+// error object for a malformed request, and a Unicode round trip through /tokenize + /detokenize
+// (where the server has them; pass null, "skipped", where it has not). Each is built so that it
+// holds on any deterministic server, random weights included: the stop string is taken from the
+// server's own greedy answer, not guessed.
+import { firstChoice, summarizeStream, type Json } from './http-client.js';
+import { CheckNotRun, errorMessage, ok, runCheck, type CheckResult, type Session } from './session.js';
+
+const STOP_PROMPT = 'Write the lowercase English alphabet, the letters separated by single spaces.';
+const LONG_PROMPT = 'Write a long story about a lighthouse keeper and the ships she watches over.';
+const STREAM_PROMPT = 'Describe a harbour at dawn in two sentences.';
+export const UNICODE_TEXT = 'Grüße aus Köln, ¿qué tal? Ça va — naïve café, 東京と大阪, 한국어, Ελληνικά, עברית, 🚀🌍✨ 𝄞 ½ Ω ∑ ≠ ∞';
+
+function content(body: unknown): string | null {
+  const c = (firstChoice(body)?.message as Json | undefined)?.content;
+  return typeof c === 'string' ? c : null;
+}
+
+function refused(r: { status: number; body: unknown; text: string }): never {
+  throw new CheckNotRun(`HTTP ${r.status}: ${errorMessage(r.body, r.text)}`, r.body ?? r.text);
+}
+
+/**
+ * A stop string from a reference text: `len` characters from its middle (not all whitespace), and
+ * the text before its first occurrence. Null when the text is too short.
+ */
+export function stopFromReference(text: string, len = 3): { stop: string; before: string } | null {
+  if (text.length < 2 * len) return null;
+  const chars = Array.from(text); // whole code points, never half a surrogate pair
+  for (let p = Math.floor(chars.length / 2); p + len <= chars.length; p++) {
+    const stop = chars.slice(p, p + len).join('');
+    if (stop.trim() === '') continue;
+    return { stop, before: text.slice(0, text.indexOf(stop)) };
+  }
+  return null;
+}
+
+async function stopSequence(s: Session): Promise<CheckResult> {
+  return runCheck('protocol-stop-sequence', async () => {
+    const ref = await s.chat(s.userBody(STOP_PROMPT, { maxTokens: 32 }));
+    if (!ok(ref)) refused(ref);
+    const refText = content(ref.body) ?? '';
+    const pick = stopFromReference(refText);
+    if (!pick) return { pass: false, response: ref.body, reason: `the greedy reference answer (${JSON.stringify(refText)}) is too short to take a stop string from` };
+    const r = await s.chat(s.userBody(STOP_PROMPT, { maxTokens: 32, stop: [pick.stop] }));
+    if (!ok(r)) refused(r);
+    const text = content(r.body) ?? '';
+    const finish = firstChoice(r.body)?.finish_reason;
+    const pass = finish === 'stop' && !text.includes(pick.stop);
+    return {
+      pass, response: r.body, stop: pick.stop, reference_response: ref.body,
+      text_equals_reference_before_stop: text === pick.before,
+      reason: pass ? `finish_reason stop; ${JSON.stringify(pick.stop)} not in the text`
+        : `expected finish_reason stop without ${JSON.stringify(pick.stop)} in the text; got finish_reason ${JSON.stringify(finish)}, text ${JSON.stringify(text.slice(0, 80))}`,
+    };
+  });
+}
+
+async function maxTokens(s: Session, n = 5): Promise<CheckResult> {
+  return runCheck('protocol-max-tokens', async () => {
+    const r = await s.chat(s.userBody(LONG_PROMPT, { maxTokens: n }));
+    if (!ok(r)) refused(r);
+    const c = firstChoice(r.body);
+    const usage = (r.body as Json).usage as Json | undefined;
+    const ids = Array.isArray(c?.token_ids) ? (c!.token_ids as number[]).length : null;
+    const pass = c?.finish_reason === 'length' && usage?.completion_tokens === n && (ids === null || ids === n);
+    return {
+      pass, response: r.body, max_tokens: n,
+      reason: pass ? `finish_reason length, ${n} completion tokens`
+        : `expected finish_reason length and ${n} completion tokens; got ${JSON.stringify(c?.finish_reason)}, usage.completion_tokens ${JSON.stringify(usage?.completion_tokens)}${ids !== null ? `, ${ids} token ids` : ''}`,
+    };
+  });
+}
+
+async function streamEqualsNonStreamed(s: Session): Promise<CheckResult> {
+  return runCheck('protocol-stream-equals-non-streamed', async () => {
+    const plain = await s.chat(s.userBody(STREAM_PROMPT, { maxTokens: 24 }));
+    if (!ok(plain)) refused(plain);
+    const st = await s.client.stream('/v1/chat/completions', s.userBody(STREAM_PROMPT, { maxTokens: 24, stream: true }));
+    if (st.status >= 500) throw new CheckNotRun(`stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
+    const sum = summarizeStream(st.events);
+    const text = content(plain.body);
+    const finish = firstChoice(plain.body)?.finish_reason;
+    const pass = st.status === 200 && st.done && text !== null && sum.text === text && sum.finishReason === finish;
+    return {
+      pass, response: plain.body, stream_events: st.events.map((e) => e.data), streamed_text: sum.text,
+      reason: pass ? 'the streamed text and finish reason equal the non-streamed ones'
+        : st.status !== 200 ? `the stream was refused: HTTP ${st.status}: ${errorMessage(st.errorBody)}`
+          : !st.done ? 'the stream did not end with data: [DONE]'
+            : `streamed ${JSON.stringify(sum.text.slice(0, 60))} (${sum.finishReason}) vs non-streamed ${JSON.stringify((text ?? '').slice(0, 60))} (${String(finish)})`,
+    };
+  });
+}
+
+async function includeUsage(s: Session): Promise<CheckResult> {
+  return runCheck('protocol-stream-usage', async () => {
+    const st = await s.client.stream('/v1/chat/completions', s.userBody(STREAM_PROMPT, { maxTokens: 8, stream: true, includeUsage: true }));
+    if (st.status >= 500) throw new CheckNotRun(`stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
+    if (st.status !== 200) return { pass: false, response: st.errorBody, reason: `the stream was refused: HTTP ${st.status}: ${errorMessage(st.errorBody)}` };
+    const data = st.events.map((e) => e.data as Json);
+    const last = data[data.length - 1];
+    const u = (last?.usage ?? null) as Json | null;
+    const int = (x: unknown) => Number.isInteger(x) && (x as number) >= 0;
+    const usageChunk = last !== undefined && Array.isArray(last.choices) && last.choices.length === 0 && u !== null;
+    const consistent = u !== null && int(u.prompt_tokens) && int(u.completion_tokens) && int(u.total_tokens) &&
+      (u.total_tokens as number) === (u.prompt_tokens as number) + (u.completion_tokens as number) && (u.completion_tokens as number) <= 8;
+    const pass = usageChunk && consistent;
+    return {
+      pass, response: st.events.map((e) => e.data), usage: u,
+      reason: pass ? `a final chunk with choices [] carries usage (${String(u!.prompt_tokens)} + ${String(u!.completion_tokens)} = ${String(u!.total_tokens)})`
+        : !usageChunk ? 'no final chunk with choices [] and usage (stream_options.include_usage ignored?)'
+          : `usage is not consistent: ${JSON.stringify(u)}`,
+    };
+  });
+}
+
+async function malformed(s: Session): Promise<CheckResult> {
+  return runCheck('protocol-malformed-request', async () => {
+    const badJson = await s.client.post('/v1/chat/completions', `{"model": ${JSON.stringify(s.model)}, "messages": [{"role": "user", "content": "hi"`);
+    const badType = await s.client.post('/v1/chat/completions', { model: s.model, messages: 'this should be a list', max_tokens: 4 });
+    const shaped = (r: { status: number; body: unknown }) => r.status >= 400 && r.status < 500 &&
+      typeof (r.body as Json | null)?.error === 'object' && (r.body as Json).error !== null &&
+      typeof ((r.body as Json).error as Json).message === 'string';
+    const pass = shaped(badJson) && shaped(badType);
+    return {
+      pass, response: { malformed_json: badJson.body ?? badJson.text, messages_not_a_list: badType.body ?? badType.text },
+      statuses: [badJson.status, badType.status],
+      reason: pass ? `HTTP ${badJson.status} and ${badType.status}, each with an error object`
+        : `expected a 4xx with {"error": {"message": ...}} for malformed JSON and for messages that are not a list; got HTTP ${badJson.status} and ${badType.status}`,
+    };
+  });
+}
+
+async function unicodeRoundTrip(s: Session): Promise<CheckResult> {
+  return runCheck('protocol-unicode-roundtrip', async () => {
+    const tok = await s.client.post('/tokenize', { model: s.model, prompt: UNICODE_TEXT, add_special_tokens: false });
+    if (tok.status === 404 || tok.status === 405) {
+      return { pass: null, response: tok.body ?? tok.text, skipped: `the server has no /tokenize (HTTP ${tok.status})` };
+    }
+    if (!ok(tok)) refused(tok);
+    const tokens = (tok.body as Json).tokens;
+    if (!Array.isArray(tokens)) return { pass: false, response: tok.body, reason: '/tokenize answered without a tokens list' };
+    const det = await s.client.post('/detokenize', { model: s.model, tokens });
+    if (det.status === 404 || det.status === 405) {
+      return { pass: null, response: det.body ?? det.text, skipped: `the server has /tokenize but no /detokenize (HTTP ${det.status})` };
+    }
+    if (!ok(det)) refused(det);
+    const back = (det.body as Json).prompt;
+    const pass = back === UNICODE_TEXT;
+    return {
+      pass, response: { tokenize: tok.body, detokenize: det.body }, text: UNICODE_TEXT, tokens: tokens.length,
+      reason: pass ? `${tokens.length} tokens decode to the same text` : `decoded to ${JSON.stringify(back)}`,
+    };
+  });
+}
+
+export async function runProtocol(s: Session): Promise<CheckResult[]> {
+  const out: CheckResult[] = [];
+  for (const f of [stopSequence, maxTokens, streamEqualsNonStreamed, includeUsage, malformed, unicodeRoundTrip]) out.push(await f(s));
+  return out;
+}

@@ -1,0 +1,546 @@
+// `bench diagnose`: the scoring rules on canned right and wrong answers (the seed report's own
+// responses among the right ones), the retrieval prompt and its sizing, the isolation verdict on
+// canned answers, then the whole command against `bench serve` over the embedded random-weight model
+// (the report's every seed field with the seed's JSON type; the determinism and isolation checks
+// really ran; the behaviour checks fail honestly), and the exit codes of the process (4 when the
+// endpoint is unreachable or never answers, 2 for usage errors). No assertion depends on timing:
+// figures are checked for their type, never their size.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { main } from '../src/cli/main.js';
+import { BEHAVIOR_CHECKS } from '../src/diagnose/checks.js';
+import { decodeFigures, median, TIMING_SCOPE } from '../src/diagnose/decode.js';
+import { normalizeBaseUrl, summarizeStream } from '../src/diagnose/http-client.js';
+import { codeWords, firstDifference, holdsWord, isolationPrompts, judgeIsolation, type Completion } from '../src/diagnose/isolation.js';
+import { stopFromReference } from '../src/diagnose/protocol.js';
+import {
+  buildRetrievalPrompt, fillerSentences, RETRIEVAL_ANSWER_TOKENS, RETRIEVAL_ID, retrievalKey, retrievalLimit, sizeRetrievalPrompt,
+} from '../src/diagnose/retrieval.js';
+import { exactAnswer, IS_EVEN_RE, jsonAnswer, numberInAnswer, toolCallAnswer } from '../src/diagnose/scoring.js';
+import type { RunningServer } from '../src/serve/server.js';
+import { REPO_ROOT } from '../src/util/version.js';
+import { startOracleServer } from './helpers/oracle-server.js';
+import { API_KEY, startTestServer, until } from './helpers/serve-fixture.js';
+
+type Json = Record<string, any>;
+
+const SEED_REPORT = JSON.parse(readFileSync(path.join(REPO_ROOT, 'test', 'fixtures', 'serving-diagnostics-report.json'), 'utf8')) as Json;
+const BENCH = path.join(REPO_ROOT, 'bin', 'bench.js');
+const run = promisify(execFile);
+
+/** A chat completion whose message has `content` (and tool calls). */
+function reply(content: string | null, toolCalls: Json[] = []): Json {
+  return { id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content, tool_calls: toolCalls }, finish_reason: 'stop' }] };
+}
+
+function call(name: string, args: string): Json {
+  return { id: 'call-1', type: 'function', function: { name, arguments: args } };
+}
+
+const check = (id: string) => BEHAVIOR_CHECKS.find((c) => c.id === id)!;
+
+describe('behaviour table and scoring rules', () => {
+  it('has the seed\'s eleven ids, in its order', () => {
+    expect(BEHAVIOR_CHECKS.map((c) => c.id)).toEqual((SEED_REPORT.behavior as Json[]).map((b) => b.id));
+    expect(new Set(BEHAVIOR_CHECKS.map((c) => c.prompt)).size).toBe(11);
+  });
+
+  it('passes every response of the seed report (a real server\'s right answers)', () => {
+    for (const b of SEED_REPORT.behavior as Json[]) {
+      const score = check(b.id).score(b.response);
+      expect(score.pass, `${b.id}: ${score.reason}`).toBe(true);
+    }
+  });
+
+  it.each([
+    ['behavior-arithmetic', '  391\n', true], ['behavior-arithmetic', '391.', false], ['behavior-arithmetic', 'The answer is 391', false],
+    ['behavior-arithmetic', '392', false], ['behavior-arithmetic', '<think>17 times 23…</think>\n\n391', true],
+    ['behavior-json', '{"age": 37, "name": "Ada"}', true], ['behavior-json', '```json\n{"name": "Ada", "age": 37}\n```', true],
+    ['behavior-json', '{"name": "Ada", "age": "37"}', false], ['behavior-json', '{"name": "Ada", "age": 37, "x": 1}', false],
+    ['behavior-json', 'name: Ada, age: 37', false],
+    ['behavior-sort', '[-2,0,5,8]', true], ['behavior-sort', '[-2, 0, 8, 5]', false], ['behavior-sort', '-2, 0, 5, 8', false],
+    ['behavior-french', 'bonjour', true], ['behavior-french', 'Bonjour', false], ['behavior-french', 'bonjour!', false],
+    ['behavior-spanish', '31', true], ['behavior-spanish', 'treinta y uno', false],
+    ['behavior-japanese', '東京', true], ['behavior-japanese', '東京都', false], ['behavior-japanese', 'Tokyo', false],
+    ['behavior-python', 'def is_even(n):\n    return n % 2 == 0', true],
+    ['behavior-python', '```python\ndef is_even(x: int) -> bool:\n    return (x % 2) == 0\n```', true],
+    ['behavior-python', 'def is_even(n):\n    """Even?"""\n    return not n % 2', true],
+    ['behavior-python', 'def is_even(n): return n & 1 == 0', true],
+    ['behavior-python', 'def is_even(n):\n    return n % 2 == 1', false],
+    ['behavior-python', 'def is_even(n):\n    return m % 2 == 0', false],
+    ['behavior-python', 'def is_odd(n):\n    return n % 2 == 0', false],
+    ['behavior-python', 'is_even = lambda n: n % 2 == 0', false],
+    ['behavior-extract', 'mira@example.org', true], ['behavior-extract', 'Mira: mira@example.org', false], ['behavior-extract', 'mira@example.com', false],
+    ['behavior-reasoning', '14', true], ['behavior-reasoning', '12', false],
+    ['behavior-instruction', 'violet', true], ['behavior-instruction', 'red', false], ['behavior-instruction', 'Violet.', false],
+  ])('%s: %j -> %s', (id, content, pass) => {
+    expect(check(id as string).score(reply(content as string)).pass).toBe(pass);
+  });
+
+  it('behavior-tool: a get_weather call with {"city": "Oslo"}, nothing else', () => {
+    const tool = check('behavior-tool');
+    expect(tool.score(reply(null, [call('get_weather', '{"city": "Oslo"}')])).pass).toBe(true);
+    expect(tool.score(reply(null, [call('get_weather', '{"city":"Oslo"}')])).pass).toBe(true);
+    expect(tool.score(reply(null, [call('get_weather', '{"city": "Bergen"}')])).pass).toBe(false);
+    expect(tool.score(reply(null, [call('get_weather', '{"city": "Oslo", "unit": "C"}')])).pass).toBe(false);
+    expect(tool.score(reply(null, [call('get_time', '{"city": "Oslo"}')])).pass).toBe(false);
+    expect(tool.score(reply(null, [call('get_weather', '{"city": "Oslo"')])).pass).toBe(false);
+    expect(tool.score(reply('get_weather(city="Oslo")')).pass).toBe(false);
+    expect(tool.score({ error: { message: 'tools are not supported' } }).pass).toBe(false);
+  });
+
+  it('the rules read no answer as a failure, with a reason', () => {
+    for (const s of [exactAnswer('391'), jsonAnswer([1]), toolCallAnswer('f', {}), numberInAnswer(5)]) {
+      const r = s({ choices: [] });
+      expect(r.pass).toBe(false);
+      expect(r.reason).toMatch(/./);
+    }
+    expect(IS_EVEN_RE.test('def is_even(n):\n return n % 2 == 0')).toBe(true);
+  });
+
+  it('numberInAnswer: the whole number, not part of a longer one', () => {
+    const s = numberInAnswer(32737);
+    expect(s(reply('32737')).pass).toBe(true);
+    expect(s(reply('The vault code is 32737.')).pass).toBe(true);
+    expect(s(reply('327370')).pass).toBe(false);
+    expect(s(reply('132737')).pass).toBe(false);
+    expect(s(reply('3273')).pass).toBe(false);
+  });
+});
+
+describe('held-out retrieval prompt', () => {
+  it('filler has no digits; the key is the only number; the same seed gives the same prompt', () => {
+    for (const seed of [0, 1, 12345]) {
+      const p = buildRetrievalPrompt(seed, 200);
+      expect(p.key).toBeGreaterThanOrEqual(10000);
+      expect(p.key).toBeLessThan(100000);
+      expect(p.prompt.match(/\d+/g)).toEqual([String(p.key)]);
+      expect(p.depth).toBeGreaterThanOrEqual(0.14);
+      expect(p.depth).toBeLessThanOrEqual(0.86);
+      expect(buildRetrievalPrompt(seed, 200).prompt).toBe(p.prompt);
+      expect(fillerSentences(seed, 500).join(' ')).not.toMatch(/\d|vault/i);
+    }
+    expect(retrievalKey(1).key).not.toBe(retrievalKey(2).key);
+    expect(buildRetrievalPrompt(1, 50).prompt).not.toBe(buildRetrievalPrompt(2, 50).prompt);
+  });
+
+  it('the key sits at the seeded depth of the filler', () => {
+    const p = buildRetrievalPrompt(7, 300);
+    const body = p.prompt.split('\n\n').slice(1, -1).join(' ');
+    const sentences = body.split(/(?<=\.) /);
+    const at = sentences.findIndex((s) => s.includes(String(p.key)));
+    expect(at / 300).toBeCloseTo(p.depth, 5);
+  });
+
+  it('the limit: under 8192 with the answer, and within max_model_len when that is smaller', () => {
+    expect(retrievalLimit(null)).toEqual({ target: 8191 - RETRIEVAL_ANSWER_TOKENS, limit: 8192, limitedBy: 'window' });
+    expect(retrievalLimit(32768)).toEqual({ target: 8191 - RETRIEVAL_ANSWER_TOKENS, limit: 8192, limitedBy: 'window' });
+    expect(retrievalLimit(4096)).toEqual({ target: 4096 - RETRIEVAL_ANSWER_TOKENS, limit: 4096, limitedBy: 'max_model_len' });
+  });
+
+  it('sizing: the largest prompt within the target, near it, in a few counts', async () => {
+    // A stand-in for the server's tokenizer: about 1.3 tokens per word plus a template's overhead.
+    const counter = async (prompt: string) => Math.round(prompt.split(/\s+/).length * 1.3) + 21;
+    for (const target of [8175, 4080, 1000]) {
+      const sized = await sizeRetrievalPrompt(3, target, counter);
+      expect(sized.tokens).toBeLessThanOrEqual(target);
+      expect(sized.tokens).toBe(await counter(sized.prompt));
+      expect(target - sized.tokens).toBeLessThanOrEqual(Math.max(32, Math.floor(target * 0.015)));
+      expect(sized.counts).toBeLessThanOrEqual(12);
+    }
+    await expect(sizeRetrievalPrompt(3, 20, counter)).rejects.toThrow(/exceeds the room/);
+  });
+});
+
+describe('stop strings, decode figures, stream summaries', () => {
+  it('the stop string comes from the middle of the reference text; the text before it is what a stop must leave', () => {
+    expect(stopFromReference('a b c d e f g h i j')).toEqual({ stop: ' f ', before: 'a b c d e' });
+    expect(stopFromReference('abc')).toBeNull();
+    const pick = stopFromReference('xyz 東京🚀 xyz 東京🚀 tail')!;
+    expect('xyz 東京🚀 xyz 東京🚀 tail'.indexOf(pick.stop)).toBe(pick.before.length);
+  });
+
+  it('decode figures exclude the first token; null when they cannot be computed', () => {
+    expect(decodeFigures(100, 1100, 11)).toEqual({ ttft_ms: 100, decode_seconds: 1, decode_tokens_per_second: 10 });
+    expect(decodeFigures(100, 1100, 1).decode_tokens_per_second).toBeNull();
+    expect(decodeFigures(100, 1100, null).decode_tokens_per_second).toBeNull();
+    expect(decodeFigures(null, 1100, 11)).toEqual({ ttft_ms: null, decode_seconds: null, decode_tokens_per_second: null });
+    expect(median([3, 1, 2])).toBe(2);
+    expect(median([])).toBeNull();
+  });
+
+  it('a stream summary: first non-empty delta (a role-only chunk does not count), finish chunk, usage chunk', () => {
+    const s = summarizeStream([
+      { atMs: 5, data: { choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] } },
+      { atMs: 9, data: { choices: [{ index: 0, delta: { content: 'Hi' }, finish_reason: null, token_ids: [1] }] } },
+      { atMs: 12, data: { choices: [{ index: 0, delta: { content: ' there' }, finish_reason: null, token_ids: [2, 3] }] } },
+      { atMs: 14, data: { choices: [{ index: 0, delta: {}, finish_reason: 'length' }] } },
+      { atMs: 15, data: { choices: [], usage: { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 } } },
+    ]);
+    expect(s).toMatchObject({ text: 'Hi there', finishReason: 'length', firstContentMs: 9, finishMs: 14, tokenIds: [1, 2, 3], usage: { completion_tokens: 3 } });
+  });
+
+  it('base URLs: a trailing /v1 and slashes go', () => {
+    expect(normalizeBaseUrl('http://h:8000/v1/')).toBe('http://h:8000');
+    expect(normalizeBaseUrl('http://h:8000')).toBe('http://h:8000');
+  });
+});
+
+describe('isolation verdict on canned answers', () => {
+  const prompts = isolationPrompts(5, 4, 3);
+  const words = prompts.map((p) => p.word);
+  const c = (text: string, ids: number[] | null = null): Completion => ({ text, ids, finish: 'stop', response: {} });
+
+  it('code words are distinct, digit-free, and half the prompts share the prefix', () => {
+    expect(new Set(codeWords(9, 40)).size).toBe(40);
+    expect(codeWords(9, 40).join('')).not.toMatch(/\d/);
+    expect(prompts.filter((p) => p.sharedPrefix)).toHaveLength(2);
+    const shared = prompts.filter((p) => p.sharedPrefix).map((p) => p.prompt.slice(0, 200));
+    expect(shared[0]).toBe(shared[1]);
+    expect(holdsWord(`ok ${words[0]!.toLowerCase()}.`, words[0]!)).toBe(true);
+    expect(holdsWord(`X${words[0]}`, words[0]!)).toBe(false);
+  });
+
+  it('every answer its own word: pass, not vacuous, all equal to solo', () => {
+    const solo = words.slice(0, 3).map((w, i) => c(w, [i, 9]));
+    const j = judgeIsolation(prompts, solo, solo, '');
+    expect(j).toMatchObject({ pass: true, vacuous: false, equal: 3, compared: 3, comparedBy: 'token_ids' });
+  });
+
+  it('an answer holding another request\'s word fails, naming the word', () => {
+    const solo = words.slice(0, 3).map((w) => c(w));
+    const conc = [c(words[0]!), c(`${words[1]} and ${words[2]}`), c(words[2]!)];
+    const j = judgeIsolation(prompts, solo, conc, '');
+    expect(j.pass).toBe(false);
+    expect(j.requests[1]!.foreign_words).toEqual([words[2]]);
+    expect(j.equal).toBe(2);
+    expect(j.requests[1]!.first_difference).toMatchObject({ compared_by: 'text' });
+  });
+
+  it('a request that lost its own word under load fails; the cancelled one is checked for foreign words', () => {
+    const solo = words.slice(0, 3).map((w) => c(w));
+    expect(judgeIsolation(prompts, solo, [c(words[0]!), c('something else'), c(words[2]!)], '').pass).toBe(false);
+    expect(judgeIsolation(prompts, solo, solo, `partial ${words[0]}`).pass).toBe(false);
+  });
+
+  it('no solo answer held its word: vacuous, passes unless a foreign word turns up', () => {
+    const solo = [c('gibberish one'), c('gibberish two'), c('gibberish three')];
+    expect(judgeIsolation(prompts, solo, solo, 'gib')).toMatchObject({ pass: true, vacuous: true, equal: 3 });
+  });
+
+  it('firstDifference: by token ids when both have them, else by text', () => {
+    expect(firstDifference(c('a', [1, 2, 3]), c('b', [1, 2, 4]))).toEqual({ compared_by: 'token_ids', index: 2, a: 3, b: 4 });
+    expect(firstDifference(c('abc', [1]), c('abd', null))).toEqual({ compared_by: 'text', index: 2, a: 'c', b: 'd' });
+    expect(firstDifference(c('same', [1]), c('same', [1]))).toBeNull();
+  });
+});
+
+/** Checks that `ours` has every field of `seed` with the same JSON type, recursively; returns the mismatches. */
+function typeMismatches(seed: unknown, ours: unknown, where: string, out: string[], nullable: ReadonlySet<string>): string[] {
+  const t = (x: unknown) => x === null ? 'null' : Array.isArray(x) ? 'array' : typeof x;
+  const key = where.replace(/\[\d+\]/g, '[]');
+  if (t(seed) !== t(ours) && !(nullable.has(key) && t(ours) === 'null')) {
+    out.push(`${where}: seed ${t(seed)}, ours ${t(ours)}`);
+    return out;
+  }
+  if (t(seed) === 'array') {
+    const s = seed as unknown[];
+    const o = ours as unknown[];
+    if (s.length > 0 && o.length === 0) out.push(`${where}: empty`);
+    // Every element of ours against the seed's first (the lists are lists of one kind).
+    o.forEach((x, i) => typeMismatches(s[Math.min(i, s.length - 1)], x, `${where}[${i}]`, out, nullable));
+  } else if (t(seed) === 'object') {
+    for (const k of Object.keys(seed as Json)) {
+      if (!(k in (ours as Json))) { out.push(`${where}.${k}: missing`); continue; }
+      if (k === 'response') continue; // the server's own body, checked apart: its fields are whatever the server sends
+      typeMismatches((seed as Json)[k], (ours as Json)[k], `${where}.${k}`, out, nullable);
+    }
+  }
+  return out;
+}
+
+/** The OpenAI core of a chat completion, the part of `response` every server shares. */
+function expectChatCompletion(r: Json, where: string): void {
+  expect(typeof r.id, where).toBe('string');
+  expect(r.object, where).toBe('chat.completion');
+  expect(typeof r.created, where).toBe('number');
+  expect(typeof r.model, where).toBe('string');
+  const c = r.choices[0];
+  expect(c.index, where).toBe(0);
+  expect(c.message.role, where).toBe('assistant');
+  expect(c.message.content === null || typeof c.message.content === 'string', where).toBe(true);
+  expect(Array.isArray(c.message.tool_calls), where).toBe(true);
+  expect(typeof c.finish_reason, where).toBe('string');
+  for (const k of ['prompt_tokens', 'completion_tokens', 'total_tokens']) expect(Number.isInteger(r.usage[k]), `${where}.usage.${k}`).toBe(true);
+}
+
+describe('bench diagnose against bench serve (embedded random-weight model)', () => {
+  let s: RunningServer;
+  let report: Json;
+  let code: number;
+  let stderr = '';
+  let dir: string;
+  beforeAll(async () => {
+    // max_seq 4096 (serve's default) is below 8192: the retrieval check must size itself to it.
+    s = await startTestServer({ maxSeq: 4096 });
+    dir = mkdtempSync(path.join(os.tmpdir(), 'lumen-diagnose-'));
+    process.env.LUMEN_DIAGNOSE_TEST_KEY = API_KEY;
+    const spy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
+      stderr += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString();
+      return true;
+    });
+    try {
+      code = await main(['node', 'bench', 'diagnose', '--endpoint', `${s.url}/v1`, '--api-key-env', 'LUMEN_DIAGNOSE_TEST_KEY',
+        '--output', path.join(dir, 'report.json'), '--seed', '7', '--concurrency', '4', '--repeats', '3', '--decode-tokens', '24', '--compare-tokens', '12']);
+    } finally {
+      spy.mockRestore();
+    }
+    report = JSON.parse(readFileSync(path.join(dir, 'report.json'), 'utf8')) as Json;
+  });
+  afterAll(async () => {
+    await s?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+    delete process.env.LUMEN_DIAGNOSE_TEST_KEY;
+  });
+
+  it('is complete (every check ran), exits 0, and prints the summary table on stderr', () => {
+    expect(report.incomplete_reasons, stderr).toBeUndefined();
+    expect(report.status).toBe('complete');
+    expect(code).toBe(0);
+    expect(stderr).toMatch(/^check +result +seconds +detail$/m);
+    for (const id of [...BEHAVIOR_CHECKS.map((c) => c.id), RETRIEVAL_ID, 'protocol-stop-sequence', 'initial_decode', 'decode_runs\\[2\\]', 'greedy-repeats', 'request-isolation', 'batch-invariance']) {
+      expect(stderr).toMatch(new RegExp(`^${id} `, 'm'));
+    }
+    expect(stderr).toMatch(/^status: complete/m);
+    expect(report.base_url).toBe(s.url);
+    expect(report.model).toBe('embedded-tiny-v2');
+    expect(report.seed).toBe(7);
+  });
+
+  it('has every field of the seed report with the seed\'s JSON type (recursively; responses by their OpenAI core)', () => {
+    // Decode figures are null only when the client could not time them (documented); the types otherwise match.
+    const nullable = new Set(['$.decode_runs[].ttft_ms', '$.decode_runs[].decode_tokens_per_second', '$.decode_runs[].decode_seconds',
+      '$.initial_decode.ttft_ms', '$.initial_decode.decode_tokens_per_second', '$.initial_decode.decode_seconds', '$.median_decode_tokens_per_second']);
+    expect(typeMismatches(SEED_REPORT, report, '$', [], nullable)).toEqual([]);
+    for (const b of [...report.behavior, ...report.long_context] as Json[]) expectChatCompletion(b.response, b.id);
+    expect(report.decode_runs).toHaveLength(3);
+    for (const d of [report.initial_decode, ...report.decode_runs] as Json[]) {
+      expect(d.timing_scope).toBe(TIMING_SCOPE);
+      expect(d.usage.completion_tokens).toBeGreaterThan(1);
+      expect(d.usage.completion_tokens).toBeLessThanOrEqual(24);
+    }
+  });
+
+  it('behaviour checks ran and fail honestly on random weights: each scored on the model\'s real answer', () => {
+    expect(report.behavior_passes).toBe(0);
+    for (const b of report.behavior as Json[]) {
+      expect(b.pass, b.id).toBe(false);
+      expect(b.error, b.id).toBeUndefined();
+      expect(b.reason, b.id).toMatch(/^expected /);
+      expect(typeof b.answer, b.id).toBe('string'); // the model's text, read and scored
+    }
+    const tool = (report.behavior as Json[]).find((b) => b.id === 'behavior-tool')!;
+    expect(tool.response.usage.prompt_tokens).toBeGreaterThan((report.behavior as Json[])[0]!.response.usage.prompt_tokens); // the tool's schema is in the prompt
+  });
+
+  it('protocol checks all pass on our server', () => {
+    const byId = Object.fromEntries((report.protocol as Json[]).map((c) => [c.id, c]));
+    expect(Object.keys(byId)).toEqual(['protocol-stop-sequence', 'protocol-max-tokens', 'protocol-stream-equals-non-streamed',
+      'protocol-stream-usage', 'protocol-malformed-request', 'protocol-unicode-roundtrip']);
+    for (const c of report.protocol as Json[]) expect(c.pass, `${c.id}: ${c.reason ?? c.error}`).toBe(true);
+    expect(byId['protocol-stop-sequence']!.text_equals_reference_before_stop).toBe(true);
+    expect(byId['protocol-malformed-request']!.statuses).toEqual([400, 400]);
+    expect(report.protocol_passes).toBe(6);
+  });
+
+  it('the retrieval prompt is sized to max_model_len 4096 with the server\'s own count, and the answer scored', () => {
+    const lc = (report.long_context as Json[])[0]!;
+    expect(lc.id).toBe(RETRIEVAL_ID);
+    expect(lc).toMatchObject({ limited_by: 'max_model_len', token_limit: 4096, max_model_len: 4096, counted_by: '/tokenize', max_tokens: RETRIEVAL_ANSWER_TOKENS });
+    expect(lc.usage_prompt_tokens).toBe(lc.prepared_prompt_tokens);
+    expect(lc.prepared_prompt_tokens + RETRIEVAL_ANSWER_TOKENS).toBeLessThanOrEqual(4096);
+    expect(lc.prepared_prompt_tokens).toBeGreaterThan(4096 - RETRIEVAL_ANSWER_TOKENS - 64);
+    expect(lc.expected).toBe(String(retrievalKey(7).key));
+    expect(lc.pass).toBe(false);
+    expect(report.long_context_passes).toBe(0);
+  });
+
+  it('determinism and isolation really ran: k/k identical greedy repeats, N/N concurrent answers equal to their solo answers token for token', () => {
+    expect(report.identical_greedy_completions).toBe(true);
+    expect(report.greedy_repeats).toMatchObject({ pass: true, repeats: 3, distinct_outputs: 1, identical_repeats: 3, compared_by: 'token_ids' });
+    expect(report.greedy_repeats.response).toHaveLength(3);
+    const iso = report.request_isolation;
+    expect(report.request_isolation_passed).toBe(true);
+    expect(iso).toMatchObject({ pass: true, requests_total: 4, compared: 3, concurrent_equal_to_solo: 3, compared_by: 'token_ids', word_check_vacuous: true });
+    expect(iso.requests.filter((r: Json) => r.cancelled)).toHaveLength(1);
+    expect(iso.requests.filter((r: Json) => r.shared_prefix)).toHaveLength(2);
+    expect(iso.reason).toMatch(/vacuous/);
+    const bi = report.batch_invariance;
+    expect(bi.error).toBeUndefined();
+    expect(bi.informational).toBe(true);
+    expect(typeof bi.identical).toBe('boolean');
+    expect(bi.distractors).toBe(3);
+  });
+
+  it('leaves nothing in flight on the server (the cancelled stream was freed)', async () => {
+    await until(() => s.ctx.inFlight === 0 && s.ctx.engine!.inFlight() === 0);
+    const st = s.engine.stats();
+    await until(() => s.engine.stats().stateSlotsFree === st.stateSlotsTotal);
+  });
+});
+
+/** `bench diagnose ARGS` in-process; the report from --output, stderr captured. */
+async function diagnoseInProcess(args: string[]): Promise<{ code: number; report: Json; stderr: string }> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'lumen-diagnose-'));
+  let stderr = '';
+  const spy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    stderr += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString();
+    return true;
+  });
+  try {
+    const code = await main(['node', 'bench', 'diagnose', ...args, '--output', path.join(dir, 'report.json')]);
+    return { code, report: JSON.parse(readFileSync(path.join(dir, 'report.json'), 'utf8')) as Json, stderr };
+  } finally {
+    spy.mockRestore();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+describe('bench diagnose against a server that knows the answers (test/helpers/oracle-server.ts)', () => {
+  const small = ['--concurrency', '4', '--repeats', '2', '--decode-tokens', '16', '--compare-tokens', '8'];
+
+  it('passes every behaviour check, the retrieval (sized by usage.prompt_tokens: no /tokenize) and a non-vacuous isolation check', async () => {
+    const o = await startOracleServer();
+    try {
+      const { code, report, stderr } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      expect(report.status, stderr).toBe('complete');
+      expect(code).toBe(0);
+      expect(report.model).toBe('oracle-1');
+      expect(report.behavior_passes).toBe(11);
+      expect(report.server.request_extras).toMatchObject({ chat_template_kwargs: true, return_token_ids: true });
+      const lc = report.long_context[0];
+      expect(lc).toMatchObject({ pass: true, counted_by: 'usage.prompt_tokens', limited_by: 'window', token_limit: 8192 });
+      expect(lc.prepared_prompt_tokens + RETRIEVAL_ANSWER_TOKENS).toBeLessThan(8192);
+      expect(lc.prepared_prompt_tokens).toBeGreaterThan(8192 - RETRIEVAL_ANSWER_TOKENS - 200);
+      expect(lc.counts).toBeLessThanOrEqual(5);
+      const byId = Object.fromEntries((report.protocol as Json[]).map((c) => [c.id, c]));
+      expect(byId['protocol-unicode-roundtrip']).toMatchObject({ pass: null });
+      expect(byId['protocol-unicode-roundtrip'].skipped).toMatch(/no \/tokenize \(HTTP 404\)/);
+      for (const c of (report.protocol as Json[]).filter((x) => x.pass !== null)) expect(c.pass, `${c.id}: ${c.reason}`).toBe(true);
+      expect(report.protocol_passes).toBe(5);
+      expect(report.request_isolation).toMatchObject({ pass: true, word_check_vacuous: false, compared_by: 'text', concurrent_equal_to_solo: 3 });
+      expect(report.request_isolation_passed).toBe(true);
+      expect(report.identical_greedy_completions).toBe(true);
+      expect(stderr).toMatch(/^protocol-unicode-roundtrip +skipped/m);
+      expect(o.hits.get('/tokenize')).toBeGreaterThan(0);
+    } finally {
+      await o.close();
+    }
+  });
+
+  it('an answer carrying another request\'s code word fails the isolation check (the report is still complete)', async () => {
+    const o = await startOracleServer({ fault: 'leak' });
+    try {
+      const { code, report } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      expect(report.status).toBe('complete');
+      expect(code).toBe(0);
+      expect(report.request_isolation_passed).toBe(false);
+      expect(report.request_isolation.reason).toMatch(/hold another request's word/);
+      expect((report.request_isolation.requests as Json[]).some((r) => r.foreign_words.length > 0)).toBe(true);
+    } finally {
+      await o.close();
+    }
+  });
+
+  it('a server refusing vLLM\'s extra fields gets requests without them, and the report says so', async () => {
+    const o = await startOracleServer({ fault: 'strict' });
+    try {
+      const { code, report } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      expect(report.status).toBe('complete');
+      expect(code).toBe(0);
+      expect(report.server.request_extras).toMatchObject({ chat_template_kwargs: false, return_token_ids: false });
+      expect(report.server.request_extras.note).toMatch(/HTTP 400: Unrecognized request argument/);
+      expect(report.behavior_passes).toBe(11);
+      expect(report.request_isolation).toMatchObject({ pass: true, compared_by: 'text' });
+    } finally {
+      await o.close();
+    }
+  });
+
+  it('a server whose chat completions fail with 500: incomplete with the reason, exit 3', async () => {
+    const o = await startOracleServer({ fault: 'chat-500' });
+    try {
+      const { code, report, stderr } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      expect(code).toBe(3);
+      expect(report.status).toBe('incomplete');
+      expect(report.incomplete_reasons[0]).toMatch(/HTTP 500: the oracle is broken/);
+      expect(stderr).toMatch(/^status: incomplete: .*HTTP 500/m);
+    } finally {
+      await o.close();
+    }
+  });
+});
+
+describe('bench diagnose (process): exit codes', () => {
+  async function diagnose(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+    try {
+      const r = await run(process.execPath, [BENCH, 'diagnose', ...args], { timeout: 60_000, env: { ...process.env, NO_COLOR: '1' } });
+      return { code: 0, stdout: r.stdout, stderr: r.stderr };
+    } catch (err) {
+      const e = err as { code?: number; stdout?: string; stderr?: string };
+      return { code: e.code ?? -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' };
+    }
+  }
+
+  /** A port with nothing listening: bound, then closed. */
+  async function closedPort(): Promise<number> {
+    const srv = net.createServer();
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const port = (srv.address() as net.AddressInfo).port;
+    await new Promise<void>((r) => srv.close(() => r()));
+    return port;
+  }
+
+  it('an unreachable endpoint: exit 4, one line naming it, no report', async () => {
+    const port = await closedPort();
+    const r = await diagnose(['--endpoint', `http://127.0.0.1:${port}`]);
+    expect(r.code, r.stderr).toBe(4);
+    expect(r.stderr.trim().split('\n'), r.stderr).toHaveLength(1);
+    expect(r.stderr).toMatch(new RegExp(`cannot reach http://127\\.0\\.0\\.1:${port}/v1/models: ECONNREFUSED`));
+    expect(r.stdout).toBe('');
+  });
+
+  it('an endpoint that accepts connections but never answers: exit 4 after --timeout-s', async () => {
+    const sockets: net.Socket[] = [];
+    const srv = net.createServer((sock) => { sockets.push(sock); });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const port = (srv.address() as net.AddressInfo).port;
+    try {
+      const r = await diagnose(['--endpoint', `http://127.0.0.1:${port}`, '--timeout-s', '0.5']);
+      expect(r.code, r.stderr).toBe(4);
+      expect(r.stderr.trim().split('\n'), r.stderr).toHaveLength(1);
+      expect(r.stderr).toMatch(/no answer within 0\.5 s/);
+    } finally {
+      for (const sock of sockets) sock.destroy();
+      await new Promise<void>((r) => srv.close(() => r()));
+    }
+  });
+
+  it.each([
+    [[], /required option '--endpoint <url>' not specified/],
+    [['--endpoint', 'ftp://example.org'], /--endpoint: 'ftp:\/\/example\.org' is not an http:\/\/ or https:\/\/ URL/],
+    [['--endpoint', 'not a url'], /--endpoint: 'not a url' is not a URL/],
+    [['--endpoint', 'http://127.0.0.1:1', '--concurrency', '1'], /--concurrency: 1 is below the minimum of 2/],
+    [['--endpoint', 'http://127.0.0.1:1', '--api-key-env', 'LUMEN_SURELY_UNSET_VAR'], /LUMEN_SURELY_UNSET_VAR is not set/],
+    [['--endpoint', 'http://127.0.0.1:1', '--output', '/nonexistent-dir/r.json'], /--output: directory \/nonexistent-dir does not exist/],
+  ])('usage error %j: exit 2 naming the flag', async (args, message) => {
+    const r = await diagnose(args as string[]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(message as RegExp);
+  });
+});
