@@ -6,7 +6,6 @@ import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { parse } from 'csv-parse/sync';
 import { afterAll, describe, expect, it } from 'vitest';
-import { UsageError } from '../src/util/usage-error.js';
 import { CSV_COLUMNS, counterColumns, csvHeaderLine, csvRowLine, errorRow, formatField, markdownTable } from '../src/bench/csv.js';
 import { computeRowFigures, speedupVsC1, batchingEfficiency, steadyDecodeRate, type TimedRequest } from '../src/bench/metrics.js';
 import { parseCells, parseConcurrency, resolveSweepConfig, type SweepConfig } from '../src/cli/sweep-options.js';
@@ -19,19 +18,10 @@ import { runSweep, type SweepIO } from '../src/bench/sweep.js';
 import type { EngineStats, RequestResult } from '../src/engine/types.js';
 import { parseNvidiaSmi, physicalCores } from '../src/util/machine.js';
 import { createFakeEngine, fakeBackend } from './helpers/fake-engine.js';
+import { usageMessage } from './helpers/usage-error.js';
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'bench-units-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
-
-function usageMessage(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(UsageError);
-    return (err as Error).message;
-  }
-  throw new Error('expected a UsageError');
-}
 
 describe('flags', () => {
   it('defaults to the three cells x 1,4,8 with 2 warm-up and 1 timed pass', () => {

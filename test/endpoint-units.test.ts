@@ -17,18 +17,8 @@ import { counterColumnsFromMetrics, metricsFamily, parseMetrics } from '../src/e
 import { SseParser } from '../src/endpoint/sse.js';
 import type { TextTokenizer } from '../src/endpoint/text-tokenizer.js';
 import type { RequestResult } from '../src/engine/types.js';
-import { UsageError } from '../src/util/usage-error.js';
 import { createFakeEngine } from './helpers/fake-engine.js';
-
-function usageMessage(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(UsageError);
-    return (err as Error).message;
-  }
-  throw new Error('expected a UsageError');
-}
+import { usageMessage } from './helpers/usage-error.js';
 
 describe('SSE parser', () => {
   it('splits events across arbitrary chunk boundaries, CRLF or LF, skipping comments', () => {
