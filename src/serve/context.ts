@@ -1,9 +1,9 @@
 // What every route handler shares: the model, the one engine (absent while loading), the metrics,
 // the request log, and the set of generations in flight (cancelled together at shutdown).
 import { performance } from 'node:perf_hooks';
-import type { FastifyReply } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '../bench/logger.js';
-import { ApiError, badRequest } from './errors.js';
+import { ApiError, badRequest, toApiError } from './errors.js';
 import type { ServeEngine } from './engine-queue.js';
 import { Generation, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
 import type { ServeMetrics } from './metrics.js';
@@ -60,6 +60,24 @@ export class ServeContext {
       this.onFinished?.(r);
     }, () => this.live.delete(gen));
     return gen;
+  }
+
+  /**
+   * A non-streamed generation run to its end: its result (kept on the request for the request's log
+   * line) and, when the client is to get an error instead, that error: the engine failed the request,
+   * or the server is stopping and cancelled it.
+   */
+  async complete(params: GenerationParams, req: FastifyRequest, reply: FastifyReply): Promise<{ result: GenerationResult; failure: ApiError | null }> {
+    const r = await this.start(params, reply).done;
+    (req as { lumenResult?: GenerationResult }).lumenResult = r;
+    return { result: r, failure: this.failureOf(r) };
+  }
+
+  /** The error a finished generation answers with: the engine failed it, or the stopping server cancelled it; else null. */
+  failureOf(r: GenerationResult): ApiError | null {
+    if (r.finish === 'error') return toApiError(new Error(r.error ?? 'generation failed'));
+    if (r.finish === 'cancelled' && this.closing) return new ApiError(503, 'the server is shutting down', 'unavailable');
+    return null;
   }
 
   /** Cancels every generation in flight (shutdown); resolves once each has ended and its handler has answered. */

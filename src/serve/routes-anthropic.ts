@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { anthropicInput, renderChat } from './chat-request.js';
 import type { ServeContext } from './context.js';
-import { ApiError, badRequest, errorBody, toApiError } from './errors.js';
+import { badRequest, errorBody } from './errors.js';
 import type { GenerationParams, GenerationResult, StepDelta } from './generation.js';
 import { checkModel } from './model.js';
 import { commonParams, resolveMaxTokens } from './request-params.js';
@@ -113,13 +113,8 @@ async function messages(ctx: ServeContext, req: FastifyRequest, reply: FastifyRe
   const model = ctx.model.name;
 
   if (body.stream !== true) {
-    const gen = ctx.start(params, reply);
-    const r = await gen.done;
-    (req as { lumenResult?: GenerationResult }).lumenResult = r;
-    if (r.finish === 'error' || (r.finish === 'cancelled' && ctx.closing)) {
-      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : new ApiError(503, 'the server is shutting down', 'unavailable');
-      return reply.code(e.status).send(errorBody('anthropic', e));
-    }
+    const { result: r, failure } = await ctx.complete(params, req, reply);
+    if (failure) return reply.code(failure.status).send(errorBody('anthropic', failure));
     const content: Json[] = [];
     if (r.reasoning) content.push({ type: 'thinking', thinking: r.reasoning, signature: '' });
     if (r.content || (!r.toolCalls.length && !r.reasoning)) content.push({ type: 'text', text: r.content });

@@ -8,7 +8,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { TokenLogprobs } from '../engine/types.js';
 import { openaiChatInput, renderChat } from './chat-request.js';
 import type { ServeContext } from './context.js';
-import { ApiError, badRequest, errorBody, toApiError } from './errors.js';
+import { badRequest, errorBody, toApiError } from './errors.js';
 import type { GenerationParams, GenerationResult, StepDelta } from './generation.js';
 import { checkModel } from './model.js';
 import { commonParams, rejectUnsupported, resolveMaxTokens } from './request-params.js';
@@ -104,11 +104,8 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
   const returnIds = body.return_token_ids === true;
 
   if (body.stream !== true) {
-    const gen = ctx.start(params, reply);
-    const r = await gen.done;
-    (req as { lumenResult?: GenerationResult }).lumenResult = r;
-    if (r.finish === 'error') return sendError(reply, new Error(r.error ?? 'generation failed'));
-    if (r.finish === 'cancelled' && ctx.closing) return sendError(reply, new ApiError(503, 'the server is shutting down', 'unavailable'));
+    const { result: r, failure } = await ctx.complete(params, req, reply);
+    if (failure) return sendError(reply, failure);
     const message: Json = {
       role: 'assistant',
       content: r.toolCalls.length && !r.content ? null : r.content,
@@ -163,9 +160,9 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
   sse = new SseStream(reply);
   const r = await gen.done;
   if (!sse.closed) {
-    if (r.finish === 'error' || (r.finish === 'cancelled' && ctx.closing)) {
-      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : new ApiError(503, 'the server is shutting down', 'unavailable');
-      sse.data(errorBody('openai', e));
+    const failure = ctx.failureOf(r);
+    if (failure) {
+      sse.data(errorBody('openai', failure));
     } else {
       sse.data(chunk({ index: 0, delta: first ? { role: 'assistant', content: '' } : {}, logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
       if (includeUsage) sse.data({ id, object: 'chat.completion.chunk', created, model, choices: [], usage: usageOf(r) });
@@ -208,11 +205,8 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
   const returnIds = body.return_token_ids === true;
 
   if (body.stream !== true) {
-    const gen = ctx.start(params, reply);
-    const r = await gen.done;
-    (req as { lumenResult?: GenerationResult }).lumenResult = r;
-    if (r.finish === 'error') return sendError(reply, new Error(r.error ?? 'generation failed'));
-    if (r.finish === 'cancelled' && ctx.closing) return sendError(reply, new ApiError(503, 'the server is shutting down', 'unavailable'));
+    const { result: r, failure } = await ctx.complete(params, req, reply);
+    if (failure) return sendError(reply, failure);
     return {
       id, object: 'text_completion', created, model,
       choices: [{
@@ -251,9 +245,9 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
   sse = new SseStream(reply);
   const r = await gen.done;
   if (!sse.closed) {
-    if (r.finish === 'error' || (r.finish === 'cancelled' && ctx.closing)) {
-      const e = r.finish === 'error' ? toApiError(new Error(r.error ?? 'generation failed')) : new ApiError(503, 'the server is shutting down', 'unavailable');
-      sse.data(errorBody('openai', e));
+    const failure = ctx.failureOf(r);
+    if (failure) {
+      sse.data(errorBody('openai', failure));
     } else {
       sse.data(chunk({ index: 0, text: first ? echo : '', logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
       if (includeUsage) sse.data({ id, object: 'text_completion', created, model, choices: [], usage: usageOf(r) });
