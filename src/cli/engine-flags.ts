@@ -47,14 +47,14 @@ export interface EngineFlags {
 
 /** The options, by name; each command adds the ones it takes where its help lists them. */
 export const ENGINE_FLAGS = {
-  device: () => new Option('--device <device>', 'cpu | cuda | auto (default auto: cuda when the engine has a GPU backend)'),
-  threads: () => new Option('--threads <n>', 'CPU worker threads, 0 = all cores (default 0)'),
-  kvcache: () => new Option('--kvcache <layout>', 'paged | continuous (default paged)'),
+  device: () => new Option('--device <device>', `cpu | cuda | auto (default ${ENGINE_DEFAULTS.device}: cuda when the engine has a GPU backend)`),
+  threads: () => new Option('--threads <n>', `CPU worker threads, 0 = all cores (default ${ENGINE_DEFAULTS.threads})`),
+  kvcache: () => new Option('--kvcache <layout>', `paged | continuous (default ${ENGINE_DEFAULTS.kvcache})`),
   paged: () => new Option('--paged', 'same as --kvcache paged'),
-  blockSize: () => new Option('--block-size <n>', 'tokens per KV block (default 16)'),
-  prefillChunk: () => new Option('--prefill-chunk <n>', 'largest prefill chunk per sequence per step (default 512)'),
-  stepTokenBudget: () => new Option('--step-token-budget <n>', 'most tokens in one forward step (default 2048)'),
-  maxSeq: () => new Option('--max-seq <n>', 'longest sequence (prompt + output) the engine accepts (default 4096)'),
+  blockSize: () => new Option('--block-size <n>', `tokens per KV block (default ${ENGINE_DEFAULTS.blockSize})`),
+  prefillChunk: () => new Option('--prefill-chunk <n>', `largest prefill chunk per sequence per step (default ${ENGINE_DEFAULTS.prefillChunk})`),
+  stepTokenBudget: () => new Option('--step-token-budget <n>', `most tokens in one forward step (default ${ENGINE_DEFAULTS.stepTokenBudget})`),
+  maxSeq: () => new Option('--max-seq <n>', `longest sequence (prompt + output) the engine accepts (default ${ENGINE_DEFAULTS.maxSeq})`),
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
 

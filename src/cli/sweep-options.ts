@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
 import { UsageError } from '../util/usage-error.js';
-import { ENGINE_DEFAULTS, resolveEngineFlags } from './engine-flags.js';
+import { ENGINE_DEFAULTS, resolveEngineFlags, type RawEngineFlags } from './engine-flags.js';
 import { oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
 
 export const DEFAULT_CELLS: readonly Cell[] = [
@@ -32,11 +32,9 @@ export const DEFAULTS = {
   burstiness: 1,
 };
 
-/** Raw option values as commander hands them over (strings, booleans, the -v count). */
-export interface RawSweepOptions {
+/** Raw option values as commander hands them over (strings, booleans, the -v count); the engine's as every command's. */
+export interface RawSweepOptions extends Omit<RawEngineFlags, 'maxSeqs'> {
   modelPath?: string;
-  device?: string;
-  threads?: string;
   cells?: string;
   isl?: string;
   osl?: string;
@@ -48,12 +46,6 @@ export interface RawSweepOptions {
   repeatPrompts?: boolean;
   warmup?: string;
   iters?: string;
-  kvcache?: string;
-  paged?: boolean;
-  blockSize?: string;
-  prefillChunk?: string;
-  stepTokenBudget?: string;
-  maxSeq?: string;
   memoryStages?: string;
   output?: string;
   format?: string;
