@@ -33,14 +33,8 @@ export interface RawEngineFlags {
   maxSeqs?: string;
 }
 
-export interface EngineFlags {
+export interface EngineFlags extends ServingFlags {
   device: DeviceChoice;
-  threads: number;
-  kvcache: KvLayout;
-  blockSize: number;
-  prefillChunk: number;
-  stepTokenBudget: number;
-  maxSeq: number;
   /** Only where the command takes --max-seqs (the sweep sizes it from --concurrency). */
   maxSeqs?: number;
 }

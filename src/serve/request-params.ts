@@ -3,21 +3,14 @@
 // cannot honour (refused with a 400 that names them, never silently ignored).
 import { randomInt } from 'node:crypto';
 import { badRequest, unsupported } from './errors.js';
+import type { GenerationParams } from './generation.js';
 import type { ServeModel } from './model.js';
 
 type Json = Record<string, unknown>;
 
-export interface CommonParams {
-  maxTokens: number;
-  minTokens: number;
-  temperature: number;
-  topP: number;
-  topK: number;
-  seed: number;
-  stop: string[];
-  stopTokenIds: number[];
-  ignoreEos: boolean;
-}
+/** The generation parameters every route reads from its request the same way. */
+export type CommonParams = Pick<GenerationParams,
+  'maxTokens' | 'minTokens' | 'temperature' | 'topP' | 'topK' | 'seed' | 'stop' | 'stopTokenIds' | 'ignoreEos'>;
 
 const given = (v: unknown) => v !== undefined && v !== null;
 
