@@ -95,8 +95,10 @@ async function main(): Promise<void> {
       const tokenMs: number[] = [];
       const sse = new SseParser();
       let raw = '';
-      const t0 = performance.now();
+      // Sent = the body is written on the connected socket (the client's TTFT start, as `bench --endpoint` stamps it).
+      let t0 = performance.now();
       const status = await pool.stream('/v1/completions', body, {
+        onSent: (at) => { t0 = at; },
         onData: (d, at) => {
           raw += d;
           for (const ev of sse.push(d)) {

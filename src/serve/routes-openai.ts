@@ -174,15 +174,15 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
   return reply;
 }
 
-/** `prompt` -> token ids and the prompt's text (for echo). */
-function completionPrompt(ctx: ServeContext, prompt: unknown): { ids: number[]; text: string } {
+/** `prompt` -> token ids, and the prompt's text (for echo; token-id prompts are decoded only when asked). */
+function completionPrompt(ctx: ServeContext, prompt: unknown): { ids: number[]; text: () => string } {
   const one = (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) ? prompt[0] : prompt;
   if (Array.isArray(one) && one.some((x) => typeof x !== 'number')) throw badRequest('batched prompts (a list of several prompts) are not supported by this server', 'prompt');
-  if (typeof one === 'string') return { ids: ctx.model.tokenizer.encode(one), text: one };
+  if (typeof one === 'string') return { ids: ctx.model.tokenizer.encode(one), text: () => one };
   const ids = one as number[];
   const bad = ids.find((t) => t >= ctx.model.vocabSize);
   if (bad !== undefined) throw badRequest(`prompt: token ${bad} is outside the vocabulary (${ctx.model.vocabSize})`, 'prompt');
-  return { ids, text: ctx.model.text.text(ids) };
+  return { ids, text: () => ctx.model.text.text(ids) };
 }
 
 async function completions(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
@@ -198,7 +198,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
   const params: GenerationParams = {
     prompt: prompt.ids, ...common, eosTokens: ctx.model.eosTokenIds, ...(logprobs !== undefined ? { logprobs } : {}),
   };
-  const echo = body.echo === true ? prompt.text : '';
+  const echo = body.echo === true ? prompt.text() : '';
   const id = `cmpl-${hexId()}`;
   const created = Math.floor(Date.now() / 1000);
   const model = ctx.model.name;

@@ -91,23 +91,29 @@ export function buildApp(ctx: ServeContext, apiKey: string | undefined, bodyLimi
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false } },
   });
 
-  app.addHook('onRequest', async (req) => {
+  // Callback-style hooks, not async ones: each async hook costs the request promise turns before
+  // its handler runs (time to first token over HTTP, docs/performance.md).
+  app.addHook('onRequest', (req, _reply, done) => {
     (req as { lumenStart?: number }).lumenStart = performance.now();
     if (apiKey !== undefined && needsKey(req.url) && !keyMatches(presentedKey(req), apiKey)) {
-      throw new ApiError(401, presentedKey(req) === undefined
+      done(new ApiError(401, presentedKey(req) === undefined
         ? 'missing API key (send Authorization: Bearer KEY, or x-api-key: KEY)'
-        : 'incorrect API key', 'authentication');
+        : 'incorrect API key', 'authentication'));
+      return;
     }
+    done();
   });
 
-  app.addHook('onResponse', async (req, reply) => {
+  app.addHook('onResponse', (req, reply, done) => {
     const r = req as { lumenStart?: number; lumenResult?: GenerationResult; lumenError?: string };
-    if (reply.raw.getHeader('content-type')?.toString().startsWith('text/event-stream')) return; // streams log themselves
-    if (req.url === '/health' || req.url === '/metrics') return;
-    ctx.logRequest({
-      route: req.routeOptions.url ?? req.url, status: reply.statusCode, result: r.lumenResult ?? null,
-      startedAt: r.lumenStart ?? performance.now(), ...(r.lumenError ? { error: r.lumenError } : {}),
-    });
+    const streamed = reply.raw.getHeader('content-type')?.toString().startsWith('text/event-stream'); // streams log themselves
+    if (!streamed && req.url !== '/health' && req.url !== '/metrics') {
+      ctx.logRequest({
+        route: req.routeOptions.url ?? req.url, status: reply.statusCode, result: r.lumenResult ?? null,
+        startedAt: r.lumenStart ?? performance.now(), ...(r.lumenError ? { error: r.lumenError } : {}),
+      });
+    }
+    done();
   });
 
   app.setErrorHandler((err, req, reply) => {
