@@ -183,6 +183,12 @@ describe('against small local servers', () => {
     // 6 tokens in 2 chunks: the first chunk's 3 tokens at TTFT (2 gaps of 0), the second's 3 gaps split evenly.
     expect(rep.distributions.itl_ms.n).toBe(2 * 5);
     expect(r.rows[0]!.notes).toMatch(/tokens per chunk estimated by the tokenizer for 2 of 2 timed requests/);
+    // The chunks are counted (here by the server's /tokenize) after the row's last request, never between
+    // a closed-loop session's requests; the warm-up's are never counted.
+    const first = est.arrivals.indexOf('stream');
+    const last = est.arrivals.lastIndexOf('stream');
+    expect(est.arrivals.slice(first, last)).not.toContain('tokenize');
+    expect(est.arrivals.slice(last).filter((a) => a === 'tokenize')).toHaveLength(2 * 2);
     // vLLM's /metrics: retires from vllm:request_success_total; the rest empty, said why.
     expect(r.rows[0]!.retires).toBe('2');
     expect(r.rows[0]!.admitted_tok).toBe('');

@@ -6,7 +6,7 @@
 // vLLM's mark, tokens per chunk, the server's prompt count, queue time) is kept per request for the probe.
 import { performance } from 'node:perf_hooks';
 import type {
-  EngineHandle, EngineInfo, EngineStats, FinishReason, RequestHandle, RequestOptions, RequestResult,
+  EngineHandle, EngineInfo, EngineStats, RequestHandle, RequestOptions, RequestResult,
 } from '../engine/types.js';
 import { countsFromRunningUsage, reconcileCounts, tokenTimeline } from './chunk-timeline.js';
 import { benchRequestBody, streamCompletion, type StreamedCompletion, type WireApi } from './completion-stream.js';
@@ -55,6 +55,14 @@ const ZERO_STATS: EngineStats = {
   prefixCachedBlocks: 0, snapshotsUsed: 0, snapshotsTotal: 0, steps: 0, weightBytes: 0,
 };
 
+/** Token times (and a token count: the ids are not on the wire, text is, so they are -1) from per-chunk counts. */
+function applyCounts(result: RequestResult, record: WireRecord, chunks: StreamedCompletion['chunks'], counts: readonly number[]): void {
+  const tl = tokenTimeline(chunks, counts);
+  record.tokensPerChunk = tl.tokensPerChunk;
+  result.tokenMs = tl.tokenMs;
+  result.tokens = new Array<number>(tl.tokenMs.length).fill(-1);
+}
+
 export class EndpointEngine implements EngineHandle {
   /** Not the server's: an endpoint's own description is in the report's `endpoint` section. */
   readonly info: EngineInfo = {
@@ -63,6 +71,14 @@ export class EndpointEngine implements EngineHandle {
   /** Prompt text by prompt key, filled before each row. */
   readonly prepared = new Map<string, PreparedPrompt>();
   readonly records = new Map<number, WireRecord>();
+  /**
+   * Requests whose tokens per chunk the tokenizer must count (the server sent no continuous usage and
+   * its total differs from the chunk count). Counting is an HTTP call per chunk when the tokenizer is
+   * the server's /tokenize, so it waits for countChunks() after the row's last request instead of
+   * delaying a closed-loop session's next request; meanwhile the result carries provisional counts
+   * (one per text chunk, reconciled with the usage total), so its token count is already final.
+   */
+  private readonly uncounted = new Map<number, { result: RequestResult; chunks: StreamedCompletion['chunks']; total: number | null; record: WireRecord }>();
   private readonly listeners = new Set<(n: number) => void>();
   private nextId = 1;
 
@@ -92,7 +108,7 @@ export class EndpointEngine implements EngineHandle {
     return { id, done, cancel: () => abort.abort() };
   }
 
-  private async toResult(id: number, submitMs: number, prompt: PreparedPrompt, s: StreamedCompletion): Promise<RequestResult> {
+  private toResult(id: number, submitMs: number, prompt: PreparedPrompt, s: StreamedCompletion): RequestResult {
     const base = {
       id, promptTokens: s.usage?.prompt_tokens ?? prompt.expectedPromptTokens, enqueueMs: s.sentMs, prefillChunkMs: [] as number[],
       cachedPromptTokens: s.usage?.cached_tokens ?? 0,
@@ -113,28 +129,54 @@ export class EndpointEngine implements EngineHandle {
 
     let counts = countsFromRunningUsage(s.chunks);
     const total = s.usage?.completion_tokens ?? null;
+    let deferred = false;
     if (counts !== null) record.chunkCounts = 'continuous_usage_stats';
     else {
-      const textChunks = s.chunks.filter((c) => c.text !== '').length;
-      if (total !== null && total === textChunks) {
-        counts = s.chunks.map((c) => (c.text !== '' ? 1 : 0));
+      const ones = s.chunks.map((c): number => (c.text !== '' ? 1 : 0));
+      if (total !== null && total === ones.reduce((a, b) => a + b, 0)) {
+        counts = ones;
         record.chunkCounts = 'one per chunk (usage total = chunks)';
       } else {
-        counts = [];
-        for (const c of s.chunks) counts.push(c.text === '' ? 0 : (await this.tokenizer.encode(c.text)).length);
-        if (total !== null) counts = reconcileCounts(counts, total);
+        counts = total !== null ? reconcileCounts(ones, total) : ones;
         record.chunkCounts = 'tokenizer';
+        deferred = true;
       }
     }
-    const tl = tokenTimeline(s.chunks, counts);
-    record.tokensPerChunk = tl.tokensPerChunk;
-    const finish: FinishReason = s.finishReason === 'length' || s.finishReason === 'stop' ? s.finishReason : 'length';
+    const result: RequestResult = { ...base, tokens: [], tokenMs: [], finishReason: 'length' };
+    applyCounts(result, record, s.chunks, counts);
+    if (deferred) this.uncounted.set(id, { result, chunks: s.chunks, total, record });
     if (s.finishReason !== null && s.finishReason !== 'length' && s.finishReason !== 'stop') {
-      return { ...base, tokens: new Array<number>(tl.tokenMs.length).fill(-1), tokenMs: tl.tokenMs, finishReason: 'error',
-        error: `the server ended the stream with finish_reason '${s.finishReason}'` };
+      result.finishReason = 'error';
+      result.error = `the server ended the stream with finish_reason '${s.finishReason}'`;
+    } else {
+      result.finishReason = s.finishReason === 'stop' ? 'stop' : 'length';
     }
-    // Token ids are not on the wire (text is): the count is right, the ids are -1.
-    return { ...base, tokens: new Array<number>(tl.tokenMs.length).fill(-1), tokenMs: tl.tokenMs, finishReason: finish };
+    return result;
+  }
+
+  /**
+   * Counts the tokens of each chunk of these requests with the tokenizer, where the wire did not say
+   * them, and rewrites their token times (and, without a usage total, their token counts); then
+   * forgets every request still waiting (warm-up requests are never counted).
+   */
+  async countChunks(ids: readonly number[], parallel = 8): Promise<void> {
+    const todo = ids.map((id) => this.uncounted.get(id)).filter((u) => u !== undefined);
+    this.uncounted.clear();
+    const worker = async () => {
+      for (let u = todo.shift(); u !== undefined; u = todo.shift()) {
+        let counts: number[] = [];
+        for (const c of u.chunks) counts.push(c.text === '' ? 0 : (await this.tokenizer.encode(c.text)).length);
+        if (u.total !== null) counts = reconcileCounts(counts, u.total);
+        applyCounts(u.result, u.record, u.chunks, counts);
+      }
+    };
+    await Promise.all(Array.from({ length: parallel }, worker));
+  }
+
+  /** Forgets the wire records and uncounted requests (before a row's requests). */
+  clearRecords(): void {
+    this.records.clear();
+    this.uncounted.clear();
   }
 
   onStep(listener: (tokens: number) => void): () => void {

@@ -40,7 +40,7 @@ export function endpointProbe(engine: EndpointEngine, st: ProbeSettings): RowPro
 
     async prepare(prompts, signal, concurrency) {
       engine.prepared.clear();
-      engine.records.clear();
+      engine.clearRecords();
       const target = st.isl - st.overheadTokens;
       if (target < 1) {
         throw new Error(`isl=${st.isl} leaves no room for text: the server adds ${st.overheadTokens} tokens of its own to every prompt (chat template, BOS)`);
@@ -65,12 +65,13 @@ export function endpointProbe(engine: EndpointEngine, st: ProbeSettings): RowPro
     },
 
     async begin() {
-      engine.records.clear();
+      engine.clearRecords();
       ({ samples: before, why: beforeWhy } = await scrapeMetrics(engine.pool, timeoutMs));
     },
 
     async end(timed: readonly TimedRequest[]): Promise<ProbeReading> {
       const { samples: after, why } = await scrapeMetrics(engine.pool, timeoutMs);
+      await engine.countChunks(timed.map((t) => t.result.id)); // after the scrape: its /tokenize calls are not the row's traffic
       const counters = counterColumnsFromMetrics(before, after, beforeWhy || why);
       const recs = timed.map((t) => engine.records.get(t.result.id)).filter((r): r is WireRecord => r !== undefined);
       const notes: string[] = [];

@@ -35,6 +35,8 @@ export interface FakeServer {
   streamed: number;
   maxInFlight: number;
   bodies: Record<string, unknown>[];
+  /** The order requests arrived in: 'tokenize' (POST /tokenize) and 'stream' (a streamed completion). */
+  arrivals: ('tokenize' | 'stream')[];
   close(): Promise<void>;
 }
 
@@ -44,7 +46,7 @@ export async function startFakeOpenAI(b: FakeBehaviour = {}): Promise<FakeServer
   const per = b.tokensPerChunk ?? 1;
   let successes = 0;
   let inFlight = 0;
-  const state: FakeServer = { url: '', streamed: 0, maxInFlight: 0, bodies: [], close: async () => {} };
+  const state: FakeServer = { url: '', streamed: 0, maxInFlight: 0, bodies: [], arrivals: [], close: async () => {} };
   const server = http.createServer((req, res) => {
     let raw = '';
     req.setEncoding('utf8');
@@ -64,6 +66,7 @@ export async function startFakeOpenAI(b: FakeBehaviour = {}): Promise<FakeServer
       }
       if (req.url === '/tokenize' || req.url === '/detokenize') {
         if (b.tokenize === false) return json(404, { error: 'not found' });
+        if (req.url === '/tokenize') state.arrivals.push('tokenize');
         if (req.url === '/tokenize') return json(200, { tokens: words(String(body.prompt ?? '')).map((w) => Number(w.slice(1)) || 7), count: 0 });
         return json(200, { prompt: (body.tokens as number[]).map((t) => `w${t}`).join(' ') });
       }
@@ -78,6 +81,7 @@ export async function startFakeOpenAI(b: FakeBehaviour = {}): Promise<FakeServer
       }
       state.streamed++;
       state.bodies.push(body);
+      state.arrivals.push('stream');
       if (b.failFromTokens !== undefined && promptTokens >= b.failFromTokens) return json(500, { error: { message: 'simulated server failure' } });
       if (b.hang) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
