@@ -1,5 +1,5 @@
 // One sweep row: a cell (isl:osl) at one concurrency, run as a closed loop of sessions on a loaded engine.
-import type { EngineHandle, EngineStats, ProfileReport, RequestHandle, RequestResult } from '../engine/types.js';
+import type { EngineHandle, EngineStats, ProfileReport, RequestEngine, RequestHandle, RequestResult } from '../engine/types.js';
 import { arrivalOffsetsMs } from './arrivals.js';
 import { errorRow, type SweepRow } from './csv.js';
 import { loadFigures, type GoodputBounds, type LoadFigures } from './load-figures.js';
@@ -92,7 +92,7 @@ interface PhaseSlot {
  * arrival time, then for a free lane (at most `lanes` in flight). The first failure cancels everything.
  */
 async function runPhase(
-  engine: EngineHandle,
+  engine: RequestEngine,
   lanes: number,
   plan: PhasePlan,
   promptFor: (pass: number, session: number) => Int32Array,
@@ -218,12 +218,15 @@ export function promptNote(mode: PromptMode): string {
     : 'prompts=unique (a fresh random prompt per session per iteration; prefill_tok_s prices prompt ingest)';
 }
 
+/** One row on the in-process engine (its own counters by default) or, with the row's probe, on any RequestEngine. */
+export function runRow(engine: EngineHandle, st: RowSettings, signal: AbortSignal, obs?: RowObserver, probe?: RowProbe): Promise<RowOutcome>;
+export function runRow(engine: RequestEngine, st: RowSettings, signal: AbortSignal, obs: RowObserver, probe: RowProbe): Promise<RowOutcome>;
 export async function runRow(
-  engine: EngineHandle,
+  engine: RequestEngine,
   st: RowSettings,
   signal: AbortSignal,
   obs: RowObserver = {},
-  probe: RowProbe = engineCounterProbe(engine),
+  probe: RowProbe = engineCounterProbe(engine as EngineHandle), // the first signature's case
 ): Promise<RowOutcome> {
   const { cell, concurrency: c } = st;
   const { isl, osl } = cell;

@@ -1,7 +1,7 @@
 // The sweep's rows: every cell at every concurrency, one row at a time (row k+1 starts after every
 // request of row k has finished), each streamed to the sinks as it completes. Returns whether the
 // sweep was interrupted.
-import type { EngineHandle } from '../engine/types.js';
+import type { EngineHandle, RequestEngine } from '../engine/types.js';
 import type { Checkpoint } from '../model/types.js';
 import { cpuSample, otherCpuShare } from '../util/machine.js';
 import { TOOL_VERSION } from '../util/version.js';
@@ -13,32 +13,33 @@ import type { Report } from './report.js';
 import type { SweepRenderer } from './render.js';
 import { RowSinks, toReportRow } from './row-sinks.js';
 import type { RowProbe } from './row-probe.js';
-import { runRow } from './runner.js';
+import { runRow, type RowOutcome } from './runner.js';
 import type { SweepConfig } from './sweep-config.js';
 
-/** What the rows run on: the loaded checkpoint (in-process) or a server (no checkpoint; a probe per row). */
+/** What the rows run on: the loaded engine and checkpoint (in-process) or a server (neither); a probe per row. */
 export interface RowsTarget {
-  ckpt: Checkpoint | null;
+  /** In-process: the engine (its memory counters) and the checkpoint, for --memory-stages. */
+  local: { engine: EngineHandle; ckpt: Checkpoint } | null;
   /** Exclusive bound of prompt token ids. */
   vocab: number;
   maxSeq: number;
   /** What sets maxSeq (default `--max-seq`). */
   maxSeqSource?: string;
-  /** The probe of one row (default: the engine's own counters). */
-  probe?: (cell: { isl: number; osl: number }) => RowProbe;
+  /** The probe of one row: the engine's own counters, or the server's /metrics and wire notes. */
+  probe: (cell: { isl: number; osl: number }) => RowProbe;
 }
 
 /** A row whose run saw other processes take at least this share of the CPU says so in its notes. */
 export const CONTENTION_NOTE_SHARE = 0.1;
 
 export async function runRows(
-  cfg: SweepConfig, engine: EngineHandle, target: RowsTarget, profile: boolean, signal: AbortSignal,
+  cfg: SweepConfig, engine: RequestEngine, target: RowsTarget, profile: boolean, signal: AbortSignal,
   renderer: SweepRenderer, report: Report, sinks: RowSinks, rows: SweepRow[],
 ): Promise<boolean> {
-  const ckpt = target.ckpt;
+  const local = target.local;
   const stage = (s: MemoryStage) => {
-    if (cfg.memoryStages === null || ckpt === null) return;
-    const stageRows = memoryStageRows(s, engine, ckpt, TOOL_VERSION);
+    if (cfg.memoryStages === null || local === null) return;
+    const stageRows = memoryStageRows(s, local.engine, local.ckpt, TOOL_VERSION);
     appendMemoryStage(cfg.memoryStages, stageRows);
     renderer.debug('memory_stage', { stage: s, rows: stageRows });
   };
@@ -59,7 +60,7 @@ export async function runRows(
       const label = `${cell.isl}:${cell.osl} c=${c}`;
       renderer.rowStart(label, { isl: cell.isl, osl: cell.osl, concurrency: c }, () => engine.nowMs());
       const cpuBefore = cpuSample();
-      const out = await runRow(engine, {
+      const out: RowOutcome = await runRow(engine, {
         cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: target.maxSeq, seed: cfg.seed,
         prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile, c1DecodeTokS,
         ...(target.maxSeqSource ? { maxSeqSource: target.maxSeqSource } : {}), open, goodput: load.goodput,
@@ -76,7 +77,7 @@ export async function runRows(
           cell: label, timed, pass: t.pass, session: t.session, id: t.result.id,
           tokens: t.result.tokens.length, ttft_ms: ttftOf(t.result),
         }),
-      }, target.probe?.(cell));
+      }, target.probe(cell));
       const otherCpu = otherCpuShare(cpuBefore, cpuSample());
       if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted) {
         const note = `other processes used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;

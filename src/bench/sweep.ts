@@ -1,7 +1,7 @@
 // The sweep: load the model once (sweep-load.ts), run every cell x concurrency row one at a time
 // (sweep-rows.ts), stream each finished row to stdout and to the --output files (row-sinks.ts), stop
 // cleanly on a signal (sweep-signals.ts), and end with a summary. Returns the exit code.
-import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
+import type { Device, EngineHandle, EngineOptions, RequestEngine } from '../engine/types.js';
 import { engineOptionsFrom } from '../engine/options.js';
 import type { Checkpoint } from '../model/types.js';
 import { gitInfo } from '../util/git.js';
@@ -14,6 +14,7 @@ import { colorEnabled, HumanRenderer, LogRenderer, type SweepRenderer } from './
 import { RowSinks, rowFromError } from './row-sinks.js';
 import type { SweepConfig } from './sweep-config.js';
 import { loadModel, sweepLine } from './sweep-load.js';
+import { engineCounterProbe } from './row-probe.js';
 import { runRows, type RowsTarget } from './sweep-rows.js';
 import { promptVocab } from './prompts.js';
 import type { RowProbe } from './row-probe.js';
@@ -41,7 +42,7 @@ export interface SweepBackend {
 /** A server the sweep drives instead of an engine it loads. */
 export interface EndpointConnection {
   /** Null when the server could not be used (loadError says why). */
-  engine: EngineHandle | null;
+  engine: RequestEngine | null;
   loadError: string | null;
   notes: string[];
   /** What the server says of itself: the header, and the report's `endpoint` provenance. */
@@ -102,7 +103,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
 
   const abort = io.abort ?? new AbortController();
   const signals = watchStopSignals(renderer, abort, io.handleSignals);
-  let engine: EngineHandle | null = null;
+  let engine: RequestEngine | null = null;
   const sinks = new RowSinks(cfg, io, report, () => abort.abort());
   const rows: SweepRow[] = [];
   try {
@@ -118,15 +119,19 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
       if (conn.header) renderer.endpoint(conn.header, sweepLine(cfg));
       for (const n of conn.notes) { renderer.note(n); report.notes.push(n); }
       target = {
-        ckpt: null, vocab: conn.vocab, maxSeq: conn.maxSeq ?? Number.MAX_SAFE_INTEGER, maxSeqSource: "the server's max_model_len",
+        local: null, vocab: conn.vocab, maxSeq: conn.maxSeq ?? Number.MAX_SAFE_INTEGER, maxSeqSource: "the server's max_model_len",
         probe: (cell) => conn.probe(cell),
       };
     } else {
       const opts = engineOptions(cfg, device);
       const loaded = await loadModel(cfg, backend, device, opts, gpus, renderer, report);
-      engine = loaded.engine;
+      const local = loaded.engine;
+      engine = local;
       loadError = loaded.loadError;
-      target = { ckpt: loaded.ckpt, vocab: promptVocab(loaded.ckpt.config.vocabSize), maxSeq: cfg.maxSeq };
+      target = {
+        local: local && { engine: local, ckpt: loaded.ckpt }, vocab: promptVocab(loaded.ckpt.config.vocabSize), maxSeq: cfg.maxSeq,
+        probe: () => engineCounterProbe(local!), // rows run only once the engine loaded
+      };
     }
     signals.loaded();
     // An endpoint's load error names the endpoint itself (`endpoint URL unreachable: ...`).

@@ -1,13 +1,11 @@
-// The sweep's EngineHandle over an OpenAI-compatible server: submit() sends one streamed request
+// The sweep's RequestEngine over an OpenAI-compatible server: submit() sends one streamed request
 // (the prompt's text prepared beforehand, src/endpoint/endpoint-probe.ts), and its RequestResult
 // carries the client's monotonic times: enqueueMs = the request sent, tokenMs from the chunks (a
 // chunk of k tokens split into k gaps), tokens counted from usage. So the sweep's cells, ladder,
 // warm-up, passes, prompts and figures are the same code as in-process. What the wire adds (TTFT by
 // vLLM's mark, tokens per chunk, the server's prompt count, queue time) is kept per request for the probe.
 import { performance } from 'node:perf_hooks';
-import type {
-  EngineHandle, EngineInfo, EngineStats, RequestHandle, RequestOptions, RequestResult,
-} from '../engine/types.js';
+import type { RequestEngine, RequestHandle, RequestOptions, RequestResult } from '../engine/types.js';
 import { countsFromRunningUsage, reconcileCounts, tokenTimeline } from './chunk-timeline.js';
 import { benchRequestBody, streamCompletion, type StreamedCompletion, type WireApi } from './completion-stream.js';
 import type { HttpPool } from './http-pool.js';
@@ -49,11 +47,6 @@ export interface PreparedPrompt extends FittedPrompt {
   expectedPromptTokens: number;
 }
 
-const ZERO_STATS: EngineStats = {
-  peakActiveBytes: 0, activeBytes: 0, numAllocs: 0, parkWaits: 0, prefixAdmittedTokens: 0, prefixHitTokens: 0, retires: 0,
-  evictions: 0, preemptions: 0, kvBlocksUsed: 0, kvBlocksFree: 0, kvBlocksTotal: 0, stateSlotsFree: 0, stateSlotsTotal: 0,
-  prefixCachedBlocks: 0, snapshotsUsed: 0, snapshotsTotal: 0, steps: 0, weightBytes: 0,
-};
 
 /** Token times (and a token count: the ids are not on the wire, text is, so they are -1) from per-chunk counts. */
 function applyCounts(result: RequestResult, record: WireRecord, chunks: StreamedCompletion['chunks'], counts: readonly number[]): void {
@@ -63,11 +56,9 @@ function applyCounts(result: RequestResult, record: WireRecord, chunks: Streamed
   result.tokens = new Array<number>(tl.tokenMs.length).fill(-1);
 }
 
-export class EndpointEngine implements EngineHandle {
+/** No counters or load facts here: the server's counters come from its /metrics (the row probe). */
+export class EndpointEngine implements RequestEngine {
   /** Not the server's: an endpoint's own description is in the report's `endpoint` section. */
-  readonly info: EngineInfo = {
-    backend: 'cpu', isa: 'remote', threads: 0, weightBytes: 0, dtype: 'unknown', kvBlocksTotal: 0, blockSize: 0, kvBlockBytes: 0, stateBytes: 0,
-  };
   /** Prompt text by prompt key, filled before each row. */
   readonly prepared = new Map<string, PreparedPrompt>();
   readonly records = new Map<number, WireRecord>();
@@ -183,13 +174,6 @@ export class EndpointEngine implements EngineHandle {
     this.listeners.add(listener);
     return () => { this.listeners.delete(listener); };
   }
-
-  /** The server's counters are read from /metrics by the probe; nothing is counted here. */
-  stats(): EngineStats {
-    return { ...ZERO_STATS };
-  }
-
-  resetCounters(): void {}
 
   nowMs(): number {
     return performance.now();

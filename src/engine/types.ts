@@ -162,9 +162,11 @@ export interface RequestHandle {
   cancel(): void;
 }
 
-/** The engine as the CLI sees it. Created by loadEngine() in src/engine/engine.ts. */
-export interface EngineHandle {
-  readonly info: EngineInfo;
+/**
+ * What the sweep's rows drive: the in-process engine (EngineHandle) or a server over HTTP
+ * (src/endpoint/endpoint-engine.ts), which has no counters or load facts of its own to report.
+ */
+export interface RequestEngine {
   /**
    * Queues a request. With `onToken` the request streams: one event per generated token crosses to
    * JS (prompt, serve). Without it, only the result does; progress comes from onStep.
@@ -172,19 +174,24 @@ export interface EngineHandle {
   submit(req: RequestOptions, onToken?: (ev: TokenEvent) => void): RequestHandle;
   /** Calls `listener` once per engine step that generated tokens, with their count; returns the unsubscribe. */
   onStep(listener: (tokens: number) => void): () => void;
+  /** Monotonic clock, ms (the clock of every event time): the engine's native one, or the client's. */
+  nowMs(): number;
+  /** Profile since the last call (null unless EngineOptions.profile, and always for a server). */
+  takeProfile(): ProfileReport | null;
+  close(): Promise<void>;
+}
+
+/** The engine as the CLI sees it. Created by loadEngine() in src/engine/engine.ts. */
+export interface EngineHandle extends RequestEngine {
+  readonly info: EngineInfo;
   /** Current counters (cumulative since load or the last resetCounters()). */
   stats(): EngineStats;
   /** Reset cumulative counters and the peak to the current level (between sweep cells). */
   resetCounters(): void;
-  /** Native monotonic clock, ms (the clock of every event time). */
-  nowMs(): number;
-  /** Profile since the last call (null unless EngineOptions.profile). */
-  takeProfile(): ProfileReport | null;
   /**
    * Engines loaded with internals.manualSteps only (tests): lets the worker run n more steps from
    * now, so a test places a cancel or a submit exactly between two steps instead of racing the
    * worker. Permits are topped up to n, not added: polling with allowSteps(1) never banks steps.
    */
   allowSteps?(n: number): void;
-  close(): Promise<void>;
 }
