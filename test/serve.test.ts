@@ -582,6 +582,31 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
     await s?.close();
   });
 
+  it('an engine error mid-stream ends each API\'s stream with its own error shape, naming the engine\'s reason', async () => {
+    const reason = 'scripted engine failure';
+    const ids = s.ctx.model.tokenizer.encode('Hello there'); // no end-of-sequence: the failure comes first
+    const events = async (route: string, body: Json) => {
+      eng.scripts.push(ids);
+      eng.failNext = reason;
+      const res = await post(s, route, { model: 'embedded-tiny-v2', max_tokens: 32, ...body, stream: true });
+      expect(res.status).toBe(200);
+      return readSse(res);
+    };
+    const chat = await events('/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }] });
+    const cmpl = await events('/v1/completions', { prompt: 'x' });
+    for (const evs of [chat, cmpl]) {
+      expect(evs[evs.length - 1]!.data).toBe('[DONE]');
+      const err = JSON.parse(evs[evs.length - 2]!.data) as Json;
+      expect(err.error).toMatchObject({ type: 'server_error' });
+      expect(err.error.message).toContain(reason);
+    }
+    const msgs = await events('/v1/messages', { messages: [{ role: 'user', content: 'x' }] });
+    const last = msgs[msgs.length - 1]!;
+    expect(last.event).toBe('error');
+    expect(JSON.parse(last.data)).toMatchObject({ type: 'error', error: { type: 'api_error' } });
+    expect((JSON.parse(last.data) as Json).error.message).toContain(reason);
+  });
+
   const CALL = 'I will look it up.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>';
 
   it('OpenAI: the model\'s <tool_call> comes back as tool_calls with finish_reason tool_calls, streamed as tool-call deltas', async () => {

@@ -145,9 +145,9 @@ async function messages(ctx: ServeContext, req: FastifyRequest, reply: FastifyRe
   sse = new SseStream(reply);
   const r = await gen.done;
   if (!sse.closed) {
-    if (r.finish === 'error' || (r.finish === 'cancelled' && ctx.closing)) {
-      const msg = r.finish === 'error' ? `generation failed: ${r.error ?? ''}` : 'the server is shutting down';
-      sse.event('error', { type: 'error', error: { type: r.finish === 'error' ? 'api_error' : 'overloaded_error', message: msg } });
+    const failure = ctx.failureOf(r);
+    if (failure) {
+      sse.event('error', errorBody('anthropic', failure));
     } else {
       if (!blocks) startMessage();
       blocks!.finish();

@@ -55,6 +55,8 @@ export class ScriptedEngine implements EngineHandle {
     backend: 'cpu', isa: 'scripted', threads: 1, weightBytes: 0, dtype: 'f32', kvBlocksTotal: 64, blockSize: 16, kvBlockBytes: 0, stateBytes: 0,
   };
   readonly scripts: number[][] = [];
+  /** The next request plays its script, then fails with this engine error (instead of running on). */
+  failNext: string | null = null;
   private nextId = 1;
   private live = 0;
 
@@ -63,6 +65,8 @@ export class ScriptedEngine implements EngineHandle {
   submit(req: RequestOptions, onToken?: (ev: TokenEvent) => void): RequestHandle {
     const id = this.nextId++;
     const script = this.scripts.shift() ?? this.fallback;
+    const failure = this.failNext;
+    this.failNext = null;
     const prompt = Array.from(req.prompt);
     const enqueueMs = performance.now();
     const tokens: number[] = [];
@@ -72,10 +76,14 @@ export class ScriptedEngine implements EngineHandle {
     const done = new Promise<RequestResult>((resolve) => {
       const finish = (finishReason: RequestResult['finishReason']) => {
         this.live--;
-        resolve({ id, tokens, promptTokens: prompt.length, enqueueMs, tokenMs, prefillChunkMs: [], cachedPromptTokens: 0, finishReason });
+        resolve({
+          id, tokens, promptTokens: prompt.length, enqueueMs, tokenMs, prefillChunkMs: [], cachedPromptTokens: 0, finishReason,
+          ...(finishReason === 'error' ? { error: failure! } : {}),
+        });
       };
       const step = () => {
         if (cancelled) return finish('cancelled');
+        if (failure !== null && tokens.length >= script.length) return finish('error');
         const tok = script[tokens.length] ?? 248046;
         const t = performance.now();
         tokens.push(tok);
