@@ -13,6 +13,7 @@ import { loadEngine } from '../src/engine/engine.js';
 import type { EngineHandle, ProfileReport, TokenEvent } from '../src/engine/types.js';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { formatOpsReport } from '../src/bench/profile.js';
+import { machineInfo } from '../src/util/machine.js';
 import { benchIds, ensureBenchModel, median } from './bench-model.js';
 
 const program = new Command('batch-bench')
@@ -89,6 +90,8 @@ async function main(): Promise<void> {
     log(`round ${r + 1}/${opt.rounds}: ${line.join(', ')} tok/s`);
   }
   const out: string[] = [];
+  const cpu = machineInfo().cpuModel;
+  out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.engine.info.isa).join(' / ')}`);
   out.push(`model: synthetic ${opt.preset} bf16; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; steady-state aggregate decode, medians of ${opt.rounds}`);
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
@@ -125,7 +128,7 @@ async function main(): Promise<void> {
     }
   }
   if (opt.json) {
-    writeFileSync(opt.json, JSON.stringify({ threads: opt.threads, variants: variants.map((v) => ({ name: v.name, rates: Object.fromEntries(v.rates) })) }, null, 2));
+    writeFileSync(opt.json, JSON.stringify({ cpu, threads: opt.threads, variants: variants.map((v) => ({ name: v.name, isa: v.engine.info.isa, rates: Object.fromEntries(v.rates) })) }, null, 2));
   }
   for (const v of variants) await v.engine.close();
 }
