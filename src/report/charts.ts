@@ -94,7 +94,7 @@ export function chartSpec(chart: ChartSpec, points: readonly ChartPoint[]): TopL
   const y = { field: 'y', type: 'quantitative', title: chart.yTitle, scale: { zero: true } } as const;
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    width: 280,
+    width: 260,
     height: 200,
     background: 'white',
     data: { values: points.map((p) => ({ ...p })) },

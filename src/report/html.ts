@@ -15,6 +15,9 @@ function text(v: unknown): string {
   return JSON.stringify(v);
 }
 
+/** The sweep's load section in words: "closed loop", or the open loop's settings. */
+const loadText = (l: unknown): string => (typeof l === 'object' && l !== null ? Object.entries(l).map(([k, v]) => (k === 'kind' ? text(v) : `${k} ${text(v)}`)).join(', ') : text(l));
+
 const gib = (b: unknown): string => (typeof b === 'number' ? `${(b / 2 ** 30).toFixed(1)} GiB` : '');
 
 /** A definition list of label / value pairs, empty values left out. */
@@ -47,7 +50,7 @@ function header(r: SavedReport): string {
   const sw = r.sweep ?? {};
   parts.push(facts('Provenance', [['tool', `${text(t.name)} ${text(t.version)}`], ['git commit', t.git_commit], ['uncommitted changes', t.git_dirty],
     ['command', r.command_line?.shell], ['started', r.started_at], ['finished', r.finished_at], ['status', r.status],
-    ['warm-up / timed passes', `${text(sw.warmup)} / ${text(sw.iters)}`], ['prompts', sw.prompts], ['seed', sw.seed], ['load', sw.load]]));
+    ['warm-up / timed passes', `${text(sw.warmup)} / ${text(sw.iters)}`], ['prompts', sw.prompts], ['seed', sw.seed], ['load', loadText(sw.load)]]));
   const what = kind === 'endpoint' ? `endpoint ${text(ep.url)} (${text(ep.model)})` : `${text(md.embedded) === 'true' ? 'embedded model' : text(md.path)} (${text(md.dtype)}) on ${text(e.backend)}/${text(e.isa)}`;
   return `<header><h1>lumen-bench sweep: ${esc(what)}</h1><p class="kind">measured: ${kind === 'endpoint' ? 'an OpenAI-compatible endpoint over HTTP' : 'the in-process engine'}</p></header>`
     + `<div class="header">${parts.join('')}</div>`;
@@ -58,6 +61,8 @@ function table(rows: readonly ReportRow[]): string {
   const body = rows.map((row) => {
     const cells = CSV_COLUMNS.map((c) => {
       const v = (row as unknown as Record<string, number | string | null>)[c.name] ?? null;
+      // Figures shown to 5 significant digits; the exact value (as in the CSV) is the cell's title.
+      if (typeof v === 'number' && !Number.isInteger(v)) return `<td class="${c.kind}" title="${formatField(v)}">${esc(formatField(Number(v.toPrecision(5))))}</td>`;
       return `<td class="${c.kind}">${esc(formatField(v))}</td>`;
     }).join('');
     return `<tr class="${row.status === 'ok' ? 'ok' : 'error'}" data-row="${esc(`${cellOf(row)} c=${row.concurrency}`)}">${cells}</tr>`;
@@ -75,10 +80,10 @@ const STYLE = `body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;ma
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:18px 0 6px}.kind{color:#555;margin:0}
 .header{display:flex;flex-wrap:wrap;gap:8px 32px}.facts dl{display:grid;grid-template-columns:max-content auto;gap:1px 12px;margin:0}
 .facts dt{color:#666}.facts dd{margin:0;word-break:break-all;max-width:520px}
-.cell{display:flex;flex-wrap:wrap;gap:12px}.chart{margin:0;border:1px solid #ddd;padding:6px;width:350px}
+.cell{display:flex;flex-wrap:wrap;gap:12px}.chart{margin:0;border:1px solid #ddd;padding:6px;width:330px}
 .chart figcaption{font-size:12px;color:#444;margin-bottom:4px}.empty{color:#999}
 .scroll{overflow-x:auto}table{border-collapse:collapse;font-size:12px}th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}
-td.text{text-align:left;white-space:normal;min-width:160px}tr.error{background:#fde8e8}tr.error td.text{color:#9b1c1c}`;
+td.text{text-align:left;white-space:normal;min-width:320px;max-width:640px}tr.error{background:#fde8e8}tr.error td.text{color:#9b1c1c}`;
 
 /** The whole page. */
 export async function renderHtml(report: SavedReport): Promise<string> {
