@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { compareReports } from '../src/report/compare.js';
 import { checkReport } from '../src/report/report-file.js';
-import { chartPoints, CHARTS } from '../src/report/charts.js';
+import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
 import { combinedFloor, logHalfWidth, medianInterval, type MedianInterval } from '../src/report/noise.js';
 import { UsageError } from '../src/util/usage-error.js';
 
@@ -128,5 +128,17 @@ describe('checkReport and the chart points', () => {
     expect(chartPoints(itl, rows, '16:8').map((p) => p.desc)).toEqual(['16:8 c=1 itl_p50_ms=10', '16:8 c=1 itl_p99_ms=20', '16:8 c=2 itl_p50_ms=10']);
     const frontier = CHARTS.find((c) => c.id === 'frontier')!;
     expect(chartPoints(frontier, rows, null).map((p) => [p.x, p.y])).toEqual([[100, 100], [200, 100]]);
+  });
+
+  it('renders a chart to SVG with one point mark per point, and refuses a spec vega-lite warns about', async () => {
+    const rows = checkReport({ schema_version: 1, rows: [row(16, 1, 100, 10, 5, 0.02, 3), row(16, 2, 90, 11, 6, 0.02, 3)] }, 'r.json').rows;
+    const ttft = CHARTS.find((c) => c.id === 'ttft')!;
+    const spec = chartSpec(ttft, chartPoints(ttft, rows, '16:8'));
+    const svg = await renderChart(spec);
+    expect(svg.startsWith('<svg')).toBe(true);
+    expect(svg.match(/<path aria-label="16:8 c=\d ttft_p\d\d_ms=[\d.]+"/g)).toHaveLength(4);
+    const bad = structuredClone(spec) as any;
+    bad.layer[1].encoding.shape = { field: 'series', type: 'nominal', legend: null };
+    await expect(renderChart(bad)).rejects.toThrow(/^chart warn: .*legend/);
   });
 });

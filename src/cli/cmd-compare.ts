@@ -11,6 +11,7 @@ export function registerCompare(program: Command, setResult: (code: number) => v
     .command('compare')
     .argument('<base.json>', 'the baseline PREFIX.json')
     .argument('<new.json>', 'the PREFIX.json to judge against it')
+    .summary('compare two saved sweeps beyond their own noise: Markdown on stdout, exit 5 on a regression')
     .description(
       'Compare two saved sweeps row by row: NEW/BASE per figure, flagged only beyond both the noise floor\n' +
       '(from each run\'s per-request samples) and --threshold; provenance differences first.\n' +

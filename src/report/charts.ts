@@ -112,9 +112,17 @@ export function chartSpec(chart: ChartSpec, points: readonly ChartPoint[]): TopL
   } as TopLevelSpec;
 }
 
+/**
+ * A warning from vega-lite or vega is a chart that does not show what its spec says: an error here
+ * (the page is not written) rather than a line on the sweep's stderr and a wrong picture.
+ */
+const strict = (): ReturnType<typeof vega.logger> => vega.logger(vega.Warn, undefined, (_method, level, args) => {
+  throw new Error(`chart ${level.toLowerCase()}: ${args.map(String).join(' ')}`);
+});
+
 /** The chart as an SVG string (vega's SVG renderer, headless). */
 export async function renderChart(spec: TopLevelSpec): Promise<string> {
-  const view = new vega.View(vega.parse(compile(spec).spec), { renderer: 'none' });
+  const view = new vega.View(vega.parse(compile(spec, { logger: strict() }).spec), { renderer: 'none', logger: strict() });
   try {
     return await view.toSVG();
   } finally {
