@@ -20,32 +20,36 @@ export interface ChartSpec {
   figures: readonly FigureName[];
   yTitle: string;
   xTitle: string;
+  /** Plot area in px (the frontier, every cell on one plot, is drawn larger). */
+  size: { width: number; height: number };
 }
+
+const SMALL = { width: 260, height: 200 };
 
 export const CHARTS: readonly ChartSpec[] = [
   {
     id: 'throughput', title: 'Decode throughput', scope: 'cell', figures: ['decode_tok_s', 'per_user_tok_s'],
-    xTitle: 'concurrency', yTitle: 'tok/s',
+    xTitle: 'concurrency', yTitle: 'tok/s', size: SMALL,
     caption: 'Aggregate: every session together; per user: one request\'s own rate (mean over requests). Aggregate should rise with concurrency while per-user falls slowly.',
   },
   {
     id: 'ttft', title: 'Time to first token', scope: 'cell', figures: ['ttft_p50_ms', 'ttft_p99_ms'],
-    xTitle: 'concurrency', yTitle: 'ms',
+    xTitle: 'concurrency', yTitle: 'ms', size: SMALL,
     caption: 'Enqueue to first token, queueing included. A p99 far above p50 means some requests waited behind others\' prefills.',
   },
   {
     id: 'itl', title: 'Inter-token latency', scope: 'cell', figures: ['itl_p50_ms', 'itl_p99_ms'],
-    xTitle: 'concurrency', yTitle: 'ms',
+    xTitle: 'concurrency', yTitle: 'ms', size: SMALL,
     caption: 'Decode-only gaps between tokens. p99 is the stall a user notices.',
   },
   {
     id: 'efficiency', title: 'Batching efficiency', scope: 'cell', figures: ['batching_efficiency'],
-    xTitle: 'concurrency', yTitle: 'speedup / concurrency',
+    xTitle: 'concurrency', yTitle: 'speedup / concurrency', size: SMALL,
     caption: 'decode tok/s over the c=1 row, divided by concurrency: 1 is perfect scaling.',
   },
   {
     id: 'frontier', title: 'Latency-throughput frontier', scope: 'all', figures: ['decode_tok_s', 'per_user_tok_s'],
-    xTitle: 'aggregate decode tok/s', yTitle: 'per-user decode tok/s',
+    xTitle: 'aggregate decode tok/s', yTitle: 'per-user decode tok/s', size: { width: 480, height: 320 },
     caption: 'One point per concurrency, every cell: up and to the right is better; pick the concurrency where per-user tok/s still meets the target.',
   },
 ];
@@ -87,15 +91,15 @@ export function chartPoints(chart: ChartSpec, rows: readonly ReportRow[], cell: 
 
 /** The vega-lite spec of a chart over its points. */
 export function chartSpec(chart: ChartSpec, points: readonly ChartPoint[]): TopLevelSpec {
-  const colour = { field: 'series', type: 'nominal', title: chart.scope === 'all' ? 'cell' : null, legend: { orient: 'bottom', labelLimit: 240 } } as const;
+  const colour = { field: 'series', type: 'nominal', title: chart.scope === 'all' ? 'cell' : null, legend: { orient: 'bottom', direction: 'vertical', labelLimit: 240 } } as const;
   // Per cell the x values are the concurrencies: ticks at exactly those.
   const ticks = chart.scope === 'cell' ? { axis: { values: [...new Set(points.map((p) => p.x))].sort((a, b) => a - b), format: 'd' } } : {};
   const x = { field: 'x', type: 'quantitative', title: chart.xTitle, scale: { zero: chart.scope !== 'cell' }, ...ticks } as const;
   const y = { field: 'y', type: 'quantitative', title: chart.yTitle, scale: { zero: true } } as const;
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    width: 260,
-    height: 200,
+    width: chart.size.width,
+    height: chart.size.height,
     background: 'white',
     data: { values: points.map((p) => ({ ...p })) },
     layer: [

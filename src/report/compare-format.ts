@@ -15,6 +15,7 @@ const mdEsc = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 export function verdictLine(c: Comparison): string {
   if (c.regressions > 0) return `**${c.regressions} regression${c.regressions === 1 ? '' : 's'}** beyond both the noise floor and the ${c.threshold_pct}% threshold (exit 5).`;
   if (c.improvements > 0) return `**No regression beyond noise** (threshold ${c.threshold_pct}%); ${c.improvements} improvement${c.improvements === 1 ? '' : 's'} beyond noise.`;
+  if (c.no_floor.figures > 0) return `**No regression flagged** (threshold ${c.threshold_pct}%; some figures have no noise floor, below).`;
   return `**No change beyond noise** (threshold ${c.threshold_pct}%).`;
 }
 
@@ -45,7 +46,10 @@ export function formatMarkdown(c: Comparison): string {
     out.push('**Provenance**: no difference (machine, ISA, engine configuration, weight format, commit, sweep settings).');
   }
   out.push('', verdictLine(c));
-  if (c.unknown_floor > 0) out.push('', `${c.unknown_floor} figure${c.unknown_floor === 1 ? '' : 's'} moved beyond the threshold but the noise floor is unknown (a run with one timed pass has no pass-to-pass spread): not flagged. Run both sweeps with \`--iters 3\` or more.`);
+  if (c.no_floor.figures > 0) {
+    const moved = c.unknown_floor > 0 ? ` ${c.unknown_floor} of them moved beyond the threshold and are not flagged.` : '';
+    out.push('', `The noise floor is unknown for ${c.no_floor.figures} figure${c.no_floor.figures === 1 ? '' : 's'} (±?; ${c.no_floor.reason}).${moved} Run both sweeps with \`--iters 3\` or more.`);
+  }
   out.push('', `| row | ${COMPARED_FIGURES.map((f) => f.label).join(' | ')} |`, `| --- |${' --- |'.repeat(COMPARED_FIGURES.length)}`);
   for (const r of c.rows) out.push(rowLine(r));
   if (c.only_in_base.length) out.push('', `Only in BASE (not compared): ${c.only_in_base.join(', ')}.`);

@@ -58,6 +58,8 @@ export interface Comparison {
   improvements: number;
   /** Figures beyond the threshold whose floor is unknown (not flagged). */
   unknown_floor: number;
+  /** Compared figures without a noise floor, beyond the threshold or not, and the first reason given. */
+  no_floor: { figures: number; reason: string | null };
   /** 0 no regression, 5 at least one. */
   exit_code: 0 | 5;
 }
@@ -162,6 +164,7 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     regressions,
     improvements: figs.filter((f) => f.verdict === 'improvement').length + rows.filter((r) => r.row === 'fixed in NEW').length,
     unknown_floor: figs.filter((f) => f.verdict === 'floor unknown').length,
+    no_floor: { figures: figs.filter((f) => f.floor_unknown !== null).length, reason: figs.find((f) => f.floor_unknown !== null)?.floor_unknown ?? null },
     exit_code: regressions > 0 ? EXIT_REGRESSION : 0,
   };
 }

@@ -73,7 +73,7 @@ function table(rows: readonly ReportRow[]): string {
 
 function chartFigure(id: string, title: string, caption: string, svg: string | null): string {
   const inner = svg ?? '<p class="empty">no ok row has these figures</p>';
-  return `<figure class="chart" data-chart="${esc(id)}"><figcaption><b>${esc(title)}</b> ${esc(caption)}</figcaption>${inner}</figure>`;
+  return `<figure class="chart${id.includes(':') ? '' : ' wide'}" data-chart="${esc(id)}"><figcaption><b>${esc(title)}</b> ${esc(caption)}</figcaption>${inner}</figure>`;
 }
 
 const STYLE = `body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1500px}
@@ -81,7 +81,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:18px 0 6px}.kind{color
 .header{display:flex;flex-wrap:wrap;gap:8px 32px}.facts dl{display:grid;grid-template-columns:max-content auto;gap:1px 12px;margin:0}
 .facts dt{color:#666}.facts dd{margin:0;word-break:break-all;max-width:520px}
 .cell{display:flex;flex-wrap:wrap;gap:12px}.chart{margin:0;border:1px solid #ddd;padding:6px;width:330px}
-.chart figcaption{font-size:12px;color:#444;margin-bottom:4px}.empty{color:#999}
+.chart.wide{width:560px}.chart figcaption{font-size:12px;color:#444;margin-bottom:4px}.empty{color:#999}
 .scroll{overflow-x:auto}table{border-collapse:collapse;font-size:12px}th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}
 td.text{text-align:left;white-space:normal;min-width:320px;max-width:640px}tr.error{background:#fde8e8}tr.error td.text{color:#9b1c1c}`;
 

@@ -36,7 +36,7 @@ export function medianInterval(values: ReadonlyArray<number | null>, pass: reado
   const clusters = [...groups.values()];
   const n = clusters.reduce((s, c) => s + c.length, 0);
   if (n === 0) return { unknown: 'no samples' };
-  if (clusters.length < 2) return { unknown: `one timed pass (${n} request${n === 1 ? '' : 's'}): run with --iters 3 or more` };
+  if (clusters.length < 2) return { unknown: `one timed pass (${n} request${n === 1 ? '' : 's'})` };
   const rng = new Rng(BOOTSTRAP.seed, 'median-interval');
   const pick = (k: number) => Math.min(k - 1, Math.floor(rng.nextFloat() * k));
   const medians = new Float64Array(BOOTSTRAP.resamples);
