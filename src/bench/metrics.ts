@@ -61,8 +61,46 @@ export function e2eMs(r: RequestResult): number | null {
   return n > 0 ? r.tokenMs[n - 1]! - r.enqueueMs : null;
 }
 
+/** One request's decode rate: (tokens - 1) * 1000 / (last token - first token); null under two tokens or a zero span. */
+export function requestDecodeTokS(r: RequestResult): number | null {
+  const n = r.tokenMs.length;
+  if (n < 2) return null;
+  const span = r.tokenMs[n - 1]! - r.tokenMs[0]!;
+  return span > 0 ? ((n - 1) * 1000) / span : null;
+}
+
 export function ttftOf(r: RequestResult): number | null {
   return r.tokenMs.length > 0 ? r.tokenMs[0]! - r.enqueueMs : null;
+}
+
+/** One request's inter-token gaps, split into decode-only gaps and gaps that overlapped another request's prefill. */
+export interface RequestGaps {
+  decode: number[];
+  mixed: number[];
+}
+
+/**
+ * Splits every request's gaps t[k] - t[k-1] (k >= 1). While another timed request's prefill interval
+ * [enqueue, first token] is open, a gap may contain a prefill step, so that gap is mixed, not decode-only.
+ * One entry per request, in the order given.
+ */
+export function classifyGaps(results: readonly RequestResult[]): RequestGaps[] {
+  const prefillIntervals = results.map((r) => [r.enqueueMs, r.tokenMs.length ? r.tokenMs[0]! : Number.POSITIVE_INFINITY] as const);
+  return results.map((r, idx) => {
+    const out: RequestGaps = { decode: [], mixed: [] };
+    for (let k = 1; k < r.tokenMs.length; k++) {
+      const a = r.tokenMs[k - 1]!;
+      const b = r.tokenMs[k]!;
+      let mixed = false;
+      for (let q = 0; q < prefillIntervals.length && !mixed; q++) {
+        if (q === idx) continue;
+        const [qs, qe] = prefillIntervals[q]!;
+        if (qs < b && qe > a) mixed = true;
+      }
+      (mixed ? out.mixed : out.decode).push(b - a);
+    }
+    return out;
+  });
 }
 
 export function computeRowFigures(
@@ -79,24 +117,9 @@ export function computeRowFigures(
     if (t !== null) ttfts.push(t);
   }
 
-  // Prefill intervals [enqueue, first token] of every timed request: while one is open, another request's
-  // gap may contain a prefill step, so that gap is not a decode-only gap.
-  const prefillIntervals = results.map((r) => [r.enqueueMs, r.tokenMs.length ? r.tokenMs[0]! : Number.POSITIVE_INFINITY] as const);
-  const decodeGaps: number[] = [];
-  const mixedGaps: number[] = [];
-  results.forEach((r, idx) => {
-    for (let k = 1; k < r.tokenMs.length; k++) {
-      const a = r.tokenMs[k - 1]!;
-      const b = r.tokenMs[k]!;
-      let mixed = false;
-      for (let q = 0; q < prefillIntervals.length && !mixed; q++) {
-        if (q === idx) continue;
-        const [qs, qe] = prefillIntervals[q]!;
-        if (qs < b && qe > a) mixed = true;
-      }
-      (mixed ? mixedGaps : decodeGaps).push(b - a);
-    }
-  });
+  const gaps = classifyGaps(results);
+  const decodeGaps = gaps.flatMap((g) => g.decode);
+  const mixedGaps = gaps.flatMap((g) => g.mixed);
 
   const chunks: number[] = [];
   const prefillSums: number[] = [];
@@ -126,7 +149,8 @@ export function computeRowFigures(
       const last = r.tokenMs[n - 1]!;
       decodeTokens += n - 1;
       windows.push([first, last]);
-      if (last > first) perRequestDecode.push(((n - 1) * 1000) / (last - first));
+      const rate = requestDecodeTokS(r);
+      if (rate !== null) perRequestDecode.push(rate);
     }
   }
   const decodeWindowMs = unionLength(windows);

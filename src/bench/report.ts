@@ -6,6 +6,7 @@ import type { GpuInfo, MachineInfo } from '../util/machine.js';
 import type { SweepRow } from './csv.js';
 import type { LoadFigures } from './load-figures.js';
 import type { RowFigures } from './metrics.js';
+import type { RowSamples } from './row-samples.js';
 import type { SweepConfig } from './sweep-config.js';
 
 export const REPORT_SCHEMA_VERSION = 1;
@@ -31,6 +32,8 @@ export interface LatencyBlock {
 
 export interface ReportRow extends SweepRow {
   distributions: RowFigures['distributions'] | null;
+  /** Per timed request: its pass and its own TTFT, decode rate and ITL p50/p99 (the noise floor of `bench compare`). */
+  samples: RowSamples | null;
   latency: LatencyBlock | null;
   timed_requests: number;
   generated_tokens: number | null;

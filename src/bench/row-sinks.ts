@@ -3,6 +3,7 @@
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
 import { latencyBlock, type Report, type ReportRow } from './report.js';
+import { rowSamples } from './row-samples.js';
 import type { RowOutcome } from './runner.js';
 import type { SweepConfig } from './sweep-config.js';
 
@@ -17,6 +18,7 @@ export function toReportRow(out: RowOutcome): ReportRow {
   return {
     ...out.row,
     distributions: f ? f.distributions : null,
+    samples: f ? rowSamples(out.timed) : null,
     latency: f && out.row.status === 'ok' ? latencyBlock(out.row, f) : null,
     timed_requests: out.timed.length,
     generated_tokens: f ? f.generatedTokens : null,

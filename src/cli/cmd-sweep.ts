@@ -9,6 +9,7 @@ import { loadEngine } from '../engine/engine.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { connectEndpoint } from '../endpoint/connect.js';
+import { writeHtmlReport } from '../report/write-html.js';
 
 const realBackend: SweepBackend = {
   ensureEmbeddedModel,
@@ -65,7 +66,7 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
     .addOption(ENGINE_FLAGS.stepTokenBudget())
     .addOption(ENGINE_FLAGS.maxSeq())
     .option('--memory-stages <file>', "append the engine's memory counters at each stage of the model's life (JSON lines)")
-    .option('--output <prefix>', 'also write PREFIX.csv, PREFIX.json and PREFIX.jsonl as rows complete')
+    .option('--output <prefix>', 'also write PREFIX.csv, PREFIX.json and PREFIX.jsonl as rows complete, and PREFIX.html at the end')
     .option('--format <format>', 'stdout format: csv | json | md (default csv)')
     .option('--profile', 'per-op profile of each row on stderr')
     .option('--profile-pipeline', 'per-stage profile of each row on stderr')
@@ -82,8 +83,19 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
         argv: process.argv,
         handleSignals: true,
       });
-      setResult(code);
+      setResult(cfg.output !== null ? await writeHtml(cfg.output, code) : code);
     });
+}
+
+/** PREFIX.html from the PREFIX.json the sweep left (finished, interrupted or failed to load). */
+async function writeHtml(prefix: string, code: number): Promise<number> {
+  try {
+    await writeHtmlReport(`${prefix}.json`, `${prefix}.html`);
+    return code;
+  } catch (err) {
+    process.stderr.write(`bench: ${prefix}.html: ${err instanceof Error ? err.message : String(err)} (the other files are complete; \`bench report ${prefix}.json\` retries)\n`);
+    return code === 0 ? 1 : code;
+  }
 }
 
 export function registerSweep(program: Command, setResult: (code: number) => void): void {

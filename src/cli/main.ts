@@ -1,4 +1,5 @@
-// `bench` command line: the default command is the sweep; subcommands prompt, serve, synth, convert, diagnose.
+// `bench` command line: the default command is the sweep; subcommands prompt, serve, synth, convert, diagnose,
+// report and compare.
 import { Command, CommanderError } from 'commander';
 import { registerSweep } from './cmd-sweep.js';
 import { registerPrompt } from './cmd-prompt.js';
@@ -6,6 +7,8 @@ import { registerServe } from './cmd-serve.js';
 import { registerSynth } from './cmd-synth.js';
 import { registerConvert } from './cmd-convert.js';
 import { registerDiagnose } from './cmd-diagnose.js';
+import { registerReport } from './cmd-report.js';
+import { registerCompare } from './cmd-compare.js';
 import { UsageError } from '../util/usage-error.js';
 import { TOOL_VERSION } from '../util/version.js';
 
@@ -24,6 +27,8 @@ export async function main(argv: string[]): Promise<number> {
   registerSynth(program, setResult);
   registerConvert(program, setResult);
   registerDiagnose(program, setResult);
+  registerReport(program, setResult);
+  registerCompare(program, setResult);
   try {
     await program.parseAsync(argv);
   } catch (err) {

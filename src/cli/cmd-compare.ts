@@ -1,0 +1,27 @@
+// `bench compare BASE.json NEW.json`: did a figure move beyond the runs' own noise and the threshold?
+// Markdown on stdout by default; exit 0 no regression, 5 a regression, 2 usage error (docs/report.md).
+import type { Command } from 'commander';
+import { compareReports, DEFAULT_THRESHOLD_PCT } from '../report/compare.js';
+import { COMPARE_FORMATS, formatComparison, type CompareFormat } from '../report/compare-format.js';
+import { readReport } from '../report/report-file.js';
+import { choiceArg, numberArg } from './flag-values.js';
+
+export function registerCompare(program: Command, setResult: (code: number) => void): void {
+  program
+    .command('compare')
+    .argument('<base.json>', 'the baseline PREFIX.json')
+    .argument('<new.json>', 'the PREFIX.json to judge against it')
+    .summary('compare two saved sweeps beyond their own noise: Markdown on stdout, exit 5 on a regression')
+    .description(
+      'Compare two saved sweeps row by row: NEW/BASE per figure, flagged only beyond both the noise floor\n' +
+      '(from each run\'s per-request samples) and --threshold; provenance differences first.\n' +
+      'Exit status: 0 no regression, 5 at least one regression, 2 usage error.',
+    )
+    .option('--threshold <pct>', `smallest change flagged, percent of BASE (default ${DEFAULT_THRESHOLD_PCT})`, numberArg('--threshold', 0, 1e6))
+    .option('--format <format>', 'stdout format: md | csv | json (default md)', choiceArg('--format', COMPARE_FORMATS))
+    .action((base: string, next: string, opts: { threshold?: number; format?: CompareFormat }) => {
+      const c = compareReports(readReport(base), readReport(next), opts.threshold ?? DEFAULT_THRESHOLD_PCT);
+      process.stdout.write(formatComparison(c, opts.format ?? 'md'));
+      setResult(c.exit_code);
+    });
+}

@@ -1,0 +1,78 @@
+// `bench compare` output: a Markdown summary for a pull request (the default), one CSV line per row and
+// figure, or the comparison as JSON.
+import { stringify } from 'csv-stringify/sync';
+import { COMPARED_FIGURES } from './figures.js';
+import type { Comparison, FigureChange, RowComparison } from './compare.js';
+
+export const COMPARE_FORMATS = ['md', 'csv', 'json'] as const;
+export type CompareFormat = (typeof COMPARE_FORMATS)[number];
+
+const pct = (x: number): string => `${x < 10 ? x.toFixed(1) : Math.round(x)}%`;
+const ratioText = (r: number): string => `${r.toFixed(r >= 10 ? 1 : 2)}×`;
+const mdEsc = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+
+/** The headline, as the first line of the verdict. */
+export function verdictLine(c: Comparison): string {
+  if (c.regressions > 0) return `**${c.regressions} regression${c.regressions === 1 ? '' : 's'}** beyond both the noise floor and the ${c.threshold_pct}% threshold (exit 5).`;
+  if (c.improvements > 0) return `**No regression beyond noise** (threshold ${c.threshold_pct}%); ${c.improvements} improvement${c.improvements === 1 ? '' : 's'} beyond noise.`;
+  if (c.no_floor.figures > 0) return `**No regression flagged** (threshold ${c.threshold_pct}%; some figures have no noise floor, below).`;
+  return `**No change beyond noise** (threshold ${c.threshold_pct}%).`;
+}
+
+function cellText(f: FigureChange): string {
+  if (f.ratio === null) return '—';
+  const floor = f.floor_pct !== null ? ` ±${pct(f.floor_pct)}` : ' ±?';
+  const base = `${ratioText(f.ratio)}${floor}`;
+  if (f.verdict === 'regression') return `**${base} ▼ regression**`;
+  if (f.verdict === 'improvement') return `**${base} ▲ better**`;
+  if (f.verdict === 'floor unknown') return `${base} (beyond threshold, floor unknown)`;
+  return base;
+}
+
+function rowLine(r: RowComparison): string {
+  if (r.row !== 'compared') {
+    const note = r.row === 'failed in NEW' ? '**▼ failed in NEW**' : r.row;
+    return `| ${r.key} | ${note}: ${mdEsc(r.reason ?? '')} |${' |'.repeat(COMPARED_FIGURES.length - 1)}`;
+  }
+  return `| ${r.key} | ${r.figures.map(cellText).join(' | ')} |`;
+}
+
+export function formatMarkdown(c: Comparison): string {
+  const out: string[] = [`### bench compare: \`${c.base}\` → \`${c.next}\``, ''];
+  if (c.provenance.length) {
+    out.push('**Provenance differences** (these explain most changes):', '', '| field | BASE | NEW |', '| --- | --- | --- |');
+    for (const p of c.provenance) out.push(`| ${p.field} | ${mdEsc(p.base)} | ${mdEsc(p.next)} |`);
+  } else {
+    out.push('**Provenance**: no difference (machine, ISA, engine configuration, weight format, commit, sweep settings).');
+  }
+  out.push('', verdictLine(c));
+  if (c.no_floor.figures > 0) {
+    const moved = c.unknown_floor > 0 ? ` ${c.unknown_floor} of them moved beyond the threshold and are not flagged.` : '';
+    out.push('', `The noise floor is unknown for ${c.no_floor.figures} figure${c.no_floor.figures === 1 ? '' : 's'} (±?; ${c.no_floor.reason}).${moved} Run both sweeps with \`--iters 3\` or more.`);
+  }
+  out.push('', `| row | ${COMPARED_FIGURES.map((f) => f.label).join(' | ')} |`, `| --- |${' --- |'.repeat(COMPARED_FIGURES.length)}`);
+  for (const r of c.rows) out.push(rowLine(r));
+  if (c.only_in_base.length) out.push('', `Only in BASE (not compared): ${c.only_in_base.join(', ')}.`);
+  if (c.only_in_next.length) out.push('', `Only in NEW (not compared): ${c.only_in_next.join(', ')}.`);
+  out.push('', `NEW/BASE ratio ± noise floor (95% two-stage bootstrap interval of the per-request median, both runs); flagged only beyond both the floor and ${c.threshold_pct}%.`);
+  return out.join('\n') + '\n';
+}
+
+export const COMPARE_CSV_COLUMNS = ['isl', 'osl', 'concurrency', 'target', 'row', 'figure', 'base', 'new', 'ratio', 'floor_pct', 'verdict', 'note'] as const;
+
+export function formatCsv(c: Comparison): string {
+  const lines: Array<Array<string | number>> = [[...COMPARE_CSV_COLUMNS]];
+  const num = (v: number | null) => (v === null ? '' : v);
+  for (const r of c.rows) {
+    const key = [r.isl, r.osl, r.concurrency, r.target, r.row];
+    if (r.figures.length === 0) lines.push([...key, '', '', '', '', '', '', r.reason ?? '']);
+    for (const f of r.figures) lines.push([...key, f.figure, num(f.base), num(f.next), num(f.ratio), num(f.floor_pct), f.verdict, f.floor_unknown ?? '']);
+  }
+  return stringify(lines.map((l) => l.map(String)), { record_delimiter: '\n' });
+}
+
+export function formatComparison(c: Comparison, format: CompareFormat): string {
+  if (format === 'csv') return formatCsv(c);
+  if (format === 'json') return JSON.stringify(c, null, 2) + '\n';
+  return formatMarkdown(c);
+}

@@ -1,0 +1,170 @@
+// `bench compare BASE.json NEW.json`: rows matched by cell, concurrency and target (engine or endpoint);
+// per compared figure the ratio NEW/BASE against the threshold and the two runs' noise floor; the
+// provenance fields that differ. Formatting is compare-format.ts.
+import type { ReportRow } from '../bench/report.js';
+import { COMPARED_FIGURES, cellOf, figureValue, type FigureName } from './figures.js';
+import { combinedFloor, logHalfWidth, medianInterval } from './noise.js';
+import { targetKind, type SavedReport } from './report-file.js';
+
+/** A change smaller than this (percent of BASE) is never flagged, whatever the noise: `--threshold`'s default. */
+export const DEFAULT_THRESHOLD_PCT = 5;
+
+export type FigureVerdict = 'regression' | 'improvement' | 'within noise' | 'below threshold' | 'floor unknown' | 'not measured';
+
+export interface FigureChange {
+  figure: FigureName;
+  label: string;
+  better: 'higher' | 'lower';
+  base: number | null;
+  next: number | null;
+  ratio: number | null;
+  /** The noise floor as a percentage of the ratio (e^floor - 1); null when unknown. */
+  floor_pct: number | null;
+  /** Why the floor is unknown (one timed pass, no samples). */
+  floor_unknown: string | null;
+  verdict: FigureVerdict;
+}
+
+export type RowVerdict = 'compared' | 'failed in NEW' | 'fixed in NEW' | 'failed in both';
+
+export interface RowComparison {
+  key: string;
+  isl: number;
+  osl: number;
+  concurrency: number;
+  target: 'engine' | 'endpoint';
+  row: RowVerdict;
+  /** The error row's reason when a side failed. */
+  reason: string | null;
+  figures: FigureChange[];
+}
+
+export interface ProvenanceDiff {
+  field: string;
+  base: string;
+  next: string;
+}
+
+export interface Comparison {
+  base: string;
+  next: string;
+  threshold_pct: number;
+  provenance: ProvenanceDiff[];
+  rows: RowComparison[];
+  only_in_base: string[];
+  only_in_next: string[];
+  /** Figures flagged as regressions plus rows that failed in NEW only. */
+  regressions: number;
+  improvements: number;
+  /** Figures beyond the threshold whose floor is unknown (not flagged). */
+  unknown_floor: number;
+  /** Compared figures without a noise floor, beyond the threshold or not, and the first reason given. */
+  no_floor: { figures: number; reason: string | null };
+  /** 0 no regression, 5 at least one. */
+  exit_code: 0 | 5;
+}
+
+export const EXIT_REGRESSION = 5;
+
+const show = (v: unknown): string => (v === undefined || v === null ? '—' : typeof v === 'string' ? v : JSON.stringify(v));
+
+/** The provenance fields compared, by section; `*` compares every field of the section. */
+const PROVENANCE: ReadonlyArray<readonly [keyof SavedReport, readonly string[]]> = [
+  ['machine', ['cpu_model', 'logical_cores', 'physical_cores', 'memory_bytes', 'os', 'arch', 'node', 'gpus']],
+  ['engine', ['*']],
+  ['model', ['dtype', 'param_count', 'config_sha256', 'path', 'embedded']],
+  ['endpoint', ['url', 'api', 'model', 'server', 'tokenizer']],
+  ['tool', ['version', 'git_commit', 'git_dirty']],
+  ['sweep', ['warmup', 'iters', 'prompts', 'shared_prefix', 'seed', 'load']],
+];
+
+export function provenanceDiffs(a: SavedReport, b: SavedReport): ProvenanceDiff[] {
+  const out: ProvenanceDiff[] = [];
+  if (targetKind(a) !== targetKind(b)) out.push({ field: 'target', base: targetKind(a), next: targetKind(b) });
+  for (const [section, fields] of PROVENANCE) {
+    const sa = (a[section] ?? null) as Record<string, unknown> | null;
+    const sb = (b[section] ?? null) as Record<string, unknown> | null;
+    if (sa === null && sb === null) continue;
+    const keys = fields[0] === '*' ? [...new Set([...Object.keys(sa ?? {}), ...Object.keys(sb ?? {})])] : fields;
+    for (const k of keys) {
+      const va = sa?.[k];
+      const vb = sb?.[k];
+      if (JSON.stringify(va ?? null) !== JSON.stringify(vb ?? null)) out.push({ field: `${section}.${k}`, base: show(va), next: show(vb) });
+    }
+  }
+  return out;
+}
+
+const rowKey = (r: ReportRow, target: string): string => `${cellOf(r)} c=${r.concurrency} ${target}`;
+
+function floorOf(row: ReportRow, sample: string): { hw: number | null; why: string | null } {
+  const s = row.samples as unknown as Record<string, Array<number | null>> | null | undefined;
+  if (!s || !Array.isArray(s.pass) || !Array.isArray(s[sample])) return { hw: null, why: 'no per-request samples in the report' };
+  const iv = medianInterval(s[sample]!, s.pass as unknown as number[]);
+  if ('unknown' in iv) return { hw: null, why: iv.unknown };
+  const hw = logHalfWidth(iv);
+  return hw === null ? { hw: null, why: 'samples not all positive' } : { hw, why: null };
+}
+
+function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number): FigureChange[] {
+  const t = thresholdPct / 100;
+  return COMPARED_FIGURES.map((f) => {
+    const base = figureValue(a, f.name);
+    const next = figureValue(b, f.name);
+    const change: FigureChange = { figure: f.name, label: f.label, better: f.better, base, next, ratio: null, floor_pct: null, floor_unknown: null, verdict: 'not measured' };
+    if (base === null || next === null || !(base > 0) || !(next > 0)) return change;
+    const ratio = next / base;
+    change.ratio = ratio;
+    const fa = floorOf(a, f.sample);
+    const fb = floorOf(b, f.sample);
+    const beyondThreshold = Math.abs(ratio - 1) > t;
+    if (fa.hw === null || fb.hw === null) {
+      change.floor_unknown = fa.why !== null ? `BASE: ${fa.why}` : `NEW: ${fb.why}`;
+      change.verdict = beyondThreshold ? 'floor unknown' : 'below threshold';
+      return change;
+    }
+    const floor = combinedFloor(fa.hw, fb.hw);
+    change.floor_pct = (Math.exp(floor) - 1) * 100;
+    const worse = f.better === 'higher' ? ratio < 1 : ratio > 1;
+    if (!beyondThreshold) change.verdict = 'below threshold';
+    else if (Math.abs(Math.log(ratio)) <= floor) change.verdict = 'within noise';
+    else change.verdict = worse ? 'regression' : 'improvement';
+    return change;
+  });
+}
+
+export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: number = DEFAULT_THRESHOLD_PCT): Comparison {
+  const ta = targetKind(a);
+  const tb = targetKind(b);
+  const nextRows = new Map(b.rows.map((r) => [rowKey(r, tb), r]));
+  const baseKeys = new Set(a.rows.map((r) => rowKey(r, ta)));
+  const rows: RowComparison[] = [];
+  const onlyBase: string[] = [];
+  for (const ra of a.rows) {
+    const key = rowKey(ra, ta);
+    const rb = nextRows.get(key);
+    if (!rb) { onlyBase.push(key); continue; }
+    const base = { key, isl: ra.isl, osl: ra.osl, concurrency: ra.concurrency, target: ta };
+    if (ra.status === 'ok' && rb.status === 'ok') rows.push({ ...base, row: 'compared', reason: null, figures: compareFigures(ra, rb, thresholdPct) });
+    else if (ra.status === 'ok') rows.push({ ...base, row: 'failed in NEW', reason: rb.reason, figures: [] });
+    else if (rb.status === 'ok') rows.push({ ...base, row: 'fixed in NEW', reason: ra.reason, figures: [] });
+    else rows.push({ ...base, row: 'failed in both', reason: rb.reason, figures: [] });
+  }
+  const onlyNext = b.rows.map((r) => rowKey(r, tb)).filter((k) => !baseKeys.has(k));
+  const figs = rows.flatMap((r) => r.figures);
+  const regressions = figs.filter((f) => f.verdict === 'regression').length + rows.filter((r) => r.row === 'failed in NEW').length;
+  return {
+    base: a.file,
+    next: b.file,
+    threshold_pct: thresholdPct,
+    provenance: provenanceDiffs(a, b),
+    rows,
+    only_in_base: onlyBase,
+    only_in_next: onlyNext,
+    regressions,
+    improvements: figs.filter((f) => f.verdict === 'improvement').length + rows.filter((r) => r.row === 'fixed in NEW').length,
+    unknown_floor: figs.filter((f) => f.verdict === 'floor unknown').length,
+    no_floor: { figures: figs.filter((f) => f.floor_unknown !== null).length, reason: figs.find((f) => f.floor_unknown !== null)?.floor_unknown ?? null },
+    exit_code: regressions > 0 ? EXIT_REGRESSION : 0,
+  };
+}

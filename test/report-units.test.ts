@@ -1,0 +1,144 @@
+// The noise floor (src/report/noise.ts) and the comparison rule (src/report/compare.ts) on made-up
+// samples, where the answer is known: no sweep, no browser.
+import { describe, expect, it } from 'vitest';
+import { compareReports } from '../src/report/compare.js';
+import { checkReport } from '../src/report/report-file.js';
+import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
+import { combinedFloor, logHalfWidth, medianInterval, type MedianInterval } from '../src/report/noise.js';
+import { UsageError } from '../src/util/usage-error.js';
+
+const known = (iv: ReturnType<typeof medianInterval>): MedianInterval => {
+  if ('unknown' in iv) throw new Error(`floor unknown: ${iv.unknown}`);
+  return iv;
+};
+
+describe('medianInterval', () => {
+  it('one pass: unknown, with the reason; no samples: unknown', () => {
+    expect(medianInterval([1, 2, 3, 4], [0, 0, 0, 0])).toEqual({ unknown: 'one timed pass (4 requests)' });
+    expect(medianInterval([null, null], [0, 1])).toEqual({ unknown: 'no samples' });
+  });
+
+  it('lies within the samples, holds the median, and is the same every time', () => {
+    const v = [10, 11, 12, 10.5, 11.5, 30, 9, 10, 10.2];
+    const pass = [0, 0, 0, 1, 1, 1, 2, 2, 2];
+    const iv = known(medianInterval(v, pass));
+    expect(iv.median).toBe(10.5);
+    expect(iv.lo).toBeGreaterThanOrEqual(9);
+    expect(iv.hi).toBeLessThanOrEqual(30);
+    expect(iv.lo).toBeLessThanOrEqual(iv.median);
+    expect(iv.hi).toBeGreaterThanOrEqual(iv.median);
+    expect(iv).toEqual(medianInterval(v, pass));
+    expect(iv).toMatchObject({ passes: 3, n: 9 });
+  });
+
+  it('identical passes give a zero floor; passes that disagree give a wider one', () => {
+    const same = known(medianInterval([5, 5, 5, 5, 5, 5], [0, 0, 1, 1, 2, 2]));
+    expect(logHalfWidth(same)).toBe(0);
+    const tight = known(medianInterval([100, 101, 99, 100, 102, 98], [0, 0, 1, 1, 2, 2]));
+    const wide = known(medianInterval([100, 101, 50, 51, 200, 201], [0, 0, 1, 1, 2, 2]));
+    expect(logHalfWidth(wide)!).toBeGreaterThan(logHalfWidth(tight)!);
+    // The pass-to-pass spread dominates: the interval reaches beyond the first pass alone.
+    expect(wide.hi / wide.lo).toBeGreaterThan(1.5);
+  });
+
+  it('drops null samples and is scale-free on the log scale', () => {
+    const a = known(medianInterval([1, 2, null, 3, 4, 5], [0, 0, 0, 1, 1, 1]));
+    const b = known(medianInterval([10, 20, null, 30, 40, 50], [0, 0, 0, 1, 1, 1]));
+    expect(a.n).toBe(5);
+    expect(logHalfWidth(b)!).toBeCloseTo(logHalfWidth(a)!, 12);
+    expect(combinedFloor(0.3, 0.4)).toBeCloseTo(0.5, 12);
+  });
+});
+
+/** A minimal report row: the compared figures and their samples. */
+function row(isl: number, c: number, decode: number, itl: number, ttft: number, spread: number, passes: number) {
+  const n = passes * c;
+  const around = (v: number) => Array.from({ length: n }, (_, i) => v * (1 + spread * (((i % 3) - 1))));
+  return {
+    isl, osl: 8, concurrency: c, status: 'ok', reason: '',
+    decode_tok_s: decode * c, ttft_ms: ttft, itl_p50_ms: itl, itl_p99_ms: itl * 2, batching_efficiency: 1,
+    distributions: { request_decode_tok_s: { mean: decode }, ttft_ms: { p50: ttft, p99: ttft } },
+    samples: {
+      pass: Array.from({ length: n }, (_, i) => Math.floor(i / c)),
+      ttft_ms: around(ttft), decode_tok_s: around(decode), itl_p50_ms: around(itl), itl_p99_ms: around(itl * 2),
+    },
+  };
+}
+
+function report(rows: unknown[], extra: Record<string, unknown> = {}) {
+  return checkReport({ schema_version: 1, machine: { cpu_model: 'x' }, engine: { isa: 'avx2', threads: 2 }, tool: { git_commit: 'a' }, rows, ...extra }, 'r.json');
+}
+
+describe('compareReports', () => {
+  it('flags a change only beyond both the floor and the threshold, in the worse direction', () => {
+    const base = report([row(16, 1, 100, 10, 5, 0.02, 3)]);
+    // decode 20% slower (beyond a ~2% floor and 5%), ITL 3% slower (below the threshold), TTFT 20% faster.
+    const next = report([row(16, 1, 80, 10.3, 4, 0.02, 3)]);
+    const c = compareReports(base, next, 5);
+    const v = Object.fromEntries(c.rows[0]!.figures.map((f) => [f.figure, f.verdict]));
+    expect(v).toEqual({ decode_tok_s: 'regression', per_user_tok_s: 'regression', ttft_mean_ms: 'improvement', itl_p50_ms: 'below threshold', itl_p99_ms: 'below threshold' });
+    expect(c.exit_code).toBe(5);
+    expect(c.regressions).toBe(2);
+    // A noisy pair of runs: the same 20% is within the floor.
+    const noisy = compareReports(report([row(16, 1, 100, 10, 5, 0.3, 3)]), report([row(16, 1, 80, 10, 5, 0.3, 3)]), 5);
+    expect(noisy.rows[0]!.figures.find((f) => f.figure === 'decode_tok_s')!.verdict).toBe('within noise');
+    expect(noisy.exit_code).toBe(0);
+    // A higher threshold hides it too.
+    expect(compareReports(base, next, 25).exit_code).toBe(0);
+  });
+
+  it('matches rows by cell, concurrency and target; lists the rest', () => {
+    const base = report([row(16, 1, 100, 10, 5, 0.02, 3), row(16, 2, 100, 10, 5, 0.02, 3)]);
+    const next = report([row(16, 2, 100, 10, 5, 0.02, 3), row(32, 1, 100, 10, 5, 0.02, 3)]);
+    const c = compareReports(base, next);
+    expect(c.rows.map((r) => r.key)).toEqual(['16:8 c=2 engine']);
+    expect(c.only_in_base).toEqual(['16:8 c=1 engine']);
+    expect(c.only_in_next).toEqual(['32:8 c=1 engine']);
+    const ep = report([row(16, 2, 100, 10, 5, 0.02, 3)], { endpoint: { url: 'http://h:1' } });
+    const cross = compareReports(base, ep);
+    expect(cross.rows).toEqual([]);
+    expect(cross.provenance[0]).toEqual({ field: 'target', base: 'engine', next: 'endpoint' });
+  });
+
+  it('lists provenance differences field by field', () => {
+    const a = report([], { engine: { isa: 'avx2', threads: 2 }, model: { dtype: 'BF16' } });
+    const b = report([], { engine: { isa: 'avx512', threads: 2 }, model: { dtype: 'F32' }, tool: { git_commit: 'b' } });
+    expect(compareReports(a, b).provenance).toEqual([
+      { field: 'engine.isa', base: 'avx2', next: 'avx512' },
+      { field: 'model.dtype', base: 'BF16', next: 'F32' },
+      { field: 'tool.git_commit', base: 'a', next: 'b' },
+    ]);
+  });
+});
+
+describe('checkReport and the chart points', () => {
+  it('names the field that is wrong', () => {
+    expect(() => checkReport([], 'x.json')).toThrow(UsageError);
+    expect(() => checkReport({ schema_version: 2, rows: [] }, 'x.json')).toThrow('x.json: schema_version is 2, expected 1');
+    expect(() => checkReport({ schema_version: 1 }, 'x.json')).toThrow('x.json: rows is not an array');
+    expect(() => checkReport({ schema_version: 1, rows: [{ isl: 1, osl: 1, concurrency: 1, status: 'maybe' }] }, 'x.json')).toThrow('rows[0].status is "maybe"');
+  });
+
+  it('plots ok rows with measured figures only: an error row and a null figure are left out', () => {
+    const ok = row(16, 1, 100, 10, 5, 0.02, 3);
+    const nullItl = { ...row(16, 2, 100, 10, 5, 0.02, 3), itl_p99_ms: null };
+    const err = { ...row(16, 4, 100, 10, 5, 0.02, 3), status: 'error', reason: 'x' };
+    const rows = checkReport({ schema_version: 1, rows: [ok, nullItl, err] }, 'r.json').rows;
+    const itl = CHARTS.find((c) => c.id === 'itl')!;
+    expect(chartPoints(itl, rows, '16:8').map((p) => p.desc)).toEqual(['16:8 c=1 itl_p50_ms=10', '16:8 c=1 itl_p99_ms=20', '16:8 c=2 itl_p50_ms=10']);
+    const frontier = CHARTS.find((c) => c.id === 'frontier')!;
+    expect(chartPoints(frontier, rows, null).map((p) => [p.x, p.y])).toEqual([[100, 100], [200, 100]]);
+  });
+
+  it('renders a chart to SVG with one point mark per point, and refuses a spec vega-lite warns about', async () => {
+    const rows = checkReport({ schema_version: 1, rows: [row(16, 1, 100, 10, 5, 0.02, 3), row(16, 2, 90, 11, 6, 0.02, 3)] }, 'r.json').rows;
+    const ttft = CHARTS.find((c) => c.id === 'ttft')!;
+    const spec = chartSpec(ttft, chartPoints(ttft, rows, '16:8'));
+    const svg = await renderChart(spec);
+    expect(svg.startsWith('<svg')).toBe(true);
+    expect(svg.match(/<path aria-label="16:8 c=\d ttft_p\d\d_ms=[\d.]+"/g)).toHaveLength(4);
+    const bad = structuredClone(spec) as any;
+    bad.layer[1].encoding.shape = { field: 'series', type: 'nominal', legend: null };
+    await expect(renderChart(bad)).rejects.toThrow(/^chart warn: .*legend/);
+  });
+});
