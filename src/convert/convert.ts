@@ -8,13 +8,17 @@ import { loadCheckpoint } from '../model/checkpoint.js';
 import type { Checkpoint, LayerType, TensorRef, TextConfig } from '../model/types.js';
 import { LM_HEAD_ROLE, layerRoles, modelRole, mtpRoles, type TensorRole } from '../model/tensor-roles.js';
 import { GgmlType, GgufValueType, GgufWriter, ggmlTypeName } from './gguf-writer.js';
-import { Q8_0_BLOCK, decodeToF32, encodeBf16, encodeF16, quantizeQ8_0 } from './quantize.js';
+import { decodeToF32 } from './quantize.js';
+import { encodeAs } from './ggml-codec.js';
+import { isQuantDtype, planQuantTypes, QUANT_DTYPES, QUANT_SCHEMES, type QuantDtype } from './quant-mix.js';
 
-export type OutDtype = 'f32' | 'bf16' | 'f16' | 'q8_0';
-export const OUT_DTYPES: readonly OutDtype[] = ['f32', 'bf16', 'f16', 'q8_0'];
+export type FloatDtype = 'f32' | 'bf16' | 'f16';
+export type OutDtype = FloatDtype | QuantDtype;
+export const OUT_DTYPES: readonly OutDtype[] = ['f32', 'bf16', 'f16', ...QUANT_DTYPES];
 
-/** llama.cpp `llama_ftype` values written to general.file_type. */
-const FILE_TYPE: Record<OutDtype, number> = { f32: 0, f16: 1, q8_0: 7, bf16: 32 };
+/** llama.cpp `llama_ftype` written to general.file_type (the quantized ones: QUANT_SCHEMES). */
+const FLOAT_FILE_TYPE: Record<FloatDtype, number> = { f32: 0, f16: 1, bf16: 32 };
+const fileTypeOf = (dtype: OutDtype) => (isQuantDtype(dtype) ? QUANT_SCHEMES[dtype].fileType : FLOAT_FILE_TYPE[dtype]);
 
 /** llama.cpp token types. */
 export const TokenType = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
@@ -217,12 +221,13 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
     used.add(name);
     return t;
   };
-  const weightType = (rowLen: number): GgmlType => {
+  // Quantized files: matrices start as F32 (what llama-quantize reads) and take their type from the
+  // mix table once every tensor is known (planQuantTypes needs the whole list).
+  const weightType = (): GgmlType => {
     switch (dtype) {
-      case 'f32': return GgmlType.F32;
       case 'bf16': return GgmlType.BF16;
       case 'f16': return GgmlType.F16;
-      case 'q8_0': return rowLen % Q8_0_BLOCK === 0 ? GgmlType.Q8_0 : GgmlType.F16;
+      default: return GgmlType.F32;
     }
   };
   // Each tensor from its row of the tensor-role table: GGUF name, layout, fold and value-head tiling.
@@ -242,7 +247,7 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
     if (role.kind === 'matrix') {
       // PyTorch [out, in] -> ggml {in, out}.
       const [out, inp] = shape as [number, number];
-      plans.push({ ...common, ne: [inp, out], type: weightType(inp), rows: out, rowLen: inp });
+      plans.push({ ...common, ne: [inp, out], type: weightType(), rows: out, rowLen: inp });
     } else if (role.kind === 'conv') {
       // [conv_dim, 1, K] -> ggml {K, conv_dim}, always F32.
       const [rows, , k] = shape as [number, number, number];
@@ -279,6 +284,11 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
   if (leftover.length > 0) {
     throw new ConvertError(`${ckpt.dir}: unexpected tensor(s) with no GGUF mapping: ${leftover.slice(0, 5).join(', ')}${leftover.length > 5 ? ', ...' : ''}`);
   }
+  if (isQuantDtype(dtype)) {
+    const blockCount = cfg.numLayers + (withMtp ? cfg.mtpNumHiddenLayers : 0);
+    const types = planQuantTypes(dtype, plans.map((p) => ({ name: p.ggufName, ne: p.ne })), blockCount);
+    for (const p of plans) p.type = types.get(p.ggufName) ?? p.type;
+  }
   return plans;
 }
 
@@ -295,7 +305,7 @@ export function addMetadata(w: GgufWriter, ckpt: Checkpoint, vocab: GgufVocab, d
   w.addString('general.architecture', arch);
   w.addString('general.type', 'model');
   w.addString('general.name', name ?? basename(resolve(ckpt.dir)));
-  w.addU32('general.file_type', FILE_TYPE[dtype]);
+  w.addU32('general.file_type', fileTypeOf(dtype));
   w.addU32('general.quantization_version', 2);
 
   w.addU32(`${arch}.block_count`, cfg.numLayers + (withMtp ? cfg.mtpNumHiddenLayers : 0));
@@ -408,29 +418,7 @@ function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Arr
         for (let c = 0; c < rowLen; c++) row[c] = rowTmp[plan.colPerm[c]!]!;
       }
     }
-    yield encode(plan.type, vals);
-  }
-}
-
-function encode(type: GgmlType, vals: Float32Array): Uint8Array {
-  switch (type) {
-    case GgmlType.F32:
-      return new Uint8Array(vals.buffer, vals.byteOffset, vals.length * 4);
-    case GgmlType.BF16: {
-      const out = new Uint8Array(vals.length * 2);
-      encodeBf16(vals, out);
-      return out;
-    }
-    case GgmlType.F16: {
-      const out = new Uint8Array(vals.length * 2);
-      encodeF16(vals, out);
-      return out;
-    }
-    case GgmlType.Q8_0: {
-      const out = new Uint8Array((vals.length / Q8_0_BLOCK) * (Q8_0_BLOCK + 2));
-      quantizeQ8_0(vals, out);
-      return out;
-    }
+    yield encodeAs(plan.type, vals);
   }
 }
 
