@@ -566,7 +566,7 @@ describe('bench convert: bad input', () => {
       [['--model-path', dir], /--out/],
       [['--model-path', join(dir, 'nope'), '--out', join(dir, 'x.gguf')], /--model-path .*nope/],
       [['--model-path', dir, '--out', join(dir, 'no-dir', 'x.gguf')], /--out .*no-dir/],
-      [['--model-path', dir, '--out', join(dir, 'x.gguf'), '--dtype', 'q4_k'], /--dtype: 'q4_k' is not one of f32, bf16, f16, q8_0/],
+      [['--model-path', dir, '--out', join(dir, 'x.gguf'), '--dtype', 'q3_k'], /--dtype: 'q3_k' is not one of f32, bf16, f16, q8_0, q4_0/],
       [['--model-path', dir, '--out', join(dir, 'x.gguf')], /config\.json/],
     ];
     for (const [args, re] of cases) {

@@ -3,6 +3,7 @@ import { existsSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Command } from 'commander';
 import { ConvertError, OUT_DTYPES, writeGguf, type OutDtype } from '../convert/convert.js';
+import { QUANT_DTYPES, QUANT_SCHEMES } from '../convert/quant-mix.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { CheckpointError, type DType } from '../model/types.js';
 import { UsageError } from '../util/usage-error.js';
@@ -24,8 +25,12 @@ export function convertCommand(setResult: (code: number) => void): Command {
     .description(
       'Write a GGUF v3 file that llama.cpp loads as arch qwen35: metadata, tokenizer, and tensors renamed and ' +
       "transformed the way llama.cpp's converter does it (norms +1, ssm_a = -exp(A_log), value heads re-tiled). " +
-      '1-D tensors and ssm_conv1d are always F32; q8_0 applies to 2-D weights whose rows are a multiple of 32 ' +
-      '(others fall back to F16). Tensors are streamed; the file appears only once complete.',
+      '1-D tensors and ssm_conv1d are always F32. The quantized dtypes write what llama-quantize writes from the ' +
+      "same weights (its per-tensor rules and reference quantizers, byte for byte; docs/quantization.md):\n" +
+      QUANT_DTYPES.map((d) => `  ${d.padEnd(7)} ${QUANT_SCHEMES[d].summary}`).join('\n') +
+      '\nRows whose length the type\'s block does not divide fall back as llama-quantize does: Q4_K -> Q5_0, ' +
+      'Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when 32 does not divide either. Tensors are streamed; the file appears ' +
+      'only once complete.',
     )
     .option('--model-path <dir>', 'checkpoint directory (config.json, *.safetensors, tokenizer.json)')
     .option('--out <file>', 'output GGUF file')
