@@ -10,9 +10,10 @@
 //    types, metadata and tensor bytes of the file llama.cpp's quantizer writes from our f32 GGUF;
 //  - llama.cpp loads each of our files and gives the same logits on it as on its own file;
 //  - bad --dtype values are one-line usage errors.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerConvert } from '../src/cli/cmd-convert.js';
@@ -28,6 +29,7 @@ import { UsageError } from '../src/util/usage-error.js';
 import { closeAllRefs, compareLogSoftmax, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
 import { llamaQuantize } from './helpers/llama-quantize.js';
 
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 let work: string;
 beforeAll(() => { work = mkdtempSync(join(tmpdir(), 'lumen-quant-')); });
 afterAll(async () => {
@@ -275,6 +277,19 @@ describe('mix rules', () => {
     expect(fallbackType(GgmlType.Q6_K, 336)).toBe(GgmlType.F16);
     expect(fallbackType(GgmlType.Q8_0, 336)).toBe(GgmlType.F16);
     expect(fallbackType(GgmlType.Q4_0, 160)).toBe(GgmlType.Q4_0);
+  });
+
+  it('docs/quantization.md lists QUANT_SCHEMES as they are', () => {
+    const doc = readFileSync(join(ROOT, 'docs', 'quantization.md'), 'utf8');
+    const rows = doc.split('\n').filter((l) => /^\| `q/.test(l)).map((l) => l.split('|').slice(1, -1).map((c) => c.trim().replace(/`/g, '')));
+    expect(rows.map((r) => r[0])).toEqual([...QUANT_DTYPES]);
+    for (const [dtype, llama, fileType, base, output, moreBits] of rows) {
+      const s = QUANT_SCHEMES[dtype as QuantDtype];
+      expect(llama, dtype).toBe(`${s.llama.pure ? '--pure ' : ''}${s.llama.ftypeName}`);
+      expect(Number(fileType), dtype).toBe(s.fileType);
+      expect([base, output, moreBits], dtype).toEqual([s.base, s.output, s.attnVMoreBits].map(ggmlTypeName));
+      expect(s.ffnDownMoreBits, dtype).toBe(s.attnVMoreBits);
+    }
   });
 
   it('q4_k_m: Q6_K output, Q6_K attn_v/attn_qkv/ffn_down on the more-bits layers, 1-D and conv untouched', () => {
