@@ -418,6 +418,38 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
   }, 60_000);
 });
 
+describe('whole model with the MTP block (--mtp)', () => {
+  it.each(['q4_k_m', 'q8_0'] as const)('%s: the nextn layer counts in block_count; types and bytes as llama-quantize', async (dtype) => {
+    const dir = join(work, 'mtp');
+    const f32 = join(work, 'mtp-f32.gguf');
+    if (dtype === 'q4_k_m') {
+      await writeSynthCheckpoint({
+        preset: 'tiny', out: dir, dtype: 'f32', seed: 203, mtp: true, tokenizerBpeVocab: BPE, vision: false,
+        overrides: { ...SMALL, hiddenSize: 256, numLayers: 8, intermediateSize: 512, numHeads: 2, numKvHeads: 1 },
+      });
+      await convertCheckpoint(dir, f32, { dtype: 'f32', mtp: true });
+    }
+    const mine = join(work, `mtp-${dtype}.gguf`);
+    const ref = join(work, `mtp-${dtype}-llama.gguf`);
+    await convertCheckpoint(dir, mine, { dtype, mtp: true });
+    await llamaQuantize(f32, ref, { ftype: QUANT_SCHEMES[dtype].fileType });
+    const a = parseGguf(mine);
+    const b = parseGguf(ref);
+    expect(a.kv.get('qwen35.block_count')?.value).toBe(9);
+    expect(a.tensors.has('blk.8.nextn.eh_proj.weight')).toBe(true);
+    for (const t of b.tensors.values()) {
+      expect(ggmlTypeName(a.tensors.get(t.name)!.type), t.name).toBe(ggmlTypeName(t.type));
+      expect(firstDiff(tensorBytes(a, t.name), tensorBytes(b, t.name)), t.name).toBe(-1);
+    }
+    expect(a.tensors.size).toBe(b.tensors.size);
+    // 9 attn_v / attn_qkv tensors and block_count 9: the more-bits layers are 0, 3, 6, 7, 8.
+    if (dtype === 'q4_k_m') {
+      const more = [...Array(9).keys()].filter((i) => ggmlTypeName(a.tensors.get(`blk.${i}.ffn_down.weight`)!.type) === 'Q6_K');
+      expect(more).toEqual([0, 3, 6, 7, 8]);
+    }
+  }, 120_000);
+});
+
 // ------------------------------------------------------------------------------------------
 
 describe('bench convert --dtype: bad input', () => {
