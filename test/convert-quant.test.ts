@@ -419,16 +419,19 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
 });
 
 describe('whole model with the MTP block (--mtp)', () => {
+  let dir: string;
+  let f32: string;
+  beforeAll(async () => {
+    dir = join(work, 'mtp');
+    f32 = join(work, 'mtp-f32.gguf');
+    await writeSynthCheckpoint({
+      preset: 'tiny', out: dir, dtype: 'f32', seed: 203, mtp: true, tokenizerBpeVocab: BPE, vision: false,
+      overrides: { ...SMALL, hiddenSize: 256, numLayers: 8, intermediateSize: 512, numHeads: 2, numKvHeads: 1 },
+    });
+    await convertCheckpoint(dir, f32, { dtype: 'f32', mtp: true });
+  }, 120_000);
+
   it.each(['q4_k_m', 'q8_0'] as const)('%s: the nextn layer counts in block_count; types and bytes as llama-quantize', async (dtype) => {
-    const dir = join(work, 'mtp');
-    const f32 = join(work, 'mtp-f32.gguf');
-    if (dtype === 'q4_k_m') {
-      await writeSynthCheckpoint({
-        preset: 'tiny', out: dir, dtype: 'f32', seed: 203, mtp: true, tokenizerBpeVocab: BPE, vision: false,
-        overrides: { ...SMALL, hiddenSize: 256, numLayers: 8, intermediateSize: 512, numHeads: 2, numKvHeads: 1 },
-      });
-      await convertCheckpoint(dir, f32, { dtype: 'f32', mtp: true });
-    }
     const mine = join(work, `mtp-${dtype}.gguf`);
     const ref = join(work, `mtp-${dtype}-llama.gguf`);
     await convertCheckpoint(dir, mine, { dtype, mtp: true });
