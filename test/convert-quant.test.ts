@@ -18,7 +18,7 @@ import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerConvert } from '../src/cli/cmd-convert.js';
 import { convertCheckpoint } from '../src/convert/convert.js';
-import { decodeAs, encodeAs, encodedBytes } from '../src/convert/ggml-codec.js';
+import { decodeAs, encodeAs, encodedBytes, firstNonFiniteBlock } from '../src/convert/ggml-codec.js';
 import { GgmlType, GgufValueType, GgufWriter, ggmlTypeName } from '../src/convert/gguf-writer.js';
 import { fallbackType, planQuantTypes, QUANT_DTYPES, QUANT_SCHEMES, useMoreBits, type QuantDtype } from '../src/convert/quant-mix.js';
 import { f16ToF32 } from '../src/convert/quantize.js';
@@ -28,6 +28,7 @@ import type { TextConfig } from '../src/model/types.js';
 import { UsageError } from '../src/util/usage-error.js';
 import { closeAllRefs, compareLogSoftmax, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
 import { llamaQuantize } from './helpers/llama-quantize.js';
+import { rewriteSafetensors } from './helpers/synth-fixture.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 let work: string;
@@ -252,6 +253,20 @@ describe('dequantizers', () => {
     }
   });
 
+  it('finds the blocks whose f16 scales overflow (what llama.cpp\'s row validation rejects)', () => {
+    const x = new Float32Array(512).fill(0.5);
+    x[300] = 1e9; // block 9 of Q8_0 / Q4_0, block 1 of the K types
+    expect(firstNonFiniteBlock(GgmlType.Q8_0, encodeAs(GgmlType.Q8_0, x))).toBe(9);
+    expect(firstNonFiniteBlock(GgmlType.Q4_0, encodeAs(GgmlType.Q4_0, x))).toBe(9);
+    expect(firstNonFiniteBlock(GgmlType.Q4_K, encodeAs(GgmlType.Q4_K, x))).toBe(1);
+    expect(firstNonFiniteBlock(GgmlType.Q6_K, encodeAs(GgmlType.Q6_K, x))).toBe(1);
+    expect(firstNonFiniteBlock(GgmlType.F16, encodeAs(GgmlType.F16, x))).toBe(300);
+    x[300] = 0.5;
+    x[40] = -1e5; // Q5_1 stores the block minimum as f16
+    expect(firstNonFiniteBlock(GgmlType.Q5_1, encodeAs(GgmlType.Q5_1, x))).toBe(1);
+    expect(firstNonFiniteBlock(GgmlType.Q8_0, encodeAs(GgmlType.Q8_0, x))).toBe(-1);
+  });
+
   it('length errors name the format', () => {
     expect(() => encodeAs(GgmlType.Q4_K, new Float32Array(160))).toThrow(/Q4_K: 160 values has row length 160, not a multiple of the Q4_K block \(256\)/);
     expect(() => encodeAs(GgmlType.Q5_0, new Float32Array(48))).toThrow(/Q5_0/);
@@ -466,6 +481,33 @@ describe('bench convert --dtype: bad input', () => {
       return err;
     }
   };
+
+  it('weights a quantized type cannot hold: a one-line error naming the tensor and row', async () => {
+    const dir = join(work, 'bad-weights');
+    await writeSynthCheckpoint({
+      preset: 'tiny', out: dir, dtype: 'f32', seed: 9, tokenizerBpeVocab: BPE, vision: false,
+      overrides: { ...SMALL, hiddenSize: 256, numLayers: 4, intermediateSize: 512, numHeads: 2, numKvHeads: 1 },
+    });
+    const file = join(dir, 'model.safetensors');
+    const poke = (value: number) => rewriteSafetensors(file, (ts) => ts.map((t) => {
+      if (t.name !== 'model.language_model.layers.1.mlp.up_proj.weight') return t;
+      const data = new Uint8Array(t.data);
+      new DataView(data.buffer).setFloat32((3 * 256 + 5) * 4, value, true); // row 3
+      return { ...t, data };
+    }));
+    poke(NaN);
+    for (const dtype of ['q4_k_m', 'q8_0'] as const) {
+      const err = await run(['--model-path', dir, '--out', join(work, 'bad.gguf'), '--dtype', dtype, '-q']);
+      expect(err, dtype).toBeInstanceOf(UsageError);
+      expect((err as Error).message).toMatch(/tensor layers\.1\.mlp\.up_proj\.weight \(blk\.1\.ffn_up\.weight\) has a non-finite value \(NaN\) in row 3; cannot write it as (Q4_K|Q8_0)/);
+      expect((err as Error).message).not.toContain('\n');
+    }
+    poke(1e7); // d = 1e7 / 127 overflows Q8_0's f16 scale
+    const err = await run(['--model-path', dir, '--out', join(work, 'bad.gguf'), '--dtype', 'q8_0', '-q']);
+    expect((err as Error).message).toMatch(/up_proj\.weight \(blk\.1\.ffn_up\.weight\) row 3: values beyond the f16 range of Q8_0.s scales/);
+    // The same weights are fine where the f16 range does not matter.
+    expect(await run(['--model-path', dir, '--out', join(work, 'ok.gguf'), '--dtype', 'f32', '-q'])).toBeUndefined();
+  }, 60_000);
 
   it('an unknown dtype is a one-line usage error listing the choices', async () => {
     for (const bad of ['q3_k', 'q4_k_s', 'iq4_xs', 'q8']) {

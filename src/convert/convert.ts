@@ -9,7 +9,7 @@ import type { Checkpoint, LayerType, TensorRef, TextConfig } from '../model/type
 import { LM_HEAD_ROLE, layerRoles, modelRole, mtpRoles, type TensorRole } from '../model/tensor-roles.js';
 import { GgmlType, GgufValueType, GgufWriter, ggmlTypeName } from './gguf-writer.js';
 import { decodeToF32 } from './quantize.js';
-import { encodeAs } from './ggml-codec.js';
+import { GGML_CODECS, encodeAs, firstNonFiniteBlock } from './ggml-codec.js';
 import { isQuantDtype, planQuantTypes, QUANT_DTYPES, QUANT_SCHEMES, type QuantDtype } from './quant-mix.js';
 
 export type FloatDtype = 'f32' | 'bf16' | 'f16';
@@ -418,7 +418,27 @@ function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Arr
         for (let c = 0; c < rowLen; c++) row[c] = rowTmp[plan.colPerm[c]!]!;
       }
     }
-    yield encodeAs(plan.type, vals);
+    const out = encodeAs(plan.type, vals);
+    if (plan.type !== GgmlType.F32 && plan.type !== GgmlType.BF16) checkEncodable(plan, vals, out, r0);
+    yield out;
+  }
+}
+
+/**
+ * F16 and the quantized types cannot hold non-finite weights or, in their f16 scales, values
+ * beyond the f16 range: refuse them (llama-quantize fails its row validation on them too).
+ */
+function checkEncodable(plan: TensorPlan, vals: Float32Array, out: Uint8Array, r0: number): void {
+  const type = ggmlTypeName(plan.type);
+  for (let k = 0; k < vals.length; k++) {
+    if (!Number.isFinite(vals[k]!)) {
+      throw new ConvertError(`${plan.src.file}: tensor ${plan.src.name} (${plan.ggufName}) has a non-finite value (${vals[k]}) in row ${r0 + Math.floor(k / plan.rowLen)}; cannot write it as ${type}`);
+    }
+  }
+  const b = firstNonFiniteBlock(plan.type, out);
+  if (b >= 0) {
+    const row = r0 + Math.floor(b / (plan.rowLen / GGML_CODECS[plan.type].block));
+    throw new ConvertError(`${plan.src.file}: tensor ${plan.src.name} (${plan.ggufName}) row ${row}: values beyond the f16 range of ${type}'s scales`);
   }
 }
 

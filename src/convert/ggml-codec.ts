@@ -45,6 +45,31 @@ export const GGML_CODECS: Readonly<Record<GgmlType, GgmlCodec>> = {
   [GgmlType.Q6_K]: { block: 256, encode: quantizeQ6_K, decode: dequantizeQ6_K },
 };
 
+/** Byte offsets of each block's f16 scale fields (d, and dmin or m), and the block size in bytes. */
+const SCALE_FIELDS: Partial<Record<GgmlType, { bytes: number; at: number[] }>> = {
+  [GgmlType.F16]: { bytes: 2, at: [0] },
+  [GgmlType.Q8_0]: { bytes: 34, at: [0] },
+  [GgmlType.Q4_0]: { bytes: 18, at: [0] },
+  [GgmlType.Q5_0]: { bytes: 22, at: [0] },
+  [GgmlType.Q5_1]: { bytes: 24, at: [0, 2] },
+  [GgmlType.Q4_K]: { bytes: 144, at: [0, 2] },
+  [GgmlType.Q5_K]: { bytes: 176, at: [0, 2] },
+  [GgmlType.Q6_K]: { bytes: 210, at: [208] },
+};
+
+/**
+ * The first block (F16: element) of encoded `type` bytes whose f16 scale is infinite or NaN, or -1:
+ * what llama.cpp's ggml_validate_row_data rejects. Values beyond the f16 range overflow there.
+ */
+export function firstNonFiniteBlock(type: GgmlType, bytes: Uint8Array): number {
+  const f = SCALE_FIELDS[type];
+  if (!f) return -1;
+  for (let b = 0, o = 0; o < bytes.length; b++, o += f.bytes) {
+    for (const at of f.at) if ((bytes[o + at + 1]! & 0x7c) === 0x7c) return b;
+  }
+  return -1;
+}
+
 /** Bytes of `n` values of `type` (n a multiple of the block). */
 export function encodedBytes(type: GgmlType, n: number): number {
   const b = ggmlTensorBytes(type, [n]);
