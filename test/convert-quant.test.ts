@@ -10,10 +10,12 @@
 //    types, metadata and tensor bytes of the file llama.cpp's quantizer writes from our f32 GGUF;
 //  - llama.cpp loads each of our files and gives the same logits on it as on its own file;
 //  - bad --dtype values are one-line usage errors.
+import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerConvert } from '../src/cli/cmd-convert.js';
@@ -31,6 +33,7 @@ import { llamaQuantize } from './helpers/llama-quantize.js';
 import { rewriteSafetensors } from './helpers/synth-fixture.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const execFileP = promisify(execFile);
 let work: string;
 beforeAll(() => { work = mkdtempSync(join(tmpdir(), 'lumen-quant-')); });
 afterAll(async () => {
@@ -420,6 +423,16 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
     }
   });
 
+  // The compiled CLI (dist/, `npm run build`) runs the quantizer worker threads.
+  if (shape === SHAPES[0]) it('bench convert --threads 2 (worker threads) writes the same bytes as the in-process writer', async () => {
+    for (const dtype of ['q4_k_m', 'q5_k'] as const) {
+      const out = join(work, `${tag}-${dtype}-threads.gguf`);
+      const { stderr } = await execFileP(process.execPath, [join(ROOT, 'bin', 'bench.js'), 'convert', '--model-path', dir, '--out', out, '--dtype', dtype, '--threads', '2'], { cwd: ROOT });
+      expect(stderr).toContain('(2 quantizer threads)');
+      expect(readFileSync(out).equals(readFileSync(ours.get(dtype)!)), dtype).toBe(true);
+    }
+  }, 120_000);
+
   it.each(QUANT_DTYPES)('%s: llama.cpp loads our file and gives the logits it gives on its own', async (dtype) => {
     const prompt = pseudoRandomIds(24, shape.seed, 0, BPE);
     const a = await (await openRef(ours.get(dtype)!, { contextSize: 128 })).evaluate(prompt, { newTokens: 4 });
@@ -516,6 +529,14 @@ describe('bench convert --dtype: bad input', () => {
       const msg = (err as Error).message;
       expect(msg).toContain(`--dtype: '${bad}' is not one of f32, bf16, f16, ${QUANT_DTYPES.join(', ')}`);
       expect(msg).not.toContain('\n');
+    }
+  });
+
+  it('--threads must be a whole number of at least 1', async () => {
+    for (const bad of ['0', 'two', '-1']) {
+      const err = await run(['--model-path', work, '--out', join(work, 'x.gguf'), '--dtype', 'q4_k_m', '--threads', bad]);
+      expect(err, bad).toBeInstanceOf(UsageError);
+      expect((err as Error).message).toMatch(/^--threads: /);
     }
   });
 

@@ -2,18 +2,20 @@
 import { existsSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Command } from 'commander';
-import { ConvertError, OUT_DTYPES, writeGguf, type OutDtype } from '../convert/convert.js';
+import { ConvertError, OUT_DTYPES, writeGgufParallel, type OutDtype } from '../convert/convert.js';
 import { QUANT_DTYPES, QUANT_SCHEMES } from '../convert/quant-mix.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { CheckpointError, type DType } from '../model/types.js';
 import { UsageError } from '../util/usage-error.js';
-import { oneOf } from './flag-values.js';
+import { usableCpus } from '../engine/native.js';
+import { oneOf, parseCount } from './flag-values.js';
 
 interface RawConvertOptions {
   modelPath?: string;
   out?: string;
   dtype?: string;
   mtp?: boolean;
+  threads?: string;
   quiet?: boolean;
 }
 
@@ -36,6 +38,7 @@ export function convertCommand(setResult: (code: number) => void): Command {
     .option('--out <file>', 'output GGUF file')
     .option('--dtype <dtype>', `weight type: ${OUT_DTYPES.join(' | ')} (default: the checkpoint's dtype)`)
     .option('--mtp', 'also write the MTP block (nextn tensors at layer num_hidden_layers)')
+    .option('--threads <n>', 'quantizer threads for the block types (the bytes do not depend on it) (default: the usable CPUs)')
     .option('-q, --quiet', 'no progress or summary on stderr')
     .action(async (raw: RawConvertOptions) => {
       if (!raw.modelPath) throw new UsageError('convert: --model-path <dir> is required');
@@ -49,15 +52,17 @@ export function convertCommand(setResult: (code: number) => void): Command {
       if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`--out ${raw.out}: is a directory`);
       let dtype: OutDtype | undefined;
       if (raw.dtype !== undefined) dtype = oneOf('--dtype', raw.dtype.toLowerCase(), OUT_DTYPES);
+      const threads = raw.threads !== undefined ? parseCount('--threads', raw.threads, 1, 1024) : undefined;
 
       const progress = !raw.quiet && process.stderr.isTTY === true;
       let lastPct = -1;
       try {
         const ckpt = loadCheckpoint(dir, { mtp: raw.mtp ?? false });
         const resolved = dtype ?? FROM_SOURCE[ckpt.dtype];
-        const res = writeGguf(ckpt, out, {
+        const res = await writeGgufParallel(ckpt, out, {
           dtype: resolved,
           mtp: raw.mtp ?? false,
+          threads: threads ?? usableCpus(),
           onProgress: progress
             ? (done, total) => {
               const pct = Math.floor((100 * done) / Math.max(1, total));
@@ -75,7 +80,8 @@ export function convertCommand(setResult: (code: number) => void): Command {
           const types = [...counts].map(([t, n]) => `${n} ${t}`).join(', ');
           process.stderr.write(
             `convert: wrote ${out} (${res.dtype}; ${res.tensorCount} tensors: ${types}; ` +
-            `${(res.fileBytes / 2 ** 20).toFixed(1)} MiB) in ${res.seconds.toFixed(1)} s\n`,
+            `${(res.fileBytes / 2 ** 20).toFixed(1)} MiB) in ${res.seconds.toFixed(1)} s` +
+            `${res.quantizerThreads > 1 ? ` (${res.quantizerThreads} quantizer threads)` : ''}\n`,
           );
         }
         setResult(0);
