@@ -9,7 +9,9 @@
 //    rows that are not: hidden 160, ffn 336), every scheme's file has exactly the per-tensor
 //    types, metadata and tensor bytes of the file llama.cpp's quantizer writes from our f32 GGUF;
 //  - llama.cpp loads each of our files and gives the same logits on it as on its own file;
-//  - bad --dtype values are one-line usage errors.
+//  - the MTP block (--mtp) and the worker-thread writer (--threads, through the compiled CLI: needs
+//    `npm run build`) give the same bytes;
+//  - weights a type cannot hold, bad --dtype and --threads values are one-line errors.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
