@@ -3,8 +3,9 @@
 // node-llama-cpp ships, run by test/helpers/llama-quantize.ts):
 //  - per format, our quantizers give the same bytes as llama.cpp's from the same f32 values,
 //    including edge-case blocks (zeros, constants, one-sided, tiny, large, ties);
-//  - the dequantizers decode random blocks as a per-element formula written from the block layouts
-//    (blockFormula below) does, and round-trip within each format's step;
+//  - the dequantizers give ggml's dequantized floats bit for bit, decode random blocks as a
+//    per-element formula written from the block layouts (blockFormula below) does, and round-trip
+//    within each format's step;
 //  - on whole synthetic models (the 4B value-head layout with rows that are multiples of 256, and
 //    rows that are not: hidden 160, ffn 336), every scheme's file has exactly the per-tensor
 //    types, metadata and tensor bytes of the file llama.cpp's quantizer writes from our f32 GGUF;
@@ -197,6 +198,26 @@ function blockFormula(type: GgmlType, b: Uint8Array, k: number): number {
 }
 
 describe('dequantizers', () => {
+  // llama.cpp re-quantizing a quantized file to all-F32 writes ggml's own dequantization
+  // (dequantize_row_*) of it: our decoders must give exactly those floats.
+  it.each(PURE_FTYPE.map(([t, f]) => [ggmlTypeName(t), t, f] as const))('%s: bit-identical to ggml\'s dequantization', async (_name, type, ftype) => {
+    const r = lcg(ftype + 100);
+    const rows = 8;
+    const x = new Float32Array(rows * ROW).map(() => (r() + r() + r() - 1.5) * (r() < 0.05 ? 8 : 1));
+    const f32 = join(work, `deq-${ftype}-in.gguf`);
+    const q = join(work, `deq-${ftype}-q.gguf`);
+    const back = join(work, `deq-${ftype}-f32.gguf`);
+    writeOneTensorGguf(f32, 'blk.0.ffn_up.weight', [ROW, rows], x);
+    await llamaQuantize(f32, q, { ftype, pure: true });
+    await llamaQuantize(q, back, { ftype: 0, allowRequantize: true });
+    const g = parseGguf(back);
+    expect(g.tensors.get('blk.0.ffn_up.weight')!.type).toBe(GgmlType.F32);
+    const theirs = tensorBytes(g, 'blk.0.ffn_up.weight');
+    const ours = decodeAs(type, tensorBytes(parseGguf(q), 'blk.0.ffn_up.weight'), x.length);
+    const d = firstDiff(new Uint8Array(ours.buffer), theirs);
+    expect(d, `first differing byte ${d} (value ${d >> 2})`).toBe(-1);
+  }, 60_000);
+
   it.each(PURE_FTYPE.map(([t]) => [ggmlTypeName(t), t] as const))('%s decodes random blocks as the layout says', (_name, type) => {
     const r = lcg(type * 7919 + 1);
     const values = 512;

@@ -1,7 +1,10 @@
 // Test-only: quantize a GGUF with llama.cpp's own quantizer (llama_model_quantize in the prebuilt
 // libllama that node-llama-cpp ships), so tests can compare our quantized files with llama.cpp's.
 //
-//   llama-quantize-ref LIBLLAMA.so IN.gguf OUT.gguf FTYPE PURE(0|1) NTHREAD
+//   llama-quantize-ref LIBLLAMA.so IN.gguf OUT.gguf FTYPE PURE(0|1) NTHREAD REQUANTIZE(0|1)
+//
+// REQUANTIZE lets it read quantized tensors (dequantized by ggml first): with FTYPE 0 (all F32)
+// the output holds ggml's own dequantization of the input.
 //
 // The library is dlopen'ed (its own dependencies resolve through its RUNPATH) and the CPU backends
 // beside it are loaded from its directory (the quantization itself runs in ggml-base's reference
@@ -46,7 +49,7 @@ static int fail(const char * what, const char * detail) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 7) return fail("usage: llama-quantize-ref LIBLLAMA IN OUT FTYPE PURE NTHREAD", NULL);
+    if (argc != 8) return fail("usage: llama-quantize-ref LIBLLAMA IN OUT FTYPE PURE NTHREAD REQUANTIZE", NULL);
     void * lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     if (!lib) return fail("cannot load libllama", dlerror());
     default_params_fn defaults = (default_params_fn) dlsym(lib, "llama_model_quantize_default_params");
@@ -68,6 +71,7 @@ int main(int argc, char ** argv) {
     if (*end || nthread < 1 || nthread > 256) return fail("bad NTHREAD", argv[6]);
     p.ftype = (int) ftype;
     p.pure = argv[5][0] == '1';
+    p.allow_requantize = argv[7][0] == '1';
     p.nthread = (int32_t) nthread;
 
     // The ggml backends live beside libllama: load them from there (not from this program's directory).

@@ -57,12 +57,14 @@ export interface LlamaQuantizeOptions {
   pure?: boolean;
   /** Quantizer threads (default 2; the result does not depend on it). */
   threads?: number;
+  /** Accept quantized input tensors (ggml dequantizes them first); with ftype 0 the output is ggml's dequantization. */
+  allowRequantize?: boolean;
 }
 
 /** Quantize `input` (an f32/f16/bf16 GGUF) into `output` with llama.cpp's llama_model_quantize. */
 export async function llamaQuantize(input: string, output: string, opts: LlamaQuantizeOptions): Promise<void> {
   const exe = await buildQuantizeHelper();
-  const args = [libllamaPath(), input, output, String(opts.ftype), opts.pure ? '1' : '0', String(opts.threads ?? 2)];
+  const args = [libllamaPath(), input, output, String(opts.ftype), opts.pure ? '1' : '0', String(opts.threads ?? 2), opts.allowRequantize ? '1' : '0'];
   try {
     await execFileP(exe, args, { maxBuffer: 64 << 20, timeout: 600_000, killSignal: 'SIGKILL' });
   } catch (err) {
