@@ -11,9 +11,8 @@ import { registerConvert } from '../src/cli/cmd-convert.js';
 import { UsageError } from '../src/util/usage-error.js';
 import { ConvertError, convertCheckpoint, fullAttentionInterval, valueHeadPermutation, type OutDtype } from '../src/convert/convert.js';
 import { GgmlType, GgufValueType, GgufWriter } from '../src/convert/gguf-writer.js';
-import {
-  bf16ToF32, dequantizeQ8_0, f16ToF32, f32ToBf16, f32ToF16, quantizeQ8_0, Q8_0_BLOCK_BYTES,
-} from '../src/convert/quantize.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/convert/quantize.js';
+import { dequantizeQ8_0, quantizeQ8_0, Q8_0_BLOCK_BYTES } from '../src/convert/quant-legacy.js';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { parseGguf, type GgufFile } from '../src/model/gguf-reader.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
@@ -174,7 +173,7 @@ describe('GGUF writer', () => {
     w.addTensor('x', [4], GgmlType.F32);
     expect(() => w.addTensor('x', [4], GgmlType.F32)).toThrow(/duplicate/);
     expect(() => w.addTensor('y', [0], GgmlType.F32)).toThrow(/bad shape/);
-    expect(() => w.addTensor('z', [33], GgmlType.Q8_0)).toThrow(/multiple of 32/);
+    expect(() => w.addTensor('z', [33], GgmlType.Q8_0)).toThrow(/not a multiple of the Q8_0 block \(32\)/);
     w.open(join(dir, 'short.gguf'));
     expect(() => w.close()).toThrow(/not written/);
   });
@@ -567,7 +566,7 @@ describe('bench convert: bad input', () => {
       [['--model-path', dir], /--out/],
       [['--model-path', join(dir, 'nope'), '--out', join(dir, 'x.gguf')], /--model-path .*nope/],
       [['--model-path', dir, '--out', join(dir, 'no-dir', 'x.gguf')], /--out .*no-dir/],
-      [['--model-path', dir, '--out', join(dir, 'x.gguf'), '--dtype', 'q4_k'], /--dtype: 'q4_k' is not one of f32, bf16, f16, q8_0/],
+      [['--model-path', dir, '--out', join(dir, 'x.gguf'), '--dtype', 'q3_k'], /--dtype: 'q3_k' is not one of f32, bf16, f16, q8_0, q4_0/],
       [['--model-path', dir, '--out', join(dir, 'x.gguf')], /config\.json/],
     ];
     for (const [args, re] of cases) {

@@ -2,17 +2,20 @@
 import { existsSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Command } from 'commander';
-import { ConvertError, OUT_DTYPES, writeGguf, type OutDtype } from '../convert/convert.js';
+import { ConvertError, OUT_DTYPES, writeGgufParallel, type OutDtype } from '../convert/convert.js';
+import { QUANT_DTYPES, QUANT_SCHEMES } from '../convert/quant-mix.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { CheckpointError, type DType } from '../model/types.js';
 import { UsageError } from '../util/usage-error.js';
-import { oneOf } from './flag-values.js';
+import { usableCpus } from '../engine/native.js';
+import { oneOf, parseCount } from './flag-values.js';
 
 interface RawConvertOptions {
   modelPath?: string;
   out?: string;
   dtype?: string;
   mtp?: boolean;
+  threads?: string;
   quiet?: boolean;
 }
 
@@ -24,13 +27,18 @@ export function convertCommand(setResult: (code: number) => void): Command {
     .description(
       'Write a GGUF v3 file that llama.cpp loads as arch qwen35: metadata, tokenizer, and tensors renamed and ' +
       "transformed the way llama.cpp's converter does it (norms +1, ssm_a = -exp(A_log), value heads re-tiled). " +
-      '1-D tensors and ssm_conv1d are always F32; q8_0 applies to 2-D weights whose rows are a multiple of 32 ' +
-      '(others fall back to F16). Tensors are streamed; the file appears only once complete.',
+      '1-D tensors and ssm_conv1d are always F32. The quantized dtypes write what llama-quantize writes from the ' +
+      "same weights (its per-tensor rules and reference quantizers, byte for byte; docs/quantization.md):\n" +
+      QUANT_DTYPES.map((d) => `  ${d.padEnd(7)} ${QUANT_SCHEMES[d].summary}`).join('\n') +
+      '\nRows whose length the type\'s block does not divide fall back as llama-quantize does: Q4_K -> Q5_0, ' +
+      'Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when 32 does not divide either. Tensors are streamed; the file appears ' +
+      'only once complete.',
     )
     .option('--model-path <dir>', 'checkpoint directory (config.json, *.safetensors, tokenizer.json)')
     .option('--out <file>', 'output GGUF file')
     .option('--dtype <dtype>', `weight type: ${OUT_DTYPES.join(' | ')} (default: the checkpoint's dtype)`)
     .option('--mtp', 'also write the MTP block (nextn tensors at layer num_hidden_layers)')
+    .option('--threads <n>', 'quantizer threads for the block types (the bytes do not depend on it) (default: the usable CPUs)')
     .option('-q, --quiet', 'no progress or summary on stderr')
     .action(async (raw: RawConvertOptions) => {
       if (!raw.modelPath) throw new UsageError('convert: --model-path <dir> is required');
@@ -44,15 +52,17 @@ export function convertCommand(setResult: (code: number) => void): Command {
       if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`--out ${raw.out}: is a directory`);
       let dtype: OutDtype | undefined;
       if (raw.dtype !== undefined) dtype = oneOf('--dtype', raw.dtype.toLowerCase(), OUT_DTYPES);
+      const threads = raw.threads !== undefined ? parseCount('--threads', raw.threads, 1, 1024) : undefined;
 
       const progress = !raw.quiet && process.stderr.isTTY === true;
       let lastPct = -1;
       try {
         const ckpt = loadCheckpoint(dir, { mtp: raw.mtp ?? false });
         const resolved = dtype ?? FROM_SOURCE[ckpt.dtype];
-        const res = writeGguf(ckpt, out, {
+        const res = await writeGgufParallel(ckpt, out, {
           dtype: resolved,
           mtp: raw.mtp ?? false,
+          threads: threads ?? usableCpus(),
           onProgress: progress
             ? (done, total) => {
               const pct = Math.floor((100 * done) / Math.max(1, total));
@@ -70,7 +80,8 @@ export function convertCommand(setResult: (code: number) => void): Command {
           const types = [...counts].map(([t, n]) => `${n} ${t}`).join(', ');
           process.stderr.write(
             `convert: wrote ${out} (${res.dtype}; ${res.tensorCount} tensors: ${types}; ` +
-            `${(res.fileBytes / 2 ** 20).toFixed(1)} MiB) in ${res.seconds.toFixed(1)} s\n`,
+            `${(res.fileBytes / 2 ** 20).toFixed(1)} MiB) in ${res.seconds.toFixed(1)} s` +
+            `${res.quantizerThreads > 1 ? ` (${res.quantizerThreads} quantizer threads)` : ''}\n`,
           );
         }
         setResult(0);

@@ -8,13 +8,18 @@ import { loadCheckpoint } from '../model/checkpoint.js';
 import type { Checkpoint, LayerType, TensorRef, TextConfig } from '../model/types.js';
 import { LM_HEAD_ROLE, layerRoles, modelRole, mtpRoles, type TensorRole } from '../model/tensor-roles.js';
 import { GgmlType, GgufValueType, GgufWriter, ggmlTypeName } from './gguf-writer.js';
-import { Q8_0_BLOCK, decodeToF32, encodeBf16, encodeF16, quantizeQ8_0 } from './quantize.js';
+import { decodeToF32 } from './quantize.js';
+import { GGML_CODECS, encodeAs, firstNonFiniteBlock } from './ggml-codec.js';
+import { EncodePool } from './quant-pool.js';
+import { isQuantDtype, planQuantTypes, QUANT_DTYPES, QUANT_SCHEMES, type QuantDtype } from './quant-mix.js';
 
-export type OutDtype = 'f32' | 'bf16' | 'f16' | 'q8_0';
-export const OUT_DTYPES: readonly OutDtype[] = ['f32', 'bf16', 'f16', 'q8_0'];
+export type FloatDtype = 'f32' | 'bf16' | 'f16';
+export type OutDtype = FloatDtype | QuantDtype;
+export const OUT_DTYPES: readonly OutDtype[] = ['f32', 'bf16', 'f16', ...QUANT_DTYPES];
 
-/** llama.cpp `llama_ftype` values written to general.file_type. */
-const FILE_TYPE: Record<OutDtype, number> = { f32: 0, f16: 1, q8_0: 7, bf16: 32 };
+/** llama.cpp `llama_ftype` written to general.file_type (the quantized ones: QUANT_SCHEMES). */
+const FLOAT_FILE_TYPE: Record<FloatDtype, number> = { f32: 0, f16: 1, bf16: 32 };
+const fileTypeOf = (dtype: OutDtype) => (isQuantDtype(dtype) ? QUANT_SCHEMES[dtype].fileType : FLOAT_FILE_TYPE[dtype]);
 
 /** llama.cpp token types. */
 export const TokenType = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
@@ -31,6 +36,8 @@ export interface ConvertOptions {
   dtype: OutDtype;
   /** Also write the MTP block as layer `num_hidden_layers` (nextn tensors). */
   mtp?: boolean;
+  /** Worker threads for the block-quantized types (writeGgufParallel; default 1: in this thread). */
+  threads?: number;
   /** Progress: bytes of tensor data written so far out of the total. */
   onProgress?: (done: number, total: number, tensor: string) => void;
 }
@@ -42,6 +49,8 @@ export interface ConvertResult {
   fileBytes: number;
   /** GGUF tensor name -> ggml type name, for reporting. */
   tensorTypes: Map<string, string>;
+  /** Threads that ran the block quantizers (1: this thread). */
+  quantizerThreads: number;
   seconds: number;
 }
 
@@ -217,12 +226,13 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
     used.add(name);
     return t;
   };
-  const weightType = (rowLen: number): GgmlType => {
+  // Quantized files: matrices start as F32 (what llama-quantize reads) and take their type from the
+  // mix table once every tensor is known (planQuantTypes needs the whole list).
+  const weightType = (): GgmlType => {
     switch (dtype) {
-      case 'f32': return GgmlType.F32;
       case 'bf16': return GgmlType.BF16;
       case 'f16': return GgmlType.F16;
-      case 'q8_0': return rowLen % Q8_0_BLOCK === 0 ? GgmlType.Q8_0 : GgmlType.F16;
+      default: return GgmlType.F32;
     }
   };
   // Each tensor from its row of the tensor-role table: GGUF name, layout, fold and value-head tiling.
@@ -242,7 +252,7 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
     if (role.kind === 'matrix') {
       // PyTorch [out, in] -> ggml {in, out}.
       const [out, inp] = shape as [number, number];
-      plans.push({ ...common, ne: [inp, out], type: weightType(inp), rows: out, rowLen: inp });
+      plans.push({ ...common, ne: [inp, out], type: weightType(), rows: out, rowLen: inp });
     } else if (role.kind === 'conv') {
       // [conv_dim, 1, K] -> ggml {K, conv_dim}, always F32.
       const [rows, , k] = shape as [number, number, number];
@@ -279,6 +289,11 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
   if (leftover.length > 0) {
     throw new ConvertError(`${ckpt.dir}: unexpected tensor(s) with no GGUF mapping: ${leftover.slice(0, 5).join(', ')}${leftover.length > 5 ? ', ...' : ''}`);
   }
+  if (isQuantDtype(dtype)) {
+    const blockCount = cfg.numLayers + (withMtp ? cfg.mtpNumHiddenLayers : 0);
+    const types = planQuantTypes(dtype, plans.map((p) => ({ name: p.ggufName, ne: p.ne })), blockCount);
+    for (const p of plans) p.type = types.get(p.ggufName) ?? p.type;
+  }
   return plans;
 }
 
@@ -295,7 +310,7 @@ export function addMetadata(w: GgufWriter, ckpt: Checkpoint, vocab: GgufVocab, d
   w.addString('general.architecture', arch);
   w.addString('general.type', 'model');
   w.addString('general.name', name ?? basename(resolve(ckpt.dir)));
-  w.addU32('general.file_type', FILE_TYPE[dtype]);
+  w.addU32('general.file_type', fileTypeOf(dtype));
   w.addU32('general.quantization_version', 2);
 
   w.addU32(`${arch}.block_count`, cfg.numLayers + (withMtp ? cfg.mtpNumHiddenLayers : 0));
@@ -367,14 +382,20 @@ class SourceFiles {
 const ELEM_BYTES = { F32: 4, BF16: 2, F16: 2 } as const;
 const SAME_TYPE = { F32: GgmlType.F32, BF16: GgmlType.BF16, F16: GgmlType.F16 } as const;
 
-/** Produce the plan's output bytes chunk by chunk (each chunk whole rows). */
-function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Array> {
+/** One piece of a tensor's output (whole rows): final bytes, or f32 rows still to encode as the plan's type. */
+type Piece = { bytes: Uint8Array } | { vals: Float32Array; r0: number };
+
+/**
+ * The plan's output piece by piece. `owned`: every piece gets buffers of its own (for pieces that
+ * are queued); otherwise the buffers are reused and a piece is valid until the next one.
+ */
+function* tensorPieces(plan: TensorPlan, files: SourceFiles, chunkElems: number, owned: boolean): Generator<Piece> {
   const { src, rows, rowLen } = plan;
   const eb = ELEM_BYTES[src.dtype];
   if (src.nbytes !== rows * rowLen * eb) {
     throw new ConvertError(`${src.file}: tensor ${src.name} holds ${src.nbytes} bytes, expected ${rows * rowLen * eb}`);
   }
-  const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMS / rowLen));
+  const rowsPerChunk = Math.max(1, Math.floor(chunkElems / rowLen));
   const passthrough = !plan.op && !plan.colPerm && SAME_TYPE[src.dtype] === plan.type;
   const raw = new Uint8Array(Math.min(rows, rowsPerChunk) * rowLen * eb);
   const f32 = new Float32Array(passthrough ? 0 : Math.min(rows, rowsPerChunk) * rowLen);
@@ -394,7 +415,8 @@ function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Arr
     const count = n * rowLen;
     if (passthrough) {
       // Same element type in and out, no transform: the (row-permuted) source bytes are the output.
-      yield raw.subarray(0, count * eb);
+      const bytes = raw.subarray(0, count * eb);
+      yield { bytes: owned ? bytes.slice() : bytes };
       continue;
     }
     const vals = f32.subarray(0, count);
@@ -408,34 +430,52 @@ function* tensorChunks(plan: TensorPlan, files: SourceFiles): Generator<Uint8Arr
         for (let c = 0; c < rowLen; c++) row[c] = rowTmp[plan.colPerm[c]!]!;
       }
     }
-    yield encode(plan.type, vals);
+    yield { vals: owned ? vals.slice() : vals, r0 };
   }
 }
 
-function encode(type: GgmlType, vals: Float32Array): Uint8Array {
-  switch (type) {
-    case GgmlType.F32:
-      return new Uint8Array(vals.buffer, vals.byteOffset, vals.length * 4);
-    case GgmlType.BF16: {
-      const out = new Uint8Array(vals.length * 2);
-      encodeBf16(vals, out);
-      return out;
-    }
-    case GgmlType.F16: {
-      const out = new Uint8Array(vals.length * 2);
-      encodeF16(vals, out);
-      return out;
-    }
-    case GgmlType.Q8_0: {
-      const out = new Uint8Array((vals.length / Q8_0_BLOCK) * (Q8_0_BLOCK + 2));
-      quantizeQ8_0(vals, out);
-      return out;
+/** Whether the plan's values are checked before and after encoding (see checkFinite, checkScales). */
+const checked = (plan: TensorPlan) => plan.type !== GgmlType.F32 && plan.type !== GgmlType.BF16;
+
+/** Encode rows in this thread, checked. */
+function encodePiece(plan: TensorPlan, vals: Float32Array, r0: number): Uint8Array {
+  if (checked(plan)) checkFinite(plan, vals, r0);
+  const out = encodeAs(plan.type, vals);
+  if (checked(plan)) checkScales(plan, out, r0);
+  return out;
+}
+
+/**
+ * F16 and the quantized types cannot hold non-finite weights or, in their f16 scales, values
+ * beyond the f16 range: refuse them (llama-quantize fails its row validation on them too).
+ */
+function checkFinite(plan: TensorPlan, vals: Float32Array, r0: number): void {
+  for (let k = 0; k < vals.length; k++) {
+    if (!Number.isFinite(vals[k]!)) {
+      throw new ConvertError(`${plan.src.file}: tensor ${plan.src.name} (${plan.ggufName}) has a non-finite value (${vals[k]}) in row ${r0 + Math.floor(k / plan.rowLen)}; cannot write it as ${ggmlTypeName(plan.type)}`);
     }
   }
 }
 
-/** Write a GGUF for an already loaded checkpoint. The file appears atomically (temp + rename). */
-export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): ConvertResult {
+function checkScales(plan: TensorPlan, out: Uint8Array, r0: number): void {
+  const b = firstNonFiniteBlock(plan.type, out);
+  if (b >= 0) {
+    const row = r0 + Math.floor(b / (plan.rowLen / GGML_CODECS[plan.type].block));
+    throw new ConvertError(`${plan.src.file}: tensor ${plan.src.name} (${plan.ggufName}) row ${row}: values beyond the f16 range of ${ggmlTypeName(plan.type)}'s scales`);
+  }
+}
+
+/** One conversion in progress: the plans, the writer (header written to a temporary file) and the sources. */
+interface WriteJob {
+  plans: TensorPlan[];
+  w: GgufWriter;
+  files: SourceFiles;
+  tmp: string;
+  t0: number;
+  progress(p: TensorPlan, bytes: number): void;
+}
+
+function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): WriteJob {
   const t0 = performance.now();
   const withMtp = opts.mtp ?? false;
   const plans = planTensors(ckpt, opts.dtype, withMtp);
@@ -443,41 +483,107 @@ export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOption
   const w = new GgufWriter();
   addMetadata(w, ckpt, vocab, opts.dtype, withMtp);
   for (const p of plans) w.addTensor(p.ggufName, p.ne, p.type);
-
   const total = w.tensorInfos.reduce((a, t) => a + t.nbytes, 0);
   const tmp = join(dirname(outFile), `.${basename(outFile)}.${process.pid}.partial`);
-  const files = new SourceFiles();
+  w.open(tmp);
   let done = 0;
-  try {
-    w.open(tmp);
-    for (const p of plans) {
-      for (const chunk of tensorChunks(p, files)) {
-        w.writeTensor(p.ggufName, chunk);
-        done += chunk.length;
-        opts.onProgress?.(done, total, p.ggufName);
-      }
-    }
-    w.close();
-    renameSync(tmp, outFile);
-  } catch (err) {
-    w.abort();
-    rmSync(tmp, { force: true });
-    throw err;
-  } finally {
-    files.close();
-  }
+  const progress = (p: TensorPlan, bytes: number) => {
+    done += bytes;
+    opts.onProgress?.(done, total, p.ggufName);
+  };
+  return { plans, w, files: new SourceFiles(), tmp, t0, progress };
+}
+
+/** Complete the file and move it into place. */
+function finishWrite(job: WriteJob, outFile: string, opts: ConvertOptions, quantizerThreads: number): ConvertResult {
+  job.files.close();
+  job.w.close();
+  renameSync(job.tmp, outFile);
   return {
     outFile,
     dtype: opts.dtype,
-    tensorCount: plans.length,
+    tensorCount: job.plans.length,
     fileBytes: statSync(outFile).size,
-    tensorTypes: new Map(plans.map((p) => [p.ggufName, ggmlTypeName(p.type)])),
-    seconds: (performance.now() - t0) / 1000,
+    tensorTypes: new Map(job.plans.map((p) => [p.ggufName, ggmlTypeName(p.type)])),
+    quantizerThreads,
+    seconds: (performance.now() - job.t0) / 1000,
   };
+}
+
+function abortWrite(job: WriteJob): void {
+  job.files.close();
+  job.w.abort();
+  rmSync(job.tmp, { force: true });
+}
+
+/** Write a GGUF for an already loaded checkpoint, in this thread. The file appears atomically (temp + rename). */
+export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): ConvertResult {
+  const job = startWrite(ckpt, outFile, opts);
+  try {
+    for (const p of job.plans) {
+      for (const piece of tensorPieces(p, job.files, CHUNK_ELEMS, false)) {
+        const bytes = 'bytes' in piece ? piece.bytes : encodePiece(p, piece.vals, piece.r0);
+        job.w.writeTensor(p.ggufName, bytes);
+        job.progress(p, bytes.length);
+      }
+    }
+    return finishWrite(job, outFile, opts, 1);
+  } catch (err) {
+    abortWrite(job);
+    throw err;
+  }
+}
+
+/** Rows per piece handed to a quantizer worker (~4 MiB of f32): small enough to spread one tensor over the pool. */
+const POOL_CHUNK_ELEMS = 1 << 20;
+
+/**
+ * writeGguf with the block-quantized pieces encoded by `threads` worker threads (the same bytes;
+ * in this thread when threads < 2 or no compiled worker exists). At most two pieces per worker are
+ * in flight, so memory stays bounded.
+ */
+export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Promise<ConvertResult> {
+  const pool = EncodePool.create(opts.threads ?? 1);
+  if (!pool) return writeGguf(ckpt, outFile, opts);
+  const job = startWrite(ckpt, outFile, opts);
+  const queue: Array<{ plan: TensorPlan; bytes: Promise<Uint8Array> }> = [];
+  const drain = async (keep: number) => {
+    while (queue.length > keep) {
+      const q = queue.shift()!;
+      const bytes = await q.bytes;
+      job.w.writeTensor(q.plan.ggufName, bytes);
+      job.progress(q.plan, bytes.length);
+    }
+  };
+  try {
+    for (const p of job.plans) {
+      const pooled = GGML_CODECS[p.type].block > 1;
+      for (const piece of tensorPieces(p, job.files, pooled ? POOL_CHUNK_ELEMS : CHUNK_ELEMS, true)) {
+        let bytes: Promise<Uint8Array>;
+        if ('bytes' in piece) bytes = Promise.resolve(piece.bytes);
+        else if (!pooled) bytes = Promise.resolve(encodePiece(p, piece.vals, piece.r0));
+        else {
+          checkFinite(p, piece.vals, piece.r0);
+          const r0 = piece.r0;
+          bytes = pool.encode(p.type, piece.vals).then((out) => { checkScales(p, out, r0); return out; });
+        }
+        bytes.catch(() => {}); // observed when drained; a failure must not be an unhandled rejection meanwhile
+        queue.push({ plan: p, bytes });
+        await drain(2 * pool.size);
+      }
+    }
+    await drain(0);
+    return finishWrite(job, outFile, opts, pool.size);
+  } catch (err) {
+    abortWrite(job);
+    throw err;
+  } finally {
+    await pool.close();
+  }
 }
 
 /** Load the checkpoint at `modelPath` and convert it to `outFile`. */
 export async function convertCheckpoint(modelPath: string, outFile: string, opts: ConvertOptions): Promise<ConvertResult> {
   const ckpt = await loadCheckpoint(modelPath, { mtp: opts.mtp ?? false });
-  return writeGguf(ckpt, outFile, opts);
+  return writeGgufParallel(ckpt, outFile, opts);
 }

@@ -4,7 +4,7 @@
 // Layout: magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv | kv* | tensor_info* | pad |
 // data (each tensor at its info's offset relative to the data start, offsets aligned).
 import { closeSync, openSync, writeSync } from 'node:fs';
-import { Q8_0_BLOCK, Q8_0_BLOCK_BYTES } from './quantize.js';
+import { ggmlTensorBytes } from '../model/gguf-reader.js';
 
 export const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
 export const GGUF_VERSION = 3;
@@ -31,7 +31,13 @@ export enum GgufValueType {
 export enum GgmlType {
   F32 = 0,
   F16 = 1,
+  Q4_0 = 2,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
   BF16 = 30,
 }
 
@@ -51,17 +57,11 @@ export interface GgufTensorInfo {
   nbytes: number;
 }
 
-/** Bytes taken by a tensor of `ne` elements in type `type`. */
+/** Bytes taken by a tensor of `ne` elements in type `type` (block sizes: the reader's ggml type table). */
 export function ggmlNbytes(type: GgmlType, ne: readonly number[]): number {
-  const n = ne.reduce((a, b) => a * b, 1);
-  switch (type) {
-    case GgmlType.F32: return n * 4;
-    case GgmlType.F16:
-    case GgmlType.BF16: return n * 2;
-    case GgmlType.Q8_0:
-      if ((ne[0] ?? 0) % Q8_0_BLOCK !== 0) throw new Error(`Q8_0 row length ${ne[0]} is not a multiple of ${Q8_0_BLOCK}`);
-      return (n / Q8_0_BLOCK) * Q8_0_BLOCK_BYTES;
-  }
+  const bytes = ggmlTensorBytes(type, ne);
+  if (typeof bytes === 'string') throw new Error(`${GgmlType[type] ?? type} tensor [${ne.join(', ')}] ${bytes}`);
+  return bytes;
 }
 
 export function ggmlTypeName(type: GgmlType): string {

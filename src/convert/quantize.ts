@@ -1,12 +1,9 @@
-// Element encodings used by the GGUF writer: bf16 / f16 <-> f32 and ggml's Q8_0 block format.
-// Everything works on whole rows held in typed arrays; callers stream rows in chunks.
+// Float element encodings used by the GGUF writer and the quantizers: bf16 / f16 <-> f32 (round to
+// nearest even). The block formats are in quant-legacy.ts and quant-k.ts, the per-type table in
+// ggml-codec.ts. Everything works on whole rows held in typed arrays; callers stream rows in chunks.
 
 const f32Scratch = new Float32Array(1);
 const u32Scratch = new Uint32Array(f32Scratch.buffer);
-
-/** Q8_0: blocks of 32 weights, each an f16 scale followed by 32 int8 values (34 bytes). */
-export const Q8_0_BLOCK = 32;
-export const Q8_0_BLOCK_BYTES = 2 + Q8_0_BLOCK;
 
 /** bf16 bits -> f32 (exact). */
 export function bf16ToF32(bits: number): number {
@@ -109,44 +106,4 @@ export function encodeF16(src: Float32Array, out: Uint8Array): void {
 function u16View(out: Uint8Array, n: number): Uint16Array {
   if ((out.byteOffset & 1) !== 0) throw new Error('unaligned output buffer');
   return new Uint16Array(out.buffer, out.byteOffset, n);
-}
-
-/**
- * Quantize f32 values (length a multiple of 32) into Q8_0 blocks, the way ggml's reference
- * quantizer does: d = max|x| / 127 stored as f16, q = round(x / d) (half away from zero).
- */
-export function quantizeQ8_0(src: Float32Array, out: Uint8Array): void {
-  if (src.length % Q8_0_BLOCK !== 0) throw new Error(`Q8_0 needs a multiple of ${Q8_0_BLOCK} values, got ${src.length}`);
-  const nb = src.length / Q8_0_BLOCK;
-  const dv = new DataView(out.buffer, out.byteOffset, nb * Q8_0_BLOCK_BYTES);
-  const qs = new Int8Array(out.buffer, out.byteOffset, nb * Q8_0_BLOCK_BYTES);
-  for (let b = 0; b < nb; b++) {
-    const base = b * Q8_0_BLOCK;
-    let amax = 0;
-    for (let j = 0; j < Q8_0_BLOCK; j++) {
-      const a = Math.abs(src[base + j]!);
-      if (a > amax) amax = a;
-    }
-    const d = Math.fround(amax / 127);
-    const id = d !== 0 ? Math.fround(1 / d) : 0;
-    const o = b * Q8_0_BLOCK_BYTES;
-    dv.setUint16(o, f32ToF16(d), true);
-    for (let j = 0; j < Q8_0_BLOCK; j++) {
-      const v = Math.fround(src[base + j]! * id);
-      // C roundf (half away from zero); v + 0.5 is exact in double and |v| <= 127.
-      qs[o + 2 + j] = v < 0 ? -((0.5 - v) | 0) : (v + 0.5) | 0;
-    }
-  }
-}
-
-/** Inverse of quantizeQ8_0 (for checks). */
-export function dequantizeQ8_0(src: Uint8Array, n: number): Float32Array {
-  const out = new Float32Array(n);
-  const dv = new DataView(src.buffer, src.byteOffset, (n / Q8_0_BLOCK) * Q8_0_BLOCK_BYTES);
-  for (let b = 0; b < n / Q8_0_BLOCK; b++) {
-    const o = b * Q8_0_BLOCK_BYTES;
-    const d = f16ToF32(dv.getUint16(o, true));
-    for (let j = 0; j < Q8_0_BLOCK; j++) out[b * Q8_0_BLOCK + j] = d * dv.getInt8(o + 2 + j);
-  }
-  return out;
 }
