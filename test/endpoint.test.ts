@@ -201,6 +201,17 @@ describe('against small local servers', () => {
     expect(c.rows[0]!.notes).not.toMatch(/estimated/);
   });
 
+  it('a server that closes kept-alive connections after each stream: every request sent again on a fresh one, rows ok', async () => {
+    const s = await start({ closeAfterStream: true });
+    const r = await sweep({ endpoint: s.url, cells: '10:4', concurrency: '1,2', iters: '2' });
+    expect(r.code).toBe(0);
+    for (const row of r.rows) expect(row.status).toBe('ok');
+    // Closed loop: each session's requests after its first find their connection closed.
+    expect(s.dropped).toBeGreaterThan(0);
+    // Every request served once: the timed ones and the warm-up's 1 + 2.
+    expect(s.streamed).toBe(r.report.rows.reduce((a: number, row: { timed_requests: number }) => a + row.timed_requests, 0) + 3);
+  });
+
   it('a server that stops early: the real count in the row and a note', async () => {
     const s = await start({ stopAfter: 3 });
     const r = await sweep({ endpoint: s.url, cells: '10:8', concurrency: '1' });

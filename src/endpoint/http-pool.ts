@@ -41,6 +41,13 @@ export class HttpFailure extends Error {
   }
 }
 
+/** A reused keep-alive connection the server had closed (internal: the request is sent again). */
+class StaleConnection extends HttpFailure {
+  constructor(message: string) {
+    super(message, 'network');
+  }
+}
+
 export class HttpPool {
   readonly base: URL;
   private readonly agent: http.Agent;
@@ -81,7 +88,23 @@ export class HttpPool {
     return this.send('POST', path, body, handlers, limits);
   }
 
-  private send(method: string, path: string, body: unknown, h: StreamHandlers, limits: RequestLimits): Promise<number> {
+  /**
+   * One request; sent again, once, on a fresh connection when a kept-alive connection turns out to
+   * have been closed by the server: reset or broken before any byte of a response came back. Some
+   * servers (llama.cpp's) close the connection after a streamed response while announcing
+   * keep-alive, and the close reaches the client only after it has reused the connection; the
+   * server never read that request. Timing starts again at the new send (`onSent` is called again).
+   */
+  private async send(method: string, path: string, body: unknown, h: StreamHandlers, limits: RequestLimits): Promise<number> {
+    try {
+      return await this.sendOnce(method, path, body, h, limits, false);
+    } catch (err) {
+      if (!(err instanceof StaleConnection)) throw err;
+      return this.sendOnce(method, path, body, h, limits, true);
+    }
+  }
+
+  private sendOnce(method: string, path: string, body: unknown, h: StreamHandlers, limits: RequestLimits, fresh: boolean): Promise<number> {
     return new Promise<number>((resolve, reject) => {
       const u = this.url(path);
       const payload = body === undefined ? null : Buffer.from(JSON.stringify(body));
@@ -104,7 +127,10 @@ export class HttpPool {
         if (timer) clearTimeout(timer);
         limits.signal?.removeEventListener('abort', onAbort);
       };
-      const req = this.mod.request(u, { method, agent: this.agent, headers }, (res) => {
+      let responded = false;
+      // A fresh connection for the retry: this agent would hand back another idle one the server may also have closed.
+      const req = this.mod.request(u, { method, agent: fresh ? false : this.agent, headers }, (res) => {
+        responded = true;
         h.onResponse?.(res.statusCode ?? 0, performance.now());
         res.setEncoding('utf8');
         res.on('data', (d: string) => { if (!settled) h.onData(d, performance.now()); });
@@ -117,8 +143,11 @@ export class HttpPool {
         res.on('error', (err) => fail(new HttpFailure(`${method} ${u.pathname}: the response broke off (${err.message})`, 'network')));
         res.on('aborted', () => fail(new HttpFailure(`${method} ${u.pathname}: the server closed the connection mid-response`, 'network')));
       });
-      req.on('error', (err: NodeJS.ErrnoException) =>
-        fail(new HttpFailure(`${method} ${u.href}: ${err.code ? `${err.code} ` : ''}${err.message}`.trim(), 'network')));
+      req.on('error', (err: NodeJS.ErrnoException) => {
+        const message = `${method} ${u.href}: ${err.code ? `${err.code} ` : ''}${err.message}`.trim();
+        const stale = !fresh && !responded && req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE');
+        fail(stale ? new StaleConnection(message) : new HttpFailure(message, 'network'));
+      });
       if (limits.timeoutMs !== undefined && Number.isFinite(limits.timeoutMs)) {
         timer = setTimeout(() => fail(new HttpFailure(`${method} ${u.pathname}: no complete response within ${limits.timeoutMs! / 1000} s (--timeout-s)`, 'timeout')), limits.timeoutMs);
         timer.unref();

@@ -25,6 +25,12 @@ export interface FakeBehaviour {
   tokenize?: boolean;
   /** /metrics: none, or vLLM's finished-request counter (default none). */
   metrics?: 'none' | 'vllm';
+  /**
+   * A connection that carried a streamed response is dropped, unanswered, when the next request arrives
+   * on it: llama.cpp's server closes the connection after a stream while announcing keep-alive, and a
+   * client learns so only when it reuses the connection.
+   */
+  closeAfterStream?: boolean;
   /** Prompt tokens a streamed request counts beyond the words (not the probe: a mismatch the sweep must report), default 0. */
   extraPromptTokens?: number;
 }
@@ -35,6 +41,8 @@ export interface FakeServer {
   streamed: number;
   maxInFlight: number;
   bodies: Record<string, unknown>[];
+  /** Requests dropped unanswered on a connection the server had "closed" (closeAfterStream). */
+  dropped: number;
   /** The order requests arrived in: 'tokenize' (POST /tokenize) and 'stream' (a streamed completion). */
   arrivals: ('tokenize' | 'stream')[];
   close(): Promise<void>;
@@ -46,8 +54,14 @@ export async function startFakeOpenAI(b: FakeBehaviour = {}): Promise<FakeServer
   const per = b.tokensPerChunk ?? 1;
   let successes = 0;
   let inFlight = 0;
-  const state: FakeServer = { url: '', streamed: 0, maxInFlight: 0, bodies: [], arrivals: [], close: async () => {} };
+  const state: FakeServer = { url: '', streamed: 0, maxInFlight: 0, bodies: [], arrivals: [], dropped: 0, close: async () => {} };
+  const streamedOn = new WeakSet<object>();
   const server = http.createServer((req, res) => {
+    if (b.closeAfterStream && streamedOn.has(req.socket)) {
+      state.dropped++;
+      req.socket.destroy();
+      return;
+    }
     let raw = '';
     req.setEncoding('utf8');
     req.on('data', (d: string) => { raw += d; });
@@ -113,6 +127,7 @@ export async function startFakeOpenAI(b: FakeBehaviour = {}): Promise<FakeServer
         if (usage) send({ id: 'x', choices: [], usage: u(sent) });
         res.write('data: [DONE]\n\n');
         res.end();
+        streamedOn.add(req.socket);
         inFlight--;
         successes++;
       };
