@@ -472,6 +472,17 @@ describe('bench diagnose against a server that knows the answers (test/helpers/o
     }
   });
 
+  it('the unicode round trip through llama.cpp\'s /tokenize and /detokenize shape ({content})', async () => {
+    const o = await startOracleServer({ llamaTokenize: true });
+    try {
+      const { report } = await diagnoseInProcess(['--endpoint', o.url, ...small]);
+      const c = (report.protocol as Json[]).find((x) => x.id === 'protocol-unicode-roundtrip')!;
+      expect(c.pass, c.reason).toBe(true);
+    } finally {
+      await o.close();
+    }
+  });
+
   it('a server whose chat completions fail with 500: incomplete with the reason, exit 3', async () => {
     const o = await startOracleServer({ fault: 'chat-500' });
     try {
@@ -480,6 +491,8 @@ describe('bench diagnose against a server that knows the answers (test/helpers/o
       expect(report.status).toBe('incomplete');
       expect(report.incomplete_reasons[0]).toMatch(/HTTP 500: the oracle is broken/);
       expect(stderr).toMatch(/^status: incomplete: .*HTTP 500/m);
+      // Checks that could not run are not reported as failed in the summary line.
+      expect(stderr).toMatch(/identical greedy repeats not run, request isolation not run/);
     } finally {
       await o.close();
     }

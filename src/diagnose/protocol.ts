@@ -134,9 +134,15 @@ async function malformed(s: Session): Promise<CheckResult> {
 
 async function unicodeRoundTrip(s: Session): Promise<CheckResult> {
   return runCheck('protocol-unicode-roundtrip', async () => {
-    const tok = await s.client.post('/tokenize', { model: s.model, prompt: UNICODE_TEXT, add_special_tokens: false });
+    // vLLM's shape ({prompt} -> {tokens}), then llama.cpp's ({content}), which answers vLLM's with no tokens.
+    let tok = await s.client.post('/tokenize', { model: s.model, prompt: UNICODE_TEXT, add_special_tokens: false });
     if (tok.status === 404 || tok.status === 405) {
       return { pass: null, response: tok.body ?? tok.text, skipped: `the server has no /tokenize (HTTP ${tok.status})` };
+    }
+    const none = (t: typeof tok) => !ok(t) || (Array.isArray((t.body as Json | null)?.tokens) && ((t.body as Json).tokens as unknown[]).length === 0);
+    if (none(tok)) {
+      const llama = await s.client.post('/tokenize', { content: UNICODE_TEXT, add_special: false });
+      if (!none(llama)) tok = llama;
     }
     if (!ok(tok)) refused(tok);
     const tokens = (tok.body as Json).tokens;
@@ -146,7 +152,8 @@ async function unicodeRoundTrip(s: Session): Promise<CheckResult> {
       return { pass: null, response: det.body ?? det.text, skipped: `the server has /tokenize but no /detokenize (HTTP ${det.status})` };
     }
     if (!ok(det)) refused(det);
-    const back = (det.body as Json).prompt;
+    const body = det.body as Json;
+    const back = typeof body.prompt === 'string' ? body.prompt : body.content; // vLLM's field, else llama.cpp's
     const pass = back === UNICODE_TEXT;
     return {
       pass, response: { tokenize: tok.body, detokenize: det.body }, text: UNICODE_TEXT, tokens: tokens.length,

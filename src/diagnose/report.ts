@@ -38,6 +38,12 @@ export interface DiagnoseReport extends Json {
 }
 
 /** Why the report is incomplete: every check or run that did not run, with its error. */
+/** A judged check in the summary line: its verdict, or "not run" (the JSON's booleans say false then, as the seed's schema has them). */
+function said(c: CheckResult, yes: string, no: string): string {
+  if (c.error !== undefined || c.pass === null) return 'not run';
+  return c.pass ? yes : no;
+}
+
 export function incompleteReasons(p: ReportParts): string[] {
   const out = [...(p.reasons ?? [])];
   const checks = [...p.behavior, ...p.protocol, ...p.longContext, p.repeats, p.isolation, p.batchInvariance];
@@ -117,7 +123,8 @@ export function summaryTable(r: DiagnoseReport): string {
   out.push('');
   out.push(`behavior ${String(r.behavior_passes)}/${(r.behavior as unknown[]).length}, protocol ${String(r.protocol_passes)}/${(r.protocol as CheckResult[]).filter((c) => c.pass !== null).length}, ` +
     `long context ${String(r.long_context_passes)}/${(r.long_context as unknown[]).length}, median decode ${fmt(r.median_decode_tokens_per_second as number | null)} tok/s, ` +
-    `identical greedy repeats ${r.identical_greedy_completions ? 'yes' : 'no'}, request isolation ${r.request_isolation_passed ? 'passed' : 'FAILED'}`);
+    `identical greedy repeats ${said(r.greedy_repeats as CheckResult, 'yes', 'no')}, ` +
+    `request isolation ${said(r.request_isolation as CheckResult, 'passed', 'FAILED')}`);
   out.push(r.status === 'complete' ? 'status: complete (every check ran)' : `status: incomplete: ${(r.incomplete_reasons as string[]).join('; ')}`);
   return `${out.join('\n')}\n`;
 }

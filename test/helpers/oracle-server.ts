@@ -24,6 +24,11 @@ export interface OracleOptions {
    */
   fault?: 'chat-500' | 'leak' | 'strict';
   maxModelLen?: number;
+  /**
+   * /tokenize and /detokenize in llama.cpp's server's shape: `{content}` -> `{tokens}` (one token per
+   * code point), `{tokens}` -> `{content}`; vLLM's `{prompt}` gets an empty token list, as llama.cpp answers it.
+   */
+  llamaTokenize?: boolean;
 }
 
 const words = (s: string) => s.split(/\s+/).filter((w) => w.length > 0);
@@ -66,6 +71,16 @@ export async function startOracleServer(o: OracleOptions = {}): Promise<OracleSe
     const error = (status: number, message: string) => send(status, { error: { message, type: 'invalid_request_error', param: null, code: null } });
     if (req.method === 'GET' && url === '/v1/models') {
       return send(200, { object: 'list', data: [{ id: 'oracle-1', object: 'model', created: 0, owned_by: 'test', max_model_len: maxModelLen }] });
+    }
+    if (o.llamaTokenize && req.method === 'POST' && (url === '/tokenize' || url === '/detokenize')) {
+      let raw = '';
+      req.on('data', (d: Buffer) => { raw += d.toString(); });
+      req.on('end', () => {
+        const body = JSON.parse(raw) as Json;
+        if (url === '/tokenize') return send(200, { tokens: typeof body.content === 'string' ? [...body.content].map((c) => c.codePointAt(0)) : [] });
+        return send(200, { content: String.fromCodePoint(...(body.tokens as number[])) });
+      });
+      return;
     }
     if (req.method !== 'POST' || url !== '/v1/chat/completions') return error(404, `no route ${req.method} ${url}`);
     let raw = '';
