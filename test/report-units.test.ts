@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { compareReports } from '../src/report/compare.js';
 import { checkReport } from '../src/report/report-file.js';
 import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
-import { combinedFloor, logHalfWidth, medianInterval, type MedianInterval } from '../src/report/noise.js';
+import { combinedFloor, logHalfWidth, medianInterval, percentileInterval, type MedianInterval } from '../src/report/noise.js';
 import { UsageError } from '../src/util/usage-error.js';
 
 const known = (iv: ReturnType<typeof medianInterval>): MedianInterval => {
@@ -29,6 +29,16 @@ describe('medianInterval', () => {
     expect(iv.hi).toBeGreaterThanOrEqual(iv.median);
     expect(iv).toEqual(medianInterval(v, pass));
     expect(iv).toMatchObject({ passes: 3, n: 9 });
+  });
+
+  it('a tail percentile: the statistic is that percentile, its interval within the samples and above the median\'s', () => {
+    const v = [10, 11, 12, 10.5, 11.5, 30, 9, 10, 10.2];
+    const pass = [0, 0, 0, 1, 1, 1, 2, 2, 2];
+    const p99 = known(percentileInterval(v, pass, 99));
+    expect(p99.median).toBe(30); // nearest rank over 9 samples: the largest
+    expect(p99.hi).toBeLessThanOrEqual(30);
+    expect(p99.lo).toBeGreaterThan(known(medianInterval(v, pass)).lo);
+    expect(percentileInterval(v, pass, 50)).toEqual(medianInterval(v, pass));
   });
 
   it('identical passes give a zero floor; passes that disagree give a wider one', () => {
@@ -76,7 +86,7 @@ describe('compareReports', () => {
     const next = report([row(16, 1, 80, 10.3, 4, 0.02, 3)]);
     const c = compareReports(base, next, 5);
     const v = Object.fromEntries(c.rows[0]!.figures.map((f) => [f.figure, f.verdict]));
-    expect(v).toEqual({ decode_tok_s: 'regression', per_user_tok_s: 'regression', ttft_mean_ms: 'improvement', itl_p50_ms: 'below threshold', itl_p99_ms: 'below threshold' });
+    expect(v).toEqual({ decode_tok_s: 'regression', per_user_tok_s: 'regression', ttft_mean_ms: 'improvement', ttft_p50_ms: 'improvement', ttft_p99_ms: 'improvement', itl_p50_ms: 'below threshold', itl_p99_ms: 'below threshold' });
     expect(c.exit_code).toBe(5);
     expect(c.regressions).toBe(2);
     // A noisy pair of runs: the same 20% is within the floor.

@@ -328,7 +328,7 @@ describe('bench compare', () => {
     writeFileSync(slowed, JSON.stringify(slowDecode(base, 4)));
     const r = await bench(['compare', `${ONE}.json`, slowed]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toContain('The noise floor is unknown for 20 figures (±?; BASE: one timed pass');
+    expect(r.stdout).toContain('The noise floor is unknown for 28 figures (±?; BASE: one timed pass');
     expect(r.stdout).toContain('16 of them moved beyond the threshold and are not flagged. Run both sweeps with `--iters 3` or more.');
     const c = JSON.parse((await bench(['compare', `${ONE}.json`, slowed, '--format', 'json'])).stdout) as Json;
     const unknown = c.rows.flatMap((x: Json) => x.figures).filter((x: Json) => x.verdict === 'floor unknown');

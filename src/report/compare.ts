@@ -3,7 +3,7 @@
 // provenance fields that differ. Formatting is compare-format.ts.
 import type { ReportRow } from '../bench/report.js';
 import { COMPARED_FIGURES, cellOf, figureValue, type FigureName } from './figures.js';
-import { combinedFloor, logHalfWidth, medianInterval } from './noise.js';
+import { combinedFloor, logHalfWidth, percentileInterval } from './noise.js';
 import { targetKind, type SavedReport } from './report-file.js';
 
 /** A change smaller than this (percent of BASE) is never flagged, whatever the noise: `--threshold`'s default. */
@@ -97,10 +97,10 @@ export function provenanceDiffs(a: SavedReport, b: SavedReport): ProvenanceDiff[
 
 const rowKey = (r: ReportRow, target: string): string => `${cellOf(r)} c=${r.concurrency} ${target}`;
 
-function floorOf(row: ReportRow, sample: string): { hw: number | null; why: string | null } {
+function floorOf(row: ReportRow, sample: string, percentile: number): { hw: number | null; why: string | null } {
   const s = row.samples as unknown as Record<string, Array<number | null>> | null | undefined;
   if (!s || !Array.isArray(s.pass) || !Array.isArray(s[sample])) return { hw: null, why: 'no per-request samples in the report' };
-  const iv = medianInterval(s[sample]!, s.pass as unknown as number[]);
+  const iv = percentileInterval(s[sample]!, s.pass as unknown as number[], percentile);
   if ('unknown' in iv) return { hw: null, why: iv.unknown };
   const hw = logHalfWidth(iv);
   return hw === null ? { hw: null, why: 'samples not all positive' } : { hw, why: null };
@@ -115,8 +115,9 @@ function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number): Figur
     if (base === null || next === null || !(base > 0) || !(next > 0)) return change;
     const ratio = next / base;
     change.ratio = ratio;
-    const fa = floorOf(a, f.sample);
-    const fb = floorOf(b, f.sample);
+    const pct = 'percentile' in f ? f.percentile : 50;
+    const fa = floorOf(a, f.sample, pct);
+    const fb = floorOf(b, f.sample, pct);
     const beyondThreshold = Math.abs(ratio - 1) > t;
     if (fa.hw === null || fb.hw === null) {
       change.floor_unknown = fa.why !== null ? `BASE: ${fa.why}` : `NEW: ${fb.why}`;

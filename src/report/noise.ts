@@ -1,5 +1,5 @@
 // The noise floor of a figure, from a run's own per-request samples (rows[].samples): a two-stage
-// (cluster) bootstrap of the median. Timed passes are resampled with replacement, then requests within
+// (cluster) bootstrap of the median (or of the percentile the figure is). Timed passes are resampled with replacement, then requests within
 // each chosen pass, so the interval carries the pass-to-pass spread as well as the spread within a
 // pass. One pass has no pass-to-pass spread to resample: its floor is unknown, not invented.
 import { percentileSorted, sortAscending } from '../bench/stats.js';
@@ -9,6 +9,7 @@ import { Rng } from '../util/rng.js';
 export const BOOTSTRAP = { resamples: 2000, level: 0.95, seed: 0x5eed } as const;
 
 export interface MedianInterval {
+  /** The statistic on the whole sample: the median, or the percentile asked for. */
   median: number;
   lo: number;
   hi: number;
@@ -18,14 +19,17 @@ export interface MedianInterval {
 
 export type FloorUnknown = { unknown: string };
 
-/** Nearest-rank median (the percentile method of the whole tool). */
-const median = (sorted: readonly number[]): number => percentileSorted(sorted, 50)!;
-
 /**
  * The bootstrap interval of the median of `values`, grouped by `pass` (parallel arrays; null values
  * dropped). Deterministic: the same samples give the same interval.
  */
 export function medianInterval(values: ReadonlyArray<number | null>, pass: readonly number[]): MedianInterval | FloorUnknown {
+  return percentileInterval(values, pass, 50);
+}
+
+/** The same two-stage bootstrap interval for the nearest-rank percentile `p` (50: the median; 99: a tail figure). */
+export function percentileInterval(values: ReadonlyArray<number | null>, pass: readonly number[], p: number): MedianInterval | FloorUnknown {
+  const median = (sorted: readonly number[]): number => percentileSorted(sorted, p)!;
   const groups = new Map<number, number[]>();
   values.forEach((v, i) => {
     if (v === null || !Number.isFinite(v)) return;
@@ -37,7 +41,7 @@ export function medianInterval(values: ReadonlyArray<number | null>, pass: reado
   const n = clusters.reduce((s, c) => s + c.length, 0);
   if (n === 0) return { unknown: 'no samples' };
   if (clusters.length < 2) return { unknown: `one timed pass (${n} request${n === 1 ? '' : 's'})` };
-  const rng = new Rng(BOOTSTRAP.seed, 'median-interval');
+  const rng = new Rng(BOOTSTRAP.seed, 'median-interval'); // one stream for every percentile: the median's intervals stay as they were
   const pick = (k: number) => Math.min(k - 1, Math.floor(rng.nextFloat() * k));
   const medians = new Float64Array(BOOTSTRAP.resamples);
   const buf: number[] = [];
