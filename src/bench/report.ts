@@ -1,6 +1,6 @@
 // The JSON report (--format json on stdout, PREFIX.json on disk): everything needed to trust or redo a run.
 import type { EngineInfo, EngineOptions, EngineStats, ProfileReport } from '../engine/types.js';
-import type { Checkpoint } from '../model/types.js';
+import type { ModelCheckpoint } from '../model/types.js';
 import type { GitInfo } from '../util/git.js';
 import type { GpuInfo, MachineInfo } from '../util/machine.js';
 import type { SweepRow } from './csv.js';
@@ -84,7 +84,7 @@ export function latencyBlock(row: SweepRow, fig: RowFigures): LatencyBlock {
   };
 }
 
-export function modelSection(ckpt: Checkpoint, embedded: boolean): ModelSection {
+export function modelSection(ckpt: ModelCheckpoint, embedded: boolean): ModelSection {
   return {
     path: ckpt.dir,
     embedded,

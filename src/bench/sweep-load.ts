@@ -2,7 +2,7 @@
 // each stage rendered and recorded in the report; the engine is null when it failed to load.
 import { performance } from 'node:perf_hooks';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
-import { CheckpointError, type Checkpoint } from '../model/types.js';
+import { CheckpointError, type ModelCheckpoint } from '../model/types.js';
 import type { GpuInfo } from '../util/machine.js';
 import { UsageError } from '../util/usage-error.js';
 import { modelSection, type Report } from './report.js';
@@ -12,7 +12,7 @@ import type { SweepConfig } from './sweep-config.js';
 import type { SweepBackend } from './sweep.js';
 
 export interface LoadedModel {
-  ckpt: Checkpoint;
+  ckpt: ModelCheckpoint;
   opts: EngineOptions;
   engine: EngineHandle | null;
   /** Why the engine did not load (engine null). */
@@ -28,9 +28,9 @@ export async function loadModel(
   renderer.modelPath(modelDir, embedded);
 
   const tc0 = performance.now();
-  let ckpt: Checkpoint;
+  let ckpt: ModelCheckpoint;
   try {
-    ckpt = await backend.loadCheckpoint(modelDir);
+    ckpt = await backend.loadCheckpoint(modelDir, cfg.quant);
   } catch (err) {
     if (err instanceof CheckpointError && !embedded) throw new UsageError(`--model-path: ${err.message}`);
     throw err;
