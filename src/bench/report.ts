@@ -1,6 +1,7 @@
 // The JSON report (--format json on stdout, PREFIX.json on disk): everything needed to trust or redo a run.
 import type { EngineInfo, EngineOptions, EngineStats, ProfileReport } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
+import { weightFormatJson, type WeightFormatJson } from '../model/weight-format.js';
 import type { GitInfo } from '../util/git.js';
 import type { GpuInfo, MachineInfo } from '../util/machine.js';
 import type { SweepRow } from './csv.js';
@@ -62,6 +63,8 @@ export interface ModelSection {
   num_layers: number;
   hidden_size: number;
   vocab_size: number;
+  /** How the weights are stored: GGUF quantization, bits per weight, tensors per type, content hash. */
+  weight_format: WeightFormatJson;
 }
 
 export function latencyBlock(row: SweepRow, fig: RowFigures): LatencyBlock {
@@ -97,6 +100,7 @@ export function modelSection(ckpt: ModelCheckpoint, embedded: boolean): ModelSec
     num_layers: ckpt.config.numLayers,
     hidden_size: ckpt.config.hiddenSize,
     vocab_size: ckpt.config.vocabSize,
+    weight_format: weightFormatJson(ckpt),
   };
 }
 

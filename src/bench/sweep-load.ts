@@ -3,6 +3,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { CheckpointError, type ModelCheckpoint } from '../model/types.js';
+import { weightFormatLine } from '../model/weight-format.js';
 import type { GpuInfo } from '../util/machine.js';
 import { UsageError } from '../util/usage-error.js';
 import { modelSection, type Report } from './report.js';
@@ -37,6 +38,9 @@ export async function loadModel(
   }
   const checkpointMs = performance.now() - tc0;
   report.model = modelSection(ckpt, embedded);
+  const weights = weightFormatLine(ckpt);
+  renderer.weights(weights);
+  report.notes.push(`weights: ${weights}`);
   renderer.loadStage('checkpoint', {
     path: ckpt.dir, shards: ckpt.shards.length, bytes_on_disk: ckpt.bytesOnDisk, param_count: ckpt.paramCount,
     dtype: ckpt.dtype, layers: ckpt.config.numLayers, ms: checkpointMs,

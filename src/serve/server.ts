@@ -11,6 +11,7 @@ import { engineOptionsFrom, type ServingFlags } from '../engine/options.js';
 import { loadEngine, type EngineInternals } from '../engine/engine.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { loadModel, loadModelTokenizer } from '../model/model-path.js';
+import { weightFormatLine } from '../model/weight-format.js';
 import type { ModelCheckpoint } from '../model/types.js';
 import { machineInfo } from '../util/machine.js';
 import { TOOL_VERSION } from '../util/version.js';
@@ -146,6 +147,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   const t0 = performance.now();
   const ckpt = loadModel(o.modelDir, { quant: o.quant, hash: false });
   const tokenizer = await loadModelTokenizer(ckpt);
+  renderer.weights(weightFormatLine(ckpt));
   const name = o.servedModelName ?? ckpt.dir.split(/[/\\]/).filter(Boolean).pop() ?? 'model';
   const model = makeServeModel({
     name, root: ckpt.dir, tokenizer, configEos: ckpt.config.eosTokenId, maxSeq: o.engine.maxSeq, vocabSize: ckpt.config.vocabSize,
