@@ -43,6 +43,11 @@ inline __m256i dot_us8(__m256i a, __m256i b) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 #endif
 }
+// Sums of 4 adjacent products of unsigned a and signed b, each pair of 2 times the int16 scale of
+// its lane (maddubs never saturates here: a <= 63, |b| <= 127), as 8 int32 lanes.
+inline __m256i dot_us8_scaled(__m256i a, __m256i b, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), scale16);
+}
 // The same for signed a (|a| <= 128): |a| times b with a's sign.
 inline __m256i dot_ss8(__m256i a, __m256i b) { return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
 
@@ -236,6 +241,8 @@ inline void dot_q45_K(const uint8_t* w, const BlockQ8_K* const* xs, int64_t nb, 
     const float dw = h2f(dh), dminw = h2f(dmh);
     int16_t sc[8], mn[8];
     k_scales(w + 4, sc, mn);
+    __m256i sc16[8];
+    for (int j = 0; j < 8; ++j) sc16[j] = _mm256_set1_epi16(sc[j]);
     const uint8_t* qs = w + (T == DType::q4_K ? 16 : 48);
     // The 8 groups of 32 values, unpacked once for the tile.
     __m256i v[8];
@@ -256,7 +263,7 @@ inline void dot_q45_K(const uint8_t* w, const BlockQ8_K* const* xs, int64_t nb, 
       __m256i sumi = _mm256_setzero_si256();
       for (int j = 0; j < 8; ++j) {
         const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
-        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot_us8(v[j], qx), _mm256_set1_epi32(sc[j])));
+        sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[j], qx, sc16[j]));
       }
       int msum = 0;
       for (int j = 0; j < 8; ++j) msum += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
@@ -292,12 +299,13 @@ inline void dot_q6_K(const uint8_t* w, const BlockQ8_K* const* xs, int64_t nb, f
       v[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4));
     }
-    // Scales per 32-bit lane: a group of 32 has scale s0 for lanes 0..3 and s1 for lanes 4..7.
+    // Scales per int16 lane of the pair sums: a group of 32 has s0 for elements 0..15 (the low
+    // 128 bits), s1 for 16..31.
     __m256i sv[8];
     int corr_sc[16];
     for (int g = 0; g < 8; ++g) {
       const int s0 = scales[2 * g], s1 = scales[2 * g + 1];
-      sv[g] = _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1);
+      sv[g] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)), _mm_set1_epi16(static_cast<int16_t>(s1)));
       corr_sc[2 * g] = s0;
       corr_sc[2 * g + 1] = s1;
     }
@@ -306,7 +314,7 @@ inline void dot_q6_K(const uint8_t* w, const BlockQ8_K* const* xs, int64_t nb, f
       __m256i sumi = _mm256_setzero_si256();
       for (int g = 0; g < 8; ++g) {
         const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
-        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot_us8(v[g], qx), sv[g]));
+        sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[g], qx, sv[g]));
       }
       int corr = 0;
       for (int s = 0; s < 16; ++s) corr += corr_sc[s] * x.bsums[s];
