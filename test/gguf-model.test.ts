@@ -185,6 +185,27 @@ describe('a GGUF model', () => {
   });
 });
 
+describe('the tiled value heads (4B layout)', () => {
+  it('decode steps on an f32 GGUF give the safetensors checkpoint\'s tokens and logits', async () => {
+    // Prefill of 20 tokens (the chunked DeltaNet), then 8 decode steps (the per-key-head decode path).
+    const ids = Array.from({ length: 20 }, (_, i) => 1000 + 7919 * i).join(',');
+    const run = async (path: string, out: string) => {
+      const r = await benchPrompt(['--model-path', path, '--prompt-ids', ids, '--max-new-tokens', '8', '--ignore-eos', '--logits-out', out, '--threads', '2']);
+      expect(r.code, r.stderr).toBe(0);
+      const b = readFileSync(out);
+      return { tokens: r.stdout.trim().split('\n').pop(), logits: new Float32Array(b.buffer, b.byteOffset, b.length / 4) };
+    };
+    const a = await run(dir, join(work, 'st.f32'));
+    const g = await run(f32, join(work, 'gg.f32'));
+    expect(g.tokens).toBe(a.tokens);
+    expect(g.logits.length).toBe(a.logits.length);
+    let max = 0;
+    for (let i = 0; i < a.logits.length; i++) max = Math.max(max, Math.abs(a.logits[i]! - g.logits[i]!));
+    expect(max).toBeGreaterThan(0); // ssm_out sums the value channels in the tiled order: not bit-identical
+    expect(max).toBeLessThan(1e-3);
+  }, 120_000);
+});
+
 describe('split GGUF files', () => {
   it('load from the first part (and give the single file\'s logits); a missing part is named', async () => {
     const sdir = join(work, 'split');
