@@ -120,8 +120,9 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
 
 // Block-quantized matrices (and any plain ones in the same group): x quantized once per activation
 // type the group's weight types take, then one region of pieces of whole weight-row panels of every
-// matrix, dealt from a shared counter (a slower core takes fewer). A piece is about 64 KiB of
-// weights, so a decode step's matrices are many pieces; each weight row is read once per step.
+// matrix, dealt from a shared counter (a slower core takes fewer). A piece is about 256 KiB of
+// weights at decode (64 KiB at prefill), so a step's matrices are many pieces; each weight row is
+// read once per step.
 void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
   const int64_t K = ws[0]->cols;
   const void* xq[4] = {};
@@ -142,7 +143,9 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
       });
     xq[ai] = dst;
   }
-  constexpr int64_t kPieceBytes = 64 << 10;
+  // Decode-sized batches read each piece as 4 streams (isa/quant_matmul.cpp): longer pieces keep
+  // the streams long.
+  const int64_t kPieceBytes = rows <= 16 ? int64_t{256} << 10 : int64_t{64} << 10;
   prefill_pieces_.clear();
   for (int i = 0; i < n; ++i) {
     const WMat& w = *ws[i];

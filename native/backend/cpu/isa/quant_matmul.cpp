@@ -164,12 +164,15 @@ inline void store(const __m256* acc, const float* extra, float* y, int64_t ldy) 
 }
 
 // Q8_0 / Q4_0 / Q5_0 weights (signed int8 per element), q8_0 activations.
-template <DType T, int R>
-inline void dot_q8_0_family(const uint8_t* w, const BlockQ8_0* const* xs, int64_t nb, float* y, int64_t ldy) {
-  __m256 acc[R];
-  for (int m = 0; m < R; ++m) acc[m] = _mm256_setzero_ps();
+template <DType T, int R, int NW>
+inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
   constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 ? 18 : 22;
-  for (int64_t b = 0; b < nb; ++b, w += bb) {
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+    const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
     uint16_t dh;
     std::memcpy(&dh, w, 2);
     const float dw = h2f(dh);
@@ -186,20 +189,23 @@ inline void dot_q8_0_family(const uint8_t* w, const BlockQ8_0* const* xs, int64_
     for (int m = 0; m < R; ++m) {
       const BlockQ8_0& x = xs[m][b];
       const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_ss8(qw, qx)), acc[m]);
+      acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_ss8(qw, qx)), acc[i][m]);
     }
   }
   const float zero[R] = {};
-  store<R>(acc, zero, y, ldy);
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 
 // Q5_1 weights (unsigned 0..31 and a min), q8_1 activations.
-template <int R>
-inline void dot_q5_1(const uint8_t* w, const BlockQ8_1* const* xs, int64_t nb, float* y, int64_t ldy) {
-  __m256 acc[R];
-  float summ[R] = {};
-  for (int m = 0; m < R; ++m) acc[m] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, w += sizeof(BlockQ5_1)) {
+template <int R, int NW>
+inline void dot_q5_1(const uint8_t* const* wr, const BlockQ8_1* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  float summ[NW][R] = {};
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+    const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ5_1);
     uint16_t dh, mh;
     std::memcpy(&dh, w, 2);
     std::memcpy(&mh, w + 2, 2);
@@ -209,11 +215,11 @@ inline void dot_q5_1(const uint8_t* w, const BlockQ8_1* const* xs, int64_t nb, f
     for (int m = 0; m < R; ++m) {
       const BlockQ8_1& x = xs[m][b];
       const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_us8(qw, qx)), acc[m]);
-      summ[m] += mw * h2f(x.s);
+      acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_us8(qw, qx)), acc[i][m]);
+      summ[i][m] += mw * h2f(x.s);
     }
   }
-  store<R>(acc, summ, y, ldy);
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], summ[i], ys[i], ldy);
 }
 
 // The 8 scales and 8 mins of a Q4_K / Q5_K block.
@@ -227,14 +233,17 @@ inline void k_scales(const uint8_t* s, int16_t sc[8], int16_t mn[8]) {
 }
 
 // Q4_K / Q5_K weights, q8_K activations.
-template <DType T, int R>
-inline void dot_q45_K(const uint8_t* w, const BlockQ8_K* const* xs, int64_t nb, float* y, int64_t ldy) {
-  __m256 acc[R];
-  float accm[R] = {};
-  for (int m = 0; m < R; ++m) acc[m] = _mm256_setzero_ps();
+template <DType T, int R, int NW>
+inline void dot_q45_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  float accm[NW][R] = {};
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
   constexpr size_t bb = T == DType::q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ5_K);
   const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-  for (int64_t b = 0; b < nb; ++b, w += bb) {
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+    const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
     uint16_t dh, dmh;
     std::memcpy(&dh, w, 2);
     std::memcpy(&dmh, w + 2, 2);
@@ -267,20 +276,23 @@ inline void dot_q45_K(const uint8_t* w, const BlockQ8_K* const* xs, int64_t nb, 
       }
       int msum = 0;
       for (int j = 0; j < 8; ++j) msum += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[m]);
-      accm[m] -= (x.d * dminw) * static_cast<float>(msum);
+      acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+      accm[i][m] -= (x.d * dminw) * static_cast<float>(msum);
     }
   }
-  store<R>(acc, accm, y, ldy);
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], accm[i], ys[i], ldy);
 }
 
 // Q6_K weights, q8_K activations: values 0..63 (the -32 offset through the bsums).
-template <int R>
-inline void dot_q6_K(const uint8_t* w, const BlockQ8_K* const* xs, int64_t nb, float* y, int64_t ldy) {
-  __m256 acc[R];
-  for (int m = 0; m < R; ++m) acc[m] = _mm256_setzero_ps();
+template <int R, int NW>
+inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-  for (int64_t b = 0; b < nb; ++b, w += sizeof(BlockQ6_K)) {
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+    const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
     const uint8_t* ql = w;
     const uint8_t* qh = w + 128;
     const int8_t* scales = reinterpret_cast<const int8_t*>(w + 192);
@@ -319,40 +331,70 @@ inline void dot_q6_K(const uint8_t* w, const BlockQ8_K* const* xs, int64_t nb, f
       int corr = 0;
       for (int s = 0; s < 16; ++s) corr += corr_sc[s] * x.bsums[s];
       sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[m]);
+      acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[i][m]);
     }
   }
   const float zero[R] = {};
-  store<R>(acc, zero, y, ldy);
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 
-// One weight row against R activation rows (row m's blocks at xq + m * xstride bytes).
-template <int R>
-inline void row_tile(DType t, const uint8_t* w, const uint8_t* xq, size_t xstride, int64_t K, float* y, int64_t ldy) {
+// NW weight rows (wr[i], outputs at ys[i] + m * ldy) against R activation rows (row m's blocks at
+// xq + m * xstride bytes).
+template <int R, int NW>
+inline void row_tile(DType t, const uint8_t* const* wr, const uint8_t* xq, size_t xstride, int64_t K, float* const* ys,
+                     int64_t ldy) {
   const void* rows[R];
   for (int m = 0; m < R; ++m) rows[m] = xq + static_cast<size_t>(m) * xstride;
   switch (t) {
     case DType::q8_0:
-      dot_q8_0_family<DType::q8_0, R>(w, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, y, ldy);
+      dot_q8_0_family<DType::q8_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
       return;
     case DType::q4_0:
-      dot_q8_0_family<DType::q4_0, R>(w, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, y, ldy);
+      dot_q8_0_family<DType::q4_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
       return;
     case DType::q5_0:
-      dot_q8_0_family<DType::q5_0, R>(w, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, y, ldy);
+      dot_q8_0_family<DType::q5_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
       return;
-    case DType::q5_1: dot_q5_1<R>(w, reinterpret_cast<const BlockQ8_1* const*>(rows), K / QK, y, ldy); return;
+    case DType::q5_1: dot_q5_1<R, NW>(wr, reinterpret_cast<const BlockQ8_1* const*>(rows), K / QK, ys, ldy); return;
     case DType::q4_K:
-      dot_q45_K<DType::q4_K, R>(w, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, y, ldy);
+      dot_q45_K<DType::q4_K, R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
       return;
     case DType::q5_K:
-      dot_q45_K<DType::q5_K, R>(w, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, y, ldy);
+      dot_q45_K<DType::q5_K, R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
       return;
-    case DType::q6_K: dot_q6_K<R>(w, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, y, ldy); return;
+    case DType::q6_K: dot_q6_K<R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy); return;
     case DType::f32:
     case DType::bf16:
     case DType::f16: return;
   }
+}
+
+// One weight row (n) against R activation rows from row m.
+template <int R>
+inline void one_row(DType t, const uint8_t* wb, size_t wrow, int64_t n, const uint8_t* xb, size_t xrow, int64_t m,
+                    int64_t K, float* y, int64_t ldy) {
+  const uint8_t* wr[1] = {wb + static_cast<size_t>(n) * wrow};
+  float* ys[1] = {y + m * ldy + n};
+  row_tile<R, 1>(t, wr, xb + static_cast<size_t>(m) * xrow, xrow, K, ys, ldy);
+}
+
+// Decode-sized batches (1..3 rows): the row range read as 4 streams side by side (a core reads
+// several streams faster than one: docs/performance.md), weight row n0 + s q + i of stream s.
+template <int R>
+inline void four_streams(DType t, const uint8_t* wb, size_t wrow, int64_t n0, int64_t n1, const uint8_t* xb, size_t xrow,
+                         int64_t K, float* y, int64_t ldy) {
+  const int64_t q = (n1 - n0) / 4;
+  for (int64_t i = 0; i < q; ++i) {
+    const uint8_t* wr[4];
+    float* ys[4];
+    for (int s = 0; s < 4; ++s) {
+      const int64_t n = n0 + s * q + i;
+      wr[s] = wb + static_cast<size_t>(n) * wrow;
+      ys[s] = y + n;
+    }
+    row_tile<R, 4>(t, wr, xb, xrow, K, ys, ldy);
+  }
+  for (int64_t n = n0 + 4 * q; n < n1; ++n) one_row<R>(t, wb, wrow, n, xb, xrow, 0, K, y, ldy);
 }
 
 }  // namespace
@@ -377,23 +419,24 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
   const size_t xrow = act_row_bytes(dtype_info(wt).act, K);
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(xq);
+  if (M == 1) return four_streams<1>(wt, wb, wrow, n0, n1, xb, xrow, K, y, ldy);
+  if (M == 2) return four_streams<2>(wt, wb, wrow, n0, n1, xb, xrow, K, y, ldy);
+  if (M == 3) return four_streams<3>(wt, wb, wrow, n0, n1, xb, xrow, K, y, ldy);
+  // Panels of 16 weight rows that stay in cache while every activation row passes them, in tiles
+  // of MR rows (each weight block unpacked once per tile).
   for (int64_t p = n0; p < n1; p += kPanelRows) {
     const int64_t pe = std::min(n1, p + kPanelRows);
     int64_t m = 0;
     for (; m + MR <= M; m += MR)
-      for (int64_t n = p; n < pe; ++n)
-        row_tile<MR>(wt, wb + static_cast<size_t>(n) * wrow, xb + static_cast<size_t>(m) * xrow, xrow, K, y + m * ldy + n, ldy);
+      for (int64_t n = p; n < pe; ++n) one_row<MR>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
     const int64_t rest = M - m;
     for (int64_t n = p; n < pe && rest > 0; ++n) {
-      const uint8_t* wr = wb + static_cast<size_t>(n) * wrow;
-      const uint8_t* xr = xb + static_cast<size_t>(m) * xrow;
-      float* yr = y + m * ldy + n;
       if (rest == 3)
-        row_tile<3>(wt, wr, xr, xrow, K, yr, ldy);
+        one_row<3>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
       else if (rest == 2)
-        row_tile<2>(wt, wr, xr, xrow, K, yr, ldy);
+        one_row<2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
       else
-        row_tile<1>(wt, wr, xr, xrow, K, yr, ldy);
+        one_row<1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
     }
   }
 }
