@@ -2,11 +2,11 @@
 // ISA, computed as llama.cpp's CPU backend computes them: the activations quantized per row to
 // q8_0 / q8_1 / q8_K (quantize_act: the same values bit for bit as core/quant_ref.cpp's reference,
 // and as llama.cpp's x86 code), then integer dot products per block (AVX2 maddubs + madd; VNNI
-// dpbusd where the AVX-512 table has it) scaled by the block scales in f32. A weight block is
-// unpacked once for a tile of up to 4 activation rows, and the weight rows are walked in panels of
-// 16 that stay in cache while every activation row passes them, so each quantized matrix streams
-// from memory once per step (decode tiles of 1..16 rows and prefill alike). The reference code and
-// the block layouts: core/quant_ref.h.
+// dpbusd where the AVX-512 table has it) scaled by the block scales in f32. Batches of 1..3 rows
+// (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
+// once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
+// while every activation row passes them. Either way each quantized matrix streams from memory
+// once per step. The reference code and the block layouts: core/quant_ref.h.
 #include <algorithm>
 
 #include "backend/cpu/isa/entry_points.h"
@@ -172,26 +172,26 @@ inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs
   constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 ? 18 : 22;
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
-    const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
-    uint16_t dh;
-    std::memcpy(&dh, w, 2);
-    const float dw = h2f(dh);
-    __m256i qw;
-    if constexpr (T == DType::q8_0) {
-      qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
-    } else if constexpr (T == DType::q4_0) {
-      qw = _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8));
-    } else {
-      // (nibble | fifth bit << 4) - 16 = nibble - (bit clear ? 16 : 0)
-      const __m256i hi = _mm256_andnot_si256(bits32(w + 2), _mm256_set1_epi8(static_cast<char>(0xF0)));
-      qw = _mm256_or_si256(nibbles32(w + 6), hi);
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
+      uint16_t dh;
+      std::memcpy(&dh, w, 2);
+      const float dw = h2f(dh);
+      __m256i qw;
+      if constexpr (T == DType::q8_0) {
+        qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+      } else if constexpr (T == DType::q4_0) {
+        qw = _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8));
+      } else {
+        // (nibble | fifth bit << 4) - 16 = nibble - (bit clear ? 16 : 0)
+        const __m256i hi = _mm256_andnot_si256(bits32(w + 2), _mm256_set1_epi8(static_cast<char>(0xF0)));
+        qw = _mm256_or_si256(nibbles32(w + 6), hi);
+      }
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_0& x = xs[m][b];
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_ss8(qw, qx)), acc[i][m]);
+      }
     }
-    for (int m = 0; m < R; ++m) {
-      const BlockQ8_0& x = xs[m][b];
-      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
-      acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_ss8(qw, qx)), acc[i][m]);
-    }
-  }
   const float zero[R] = {};
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
@@ -205,20 +205,20 @@ inline void dot_q5_1(const uint8_t* const* wr, const BlockQ8_1* const* xs, int64
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
-    const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ5_1);
-    uint16_t dh, mh;
-    std::memcpy(&dh, w, 2);
-    std::memcpy(&mh, w + 2, 2);
-    const float dw = h2f(dh), mw = h2f(mh);
-    const __m256i hi = _mm256_and_si256(bits32(w + 4), _mm256_set1_epi8(0x10));
-    const __m256i qw = _mm256_or_si256(nibbles32(w + 8), hi);
-    for (int m = 0; m < R; ++m) {
-      const BlockQ8_1& x = xs[m][b];
-      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
-      acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_us8(qw, qx)), acc[i][m]);
-      summ[i][m] += mw * h2f(x.s);
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ5_1);
+      uint16_t dh, mh;
+      std::memcpy(&dh, w, 2);
+      std::memcpy(&mh, w + 2, 2);
+      const float dw = h2f(dh), mw = h2f(mh);
+      const __m256i hi = _mm256_and_si256(bits32(w + 4), _mm256_set1_epi8(0x10));
+      const __m256i qw = _mm256_or_si256(nibbles32(w + 8), hi);
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_1& x = xs[m][b];
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_us8(qw, qx)), acc[i][m]);
+        summ[i][m] += mw * h2f(x.s);
+      }
     }
-  }
   for (int i = 0; i < NW; ++i) store<R>(acc[i], summ[i], ys[i], ldy);
 }
 
@@ -243,43 +243,43 @@ inline void dot_q45_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int6
   const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
-    const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
-    uint16_t dh, dmh;
-    std::memcpy(&dh, w, 2);
-    std::memcpy(&dmh, w + 2, 2);
-    const float dw = h2f(dh), dminw = h2f(dmh);
-    int16_t sc[8], mn[8];
-    k_scales(w + 4, sc, mn);
-    __m256i sc16[8];
-    for (int j = 0; j < 8; ++j) sc16[j] = _mm256_set1_epi16(sc[j]);
-    const uint8_t* qs = w + (T == DType::q4_K ? 16 : 48);
-    // The 8 groups of 32 values, unpacked once for the tile.
-    __m256i v[8];
-    __m256i hb = _mm256_setzero_si256();
-    if constexpr (T == DType::q5_K) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
-    for (int g = 0; g < 4; ++g) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
-      v[2 * g] = _mm256_and_si256(q, m4);
-      v[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      if constexpr (T == DType::q5_K) {
-        v[2 * g] = _mm256_or_si256(v[2 * g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g), one), 4));
-        v[2 * g + 1] =
-            _mm256_or_si256(v[2 * g + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g + 1), one), 4));
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
+      uint16_t dh, dmh;
+      std::memcpy(&dh, w, 2);
+      std::memcpy(&dmh, w + 2, 2);
+      const float dw = h2f(dh), dminw = h2f(dmh);
+      int16_t sc[8], mn[8];
+      k_scales(w + 4, sc, mn);
+      __m256i sc16[8];
+      for (int j = 0; j < 8; ++j) sc16[j] = _mm256_set1_epi16(sc[j]);
+      const uint8_t* qs = w + (T == DType::q4_K ? 16 : 48);
+      // The 8 groups of 32 values, unpacked once for the tile.
+      __m256i v[8];
+      __m256i hb = _mm256_setzero_si256();
+      if constexpr (T == DType::q5_K) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+      for (int g = 0; g < 4; ++g) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
+        v[2 * g] = _mm256_and_si256(q, m4);
+        v[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (T == DType::q5_K) {
+          v[2 * g] = _mm256_or_si256(v[2 * g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g), one), 4));
+          v[2 * g + 1] =
+              _mm256_or_si256(v[2 * g + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g + 1), one), 4));
+        }
+      }
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_K& x = xs[m][b];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
+          sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[j], qx, sc16[j]));
+        }
+        int msum = 0;
+        for (int j = 0; j < 8; ++j) msum += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+        accm[i][m] -= (x.d * dminw) * static_cast<float>(msum);
       }
     }
-    for (int m = 0; m < R; ++m) {
-      const BlockQ8_K& x = xs[m][b];
-      __m256i sumi = _mm256_setzero_si256();
-      for (int j = 0; j < 8; ++j) {
-        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
-        sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[j], qx, sc16[j]));
-      }
-      int msum = 0;
-      for (int j = 0; j < 8; ++j) msum += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
-      acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[i][m]);
-      accm[i][m] -= (x.d * dminw) * static_cast<float>(msum);
-    }
-  }
   for (int i = 0; i < NW; ++i) store<R>(acc[i], accm[i], ys[i], ldy);
 }
 
@@ -292,48 +292,48 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
-    const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
-    const uint8_t* ql = w;
-    const uint8_t* qh = w + 128;
-    const int8_t* scales = reinterpret_cast<const int8_t*>(w + 192);
-    uint16_t dh;
-    std::memcpy(&dh, w + 208, 2);
-    const float dw = h2f(dh);
-    __m256i v[8];
-    for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
-      const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-      v[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4));
-      v[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), m3), 4));
-      v[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), m3), 4));
-      v[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4));
-    }
-    // Scales per int16 lane of the pair sums: a group of 32 has s0 for elements 0..15 (the low
-    // 128 bits), s1 for 16..31.
-    __m256i sv[8];
-    int corr_sc[16];
-    for (int g = 0; g < 8; ++g) {
-      const int s0 = scales[2 * g], s1 = scales[2 * g + 1];
-      sv[g] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)), _mm_set1_epi16(static_cast<int16_t>(s1)));
-      corr_sc[2 * g] = s0;
-      corr_sc[2 * g + 1] = s1;
-    }
-    for (int m = 0; m < R; ++m) {
-      const BlockQ8_K& x = xs[m][b];
-      __m256i sumi = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {
-        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
-        sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[g], qx, sv[g]));
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
+      const uint8_t* ql = w;
+      const uint8_t* qh = w + 128;
+      const int8_t* scales = reinterpret_cast<const int8_t*>(w + 192);
+      uint16_t dh;
+      std::memcpy(&dh, w + 208, 2);
+      const float dw = h2f(dh);
+      __m256i v[8];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+        const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+        v[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4));
+        v[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), m3), 4));
+        v[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), m3), 4));
+        v[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4));
       }
-      int corr = 0;
-      for (int s = 0; s < 16; ++s) corr += corr_sc[s] * x.bsums[s];
-      sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
-      acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+      // Scales per int16 lane of the pair sums: a group of 32 has s0 for elements 0..15 (the low
+      // 128 bits), s1 for 16..31.
+      __m256i sv[8];
+      int corr_sc[16];
+      for (int g = 0; g < 8; ++g) {
+        const int s0 = scales[2 * g], s1 = scales[2 * g + 1];
+        sv[g] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)), _mm_set1_epi16(static_cast<int16_t>(s1)));
+        corr_sc[2 * g] = s0;
+        corr_sc[2 * g + 1] = s1;
+      }
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_K& x = xs[m][b];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) {
+          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
+          sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[g], qx, sv[g]));
+        }
+        int corr = 0;
+        for (int s = 0; s < 16; ++s) corr += corr_sc[s] * x.bsums[s];
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+      }
     }
-  }
   const float zero[R] = {};
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
