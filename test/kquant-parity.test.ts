@@ -47,10 +47,12 @@ async function ours(modelPath: string, prompt: number[], work: string, extra: st
   return out;
 }
 
-function diff(a: Float32Array, b: Float32Array, rows: number): { max: number; argmaxAgree: number } {
+function diff(a: Float32Array, b: Float32Array, rows: number): { max: number; argmaxAgree: number; rowMax: number[] } {
   let max = 0;
   let agree = 0;
+  const rowMax: number[] = [];
   for (let r = 0; r < rows; r++) {
+    let rm = 0;
     let ia = 0;
     let ib = 0;
     for (let i = 0; i < V; i++) {
@@ -58,17 +60,18 @@ function diff(a: Float32Array, b: Float32Array, rows: number): { max: number; ar
       const y = b[r * V + i]!;
       if (x > a[r * V + ia]!) ia = i;
       if (y > b[r * V + ib]!) ib = i;
-      if (x > FLOOR && y > FLOOR) max = Math.max(max, Math.abs(x - y));
+      if (x > FLOOR && y > FLOOR) rm = Math.max(rm, Math.abs(x - y));
     }
+    max = Math.max(max, rm);
+    rowMax.push(rm);
     if (ia === ib) agree++;
   }
-  return { max, argmaxAgree: agree / rows };
+  return { max, argmaxAgree: agree / rows, rowMax };
 }
 
 const prompt = pseudoRandomIds(MAX_LEN, 777, 0, 248044);
 let work: string;
-let file: string;
-let refQ: Float32Array;
+let f32: string;
 
 beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'lumen-kquant-'));
@@ -77,11 +80,8 @@ beforeAll(async () => {
     preset: 'tiny', out: dir, dtype: 'f32', seed: 404, vision: false,
     overrides: { hiddenSize: 256, numLayers: 4, intermediateSize: 512, numHeads: 4, numKvHeads: 2, linearNumValueHeads: 4 },
   });
-  const f32 = join(work, 'f32.gguf');
+  f32 = join(work, 'f32.gguf');
   await convertCheckpoint(dir, f32, { dtype: 'f32' });
-  file = join(work, 'model-Q4_K_M.gguf');
-  writeRandomQuantGguf(f32, file, 'Q4_K_M', 99);
-  refQ = (await (await openRef(file, { contextSize: 512 })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
 }, 600_000);
 
 afterAll(async () => {
@@ -89,12 +89,26 @@ afterAll(async () => {
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
-describe('a Q4_K_M-layout GGUF of random valid K-quant blocks', () => {
-  it('loads with Q4_K and Q6_K matrices and names its format', () => {
+describe.each(['Q4_K_M', 'Q6_K'] as const)('a %s-layout GGUF of random valid K-quant blocks', (mix) => {
+  let file: string;
+  let refQ: Float32Array;
+
+  beforeAll(async () => {
+    file = join(work, `model-${mix}.gguf`);
+    writeRandomQuantGguf(f32, file, mix, 99);
+    refQ = (await (await openRef(file, { contextSize: 512 })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
+  }, 600_000);
+
+  afterAll(() => {
+    refQ = new Float32Array(0);
+  });
+
+  it('loads with its K-quant matrices and names its format', () => {
     const g = loadGgufCheckpoint(file, { hash: false });
-    expect(g.format!.name).toBe('Q4_K_M');
-    expect(g.format!.tensorTypes.Q4_K).toBeGreaterThan(0);
+    expect(g.format!.name).toBe(mix);
     expect(g.format!.tensorTypes.Q6_K).toBeGreaterThan(0);
+    if (mix === 'Q4_K_M') expect(g.format!.tensorTypes.Q4_K).toBeGreaterThan(0);
+    else expect(g.format!.tensorTypes.Q4_K).toBeUndefined();
     expect(g.tensors.get('embed_tokens.weight')!.dtype).toBe('Q6_K');
   });
 
@@ -103,14 +117,16 @@ describe('a Q4_K_M-layout GGUF of random valid K-quant blocks', () => {
     const q = await ours(file, prompt.slice(0, 65), work);
     const deq = await ours(file, prompt.slice(0, 65), work, ['--weight-dtype', 'f32']);
     effect = diff(q, deq, 65).max;
-    process.stderr.write(`kquant-parity: activation quantization effect (ours q vs dequantized f32, 65 tokens) ${effect.toFixed(4)}\n`);
+    process.stderr.write(`kquant-parity ${mix}: activation quantization effect (ours q vs dequantized f32, 65 tokens) ${effect.toFixed(4)}\n`);
     expect(effect).toBeGreaterThan(1e-3);
   }, 200_000);
 
   it.each(PROMPT_LENS)('our logits against llama.cpp on the same file, prompt of %i', async (n) => {
     const o = await ours(file, prompt.slice(0, n), work);
     const d = diff(o, refQ.subarray(0, n * V), n);
-    process.stderr.write(`kquant-parity n=${n}: max|ours-llama_q| ${d.max.toFixed(4)} (activation-quantization effect ${effect.toFixed(4)}), argmax agreement ${(100 * d.argmaxAgree).toFixed(1)} %\n`);
+    const sorted = d.rowMax.slice().sort((x, y) => x - y);
+    process.stderr.write(`kquant-parity ${mix} n=${n}: max|ours-llama_q| ${d.max.toFixed(4)} (activation-quantization effect ${effect.toFixed(4)}), argmax agreement ${(100 * d.argmaxAgree).toFixed(1)} %, ` +
+      `per-position max: median ${sorted[Math.floor(n / 2)]!.toFixed(4)}, first 8 [${d.rowMax.slice(0, 8).map((v) => v.toFixed(3)).join(' ')}]\n`);
     expect(d.max).toBeLessThan(effect);
     expect(d.argmaxAgree).toBeGreaterThanOrEqual(0.9);
   }, 200_000);

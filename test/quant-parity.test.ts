@@ -16,8 +16,8 @@
 //    on the same file): they differ (the activations are quantized) by less than the whole
 //    quantization effect on llama.cpp. The per-matrix bound derived from the activation
 //    quantization is checked in kernelCheck (test/kernels.test.ts).
-// K-quant files need a quantizer (bench convert writes q8_0 only on this branch); their kernels are
-// checked in test/kernels.test.ts against the scalar reference and an f64 reference.
+// K-quant files: test/kquant-parity.test.ts (random valid blocks; no quantizer on this branch), and
+// their kernels in test/kernels.test.ts.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

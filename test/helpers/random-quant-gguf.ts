@@ -2,7 +2,7 @@
 // (bench convert's), with every matrix replaced by random *valid* blocks of the type the
 // `Q4_K_M` mix gives it (llama-quantize's rules: the embedding / output Q6_K; attn_v, attn_qkv
 // and ffn_down Q6_K on the "more bits" layers, i < n/8, i >= 7n/8 or (i - n/8) % 3 == 2; Q4_K
-// elsewhere). The block scales are chosen so the weights have about the synthetic checkpoint's
+// elsewhere), or every matrix Q6_K (`Q6_K`). The block scales are chosen so the weights have about the synthetic checkpoint's
 // spread. This tests the loader and the kernels against llama.cpp on identical weights; it is not
 // a quantizer (the weights do not approximate anything). Row lengths must be multiples of 256.
 import { closeSync, openSync, readSync, writeSync } from 'node:fs';
@@ -16,7 +16,8 @@ const F32 = 0;
 const BLOCK_BYTES: Record<number, number> = { [Q4_K]: 144, [Q6_K]: 210 };
 
 /** The Q4_K_M type of a 2-D tensor `name` in a model of `nLayers` layers. */
-function mixType(name: string, nLayers: number): number {
+function mixType(name: string, nLayers: number, mix: 'Q4_K_M' | 'Q6_K'): number {
+  if (mix === 'Q6_K') return Q6_K;
   if (name === 'token_embd.weight' || name === 'output.weight') return Q6_K;
   const m = /^blk\.(\d+)\.(attn_v|attn_qkv|ffn_down)\.weight$/.exec(name);
   if (m) {
@@ -88,7 +89,7 @@ class Sink {
 }
 
 /** Writes `out`: `src` (an f32 GGUF) with its matrices as random blocks of the `mix` layout. */
-export function writeRandomQuantGguf(src: string, out: string, mix: 'Q4_K_M', seed: number): void {
+export function writeRandomQuantGguf(src: string, out: string, mix: 'Q4_K_M' | 'Q6_K', seed: number): void {
   const g = parseGgufHeader(src);
   const rng = new Rng(seed);
   const nLayers = g.kv.get('qwen35.block_count')!.value as number;
@@ -101,7 +102,7 @@ export function writeRandomQuantGguf(src: string, out: string, mix: 'Q4_K_M', se
       const t = g.tensors.get(name)!;
       if (t.type !== F32) throw new Error(`${src}: tensor ${name} is not F32`);
       if (t.ne.length === 2 && !name.endsWith('ssm_conv1d.weight')) {
-        const type = mixType(name, nLayers);
+        const type = mixType(name, nLayers, mix);
         if (t.ne[0]! % 256 !== 0) throw new Error(`${name}: row length ${t.ne[0]} is not a multiple of 256`);
         const amplitude = name === 'token_embd.weight' || name === 'output.weight' ? 4 / Math.sqrt(t.ne[0]!) : 1 / Math.sqrt(t.ne[0]!);
         tensors.push({ name, ne: t.ne, type, data: randomBlocks(type, (t.ne[0]! / 256) * t.ne[1]!, amplitude, rng) });
@@ -119,7 +120,7 @@ export function writeRandomQuantGguf(src: string, out: string, mix: 'Q4_K_M', se
   h.u32(3);
   h.u64(tensors.length);
   h.u64(g.kv.size);
-  for (const [key, e] of g.kv) h.kv(key, key === 'general.file_type' ? { type: 4, value: 15 } : e);
+  for (const [key, e] of g.kv) h.kv(key, key === 'general.file_type' ? { type: 4, value: mix === 'Q6_K' ? 18 : 15 } : e);
   let offset = 0;
   for (const t of tensors) {
     h.str(t.name);
