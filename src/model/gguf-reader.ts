@@ -237,6 +237,16 @@ const HEADER_READ_BYTES = 16 << 20;
  * buffer's length) is the size of the whole file when `buf` holds only its first bytes.
  */
 export function parseGgufBuffer(buf: Buffer, file: string, fileSize = buf.length): GgufFile {
+  try {
+    return parseBuffer(buf, file, fileSize);
+  } catch (err) {
+    // Truncated for real (the whole file was read): a plain GgufError, as every other problem.
+    if (err instanceof GgufTruncated && buf.length >= fileSize) throw new GgufError(err.message);
+    throw err;
+  }
+}
+
+function parseBuffer(buf: Buffer, file: string, fileSize: number): GgufFile {
   const c = new Cursor(buf, file, fileSize);
   if (buf.length < 4 || buf.toString('latin1', 0, 4) !== 'GGUF') {
     throw new GgufError(`${file}: not a GGUF file (the first 4 bytes are not "GGUF")`);
