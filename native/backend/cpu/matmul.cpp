@@ -1,7 +1,8 @@
 // How the CPU backend splits a matrix product over the threads: f32 / unpacked matrices by output
 // rows; packed bf16 prefill products as pieces of 8 panels dealt from a shared counter; decode
-// products as a stealable work list of far-apart weight streams (see ThreadPool::run_stealable).
-// The kernels are in isa/matmul.cpp.
+// products as a stealable work list of far-apart weight streams (see ThreadPool::run_stealable);
+// block-quantized matrices (GGUF) as pieces of weight rows dealt from a shared counter, x quantized
+// once per activation type. The kernels are in isa/matmul.cpp and isa/quant_matmul.cpp.
 #include <algorithm>
 #include <cstring>
 
