@@ -5,7 +5,7 @@ import { statSync } from 'node:fs';
 import { loadEngine } from '../src/engine/engine.js';
 import type { EngineOptions } from '../src/engine/types.js';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
-import { parseGguf } from '../src/model/gguf-reader.js';
+import { parseGguf, parseGgufHeader } from '../src/model/gguf-reader.js';
 import { checkTokenizerFitsModel, loadTokenizer } from '../src/model/tokenizer.js';
 import { checkCheckpoint, checkGguf, judgeError, Violation } from './fuzz/oracle.js';
 import type { CaseRequest, CaseResult } from './fuzz/protocol.js';
@@ -81,7 +81,14 @@ async function runLoads(req: CaseRequest): Promise<CaseResult> {
   try {
     if (req.kind === 'gguf') {
       stage = 'gguf';
-      checkGguf(parseGguf(req.path), statSync(req.path).size);
+      const full = parseGguf(req.path);
+      checkGguf(full, statSync(req.path).size);
+      // The header-only reader the model loader uses must accept the same file the same way.
+      stage = 'gguf-header';
+      const head = parseGgufHeader(req.path);
+      if (head.dataStart !== full.dataStart || head.tensorOrder.join('\n') !== full.tensorOrder.join('\n') || head.kv.size !== full.kv.size) {
+        throw new Violation('loaded, but the header-only reader (parseGgufHeader) reads it differently');
+      }
     } else {
       await loadCheckpointCase(req.path, (s) => { stage = s; });
     }

@@ -8,7 +8,15 @@ interface TableCheck {
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
   streamSumMaxRelErr: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; // AVX-512 BF16 only
+  quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
 }
+
+interface QuantCheck {
+  dequantElements: number; dequantMismatches: number; actBytes: number; actMismatches: number;
+  dotCases: number; dotMaxErr: number; refDotMaxErr: number; actBoundViolations: number; actBoundMaxRatio: number;
+}
+
+const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K'];
 
 describe('CPU kernels against scalar references', () => {
   const addon = loadAddon() as unknown as {
@@ -37,6 +45,29 @@ describe('CPU kernels against scalar references', () => {
       expect(r.attnRowsMaxErr).toBeLessThan(1e-5); // fp32 sums, relative to the sum of |terms|
       expect(r.sigmoidMaxRelErr).toBeLessThan(2e-6);
       expect(r.streamSumMaxRelErr).toBeLessThan(1e-6); // small integers: exact in fp32
+    });
+  }
+
+  // The block-quantized kernels, per type, on random valid blocks (native/testing/quant_check.cpp).
+  for (const isa of ['avx2', 'avx512']) {
+    const q = res[isa]?.quant;
+    const why = q !== undefined ? '' : ` [skipped: this CPU cannot run the ${isa} table${isa === 'avx512' ? ' (AVX-512 with VNNI)' : ''}]`;
+    it.runIf(q !== undefined).each(QUANT_TYPES)(`${isa}: %s dequantization, activation quantization and packed dot products${why}`, (type) => {
+      const r = q![type]!;
+      expect(r.dequantElements).toBeGreaterThan(1000);
+      expect(r.dequantMismatches).toBe(0); // the table's dequantizer against the format's formula
+      expect(r.actBytes).toBeGreaterThan(10000);
+      expect(r.actMismatches).toBe(0); // q8_0 / q8_1 / q8_K bytes identical to the reference (ties and signs planted)
+      expect(r.dotCases).toBeGreaterThan(30);
+      // Integer block sums scaled in f32, against an f64 sum of the dequantized operands (relative
+      // to the sum of |terms|). Q5_1 takes its min term from q8_1's f16 block sum, as llama.cpp does:
+      // that sum's rounding to f16 (2^-11 relative) is in the kernel, not in the f64 reference.
+      const tol = type === 'Q5_1' ? 2e-4 : 1e-6;
+      expect(r.dotMaxErr).toBeLessThan(tol);
+      expect(r.refDotMaxErr).toBeLessThan(tol);
+      // Against the unquantized activations: within the bound the activation quantization implies.
+      expect(r.actBoundViolations).toBe(0);
+      expect(r.actBoundMaxRatio).toBeGreaterThan(0.01); // the activations are quantized, not exact
     });
   }
 

@@ -42,10 +42,9 @@ std::string req_str(const Napi::Object& o, const char* key, const char* where) {
 }
 
 DType parse_dtype(const std::string& s, const std::string& tensor) {
-  if (s == "BF16") return DType::bf16;
-  if (s == "F16") return DType::f16;
-  if (s == "F32") return DType::f32;
-  throw std::invalid_argument("tensor " + tensor + ": unsupported dtype " + s);
+  DType t;
+  if (dtype_from_name(s.c_str(), t)) return t;
+  throw std::invalid_argument("tensor " + tensor + ": unsupported type " + s);
 }
 
 std::vector<int32_t> to_ids(const Napi::Value& v) {
@@ -85,6 +84,8 @@ ModelConfig parse_config(const Napi::Object& c) {
   if (!c.Has("tieWordEmbeddings") || !c.Get("tieWordEmbeddings").IsBoolean())
     throw std::invalid_argument("config.tieWordEmbeddings is missing");
   m.tied = c.Get("tieWordEmbeddings").As<Napi::Boolean>().Value();
+  m.v_heads_tiled = c.Has("linearValueHeadsTiled") && c.Get("linearValueHeadsTiled").IsBoolean() &&
+                    c.Get("linearValueHeadsTiled").As<Napi::Boolean>().Value();
   auto lt = c.Get("layerTypes").As<Napi::Array>();
   if (!c.Get("layerTypes").IsArray() || lt.Length() != static_cast<uint32_t>(m.n_layers))
     throw std::invalid_argument("config.layerTypes must list every layer");

@@ -28,11 +28,16 @@ struct ModelConfig {
   float rope_theta = 1e7f;
   float partial_rotary = 0.25f;
   bool tied = true;
+  // DeltaNet value heads in llama.cpp's tiled order (GGUF files: value head j reads key head
+  // j % nk) instead of the checkpoint's grouped order (key head j / (nv / nk)).
+  bool v_heads_tiled = false;
   std::vector<bool> is_full;  // per layer: full attention (true) or Gated DeltaNet (false)
 
   // Rotary dimensions per head: head_dim x factor, rounded (the factor is a float32 that may sit a
   // hair below the exact value, e.g. 0.53f x 200 = 105.99999), then made even.
   int rot_dim() const { return static_cast<int>(std::lround(head_dim * static_cast<double>(partial_rotary))) / 2 * 2; }
+  // The key head value head j reads.
+  int key_head_of(int j) const { return v_heads_tiled ? j % lin_k_heads : j / (lin_v_heads / lin_k_heads); }
   int key_dim() const { return lin_k_heads * lin_dk; }
   int value_dim() const { return lin_v_heads * lin_dv; }
   int conv_dim() const { return 2 * key_dim() + value_dim(); }

@@ -1,5 +1,7 @@
 #include "checkpoint/weights.h"
 
+#include "core/quant_ref.h"
+
 #include <cmath>
 #include <stdexcept>
 #include <map>
@@ -48,7 +50,12 @@ const unsigned char* HostWeights::tensor_bytes(const TensorEntry& t) {
     files_.push_back(std::make_unique<MappedFile>(t.file));
     f = files_.back().get();
   }
-  const uint64_t expect = static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.dtype);
+  const DTypeInfo& ti = dtype_info(t.dtype);
+  const int64_t row_len = t.shape.empty() ? 1 : t.shape.back();
+  if (row_len % ti.block != 0)
+    throw std::runtime_error("tensor " + t.name + " in " + t.file + ": type " + ti.name + " needs rows of a multiple of " +
+                             std::to_string(ti.block) + " elements, but its rows have " + std::to_string(row_len));
+  const uint64_t expect = static_cast<uint64_t>(numel(t.shape) / ti.block) * static_cast<uint64_t>(ti.bytes);
   if (t.nbytes != expect)
     throw std::runtime_error("tensor " + t.name + " in " + t.file + ": " + std::to_string(t.nbytes) +
                              " bytes for shape " + shape_str(t.shape) + " (expected " +
@@ -66,6 +73,27 @@ HostMat HostWeights::bind_mat(const TensorEntry& t, WeightPolicy policy, int64_t
                              std::to_string(rows) + "," + std::to_string(cols) + "]");
   const unsigned char* src = tensor_bytes(t);
   DType want = t.dtype == DType::f16 ? DType::f32 : t.dtype;
+  // Quantized matrices stay as stored unless a policy asks for f32 / bf16 (then dequantized).
+  if (policy == WeightPolicy::f32) want = DType::f32;
+  if (policy == WeightPolicy::bf16) want = DType::bf16;
+  if (is_quant(t.dtype) && want != t.dtype) {
+    owned_.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(rows * cols) * dtype_size(want), false));
+    owned_bytes_ += static_cast<size_t>(rows * cols) * dtype_size(want);
+    void* dst = owned_.back()->data();
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::dequantize_row(t.dtype, src + static_cast<size_t>(r) * row_bytes(t.dtype, cols), row.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        if (want == DType::f32)
+          static_cast<float*>(dst)[r * cols + c] = row[static_cast<size_t>(c)];
+        else
+          static_cast<uint16_t*>(dst)[r * cols + c] = f32_to_bf16(row[static_cast<size_t>(c)]);
+      }
+    }
+    HostMat m{dst, want, rows, cols};
+    matrix_bytes_ += m.bytes();
+    return m;
+  }
   if (policy == WeightPolicy::f32) want = DType::f32;
   if (policy == WeightPolicy::bf16) want = DType::bf16;
   HostMat m{src, want, rows, cols};
@@ -91,6 +119,9 @@ HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n) {
   if (numel(t.shape) != n)
     throw std::runtime_error("tensor " + t.name + ": shape " + shape_str(t.shape) + " has " +
                              std::to_string(numel(t.shape)) + " elements, expected " + std::to_string(n));
+  if (is_quant(t.dtype))
+    throw std::runtime_error("tensor " + t.name + ": a vector stored as " + dtype_info(t.dtype).name +
+                             "; vectors must be F32, F16 or BF16");
   const unsigned char* src = tensor_bytes(t);
   float* dst = new_f32(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {

@@ -1,7 +1,8 @@
 #pragma once
 // Host-side weights of a Qwen3.5 checkpoint, bound from the manifest the TypeScript loader built.
-// Matrices whose dtype fits (bf16, f32) point into memory-mapped safetensors files; f16 matrices
-// are widened to f32; every vector (norms, gates, conv taps) is converted to f32 with the
+// Matrices whose dtype fits (bf16, f32, and the block-quantized GGUF types, which stay quantized)
+// point into memory-mapped safetensors / GGUF files; f16 matrices are widened to f32 (and with
+// WeightPolicy f32 / bf16 every matrix is converted, quantized ones dequantized); every vector (norms, gates, conv taps) is converted to f32 with the
 // checkpoint conventions folded in: (1 + w) for zero-centred norms, -exp(A_log) for the decay.
 #include <functional>
 #include <memory>
@@ -21,7 +22,7 @@ struct HostMat {
   DType dtype = DType::f32;
   int64_t rows = 0;
   int64_t cols = 0;
-  size_t bytes() const { return static_cast<size_t>(rows * cols) * dtype_size(dtype); }
+  size_t bytes() const { return static_cast<size_t>(rows) * row_bytes(dtype, cols); }
 };
 
 struct HostVec {
@@ -61,7 +62,7 @@ struct TensorEntry {
   std::vector<int64_t> shape;
 };
 
-enum class WeightPolicy { keep, f32, bf16 };  // keep = bf16/f32 as stored (f16 -> f32)
+enum class WeightPolicy { keep, f32, bf16 };  // keep = bf16/f32/quantized as stored (f16 -> f32)
 
 class HostWeights {
  public:

@@ -29,6 +29,7 @@ const CpuFeatures& cpu_features() {
     r.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     r.avx512bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
+    r.avx512vnni = r.avx512 && __builtin_cpu_supports("avx512vnni");
     return r;
   }();
   return f;
@@ -37,12 +38,12 @@ const CpuFeatures& cpu_features() {
 Isa active_isa() {
   static const Isa isa = [] {
     const auto& f = cpu_features();
-    const bool can512 = f.avx512 && f.avx512bf16;
+    const bool can512 = f.avx512 && f.avx512bf16 && f.avx512vnni;
     const char* env = std::getenv("LUMEN_ISA");
     if (env && std::strcmp(env, "avx2") == 0) return Isa::avx2;
     if (env && std::strcmp(env, "avx512") == 0) {
       if (can512) return Isa::avx512;
-      std::fprintf(stderr, "lumen: LUMEN_ISA=avx512 but this CPU lacks AVX-512 BF16; using avx2\n");
+      std::fprintf(stderr, "lumen: LUMEN_ISA=avx512 but this CPU lacks AVX-512 BF16 or VNNI; using avx2\n");
       return Isa::avx2;
     }
     return can512 ? Isa::avx512 : Isa::avx2;

@@ -8,6 +8,7 @@ struct CpuFeatures {
   bool fma = false;
   bool avx512 = false;      // F + BW + VL + DQ
   bool avx512bf16 = false;  // vdpbf16ps
+  bool avx512vnni = false;  // vpdpbusd (the quantized dot products; every AVX-512 BF16 CPU has it)
 };
 
 const CpuFeatures& cpu_features();

@@ -11,6 +11,7 @@
 #include "core/argmax.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "testing/quant_check.h"
 
 namespace lumen {
 namespace {
@@ -240,6 +241,9 @@ Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
   const auto& f = cpu_features();
   if (f.avx2 && f.fma) res.Set("avx2", check_table(env, cpu::avx2::table, cpu::avx2::probe_table));
   if (f.avx512) res.Set("avx512", check_table(env, cpu::avx512::table, cpu::avx512::probe_table));
+  // The quantized kernels use VNNI in the AVX-512 table (every CPU with AVX-512 BF16 has it).
+  if (f.avx2 && f.fma) res.Get("avx2").As<Napi::Object>().Set("quant", check_quant_table(env, cpu::avx2::table));
+  if (f.avx512 && f.avx512vnni) res.Get("avx512").As<Napi::Object>().Set("quant", check_quant_table(env, cpu::avx512::table));
   return res;
 }
 

@@ -1,7 +1,7 @@
 // --memory-stages FILE: the engine's memory counters at each stage of the model's life, appended as JSON lines.
 import { appendFileSync } from 'node:fs';
 import type { EngineHandle } from '../engine/types.js';
-import type { Checkpoint } from '../model/types.js';
+import type { ModelCheckpoint } from '../model/types.js';
 
 export type MemoryStage = 'weights_bound' | 'warmup_forward' | 'first_generation';
 
@@ -31,7 +31,7 @@ export interface MemoryStageRow {
  * One row per device the engine runs on. EngineStats is a single pool, so the row names the backend's
  * device (the CPU build has one device; a CUDA engine's pool lives on GPU 0).
  */
-export function memoryStageRows(stage: MemoryStage, engine: EngineHandle, ckpt: Checkpoint, toolVersion: string): MemoryStageRow[] {
+export function memoryStageRows(stage: MemoryStage, engine: EngineHandle, ckpt: ModelCheckpoint, toolVersion: string): MemoryStageRow[] {
   const s = engine.stats();
   const info = engine.info;
   return [{

@@ -71,6 +71,8 @@ export interface SweepRenderer {
   header(h: HeaderInfo): void;
   /** The checkpoint directory, once known (the embedded model may be generated first). */
   modelPath(dir: string, embedded: boolean): void;
+  /** How the weights are stored (src/model/weight-format.ts), once the checkpoint is read. */
+  weights(line: string): void;
   loadStage(stage: string, fields: Record<string, unknown>): void;
   loadProgress(done: number, total: number): void;
   loaded(l: LoadedInfo): void;
@@ -170,6 +172,10 @@ export class HumanRenderer implements SweepRenderer {
 
   modelPath(dir: string, embedded: boolean): void {
     this.kv('Model path', embedded ? `${dir} (embedded synthetic tiny model)` : dir);
+  }
+
+  weights(line: string): void {
+    this.kv('Weights', line);
   }
 
   loadStage(_stage: string, _fields: Record<string, unknown>): void {}
@@ -387,6 +393,10 @@ export class LogRenderer implements SweepRenderer {
 
   header(h: HeaderInfo): void {
     this.log.info({ event: 'start', version: h.toolVersion, cpu: h.cpuModel, threads: h.threads }, 'start');
+  }
+
+  weights(line: string): void {
+    this.log.info({ event: 'weights', weight_format: line }, 'weights');
   }
 
   modelPath(dir: string, embedded: boolean): void {

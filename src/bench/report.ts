@@ -1,6 +1,7 @@
 // The JSON report (--format json on stdout, PREFIX.json on disk): everything needed to trust or redo a run.
 import type { EngineInfo, EngineOptions, EngineStats, ProfileReport } from '../engine/types.js';
-import type { Checkpoint } from '../model/types.js';
+import type { ModelCheckpoint } from '../model/types.js';
+import { weightFormatJson, type WeightFormatJson } from '../model/weight-format.js';
 import type { GitInfo } from '../util/git.js';
 import type { GpuInfo, MachineInfo } from '../util/machine.js';
 import type { SweepRow } from './csv.js';
@@ -65,6 +66,8 @@ export interface ModelSection {
   num_layers: number;
   hidden_size: number;
   vocab_size: number;
+  /** How the weights are stored: GGUF quantization, bits per weight, tensors per type, content hash. */
+  weight_format: WeightFormatJson;
 }
 
 export function latencyBlock(row: SweepRow, fig: RowFigures): LatencyBlock {
@@ -87,7 +90,7 @@ export function latencyBlock(row: SweepRow, fig: RowFigures): LatencyBlock {
   };
 }
 
-export function modelSection(ckpt: Checkpoint, embedded: boolean): ModelSection {
+export function modelSection(ckpt: ModelCheckpoint, embedded: boolean): ModelSection {
   return {
     path: ckpt.dir,
     embedded,
@@ -100,6 +103,7 @@ export function modelSection(ckpt: Checkpoint, embedded: boolean): ModelSection 
     num_layers: ckpt.config.numLayers,
     hidden_size: ckpt.config.hiddenSize,
     vocab_size: ckpt.config.vocabSize,
+    weight_format: weightFormatJson(ckpt),
   };
 }
 

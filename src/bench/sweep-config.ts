@@ -41,6 +41,8 @@ export interface SweepConfig {
   load: LoadConfig;
   /** Checkpoint directory; null = the embedded synthetic model. */
   modelPath: string | null;
+  /** `--quant`: the GGUF quantization to choose in a directory of GGUF files. */
+  quant?: string;
   device: DeviceChoice;
   threads: number;
   cells: Cell[];

@@ -2,7 +2,8 @@
 // each stage rendered and recorded in the report; the engine is null when it failed to load.
 import { performance } from 'node:perf_hooks';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
-import { CheckpointError, type Checkpoint } from '../model/types.js';
+import { CheckpointError, type ModelCheckpoint } from '../model/types.js';
+import { weightFormatLine } from '../model/weight-format.js';
 import type { GpuInfo } from '../util/machine.js';
 import { UsageError } from '../util/usage-error.js';
 import { modelSection, type Report } from './report.js';
@@ -12,7 +13,7 @@ import type { SweepConfig } from './sweep-config.js';
 import type { SweepBackend } from './sweep.js';
 
 export interface LoadedModel {
-  ckpt: Checkpoint;
+  ckpt: ModelCheckpoint;
   opts: EngineOptions;
   engine: EngineHandle | null;
   /** Why the engine did not load (engine null). */
@@ -28,15 +29,18 @@ export async function loadModel(
   renderer.modelPath(modelDir, embedded);
 
   const tc0 = performance.now();
-  let ckpt: Checkpoint;
+  let ckpt: ModelCheckpoint;
   try {
-    ckpt = await backend.loadCheckpoint(modelDir);
+    ckpt = await backend.loadCheckpoint(modelDir, cfg.quant);
   } catch (err) {
     if (err instanceof CheckpointError && !embedded) throw new UsageError(`--model-path: ${err.message}`);
     throw err;
   }
   const checkpointMs = performance.now() - tc0;
   report.model = modelSection(ckpt, embedded);
+  const weights = weightFormatLine(ckpt);
+  renderer.weights(weights);
+  report.notes.push(`weights: ${weights}`);
   renderer.loadStage('checkpoint', {
     path: ckpt.dir, shards: ckpt.shards.length, bytes_on_disk: ckpt.bytesOnDisk, param_count: ckpt.paramCount,
     dtype: ckpt.dtype, layers: ckpt.config.numLayers, ms: checkpointMs,

@@ -2,7 +2,7 @@
 // request of row k has finished), each streamed to the sinks as it completes. Returns whether the
 // sweep was interrupted.
 import type { EngineHandle, RequestEngine } from '../engine/types.js';
-import type { Checkpoint } from '../model/types.js';
+import type { ModelCheckpoint } from '../model/types.js';
 import { cpuSample, otherCpuShare } from '../util/machine.js';
 import { TOOL_VERSION } from '../util/version.js';
 import type { SweepRow } from './csv.js';
@@ -19,7 +19,7 @@ import type { SweepConfig } from './sweep-config.js';
 /** What the rows run on: the loaded engine and checkpoint (in-process) or a server (neither); a probe per row. */
 export interface RowsTarget {
   /** In-process: the engine (its memory counters) and the checkpoint, for --memory-stages. */
-  local: { engine: EngineHandle; ckpt: Checkpoint } | null;
+  local: { engine: EngineHandle; ckpt: ModelCheckpoint } | null;
   /** Exclusive bound of prompt token ids. */
   vocab: number;
   maxSeq: number;

@@ -3,7 +3,7 @@
 // cleanly on a signal (sweep-signals.ts), and end with a summary. Returns the exit code.
 import type { Device, EngineHandle, EngineOptions, RequestEngine } from '../engine/types.js';
 import { engineOptionsFrom } from '../engine/options.js';
-import type { Checkpoint } from '../model/types.js';
+import type { ModelCheckpoint } from '../model/types.js';
 import { gitInfo } from '../util/git.js';
 import { machineInfo, nvidiaGpus } from '../util/machine.js';
 import { REPO_ROOT, TOOL_VERSION } from '../util/version.js';
@@ -24,9 +24,10 @@ import { watchStopSignals } from './sweep-signals.js';
 /** What the sweep needs from the model and engine modules (injected so tests can drive a simulated engine). */
 export interface SweepBackend {
   ensureEmbeddedModel(): Promise<string>;
-  loadCheckpoint(dir: string): Checkpoint | Promise<Checkpoint>;
+  /** The model `--model-path` (and `--quant`) name: a checkpoint directory or a GGUF file. */
+  loadCheckpoint(dir: string, quant?: string): ModelCheckpoint | Promise<ModelCheckpoint>;
   loadEngine(
-    ckpt: Checkpoint,
+    ckpt: ModelCheckpoint,
     opts: EngineOptions,
     hooks?: { onLoadProgress?: (layersDone: number, layersTotal: number) => void },
   ): Promise<EngineHandle>;

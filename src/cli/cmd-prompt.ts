@@ -2,19 +2,18 @@
 // interface (generated ids on one line for --prompt-ids, raw float32 logits with --logits-out).
 import { writeFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
-import { loadCheckpoint } from '../model/checkpoint.js';
-import { checkTokenizerFitsModel, loadTokenizer } from '../model/tokenizer.js';
+import { loadModel, loadModelTokenizer } from '../model/model-path.js';
+import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
 import { engineOptionsFrom } from '../engine/options.js';
-import { ENGINE_FLAGS, resolveEngineFlags, type RawEngineFlags } from './engine-flags.js';
+import { ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
 import { UsageError } from '../util/usage-error.js';
 
 interface PromptOpts extends Omit<RawEngineFlags, 'maxSeq' | 'maxSeqs'> {
-  modelPath?: string;
   prompt?: string;
   promptIds?: number[];
   maxNewTokens: number;
@@ -36,7 +35,8 @@ export function registerPrompt(program: Command, setResult: (code: number) => vo
   program
     .command('prompt')
     .description('generate from a prompt through the serving engine (greedy by default)')
-    .option('--model-path <dir>', 'checkpoint directory (default: the embedded synthetic model)')
+    .addOption(ENGINE_FLAGS.modelPath())
+    .addOption(ENGINE_FLAGS.quant())
     .option('--prompt <text>', 'prompt text (tokenized with the checkpoint tokenizer)')
     .option('--prompt-ids <ids>', 'prompt as token ids, comma separated', idListArg('--prompt-ids'))
     .option('--max-new-tokens <n>', 'tokens to generate (0 = evaluate the prompt only)', countArg('--max-new-tokens', 0), 32)
@@ -67,18 +67,19 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   }
   if (opts.chat && opts.promptIds) throw new UsageError('--chat applies to --prompt TEXT, not --prompt-ids');
   // The engine flags mean what they mean in the sweep and serve; max-seq is the request's length.
+  const { modelPath, quant } = resolveModelPathFlags(opts);
   const flags = resolveEngineFlags(opts);
   const device = resolveDevice(flags.device);
   let dir: string;
-  if (opts.modelPath === undefined) {
+  if (modelPath === null) {
     dir = await ensureEmbeddedModel();
     process.stderr.write(`bench: no --model-path; using the embedded synthetic model (${dir})\n`);
   } else {
-    dir = opts.modelPath;
+    dir = modelPath;
   }
   let ckpt;
   try {
-    ckpt = loadCheckpoint(dir);
+    ckpt = loadModel(dir, { quant, hash: false });
   } catch (err) {
     // A bad checkpoint is the --model-path argument's fault, as in the sweep: exit 2.
     if (err instanceof CheckpointError) throw new UsageError(`--model-path: ${err.message}`);
@@ -92,8 +93,8 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     if (bad !== undefined) throw new UsageError(`--prompt-ids: token ${bad} is outside the vocabulary (${ckpt.config.vocabSize})`);
   } else {
     try {
-      tokenizer = await loadTokenizer(dir);
-      checkTokenizerFitsModel(tokenizer, ckpt.config.vocabSize, dir);
+      tokenizer = await loadModelTokenizer(ckpt);
+      checkTokenizerFitsModel(tokenizer, ckpt.config.vocabSize, ckpt.dir);
     } catch (err) {
       if (err instanceof CheckpointError) throw new UsageError(`--model-path: ${err.message}`);
       throw err;

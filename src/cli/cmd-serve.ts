@@ -5,17 +5,14 @@ import { resolveDevice } from '../engine/device.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { startServer, type RunningServer } from '../serve/server.js';
-import { ENGINE_FLAGS, resolveEngineFlags, type RawEngineFlags } from './engine-flags.js';
+import { ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { parseCount } from './flag-values.js';
 import { UsageError } from '../util/usage-error.js';
-import { existsSync, statSync } from 'node:fs';
-import path from 'node:path';
 
 /** Sequences in flight when --max-seqs is not given (the sweep's largest default concurrency). */
 export const DEFAULT_MAX_SEQS = 8;
 
 interface RawServeOptions extends RawEngineFlags {
-  modelPath?: string;
   host: string;
   port: string;
   servedModelName?: string;
@@ -36,7 +33,8 @@ export function registerServe(program: Command, setResult: (code: number) => voi
   program
     .command('serve')
     .description('serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions) and Anthropic (/v1/messages) APIs, /metrics')
-    .option('--model-path <dir>', 'checkpoint directory (default: the embedded synthetic tiny model)')
+    .addOption(ENGINE_FLAGS.modelPath())
+    .addOption(ENGINE_FLAGS.quant())
     .option('--host <host>', 'address to bind', '127.0.0.1')
     .option('--port <n>', 'port (0 = any free port)', '8000')
     .option('--served-model-name <name>', "the model's name in the API (default: the checkpoint directory's name)")
@@ -72,15 +70,9 @@ async function runServe(raw: RawServeOptions): Promise<number> {
   if (raw.servedModelName !== undefined && raw.servedModelName.trim() === '') throw new UsageError('--served-model-name: empty');
   const verbose = raw.verbose ?? 0;
   if (raw.quiet && verbose > 0) throw new UsageError('-q and -v contradict each other; give one');
-  let modelDir: string;
-  const embedded = raw.modelPath === undefined;
-  if (raw.modelPath !== undefined) {
-    modelDir = path.resolve(raw.modelPath);
-    if (!existsSync(modelDir)) throw new UsageError(`--model-path: ${raw.modelPath} does not exist`);
-    if (!statSync(modelDir).isDirectory()) throw new UsageError(`--model-path: ${raw.modelPath} is not a directory`);
-  } else {
-    modelDir = await ensureEmbeddedModel();
-  }
+  const { modelPath, quant } = resolveModelPathFlags(raw);
+  const embedded = modelPath === null;
+  const modelDir = modelPath ?? (await ensureEmbeddedModel());
   const device = resolveDevice(engine.device);
 
   let server: RunningServer | null = null;
@@ -100,7 +92,7 @@ async function runServe(raw: RawServeOptions): Promise<number> {
   try {
     try {
       server = await startServer({
-        modelDir, embedded, host: raw.host, port, ...(raw.servedModelName !== undefined ? { servedModelName: raw.servedModelName } : {}),
+        modelDir, ...(quant !== undefined ? { quant } : {}), embedded, host: raw.host, port, ...(raw.servedModelName !== undefined ? { servedModelName: raw.servedModelName } : {}),
         ...(apiKey !== undefined ? { apiKey } : {}), engine, device,
         verbosity: raw.quiet ? -1 : Math.min(verbose, 2), stderr: process.stderr, stderrIsTTY: process.stderr.isTTY === true,
       });

@@ -6,14 +6,14 @@ import { runSweep, type SweepBackend } from '../bench/sweep.js';
 import { resolveDevice } from '../engine/device.js';
 import { usableCpus } from '../engine/native.js';
 import { loadEngine } from '../engine/engine.js';
-import { loadCheckpoint } from '../model/checkpoint.js';
+import { loadModel } from '../model/model-path.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { connectEndpoint } from '../endpoint/connect.js';
 import { writeHtmlReport } from '../report/write-html.js';
 
 const realBackend: SweepBackend = {
   ensureEmbeddedModel,
-  loadCheckpoint: (dir) => loadCheckpoint(dir),
+  loadCheckpoint: (dir, quant) => loadModel(dir, { quant }),
   loadEngine,
   resolveDevice,
   usableCpus,
@@ -43,7 +43,8 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
     .option('--burstiness <b>', 'with --request-rate: gamma shape of the arrival gaps (default 1 = Poisson)')
     .option('--num-requests <n>', 'with --request-rate: timed requests per row (default concurrency x --iters)')
     .option('--goodput <bounds>', 'share of requests meeting every bound, e.g. ttft:500,tpot:50,e2el:10000 (ms)')
-    .option('--model-path <dir>', 'checkpoint directory (default: the embedded synthetic tiny model)')
+    .addOption(ENGINE_FLAGS.modelPath())
+    .addOption(ENGINE_FLAGS.quant())
     .addOption(ENGINE_FLAGS.device())
     .addOption(ENGINE_FLAGS.threads())
     .option('--cells <list>', 'isl:osl cells, comma separated (default 128:128,2048:128,128:1024)')

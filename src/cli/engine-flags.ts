@@ -2,6 +2,8 @@
 // `serve`): the commander options, their defaults, the resolver (raw strings -> validated values,
 // each bad value a UsageError naming its flag) and the mapping to EngineOptions. A flag means the
 // same thing in both commands because it is this code in both.
+import { existsSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { Option } from 'commander';
 import type { DeviceChoice, ServingFlags } from '../engine/options.js';
 import type { KvLayout } from '../engine/types.js';
@@ -31,6 +33,8 @@ export interface RawEngineFlags {
   stepTokenBudget?: string;
   maxSeq?: string;
   maxSeqs?: string;
+  modelPath?: string;
+  quant?: string;
 }
 
 export interface EngineFlags extends ServingFlags {
@@ -49,8 +53,26 @@ export const ENGINE_FLAGS = {
   prefillChunk: () => new Option('--prefill-chunk <n>', `largest prefill chunk per sequence per step (default ${ENGINE_DEFAULTS.prefillChunk})`),
   stepTokenBudget: () => new Option('--step-token-budget <n>', `most tokens in one forward step (default ${ENGINE_DEFAULTS.stepTokenBudget})`),
   maxSeq: () => new Option('--max-seq <n>', `longest sequence (prompt + output) the engine accepts (default ${ENGINE_DEFAULTS.maxSeq})`),
+  modelPath: () => new Option('--model-path <path>', 'checkpoint directory, GGUF file (split: its -00001-of-0000N part), or a directory of GGUF files with --quant (default: the embedded synthetic model)'),
+  quant: () => new Option('--quant <type>', 'with --model-path DIR: the GGUF file whose name carries this quantization (e.g. Q4_K_M, Q8_0; any case)'),
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
+
+/** `--model-path` / `--quant` checked (the path exists; a quant name is a word), before anything loads. */
+export function resolveModelPathFlags(raw: RawEngineFlags): { modelPath: string | null; quant?: string } {
+  if (raw.quant !== undefined) {
+    if (raw.modelPath === undefined) throw new UsageError('--quant needs --model-path (a directory of GGUF files, or one GGUF file)');
+    if (!/^[A-Za-z0-9_]+$/.test(raw.quant)) throw new UsageError(`--quant: '${raw.quant}' is not a quantization name (e.g. Q4_K_M)`);
+  }
+  if (raw.modelPath === undefined) return { modelPath: null };
+  const abs = path.resolve(raw.modelPath);
+  if (!existsSync(abs)) throw new UsageError(`--model-path: ${raw.modelPath} does not exist`);
+  const st = statSync(abs);
+  if (!st.isDirectory() && !(st.isFile() && /\.gguf$/i.test(abs))) {
+    throw new UsageError(`--model-path: ${raw.modelPath} is neither a directory nor a .gguf file`);
+  }
+  return { modelPath: abs, ...(raw.quant !== undefined ? { quant: raw.quant } : {}) };
+}
 
 /**
  * Raw engine flags -> validated values. `maxSeqsDefault` is given by commands that take --max-seqs

@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
 import { UsageError } from '../util/usage-error.js';
-import { ENGINE_DEFAULTS, resolveEngineFlags, type RawEngineFlags } from './engine-flags.js';
+import { ENGINE_DEFAULTS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
 
 export const DEFAULT_CELLS: readonly Cell[] = [
@@ -70,7 +70,7 @@ export interface RawSweepOptions extends Omit<RawEngineFlags, 'maxSeqs'> {
 
 /** Flags of the in-process engine: with --endpoint the server has its own, so giving one is a usage error. */
 const IN_PROCESS_FLAGS: readonly [keyof RawSweepOptions, string][] = [
-  ['modelPath', '--model-path'], ['device', '--device'], ['threads', '--threads'], ['kvcache', '--kvcache'], ['paged', '--paged'],
+  ['modelPath', '--model-path'], ['quant', '--quant'], ['device', '--device'], ['threads', '--threads'], ['kvcache', '--kvcache'], ['paged', '--paged'],
   ['blockSize', '--block-size'], ['prefillChunk', '--prefill-chunk'], ['stepTokenBudget', '--step-token-budget'], ['maxSeq', '--max-seq'],
   ['memoryStages', '--memory-stages'], ['profile', '--profile'], ['profilePipeline', '--profile-pipeline'],
 ];
@@ -167,13 +167,7 @@ export function parseConcurrency(flag: string, value: string): number[] {
 export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv = process.env): SweepConfig {
   const endpoint = resolveEndpoint(raw, env);
   // Model directory: checked here so a typo costs nothing.
-  let modelPath: string | null = null;
-  if (raw.modelPath !== undefined) {
-    const dir = path.resolve(raw.modelPath);
-    if (!existsSync(dir)) throw new UsageError(`--model-path: ${raw.modelPath} does not exist`);
-    if (!statSync(dir).isDirectory()) throw new UsageError(`--model-path: ${raw.modelPath} is not a directory`);
-    modelPath = dir;
-  }
+  const { modelPath, quant } = resolveModelPathFlags(raw);
 
   // The engine flags (shared with `serve`): checked first, in the order they always were.
   const engine = resolveEngineFlags(raw);
@@ -235,6 +229,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     endpoint,
     load: resolveLoad(raw),
     modelPath,
+    ...(quant !== undefined ? { quant } : {}),
     device,
     threads: engine.threads,
     cells,

@@ -1,6 +1,6 @@
 // The engine as TypeScript sees it: wraps the native engine (a worker thread running the batched
 // loop) behind the EngineHandle contract. All times come from the native monotonic clock.
-import type { Checkpoint, TextConfig } from '../model/types.js';
+import type { ModelCheckpoint, TextConfig } from '../model/types.js';
 import { loadAddon, type NativeEngine, type NativeEvent } from './native.js';
 import type {
   EngineHandle, EngineInfo, EngineOptions, EngineStats, FinishReason, ProfileReport, RequestHandle,
@@ -30,7 +30,7 @@ export interface EngineInternals {
 }
 
 /** A model source: a checkpoint on disk, or a config to fill with random weights in memory. */
-export type ModelSource = Checkpoint | { synthetic: TextConfig };
+export type ModelSource = ModelCheckpoint | { synthetic: TextConfig };
 
 interface Pending {
   resolve: (r: RequestResult) => void;

@@ -8,7 +8,7 @@
 // u32 ggml type, u64 offset (relative to the data start, a multiple of the alignment).
 // Strings are u64 byte length + UTF-8 bytes; arrays are u32 item type + u64 count + items.
 
-import { readFileSync, statSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { displayName, oneLine } from '../util/text.js';
 
 /** A malformed GGUF file; the message names the file and the key or tensor at fault. */
@@ -18,6 +18,9 @@ export class GgufError extends Error {
     this.name = 'GgufError';
   }
 }
+
+/** The header runs past the bytes read so far (parseGgufHeader then reads more). */
+class GgufTruncated extends GgufError {}
 
 export const GGUF_READER_VERSION = 3;
 const DEFAULT_ALIGNMENT = 32;
@@ -55,6 +58,11 @@ const GGML_TYPES: ReadonlyMap<number, { name: string; block: number; bytes: numb
   [30, { name: 'BF16', block: 1, bytes: 2 }],
 ]);
 
+/** A ggml tensor type's name and block geometry, or undefined when this reader does not know it. */
+export function ggmlTypeInfo(type: number): { name: string; block: number; bytes: number } | undefined {
+  return GGML_TYPES.get(type);
+}
+
 export interface GgufKv {
   type: number;
   /** number (u64/i64 beyond 2^53: bigint), boolean, string, or an array of those. */
@@ -82,8 +90,10 @@ export interface GgufFile {
   alignment: number;
   /** Absolute offset of the data section. */
   dataStart: number;
-  /** The whole file. */
+  /** The bytes parsed: the whole file (parseGguf, parseGgufBuffer) or its header (parseGgufHeader). */
   buf: Buffer;
+  /** Size of the file in bytes. */
+  fileSize: number;
 }
 
 /** Bytes of a tensor of type `type` with dimensions `ne`, or a reason it has none. */
@@ -104,17 +114,18 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
 /** Sequential little-endian reads, each checked against the end of the buffer. */
 class Cursor {
   pos = 0;
-  constructor(readonly buf: Buffer, readonly file: string) {}
+  /** `fileSize`: the whole file's size, when `buf` holds only its first bytes (counts are bounded by it). */
+  constructor(readonly buf: Buffer, readonly file: string, readonly fileSize = buf.length) {}
 
   private need(n: number, what: string): void {
     if (n > this.buf.length - this.pos) {
-      throw new GgufError(`${this.file}: truncated: ${what} needs ${n} bytes at offset ${this.pos}, but the file ends at ${this.buf.length}`);
+      throw new GgufTruncated(`${this.file}: truncated: ${what} needs ${n} bytes at offset ${this.pos}, but the file ends at ${this.buf.length}`);
     }
   }
   u8(what: string): number { this.need(1, what); return this.buf.readUInt8(this.pos++); }
   u32(what: string): number { this.need(4, what); const v = this.buf.readUInt32LE(this.pos); this.pos += 4; return v; }
   u64(what: string): bigint { this.need(8, what); const v = this.buf.readBigUInt64LE(this.pos); this.pos += 8; return v; }
-  remaining(): number { return this.buf.length - this.pos; }
+  remaining(): number { return this.fileSize - this.pos; }
 
   /** A u64 that must be at most `max` (so it is safe to use as a number). */
   count(what: string, max: number, unit: string): number {
@@ -128,6 +139,7 @@ class Cursor {
 
   str(what: string): string {
     const n = this.count(`length of ${what}`, this.remaining() - 8, 'bytes');
+    this.need(n, what);
     const bytes = this.buf.subarray(this.pos, this.pos + n);
     let s: string;
     try {
@@ -185,9 +197,57 @@ export function parseGguf(file: string): GgufFile {
   return parseGgufBuffer(buf, file);
 }
 
-/** Validates a GGUF file held in memory; `file` names it in errors. */
-export function parseGgufBuffer(buf: Buffer, file: string): GgufFile {
-  const c = new Cursor(buf, file);
+/**
+ * Reads and validates the header of a GGUF file (metadata and tensor infos, checked against the
+ * file's size) without reading the tensor data: the first MiBs, more while the header needs them.
+ */
+export function parseGgufHeader(file: string): GgufFile {
+  let fd: number | undefined;
+  try {
+    if (!statSync(file).isFile()) throw new GgufError(`${file}: not a regular file (expected a GGUF file)`);
+    fd = openSync(file, 'r');
+    const size = fstatSync(fd).size;
+    for (let n = Math.min(size, HEADER_READ_BYTES); ; n = Math.min(size, n * 4)) {
+      const buf = Buffer.alloc(n);
+      let got = 0;
+      while (got < n) {
+        const r = readSync(fd, buf, got, n - got, got);
+        if (r === 0) break;
+        got += r;
+      }
+      try {
+        return parseGgufBuffer(buf.subarray(0, got), file, size);
+      } catch (err) {
+        if (!(err instanceof GgufTruncated) || got >= size) throw err;
+      }
+    }
+  } catch (err) {
+    if (err instanceof GgufError) throw err;
+    throw new GgufError(`${file}: cannot read GGUF file (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
+
+/** First read of parseGgufHeader (a Qwen3.5 vocabulary's metadata is about 10 MB). */
+const HEADER_READ_BYTES = 16 << 20;
+
+/**
+ * Validates a GGUF file held in memory; `file` names it in errors. `fileSize` (default: the
+ * buffer's length) is the size of the whole file when `buf` holds only its first bytes.
+ */
+export function parseGgufBuffer(buf: Buffer, file: string, fileSize = buf.length): GgufFile {
+  try {
+    return parseBuffer(buf, file, fileSize);
+  } catch (err) {
+    // Truncated for real (the whole file was read): a plain GgufError, as every other problem.
+    if (err instanceof GgufTruncated && buf.length >= fileSize) throw new GgufError(err.message);
+    throw err;
+  }
+}
+
+function parseBuffer(buf: Buffer, file: string, fileSize: number): GgufFile {
+  const c = new Cursor(buf, file, fileSize);
   if (buf.length < 4 || buf.toString('latin1', 0, 4) !== 'GGUF') {
     throw new GgufError(`${file}: not a GGUF file (the first 4 bytes are not "GGUF")`);
   }
@@ -253,7 +313,7 @@ export function parseGgufBuffer(buf: Buffer, file: string): GgufFile {
     if (typeof nbytes === 'string') throw new GgufError(`${file}: tensor ${t} ${nbytes}`);
     const offAt = c.pos;
     const off = c.u64(`the data offset of tensor ${t}`);
-    if (off > BigInt(buf.length)) throw new GgufError(`${file}: tensor ${t} has data offset ${off} (at offset ${offAt}), past the end of the file (${buf.length} bytes)`);
+    if (off > BigInt(fileSize)) throw new GgufError(`${file}: tensor ${t} has data offset ${off} (at offset ${offAt}), past the end of the file (${fileSize} bytes)`);
     const offset = Number(off);
     if (offset % alignment !== 0) throw new GgufError(`${file}: tensor ${t} has data offset ${offset}, not a multiple of the alignment ${alignment}`);
     tensors.set(name, { name, ne, type, offset, nbytes });
@@ -261,20 +321,20 @@ export function parseGgufBuffer(buf: Buffer, file: string): GgufFile {
   }
 
   const dataStart = Math.ceil(c.pos / alignment) * alignment;
-  if (nTensors > 0 && dataStart > buf.length) {
-    throw new GgufError(`${file}: truncated: the data section would start at ${dataStart}, past the end of the file (${buf.length} bytes)`);
+  if (nTensors > 0 && dataStart > fileSize) {
+    throw new GgufError(`${file}: truncated: the data section would start at ${dataStart}, past the end of the file (${fileSize} bytes)`);
   }
   const byOffset = [...tensors.values()].sort((a, b) => a.offset - b.offset);
   let prev: GgufTensor | undefined;
   for (const t of byOffset) {
     const end = dataStart + t.offset + t.nbytes;
-    if (end > buf.length) {
-      throw new GgufError(`${file}: tensor ${displayName(t.name)} data [${dataStart + t.offset}, ${end}) lies past the end of the file (${buf.length} bytes): truncated or corrupt`);
+    if (end > fileSize) {
+      throw new GgufError(`${file}: tensor ${displayName(t.name)} data [${dataStart + t.offset}, ${end}) lies past the end of the file (${fileSize} bytes): truncated or corrupt`);
     }
     if (prev && t.offset < prev.offset + prev.nbytes) {
       throw new GgufError(`${file}: tensor ${displayName(t.name)} data at offset ${t.offset} overlaps tensor ${displayName(prev.name)} (${prev.offset}..${prev.offset + prev.nbytes})`);
     }
     prev = t;
   }
-  return { file, version, kv, tensors, tensorOrder, alignment, dataStart, buf };
+  return { file, version, kv, tensors, tensorOrder, alignment, dataStart, buf, fileSize };
 }

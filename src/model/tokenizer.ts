@@ -87,13 +87,65 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   const tokFile = path.join(absDir, 'tokenizer.json');
   if (!existsSync(tokFile)) throw new CheckpointError(`${tokFile}: tokenizer.json not found`);
   const tokJson = readJsonFile(tokFile, 'tokenizer.json');
-  const idBound = validateTokenizerJson(tokJson, tokFile);
-  if (!Array.isArray(tokJson.added_tokens)) tokJson.added_tokens = [];
-  for (const k of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) if (!(k in tokJson)) tokJson[k] = null;
-
   const tcFile = path.join(absDir, 'tokenizer_config.json');
   const tokConfig = existsSync(tcFile) ? readJsonFile(tcFile, 'tokenizer_config.json') : {};
   validateTokenizerConfig(tokConfig, tcFile);
+
+  // Chat template: chat_template.jinja (current HF layout) wins over tokenizer_config.json.
+  let templateSource: string | undefined;
+  const jinjaFile = path.join(absDir, 'chat_template.jinja');
+  const templateFile = existsSync(jinjaFile) ? jinjaFile : tcFile;
+  if (existsSync(jinjaFile)) {
+    const bytes = readFileSync(jinjaFile);
+    if (!isUtf8(bytes)) throw new CheckpointError(`${jinjaFile}: not valid UTF-8 (byte ${firstInvalidUtf8(bytes)})`);
+    templateSource = bytes.toString('utf8');
+  } else {
+    const ct = tokConfig.chat_template;
+    if (typeof ct === 'string') templateSource = ct;
+    else if (Array.isArray(ct)) {
+      const named = ct as Array<{ name?: string; template: string }>;
+      templateSource = (named.find((t) => t.name === 'default') ?? named[0])!.template;
+    }
+  }
+  const eosHints: unknown[] = [];
+  const genFile = path.join(absDir, 'generation_config.json');
+  if (existsSync(genFile)) {
+    try {
+      eosHints.push((JSON.parse(readFileSync(genFile, 'utf8')) as { eos_token_id?: unknown }).eos_token_id);
+    } catch { /* a broken generation_config.json only loses its eos hint */ }
+  }
+  const cfgFile = path.join(absDir, 'config.json');
+  if (existsSync(cfgFile)) {
+    try {
+      const cfg = JSON.parse(readFileSync(cfgFile, 'utf8')) as { eos_token_id?: unknown; text_config?: { eos_token_id?: unknown } };
+      eosHints.push(cfg.text_config?.eos_token_id ?? cfg.eos_token_id);
+    } catch { /* config.json problems are reported by the checkpoint loader */ }
+  }
+  return buildTokenizer({ tokJson, tokFile, tokConfig, templateSource, templateFile, eosHints, where: absDir });
+}
+
+/** What a tokenizer is built from: tokenizer.json's object and the rest, wherever they came from. */
+export interface TokenizerParts {
+  tokJson: Record<string, unknown>;
+  /** Names the tokenizer's source in errors. */
+  tokFile: string;
+  tokConfig: Record<string, unknown>;
+  templateSource?: string;
+  /** Names the chat template's source in errors. */
+  templateFile: string;
+  /** Further end-of-generation ids (each a number or an array of numbers). */
+  eosHints: unknown[];
+  /** Names the model in the "no chat template" error. */
+  where: string;
+}
+
+/** A tokenizer from its parts (tokenizer.json's object checked first). */
+export function buildTokenizer(parts: TokenizerParts): LoadedTokenizer {
+  const { tokJson, tokFile, tokConfig, templateSource, templateFile } = parts;
+  const absDir = parts.where;
+  const idBound = validateTokenizerJson(tokJson, tokFile);
+  if (!Array.isArray(tokJson.added_tokens)) tokJson.added_tokens = [];
+  for (const k of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) if (!(k in tokJson)) tokJson[k] = null;
 
   let hf: HfTokenizer;
   try {
@@ -121,22 +173,6 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   };
   decodeIds(encodeIds(PROBE_TEXT), false);
 
-  // Chat template: chat_template.jinja (current HF layout) wins over tokenizer_config.json.
-  let templateSource: string | undefined;
-  const jinjaFile = path.join(absDir, 'chat_template.jinja');
-  const templateFile = existsSync(jinjaFile) ? jinjaFile : tcFile;
-  if (existsSync(jinjaFile)) {
-    const bytes = readFileSync(jinjaFile);
-    if (!isUtf8(bytes)) throw new CheckpointError(`${jinjaFile}: not valid UTF-8 (byte ${firstInvalidUtf8(bytes)})`);
-    templateSource = bytes.toString('utf8');
-  } else {
-    const ct = tokConfig.chat_template;
-    if (typeof ct === 'string') templateSource = ct;
-    else if (Array.isArray(ct)) {
-      const named = ct as Array<{ name?: string; template: string }>;
-      templateSource = (named.find((t) => t.name === 'default') ?? named[0])!.template;
-    }
-  }
   let template: Template | undefined;
   if (templateSource !== undefined) {
     try {
@@ -151,24 +187,12 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   const addEos = (v: unknown) => {
     for (const id of Array.isArray(v) ? v : [v]) if (isTokenId(id)) eos.add(id);
   };
-  const genFile = path.join(absDir, 'generation_config.json');
-  if (existsSync(genFile)) {
-    try {
-      addEos((JSON.parse(readFileSync(genFile, 'utf8')) as { eos_token_id?: unknown }).eos_token_id);
-    } catch { /* a broken generation_config.json only loses its eos hint */ }
-  }
   const eosName = tokenContent(tokConfig.eos_token);
   if (eosName !== undefined) {
     const id = tokenToId(eosName);
     if (id !== undefined) eos.add(id);
   }
-  const cfgFile = path.join(absDir, 'config.json');
-  if (existsSync(cfgFile)) {
-    try {
-      const cfg = JSON.parse(readFileSync(cfgFile, 'utf8')) as { eos_token_id?: unknown; text_config?: { eos_token_id?: unknown } };
-      addEos(cfg.text_config?.eos_token_id ?? cfg.eos_token_id);
-    } catch { /* config.json problems are reported by the checkpoint loader */ }
-  }
+  for (const h of parts.eosHints) addEos(h);
 
   const vocabSize = idBound;
 

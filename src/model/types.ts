@@ -2,7 +2,18 @@
 
 import { oneLine } from '../util/text.js';
 
+/** Element types of safetensors checkpoints. */
 export type DType = 'BF16' | 'F16' | 'F32';
+
+/** The ggml block-quantized types the engine runs (native/core/quant_types.h has their geometry). */
+export const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K'] as const;
+export type QuantType = (typeof QUANT_TYPES)[number];
+/** Any weight type the engine binds: safetensors' element types and the GGUF quantizations. */
+export type WeightDType = DType | QuantType;
+
+export function isWeightDType(s: string): s is WeightDType {
+  return s === 'BF16' || s === 'F16' || s === 'F32' || (QUANT_TYPES as readonly string[]).includes(s);
+}
 
 export type LayerType = 'linear_attention' | 'full_attention';
 
@@ -30,6 +41,12 @@ export interface TextConfig {
   eosTokenId: number;
   maxPositionEmbeddings: number;
   mtpNumHiddenLayers: number;
+  /**
+   * DeltaNet value heads in llama.cpp's tiled order (value head j reads key head j mod nk) rather
+   * than the checkpoint's grouped order (key head j / (nv / nk)): set for GGUF files, whose value
+   * heads llama.cpp's converter re-tiles; absent (false) for safetensors.
+   */
+  linearValueHeadsTiled?: boolean;
 }
 
 /**
@@ -70,6 +87,34 @@ export interface Checkpoint {
   /** Dominant weight dtype of the text tensors. */
   dtype: DType;
   hasMtp: boolean;
+}
+
+/** A tensor of any weight format (a GGUF tensor: `offset` is absolute, `fold` absent, already applied). */
+export interface WeightRef extends Omit<TensorRef, 'dtype'> {
+  dtype: WeightDType;
+}
+
+/** How a model's weights are stored, for reports (GGUF files; absent for safetensors checkpoints). */
+export interface WeightFormat {
+  container: 'gguf';
+  /** The file's quantization (general.file_type: `Q4_K_M`, `Q8_0`, `BF16`, ...). */
+  name: string;
+  /** Stored bits per weight over the model's tensors. */
+  bitsPerWeight: number;
+  /** Tensors per ggml type. */
+  tensorTypes: Record<string, number>;
+  /** File names (the parts of a split file in order). */
+  files: string[];
+  /** sha256 of the files' bytes, in order (hex). */
+  sha256?: string;
+}
+
+/** A model as the engine and the reports take it: a safetensors Checkpoint or a GGUF file. */
+export interface ModelCheckpoint extends Omit<Checkpoint, 'tensors' | 'dtype'> {
+  tensors: Map<string, WeightRef>;
+  /** Dominant weight type of the text tensors. */
+  dtype: WeightDType;
+  format?: WeightFormat;
 }
 
 /**

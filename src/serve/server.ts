@@ -10,9 +10,9 @@ import { usableCpus } from '../engine/native.js';
 import { engineOptionsFrom, type ServingFlags } from '../engine/options.js';
 import { loadEngine, type EngineInternals } from '../engine/engine.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
-import { loadCheckpoint } from '../model/checkpoint.js';
-import type { Checkpoint } from '../model/types.js';
-import { loadTokenizer } from '../model/tokenizer.js';
+import { loadModel, loadModelTokenizer } from '../model/model-path.js';
+import { weightFormatLine } from '../model/weight-format.js';
+import type { ModelCheckpoint } from '../model/types.js';
 import { machineInfo } from '../util/machine.js';
 import { TOOL_VERSION } from '../util/version.js';
 import { ServeContext } from './context.js';
@@ -26,7 +26,10 @@ import { registerMiscRoutes } from './routes-misc.js';
 import { registerOpenAIRoutes } from './routes-openai.js';
 
 export interface ServeOptions {
+  /** `--model-path`: a checkpoint directory, a GGUF file, or a directory of GGUF files (with quant). */
   modelDir: string;
+  /** `--quant`: the GGUF quantization to choose in a directory. */
+  quant?: string;
   /** The embedded synthetic model (said so in the header). */
   embedded: boolean;
   host: string;
@@ -45,7 +48,7 @@ export interface ServeOptions {
   /** Called once the server listens, before the model loads (GET /health answers 503 until it has). */
   onListening?: (url: string) => void;
   /** Tests only: another engine behind the same handle (e.g. one that plays back scripted tokens). */
-  loadEngine?: (ckpt: Checkpoint, opts: EngineOptions) => Promise<EngineHandle>;
+  loadEngine?: (ckpt: ModelCheckpoint, opts: EngineOptions) => Promise<EngineHandle>;
 }
 
 export interface RunningServer {
@@ -148,8 +151,9 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: o.engine.threads || usableCpus() });
   renderer.modelPath(o.modelDir, o.embedded);
   const t0 = performance.now();
-  const ckpt = loadCheckpoint(o.modelDir);
-  const tokenizer = await loadTokenizer(o.modelDir);
+  const ckpt = loadModel(o.modelDir, { quant: o.quant, hash: false });
+  const tokenizer = await loadModelTokenizer(ckpt);
+  renderer.weights(weightFormatLine(ckpt));
   const name = o.servedModelName ?? ckpt.dir.split(/[/\\]/).filter(Boolean).pop() ?? 'model';
   const model = makeServeModel({
     name, root: ckpt.dir, tokenizer, configEos: ckpt.config.eosTokenId, maxSeq: o.engine.maxSeq, vocabSize: ckpt.config.vocabSize,

@@ -94,6 +94,7 @@ class CpuBackend final : public Backend {
 
  private:
   void matmul_impl(const float* x, int rows, const WMat* const* ws, float* const* ys, int n);
+  void matmul_quantized(const float* x, int rows, const WMat* const* ws, float* const* ys, int n);
   void gdn_decode(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* beta_in,
                   const float* decay_in, float* out);
 
@@ -165,6 +166,7 @@ class CpuBackend final : public Backend {
   AlignedBuffer k_cache_, v_cache_, state_, snapshots_;
   AlignedBuffer conv_buf_;  // a DeltaNet layer's conv output [T, cd]
   AlignedBuffer x_bf16_;    // x rounded to bf16 for the packed matmuls
+  AlignedBuffer x_quant_[4];  // x quantized for block-quantized matrices, by ActQuant
   std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_weights_;  // vdpbf16ps panels, by host matrix
   const void* head_ptr_ = nullptr;  // the vocabulary head (profiled apart)
   std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_taps_;  // tap-major conv weights, by host vector

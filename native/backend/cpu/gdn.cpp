@@ -64,7 +64,6 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
   //    segments, the recurrence otherwise.
   op.reset();
   op.emplace(profiling_, stats_, "gdn_rule", "gdn");
-  const int r = nv / nk;
   const int n_items = static_cast<int>(b.segs.size()) * nv;
   // Items are dealt in runs of adjacent heads (up to 8) from a shared counter: a sequence's heads
   // are adjacent in memory, so a run is one long stream of state for the prefetchers (one head at
@@ -74,7 +73,7 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
   pool_.parallel_dealt(n_items, run_len, [&](int tid, int64_t first, int64_t last) {
     for (int it = static_cast<int>(first); it < static_cast<int>(last); ++it) {
       const auto& s = b.segs[it / nv];
-      const int j = it % nv, kh = j / r;  // grouped value->key head mapping (HF order)
+      const int j = it % nv, kh = c.key_head_of(j);  // grouped (HF) or tiled (GGUF) order
       float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
       const GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
       if (s.len >= gdn_chunk_min_)
@@ -117,13 +116,24 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
       const float* xrow = qkv + t * cd;
       float* crow = g.conv_out + t * cd;
       float* cstate = conv_state(s.state_slot, L.gdn_index);
-      const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0, v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
+      const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0;
       kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, crow, cd);
       kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, crow, cd);
-      kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, crow, cd);
+      // The key head's value heads: adjacent in grouped order (kh r .. kh r + r - 1), every nk-th
+      // in tiled order (kh, kh + nk, ...).
+      if (c.v_heads_tiled) {
+        for (int u = 0; u < r; ++u) {
+          const int64_t v0 = 2 * kd + static_cast<int64_t>(kh + u * nk) * dv;
+          kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, crow, cd);
+        }
+      } else {
+        const int64_t v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
+        kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, crow, cd);
+      }
       l2norm_head(crow + q0, dk, qscale);
       l2norm_head(crow + k0, dk, 1.f);
-      for (int j = kh * r; j < (kh + 1) * r; ++j) {
+      for (int u = 0; u < r; ++u) {
+        const int j = c.v_heads_tiled ? kh + u * nk : kh * r + u;
         gdn_gates(L, beta_in, decay_in, t * nv + j, j, g);
         float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
         const GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);

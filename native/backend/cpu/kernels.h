@@ -16,11 +16,18 @@ struct Kernels {
   // y[m*ldy + n] = dot(x[m*K ..], W[n*K ..]) for m in [0, M), n in [n0, n1). W is f32 or bf16.
   void (*matmul)(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1,
                  float* y, int64_t ldy);
+  // Block-quantized weights (isa/quant_matmul.cpp; layouts in core/quant_ref.h): x [M, K] quantized
+  // per row as the weight type's activation type (dtype_info(wt).act) into out (M rows of
+  // quant::act_row_bytes each); then y[m*ldy + n] for n in [n0, n1) from those rows and the
+  // quantized weight rows, as llama.cpp's CPU backend computes it.
+  void (*quantize_act)(ActQuant a, const float* x, int64_t M, int64_t K, void* out);
+  void (*matmul_quant)(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
+                       int64_t ldy);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a*x
   void (*scale)(float* y, float a, int64_t n);                 // y *= a
   float (*sumsq)(const float* x, int64_t n);
-  // Row-wise fp32 weights -> f32 (embedding lookup of one row).
+  // One row of a weight matrix of any type -> f32 (embedding lookup).
   void (*row_to_f32)(const void* w, DType wt, int64_t row, int64_t cols, float* out);
 
   // Packed bf16 path (AVX-512 BF16 only; null elsewhere). Panels of 16 weight rows with k-pairs

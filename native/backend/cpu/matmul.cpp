@@ -1,11 +1,13 @@
 // How the CPU backend splits a matrix product over the threads: f32 / unpacked matrices by output
 // rows; packed bf16 prefill products as pieces of 8 panels dealt from a shared counter; decode
-// products as a stealable work list of far-apart weight streams (see ThreadPool::run_stealable).
-// The kernels are in isa/matmul.cpp.
+// products as a stealable work list of far-apart weight streams (see ThreadPool::run_stealable);
+// block-quantized matrices (GGUF) as pieces of weight rows dealt from a shared counter, x quantized
+// once per activation type. The kernels are in isa/matmul.cpp and isa/quant_matmul.cpp.
 #include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/quant_ref.h"
 
 namespace lumen::cpu {
 
@@ -24,6 +26,11 @@ void CpuBackend::matmul_group(const float* x, int rows, const WMat* const* ws, f
 
 void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
   if (rows <= 0 || n <= 0) return;
+  for (int i = 0; i < n; ++i)
+    if (is_quant(ws[i]->dtype)) {
+      matmul_quantized(x, rows, ws, ys, n);
+      return;
+    }
   bool packed = true;
   for (int i = 0; i < n; ++i) packed = packed && ws[i]->aux != nullptr && ws[i]->cols == ws[0]->cols;
   if (!packed) {
@@ -110,6 +117,54 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
   // Counted in the profile as its own group (calls = pieces the caller computed for a late
   // worker; no time of its own: that is inside the matmul op's).
   if (profiling_ && taken > 0) stats_.record("taken_over", "pool", static_cast<uint64_t>(taken), 0);
+}
+
+// Block-quantized matrices (and any plain ones in the same group): x quantized once per activation
+// type the group's weight types take, then one region of pieces of whole weight-row panels of every
+// matrix, dealt from a shared counter (a slower core takes fewer). A piece is about 256 KiB of
+// weights at decode (64 KiB at prefill), so a step's matrices are many pieces; each weight row is
+// read once per step.
+void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
+  const int64_t K = ws[0]->cols;
+  const void* xq[4] = {};
+  for (int i = 0; i < n; ++i) {
+    const ActQuant a = dtype_info(ws[i]->dtype).act;
+    const int ai = static_cast<int>(a);
+    if (a == ActQuant::none || xq[ai]) continue;
+    const size_t rb = quant::act_row_bytes(a, K);
+    AlignedBuffer& buf = x_quant_[ai];
+    if (buf.size() < rb * static_cast<size_t>(rows)) buf.resize(rb * static_cast<size_t>(rows), false);
+    unsigned char* dst = buf.as<unsigned char>();
+    // A decode batch's rows take microseconds to quantize: less than waking the pool for them.
+    if (static_cast<int64_t>(rows) * K <= 65536)
+      kernels_.quantize_act(a, x, rows, K, dst);
+    else
+      pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        kernels_.quantize_act(a, x + r0 * K, r1 - r0, K, dst + static_cast<size_t>(r0) * rb);
+      });
+    xq[ai] = dst;
+  }
+  // Decode-sized batches read each piece as 4 streams (isa/quant_matmul.cpp): longer pieces keep
+  // the streams long.
+  const int64_t kPieceBytes = rows <= 16 ? int64_t{256} << 10 : int64_t{64} << 10;
+  prefill_pieces_.clear();
+  for (int i = 0; i < n; ++i) {
+    const WMat& w = *ws[i];
+    const int64_t rb = static_cast<int64_t>(is_quant(w.dtype) ? row_bytes(w.dtype, K) : K * dtype_size(w.dtype));
+    const int64_t per = std::max<int64_t>(16, kPieceBytes / std::max<int64_t>(1, rb) / 16 * 16);
+    for (int64_t r = 0; r < w.rows; r += per) prefill_pieces_.push_back({i, r, std::min(w.rows, r + per), 0});
+  }
+  pool_.parallel_dealt(static_cast<int64_t>(prefill_pieces_.size()), 1, [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) {
+      const Piece& pc = prefill_pieces_[static_cast<size_t>(p)];
+      const WMat& w = *ws[pc.matrix];
+      if (is_quant(w.dtype))
+        kernels_.matmul_quant(xq[static_cast<int>(dtype_info(w.dtype).act)], rows, K, w.ptr, w.dtype, pc.p0, pc.p1,
+                              ys[pc.matrix], w.rows);
+      else
+        kernels_.matmul(x, rows, K, w.ptr, w.dtype, pc.p0, pc.p1, ys[pc.matrix], w.rows);
+    }
+  });
 }
 
 void CpuBackend::MatmulWork::compute(int64_t p, int tid, bool direct) {

@@ -299,6 +299,7 @@ class CudaBackend final : public Backend {
     a.kc = c.conv_kernel;
     a.nk = c.lin_k_heads;
     a.nv = c.lin_v_heads;
+    a.tiled = c.v_heads_tiled;
     a.dk = c.lin_dk;
     a.dv = c.lin_dv;
     a.eps = c.eps;
@@ -403,6 +404,9 @@ class CudaBackend final : public Backend {
   WMat upload_mat(const HostMat& m) {
     if (!m.data || m.rows <= 0 || m.cols <= 0) return WMat{};
     if (m.dtype == DType::f16) throw std::runtime_error("CUDA backend: f16 matrices are not supported (load converts them)");
+    if (is_quant(m.dtype))
+      throw std::runtime_error(std::string("CUDA backend: ") + dtype_info(m.dtype).name +
+                               " weights are not supported on the GPU yet (quantized GGUF files run with --device cpu)");
     auto it = uploaded_.find(m.data);
     const void* dptr;
     if (it != uploaded_.end()) {

@@ -109,6 +109,7 @@ struct GdnArgs {
   const float* neg_exp_a = nullptr;
   const float* norm_w = nullptr;  // [dv]
   int cd = 0, kc = 0, nk = 0, nv = 0, dk = 0, dv = 0;
+  bool tiled = false;  // value heads in llama.cpp's tiled order (ModelConfig::v_heads_tiled)
   float eps = 1e-6f;
   int gdn_chunk_min = 16;  // segments of at least this many tokens take the chunked form
   StepMeta m;

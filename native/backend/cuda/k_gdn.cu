@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(D) gdn_recurrent_kernel(const GdnArgs a) {
     }
   }
   if (len >= a.gdn_chunk_min || len <= 0) return;
-  const int kh = j / (a.nv / a.nk);
+  const int kh = a.tiled ? j % a.nk : j / (a.nv / a.nk);
   const int kd = a.nk * D;
   float* S = st + static_cast<int64_t>(hist) * cd + static_cast<int64_t>(j) * D * D;
   float sc[D];
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(256) gdn_block_prep_kernel(const GdnArgs a) {
   const int len = a.m.seg_len[seg];
   const int L = min(C, len - c0);
   const int64_t base = a.m.seg_start[seg] + c0;
-  const int cd = a.cd, kd = a.nk * D, kh = j / (a.nv / a.nk);
+  const int cd = a.cd, kd = a.nk * D, kh = a.tiled ? j % a.nk : j / (a.nv / a.nk);
   float* scr = a.gdn_block_scratch + (static_cast<int64_t>(item) * a.nv + j) * kPerBlockHead;
   float* Ug = scr;
   float* Wg = Ug + C * D;
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(256) gdn_block_scan_kernel(const GdnArgs a) {
   const int l = blockIdx.x, j = blockIdx.y, cbase = blockIdx.z * kTile, tid = threadIdx.x;
   const int seg = a.m.long_segs[l], block0 = a.m.long_block0[l];
   const int start = a.m.seg_start[seg], len = a.m.seg_len[seg];
-  const int cd = a.cd, kd = a.nk * D, kh = j / (a.nv / a.nk), hist = a.kc - 1;
+  const int cd = a.cd, kd = a.nk * D, kh = a.tiled ? j % a.nk : j / (a.nv / a.nk), hist = a.kc - 1;
   float* S = a.state + static_cast<int64_t>(a.m.seg_slot[seg]) * a.slot_stride + static_cast<int64_t>(hist) * cd +
              static_cast<int64_t>(j) * D * D;
   const int cc = tid % kTile, r8 = tid / kTile;  // 8 row groups

@@ -2,6 +2,7 @@
 // sigmoid gate, the gated RMSNorm, the softmax numerators and argmax, on a vectorised exp.
 #include "backend/cpu/isa/entry_points.h"
 #include "backend/cpu/isa/simd.h"
+#include "core/quant_ref.h"
 
 namespace lumen::cpu::LUMEN_ISA {
 
@@ -35,7 +36,9 @@ void scale(float* y, float a, int64_t n) {
 float sumsq(const float* x, int64_t n) { return dot(x, x, n); }
 
 void row_to_f32(const void* w, DType wt, int64_t row, int64_t cols, float* out) {
-  if (wt == DType::bf16) {
+  if (is_quant(wt) || wt == DType::f16) {
+    lumen::quant::dequantize_row(wt, static_cast<const unsigned char*>(w) + static_cast<size_t>(row) * row_bytes(wt, cols), out, cols);
+  } else if (wt == DType::bf16) {
     const uint16_t* p = static_cast<const uint16_t*>(w) + row * cols;
     for (int64_t i = 0; i < cols; ++i) out[i] = bf16f(p[i]);
   } else {

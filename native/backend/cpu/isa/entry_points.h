@@ -24,6 +24,11 @@ void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* pac
                    float* y, int64_t ldy, int64_t slice);
 #endif
 
+// quant_matmul.cpp
+void quantize_act(ActQuant a, const float* x, int64_t M, int64_t K, void* out);
+void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy);
+
 // elementwise.cpp
 float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);

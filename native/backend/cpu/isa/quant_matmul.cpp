@@ -1,0 +1,444 @@
+// Matrix products with block-quantized weights (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) for one
+// ISA, computed as llama.cpp's CPU backend computes them: the activations quantized per row to
+// q8_0 / q8_1 / q8_K (quantize_act: the same values bit for bit as core/quant_ref.cpp's reference,
+// and as llama.cpp's x86 code), then integer dot products per block (AVX2 maddubs + madd; VNNI
+// dpbusd where the AVX-512 table has it) scaled by the block scales in f32. Batches of 1..3 rows
+// (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
+// once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
+// while every activation row passes them. Either way each quantized matrix streams from memory
+// once per step. The reference code and the block layouts: core/quant_ref.h.
+#include <algorithm>
+
+#include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/isa/simd.h"
+#include "core/quant_ref.h"
+
+namespace lumen::cpu::LUMEN_ISA {
+namespace {
+
+using namespace lumen::quant;
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
+
+inline float hsum8(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+inline int hsum_i32_8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Sums of 4 adjacent products of unsigned a (0..255) and signed b, as 8 int32 lanes.
+inline __m256i dot_us8(__m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+#endif
+}
+// Sums of 4 adjacent products of unsigned a and signed b, each pair of 2 times the int16 scale of
+// its lane (maddubs never saturates here: a <= 63, |b| <= 127), as 8 int32 lanes.
+inline __m256i dot_us8_scaled(__m256i a, __m256i b, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), scale16);
+}
+// The same for signed a (|a| <= 128): |a| times b with a's sign.
+inline __m256i dot_ss8(__m256i a, __m256i b) { return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
+
+// 32 nibbles of 16 bytes: low nibbles to bytes 0..15, high nibbles to bytes 16..31.
+inline __m256i nibbles32(const uint8_t* q) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+// Bit i of the 32-bit mask as 0xFF / 0x00 in byte i.
+inline __m256i bits32(const uint8_t* qh) {
+  uint32_t x;
+  std::memcpy(&x, qh, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
+  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  b = _mm256_or_si256(b, bit);
+  return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantization (bit-identical to core/quant_ref.cpp).
+
+// max |x| of 32 floats.
+inline float amax32(const float* x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+  for (int i = 8; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
+// 32 floats times `mul`, rounded half to even, as int8 in order; returns their int32 sum.
+inline int round32(const float* x, float mul, int8_t* out) {
+  const __m256 vm = _mm256_set1_ps(mul);
+  __m256i i[4];
+  for (int k = 0; k < 4; ++k)
+    i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vm), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const int sum = hsum_i32_8(_mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3])));
+  __m256i a = _mm256_packs_epi32(i[0], i[1]);
+  __m256i b = _mm256_packs_epi32(i[2], i[3]);
+  a = _mm256_packs_epi16(a, b);
+  a = _mm256_permutevar8x32_epi32(a, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), a);
+  return sum;
+}
+
+void quantize_q8_0_row(const float* x, BlockQ8_0* y, int64_t k) {
+  for (int64_t i = 0; i < k / QK; ++i, x += QK) {
+    const float amax = amax32(x);
+    y[i].d = f2h(amax / 127.f);
+    round32(x, amax != 0.f ? 127.f / amax : 0.f, y[i].qs);
+  }
+}
+
+void quantize_q8_1_row(const float* x, BlockQ8_1* y, int64_t k) {
+  for (int64_t i = 0; i < k / QK; ++i, x += QK) {
+    const float amax = amax32(x);
+    const float d = amax / 127.f;
+    y[i].d = f2h(d);
+    const int sum = round32(x, amax != 0.f ? 127.f / amax : 0.f, y[i].qs);
+    y[i].s = f2h(d * static_cast<float>(sum));
+  }
+}
+
+void quantize_q8_K_row(const float* x, BlockQ8_K* y, int64_t k) {
+  for (int64_t i = 0; i < k / QK_K; ++i, x += QK_K) {
+    float amax = 0.f;
+    for (int j = 0; j < QK_K; j += 32) amax = std::max(amax, amax32(x + j));
+    if (amax == 0.f) {
+      std::memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    // The first element of that magnitude, with its sign (as the reference's scan finds it).
+    int at = 0;
+    const __m256 va = _mm256_set1_ps(amax), sign = _mm256_set1_ps(-0.0f);
+    for (int j = 0; j < QK_K; j += 8) {
+      const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), va, _CMP_EQ_OQ));
+      if (mask) {
+        at = j + __builtin_ctz(static_cast<unsigned>(mask));
+        break;
+      }
+    }
+    const float iscale = -127.f / x[at];
+    const __m256 vs = _mm256_set1_ps(iscale);
+    const __m256i cap = _mm256_set1_epi32(127);
+    for (int j = 0; j < QK_K; j += 32) {
+      __m256i q[4];
+      for (int c = 0; c < 4; ++c)
+        q[c] = _mm256_min_epi32(cap, _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8 * c)),
+                                                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+      __m256i a = _mm256_packs_epi32(q[0], q[1]);
+      __m256i b = _mm256_packs_epi32(q[2], q[3]);
+      a = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j), a);
+      // bsums of the two groups of 16.
+      y[i].bsums[j / 16] = static_cast<int16_t>(hsum_i32_8(_mm256_add_epi32(q[0], q[1])));
+      y[i].bsums[j / 16 + 1] = static_cast<int16_t>(hsum_i32_8(_mm256_add_epi32(q[2], q[3])));
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dot products of one weight row against MR activation rows (xs[m]: row m's blocks).
+
+constexpr int MR = 4;
+
+template <int R>
+inline void store(const __m256* acc, const float* extra, float* y, int64_t ldy) {
+  for (int m = 0; m < R; ++m) y[m * ldy] = hsum8(acc[m]) + extra[m];
+}
+
+// Q8_0 / Q4_0 / Q5_0 weights (signed int8 per element), q8_0 activations.
+template <DType T, int R, int NW>
+inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
+  constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 ? 18 : 22;
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
+      uint16_t dh;
+      std::memcpy(&dh, w, 2);
+      const float dw = h2f(dh);
+      __m256i qw;
+      if constexpr (T == DType::q8_0) {
+        qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+      } else if constexpr (T == DType::q4_0) {
+        qw = _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8));
+      } else {
+        // (nibble | fifth bit << 4) - 16 = nibble - (bit clear ? 16 : 0)
+        const __m256i hi = _mm256_andnot_si256(bits32(w + 2), _mm256_set1_epi8(static_cast<char>(0xF0)));
+        qw = _mm256_or_si256(nibbles32(w + 6), hi);
+      }
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_0& x = xs[m][b];
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_ss8(qw, qx)), acc[i][m]);
+      }
+    }
+  const float zero[R] = {};
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
+}
+
+// Q5_1 weights (unsigned 0..31 and a min), q8_1 activations.
+template <int R, int NW>
+inline void dot_q5_1(const uint8_t* const* wr, const BlockQ8_1* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  float summ[NW][R] = {};
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ5_1);
+      uint16_t dh, mh;
+      std::memcpy(&dh, w, 2);
+      std::memcpy(&mh, w + 2, 2);
+      const float dw = h2f(dh), mw = h2f(mh);
+      const __m256i hi = _mm256_and_si256(bits32(w + 4), _mm256_set1_epi8(0x10));
+      const __m256i qw = _mm256_or_si256(nibbles32(w + 8), hi);
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_1& x = xs[m][b];
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_us8(qw, qx)), acc[i][m]);
+        summ[i][m] += mw * h2f(x.s);
+      }
+    }
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], summ[i], ys[i], ldy);
+}
+
+// The 8 scales and 8 mins of a Q4_K / Q5_K block.
+inline void k_scales(const uint8_t* s, int16_t sc[8], int16_t mn[8]) {
+  for (int j = 0; j < 8; ++j) {
+    uint8_t a, b;
+    k_scale_min(j, s, a, b);
+    sc[j] = a;
+    mn[j] = b;
+  }
+}
+
+// Q4_K / Q5_K weights, q8_K activations.
+template <DType T, int R, int NW>
+inline void dot_q45_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  float accm[NW][R] = {};
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
+  constexpr size_t bb = T == DType::q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ5_K);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
+      uint16_t dh, dmh;
+      std::memcpy(&dh, w, 2);
+      std::memcpy(&dmh, w + 2, 2);
+      const float dw = h2f(dh), dminw = h2f(dmh);
+      int16_t sc[8], mn[8];
+      k_scales(w + 4, sc, mn);
+      __m256i sc16[8];
+      for (int j = 0; j < 8; ++j) sc16[j] = _mm256_set1_epi16(sc[j]);
+      const uint8_t* qs = w + (T == DType::q4_K ? 16 : 48);
+      // The 8 groups of 32 values, unpacked once for the tile.
+      __m256i v[8];
+      __m256i hb = _mm256_setzero_si256();
+      if constexpr (T == DType::q5_K) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+      for (int g = 0; g < 4; ++g) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
+        v[2 * g] = _mm256_and_si256(q, m4);
+        v[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (T == DType::q5_K) {
+          v[2 * g] = _mm256_or_si256(v[2 * g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g), one), 4));
+          v[2 * g + 1] =
+              _mm256_or_si256(v[2 * g + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g + 1), one), 4));
+        }
+      }
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_K& x = xs[m][b];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
+          sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[j], qx, sc16[j]));
+        }
+        int msum = 0;
+        for (int j = 0; j < 8; ++j) msum += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+        accm[i][m] -= (x.d * dminw) * static_cast<float>(msum);
+      }
+    }
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], accm[i], ys[i], ldy);
+}
+
+// Q6_K weights, q8_K activations: values 0..63 (the -32 offset through the bsums).
+template <int R, int NW>
+inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
+      const uint8_t* ql = w;
+      const uint8_t* qh = w + 128;
+      const int8_t* scales = reinterpret_cast<const int8_t*>(w + 192);
+      uint16_t dh;
+      std::memcpy(&dh, w + 208, 2);
+      const float dw = h2f(dh);
+      __m256i v[8];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+        const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+        v[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4));
+        v[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), m3), 4));
+        v[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), m3), 4));
+        v[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4));
+      }
+      // Scales per int16 lane of the pair sums: a group of 32 has s0 for elements 0..15 (the low
+      // 128 bits), s1 for 16..31.
+      __m256i sv[8];
+      int corr_sc[16];
+      for (int g = 0; g < 8; ++g) {
+        const int s0 = scales[2 * g], s1 = scales[2 * g + 1];
+        sv[g] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)), _mm_set1_epi16(static_cast<int16_t>(s1)));
+        corr_sc[2 * g] = s0;
+        corr_sc[2 * g + 1] = s1;
+      }
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_K& x = xs[m][b];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) {
+          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
+          sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[g], qx, sv[g]));
+        }
+        int corr = 0;
+        for (int s = 0; s < 16; ++s) corr += corr_sc[s] * x.bsums[s];
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+      }
+    }
+  const float zero[R] = {};
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
+}
+
+// NW weight rows (wr[i], outputs at ys[i] + m * ldy) against R activation rows (row m's blocks at
+// xq + m * xstride bytes).
+template <int R, int NW>
+inline void row_tile(DType t, const uint8_t* const* wr, const uint8_t* xq, size_t xstride, int64_t K, float* const* ys,
+                     int64_t ldy) {
+  const void* rows[R];
+  for (int m = 0; m < R; ++m) rows[m] = xq + static_cast<size_t>(m) * xstride;
+  switch (t) {
+    case DType::q8_0:
+      dot_q8_0_family<DType::q8_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
+      return;
+    case DType::q4_0:
+      dot_q8_0_family<DType::q4_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
+      return;
+    case DType::q5_0:
+      dot_q8_0_family<DType::q5_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
+      return;
+    case DType::q5_1: dot_q5_1<R, NW>(wr, reinterpret_cast<const BlockQ8_1* const*>(rows), K / QK, ys, ldy); return;
+    case DType::q4_K:
+      dot_q45_K<DType::q4_K, R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
+      return;
+    case DType::q5_K:
+      dot_q45_K<DType::q5_K, R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
+      return;
+    case DType::q6_K: dot_q6_K<R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy); return;
+    case DType::f32:
+    case DType::bf16:
+    case DType::f16: return;
+  }
+}
+
+// One weight row (n) against R activation rows from row m.
+template <int R>
+inline void one_row(DType t, const uint8_t* wb, size_t wrow, int64_t n, const uint8_t* xb, size_t xrow, int64_t m,
+                    int64_t K, float* y, int64_t ldy) {
+  const uint8_t* wr[1] = {wb + static_cast<size_t>(n) * wrow};
+  float* ys[1] = {y + m * ldy + n};
+  row_tile<R, 1>(t, wr, xb + static_cast<size_t>(m) * xrow, xrow, K, ys, ldy);
+}
+
+// Decode-sized batches (1..3 rows): the row range read as 4 streams side by side (a core reads
+// several streams faster than one: docs/performance.md), weight row n0 + s q + i of stream s.
+template <int R>
+inline void four_streams(DType t, const uint8_t* wb, size_t wrow, int64_t n0, int64_t n1, const uint8_t* xb, size_t xrow,
+                         int64_t K, float* y, int64_t ldy) {
+  const int64_t q = (n1 - n0) / 4;
+  for (int64_t i = 0; i < q; ++i) {
+    const uint8_t* wr[4];
+    float* ys[4];
+    for (int s = 0; s < 4; ++s) {
+      const int64_t n = n0 + s * q + i;
+      wr[s] = wb + static_cast<size_t>(n) * wrow;
+      ys[s] = y + n;
+    }
+    row_tile<R, 4>(t, wr, xb, xrow, K, ys, ldy);
+  }
+  for (int64_t n = n0 + 4 * q; n < n1; ++n) one_row<R>(t, wb, wrow, n, xb, xrow, 0, K, y, ldy);
+}
+
+}  // namespace
+
+void quantize_act(ActQuant a, const float* x, int64_t M, int64_t K, void* out) {
+  const size_t rb = act_row_bytes(a, K);
+  for (int64_t m = 0; m < M; ++m) {
+    void* y = static_cast<unsigned char*>(out) + static_cast<size_t>(m) * rb;
+    switch (a) {
+      case ActQuant::q8_0: quantize_q8_0_row(x + m * K, static_cast<BlockQ8_0*>(y), K); break;
+      case ActQuant::q8_1: quantize_q8_1_row(x + m * K, static_cast<BlockQ8_1*>(y), K); break;
+      case ActQuant::q8_K: quantize_q8_K_row(x + m * K, static_cast<BlockQ8_K*>(y), K); break;
+      case ActQuant::none: break;
+    }
+  }
+}
+
+void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy) {
+  constexpr int64_t kPanelRows = 16;
+  const size_t wrow = row_bytes(wt, K);
+  const size_t xrow = act_row_bytes(dtype_info(wt).act, K);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  if (M == 1) return four_streams<1>(wt, wb, wrow, n0, n1, xb, xrow, K, y, ldy);
+  if (M == 2) return four_streams<2>(wt, wb, wrow, n0, n1, xb, xrow, K, y, ldy);
+  if (M == 3) return four_streams<3>(wt, wb, wrow, n0, n1, xb, xrow, K, y, ldy);
+  // Panels of 16 weight rows that stay in cache while every activation row passes them, in tiles
+  // of MR rows (each weight block unpacked once per tile).
+  for (int64_t p = n0; p < n1; p += kPanelRows) {
+    const int64_t pe = std::min(n1, p + kPanelRows);
+    int64_t m = 0;
+    for (; m + MR <= M; m += MR)
+      for (int64_t n = p; n < pe; ++n) one_row<MR>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+    const int64_t rest = M - m;
+    for (int64_t n = p; n < pe && rest > 0; ++n) {
+      if (rest == 3)
+        one_row<3>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      else if (rest == 2)
+        one_row<2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      else
+        one_row<1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+    }
+  }
+}
+
+}  // namespace lumen::cpu::LUMEN_ISA

@@ -1,0 +1,62 @@
+// What `--model-path` (and `--quant`) name: a safetensors checkpoint directory, a GGUF file (or
+// the first part of a split one), or a directory of GGUF files to choose among by quantization.
+// One function for every command (sweep, prompt, serve), so the flags mean the same everywhere;
+// and the tokenizer that goes with the model (tokenizer.json beside a GGUF when there is one,
+// checked against the GGUF's own vocabulary; otherwise the GGUF's tokenizer.ggml.* metadata).
+
+import { existsSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { loadCheckpoint, type LoadOptions } from './checkpoint.js';
+import { dirHasGguf, ggufHeaderOf, isGgufPath, loadGgufCheckpoint, selectGguf, type LoadedModel } from './gguf-checkpoint.js';
+import { ggufTokenizerParts } from './gguf-tokenizer.js';
+import { buildTokenizer, loadTokenizer, type LoadedTokenizer } from './tokenizer.js';
+import { CheckpointError, type ModelCheckpoint } from './types.js';
+
+export interface ModelPathOptions extends LoadOptions {
+  /** `--quant`: the GGUF quantization to choose by file name (e.g. `Q4_K_M`, any case). */
+  quant?: string;
+  /** Hash the GGUF file(s) for the reports (default true). */
+  hash?: boolean;
+}
+
+/** Whether `modelPath` is (or, with `quant`, selects) a GGUF model rather than a safetensors directory. */
+export function isGgufModelPath(modelPath: string, quant?: string): boolean {
+  const abs = path.resolve(modelPath);
+  if (isGgufPath(abs) && existsSync(abs) && statSync(abs).isFile()) return true;
+  if (!existsSync(abs) || !statSync(abs).isDirectory()) return false;
+  if (quant !== undefined) return true;
+  return !existsSync(path.join(abs, 'config.json')) && dirHasGguf(abs);
+}
+
+/** Loads the model `--model-path` / `--quant` name (headers only). Problems: CheckpointError. */
+export function loadModel(modelPath: string, opts: ModelPathOptions = {}): LoadedModel {
+  if (isGgufModelPath(modelPath, opts.quant)) {
+    if (opts.mtp) throw new CheckpointError(`${path.resolve(modelPath)}: MTP from a GGUF file is not supported`);
+    return loadGgufCheckpoint(selectGguf(modelPath, opts.quant), { hash: opts.hash });
+  }
+  return loadCheckpoint(modelPath, opts);
+}
+
+/** A short fixed text whose ids the two tokenizers of a GGUF model must agree on. */
+export const TOKENIZER_CHECK_TEXT = 'Hello world, 123!\n\tOver the river: caf\u00e9 \u6771\u4eac <|im_start|>user\nhi<|im_end|>';
+
+/**
+ * The tokenizer of a loaded model: the checkpoint directory's files; for a GGUF model, a
+ * tokenizer.json beside the file when present (and it must give the GGUF vocabulary's ids on a
+ * test text), else the GGUF's own tokenizer.ggml.* metadata and tokenizer.chat_template.
+ */
+export async function loadModelTokenizer(model: ModelCheckpoint): Promise<LoadedTokenizer> {
+  if (model.format?.container !== 'gguf') return loadTokenizer(model.dir);
+  const header = ggufHeaderOf(model);
+  const own = buildTokenizer(ggufTokenizerParts(header));
+  if (!existsSync(path.join(model.dir, 'tokenizer.json'))) return own;
+  const beside = await loadTokenizer(model.dir);
+  const a = beside.encode(TOKENIZER_CHECK_TEXT);
+  const b = own.encode(TOKENIZER_CHECK_TEXT);
+  if (a.length !== b.length || a.some((id, i) => id !== b[i])) {
+    throw new CheckpointError(
+      `${path.join(model.dir, 'tokenizer.json')}: gives token ids [${a.join(',')}] for a test text, but ${header.file}'s vocabulary gives [${b.join(',')}]`,
+    );
+  }
+  return beside;
+}

@@ -1,0 +1,36 @@
+// How a model's weights are stored, in the words the reports use (the sweep's header, its JSON
+// provenance and notes): `Q4_K_M, 4.89 bits/weight` with the per-type tensor counts and the files'
+// content hash for GGUF files; the dominant element type for safetensors checkpoints.
+import type { ModelCheckpoint } from './types.js';
+
+export interface WeightFormatJson {
+  container: 'gguf' | 'safetensors';
+  /** The quantization (GGUF general.file_type) or the dominant element type. */
+  name: string;
+  bits_per_weight: number;
+  /** GGUF: tensors per ggml type. */
+  tensor_types?: Record<string, number>;
+  files?: string[];
+  /** GGUF: sha256 of the files' bytes, in order. */
+  sha256?: string;
+}
+
+const ELEMENT_BITS: Record<string, number> = { F32: 32, F16: 16, BF16: 16 };
+
+export function weightFormatJson(m: ModelCheckpoint): WeightFormatJson {
+  const f = m.format;
+  if (!f) return { container: 'safetensors', name: m.dtype, bits_per_weight: ELEMENT_BITS[m.dtype] ?? 0 };
+  return {
+    container: 'gguf', name: f.name, bits_per_weight: Number(f.bitsPerWeight.toFixed(4)), tensor_types: { ...f.tensorTypes },
+    files: f.files.slice(), ...(f.sha256 !== undefined ? { sha256: f.sha256 } : {}),
+  };
+}
+
+/** One line: `Q8_0, 8.50 bits/weight (GGUF; 32 Q8_0, 23 F32 tensors; sha256 1a2b3c4d5e6f)` or `BF16 safetensors`. */
+export function weightFormatLine(m: ModelCheckpoint): string {
+  const j = weightFormatJson(m);
+  if (j.container === 'safetensors') return `${j.name} safetensors`;
+  const types = Object.entries(j.tensor_types ?? {}).sort((a, b) => b[1] - a[1]).map(([t, n]) => `${n} ${t}`).join(', ');
+  const parts = (j.files?.length ?? 1) > 1 ? `, ${j.files!.length} split files` : '';
+  return `${j.name}, ${j.bits_per_weight.toFixed(2)} bits/weight (GGUF${parts}; ${types} tensors${j.sha256 ? `; sha256 ${j.sha256.slice(0, 12)}` : ''})`;
+}

@@ -1,0 +1,233 @@
+// GGUF files as models (src/model/gguf-checkpoint.ts, model-path.ts, gguf-tokenizer.ts): choosing a
+// file by --quant, the manifest and config from the qwen35 metadata, the weight format for the
+// reports, the tokenizer from tokenizer.ggml.* (the same ids as tokenizer.json), split files, and
+// the errors (unsupported type, missing split part, none or several files for --quant).
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { convertCheckpoint } from '../src/convert/convert.js';
+import { GgufWriter, type GgufScalarType } from '../src/convert/gguf-writer.js';
+import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { loadGgufCheckpoint, selectGguf } from '../src/model/gguf-checkpoint.js';
+import { parseGgufHeader } from '../src/model/gguf-reader.js';
+import { loadModel, loadModelTokenizer } from '../src/model/model-path.js';
+import { writeSynthCheckpoint } from '../src/model/synth.js';
+import { loadTokenizer } from '../src/model/tokenizer.js';
+
+const execFileP = promisify(execFile);
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const BENCH = join(ROOT, 'bin', 'bench.js');
+
+let work: string;
+let dir: string; // safetensors checkpoint (4B value-head layout) with model-F32.gguf and model-Q8_0.gguf beside
+let q8: string;
+let f32: string;
+
+beforeAll(async () => {
+  work = mkdtempSync(join(tmpdir(), 'lumen-gguf-model-'));
+  dir = join(work, 'ckpt');
+  await writeSynthCheckpoint({ preset: 'tiny', out: dir, dtype: 'f32', seed: 5, overrides: { linearNumValueHeads: 4 }, vision: false });
+  q8 = join(dir, 'model-Q8_0.gguf');
+  f32 = join(dir, 'model-F32.gguf');
+  await convertCheckpoint(dir, q8, { dtype: 'q8_0' });
+  await convertCheckpoint(dir, f32, { dtype: 'f32' });
+}, 120_000);
+
+afterAll(() => {
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+/** A copy of a GGUF file split in `n` parts named like llama.cpp's gguf-split (`base-0000i-of-0000n.gguf`). */
+function splitGguf(src: string, base: string, n: number): string[] {
+  const g = parseGgufHeader(src);
+  const buf = readFileSync(src);
+  const names = g.tensorOrder;
+  const per = Math.ceil(names.length / n);
+  const files: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const w = new GgufWriter(g.alignment);
+    if (i === 0) {
+      for (const [k, v] of g.kv) {
+        if (k === 'general.alignment') continue;
+        if (v.itemType !== undefined) w.addArray(k, v.itemType as GgufScalarType, v.value as never[]);
+        else w.add(k, { type: v.type as GgufScalarType, value: v.value as never });
+      }
+    }
+    w.add('split.no', { type: 2, value: i });
+    w.add('split.count', { type: 2, value: n });
+    w.add('split.tensors.count', { type: 5, value: names.length });
+    const mine = names.slice(i * per, (i + 1) * per);
+    for (const name of mine) {
+      const t = g.tensors.get(name)!;
+      w.addTensor(name, t.ne, t.type);
+    }
+    const file = `${base}-${String(i + 1).padStart(5, '0')}-of-${String(n).padStart(5, '0')}.gguf`;
+    w.open(file);
+    for (const name of mine) {
+      const t = g.tensors.get(name)!;
+      w.writeTensor(name, buf.subarray(g.dataStart + t.offset, g.dataStart + t.offset + t.nbytes));
+    }
+    w.close();
+    files.push(file);
+  }
+  return files;
+}
+
+async function benchPrompt(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await execFileP(process.execPath, [BENCH, 'prompt', ...args], { cwd: ROOT, maxBuffer: 64 << 20, timeout: 100_000 });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code?: number; stdout?: string; stderr?: string };
+    return { code: e.code ?? -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' };
+  }
+}
+
+describe('choosing a GGUF file', () => {
+  it('--quant picks the file whose name carries it, in any case; a file is taken as is', () => {
+    expect(selectGguf(dir, 'q8_0')).toBe(q8);
+    expect(selectGguf(dir, 'Q8_0')).toBe(q8);
+    expect(selectGguf(dir, 'f32')).toBe(f32);
+    expect(selectGguf(q8)).toBe(q8);
+  });
+
+  it('none or several matching: one line listing what the directory holds', () => {
+    expect(() => selectGguf(dir, 'Q4_K_M')).toThrow(/no GGUF file named for --quant Q4_K_M \(the directory holds: model-F32\.gguf, model-Q8_0\.gguf\)/);
+    expect(() => selectGguf(dir)).toThrow(/several GGUF files \(model-F32\.gguf, model-Q8_0\.gguf\); choose one with --quant/);
+    const two = join(work, 'two');
+    mkdirSync(two);
+    copyFileSync(q8, join(two, 'a-Q8_0.gguf'));
+    copyFileSync(q8, join(two, 'b.q8_0.gguf'));
+    expect(() => selectGguf(two, 'q8_0')).toThrow(/more than one GGUF file named for --quant q8_0 \(the directory holds: a-Q8_0\.gguf, b\.q8_0\.gguf\)/);
+    expect(selectGguf(join(two, 'a-Q8_0.gguf'), 'Q8_0')).toBe(join(two, 'a-Q8_0.gguf'));
+  });
+
+  it('the CLI: a --quant that matches nothing is a usage error naming the flag and the files (exit 2)', async () => {
+    const r = await benchPrompt(['--model-path', dir, '--quant', 'Q6_K', '--prompt-ids', '1,2', '--max-new-tokens', '0']);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n').pop()).toMatch(/--model-path: .*no GGUF file named for --quant Q6_K \(the directory holds: model-F32\.gguf, model-Q8_0\.gguf\)/);
+    const bad = await benchPrompt(['--quant', 'Q8_0', '--prompt-ids', '1', '--max-new-tokens', '0']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--quant needs --model-path/);
+  });
+});
+
+describe('a GGUF model', () => {
+  it('has the safetensors checkpoint\'s config (value heads tiled), every tensor by role, and names its format', () => {
+    const st = loadCheckpoint(dir);
+    const g = loadGgufCheckpoint(q8);
+    // Equal but for what GGUF states otherwise: eps as f32 (what the engine uses anyway), the eos of
+    // the tokenizer (<|im_end|>), no MTP layers (the converter wrote none), the tiled value heads.
+    const same = (c: typeof st.config) => ({ ...c, rmsNormEps: Math.fround(c.rmsNormEps), eosTokenId: 0, mtpNumHiddenLayers: 0, linearValueHeadsTiled: undefined });
+    expect(same(g.config)).toEqual(same(st.config));
+    expect(g.config.eosTokenId).toBe(248046);
+    expect(g.config.linearValueHeadsTiled).toBe(true);
+    expect([...g.tensors.keys()].sort()).toEqual([...st.tensors.keys()].sort());
+    for (const t of g.tensors.values()) {
+      expect(t.fold).toBeUndefined(); // folded in the file already
+      expect(t.file).toBe(q8);
+    }
+    expect(g.tensors.get('layers.0.mlp.gate_proj.weight')!.dtype).toBe('Q8_0');
+    expect(g.tensors.get('layers.0.linear_attn.A_log')!.dtype).toBe('F32');
+    expect(g.paramCount).toBe(st.paramCount);
+    expect(g.format!.name).toBe('Q8_0');
+    expect(g.format!.tensorTypes).toEqual({ Q8_0: 32, F32: 23 });
+    expect(g.format!.bitsPerWeight).toBeGreaterThan(8);
+    expect(g.format!.bitsPerWeight).toBeLessThan(9);
+    expect(g.format!.sha256).toBe(createHash('sha256').update(readFileSync(q8)).digest('hex'));
+    expect(loadGgufCheckpoint(f32).format!.name).toBe('F32');
+  });
+
+  it('its tokenizer from tokenizer.ggml.* gives tokenizer.json\'s ids and renders the same chat template', async () => {
+    const alone = join(work, 'alone');
+    mkdirSync(alone);
+    copyFileSync(q8, join(alone, 'm-Q8_0.gguf'));
+    const own = await loadModelTokenizer(loadModel(alone, { hash: false }));
+    const ref = await loadTokenizer(dir);
+    for (const text of ['Hello world, 123!', 'café 東京 🙂', '<|im_start|>user\nhi<|im_end|>\n', "don't  stop\n\n\tnow"]) {
+      expect(own.encode(text), text).toEqual(ref.encode(text));
+      expect(own.decode(ref.encode(text))).toBe(text);
+    }
+    const msgs = [{ role: 'user', content: 'Hi' }];
+    expect(own.applyChatTemplate(msgs, { addGenerationPrompt: true })).toBe(ref.applyChatTemplate(msgs, { addGenerationPrompt: true }));
+    expect(own.eosTokenIds).toContain(248046);
+  });
+
+  it('a tokenizer.json beside the file that disagrees with the GGUF vocabulary is an error', async () => {
+    // tokenizer.json with the ids of two byte tokens swapped: a valid tokenizer, other ids.
+    const tok = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as { model: { vocab: Record<string, number> } };
+    const v = tok.model.vocab;
+    [v.H, v.e] = [v.e!, v.H!];
+    const mixed = join(work, 'mixed');
+    mkdirSync(mixed);
+    copyFileSync(q8, join(mixed, 'm-Q8_0.gguf'));
+    writeFileSync(join(mixed, 'tokenizer.json'), JSON.stringify(tok));
+    await expect(loadModelTokenizer(loadModel(mixed, { hash: false }))).rejects.toThrow(/tokenizer\.json: gives token ids \[.*\] for a test text, but .*m-Q8_0\.gguf's vocabulary gives/);
+  }, 60_000);
+
+  it('a tensor of a type the engine does not run: an error naming the tensor and the type', () => {
+    const buf = Buffer.from(readFileSync(q8));
+    // The tensor info of blk.0.ffn_gate.weight: name, n_dims (2), ne (2 x u64), then the u32 type.
+    const name = Buffer.from('blk.0.ffn_gate.weight');
+    const at = buf.indexOf(Buffer.concat([Buffer.from([name.length, 0, 0, 0, 0, 0, 0, 0]), name]));
+    expect(at).toBeGreaterThan(0);
+    const typeAt = at + 8 + name.length + 4 + 16;
+    expect(buf.readUInt32LE(typeAt)).toBe(8); // Q8_0
+    buf.writeUInt32LE(3, typeAt); // Q4_1: smaller, so the layout stays valid
+    const file = join(work, 'q41.gguf');
+    writeFileSync(file, buf);
+    expect(() => loadGgufCheckpoint(file, { hash: false })).toThrow(/tensor blk\.0\.ffn_gate\.weight has type Q4_1, which the engine does not run/);
+  });
+});
+
+describe('the tiled value heads (4B layout)', () => {
+  it('decode steps on an f32 GGUF give the safetensors checkpoint\'s tokens and logits', async () => {
+    // Prefill of 20 tokens (the chunked DeltaNet), then 8 decode steps (the per-key-head decode path).
+    const ids = Array.from({ length: 20 }, (_, i) => 1000 + 7919 * i).join(',');
+    const run = async (path: string, out: string) => {
+      const r = await benchPrompt(['--model-path', path, '--prompt-ids', ids, '--max-new-tokens', '8', '--ignore-eos', '--logits-out', out, '--threads', '2']);
+      expect(r.code, r.stderr).toBe(0);
+      const b = readFileSync(out);
+      return { tokens: r.stdout.trim().split('\n').pop(), logits: new Float32Array(b.buffer, b.byteOffset, b.length / 4) };
+    };
+    const a = await run(dir, join(work, 'st.f32'));
+    const g = await run(f32, join(work, 'gg.f32'));
+    expect(g.tokens).toBe(a.tokens);
+    expect(g.logits.length).toBe(a.logits.length);
+    let max = 0;
+    for (let i = 0; i < a.logits.length; i++) max = Math.max(max, Math.abs(a.logits[i]! - g.logits[i]!));
+    expect(max).toBeGreaterThan(0); // ssm_out sums the value channels in the tiled order: not bit-identical
+    expect(max).toBeLessThan(1e-3);
+  }, 120_000);
+});
+
+describe('split GGUF files', () => {
+  it('load from the first part (and give the single file\'s logits); a missing part is named', async () => {
+    const sdir = join(work, 'split');
+    mkdirSync(sdir);
+    const parts = splitGguf(q8, join(sdir, 'm-Q8_0'), 3);
+    const g = loadGgufCheckpoint(parts[0]!);
+    expect(g.shards).toEqual(parts);
+    expect(new Set([...g.tensors.values()].map((t) => t.file)).size).toBe(3);
+    expect(g.format!.files).toEqual(parts.map((p) => p.split('/').pop()));
+    expect(selectGguf(sdir, 'Q8_0')).toBe(parts[0]);
+
+    const ids = '11,22,33,44,55,66,77,88,99,1000,2000,3000';
+    const run = async (path: string, out: string) => {
+      const r = await benchPrompt(['--model-path', path, '--prompt-ids', ids, '--max-new-tokens', '0', '--logits-out', out, '--threads', '2']);
+      expect(r.code, r.stderr).toBe(0);
+      return readFileSync(out);
+    };
+    const a = await run(q8, join(work, 'single.f32'));
+    const b = await run(sdir, join(work, 'split.f32'));
+    expect(b.equals(a)).toBe(true);
+
+    rmSync(parts[1]!);
+    expect(() => loadGgufCheckpoint(parts[0]!)).toThrow(/m-Q8_0-00002-of-00003\.gguf: part 2 of 3 of the split GGUF is missing/);
+  }, 120_000);
+});

@@ -1,0 +1,133 @@
+// K-quant GGUF files on our engine against llama.cpp on the same file. No quantizer is used: the
+// file is the f32 GGUF of a synthetic checkpoint with every matrix replaced by random *valid*
+// blocks (test/helpers/random-quant-gguf.ts) in the Q4_K_M layout (Q6_K embedding, attn_v /
+// attn_qkv / ffn_down Q6_K on llama-quantize's "more bits" layers, Q4_K elsewhere; norms, conv and
+// the other vectors F32), so the weights are what they are and both engines compute with the very
+// same ones. Row lengths are multiples of 256 (hidden 256) so real K-quant blocks are used.
+// What is compared (log-softmax, as llama.cpp gives probabilities):
+//  - our quantized run against llama.cpp's, prompts of 1, 65 and 150 tokens, measured against the
+//    activation quantization's own effect (ours on the file against ours on its dequantized
+//    weights, --weight-dtype f32): there is no "original" f32 model to measure the weight
+//    quantization's effect against here;
+//  - the argmax agreement.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { convertCheckpoint } from '../src/convert/convert.js';
+import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
+import { writeSynthCheckpoint } from '../src/model/synth.js';
+import { closeAllRefs, logSoftmax, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
+import { writeRandomQuantGguf } from './helpers/random-quant-gguf.js';
+
+const execFileP = promisify(execFile);
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const BENCH = join(ROOT, 'bin', 'bench.js');
+const V = 248320;
+const PROMPT_LENS = [1, 65, 150];
+const MAX_LEN = Math.max(...PROMPT_LENS);
+const FLOOR = -60;
+
+async function ours(modelPath: string, prompt: number[], work: string, extra: string[] = []): Promise<Float32Array> {
+  const file = join(work, `logits-${prompt.length}.f32`);
+  try {
+    await execFileP(process.execPath, [BENCH, 'prompt', '--model-path', modelPath, '--prompt-ids', prompt.join(','), '--max-new-tokens', '0',
+      '--logits-out', file, '--device', 'cpu', '--threads', '2', ...extra], { cwd: ROOT, maxBuffer: 64 << 20, timeout: 100_000 });
+  } catch (err) {
+    throw new Error(`bench prompt failed: ${((err as { stderr?: string }).stderr ?? '').trim()}`);
+  }
+  const buf = readFileSync(file);
+  rmSync(file, { force: true });
+  const logits = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
+  const out = new Float32Array(logits.length);
+  for (let r = 0; r < prompt.length; r++) logSoftmax(logits.subarray(r * V, (r + 1) * V), out.subarray(r * V, (r + 1) * V));
+  return out;
+}
+
+function diff(a: Float32Array, b: Float32Array, rows: number): { max: number; argmaxAgree: number; rowMax: number[] } {
+  let max = 0;
+  let agree = 0;
+  const rowMax: number[] = [];
+  for (let r = 0; r < rows; r++) {
+    let rm = 0;
+    let ia = 0;
+    let ib = 0;
+    for (let i = 0; i < V; i++) {
+      const x = a[r * V + i]!;
+      const y = b[r * V + i]!;
+      if (x > a[r * V + ia]!) ia = i;
+      if (y > b[r * V + ib]!) ib = i;
+      if (x > FLOOR && y > FLOOR) rm = Math.max(rm, Math.abs(x - y));
+    }
+    max = Math.max(max, rm);
+    rowMax.push(rm);
+    if (ia === ib) agree++;
+  }
+  return { max, argmaxAgree: agree / rows, rowMax };
+}
+
+const prompt = pseudoRandomIds(MAX_LEN, 777, 0, 248044);
+let work: string;
+let f32: string;
+
+beforeAll(async () => {
+  work = mkdtempSync(join(tmpdir(), 'lumen-kquant-'));
+  const dir = join(work, 'ckpt');
+  await writeSynthCheckpoint({
+    preset: 'tiny', out: dir, dtype: 'f32', seed: 404, vision: false,
+    overrides: { hiddenSize: 256, numLayers: 4, intermediateSize: 512, numHeads: 4, numKvHeads: 2, linearNumValueHeads: 4 },
+  });
+  f32 = join(work, 'f32.gguf');
+  await convertCheckpoint(dir, f32, { dtype: 'f32' });
+}, 600_000);
+
+afterAll(async () => {
+  await closeAllRefs();
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+describe.each(['Q4_K_M', 'Q6_K'] as const)('a %s-layout GGUF of random valid K-quant blocks', (mix) => {
+  let file: string;
+  let refQ: Float32Array;
+
+  beforeAll(async () => {
+    file = join(work, `model-${mix}.gguf`);
+    writeRandomQuantGguf(f32, file, mix, 99);
+    refQ = (await (await openRef(file, { contextSize: 512 })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
+  }, 600_000);
+
+  afterAll(() => {
+    refQ = new Float32Array(0);
+  });
+
+  it('loads with its K-quant matrices and names its format', () => {
+    const g = loadGgufCheckpoint(file, { hash: false });
+    expect(g.format!.name).toBe(mix);
+    expect(g.format!.tensorTypes.Q6_K).toBeGreaterThan(0);
+    if (mix === 'Q4_K_M') expect(g.format!.tensorTypes.Q4_K).toBeGreaterThan(0);
+    else expect(g.format!.tensorTypes.Q4_K).toBeUndefined();
+    expect(g.tensors.get('embed_tokens.weight')!.dtype).toBe('Q6_K');
+  });
+
+  let effect = 0;
+  it('reference: quantizing the activations moves our logits measurably', async () => {
+    const q = await ours(file, prompt.slice(0, 65), work);
+    const deq = await ours(file, prompt.slice(0, 65), work, ['--weight-dtype', 'f32']);
+    effect = diff(q, deq, 65).max;
+    process.stderr.write(`kquant-parity ${mix}: activation quantization effect (ours q vs dequantized f32, 65 tokens) ${effect.toFixed(4)}\n`);
+    expect(effect).toBeGreaterThan(1e-3);
+  }, 200_000);
+
+  it.each(PROMPT_LENS)('our logits against llama.cpp on the same file, prompt of %i', async (n) => {
+    const o = await ours(file, prompt.slice(0, n), work);
+    const d = diff(o, refQ.subarray(0, n * V), n);
+    const sorted = d.rowMax.slice().sort((x, y) => x - y);
+    process.stderr.write(`kquant-parity ${mix} n=${n}: max|ours-llama_q| ${d.max.toFixed(4)} (activation-quantization effect ${effect.toFixed(4)}), argmax agreement ${(100 * d.argmaxAgree).toFixed(1)} %, ` +
+      `per-position max: median ${sorted[Math.floor(n / 2)]!.toFixed(4)}, first 8 [${d.rowMax.slice(0, 8).map((v) => v.toFixed(3)).join(' ')}]\n`);
+    expect(d.max).toBeLessThan(effect);
+    expect(d.argmaxAgree).toBeGreaterThanOrEqual(0.9);
+  }, 200_000);
+});
