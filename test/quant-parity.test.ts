@@ -16,7 +16,7 @@
 //    on the same file): they differ (the activations are quantized) by less than the whole
 //    quantization effect on llama.cpp. The per-matrix bound derived from the activation
 //    quantization is checked in kernelCheck (test/kernels.test.ts).
-// K-quant files: test/kquant-parity.test.ts (random valid blocks; no quantizer on this branch), and
+// K-quant files: test/kquant-parity.test.ts (files quantized as llama-quantize quantizes them, and random valid blocks), and
 // their kernels in test/kernels.test.ts.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
