@@ -7,7 +7,7 @@
 // a `float` is rounded with Math.fround, in the C code's evaluation order (left to right; no
 // contraction into FMAs, which the reference build does not use). nearest_int is the C code's
 // 1.5·2^23 trick (round half to even). Block layouts: docs/quantization.md.
-import { f16ToF32, f32ToF16 } from './quantize.js';
+import { blockCount, getF16, setF16 } from './quantize.js';
 
 export const QK_K = 256;
 export const Q4_K_BLOCK_BYTES = 144; // f16 d; f16 dmin; u8 scales[12]; u8 qs[128]
@@ -23,19 +23,7 @@ function nearestInt(x: number): number {
   return fr(x + 12582912) - 12582912;
 }
 
-function checkSizes(name: string, n: number, out: Uint8Array, blockBytes: number): number {
-  if (n % QK_K !== 0) throw new Error(`${name} needs a multiple of ${QK_K} values, got ${n}`);
-  const nb = n / QK_K;
-  if (out.length < nb * blockBytes) throw new Error(`${name}: output holds ${out.length} bytes, ${nb * blockBytes} needed`);
-  return nb;
-}
-
-const setF16 = (out: Uint8Array, at: number, v: number) => {
-  const h = f32ToF16(v);
-  out[at] = h & 0xff;
-  out[at + 1] = h >>> 8;
-};
-const getF16 = (src: Uint8Array, at: number) => f16ToF32(src[at]! | (src[at + 1]! << 8));
+const checkSizes = (name: string, n: number, out: Uint8Array, blockBytes: number): number => blockCount(name, n, out, QK_K, blockBytes);
 
 // Scratch shared by the quantizers (single-threaded JS).
 const L = new Uint8Array(QK_K);

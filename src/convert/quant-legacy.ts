@@ -6,7 +6,7 @@
 // in a `float` is rounded with Math.fround (exact emulation: each operation on two floats computed
 // in double and rounded once to float is the correctly rounded float result). Block layouts
 // (little-endian, no padding): docs/quantization.md.
-import { f16ToF32, f32ToF16 } from './quantize.js';
+import { blockCount, getF16, setF16 } from './quantize.js';
 
 export const QK_LEGACY = 32;
 export const Q8_0_BLOCK_BYTES = 34; // f16 d; int8 qs[32]
@@ -17,19 +17,7 @@ export const Q5_1_BLOCK_BYTES = 24; // f16 d; f16 m; u8 qh[4]; u8 qs[16]
 const fr = Math.fround;
 const FLT_MAX = 3.4028234663852886e38;
 
-function checkSizes(name: string, n: number, out: Uint8Array, blockBytes: number): number {
-  if (n % QK_LEGACY !== 0) throw new Error(`${name} needs a multiple of ${QK_LEGACY} values, got ${n}`);
-  const nb = n / QK_LEGACY;
-  if (out.length < nb * blockBytes) throw new Error(`${name}: output holds ${out.length} bytes, ${nb * blockBytes} needed`);
-  return nb;
-}
-
-const setF16 = (out: Uint8Array, at: number, v: number) => {
-  const h = f32ToF16(v);
-  out[at] = h & 0xff;
-  out[at + 1] = h >>> 8;
-};
-const getF16 = (src: Uint8Array, at: number) => f16ToF32(src[at]! | (src[at + 1]! << 8));
+const checkSizes = (name: string, n: number, out: Uint8Array, blockBytes: number): number => blockCount(name, n, out, QK_LEGACY, blockBytes);
 
 /** Q8_0 (`quantize_row_q8_0_ref`): d = max|x| / 127, q = roundf(x / d). */
 export function quantizeQ8_0(src: Float32Array, out: Uint8Array): void {

@@ -1,6 +1,7 @@
 // Float element encodings used by the GGUF writer and the quantizers: bf16 / f16 <-> f32 (round to
 // nearest even). The block formats are in quant-legacy.ts and quant-k.ts, the per-type table in
-// ggml-codec.ts. Everything works on whole rows held in typed arrays; callers stream rows in chunks.
+// ggml-codec.ts; the block helpers they share (block counts, f16 fields) are here. Everything works on
+// whole rows held in typed arrays; callers stream rows in chunks.
 
 const f32Scratch = new Float32Array(1);
 const u32Scratch = new Uint32Array(f32Scratch.buffer);
@@ -107,3 +108,19 @@ function u16View(out: Uint8Array, n: number): Uint16Array {
   if ((out.byteOffset & 1) !== 0) throw new Error('unaligned output buffer');
   return new Uint16Array(out.buffer, out.byteOffset, n);
 }
+
+/** Blocks of `blockElems` values in `n`, checked: `n` a whole number of blocks and `out` big enough for them. */
+export function blockCount(name: string, n: number, out: Uint8Array, blockElems: number, blockBytes: number): number {
+  if (n % blockElems !== 0) throw new Error(`${name} needs a multiple of ${blockElems} values, got ${n}`);
+  const nb = n / blockElems;
+  if (out.length < nb * blockBytes) throw new Error(`${name}: output holds ${out.length} bytes, ${nb * blockBytes} needed`);
+  return nb;
+}
+
+/** An f16 (little-endian) into a block at byte `at`; its value back. */
+export const setF16 = (out: Uint8Array, at: number, v: number): void => {
+  const h = f32ToF16(v);
+  out[at] = h & 0xff;
+  out[at + 1] = h >>> 8;
+};
+export const getF16 = (src: Uint8Array, at: number): number => f16ToF32(src[at]! | (src[at + 1]! << 8));
