@@ -14,64 +14,22 @@
 //    weights, --weight-dtype f32): there is no "original" f32 model to measure the weight
 //    quantization's effect against here;
 //  - the argmax agreement.
-import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { convertCheckpoint } from '../src/convert/convert.js';
 import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
-import { closeAllRefs, logSoftmax, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
+import { closeAllRefs, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
+import { logSoftmaxDiff, ourLogSoftmax, VOCAB } from './helpers/quant-logits.js';
 import { writeRandomQuantGguf } from './helpers/random-quant-gguf.js';
 
-const execFileP = promisify(execFile);
-const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
-const BENCH = join(ROOT, 'bin', 'bench.js');
-const V = 248320;
+const V = VOCAB;
 const PROMPT_LENS = [1, 65, 150];
 const MAX_LEN = Math.max(...PROMPT_LENS);
-const FLOOR = -60;
 
-async function ours(modelPath: string, prompt: number[], work: string, extra: string[] = []): Promise<Float32Array> {
-  const file = join(work, `logits-${prompt.length}.f32`);
-  try {
-    await execFileP(process.execPath, [BENCH, 'prompt', '--model-path', modelPath, '--prompt-ids', prompt.join(','), '--max-new-tokens', '0',
-      '--logits-out', file, '--device', 'cpu', '--threads', '2', ...extra], { cwd: ROOT, maxBuffer: 64 << 20, timeout: 100_000 });
-  } catch (err) {
-    throw new Error(`bench prompt failed: ${((err as { stderr?: string }).stderr ?? '').trim()}`);
-  }
-  const buf = readFileSync(file);
-  rmSync(file, { force: true });
-  const logits = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
-  const out = new Float32Array(logits.length);
-  for (let r = 0; r < prompt.length; r++) logSoftmax(logits.subarray(r * V, (r + 1) * V), out.subarray(r * V, (r + 1) * V));
-  return out;
-}
 
-function diff(a: Float32Array, b: Float32Array, rows: number): { max: number; argmaxAgree: number; rowMax: number[] } {
-  let max = 0;
-  let agree = 0;
-  const rowMax: number[] = [];
-  for (let r = 0; r < rows; r++) {
-    let rm = 0;
-    let ia = 0;
-    let ib = 0;
-    for (let i = 0; i < V; i++) {
-      const x = a[r * V + i]!;
-      const y = b[r * V + i]!;
-      if (x > a[r * V + ia]!) ia = i;
-      if (y > b[r * V + ib]!) ib = i;
-      if (x > FLOOR && y > FLOOR) rm = Math.max(rm, Math.abs(x - y));
-    }
-    max = Math.max(max, rm);
-    rowMax.push(rm);
-    if (ia === ib) agree++;
-  }
-  return { max, argmaxAgree: agree / rows, rowMax };
-}
 
 const prompt = pseudoRandomIds(MAX_LEN, 777, 0, 248044);
 let work: string;
@@ -107,7 +65,7 @@ describe.each(['q4_k_m', 'q6_k'] as const)('a %s GGUF made as llama-quantize mak
     await convertCheckpoint(join(work, 'ckpt'), file, { dtype });
     refQ = (await (await openRef(file, { contextSize: 512 })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
     const refF32 = (await (await openRef(f32, { contextSize: 512 })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
-    effect = diff(refQ, refF32, MAX_LEN).max;
+    effect = logSoftmaxDiff(refQ, refF32, MAX_LEN).max;
   }, 600_000);
 
   afterAll(() => {
@@ -119,8 +77,8 @@ describe.each(['q4_k_m', 'q6_k'] as const)('a %s GGUF made as llama-quantize mak
   });
 
   it.each(PROMPT_LENS)(`within ${EFFECT_SHARE} x the quantization effect of llama.cpp, argmax agreement >= ${MIN_ARGMAX_AGREEMENT}, prompt of %i`, async (n) => {
-    const o = await ours(file, prompt.slice(0, n), work);
-    const d = diff(o, refQ.subarray(0, n * V), n);
+    const o = await ourLogSoftmax(file, prompt.slice(0, n), work);
+    const d = logSoftmaxDiff(o, refQ.subarray(0, n * V), n);
     process.stderr.write(`kquant-parity ${dtype} (quantized) n=${n}: max|ours-llama_q| ${d.max.toFixed(4)} = ${(d.max / effect).toFixed(3)} x the quantization effect ${effect.toFixed(4)}, argmax agreement ${(100 * d.argmaxAgree).toFixed(1)} %\n`);
     expect(d.max).toBeLessThanOrEqual(EFFECT_SHARE * effect);
     expect(d.argmaxAgree).toBeGreaterThanOrEqual(MIN_ARGMAX_AGREEMENT);
@@ -152,16 +110,16 @@ describe.each(['Q4_K_M', 'Q6_K'] as const)('a %s-layout GGUF of random valid K-q
 
   let effect = 0;
   it('reference: quantizing the activations moves our logits measurably', async () => {
-    const q = await ours(file, prompt.slice(0, 65), work);
-    const deq = await ours(file, prompt.slice(0, 65), work, ['--weight-dtype', 'f32']);
-    effect = diff(q, deq, 65).max;
+    const q = await ourLogSoftmax(file, prompt.slice(0, 65), work);
+    const deq = await ourLogSoftmax(file, prompt.slice(0, 65), work, ['--weight-dtype', 'f32']);
+    effect = logSoftmaxDiff(q, deq, 65).max;
     process.stderr.write(`kquant-parity ${mix}: activation quantization effect (ours q vs dequantized f32, 65 tokens) ${effect.toFixed(4)}\n`);
     expect(effect).toBeGreaterThan(1e-3);
   }, 200_000);
 
   it.each(PROMPT_LENS)('our logits against llama.cpp on the same file, prompt of %i', async (n) => {
-    const o = await ours(file, prompt.slice(0, n), work);
-    const d = diff(o, refQ.subarray(0, n * V), n);
+    const o = await ourLogSoftmax(file, prompt.slice(0, n), work);
+    const d = logSoftmaxDiff(o, refQ.subarray(0, n * V), n);
     const sorted = d.rowMax.slice().sort((x, y) => x - y);
     process.stderr.write(`kquant-parity ${mix} n=${n}: max|ours-llama_q| ${d.max.toFixed(4)} (activation-quantization effect ${effect.toFixed(4)}), argmax agreement ${(100 * d.argmaxAgree).toFixed(1)} %, ` +
       `per-position max: median ${sorted[Math.floor(n / 2)]!.toFixed(4)}, first 8 [${d.rowMax.slice(0, 8).map((v) => v.toFixed(3)).join(' ')}]\n`);
