@@ -4,7 +4,7 @@
 // user-defined tokens as added tokens, the split pattern of the pre-tokenizer.
 
 import type { GgufFile } from './gguf-reader.js';
-import { QWEN35_SPLIT_REGEX } from './synth-tokenizer.js';
+import { qwen35TokenizerJson } from './synth-tokenizer.js';
 import type { TokenizerParts } from './tokenizer.js';
 import { CheckpointError } from './types.js';
 
@@ -48,24 +48,7 @@ export function ggufTokenizerParts(g: GgufFile): TokenizerParts {
       throw new CheckpointError(`${g.file}: tokenizer.ggml.token_type[${id}] is ${String(t)} (token ${JSON.stringify(tokens[id])}), not a known llama.cpp token type`);
     }
   }
-  const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
-  const tokJson: Record<string, unknown> = {
-    version: '1.0',
-    truncation: null,
-    padding: null,
-    added_tokens: added,
-    normalizer: { type: 'NFC' },
-    pre_tokenizer: {
-      type: 'Sequence',
-      pretokenizers: [{ type: 'Split', pattern: { Regex: QWEN35_SPLIT_REGEX }, behavior: 'Isolated', invert: false }, byteLevel],
-    },
-    post_processor: byteLevel,
-    decoder: byteLevel,
-    model: {
-      type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '', end_of_word_suffix: '', fuse_unk: false,
-      byte_fallback: false, ignore_merges: false, vocab, merges,
-    },
-  };
+  const tokJson = qwen35TokenizerJson(vocab, merges, added);
   const idKey = (key: string): number | undefined => {
     const v = g.kv.get(key)?.value;
     return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v < tokens.length ? v : undefined;

@@ -40,6 +40,42 @@ export const END_THINK_ID = 248069;
 export const QWEN35_SPLIT_REGEX =
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/**
+ * A Qwen3.5 tokenizer.json (byte-level BPE, NFC, the Qwen3.5 split pattern) around a vocabulary,
+ * its merges and its added tokens: the one layout the synthetic tokenizer and a GGUF's tokenizer share.
+ */
+export function qwen35TokenizerJson(vocab: unknown, merges: unknown, added: unknown[]): Record<string, unknown> {
+  const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
+  return {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: { type: 'NFC' },
+    pre_tokenizer: {
+      type: 'Sequence',
+      pretokenizers: [
+        { type: 'Split', pattern: { Regex: QWEN35_SPLIT_REGEX }, behavior: 'Isolated', invert: false },
+        byteLevel,
+      ],
+    },
+    post_processor: byteLevel,
+    decoder: byteLevel,
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: '',
+      end_of_word_suffix: '',
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab,
+      merges,
+    },
+  };
+}
+
 /** GPT-2 bytes_to_unicode: byte -> printable code point, and the byte order used for ids 0..255. */
 export function byteLevelAlphabet(): { byteToChar: string[]; order: number[] } {
   const printable: number[] = [];
@@ -336,35 +372,7 @@ export function buildSynthTokenizer(bpeVocabSize = BPE_VOCAB_SIZE): SynthTokeniz
   const added = SPECIAL_TOKENS.map((content, i) => ({
     id: bpeVocabSize + i, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true,
   }));
-  const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
-  const tok = {
-    version: '1.0',
-    truncation: null,
-    padding: null,
-    added_tokens: added,
-    normalizer: { type: 'NFC' },
-    pre_tokenizer: {
-      type: 'Sequence',
-      pretokenizers: [
-        { type: 'Split', pattern: { Regex: QWEN35_SPLIT_REGEX }, behavior: 'Isolated', invert: false },
-        byteLevel,
-      ],
-    },
-    post_processor: byteLevel,
-    decoder: byteLevel,
-    model: {
-      type: 'BPE',
-      dropout: null,
-      unk_token: null,
-      continuing_subword_prefix: '',
-      end_of_word_suffix: '',
-      fuse_unk: false,
-      byte_fallback: false,
-      ignore_merges: false,
-      vocab: '__VOCAB__',
-      merges: merges.map(([a, b]) => [symbolText[a]!, symbolText[b]!]),
-    },
-  };
+  const tok = qwen35TokenizerJson('__VOCAB__', merges.map(([a, b]) => [symbolText[a]!, symbolText[b]!]), added);
   const json = JSON.stringify(tok);
   const at = json.indexOf('"__VOCAB__"');
   const tokenizerJson = json.slice(0, at) + vocabText + json.slice(at + '"__VOCAB__"'.length);
