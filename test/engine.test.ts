@@ -242,7 +242,7 @@ describe('admission edge cases', () => {
 
 describe('bf16 weights', () => {
   // The bf16 path (AVX-512 BF16: activations rounded to bf16 before each matmul, as llama.cpp does
-  // for bf16 weights; AVX2: bf16 widened to f32) against the exact f32 path on the same
+  // for bf16 weights; AVX2: bf16 widened to f32 exactly) against the exact f32 path on the same
   // bf16-rounded weights. Documented tolerance (docs/parity.md): max |Δ log-softmax| <= 0.5 on
   // the tiny model (measured 0.22), and the argmax agrees on at least 90 % of positions.
   it('matches the f32 run of the same bf16-rounded weights within the documented tolerance', async () => {
@@ -264,9 +264,11 @@ describe('bf16 weights', () => {
       }
       if (am === bm) agree++;
     }
-    // The paths really differ on AVX-512 BF16 (bf16 activations); on AVX2 widening is exact.
+    // The paths really differ on AVX-512 BF16 (bf16 activations). On AVX2 the widening is exact
+    // and only the order of the fp32 sums differs (the decode tiles add a bf16 row's even and odd
+    // positions apart, the f32 tiles in order): a few ulp per product, far below 1e-3.
     if (bfEngine.info.isa === 'avx512-bf16') expect(worst).toBeGreaterThan(0);
-    else expect(worst).toBe(0);
+    else expect(worst).toBeLessThan(1e-3);
     expect(worst).toBeLessThan(0.5);
     expect(agree).toBeGreaterThanOrEqual(63);
   });

@@ -6,7 +6,7 @@ import { loadAddon } from '../src/engine/native.js';
 interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
-  streamSumMaxRelErr: number;
+  streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
 }
@@ -68,6 +68,16 @@ describe('CPU kernels against scalar references', () => {
       // Against the unquantized activations: within the bound the activation quantization implies.
       expect(r.actBoundViolations).toBe(0);
       expect(r.actBoundMaxRatio).toBeGreaterThan(0.01); // the activations are quantized, not exact
+    });
+  }
+
+  // The row-major f32 / bf16 products of the ISAs without packed panels (AVX2; AVX-512 without BF16).
+  for (const isa of ['avx2', 'avx512']) {
+    const why = res[isa] !== undefined ? '' : ` [skipped: this CPU cannot run the ${isa} table]`;
+    it.runIf(res[isa] !== undefined)(`${isa}: the decode stream tiles and the prefill GEMM over row-major f32 / bf16 weights match${why}`, () => {
+      const r = res[isa]!;
+      expect(r.rowMatmulCases).toBeGreaterThan(500);
+      expect(r.rowMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact products, relative to the sum of |terms|
     });
   }
 

@@ -185,6 +185,60 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
     }
   obj.Set("streamSumMaxRelErr", ssum_err);
 
+  // Row-major f32 / bf16 products: the decode stream tiles (whole panel ranges, odd chunks, the
+  // four sliced streams with the remainder panels apart) and the prefill GEMM (whole, and in row
+  // pieces that start off the panel width). K off the vector widths reaches the tails, N off the
+  // panel the partial panels. Against a double sum of the same operands, relative to the sum of
+  // |terms|; every output starts as NaN, so a row left out fails too.
+  {
+    double mm_err = 0;
+    int mm_cases = 0;
+    for (DType wt : {DType::f32, DType::bf16})
+      for (int64_t Kd : {1, 7, 64, 100, 1030})
+        for (int64_t N : {5, 16, 72, 200})
+          for (int64_t M : {1, 2, 3, 5, 8, 16, 17, 23}) {
+            std::vector<float> wf(static_cast<size_t>(N * Kd)), xf(static_cast<size_t>(M * Kd));
+            for (auto& v : wf) v = u(rng);
+            for (auto& v : xf) v = u(rng);
+            std::vector<uint16_t> wb(wf.size());
+            if (wt == DType::bf16)
+              for (size_t i = 0; i < wf.size(); ++i) wf[i] = bf16_to_f32(wb[i] = f32_to_bf16(wf[i]));
+            const void* w = wt == DType::bf16 ? static_cast<const void*>(wb.data()) : wf.data();
+            std::vector<float> xs(xf.size());
+            K.split_x(xf.data(), M, Kd, xs.data());
+            const float* xk = wt == DType::bf16 ? xs.data() : xf.data();
+            const int64_t P = (N + cpu::kPanel - 1) / cpu::kPanel, Q = P / 4;
+            for (int mode = 0; mode < 5; ++mode) {
+              if (mode <= 2 && M > 16) continue;  // decode-sized batches only
+              std::vector<float> y(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
+              if (mode == 0) K.matmul_streams(xk, M, Kd, w, wt, N, 0, P, y.data(), N, 0);
+              if (mode == 1)
+                for (int64_t p0 = 0; p0 < P; p0 += 3) K.matmul_streams(xk, M, Kd, w, wt, N, p0, std::min(P, p0 + 3), y.data(), N, 0);
+              if (mode == 2) {
+                for (int64_t p0 = 0; p0 < Q; p0 += 2) K.matmul_streams(xk, M, Kd, w, wt, N, p0, std::min(Q, p0 + 2), y.data(), N, Q);
+                K.matmul_streams(xk, M, Kd, w, wt, N, 4 * Q, P, y.data(), N, 0);
+              }
+              if (mode == 3) K.gemm(xf.data(), M, Kd, w, wt, 0, N, y.data(), N);
+              if (mode == 4)
+                for (int64_t r = 0; r < N; r += 37) K.gemm(xf.data(), M, Kd, w, wt, r, std::min(N, r + 37), y.data(), N);
+              for (int64_t m = 0; m < M; ++m)
+                for (int64_t n = 0; n < N; ++n) {
+                  double ref = 0, mag = 0;
+                  for (int64_t k = 0; k < Kd; ++k) {
+                    const double t = static_cast<double>(xf[m * Kd + k]) * wf[n * Kd + k];
+                    ref += t;
+                    mag += std::fabs(t);
+                  }
+                  const double got = y[m * N + n];
+                  mm_err = std::max(mm_err, std::isnan(got) ? 1.0 : std::fabs(got - ref) / std::max(mag, 1e-30));
+                }
+              ++mm_cases;
+            }
+          }
+    obj.Set("rowMatmulCases", mm_cases);
+    obj.Set("rowMatmulMaxErr", mm_err);
+  }
+
   // Packed bf16 matmul (AVX-512 BF16 only) in every way the backend calls it: whole panel ranges,
   // odd chunks (tile groups cut short), and the sliced streams of decode-sized batches with the
   // remainder panels apart. Against a double sum of the same bf16-rounded operands, relative to

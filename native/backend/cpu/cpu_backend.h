@@ -127,6 +127,10 @@ class CpuBackend final : public Backend {
     std::vector<float> gdn_scratch;
   };
 
+  // Batches of up to this many rows of x are decode-sized: stealable regions of weight streams.
+  static constexpr int kDecodeRows = 16;
+  void decode_region(const float* x, int rows, const WMat* const* ws, float* const* ys, int n, bool packed);
+
   // A matmul region's work list: panels [p0, p1) of matrix `matrix` (slice: see matmul_packed).
   struct Piece {
     int matrix;
@@ -136,7 +140,9 @@ class CpuBackend final : public Backend {
   // outputs and copies it in place only if the caller has not taken the piece over.
   struct MatmulWork final : StealableWork {
     struct Mat {
-      const uint16_t* packed;
+      const uint16_t* packed;  // vdpbf16ps panels, or null: row-major `w` of type `wt`
+      const void* w;
+      DType wt;
       int64_t n;
       float* y;
     };
@@ -144,7 +150,10 @@ class CpuBackend final : public Backend {
     std::vector<AlignedBuffer>* shadows = nullptr;  // per thread; grown only by its thread
     int rows = 0, streams = 0;
     int64_t k = 0;
-    std::vector<uint16_t> x_bf16;  // this region's own copy of x (the caller may have moved on)
+    // This region's own copies of x (the caller may have moved on): rounded to bf16 for packed
+    // matrices; for row-major ones in split_x's order (bf16) and as it is (f32).
+    std::vector<uint16_t> x_bf16;
+    std::vector<float> x_split, x_f32;
     std::vector<Mat> mats;
     std::vector<Piece> pieces;
 

@@ -16,6 +16,18 @@ struct Kernels {
   // y[m*ldy + n] = dot(x[m*K ..], W[n*K ..]) for m in [0, M), n in [n0, n1). W is f32 or bf16.
   void (*matmul)(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1,
                  float* y, int64_t ldy);
+  // Decode-sized batches over row-major f32 / bf16 weights (isa/matmul.cpp; the ISAs without the
+  // packed path): y[m*ldy + n] for the rows n of panels (kPanel rows each) [p0, p1), all m < M.
+  // slice > 0: rows of panels p + s * slice, s < 4, p in [p0, p1), read side by side as four
+  // streams that far apart (rows past N are skipped). bf16 weights take x in split_x's order,
+  // f32 weights x as it is.
+  void (*split_x)(const float* x, int64_t M, int64_t K, float* out);
+  void (*matmul_streams)(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0,
+                         int64_t p1, float* y, int64_t ldy, int64_t slice);
+  // Prefill-sized batches over row-major f32 / bf16 weights (isa/gemm.cpp): the same product as
+  // matmul, for many rows of x (weights widened into f32 panels, register-blocked).
+  void (*gemm)(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
+               int64_t ldy);
   // Block-quantized weights (isa/quant_matmul.cpp; layouts in core/quant_ref.h): x [M, K] quantized
   // per row as the weight type's activation type (dtype_info(wt).act) into out (M rows of
   // quant::act_row_bytes each); then y[m*ldy + n] for n in [n0, n1) from those rows and the

@@ -33,19 +33,39 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
     }
   bool packed = true;
   for (int i = 0; i < n; ++i) packed = packed && ws[i]->aux != nullptr && ws[i]->cols == ws[0]->cols;
+  const int64_t K = ws[0]->cols;
+  const int64_t xn = static_cast<int64_t>(rows) * K;
   if (!packed) {
-    // Split over output features so every weight row is read once per step (all rows of x at once).
-    for (int i = 0; i < n; ++i) {
-      const WMat& w = *ws[i];
-      pool_.parallel_for(w.rows, [&](int64_t n0, int64_t n1) {
-        kernels_.matmul(x, rows, w.cols, w.ptr, w.dtype, n0, n1, ys[i], w.rows);
-      }, 16);
+    if (rows > kDecodeRows) {
+      // Prefill over row-major weights: pieces of 128 weight rows of every matrix (the GEMM widens
+      // them into f32 panels), dealt from a shared counter so a slower core takes fewer. Every
+      // piece reads all of x, which stays in the shared L3.
+      constexpr int64_t kRowsPerPiece = 128;
+      prefill_pieces_.clear();
+      for (int i = 0; i < n; ++i)
+        for (int64_t r = 0; r < ws[i]->rows; r += kRowsPerPiece)
+          prefill_pieces_.push_back({i, r, std::min(ws[i]->rows, r + kRowsPerPiece), 0});
+      pool_.parallel_dealt(static_cast<int64_t>(prefill_pieces_.size()), 1, [&](int64_t first, int64_t last) {
+        for (int64_t p = first; p < last; ++p) {
+          const Piece& pc = prefill_pieces_[static_cast<size_t>(p)];
+          const WMat& w = *ws[pc.matrix];
+          kernels_.gemm(x, rows, w.cols, w.ptr, w.dtype, pc.p0, pc.p1, ys[pc.matrix], w.rows);
+        }
+      });
+      return;
     }
+    bool same_k = true;
+    for (int i = 0; i < n; ++i) same_k = same_k && ws[i]->cols == K;
+    if (!same_k) {
+      for (int i = 0; i < n; ++i) matmul_impl(x, rows, ws + i, ys + i, 1);
+      return;
+    }
+  }
+  if (!packed) {
+    decode_region(x, rows, ws, ys, n, false);
     return;
   }
   // x rounded to bf16 once for all the matrices, then one parallel region over all of them.
-  const int64_t K = ws[0]->cols;
-  const int64_t xn = static_cast<int64_t>(rows) * K;
   if (x_bf16_.size() < static_cast<size_t>(xn) * 2) x_bf16_.resize(static_cast<size_t>(xn) * 2, false);
   uint16_t* xb = x_bf16_.as<uint16_t>();
   // A decode batch's rows take a few microseconds to round: less than waking the pool for them.
@@ -53,23 +73,14 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
     kernels_.to_bf16(x, xb, xn);
   else
     pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { kernels_.to_bf16(x + r0 * K, xb + r0 * K, (r1 - r0) * K); });
-  // Decode-sized batches are weight streams. Each piece takes the same panels from each quarter
-  // (1..6 rows; a third for 7..16, whose tile spans 3 panels) of a matrix, read as streams that
-  // far apart, so both cores walk the same four (three) streams; the panels past the last whole
-  // quarter (third) are a piece of their own. Pieces shrink from 1 MiB to 128 KiB as the
-  // region's remaining bytes run out, so the core done first waits less for the other's last
-  // piece (figures: docs/performance.md, v25 and v26).
-  const int streams = rows <= 6 ? 4 : rows <= 16 ? 3 : 0;  // see matmul_packed's slice
-  const int64_t panel_bytes = kPanel * K * 2;
-  auto panels_of = [&](int i) { return (ws[i]->rows + kPanel - 1) / kPanel; };
-  if (streams == 0) {
+  if (rows > kDecodeRows) {
     // Larger batches (prefill): pieces of 8 adjacent panels (128 weight rows, 256 KiB at K = 1024,
     // long sequential streams) of every matrix, dealt from a shared counter so a slower core
     // takes fewer.
     constexpr int64_t kPanelsPerPiece = 8;
     prefill_pieces_.clear();
     for (int i = 0; i < n; ++i) {
-      const int64_t panels = panels_of(i);
+      const int64_t panels = (ws[i]->rows + kPanel - 1) / kPanel;
       for (int64_t p = 0; p < panels; p += kPanelsPerPiece)
         prefill_pieces_.push_back({i, p, std::min(panels, p + kPanelsPerPiece), 0});
     }
@@ -83,6 +94,26 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
     });
     return;
   }
+  decode_region(x, rows, ws, ys, n, true);
+}
+
+// A decode-sized matmul region (1..16 rows of x): one stealable region over all the matrices.
+// packed: every matrix has vdpbf16ps panels (x rounded to bf16 in x_bf16_ already); else every
+// matrix is row-major f32 / bf16, read as four streams per piece.
+void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, float* const* ys, int n, bool packed) {
+  const int64_t K = ws[0]->cols;
+  const int64_t xn = static_cast<int64_t>(rows) * K;
+  // Each piece takes the same panels from each quarter (packed panels: 1..6 rows; a third for
+  // 7..16, whose tile spans 3 panels) of a matrix, read as streams that far apart, so both cores
+  // walk the same four (three) streams; the panels past the last whole quarter (third) are a
+  // piece of their own. Pieces shrink from 1 MiB to 128 KiB as the region's remaining bytes run
+  // out, so the core done first waits less for the other's last piece (figures:
+  // docs/performance.md, v25 and v26).
+  const int streams = !packed || rows <= 6 ? 4 : 3;  // see matmul_packed's and matmul_streams' slice
+  auto panels_of = [&](int i) { return (ws[i]->rows + kPanel - 1) / kPanel; };
+  auto panel_bytes = [&](int i) {
+    return kPanel * K * (packed ? 2 : static_cast<int64_t>(dtype_size(ws[i]->dtype)));
+  };
   // Decode regions are stealable (see ThreadPool): the work, with its own copy of x, lives in
   // the region's slot until the workers have left it.
   const int slot = pool_.acquire_slot();
@@ -92,25 +123,40 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
   mw.rows = rows;
   mw.k = K;
   mw.streams = streams;
-  mw.x_bf16.assign(xb, xb + xn);
+  mw.x_bf16.clear();
+  mw.x_split.clear();
+  mw.x_f32.clear();
+  if (packed) {
+    const uint16_t* xb = x_bf16_.as<uint16_t>();
+    mw.x_bf16.assign(xb, xb + xn);
+  } else {
+    bool any_bf16 = false, any_f32 = false;
+    for (int i = 0; i < n; ++i) (ws[i]->dtype == DType::bf16 ? any_bf16 : any_f32) = true;
+    if (any_bf16) {
+      mw.x_split.resize(static_cast<size_t>(xn));
+      kernels_.split_x(x, rows, K, mw.x_split.data());
+    }
+    if (any_f32) mw.x_f32.assign(x, x + xn);
+  }
   mw.mats.clear();
   mw.pieces.clear();
   int64_t remaining = 0;  // bytes of the region not dealt yet (sizes the pieces)
-  for (int i = 0; i < n; ++i) remaining += panels_of(i) * panel_bytes;
+  for (int i = 0; i < n; ++i) remaining += panels_of(i) * panel_bytes(i);
   for (int i = 0; i < n; ++i) {
-    mw.mats.push_back({static_cast<const uint16_t*>(ws[i]->aux), ws[i]->rows, ys[i]});
+    mw.mats.push_back({packed ? static_cast<const uint16_t*>(ws[i]->aux) : nullptr, ws[i]->ptr, ws[i]->dtype,
+                       ws[i]->rows, ys[i]});
     const int64_t panels = panels_of(i);
     const int64_t q = panels / streams;  // panels per quarter (third)
     for (int64_t p = 0; p < q;) {
       const int64_t bytes = std::clamp<int64_t>(remaining / 8, int64_t{128} << 10, int64_t{1} << 20);
-      const int64_t per_stream = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes)));
+      const int64_t per_stream = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes(i))));
       mw.pieces.push_back({i, p, p + per_stream, q});
       p += per_stream;
-      remaining -= streams * per_stream * panel_bytes;
+      remaining -= streams * per_stream * panel_bytes(i);
     }
     if (panels % streams != 0) {
       mw.pieces.push_back({i, streams * q, panels, 0});
-      remaining -= (panels - streams * q) * panel_bytes;
+      remaining -= (panels - streams * q) * panel_bytes(i);
     }
   }
   const int64_t taken = pool_.run_stealable(slot, mw, static_cast<int64_t>(mw.pieces.size()), kStealPatienceNs);
@@ -177,7 +223,11 @@ void CpuBackend::MatmulWork::compute(int64_t p, int tid, bool direct) {
     if (sh.size() < need) sh.resize(need, false);
     y = sh.as<float>();
   }
-  kernels->matmul_packed(x_bf16.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
+  if (m.packed)
+    kernels->matmul_packed(x_bf16.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
+  else
+    kernels->matmul_streams(m.wt == DType::bf16 ? x_split.data() : x_f32.data(), rows, k, m.w, m.wt, m.n, pc.p0, pc.p1,
+                            y, m.n, pc.slice);
 }
 void CpuBackend::MatmulWork::commit(int64_t p, int tid) {
   const Piece& pc = pieces[static_cast<size_t>(p)];

@@ -17,12 +17,19 @@ namespace lumen::cpu::LUMEN_ISA {
 // matmul.cpp
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
             int64_t ldy);
+void split_x(const float* x, int64_t M, int64_t K, float* out);
+void matmul_streams(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0, int64_t p1,
+                    float* y, int64_t ldy, int64_t slice);
 #if defined(__AVX512BF16__)
 void pack_bf16(const uint16_t* w, int64_t N, int64_t K, int64_t p0, int64_t p1, uint16_t* out);
 void to_bf16(const float* x, uint16_t* out, int64_t n);
 void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0, int64_t p1,
                    float* y, int64_t ldy, int64_t slice);
 #endif
+
+// gemm.cpp
+void gemm(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
+          int64_t ldy);
 
 // quant_matmul.cpp
 void quantize_act(ActQuant a, const float* x, int64_t M, int64_t K, void* out);

@@ -1,4 +1,5 @@
-// Matrix products for one ISA: the f32 / bf16-widening row kernel (every ISA), and on AVX-512 BF16
+// Matrix products for one ISA: the f32 / bf16-widening row kernel and the decode stream tiles over
+// row-major weights (every ISA), and on AVX-512 BF16
 // the weight packing into vdpbf16ps panels, x rounded to bf16, and the packed-panel tiles. How a
 // product is split over the threads is the backend's (cpu/matmul.cpp).
 #include <algorithm>
@@ -53,7 +54,145 @@ void matmul_t(const float* x, int64_t M, int64_t K, const WT* w, int64_t n0, int
   }
 }
 
+// Decode-sized products over row-major weights (the ISAs without the packed bf16 path): a tile of
+// MR token rows x NR weight rows, the NR rows being far apart in the matrix (one per stream). bf16
+// rows are read 2*VW values at a time and split into their even and odd positions by a shift and a
+// mask (no widening shuffle); x comes in split_x's order to match. f32 rows are plain loads.
+template <int MR, int NR>
+inline void stream_tile_bf16(const float* xs, int64_t K, const uint16_t* const* w, float* y, int64_t ldy,
+                             const int64_t* n) {
+  vf acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j] = vzero();
+  constexpr int B = 2 * VW;
+  const int64_t kb = K / B * B;
+  for (int64_t k = 0; k < kb; k += B) {
+    vf wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = vbf16_even(w[j] + k);
+    for (int m = 0; m < MR; ++m) {
+      const vf xv = vload(xs + m * K + k);
+      for (int j = 0; j < NR; ++j) acc[m][j] = vfma(xv, wv[j], acc[m][j]);
+    }
+    for (int j = 0; j < NR; ++j) wv[j] = vbf16_odd(w[j] + k);
+    for (int m = 0; m < MR; ++m) {
+      const vf xv = vload(xs + m * K + k + VW);
+      for (int j = 0; j < NR; ++j) acc[m][j] = vfma(xv, wv[j], acc[m][j]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) {
+      float s = vsum(acc[m][j]);
+      for (int64_t k = kb; k < K; ++k) s += xs[m * K + k] * bf16f(w[j][k]);  // split_x leaves the tail in order
+      y[m * ldy + n[j]] = s;
+    }
+}
+
+template <int MR, int NR>
+inline void stream_tile_f32(const float* x, int64_t K, const float* const* w, float* y, int64_t ldy, const int64_t* n) {
+  vf acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j] = vzero();
+  const int64_t kv = K / VW * VW;
+  for (int64_t k = 0; k < kv; k += VW) {
+    vf wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = vload(w[j] + k);
+    for (int m = 0; m < MR; ++m) {
+      const vf xv = vload(x + m * K + k);
+      for (int j = 0; j < NR; ++j) acc[m][j] = vfma(xv, wv[j], acc[m][j]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) {
+      float s = vsum(acc[m][j]);
+      for (int64_t k = kv; k < K; ++k) s += x[m * K + k] * w[j][k];
+      y[m * ldy + n[j]] = s;
+    }
+}
+
+// All M rows of x against NR weight rows n[0..NR): 2-row tiles (each weight vector loaded once per
+// 2 token rows; the rows stay in L1 across the tiles), a 1-row tile for an odd last row.
+template <typename WT, int NR>
+inline void stream_rows(const float* x, int64_t M, int64_t K, const WT* w, float* y, int64_t ldy, const int64_t* n) {
+  const WT* wr[NR];
+  for (int j = 0; j < NR; ++j) wr[j] = w + n[j] * K;
+  int64_t m = 0;
+  for (; m + 2 <= M; m += 2) {
+    if constexpr (sizeof(WT) == 2)
+      stream_tile_bf16<2, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
+    else
+      stream_tile_f32<2, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
+  }
+  if (m < M) {
+    if constexpr (sizeof(WT) == 2)
+      stream_tile_bf16<1, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
+    else
+      stream_tile_f32<1, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
+  }
+}
+
+// Up to 4 weight rows at once (fewer at a matrix's end).
+template <typename WT>
+inline void stream_group(const float* x, int64_t M, int64_t K, const WT* w, float* y, int64_t ldy, const int64_t* n,
+                         int count) {
+  switch (count) {
+    case 4: stream_rows<WT, 4>(x, M, K, w, y, ldy, n); break;
+    case 3: stream_rows<WT, 3>(x, M, K, w, y, ldy, n); break;
+    case 2: stream_rows<WT, 2>(x, M, K, w, y, ldy, n); break;
+    case 1: stream_rows<WT, 1>(x, M, K, w, y, ldy, n); break;
+    default: break;
+  }
+}
+
+template <typename WT>
+void matmul_streams_t(const float* x, int64_t M, int64_t K, const WT* w, int64_t N, int64_t p0, int64_t p1, float* y,
+                      int64_t ldy, int64_t slice) {
+  int64_t n[4];
+  if (slice > 0) {
+    // Row i of panels p, p + slice, p + 2 slice, p + 3 slice side by side: four streams that far apart.
+    for (int64_t p = p0; p < p1; ++p)
+      for (int i = 0; i < kPanel; ++i) {
+        int count = 0;
+        for (int s = 0; s < 4; ++s) {
+          const int64_t r = (p + s * slice) * kPanel + i;
+          if (r < N) n[count++] = r;
+        }
+        stream_group(x, M, K, w, y, ldy, n, count);
+      }
+    return;
+  }
+  // Adjacent rows, four at a time.
+  const int64_t r1 = std::min(N, p1 * kPanel);
+  for (int64_t r = p0 * kPanel; r < r1; r += 4) {
+    const int count = static_cast<int>(std::min<int64_t>(4, r1 - r));
+    for (int j = 0; j < count; ++j) n[j] = r + j;
+    stream_group(x, M, K, w, y, ldy, n, count);
+  }
+}
+
 }  // namespace
+
+void split_x(const float* x, int64_t M, int64_t K, float* out) {
+  constexpr int B = 2 * VW;
+  for (int64_t m = 0; m < M; ++m) {
+    const float* s = x + m * K;
+    float* d = out + m * K;
+    int64_t k = 0;
+    for (; k + B <= K; k += B)
+      for (int j = 0; j < VW; ++j) {
+        d[k + j] = s[k + 2 * j];
+        d[k + VW + j] = s[k + 2 * j + 1];
+      }
+    for (; k < K; ++k) d[k] = s[k];
+  }
+}
+
+void matmul_streams(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0, int64_t p1,
+                    float* y, int64_t ldy, int64_t slice) {
+  if (wt == DType::bf16)
+    matmul_streams_t(x, M, K, static_cast<const uint16_t*>(w), N, p0, p1, y, ldy, slice);
+  else
+    matmul_streams_t(x, M, K, static_cast<const float*>(w), N, p0, p1, y, ldy, slice);
+}
 
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
             int64_t ldy) {

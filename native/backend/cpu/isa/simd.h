@@ -39,6 +39,13 @@ inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
 inline vf vload_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
+// The 2*VW bf16 values at p as two vectors of floats without a widening shuffle: dword j holds
+// p[2j] (low half) and p[2j+1] (high half), so a shift gives the even positions and a mask the odd
+// ones (see split_x for the matching order of x).
+inline vf vbf16_even(const uint16_t* p) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16)); }
+inline vf vbf16_odd(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(p), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 inline unsigned veq_mask(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
@@ -62,6 +69,13 @@ inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 inline float vsum(vf v) { return hsum8(v); }
 inline vf vload_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+inline vf vbf16_even(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i*)p), 16));
+}
+inline vf vbf16_odd(const uint16_t* p) {
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(_mm256_loadu_si256((const __m256i*)p), _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 inline unsigned veq_mask(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ))); }
