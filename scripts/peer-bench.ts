@@ -11,7 +11,7 @@
 // (scripts/peer-roofline.ts); for the quantized types, issue 19's targets are judged.
 // Usage: npm run bench:peer -- [--quant bf16,q8_0,q4_k_m] [--threads N] [--rounds N] [--prepare]
 import { writeFileSync } from 'node:fs';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { choiceArg, countArg } from '../src/cli/flag-values.js';
 import { ConvertError, type OutDtype } from '../src/convert/convert.js';
@@ -48,7 +48,8 @@ interface Options {
 function parseOptions(argv: string[]): Options {
   const program = new Command('peer-bench')
     .exitOverride()
-    .option('--quant <list>', 'weight types, comma-separated: bf16 (our safetensors, llama.cpp\'s bf16 GGUF) or any `bench convert --dtype` type (one GGUF both engines load)', parseQuantList, parseQuantList(DEFAULT_QUANTS))
+    .addOption(new Option('--quant <list>', 'weight types, comma-separated: bf16 (our safetensors, llama.cpp\'s bf16 GGUF) or any `bench convert --dtype` type (one GGUF both engines load)')
+      .argParser(parseQuantList).default(parseQuantList(DEFAULT_QUANTS), DEFAULT_QUANTS))
     .option('--threads <n>', 'threads for both engines', countArg('--threads', 1, 1024), 2)
     // 5 rounds by default: a round's decode fraction moves by +-10 % with the machine's bandwidth
     // (77-98 % within single runs here), so a median of 3 swung by as much between runs.
