@@ -141,8 +141,8 @@ async function main(): Promise<void> {
     log(`loading ${label(f.quant)} ...`);
     const ourModel: ModelCheckpoint = f.quant === 'bf16' ? loadCheckpoint(f.ours) : loadGgufCheckpoint(f.ours);
     const llamaModel: ModelCheckpoint = f.llama === f.ours ? ourModel : loadGgufCheckpoint(f.llama);
-    // Keep every type's engine loaded across the rounds (0.8B: bf16 1.5 GB + its packed copy,
-    // Q8_0 0.8 GB, Q4_K_M 0.5 GB, mapped in place).
+    // Keep every type's engine loaded across the rounds (0.8B: bf16 1.5 GB and, where the ISA has
+    // vdpbf16ps, its packed copy; Q8_0 0.8 GB and Q4_K_M 0.5 GB, mapped in place).
     const engine = await loadEngine(ourModel, {
       device: 'cpu', threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.isl + 8, ctxLen),
       maxSeqs: 8, prefillChunk: 512, stepTokenBudget: Math.max(512, opt.isl), prefixCache: false,
