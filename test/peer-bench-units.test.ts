@@ -91,10 +91,11 @@ describe('cached quantized GGUFs', () => {
     expect(path.basename(current)).toBe(`peer-0.8b-q4_k_m-${'a'.repeat(12)}.gguf`);
     const names = [
       `peer-0.8b-q4_k_m-${'a'.repeat(12)}.gguf`, `peer-0.8b-q4_k_m-${'b'.repeat(12)}.gguf`, `peer-0.8b-q8_0-${'c'.repeat(12)}.gguf`,
-      `peer-tiny-q4_k_m-${'d'.repeat(12)}.gguf`, 'peer-0.8b-bf16.gguf', 'peer-0.8b-q4_k_m-mine.gguf',
+      `peer-tiny-q4_k_m-${'d'.repeat(12)}.gguf`, `peer-0.8b-q4_k-${'e'.repeat(12)}.gguf`, 'peer-0.8b-bf16.gguf', 'peer-0.8b-q4_k_m-mine.gguf',
     ];
     for (const n of names) writeFileSync(path.join(dir, n), '');
     expect(staleQuantModels(dir, '0.8b', 'q4_k_m', current)).toEqual([path.join(dir, `peer-0.8b-q4_k_m-${'b'.repeat(12)}.gguf`)]);
+    expect(staleQuantModels(dir, '0.8b', 'q4_k', quantModelFile(dir, '0.8b', 'q4_k', 'f'.repeat(64)))).toEqual([path.join(dir, `peer-0.8b-q4_k-${'e'.repeat(12)}.gguf`)]);
     expect(staleQuantModels(path.join(tmp, 'absent'), '0.8b', 'q8_0', current)).toEqual([]);
   });
 
