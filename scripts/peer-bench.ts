@@ -1,39 +1,70 @@
-// Side-by-side CPU benchmark: this engine against llama.cpp on the same synthetic Qwen3.5-0.8B-shaped
-// bf16 weights (safetensors for us, `bench convert --dtype bf16` GGUF for llama.cpp), same thread
-// count, interleaved A B A B after a warm-up, medians. llama.cpp is the native build of
-// scripts/build-llama-native.sh when it exists (its llama-bench and llama-batched-bench, flash
-// attention on), else the prebuilt library of node-llama-cpp 3.21.1; the header and JSON say which.
-// Also measures this machine's two limits (read bandwidth, peak multiply-add rate) and prints each
-// result as a fraction of its roofline. Usage: npm run bench:peer -- [--threads N] [--rounds N]
+// Side-by-side CPU benchmark: this engine against llama.cpp on the same synthetic Qwen3.5-shaped
+// weights, per `--quant` type (scripts/bench-quant-model.ts): bf16 (the default) is our engine on
+// the safetensors checkpoint and llama.cpp on its `bench convert --dtype bf16` GGUF; every other
+// type is one GGUF, made once by the project's converter, that both engines load. Same thread
+// count; after a warm-up of each, rounds are interleaved across engines and types (round r: for
+// each type, ours then llama.cpp), so the machine's drift hits all alike; medians per figure.
+// llama.cpp is the native build of scripts/build-llama-native.sh when it exists (its llama-bench and
+// llama-batched-bench, flash attention on), else the prebuilt library of node-llama-cpp 3.21.1; the
+// header and JSON say which, and which file each engine loaded. Also measures this machine's two
+// limits (read bandwidth, peak multiply-add rate) and sets each figure against its roofline
+// (scripts/peer-roofline.ts); for the quantized types, issue 19's targets are judged.
+// Usage: npm run bench:peer -- [--quant bf16,q8_0,q4_k_m] [--threads N] [--rounds N] [--prepare]
 import { writeFileSync } from 'node:fs';
-import { Command } from 'commander';
-import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { Command, Option } from 'commander';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
+import { choiceArg, countArg } from '../src/cli/flag-values.js';
+import { ConvertError, type OutDtype } from '../src/convert/convert.js';
+import { isQuantDtype } from '../src/convert/quant-mix.js';
 import { loadEngine } from '../src/engine/engine.js';
-import { loadAddon } from '../src/engine/native.js';
+import { loadAddon, usableCpus } from '../src/engine/native.js';
 import type { EngineHandle } from '../src/engine/types.js';
-import type { Checkpoint } from '../src/model/types.js';
+import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
+import { PRESET_NAMES } from '../src/model/presets.js';
+import { CheckpointError, type ModelCheckpoint } from '../src/model/types.js';
+import { weightFormatJson, weightFormatLine } from '../src/model/weight-format.js';
 import { machineInfo } from '../src/util/machine.js';
-import { benchIds, ensureBenchModel, median } from './bench-model.js';
-import { findNativeLlama, llamaBatchedDecode, llamaBench } from './llama-native.js';
+import { UsageError } from '../src/util/usage-error.js';
+import { REPO_ROOT } from '../src/util/version.js';
+import { benchIds, median } from './bench-model.js';
+import { DEFAULT_QUANTS, ensurePeerFiles, parseQuantList, type PeerFiles } from './bench-quant-model.js';
+import { findNativeLlama, llamaBatchedDecode, llamaBench, type NativeLlama } from './llama-native.js';
+import {
+  DECODE_BYTES_RULE, PREFILL_FLOPS_RULE, decodeStepBytes, formatTarget, judgeTargets, prefillFlopsPerToken, type StepBytes, type TargetResult,
+} from './peer-roofline.js';
 
 interface Figures { prefill: number; decode1: number; decode8: number }
+interface Bandwidth { readGBs: number; readGBsMedian: number }
+type Probe = Bandwidth & { readGBs1Stream: number; peakGflops: number; peakKind: string };
 
-const program = new Command('peer-bench')
-  .option('--threads <n>', 'threads for both engines', (v) => Number(v), 2)
-  // 5 rounds by default: a round's decode fraction moves by +-10 % with the machine's bandwidth
-  // (77-98 % within single runs here), so a median of 3 swung by as much between runs.
-  .option('--rounds <n>', 'interleaved rounds (medians reported)', (v) => Number(v), 5)
-  .option('--isl <n>', 'prefill length', (v) => Number(v), 512)
-  .option('--decode-prompt <n>', 'prompt length before decode', (v) => Number(v), 128)
-  .option('--decode-tokens <n>', 'tokens generated per decode measurement', (v) => Number(v), 48)
-  .option('--preset <p>', 'synthetic preset', '0.8b')
-  .option('--llama <which>', 'auto (the native build when present) | native | prebuilt', 'auto')
-  .option('--json <file>', 'also write the results as JSON')
-  .parse(process.argv);
-const opt = program.opts<{ threads: number; rounds: number; isl: number; decodePrompt: number; decodeTokens: number; preset: string; llama: string; json?: string }>();
+const LLAMA_KINDS = ['auto', 'native', 'prebuilt'] as const;
 
-const ids = benchIds;
+interface Options {
+  threads: number; rounds: number; isl: number; decodePrompt: number; decodeTokens: number; preset: string;
+  llama: (typeof LLAMA_KINDS)[number]; quant: OutDtype[]; json?: string; prepare?: boolean;
+}
+
+function parseOptions(argv: string[]): Options {
+  const program = new Command('peer-bench')
+    .exitOverride()
+    .addOption(new Option('--quant <list>', 'weight types, comma-separated: bf16 (our safetensors, llama.cpp\'s bf16 GGUF) or any `bench convert --dtype` type (one GGUF both engines load)')
+      .argParser(parseQuantList).default(parseQuantList(DEFAULT_QUANTS), DEFAULT_QUANTS))
+    .option('--threads <n>', 'threads for both engines', countArg('--threads', 1, 1024), 2)
+    // 5 rounds by default: a round's decode fraction moves by +-10 % with the machine's bandwidth
+    // (77-98 % within single runs here), so a median of 3 swung by as much between runs.
+    .option('--rounds <n>', 'interleaved rounds (medians reported)', countArg('--rounds', 1, 1000), 5)
+    .option('--isl <n>', 'prefill length', countArg('--isl', 1, 65536), 512)
+    .option('--decode-prompt <n>', 'prompt length before decode', countArg('--decode-prompt', 1, 65536), 128)
+    .option('--decode-tokens <n>', 'tokens generated per decode measurement', countArg('--decode-tokens', 2, 65536), 48)
+    .option('--preset <p>', `synthetic preset: ${PRESET_NAMES.join(' | ')}`, choiceArg('--preset', PRESET_NAMES), '0.8b')
+    .option('--llama <which>', 'auto (the native build when present) | native | prebuilt', choiceArg('--llama', LLAMA_KINDS), 'auto')
+    .option('--prepare', 'only make (or find) the weight files of --quant, print them and exit')
+    .option('--json <file>', 'also write the results as JSON');
+  program.parse(argv);
+  return program.opts<Options>();
+}
+
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 /**
@@ -46,13 +77,12 @@ function decodeRate(streams: number[][]): number {
   return r;
 }
 
-interface Bandwidth { readGBs: number; readGBsMedian: number }
-
 // probe: the machine's read bandwidth now, as its best pass and its sustained (median) pass. It is
 // taken just before and just after the c=1 decode, and the higher of the two is that decode's
 // limit: a single probe seconds away sometimes caught a slower moment than the decode saw, and put
 // the decode above 100 % of its roofline.
-async function oursRound(e: EngineHandle, round: number, probe?: () => Bandwidth): Promise<Figures & { bw: Bandwidth }> {
+async function oursRound(opt: Options, e: EngineHandle, round: number, probe?: () => Bandwidth): Promise<Figures & { bw: Bandwidth }> {
+  const ids = benchIds;
   const p = await e.submit({ prompt: ids(opt.isl, 1000 + round), maxTokens: 1, ignoreEos: true }).done;
   const prefill = opt.isl / ((p.tokenMs[0]! - p.enqueueMs) / 1000);
   const unprobed: Bandwidth = { readGBs: NaN, readGBsMedian: NaN };
@@ -65,100 +95,205 @@ async function oursRound(e: EngineHandle, round: number, probe?: () => Bandwidth
   return { prefill, decode1: decodeRate([one.tokenMs]), decode8: decodeRate(eight.map((r) => r.tokenMs)), bw };
 }
 
+/** One weight type under test: the files, both engines, and what was measured on them. */
+interface Entry {
+  files: PeerFiles;
+  ourModel: ModelCheckpoint;
+  llamaModel: ModelCheckpoint;
+  engine: EngineHandle;
+  ref: Reference;
+  step: StepBytes;
+  prefillFlops: number;
+  ours: Figures[];
+  llamaRounds: Figures[];
+  /** Sustained (median pass) and best-pass read bandwidth around each round's c=1 decode of ours. */
+  roundGBs: number[];
+  roundBestGBs: number[];
+}
+
+const label = (q: OutDtype) => q.toUpperCase();
+const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+
 async function main(): Promise<void> {
-  const { dir, gguf } = await ensureBenchModel(opt.preset, log);
-  const ckpt: Checkpoint = loadCheckpoint(dir);
-  const addon = loadAddon() as unknown as {
-    probeMachine(t: number, peak?: boolean): Bandwidth & { readGBs1Stream: number; peakGflops: number; peakKind: string };
-  };
+  let opt: Options;
+  try {
+    opt = parseOptions(process.argv);
+  } catch (err) {
+    // commander printed --help / its own errors already; ours (UsageError) are printed by the caller.
+    if (err instanceof UsageError) throw err;
+    // --help (exit code 0) or a commander error (unknown flag, missing value): exit 2 as for ours.
+    process.exitCode = (err as { exitCode?: number }).exitCode === 0 ? 0 : 2;
+    return;
+  }
+  const files = await ensurePeerFiles(REPO_ROOT, opt.preset, opt.quant, usableCpus(), log);
+  if (opt.prepare) {
+    for (const f of files) process.stdout.write(`${label(f.quant)}: ours ${f.ours}; llama.cpp ${f.llama}\n`);
+    return;
+  }
+  const addon = loadAddon() as unknown as { probeMachine(t: number, peak?: boolean): Probe };
   log('probing the machine (read bandwidth, peak multiply-add rate) ...');
   const machine = addon.probeMachine(opt.threads);
-  // This machine's bandwidth drifts by tens of percent over minutes (other tenants), so the limit
-  // is sampled again around every round's decode, and each round's decode is set against its own
-  // limit.
-  const roundGBs: number[] = [];  // sustained (median pass), the limit of each round's decode
-  const roundBestGBs: number[] = [];  // best pass
-
   const ctxLen = opt.decodePrompt + opt.decodeTokens + 8;
-  const engine = await loadEngine(ckpt, {
-    device: 'cpu', threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.isl + 8, ctxLen),
-    maxSeqs: 8, prefillChunk: 512, stepTokenBudget: Math.max(512, opt.isl), prefixCache: false,
-  });
-  const ref = await referenceLlama(gguf, ctxLen);
+  const shared = await sharedLlama(opt);
+
+  const entries: Entry[] = [];
+  for (const f of files) {
+    log(`loading ${label(f.quant)} ...`);
+    const ourModel: ModelCheckpoint = f.quant === 'bf16' ? loadCheckpoint(f.ours) : loadGgufCheckpoint(f.ours);
+    const llamaModel: ModelCheckpoint = f.llama === f.ours ? ourModel : loadGgufCheckpoint(f.llama);
+    // Keep every type's engine loaded across the rounds (0.8B: bf16 1.5 GB and, where the ISA has
+    // vdpbf16ps, its packed copy; Q8_0 0.8 GB and Q4_K_M 0.5 GB, mapped in place).
+    const engine = await loadEngine(ourModel, {
+      device: 'cpu', threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.isl + 8, ctxLen),
+      maxSeqs: 8, prefillChunk: 512, stepTokenBudget: Math.max(512, opt.isl), prefixCache: false,
+    });
+    const ref = await referenceLlama(opt, shared, f.llama, ctxLen);
+    entries.push({
+      files: f, ourModel, llamaModel, engine, ref, step: decodeStepBytes(ourModel), prefillFlops: prefillFlopsPerToken(ourModel),
+      ours: [], llamaRounds: [], roundGBs: [], roundBestGBs: [],
+    });
+  }
   const cpu = machineInfo().cpuModel;
-  log(`CPU: ${cpu}; our ISA path: ${engine.info.isa}; llama.cpp: ${ref.describe}`);
-  const llamaRound = ref.round;
+  const isa = entries[0]!.engine.info.isa;
+  log(`CPU: ${cpu}; our ISA path: ${isa}; llama.cpp: ${shared.describe}`);
 
   log('warm-up ...');
-  await oursRound(engine, 99);
-  await llamaRound(99);
-  const ours: Figures[] = [];
-  const refRounds: Figures[] = [];
-  for (let r = 0; r < opt.rounds; r++) {
-    const o = await oursRound(engine, r, () => addon.probeMachine(opt.threads, false));
-    ours.push(o);
-    roundGBs.push(o.bw.readGBsMedian);
-    roundBestGBs.push(o.bw.readGBs);
-    refRounds.push(await llamaRound(r));
-    log(`round ${r + 1}/${opt.rounds}: read ${roundGBs[r]!.toFixed(1)} GB/s sustained, ${roundBestGBs[r]!.toFixed(1)} best pass; ours ${fmt(ours[r]!)} | llama.cpp ${fmt(refRounds[r]!)}`);
+  for (const e of entries) {
+    await oursRound(opt, e.engine, 99);
+    await e.ref.round(99);
   }
+  for (let r = 0; r < opt.rounds; r++) {
+    for (const e of entries) {
+      const o = await oursRound(opt, e.engine, r, () => addon.probeMachine(opt.threads, false));
+      e.ours.push(o);
+      e.roundGBs.push(o.bw.readGBsMedian);
+      e.roundBestGBs.push(o.bw.readGBs);
+      e.llamaRounds.push(await e.ref.round(r));
+      log(`round ${r + 1}/${opt.rounds} ${label(e.files.quant)}: read ${e.roundGBs[r]!.toFixed(1)} GB/s sustained, ${e.roundBestGBs[r]!.toFixed(1)} best pass; ours ${fmt(e.ours[r]!)} | llama.cpp ${fmt(e.llamaRounds[r]!)}`);
+    }
+  }
+
+  const allGBs = entries.flatMap((e) => e.roundGBs);
+  const out: string[] = [];
+  out.push(`CPU: ${cpu}; our ISA path: ${isa}; llama.cpp: ${shared.describe}`);
+  out.push(`machine: ${opt.threads} threads, read bandwidth ${median(allGBs).toFixed(1)} GB/s sustained (median pass of the best of 1, 4 and 8 read streams per thread, 4 passes of 1 GiB before and after each of our c=1 decodes; the median of all those limits), one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start; peak ${machine.peakGflops.toFixed(0)} GFLOP/s (${machine.peakKind})`);
+  out.push(`rounds: ${opt.rounds}, interleaved (round r: for each of ${entries.map((e) => label(e.files.quant)).join(', ')}: ours, then llama.cpp), after one warm-up round of each; medians; prefill ${opt.isl} tokens, decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
+  out.push(`decode bytes per step: ${DECODE_BYTES_RULE}`);
+  out.push(`prefill FLOPs per token: ${PREFILL_FLOPS_RULE}`);
+  const results = entries.map((e) => report(opt, e, machine, out));
+  process.stdout.write(`${out.join('\n')}\n`);
+  if (opt.json) {
+    writeFileSync(opt.json, JSON.stringify({
+      cpu, isa, llama: shared.describe, llamaKind: shared.kind, preset: opt.preset, threads: opt.threads, rounds: opt.rounds,
+      isl: opt.isl, decodePrompt: opt.decodePrompt, decodeTokens: opt.decodeTokens, machine,
+      decodeBytesRule: DECODE_BYTES_RULE, prefillFlopsRule: PREFILL_FLOPS_RULE, quants: results,
+    }, null, 2));
+  }
+  for (const e of entries) {
+    await e.engine.close();
+    await e.ref.dispose();
+  }
+  await shared.dispose();
+}
+
+/** The printed section and the JSON object of one weight type. */
+function report(opt: Options, e: Entry, machine: Probe, out: string[]): Record<string, unknown> {
+  const q = e.files.quant;
   const med = (f: Figures[], k: keyof Figures) => median(f.map((x) => x[k]));
-  const c = ckpt.config;
-  // Decode reads every matrix once per step (the tied head once; the embedding lookup is one
-  // row), plus the recurrent state read and written; prefill needs 2 FLOPs per matrix weight per
-  // token (no head except the last token).
-  const embed = c.vocabSize * c.hiddenSize;
-  const matrixParams = ckpt.paramCount - embed + (c.tieWordEmbeddings ? embed : 0);
-  const stateBytes = (c.layerTypes.filter((t) => t === 'linear_attention').length) *
-    (c.linearNumValueHeads * c.linearKeyHeadDim * c.linearValueHeadDim + 3 * (2 * c.linearNumKeyHeads * c.linearKeyHeadDim + c.linearNumValueHeads * c.linearValueHeadDim)) * 4 * 2;
-  const decodeBytes = matrixParams * 2 + stateBytes;
-  const readGBs = median(roundGBs);
-  const decodeRoof = (readGBs * 1e9) / decodeBytes;
+  const ours = { prefill: med(e.ours, 'prefill'), decode1: med(e.ours, 'decode1'), decode8: med(e.ours, 'decode8') };
+  const llama = { prefill: med(e.llamaRounds, 'prefill'), decode1: med(e.llamaRounds, 'decode1'), decode8: med(e.llamaRounds, 'decode8') };
+  const readGBs = median(e.roundGBs);
+  const decodeRoof = (readGBs * 1e9) / e.step.total;
   // Fraction of the roofline per round (each against the bandwidth measured around it), median;
   // also against the best single pass, the stricter and noisier limit.
-  const fractions = (gbs: number[]) => ours.map((f, i) => f.decode1 / ((gbs[i]! * 1e9) / decodeBytes));
-  const roundFracs = fractions(roundGBs);
+  const fractions = (gbs: number[]) => e.ours.map((f, i) => f.decode1 / ((gbs[i]! * 1e9) / e.step.total));
+  const roundFracs = fractions(e.roundGBs);
   const decodeFrac = median(roundFracs);
-  const roundBestFracs = fractions(roundBestGBs);
+  const roundBestFracs = fractions(e.roundBestGBs);
   const decodeBestFrac = median(roundBestFracs);
-  const prefillFlops = 2 * (ckpt.paramCount - embed - (c.tieWordEmbeddings ? 0 : embed));
-  const prefillRoof = (machine.peakGflops * 1e9) / prefillFlops;
-  const rows = [
-    ['prefill tok/s (isl ' + opt.isl + ')', med(ours, 'prefill'), med(refRounds, 'prefill'), med(ours, 'prefill') / prefillRoof],
-    ['decode tok/s c=1', med(ours, 'decode1'), med(refRounds, 'decode1'), decodeFrac],
-    ['decode tok/s c=8 (aggregate)', med(ours, 'decode8'), med(refRounds, 'decode8'), NaN],
-  ] as const;
-  const out: string[] = [];
-  out.push(`CPU: ${cpu}; our ISA path: ${engine.info.isa}; llama.cpp: ${ref.describe}`);
-  out.push(`machine: ${opt.threads} threads, read bandwidth ${readGBs.toFixed(1)} GB/s sustained (median pass of the best of 1, 4 and 8 read streams per thread, 4 passes of 1 GiB before and after each round's decode; median of the rounds' limits: ${roundGBs.map((x) => x.toFixed(1)).join(' / ')}; best single passes ${roundBestGBs.map((x) => x.toFixed(1)).join(' / ')}; one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start), peak ${machine.peakGflops.toFixed(0)} GFLOP/s (${machine.peakKind})`);
-  out.push(`model: synthetic ${opt.preset} bf16, ${(ckpt.paramCount / 1e6).toFixed(0)}M params; decode reads ${(decodeBytes / 1e9).toFixed(2)} GB/step -> roofline ${decodeRoof.toFixed(1)} tok/s; prefill ${(prefillFlops / 1e9).toFixed(2)} GFLOP/token -> roofline ${prefillRoof.toFixed(0)} tok/s`);
+  const blockQuant = isQuantDtype(q);
+  // Prefill: float weights run the multiply-add kernels whose peak the probe measures; the
+  // block-quantized ones integer dot products (maddubs/madd, dpbusd), whose peak it does not, so
+  // their prefill is set against llama.cpp (the issue's target) and its FLOP rate shown beside the
+  // probed peak for scale only.
+  const prefillRoof = (machine.peakGflops * 1e9) / e.prefillFlops;
+  const gflops = (tokS: number) => (tokS * e.prefillFlops) / 1e9;
+  const ratio = { prefill: ours.prefill / llama.prefill, decode1: ours.decode1 / llama.decode1, decode8: ours.decode8 / llama.decode8 };
+  const c8OverC1 = { ours: ours.decode8 / ours.decode1, llama: llama.decode8 / llama.decode1 };
+  const same = e.files.ours === e.files.llama;
+
+  out.push('');
+  out.push(`== ${label(q)} ==`);
+  out.push(`ours:      ${e.files.ours} (${weightFormatLine(e.ourModel)}; ${mib(e.ourModel.bytesOnDisk)})`);
+  out.push(`llama.cpp: ${same ? 'the same file' : `${e.files.llama} (${weightFormatLine(e.llamaModel)}; ${mib(e.llamaModel.bytesOnDisk)})`}`);
+  out.push(`decode reads ${(e.step.total / 1e9).toFixed(3)} GB/step (matrices ${(e.step.matrixBytes / 1e9).toFixed(3)} GB + state ${(e.step.stateBytes / 1e6).toFixed(1)} MB) -> roofline ${decodeRoof.toFixed(1)} tok/s at ${readGBs.toFixed(1)} GB/s (median of this type's rounds: ${e.roundGBs.map((x) => x.toFixed(1)).join(' / ')})`);
+  out.push(`prefill ${(e.prefillFlops / 1e9).toFixed(3)} GFLOP/token -> ${blockQuant ? `ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s, llama.cpp ${gflops(llama.prefill).toFixed(0)} GFLOP/s; limit: llama.cpp (integer dot products: their peak is not probed; the ${machine.peakKind} peak of ${machine.peakGflops.toFixed(0)} GFLOP/s, for scale only, would be ${prefillRoof.toFixed(0)} tok/s)` : `roofline ${prefillRoof.toFixed(0)} tok/s at the ${machine.peakKind} peak; ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s`}`);
   out.push(`${'figure'.padEnd(32)}${'ours'.padStart(10)}${'llama.cpp'.padStart(12)}${'ratio'.padStart(8)}${'ours/roofline'.padStart(15)}`);
-  for (const [name, a, b, frac] of rows) {
-    out.push(`${name.padEnd(32)}${a.toFixed(1).padStart(10)}${b.toFixed(1).padStart(12)}${(a / b).toFixed(2).padStart(8)}${(Number.isNaN(frac) ? '-' : `${(100 * frac).toFixed(0)} %`).padStart(15)}`);
+  const rows: Array<[string, keyof Figures, number]> = [
+    [`prefill tok/s (isl ${opt.isl})`, 'prefill', blockQuant ? NaN : ours.prefill / prefillRoof],
+    ['decode tok/s c=1', 'decode1', decodeFrac],
+    ['decode tok/s c=8 (aggregate)', 'decode8', NaN],
+  ];
+  for (const [name, k, frac] of rows) {
+    out.push(`${name.padEnd(32)}${ours[k].toFixed(1).padStart(10)}${llama[k].toFixed(1).padStart(12)}${ratio[k].toFixed(2).padStart(8)}${(Number.isNaN(frac) ? '-' : `${(100 * frac).toFixed(0)} %`).padStart(15)}`);
   }
-  out.push('decode roofline fraction: median over rounds of (round decode / roofline at the higher of the sustained bandwidths probed just before and after that decode)');
-  out.push(`  per round: ${roundFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')}; against the best single pass instead: ${roundBestFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')} (median ${(100 * decodeBestFrac).toFixed(0)} %)`);
+  out.push(`c=8 / c=1 (ours): ${c8OverC1.ours.toFixed(2)}x; (llama.cpp): ${c8OverC1.llama.toFixed(2)}x`);
+  out.push(`decode roofline fraction per round: ${roundFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')}; against the best single pass instead: ${roundBestFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')} (median ${(100 * decodeBestFrac).toFixed(0)} %)`);
   roundFracs.forEach((frac, i) => {
     if (frac > 1) out.push(`note: round ${i + 1}'s decode ran at ${(100 * frac).toFixed(0)} % of the roofline its probes gave: the bandwidth changed within the round; that round's fraction is not a measurement`);
   });
-  out.push(`c=8 / c=1 (ours): ${(med(ours, 'decode8') / med(ours, 'decode1')).toFixed(2)}x; (llama.cpp): ${(med(refRounds, 'decode8') / med(refRounds, 'decode1')).toFixed(2)}x`);
-  process.stdout.write(`${out.join('\n')}\n`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ cpu, isa: engine.info.isa, llama: ref.describe, llamaKind: ref.kind, machine, roundGBs, roundBestGBs, ours, llamaRounds: refRounds, decodeRoof, decodeFrac, roundFracs, decodeBestFrac, roundBestFracs, prefillRoof, decodeBytes, prefillFlops }, null, 2));
-  await engine.close();
-  await ref.dispose();
+  let targets: TargetResult[] | null = null;
+  if (blockQuant) {
+    targets = judgeTargets({ isl: opt.isl, prefillRatio: ratio.prefill, decodeRatio: ratio.decode1, decodeRoofFraction: decodeFrac, c8OverC1: c8OverC1.ours });
+    // The targets are stated for the 0.8B shape; another preset's verdicts are a check of the flow.
+    out.push(`issue 19 targets (${label(q)})${opt.preset === '0.8b' ? '' : `, stated for the 0.8B shape: on ${opt.preset} these verdicts are not the issue's`}:`);
+    for (const t of targets) out.push(`  ${formatTarget(t)}`);
+  }
+  return {
+    quant: q,
+    ours: { path: e.files.ours, weightFormat: weightFormatJson(e.ourModel), bytes: e.ourModel.bytesOnDisk, rounds: e.ours, medians: ours },
+    llama: { path: e.files.llama, weightFormat: weightFormatJson(e.llamaModel), bytes: e.llamaModel.bytesOnDisk, rounds: e.llamaRounds, medians: llama },
+    ratios: ratio, c8OverC1, roundGBs: e.roundGBs, roundBestGBs: e.roundBestGBs,
+    decodeBytes: e.step.total, decodeMatrixBytes: e.step.matrixBytes, decodeStateBytes: e.step.stateBytes,
+    decodeRoof, decodeFrac, roundFracs, decodeBestFrac, roundBestFracs,
+    prefillFlops: e.prefillFlops, prefillGflops: { ours: gflops(ours.prefill), llama: gflops(llama.prefill) },
+    prefillLimit: blockQuant ? 'llama.cpp (the integer kernels\' peak is not probed)' : `${machine.peakKind} peak`,
+    prefillRoof: blockQuant ? null : prefillRoof, prefillFrac: blockQuant ? null : ours.prefill / prefillRoof,
+    targets,
+  };
 }
 
-interface Reference { kind: 'native' | 'prebuilt'; describe: string; round(r: number): Promise<Figures>; dispose(): Promise<void> }
+interface Reference { round(r: number): Promise<Figures>; dispose(): Promise<void> }
 
-/** The llama.cpp this run measures (--llama): the native build's tools, or the prebuilt library in this process. */
-async function referenceLlama(gguf: string, ctxLen: number): Promise<Reference> {
+/** The llama.cpp this run measures (--llama), before any model is loaded into it. */
+interface SharedLlama {
+  kind: 'native' | 'prebuilt';
+  describe: string;
+  native: NativeLlama | null;
+  prebuilt: Awaited<ReturnType<typeof import('node-llama-cpp').getLlama>> | null;
+  dispose(): Promise<void>;
+}
+
+async function sharedLlama(opt: Options): Promise<SharedLlama> {
   const native = opt.llama === 'prebuilt' ? null : findNativeLlama();
-  if (opt.llama === 'native' && native === null) throw new Error('--llama native: no native build; run `bash scripts/build-llama-native.sh` first');
-  if (!['auto', 'native', 'prebuilt'].includes(opt.llama)) throw new Error(`--llama: auto, native or prebuilt, not '${opt.llama}'`);
+  if (opt.llama === 'native' && native === null) throw new UsageError('--llama native: no native build; run `bash scripts/build-llama-native.sh` first');
+  if (native !== null) return { kind: 'native', describe: native.describe, native, prebuilt: null, dispose: async () => {} };
+  const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  return {
+    kind: 'prebuilt', native: null, prebuilt: llama,
+    describe: 'the prebuilt CPU library of node-llama-cpp 3.21.1 (one of its per-ISA CPU builds, chosen at load), in this process',
+    dispose: async () => { await llama.dispose(); },
+  };
+}
+
+/** llama.cpp on one GGUF: the native build's tools, or the prebuilt library with this file loaded. */
+async function referenceLlama(opt: Options, shared: SharedLlama, gguf: string, ctxLen: number): Promise<Reference> {
+  const ids = benchIds;
+  const native = shared.native;
   if (native !== null) {
     // Each tool run loads the (page-cached) GGUF and runs its own warm-up pass before the timed one.
     return {
-      kind: 'native', describe: native.describe,
       round: async () => ({
         prefill: llamaBench(native, gguf, opt.threads, { prompt: opt.isl, gen: 0, depth: 0 }),
         decode1: llamaBench(native, gguf, opt.threads, { prompt: 0, gen: opt.decodeTokens, depth: opt.decodePrompt }),
@@ -167,8 +302,7 @@ async function referenceLlama(gguf: string, ctxLen: number): Promise<Reference> 
       dispose: async () => {},
     };
   }
-  const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
-  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  const llama = shared.prebuilt!;
   const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0 });
   const ctx1 = await model.createContext({ contextSize: Math.max(opt.isl + 8, ctxLen), sequences: 1, threads: opt.threads, batchSize: 512 });
   const ctx8 = await model.createContext({ contextSize: 8 * ctxLen, sequences: 8, threads: opt.threads, batchSize: 512 });
@@ -183,7 +317,6 @@ async function referenceLlama(gguf: string, ctxLen: number): Promise<Reference> 
     return times;
   }
   return {
-    kind: 'prebuilt', describe: 'the prebuilt CPU library of node-llama-cpp 3.21.1 (one of its per-ISA CPU builds, chosen at load), in this process',
     async round(round: number): Promise<Figures> {
       const s1 = ctx1.getSequence();
       const t0 = performance.now();
@@ -210,6 +343,11 @@ function fmt(f: Figures): string {
 }
 
 main().catch((err) => {
+  if (err instanceof UsageError || err instanceof CheckpointError || err instanceof ConvertError) {
+    process.stderr.write(`peer-bench: ${err.message}\n`);
+    process.exitCode = 2;
+    return;
+  }
   process.stderr.write(`peer-bench: ${err instanceof Error ? err.stack : String(err)}\n`);
   process.exitCode = 1;
 });

@@ -1,0 +1,128 @@
+// The weight files bench:peer measures per `--quant` entry: bf16 is today's pair (our engine on the
+// safetensors checkpoint, llama.cpp on its bf16 GGUF, scripts/bench-model.ts); every other type is
+// one GGUF that both engines load, made once from the same synthetic checkpoint by the project's
+// converter (the code `bench convert --dtype TYPE` runs) and cached in .models/ under a name that
+// carries a hash of the converter's code, the source checkpoint's bytes and the type, so a changed
+// converter or source makes a new file (and the stale one is removed).
+import { createHash } from 'node:crypto';
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { OUT_DTYPES, writeGgufParallel, type OutDtype } from '../src/convert/convert.js';
+import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { UsageError } from '../src/util/usage-error.js';
+import { ensureBenchModel } from './bench-model.js';
+
+/** `--quant`'s default: the bf16 pair of the earlier figures. */
+export const DEFAULT_QUANTS = 'bf16';
+
+/** `--quant LIST`: comma-separated `bench convert --dtype` types, each once. */
+export function parseQuantList(value: string): OutDtype[] {
+  const parts = value.split(',').map((s) => s.trim().toLowerCase());
+  if (parts.every((p) => p === '')) throw new UsageError('--quant: empty list (e.g. --quant q8_0,q4_k_m)');
+  const out: OutDtype[] = [];
+  for (const p of parts) {
+    if (p === '') throw new UsageError(`--quant: '${value}' has an empty entry`);
+    if (!(OUT_DTYPES as readonly string[]).includes(p)) throw new UsageError(`--quant: '${p}' is not one of ${OUT_DTYPES.join(', ')}`);
+    if (out.includes(p as OutDtype)) throw new UsageError(`--quant: '${p}' is listed twice`);
+    out.push(p as OutDtype);
+  }
+  return out;
+}
+
+export interface PeerFiles {
+  quant: OutDtype;
+  /** What our engine loads: the safetensors directory (bf16) or the GGUF file. */
+  ours: string;
+  /** The GGUF llama.cpp loads (the same file as `ours` except for bf16). */
+  llama: string;
+}
+
+const MODELS_DIR = (root: string) => path.join(root, '.models');
+const KEY_LEN = 12;
+
+/** The cached GGUF of `quant` made from the `preset` checkpoint, for the content key `key`. */
+export function quantModelFile(modelsDir: string, preset: string, quant: OutDtype, key: string): string {
+  return path.join(modelsDir, `peer-${preset}-${quant}-${key.slice(0, KEY_LEN)}.gguf`);
+}
+
+/** Cached GGUFs of the same preset and type under another key (a changed converter or source). */
+export function staleQuantModels(modelsDir: string, preset: string, quant: OutDtype, current: string): string[] {
+  if (!existsSync(modelsDir)) return [];
+  const prefix = `peer-${preset}-${quant}-`;
+  const re = new RegExp(`^[0-9a-f]{${KEY_LEN}}\\.gguf$`);
+  return readdirSync(modelsDir)
+    .filter((f) => f.startsWith(prefix) && re.test(f.slice(prefix.length)))
+    .map((f) => path.join(modelsDir, f))
+    .filter((f) => f !== current);
+}
+
+function hashFileInto(h: ReturnType<typeof createHash>, file: string): void {
+  const fd = openSync(file, 'r');
+  try {
+    const buf = Buffer.allocUnsafe(16 << 20);
+    for (;;) {
+      const n = readSync(fd, buf, 0, buf.length, null);
+      if (n === 0) break;
+      h.update(buf.subarray(0, n));
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * The converter's code as it runs: every module of src/convert (compiled or not, whichever this
+ * process loaded) and the tensor-role table it names tensors by.
+ */
+export function converterCodeFiles(): string[] {
+  const convertDir = fileURLToPath(new URL('../src/convert/', import.meta.url));
+  const ext = path.extname(fileURLToPath(import.meta.url));
+  const files = readdirSync(convertDir).filter((f) => f.endsWith(ext) && !f.endsWith(`.d${ext}`)).sort().map((f) => path.join(convertDir, f));
+  files.push(fileURLToPath(new URL(`../src/model/tensor-roles${ext}`, import.meta.url)));
+  return files;
+}
+
+/** sha256 (hex) over the type, the converter's code and the source checkpoint's files. */
+export function conversionKey(sourceDir: string, quant: OutDtype, codeFiles: readonly string[] = converterCodeFiles()): string {
+  const h = createHash('sha256');
+  h.update(`peer quant ${quant}\n`);
+  for (const f of codeFiles) {
+    h.update(`${path.basename(f)}\n`);
+    h.update(readFileSync(f));
+  }
+  for (const f of readdirSync(sourceDir).sort()) {
+    const p = path.join(sourceDir, f);
+    if (!statSync(p).isFile()) continue;
+    h.update(`${f}\n`);
+    hashFileInto(h, p);
+  }
+  return h.digest('hex');
+}
+
+/**
+ * The files of each quant: bf16 as bench-model.ts makes them; the others converted once (with
+ * `threads` quantizer threads) and reused while their key matches.
+ */
+export async function ensurePeerFiles(root: string, preset: string, quants: readonly OutDtype[], threads: number, log: (s: string) => void): Promise<PeerFiles[]> {
+  const base = await ensureBenchModel(preset, log, quants.includes('bf16'));
+  const out: PeerFiles[] = [];
+  for (const quant of quants) {
+    if (quant === 'bf16') {
+      out.push({ quant, ours: base.dir, llama: base.gguf });
+      continue;
+    }
+    const file = quantModelFile(MODELS_DIR(root), preset, quant, conversionKey(base.dir, quant));
+    for (const stale of staleQuantModels(MODELS_DIR(root), preset, quant, file)) {
+      log(`removing ${stale} (made by another converter or from another source)`);
+      rmSync(stale, { force: true });
+    }
+    if (!existsSync(file)) {
+      log(`converting ${base.dir} to ${quant} (${threads} quantizer thread${threads === 1 ? '' : 's'}; once, then cached) ...`);
+      const res = await writeGgufParallel(loadCheckpoint(base.dir), file, { dtype: quant, threads });
+      log(`  wrote ${file}: ${(res.fileBytes / 2 ** 20).toFixed(0)} MiB in ${res.seconds.toFixed(0)} s on ${res.quantizerThreads} thread(s)`);
+    }
+    out.push({ quant, ours: file, llama: file });
+  }
+  return out;
+}
