@@ -4,7 +4,8 @@
 //    the format description (docs: gguf-quant-formats), element for element;
 //  - the activation quantization (q8_0, q8_1, q8_K) against core/quant_ref.cpp's reference, byte
 //    for byte, on rows that include exact rounding ties and planted maxima of either sign;
-//  - the packed dot products (matmul_quant: tiles of 1..16 rows, longer batches, cut row ranges)
+//  - the packed dot products (matmul_quant: tiles of 1..16 rows, longer batches, cut row ranges;
+//    matmul_quant_streams: the decode regions' four far-apart panel streams)
 //    and the scalar reference's vec_dot against an f64 sum of the dequantized operands, relative
 //    to the sum of |terms|;
 //  - the whole quantized product against the f64 product with the unquantized activations, within
@@ -172,7 +173,9 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     double dot_err = 0, ref_err = 0, bound_ratio = 0;
     int64_t cases = 0, bound_violations = 0;
     for (int64_t K : {256, 1024}) {
-      const int64_t N = 37;
+      // 60 rows: four whole panel streams whose last panel is partial; 71: four streams of one
+      // panel each and a partial remainder panel apart.
+      const int64_t N = K == 256 ? 60 : 71;
       const auto w = random_blocks(t, N * K / info.block, rng);
       std::vector<float> wf(static_cast<size_t>(N * K));
       Kt.row_to_f32(w.data(), t, 0, N * K, wf.data());
@@ -204,13 +207,21 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
             for (int j = 0; j < act_block(act); ++j) xd[static_cast<size_t>(m * K + b * act_block(act) + j)] = qs[j] * d;
           }
         }
-        // Whole range, then the same rows in cut ranges (n0 > 0, ends inside a 16-row panel).
-        for (int mode = 0; mode < 2; ++mode) {
+        // Whole range, then the same rows in cut ranges (n0 > 0, ends inside a 16-row panel), and
+        // for 1..3 rows as the decode regions read them: four far-apart panel streams, the
+        // panels past the last whole quarter apart.
+        for (int mode = 0; mode < 3; ++mode) {
+          if (mode == 2 && M > 3) continue;
           std::vector<float> y(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
           if (mode == 0)
             Kt.matmul_quant(xq.data(), M, K, w.data(), t, 0, N, y.data(), N);
-          else
+          else if (mode == 1)
             for (int64_t n0 = 0; n0 < N; n0 += 11) Kt.matmul_quant(xq.data(), M, K, w.data(), t, n0, std::min(N, n0 + 11), y.data(), N);
+          else {
+            const int64_t P = (N + 15) / 16, Q = P / 4;
+            Kt.matmul_quant_streams(xq.data(), M, K, w.data(), t, N, 0, Q, y.data(), N, Q);
+            Kt.matmul_quant_streams(xq.data(), M, K, w.data(), t, N, 4 * Q, P, y.data(), N, 0);
+          }
           for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n) {
               double ref, mag;

@@ -129,7 +129,9 @@ class CpuBackend final : public Backend {
 
   // Batches of up to this many rows of x are decode-sized: stealable regions of weight streams.
   static constexpr int kDecodeRows = 16;
-  void decode_region(const float* x, int rows, const WMat* const* ws, float* const* ys, int n, bool packed);
+  // xq: x quantized per activation type (matmul_quantized), or null.
+  void decode_region(const float* x, int rows, const WMat* const* ws, float* const* ys, int n, bool packed,
+                     const void* const* xq = nullptr);
 
   // A matmul region's work list: panels [p0, p1) of matrix `matrix` (slice: see matmul_packed).
   struct Piece {
@@ -140,7 +142,7 @@ class CpuBackend final : public Backend {
   // outputs and copies it in place only if the caller has not taken the piece over.
   struct MatmulWork final : StealableWork {
     struct Mat {
-      const uint16_t* packed;  // vdpbf16ps panels, or null: row-major `w` of type `wt`
+      const uint16_t* packed;  // vdpbf16ps panels, or null: `w` of type `wt` (row-major, or GGUF blocks)
       const void* w;
       DType wt;
       int64_t n;
@@ -151,9 +153,11 @@ class CpuBackend final : public Backend {
     int rows = 0, streams = 0;
     int64_t k = 0;
     // This region's own copies of x (the caller may have moved on): rounded to bf16 for packed
-    // matrices; for row-major ones in split_x's order (bf16) and as it is (f32).
+    // matrices; for row-major ones in split_x's order (bf16) and as it is (f32); quantized per
+    // activation type (by ActQuant) for block-quantized ones.
     std::vector<uint16_t> x_bf16;
     std::vector<float> x_split, x_f32;
+    std::vector<unsigned char> x_quant[4];
     std::vector<Mat> mats;
     std::vector<Piece> pieces;
 
@@ -177,6 +181,7 @@ class CpuBackend final : public Backend {
   AlignedBuffer x_bf16_;    // x rounded to bf16 for the packed matmuls
   AlignedBuffer x_quant_[4];  // x quantized for block-quantized matrices, by ActQuant
   std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_weights_;  // vdpbf16ps panels, by host matrix
+  std::map<const void*, std::unique_ptr<AlignedBuffer>> resident_weights_;  // row-major copies, by host matrix
   const void* head_ptr_ = nullptr;  // the vocabulary head (profiled apart)
   std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_taps_;  // tap-major conv weights, by host vector
   std::vector<float> gate_buf_;  // a DeltaNet layer's beta and log decay [2][T, nv]

@@ -35,6 +35,10 @@ struct Kernels {
   void (*quantize_act)(ActQuant a, const float* x, int64_t M, int64_t K, void* out);
   void (*matmul_quant)(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
                        int64_t ldy);
+  // The same for batches of 1..3 rows, by panels of kPanel weight rows with matmul_streams'
+  // meaning of p0, p1 and slice (four streams that far apart).
+  void (*matmul_quant_streams)(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0,
+                               int64_t p1, float* y, int64_t ldy, int64_t slice);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a*x
   void (*scale)(float* y, float a, int64_t n);                 // y *= a

@@ -1,8 +1,9 @@
-// How the CPU backend splits a matrix product over the threads: f32 / unpacked matrices by output
-// rows; packed bf16 prefill products as pieces of 8 panels dealt from a shared counter; decode
+// How the CPU backend splits a matrix product over the threads: prefill products (packed bf16
+// panels, or row-major f32 / bf16 rows for the GEMM) as pieces dealt from a shared counter; decode
 // products as a stealable work list of far-apart weight streams (see ThreadPool::run_stealable);
-// block-quantized matrices (GGUF) as pieces of weight rows dealt from a shared counter, x quantized
-// once per activation type. The kernels are in isa/matmul.cpp and isa/quant_matmul.cpp.
+// block-quantized matrices (GGUF) with x quantized once per activation type, then the same
+// stealable streams for 1..3 rows, else pieces of weight rows dealt from a shared counter. The
+// kernels are in isa/matmul.cpp, isa/gemm.cpp and isa/quant_matmul.cpp.
 #include <algorithm>
 #include <cstring>
 
@@ -99,8 +100,10 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
 
 // A decode-sized matmul region (1..16 rows of x): one stealable region over all the matrices.
 // packed: every matrix has vdpbf16ps panels (x rounded to bf16 in x_bf16_ already); else every
-// matrix is row-major f32 / bf16, read as four streams per piece.
-void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, float* const* ys, int n, bool packed) {
+// matrix is row-major f32 / bf16 or block-quantized (1..3 rows; xq: x per activation type), read
+// as four streams per piece.
+void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, float* const* ys, int n, bool packed,
+                               const void* const* xq) {
   const int64_t K = ws[0]->cols;
   const int64_t xn = static_cast<int64_t>(rows) * K;
   // Each piece takes the same panels from each quarter (packed panels: 1..6 rows; a third for
@@ -112,7 +115,9 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
   const int streams = !packed || rows <= 6 ? 4 : 3;  // see matmul_packed's and matmul_streams' slice
   auto panels_of = [&](int i) { return (ws[i]->rows + kPanel - 1) / kPanel; };
   auto panel_bytes = [&](int i) {
-    return kPanel * K * (packed ? 2 : static_cast<int64_t>(dtype_size(ws[i]->dtype)));
+    const DType t = ws[i]->dtype;
+    if (is_quant(t)) return kPanel * static_cast<int64_t>(row_bytes(t, K));
+    return kPanel * K * (packed ? 2 : static_cast<int64_t>(dtype_size(t)));
   };
   // Decode regions are stealable (see ThreadPool): the work, with its own copy of x, lives in
   // the region's slot until the workers have left it.
@@ -131,7 +136,19 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
     mw.x_bf16.assign(xb, xb + xn);
   } else {
     bool any_bf16 = false, any_f32 = false;
-    for (int i = 0; i < n; ++i) (ws[i]->dtype == DType::bf16 ? any_bf16 : any_f32) = true;
+    for (int a = 0; a < 4; ++a) mw.x_quant[a].clear();
+    for (int i = 0; i < n; ++i) {
+      const DType t = ws[i]->dtype;
+      if (is_quant(t)) {
+        const int a = static_cast<int>(dtype_info(t).act);
+        if (mw.x_quant[a].empty()) {
+          const auto* src = static_cast<const unsigned char*>(xq[a]);
+          mw.x_quant[a].assign(src, src + quant::act_row_bytes(dtype_info(t).act, K) * static_cast<size_t>(rows));
+        }
+      } else {
+        (t == DType::bf16 ? any_bf16 : any_f32) = true;
+      }
+    }
     if (any_bf16) {
       mw.x_split.resize(static_cast<size_t>(xn));
       kernels_.split_x(x, rows, K, mw.x_split.data());
@@ -166,10 +183,10 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
 }
 
 // Block-quantized matrices (and any plain ones in the same group): x quantized once per activation
-// type the group's weight types take, then one region of pieces of whole weight-row panels of every
-// matrix, dealt from a shared counter (a slower core takes fewer). A piece is about 256 KiB of
-// weights at decode (64 KiB at prefill), so a step's matrices are many pieces; each weight row is
-// read once per step.
+// type the group's weight types take; then for 1..3 rows the decode region of far-apart streams,
+// and for more one region of pieces of whole weight-row panels of every matrix, dealt from a shared
+// counter (a slower core takes fewer). A piece is about 256 KiB of weights at 4..16 rows (64 KiB at
+// prefill), so a step's matrices are many pieces; each weight row is read once per step.
 void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
   const int64_t K = ws[0]->cols;
   const void* xq[4] = {};
@@ -190,8 +207,11 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
       });
     xq[ai] = dst;
   }
-  // Decode-sized batches read each piece as 4 streams (isa/quant_matmul.cpp): longer pieces keep
-  // the streams long.
+  // Batches of 1..3 rows: one stealable region of far-apart weight streams, as for bf16.
+  if (rows <= 3) {
+    decode_region(x, rows, ws, ys, n, false, xq);
+    return;
+  }
   const int64_t kPieceBytes = rows <= 16 ? int64_t{256} << 10 : int64_t{64} << 10;
   prefill_pieces_.clear();
   for (int i = 0; i < n; ++i) {
@@ -225,6 +245,9 @@ void CpuBackend::MatmulWork::compute(int64_t p, int tid, bool direct) {
   }
   if (m.packed)
     kernels->matmul_packed(x_bf16.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
+  else if (is_quant(m.wt))
+    kernels->matmul_quant_streams(x_quant[static_cast<int>(dtype_info(m.wt).act)].data(), rows, k, m.w, m.wt, m.n, pc.p0,
+                                  pc.p1, y, m.n, pc.slice);
   else
     kernels->matmul_streams(m.wt == DType::bf16 ? x_split.data() : x_f32.data(), rows, k, m.w, m.wt, m.n, pc.p0, pc.p1,
                             y, m.n, pc.slice);

@@ -1,14 +1,38 @@
 // CPU weight binding: the layers through the shared binding (backend/weight_binding.h), with bf16
 // matrices repacked into vdpbf16ps panels when the ISA has them (prefill and decode then read only
-// the packed copy; f32 matrices stay as they are, the exact reference path), and the DeltaNet conv
+// the packed copy), else f32 / bf16 matrices copied as they are into huge-page memory (the exact
+// reference path reads f32), block-quantized ones left in the file mapping, and the DeltaNet conv
 // taps copied tap-major for the conv kernel.
+#include <cstring>
 #include <stdexcept>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/weight_binding.h"
 
 namespace lumen::cpu {
+namespace {
+
+// Drops the whole pages of [p, p + bytes) from this process's resident set (a private, unmodified
+// file mapping: a later read faults the page back in from the file). Best effort.
+void release_mapped_pages(const void* p, size_t bytes) {
+#if defined(__linux__)
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+}  // namespace
 
 void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
   const bool pack = kernels_.pack_bf16 != nullptr;
@@ -25,6 +49,20 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
         it = packed_weights_.emplace(m.data, std::move(buf)).first;
       }
       r.aux = it->second->data();
+    } else if (!pack && !is_quant(m.dtype)) {
+      // Row-major f32 / bf16 matrices are read in place by the kernels: from a copy in memory
+      // backed by transparent huge pages instead of the checkpoint's mapping (4 KiB file pages,
+      // a TLB miss every 64 lines of a weight stream). The mapping's pages of the matrix are
+      // handed back, so resident memory stays one copy.
+      auto it = resident_weights_.find(m.data);
+      if (it == resident_weights_.end()) {
+        const size_t bytes = m.bytes();
+        auto buf = std::make_unique<AlignedBuffer>(bytes, false);
+        std::memcpy(buf->data(), m.data, bytes);
+        release_mapped_pages(m.data, bytes);
+        it = resident_weights_.emplace(m.data, std::move(buf)).first;
+      }
+      r.ptr = it->second->data();
     }
     return r;
   };

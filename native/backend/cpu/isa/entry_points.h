@@ -35,6 +35,8 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t
 void quantize_act(ActQuant a, const float* x, int64_t M, int64_t K, void* out);
 void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
                   int64_t ldy);
+void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0,
+                          int64_t p1, float* y, int64_t ldy, int64_t slice);
 
 // elementwise.cpp
 float dot(const float* a, const float* b, int64_t n);

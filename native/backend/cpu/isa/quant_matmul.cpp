@@ -392,6 +392,42 @@ inline void four_streams(DType t, const uint8_t* wb, size_t wrow, int64_t n0, in
 
 }  // namespace
 
+void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0,
+                          int64_t p1, float* y, int64_t ldy, int64_t slice) {
+  constexpr int64_t P = 16;  // rows per panel (kernels.h: kPanel)
+  if (slice == 0) return matmul_quant(xq, M, K, w, wt, p0 * P, std::min(N, p1 * P), y, ldy);
+  const size_t wrow = row_bytes(wt, K);
+  const size_t xrow = act_row_bytes(dtype_info(wt).act, K);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  // Row i of panels p, p + slice, p + 2 slice, p + 3 slice side by side: four streams that far apart.
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t i = 0; i < P; ++i) {
+      const uint8_t* wr[4];
+      float* ys[4];
+      int count = 0;
+      for (int s = 0; s < 4; ++s) {
+        const int64_t n = (p + s * slice) * P + i;
+        if (n >= N) continue;
+        wr[count] = wb + static_cast<size_t>(n) * wrow;
+        ys[count++] = y + n;
+      }
+      if (count == 4) {
+        if (M == 1) row_tile<1, 4>(wt, wr, xb, xrow, K, ys, ldy);
+        else if (M == 2) row_tile<2, 4>(wt, wr, xb, xrow, K, ys, ldy);
+        else row_tile<3, 4>(wt, wr, xb, xrow, K, ys, ldy);
+        continue;
+      }
+      for (int j = 0; j < count; ++j) {
+        const uint8_t* w1[1] = {wr[j]};
+        float* y1[1] = {ys[j]};
+        if (M == 1) row_tile<1, 1>(wt, w1, xb, xrow, K, y1, ldy);
+        else if (M == 2) row_tile<2, 1>(wt, w1, xb, xrow, K, y1, ldy);
+        else row_tile<3, 1>(wt, w1, xb, xrow, K, y1, ldy);
+      }
+    }
+}
+
 void quantize_act(ActQuant a, const float* x, int64_t M, int64_t K, void* out) {
   const size_t rb = act_row_bytes(a, K);
   for (int64_t m = 0; m < M; ++m) {

@@ -11,7 +11,7 @@ const Kernels table = {
 #else
     "avx2",
 #endif
-    matmul, split_x, matmul_streams, gemm, quantize_act, matmul_quant, dot, axpy, scale, sumsq, row_to_f32,
+    matmul, split_x, matmul_streams, gemm, quantize_act, matmul_quant, matmul_quant_streams, dot, axpy, scale, sumsq, row_to_f32,
 #if defined(__AVX512BF16__)
     pack_bf16, matmul_packed, to_bf16,
 #else
