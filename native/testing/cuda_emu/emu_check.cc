@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "core/dtype.h"
+#include "core/quant_ref.h"
 #include "engine/engine.h"
 
 using namespace lumen;
@@ -319,6 +320,188 @@ void kernel_tests() {
   cudaStreamDestroy(st);
 }
 
+// ---- the quantized products (k_quant.cu) against two references: the weights dequantized by the
+// scalar reference (core/quant_ref) times fp32 x in double (what the kernels compute: tight), and
+// the CPU backend's numerics (quant::vec_dot on x quantized as the type's activation blocks; the
+// CPU kernels are held to it by quant_check), which differ from ours by the activation
+// quantization only: |ours - cpu| <= sum_i |w_i| |xq_i - x_i| (xq: x as its quantized blocks
+// decode) + 1e-5 sum_i |w_i x_i| for the order of the float additions.
+
+// `nb` random valid blocks of type t: every byte random, the f16 scales finite (|d| in [2^-10, 2^-4)).
+std::vector<unsigned char> random_blocks(DType t, int64_t nb, Lcg& rng) {
+  const DTypeInfo& info = dtype_info(t);
+  std::vector<unsigned char> out(static_cast<size_t>(nb) * info.bytes);
+  for (auto& b : out) b = static_cast<unsigned char>(static_cast<uint32_t>((rng.next() + 1.f) * 1e6f));
+  auto scale = [&](bool positive) {
+    const float v = std::exp2(-10.f + 3.f * (rng.next() + 1.f)) * (positive || rng.next() > 0 ? 1.f : -1.f);
+    return f32_to_f16(v);
+  };
+  for (int64_t i = 0; i < nb; ++i) {
+    unsigned char* p = out.data() + i * info.bytes;
+    auto put = [&](size_t off, uint16_t h) { std::memcpy(p + off, &h, 2); };
+    switch (t) {
+      case DType::q8_0: case DType::q5_0: put(0, scale(false)); break;
+      case DType::q4_K: put(0, scale(true)); put(2, scale(true)); break;
+      case DType::q6_K: put(208, scale(false)); break;
+      default: throw std::runtime_error("random_blocks: type not covered");
+    }
+  }
+  return out;
+}
+
+// x as its activation blocks decode (what the CPU backend multiplies the weights by).
+std::vector<float> act_decoded(ActQuant aq, const float* x, int K) {
+  std::vector<unsigned char> q(quant::act_row_bytes(aq, K));
+  quant::quantize_row(aq, x, q.data(), K);
+  std::vector<float> out(static_cast<size_t>(K));
+  if (aq == ActQuant::q8_K) {
+    const auto* b = reinterpret_cast<const quant::BlockQ8_K*>(q.data());
+    for (int i = 0; i < K; ++i) out[i] = b[i / quant::QK_K].d * b[i / quant::QK_K].qs[i % quant::QK_K];
+  } else {
+    quant::dequantize_row(DType::q8_0, q.data(), out.data(), K);  // q8_0's layout
+  }
+  return out;
+}
+
+void quant_kernel_tests() {
+  cudaStream_t st;
+  cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  Lcg rng{777};
+  const DType types[] = {DType::q8_0, DType::q5_0, DType::q4_K, DType::q6_K};
+  for (DType t : types) {
+    const DTypeInfo& info = dtype_info(t);
+    // Row lengths: whole 256-blocks and, for the 32-blocks, a length that is not.
+    std::vector<int> Ks = {256, 768};
+    if (info.block == 32) Ks.push_back(96);
+    for (int K : Ks) {
+      // Three matrices in one launch (5 + 130 + 64 rows: the last group of warps is partial).
+      const int Ns[3] = {5, 130, 64};
+      std::vector<std::vector<unsigned char>> wq(3);
+      std::vector<std::vector<float>> wf(3);
+      std::vector<void*> dw(3);
+      for (int i = 0; i < 3; ++i) {
+        wq[i] = random_blocks(t, static_cast<int64_t>(Ns[i]) * K / info.block, rng);
+        wf[i].resize(static_cast<size_t>(Ns[i]) * K);
+        quant::dequantize_row(t, wq[i].data(), wf[i].data(), static_cast<int64_t>(Ns[i]) * K);
+        dw[i] = dev_copy(wq[i]);
+      }
+      const int maxM = 150;
+      std::vector<float> x(static_cast<size_t>(maxM) * K);
+      for (auto& v : x) v = rng.next();
+      auto* dx = dev_copy(x);
+      // Per output: the exact product, the CPU backend's, and the bound between them and ours.
+      auto refs = [&](int i, int M, std::vector<double>& exact, std::vector<double>& cpu, std::vector<double>& bound) {
+        exact.assign(static_cast<size_t>(M) * Ns[i], 0);
+        cpu = bound = exact;
+        std::vector<unsigned char> xq(quant::act_row_bytes(info.act, K));
+        const size_t rb = row_bytes(t, K);
+        for (int m = 0; m < M; ++m) {
+          const float* xr = x.data() + static_cast<size_t>(m) * K;
+          quant::quantize_row(info.act, xr, xq.data(), K);
+          const auto xd = act_decoded(info.act, xr, K);
+          for (int n = 0; n < Ns[i]; ++n) {
+            double a = 0, b = 0, mag = 0;
+            for (int k = 0; k < K; ++k) {
+              const double w = wf[i][static_cast<size_t>(n) * K + k];
+              a += w * xr[k];
+              b += std::fabs(w) * std::fabs(static_cast<double>(xd[k]) - xr[k]);
+              mag += std::fabs(w * xr[k]);
+            }
+            const size_t o = static_cast<size_t>(m) * Ns[i] + n;
+            exact[o] = a;
+            cpu[o] = quant::vec_dot(t, wq[i].data() + n * rb, xq.data(), K);
+            bound[o] = b + 1e-5 * mag + 1e-6;
+          }
+        }
+      };
+      auto vs_cpu = [](const std::vector<float>& got, const std::vector<double>& cpu, const std::vector<double>& bound) {
+        double worst = 0;  // largest |ours - cpu| as a share of its bound
+        for (size_t o = 0; o < cpu.size(); ++o) worst = std::max(worst, std::fabs(got[o] - cpu[o]) / bound[o]);
+        return worst;
+      };
+      // GEMV for every row count 1..16.
+      double e_exact = 0, e_cpu = 0;
+      for (int M = 1; M <= 16; ++M) {
+        cuda::GemvArgs a;
+        a.x = dx;
+        a.K = K;
+        a.m_real = M;
+        a.nseg = 3;
+        std::vector<float*> ys;
+        for (int i = 0; i < 3; ++i) {
+          std::vector<float> y0(static_cast<size_t>(M) * Ns[i], NAN);
+          ys.push_back(dev_copy(y0));
+          a.seg[i] = cuda::GemvSeg{dw[i], ys.back(), Ns[i]};
+        }
+        int mp = 1;
+        while (mp < M) mp <<= 1;
+        cuda::launch_gemv_quant(a, t, mp, st);
+        for (int i = 0; i < 3; ++i) {
+          std::vector<double> exact, cpu, bound;
+          refs(i, M, exact, cpu, bound);
+          const auto got = host_copy(ys[i], exact.size());
+          e_exact = std::max(e_exact, rel_err(got, exact));
+          e_cpu = std::max(e_cpu, vs_cpu(got, cpu, bound));
+          cudaFree(ys[i]);
+        }
+      }
+      char buf[220];
+      std::snprintf(buf, sizeof buf,
+                    "kernel gemv %s K=%d rows=1..16, 3 matrices: rel err %.2e vs dequantized (tol 1e-5); vs CPU product %.2f of "
+                    "the activation-quantization bound",
+                    info.name, K, e_exact, e_cpu);
+      report(e_exact < 1e-5 && e_cpu <= 1.0, buf);
+      // GEMM: partial tiles in M and N.
+      for (int M : {17, 70, 150}) {
+        std::vector<float> y0(static_cast<size_t>(M) * Ns[1], NAN);
+        auto* dy = dev_copy(y0);
+        cuda::launch_gemm_quant(dx, M, K, dw[1], t, Ns[1], dy, st);
+        std::vector<double> exact, cpu, bound;
+        refs(1, M, exact, cpu, bound);
+        const auto got = host_copy(dy, exact.size());
+        const double ee = rel_err(got, exact), ec = vs_cpu(got, cpu, bound);
+        std::snprintf(buf, sizeof buf,
+                      "kernel gemm %s M=%d K=%d N=%d: rel err %.2e vs dequantized (tol 1e-5); vs CPU product %.2f of the bound",
+                      info.name, M, K, Ns[1], ee, ec);
+        report(ee < 1e-5 && ec <= 1.0, buf);
+        cudaFree(dy);
+      }
+      // Embedding rows (rows 0, 129, 7 of the 130-row matrix) against the reference decode.
+      {
+        const std::vector<int> tok = {0, 129, 7};
+        auto* dt = dev_copy(tok);
+        std::vector<float> y0(tok.size() * K, NAN);
+        auto* dy = dev_copy(y0);
+        cuda::launch_embed_quant(dw[1], t, K, dt, static_cast<int>(tok.size()), dy, st);
+        const auto got = host_copy(dy, y0.size());
+        std::vector<double> ref(y0.size());
+        for (size_t r = 0; r < tok.size(); ++r)
+          for (int k = 0; k < K; ++k) ref[r * K + k] = wf[1][static_cast<size_t>(tok[r]) * K + k];
+        const double ee = rel_err(got, ref);
+        std::snprintf(buf, sizeof buf, "kernel embed %s dim=%d: rel err %.2e vs the reference decode", info.name, K, ee);
+        report(ee < 1e-6, buf);
+        cudaFree(dt);
+        cudaFree(dy);
+      }
+      cudaFree(dx);
+      for (auto* d : dw) cudaFree(d);
+    }
+  }
+  // A type without GPU kernels is refused with its name.
+  try {
+    cuda::GemvArgs a;
+    a.K = 256;
+    a.m_real = 1;
+    a.nseg = 1;
+    a.seg[0] = cuda::GemvSeg{nullptr, nullptr, 4};
+    cuda::launch_gemv_quant(a, DType::q5_K, 1, st);
+    report(false, "kernel gemv Q5_K is refused");
+  } catch (const std::exception& e) {
+    report(std::string(e.what()).find("Q5_K") != std::string::npos, std::string("kernel gemv Q5_K is refused: ") + e.what());
+  }
+  cudaStreamDestroy(st);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -341,6 +524,11 @@ int main(int argc, char** argv) {
     kernel_tests();
   } catch (const std::exception& e) {
     report(false, std::string("kernel tests: ") + e.what());
+  }
+  try {
+    quant_kernel_tests();
+  } catch (const std::exception& e) {
+    report(false, std::string("quantized kernel tests: ") + e.what());
   }
   const bool cases_only = argc > 1 && std::string(argv[1]) == "cases";
   if (argc > 1 && std::string(argv[1]) == "kernels") {
