@@ -21,14 +21,16 @@ namespace {
 
 __device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 
-// IEEE half bits -> float (subnormals exact, infinities and NaN kept).
+// IEEE half bits -> float, exact; infinities and NaN kept. Subnormal halves (common: a Q6_K scale
+// of small weights) are computed as integer x 2^-24 from normal floats only, so the result does
+// not depend on denormals-are-zero / flush-to-zero settings (-ftz, or a host thread's MXCSR in the
+// emulation).
 __device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
   const uint32_t em = h & 0x7fffu;
   if (em >= 0x7c00u) return __uint_as_float(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
-  // em << 13 reads the half as a float with exponent bias 15 instead of 127: scale by 2^112
-  // (exact, also for subnormal halves).
-  return __uint_as_float(sign | __float_as_uint(__uint_as_float(em << 13) * 5.192296858534828e33f));
+  if (em < 0x400u) return __uint_as_float(sign | __float_as_uint(static_cast<float>(em) * 5.9604644775390625e-8f));
+  return __uint_as_float(sign | ((em + 0x1c000u) << 13));  // exponent bias 15 -> 127
 }
 
 template <DType T>
