@@ -3,6 +3,7 @@
 # C++ against the CPU emulation in this folder) and runs it: CUDA backend vs CPU backend on small
 # synthetic models. No GPU or nvcc needed. The source lists are CMakeLists.txt's.
 #   native/testing/cuda_emu/run.sh [quick|kernels|cases] [--asan]
+#   native/testing/cuda_emu/run.sh gguf SPEC... [--asan]   (GGUF files; specs: test/cuda-emu-gguf.test.ts)
 # --asan adds AddressSanitizer (device buffers are heap blocks: out-of-bounds accesses report) and
 # the alignment check (a misaligned float4/uint4 access, which faults on a GPU, aborts here).
 # Build folder: $LUMEN_EMU_BUILD (default /tmp/lumen-cuda-emu); parallel jobs: $EMU_JOBS (default 2).
