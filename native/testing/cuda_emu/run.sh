@@ -19,10 +19,15 @@ for a in "$@"; do
     *) ARGS+=("$a") ;;
   esac
 done
+# One build at a time per folder (test files that run this script may run in parallel).
+mkdir -p "$(dirname "$OUT")"
+exec 9> "$OUT.lock"
+flock 9
 GEN=()
 command -v ninja > /dev/null 2>&1 && [ ! -f "$OUT/CMakeCache.txt" ] && GEN=(-G Ninja)
 cmake -S "$REPO" -B "$OUT" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
   -DLUMEN_CUDA_EMU=ON -DLUMEN_EMU_SANITIZE="$SAN" > "$OUT.configure.log" 2>&1 || { cat "$OUT.configure.log" >&2; exit 1; }
 cmake --build "$OUT" --target lumen_cuda_emu_check -j "${EMU_JOBS:-2}" >&2
+flock -u 9
 echo "[emu] built $OUT/lumen_cuda_emu_check; running" >&2
 exec "$OUT/lumen_cuda_emu_check" "${ARGS[@]}"
