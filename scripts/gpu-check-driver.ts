@@ -5,12 +5,16 @@
 // Environment (set by gpu-check.sh): CHECK_OUT (results folder), CHECK_DRY=1 (the "device" is the
 // CPU backend with small models, to check the script and the pack on a CPU machine), and for the
 // correctness bound of the default bf16 mode CHECK_BF16_TOL (default 0.5).
-import { appendFileSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
+import { convertCheckpoint } from '../src/convert/convert.js';
 import { loadEngine, type EngineInternals } from '../src/engine/engine.js';
 import type { EngineHandle, EngineOptions, RequestResult } from '../src/engine/types.js';
+import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
 import { presetConfig } from '../src/model/presets.js';
-import type { TextConfig } from '../src/model/types.js';
+import { writeSynthCheckpoint } from '../src/model/synth.js';
+import type { ModelCheckpoint, TextConfig } from '../src/model/types.js';
 
 const OUT = process.env.CHECK_OUT ?? `${process.cwd()}/gpu-check-out`;
 const DRY = process.env.CHECK_DRY === '1';
@@ -40,10 +44,10 @@ function tiny(over: Partial<TextConfig> = {}): TextConfig {
   };
 }
 
-function ids(n: number, seed: number): number[] {
+function ids(n: number, seed: number, vocab = 248000): number[] {
   let s = (seed * 2654435761) >>> 0 || 1;
   const out: number[] = [];
-  for (let i = 0; i < n; i++) { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; out.push(s % 248000); }
+  for (let i = 0; i < n; i++) { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; out.push(s % vocab); }
   return out;
 }
 
@@ -54,14 +58,15 @@ const BASE: Omit<EngineOptions, 'device'> = {
 interface Opened { e: EngineHandle; loadS: number; close(): Promise<BackendStats | null> }
 
 // Opens an engine; with graphs set, also through the backend's environment switch (the option
-// alone needs the engine to pass it on). Backend counters land in a stats file at close.
+// alone needs the engine to pass it on). Backend counters land in a stats file at close. With
+// `model`, the engine loads that checkpoint (a GGUF file) instead of random weights of `cfg`.
 async function open(device: 'cpu' | 'cuda', cfg: TextConfig, dtype: 'f32' | 'bf16', opts: Partial<EngineOptions> = {},
-  internals: EngineInternals = {}, graphs = true): Promise<Opened> {
+  internals: EngineInternals = {}, graphs = true, model?: ModelCheckpoint): Promise<Opened> {
   process.env.LUMEN_CUDA_GRAPHS = graphs ? '1' : '0';
   const statsFile = `${OUT}/.stats-${process.pid}-${Math.random().toString(36).slice(2)}.jsonl`;
   process.env.LUMEN_CUDA_STATS_FILE = statsFile;
   const t0 = Date.now();
-  const e = await loadEngine({ synthetic: cfg }, { ...BASE, device, cudaGraphs: graphs, ...opts }, {},
+  const e = await loadEngine(model ?? { synthetic: cfg }, { ...BASE, device, cudaGraphs: graphs, ...opts }, {},
     { syntheticDtype: dtype, syntheticSeed: 7, ...internals });
   const loadS = (Date.now() - t0) / 1000;
   return {
@@ -76,7 +81,7 @@ async function open(device: 'cpu' | 'cuda', cfg: TextConfig, dtype: 'f32' | 'bf1
   };
 }
 
-function logSoftmax(buf: Float32Array, row: number): Float64Array {
+function logSoftmax(buf: Float32Array, row: number, V: number): Float64Array {
   const o = row * V;
   let mx = -Infinity;
   for (let i = 0; i < V; i++) mx = Math.max(mx, buf[o + i]!);
@@ -89,13 +94,13 @@ function logSoftmax(buf: Float32Array, row: number): Float64Array {
 }
 
 // Rows evaluated on identical inputs: the prompt rows, then generated rows while tokens agree.
-function compare(ref: RequestResult, got: RequestResult, newTokens: number) {
+function compare(ref: RequestResult, got: RequestResult, newTokens: number, V: number) {
   let rows = ref.promptTokens;
   for (let i = 0; i < newTokens && ref.tokens[i] === got.tokens[i]; i++) rows++;
   rows = Math.min(rows, ref.logitRows ?? 0, got.logitRows ?? 0);
   let maxLs = 0, maxRaw = 0, argmaxSame = 0;
   for (let r = 0; r < rows; r++) {
-    const a = logSoftmax(ref.logits!, r), b = logSoftmax(got.logits!, r);
+    const a = logSoftmax(ref.logits!, r, V), b = logSoftmax(got.logits!, r, V);
     let am = 0, bm = 0;
     for (let i = 0; i < V; i++) {
       if (a[i]! > -27.6) maxLs = Math.max(maxLs, Math.abs(a[i]! - b[i]!));
@@ -117,26 +122,35 @@ async function correctness(): Promise<boolean> {
   // hi + lo, LUMEN_CUDA_PRECISE_GEMM=1) must match the CPU as tightly as f32 does.
   const BF16_TOL = Number(process.env.CHECK_BF16_TOL ?? 0.5);
   const small4: Partial<TextConfig> = { hiddenSize: 256, numLayers: 8, numHeads: 8, numKvHeads: 2, intermediateSize: 512, layerTypes: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention', 'linear_attention', 'linear_attention', 'linear_attention', 'full_attention'] };
-  const cases: { name: string; cfg: TextConfig; dtype: 'f32' | 'bf16'; tol: number; precise?: boolean }[] = [
+  // Quantized GGUF files, written here: the CPU reference runs the same file with its weights
+  // dequantized to f32 (the products the GPU's quantized kernels compute, fp32 activations), so the
+  // f32 tolerance applies (docs/gpu.md, "Quantized weights").
+  const quant = await quantModels();
+  const cases: { name: string; cfg: TextConfig; dtype: 'f32' | 'bf16'; tol: number; precise?: boolean; model?: ModelCheckpoint }[] = [
     { name: 'tiny f32, value heads = 2 key heads, 2 q heads per kv head', cfg: tiny(), dtype: 'f32', tol: 1e-3 },
     { name: 'tiny bf16, precise GEMM mode', cfg: tiny(), dtype: 'bf16', tol: 2e-3, precise: true },
     { name: 'tiny bf16, default mode (bf16 activations in tensor-core GEMMs)', cfg: tiny(), dtype: 'bf16', tol: BF16_TOL },
     { name: 'hidden 256, 4 q heads per kv head, nk = nv, untied, f32', cfg: tiny({ hiddenSize: 256, numHeads: 8, numKvHeads: 2, intermediateSize: 512, linearNumValueHeads: 2, tieWordEmbeddings: false }), dtype: 'f32', tol: 1e-3 },
     { name: 'hidden 256, 4 q heads per kv head, 8 layers, bf16, precise GEMM mode', cfg: tiny(small4), dtype: 'bf16', tol: 2e-3, precise: true },
+    ...quant.models.map((q) => ({ name: `${q.name} GGUF (CPU reference on its weights dequantized to f32)`, cfg: q.model.config, dtype: 'f32' as const, tol: 1e-3, model: q.model })),
   ];
   const results: Json[] = [];
   let pass = true;
-  for (const c of DRY ? cases.slice(0, 2) : cases) {  // a dry run only checks the script
+  // A dry run only checks the script (and one quantized file's path through it).
+  for (const c of DRY ? [...cases.slice(0, 2), ...cases.filter((x) => x.model).slice(0, 1)] : cases) {
     const t0 = Date.now();
-    const reqs = (e: EngineHandle) => Promise.all(LENS.map((n, i) => e.submit({ prompt: ids(n, 300 + i), maxTokens: NEW, ignoreEos: true, logits: 'all' }).done));
+    const vocab = c.cfg.vocabSize;
+    const reqs = (e: EngineHandle) => Promise.all(LENS.map((n, i) => e.submit({ prompt: ids(n, 300 + i, Math.min(vocab, 248000)), maxTokens: NEW, ignoreEos: true, logits: 'all' }).done));
     // bf16 models: the CPU reference keeps the bf16 values but stores them as f32, so it runs its
-    // exact fp32 path (its own bf16 kernels round activations to bf16 as well).
-    const cpu = await open('cpu', c.cfg, c.dtype, {}, c.dtype === 'bf16' ? { weightDtype: 'f32' } : {});
+    // exact fp32 path (its own bf16 kernels round activations to bf16 as well); quantized files:
+    // their weights dequantized to f32.
+    const exact = c.dtype === 'bf16' || c.model !== undefined;
+    const cpu = await open('cpu', c.cfg, c.dtype, {}, exact ? { weightDtype: 'f32' } : {}, true, c.model);
     const ref = await reqs(cpu.e);
     await cpu.close();
     if (c.precise) process.env.LUMEN_CUDA_PRECISE_GEMM = '1';
     // (A dry run's "device" is the CPU backend: it mirrors the reference's exact path.)
-    const dev = await open(DEV, c.cfg, c.dtype, {}, DRY && c.dtype === 'bf16' ? { weightDtype: 'f32' } : {});
+    const dev = await open(DEV, c.cfg, c.dtype, {}, DRY && exact ? { weightDtype: 'f32' } : {}, true, c.model);
     delete process.env.LUMEN_CUDA_PRECISE_GEMM;
     let got: RequestResult[] | undefined;
     let error: string | null = null;
@@ -147,7 +161,7 @@ async function correctness(): Promise<boolean> {
     if (got) {
       for (let i = 0; i < LENS.length; i++) {
         if (got[i]!.finishReason === 'error') { error = got[i]!.error ?? 'error'; break; }
-        const r = compare(ref[i]!, got[i]!, NEW);
+        const r = compare(ref[i]!, got[i]!, NEW, vocab);
         per.push({ prompt: LENS[i], rows: r.rows, maxAbsLogSoftmax: r.maxLs, maxAbsLogits: r.maxRaw, argmaxSame: r.argmaxSame,
           tokensSame: JSON.stringify(ref[i]!.tokens) === JSON.stringify(got[i]!.tokens) });
         worst = Math.max(worst, r.maxLs);
@@ -159,8 +173,27 @@ async function correctness(): Promise<boolean> {
     results.push({ case: c.name, dtype: c.dtype, tol: c.tol, ok, worstMaxAbsLogSoftmax: worst, error, perSequence: per, backendStats: stats, seconds: (Date.now() - t0) / 1000 });
     say(`(a) ${ok ? 'PASS' : 'FAIL'} ${c.name}: max |Δ log-softmax| ${worst.toExponential(2)} (tol ${c.tol})${error ? ` error: ${error}` : ''}`);
   }
+  quant.cleanup();
   save('correctness', { pass, device: DEV, results });
   return pass;
+}
+
+// A small synthetic checkpoint (hidden 256, so the K-quant blocks are real; a 512-token tokenizer)
+// converted to Q8_0 and Q4_K_M (Q4_K + Q6_K), in a temporary folder.
+async function quantModels(): Promise<{ models: { name: string; model: ModelCheckpoint }[]; cleanup(): void }> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'lumen-gpu-check-quant-'));
+  const ckpt = path.join(dir, 'ckpt');
+  await writeSynthCheckpoint({
+    preset: 'tiny', out: ckpt, dtype: 'f32', seed: 31, vision: false, tokenizerBpeVocab: 479,
+    overrides: { vocabSize: 512, eosTokenId: 479, hiddenSize: 256, intermediateSize: 512, numHeads: 4, numKvHeads: 2, linearNumValueHeads: 4 },
+  });
+  const models: { name: string; model: ModelCheckpoint }[] = [];
+  for (const dtype of ['q8_0', 'q4_k_m'] as const) {
+    const file = path.join(dir, `${dtype}.gguf`);
+    await convertCheckpoint(ckpt, file, { dtype });
+    models.push({ name: dtype.toUpperCase(), model: loadGgufCheckpoint(file) });
+  }
+  return { models, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
 async function graphs(): Promise<boolean> {

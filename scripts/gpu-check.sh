@@ -4,8 +4,9 @@
 # sm_90, dist/ and the runtime node_modules). Finishes within 8 minutes:
 #   probe        copy bandwidth, streaming read bandwidth, mma.sync bf16 rate (gpu-probe); the
 #                vendor GEMM rate through python3 + torch when the machine has them
-#   correctness  (a) CUDA against CPU logits, small synthetic f32 and bf16 models, prompts of 1, 65
-#                and 150 tokens, paged, 8 sequences batched
+#   correctness  (a) CUDA against CPU logits, small synthetic f32 and bf16 models and Q8_0 / Q4_K_M
+#                GGUF files converted at check time, prompts of 1, 65 and 150 tokens, paged, 8
+#                sequences batched
 #   graphs       (b) greedy tokens identical with CUDA graphs on and off (tiny and synthetic:0.8b)
 #   perf         (c) sweep cells 128:128 and 2048:128 x concurrency 1, 8 on synthetic:4b and 0.8b
 #                (engine API), then (d) decode tok/s at c=1 against the bandwidth roofline and
@@ -128,7 +129,7 @@ fi
 
 # ---- (a) and (b)
 if has_phase correctness; then
-  if run_phase correctness 150 "${NODE[@]}" "$DRIVER" correctness; then STATUS_A=PASS; else STATUS_A=FAIL; fi
+  if run_phase correctness 210 "${NODE[@]}" "$DRIVER" correctness; then STATUS_A=PASS; else STATUS_A=FAIL; fi
 fi
 if has_phase graphs; then
   if run_phase graphs 100 "${NODE[@]}" "$DRIVER" graphs; then STATUS_B=PASS; else STATUS_B=FAIL; fi

@@ -3,12 +3,18 @@
 // rest needs a GPU and is skipped otherwise, with the reason in the test name. On a GPU machine it
 // checks CUDA against the CPU backend (log-softmax of every evaluated row, 8 sequences batched
 // through the paged cache, prompts of 1, 65 and 150 tokens), greedy tokens with CUDA graphs on
-// and off, the chunked DeltaNet against the recurrence, and the prefix cache.
+// and off, the chunked DeltaNet against the recurrence, the prefix cache, and quantized GGUF files
+// (Q8_0, Q4_K_M) against the CPU on their dequantized weights.
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { convertCheckpoint } from '../src/convert/convert.js';
 import { cudaAvailable, loadEngine } from '../src/engine/engine.js';
+import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
+import { writeSynthCheckpoint } from '../src/model/synth.js';
 import { loadAddon } from '../src/engine/native.js';
 import type { EngineHandle, EngineOptions, RequestResult } from '../src/engine/types.js';
 import type { TextConfig } from '../src/model/types.js';
@@ -71,15 +77,15 @@ function batch(e: EngineHandle): Promise<RequestResult[]> {
 
 // Max |Δ log-softmax| over the rows both sides evaluated on the same inputs (prompt rows, then the
 // generated rows while the greedy tokens agree), on entries the reference gives > 1e-12.
-function compare(ref: RequestResult, got: RequestResult): { maxAbs: number; rows: number } {
+function compare(ref: RequestResult, got: RequestResult, vocab = V): { maxAbs: number; rows: number } {
   let rows = ref.promptTokens;
   for (let i = 0; i < NEW && ref.tokens[i] === got.tokens[i]; i++) rows++;
   rows = Math.min(rows, ref.logitRows ?? 0, got.logitRows ?? 0);
   let maxAbs = 0;
   for (let r = 0; r < rows; r++) {
-    const a = logSoftmaxRow(ref.logits!, r, V);
-    const b = logSoftmaxRow(got.logits!, r, V);
-    for (let i = 0; i < V; i++) if (a[i]! > -27.6) maxAbs = Math.max(maxAbs, Math.abs(a[i]! - b[i]!));
+    const a = logSoftmaxRow(ref.logits!, r, vocab);
+    const b = logSoftmaxRow(got.logits!, r, vocab);
+    for (let i = 0; i < vocab; i++) if (a[i]! > -27.6) maxAbs = Math.max(maxAbs, Math.abs(a[i]! - b[i]!));
   }
   return { maxAbs, rows };
 }
@@ -119,6 +125,40 @@ describe('CUDA backend against the CPU backend', () => {
       }
     });
   }
+
+  // Quantized GGUF files (Q8_0; Q4_K_M: Q4_K + Q6_K) run in their block layout on the GPU, with
+  // fp32 activations: the CPU on the same file with its weights dequantized to f32 computes the
+  // same products, so the f32 tolerance applies and the greedy tokens agree (docs/gpu.md).
+  it.skipIf(!gpu)(`Q8_0 and Q4_K_M GGUF files match the CPU on their dequantized weights within 1e-3${why}`, async () => {
+    const work = mkdtempSync(join(tmpdir(), 'lumen-cuda-quant-'));
+    try {
+      const ckpt = join(work, 'ckpt');
+      await writeSynthCheckpoint({
+        preset: 'tiny', out: ckpt, dtype: 'f32', seed: 31, vision: false, tokenizerBpeVocab: 479,
+        overrides: { vocabSize: 512, eosTokenId: 479, hiddenSize: 256, intermediateSize: 512, numHeads: 4, numKvHeads: 2, linearNumValueHeads: 4 },
+      });
+      for (const dtype of ['q8_0', 'q4_k_m'] as const) {
+        const file = join(work, `${dtype}.gguf`);
+        await convertCheckpoint(ckpt, file, { dtype });
+        const model = loadGgufCheckpoint(file);
+        const run = async (device: 'cpu' | 'cuda', internals: Record<string, unknown>) => {
+          const e = await loadEngine(model, { ...baseOptions, device }, {}, internals);
+          engines.push(e);
+          return Promise.all(LENS.map((n, i) => e.submit({ prompt: promptIds(n, 300 + i).map((t) => t % 512), maxTokens: NEW, ignoreEos: true, logits: 'all' }).done));
+        };
+        const cpu = await run('cpu', { weightDtype: 'f32' });
+        const dev = await run('cuda', {});
+        for (let i = 0; i < LENS.length; i++) {
+          expect(dev[i]!.finishReason).toBe('length');
+          const r = compare(cpu[i]!, dev[i]!, 512);
+          expect(r.maxAbs, `${dtype} sequence ${i} (prompt ${LENS[i]})`).toBeLessThanOrEqual(1e-3);
+          expect(dev[i]!.tokens, `${dtype} sequence ${i}`).toEqual(cpu[i]!.tokens);
+        }
+      }
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
 
   it.skipIf(!gpu)(`greedy tokens are identical with CUDA graphs on and off${why}`, async () => {
     const cfg = tinyConfig();

@@ -1,4 +1,4 @@
-// The CUDA backend: weights (bf16 or f32 as loaded), KV block pool, recurrent-state slots and
+// The CUDA backend: weights (bf16 or f32 as loaded; Q8_0 / Q5_0 / Q4_K / Q6_K in their GGUF block layout), KV block pool, recurrent-state slots and
 // activations in device memory from one allocator; ops are enqueued on one stream. Elsewhere:
 // the step metadata's layout and upload (step_metadata.*), the decode-step graphs captured once per
 // batch-size bucket and replayed (cuda_graphs.*), the deferred and fused launches of the matmuls,
@@ -85,6 +85,7 @@ class CudaBackend final : public Backend {
   void bind_weights(const HostWeights& w, BWeights& out) override {
     cfg_ = w.config();
     have_cfg_ = true;
+    check_weight_types(w);
     uploaded_.clear();
     bind_host_weights(w, {[&](const HostMat& m) { return upload_mat(m); }, [&](const HostVec& v) { return upload_vec(v); }},
                       out);
@@ -221,8 +222,12 @@ class CudaBackend final : public Backend {
   void embed(const WMat& table, float* x) override {
     OpTimer op(*this, "embed", "embed");
     flush_all();
-    cuda::launch_embed(table.ptr, table.dtype == DType::bf16, static_cast<int>(table.cols), step_meta_.device().tokens,
-                       padded_rows_, x, stream());
+    if (is_quant(table.dtype))
+      cuda::launch_embed_quant(table.ptr, table.dtype, static_cast<int>(table.cols), step_meta_.device().tokens,
+                               padded_rows_, x, stream());
+    else
+      cuda::launch_embed(table.ptr, table.dtype == DType::bf16, static_cast<int>(table.cols), step_meta_.device().tokens,
+                         padded_rows_, x, stream());
   }
 
   void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) override {
@@ -404,9 +409,8 @@ class CudaBackend final : public Backend {
   WMat upload_mat(const HostMat& m) {
     if (!m.data || m.rows <= 0 || m.cols <= 0) return WMat{};
     if (m.dtype == DType::f16) throw std::runtime_error("CUDA backend: f16 matrices are not supported (load converts them)");
-    if (is_quant(m.dtype))
-      throw std::runtime_error(std::string("CUDA backend: ") + dtype_info(m.dtype).name +
-                               " weights are not supported on the GPU yet (quantized GGUF files run with --device cpu)");
+    if (is_quant(m.dtype) && !cuda::gpu_quant_type(m.dtype))  // check_weight_types names the tensor first
+      throw std::runtime_error(std::string("CUDA backend: no GPU kernels for ") + dtype_info(m.dtype).name + " weights");
     auto it = uploaded_.find(m.data);
     const void* dptr;
     if (it != uploaded_.end()) {
@@ -419,6 +423,38 @@ class CudaBackend final : public Backend {
     }
     max_cols_ = std::max<int64_t>(max_cols_, m.cols);
     return WMat{dptr, m.dtype, m.rows, m.cols, nullptr};
+  }
+
+  // Refuses, before anything is uploaded, a model with a matrix of a block-quantized type the GPU
+  // kernels do not implement, naming the first such tensor (GGUF name) and every type at fault.
+  static void check_weight_types(const HostWeights& w) {
+    std::string first, types;
+    int bad = 0;
+    auto check = [&](const HostMat& m, const std::string& name) {
+      if (!m.data || !is_quant(m.dtype) || cuda::gpu_quant_type(m.dtype)) return;
+      if (bad++ == 0) first = name + " is " + dtype_info(m.dtype).name;
+      const std::string t = dtype_info(m.dtype).name;
+      if (types.find(t) == std::string::npos) types += (types.empty() ? "" : ", ") + t;
+    };
+    check(w.embed(), "token_embd.weight");
+    if (w.head().data != w.embed().data) check(w.head(), "output.weight");
+    for (size_t i = 0; i < w.layers().size(); ++i) {
+      const HostLayer& L = w.layers()[i];
+      const std::string b = "blk." + std::to_string(i) + ".";
+      const std::pair<const HostMat*, const char*> mats[] = {
+          {&L.gate, "ffn_gate"}, {&L.up, "ffn_up"},      {&L.down, "ffn_down"},   {&L.q, "attn_q"},
+          {&L.k, "attn_k"},      {&L.v, "attn_v"},       {&L.o, "attn_output"},   {&L.qkv, "attn_qkv"},
+          {&L.z, "attn_gate"},   {&L.b, "ssm_beta"},     {&L.a, "ssm_alpha"},     {&L.out, "ssm_out"}};
+      for (const auto& [m, n] : mats) check(*m, b + n + ".weight");
+    }
+    if (bad == 0) return;
+    std::string have;
+    for (const DTypeInfo& i : kDTypes)
+      if (cuda::gpu_quant_type(i.type)) have += (have.empty() ? "" : ", ") + std::string(i.name);
+    throw std::runtime_error("CUDA backend: tensor " + first +
+                             (bad > 1 ? " (" + std::to_string(bad) + " tensors of " + types + ")" : "") +
+                             "; the GPU kernels implement the block-quantized types " + have +
+                             " only: run this file with --device cpu");
   }
 
   const float* upload_vec(const HostVec& v) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace lumen::cuda {
 
 // Device pointers into one step's metadata (int32 arrays, uploaded by begin_step).
@@ -67,6 +69,19 @@ void launch_gemm_bf16(const uint16_t* xb, int M, int K, const uint16_t* w, int N
                       bool accumulate = false);
 // Plain fp32 tiled product (f32 weights, or shapes the tensor-core path does not take).
 void launch_gemm_simt(const float* x, int M, int K, const void* w, bool bf16, int N, float* y, cudaStream_t s);
+
+// ---- products and rows of block-quantized weights in their GGUF layout (k_quant.cu)
+// The quantized types the GPU kernels implement; every other one runs on the CPU backend only.
+inline bool gpu_quant_type(DType t) {
+  return t == DType::q8_0 || t == DType::q5_0 || t == DType::q4_K || t == DType::q6_K;
+}
+// Few rows (m_pad = 1, 2, 4, 8 or 16 >= m_real), every segment of type t (K a multiple of its
+// block); fp32 activations and accumulation. No fused SwiGLU (a.swiglu_out must be null).
+void launch_gemv_quant(const GemvArgs& a, DType t, int m_pad, cudaStream_t s);
+// Many rows: fp32 tiles over weights decoded to fp32 in shared memory.
+void launch_gemm_quant(const float* x, int M, int K, const void* w, DType t, int N, float* y, cudaStream_t s);
+// x[r] = decoded row tokens[r] of a quantized table [*, dim].
+void launch_embed_quant(const void* table, DType t, int dim, const int* tokens, int rows, float* x, cudaStream_t s);
 
 // ---- full attention (k_attn.cu)
 struct AttnArgs {

@@ -64,7 +64,7 @@ void DeferredLaunches::add(float* y, const float* x, int64_t n, bool now, cudaSt
 void DeferredLaunches::swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
   flush_add(s);
   const PendingMatmul& pm = matmul_;
-  if (pm.n == 2 && pm.y[0] == gate && pm.y[1] == up && pm.rows <= 16 && pm.w[0].rows == pm.w[1].rows &&
+  if (pm.n == 2 && !is_quant(pm.dtype) && pm.y[0] == gate && pm.y[1] == up && pm.rows <= 16 && pm.w[0].rows == pm.w[1].rows &&
       pm.w[0].rows % 2 == 0 && out != up && n == static_cast<int64_t>(pm.rows) * pm.w[0].rows) {
     swiglu_out_ = out;
     flush_matmul(s);
@@ -88,6 +88,25 @@ void DeferredLaunches::flush_matmul(cudaStream_t s) {
   matmul_ = {};
   swiglu_out_ = nullptr;
   const bool bf16 = p.dtype == DType::bf16;
+  if (is_quant(p.dtype)) {
+    // Block-quantized weights (one type per launch: matrices of different types were not merged).
+    if (p.rows <= 16) {
+      GemvArgs a;
+      a.x = p.x;
+      a.K = p.K;
+      a.m_real = p.rows;
+      a.nseg = p.n;
+      for (int i = 0; i < p.n; ++i) {
+        if (p.w[i].rows > 0x7fffffff) throw std::runtime_error("CUDA backend: matrix too large");
+        a.seg[i] = GemvSeg{p.w[i].ptr, p.y[i], static_cast<int>(p.w[i].rows)};
+      }
+      launch_gemv_quant(a, p.dtype, next_pow2(p.rows), s);
+      return;
+    }
+    for (int i = 0; i < p.n; ++i)
+      launch_gemm_quant(p.x, p.rows, p.K, p.w[i].ptr, p.dtype, static_cast<int>(p.w[i].rows), p.y[i], s);
+    return;
+  }
   if (p.rows <= 16) {
     GemvArgs a;
     a.x = p.x;

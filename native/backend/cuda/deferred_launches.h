@@ -4,7 +4,8 @@
 // projections, gate|up), a residual add is fused into the RMSNorm that reads its result, and for
 // few-row steps a SwiGLU is folded into the gate|up launch. Every buffer the Backend interface
 // promises to write is still written. Also picks the product kernel for a shape (GEMV for few
-// rows, tensor cores for bf16, SIMT otherwise).
+// rows, tensor cores for bf16, SIMT otherwise; for block-quantized weights the quantized GEMV or
+// GEMM, one weight type per launch: matrices of different types are never merged).
 #include <cuda_runtime.h>
 
 #include <cstdint>
