@@ -215,14 +215,19 @@ inline void dot_q5_1(const uint8_t* const* wr, const BlockQ8_1* const* xs, int64
   for (int i = 0; i < NW; ++i) store<R>(acc[i], summ[i], ys[i], ldy);
 }
 
-// The 8 scales and 8 mins of a Q4_K / Q5_K block.
-inline void k_scales(const uint8_t* s, int16_t sc[8], int16_t mn[8]) {
-  for (int j = 0; j < 8; ++j) {
-    uint8_t a, b;
-    k_scale_min(j, s, a, b);
-    sc[j] = a;
-    mn[j] = b;
-  }
+// The 8 scales (int16 lanes 0..7) and 8 mins (lanes 8..15) of a Q4_K / Q5_K block's 12 scale
+// bytes, k_scale_min's values (core/quant_ref.h) rearranged with word masks, as llama.cpp's x86 code.
+inline __m256i k_scales_mins(const uint8_t* s) {
+  uint32_t u[4];
+  std::memcpy(u, s, 12);
+  constexpr uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+  const uint32_t a = u[1] & m1;
+  u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+  u[2] = a;
+  u[0] &= m1;
+  return _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(u[0]), static_cast<int>(u[1]), static_cast<int>(u[2]),
+                                             static_cast<int>(u[3])));
 }
 
 // Q4_K / Q5_K weights, q8_K activations.
@@ -241,10 +246,12 @@ inline void dot_q45_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int6
       std::memcpy(&dh, w, 2);
       std::memcpy(&dmh, w + 2, 2);
       const float dw = h2f(dh), dminw = h2f(dmh);
-      int16_t sc[8], mn[8];
-      k_scales(w + 4, sc, mn);
+      const __m256i sm = k_scales_mins(w + 4);
+      const __m128i mins = _mm256_extracti128_si256(sm, 1);
+      // Group j's scale in every int16 lane: bytes 2j, 2j + 1 of the scales repeated.
+      const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
       __m256i sc16[8];
-      for (int j = 0; j < 8; ++j) sc16[j] = _mm256_set1_epi16(sc[j]);
+      for (int j = 0; j < 8; ++j) sc16[j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j))));
       const uint8_t* qs = w + (T == DType::q4_K ? 16 : 48);
       // The 8 groups of 32 values, unpacked once for the tile.
       __m256i v[8];
@@ -267,8 +274,14 @@ inline void dot_q45_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int6
           const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
           sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[j], qx, sc16[j]));
         }
-        int msum = 0;
-        for (int j = 0; j < 8; ++j) msum += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+        // sum_j min_j * (bsums[2j] + bsums[2j + 1]): pair sums of the 16 bsums (|sum| <= 4064, no
+        // int16 overflow), then one madd against the mins.
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
+        const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        __m128i pm = _mm_madd_epi16(mins, pairs);
+        pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, _MM_SHUFFLE(1, 0, 3, 2)));
+        pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, _MM_SHUFFLE(2, 3, 0, 1)));
+        const int msum = _mm_cvtsi128_si32(pm);
         acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[i][m]);
         accm[i][m] -= (x.d * dminw) * static_cast<float>(msum);
       }
@@ -305,14 +318,17 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4));
       }
       // Scales per int16 lane of the pair sums: a group of 32 has s0 for elements 0..15 (the low
-      // 128 bits), s1 for 16..31.
+      // 128 bits), s1 for 16..31. The 16 scales widened to int16 (s0..s7 | s8..s15), each half
+      // broadcast to both lanes, then per group a byte shuffle picking word 2g' in the low lane and
+      // 2g' + 1 in the high one (g' = g mod 4).
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+      const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00), hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
       __m256i sv[8];
-      int corr_sc[16];
       for (int g = 0; g < 8; ++g) {
-        const int s0 = scales[2 * g], s1 = scales[2 * g + 1];
-        sv[g] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)), _mm_set1_epi16(static_cast<int16_t>(s1)));
-        corr_sc[2 * g] = s0;
-        corr_sc[2 * g + 1] = s1;
+        const int w0 = 2 * (g % 4), w1 = w0 + 1;  // words of the lane
+        const __m256i ctl = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * w0 + 1) << 8) | (2 * w0))),
+                                              _mm_set1_epi16(static_cast<int16_t>(((2 * w1 + 1) << 8) | (2 * w1))));
+        sv[g] = _mm256_shuffle_epi8(g < 4 ? lo : hi, ctl);
       }
       for (int m = 0; m < R; ++m) {
         const BlockQ8_K& x = xs[m][b];
@@ -321,8 +337,8 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
           const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
           sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[g], qx, sv[g]));
         }
-        int corr = 0;
-        for (int s = 0; s < 16; ++s) corr += corr_sc[s] * x.bsums[s];
+        // sum_s scale_s * bsums_s in one madd (|product| <= 128 * 2032 per term: int32 is ample).
+        const int corr = hsum_i32_8(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums))));
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
         acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[i][m]);
       }
