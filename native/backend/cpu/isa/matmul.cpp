@@ -111,21 +111,10 @@ inline void stream_tile_f32(const float* x, int64_t K, const float* const* w, fl
 
 // All M rows of x against NR weight rows n[0..NR): 2-row tiles (each weight vector loaded once per
 // 2 token rows; the rows stay in L1 across the tiles), a 1-row tile for an odd last row.
-// With more than one tile (3+ token rows) only the first reads the rows from memory and the rest
-// are multiply-adds on rows in L1, so the next rows (n + 1: the next row of each stream) are
-// prefetched first and arrive while this group computes (`next_ok`: those rows exist).
 template <typename WT, int NR>
-inline void stream_rows(const float* x, int64_t M, int64_t K, const WT* w, float* y, int64_t ldy, const int64_t* n,
-                        bool next_ok) {
+inline void stream_rows(const float* x, int64_t M, int64_t K, const WT* w, float* y, int64_t ldy, const int64_t* n) {
   const WT* wr[NR];
   for (int j = 0; j < NR; ++j) wr[j] = w + n[j] * K;
-  if (M > 2 && next_ok) {
-    const int64_t bytes = K * static_cast<int64_t>(sizeof(WT));
-    for (int j = 0; j < NR; ++j) {
-      const char* nx = reinterpret_cast<const char*>(wr[j] + K);
-      for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(nx + b, _MM_HINT_T0);
-    }
-  }
   int64_t m = 0;
   for (; m + 2 <= M; m += 2) {
     if constexpr (sizeof(WT) == 2)
@@ -143,15 +132,13 @@ inline void stream_rows(const float* x, int64_t M, int64_t K, const WT* w, float
 
 // Up to 4 weight rows at once (fewer at a matrix's end).
 template <typename WT>
-inline void stream_group(const float* x, int64_t M, int64_t K, const WT* w, int64_t N, float* y, int64_t ldy,
-                         const int64_t* n, int count) {
-  bool next_ok = true;
-  for (int j = 0; j < count; ++j) next_ok = next_ok && n[j] + 1 < N;
+inline void stream_group(const float* x, int64_t M, int64_t K, const WT* w, float* y, int64_t ldy, const int64_t* n,
+                         int count) {
   switch (count) {
-    case 4: stream_rows<WT, 4>(x, M, K, w, y, ldy, n, next_ok); break;
-    case 3: stream_rows<WT, 3>(x, M, K, w, y, ldy, n, next_ok); break;
-    case 2: stream_rows<WT, 2>(x, M, K, w, y, ldy, n, next_ok); break;
-    case 1: stream_rows<WT, 1>(x, M, K, w, y, ldy, n, next_ok); break;
+    case 4: stream_rows<WT, 4>(x, M, K, w, y, ldy, n); break;
+    case 3: stream_rows<WT, 3>(x, M, K, w, y, ldy, n); break;
+    case 2: stream_rows<WT, 2>(x, M, K, w, y, ldy, n); break;
+    case 1: stream_rows<WT, 1>(x, M, K, w, y, ldy, n); break;
     default: break;
   }
 }
@@ -169,7 +156,7 @@ void matmul_streams_t(const float* x, int64_t M, int64_t K, const WT* w, int64_t
           const int64_t r = (p + s * slice) * kPanel + i;
           if (r < N) n[count++] = r;
         }
-        stream_group(x, M, K, w, N, y, ldy, n, count);
+        stream_group(x, M, K, w, y, ldy, n, count);
       }
     return;
   }
@@ -178,7 +165,7 @@ void matmul_streams_t(const float* x, int64_t M, int64_t K, const WT* w, int64_t
   for (int64_t r = p0 * kPanel; r < r1; r += 4) {
     const int count = static_cast<int>(std::min<int64_t>(4, r1 - r));
     for (int j = 0; j < count; ++j) n[j] = r + j;
-    stream_group(x, M, K, w, N, y, ldy, n, count);
+    stream_group(x, M, K, w, y, ldy, n, count);
   }
 }
 
