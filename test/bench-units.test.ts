@@ -14,7 +14,7 @@ import { formatOpsReport, formatPipelineReport, rankGroups } from '../src/bench/
 import { colorEnabled, HumanRenderer } from '../src/bench/render.js';
 import { runRow, type RowSettings } from '../src/bench/runner.js';
 import { percentile, summarize, unionLength } from '../src/bench/stats.js';
-import { runSweep, type SweepIO } from '../src/bench/sweep.js';
+import { engineOptions, runSweep, type SweepIO } from '../src/bench/sweep.js';
 import type { EngineStats, RequestResult } from '../src/engine/types.js';
 import { parseNvidiaSmi, physicalCores } from '../src/util/machine.js';
 import { createFakeEngine, fakeBackend } from './helpers/fake-engine.js';
@@ -63,6 +63,17 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ paged: true, kvcache: 'continuous' }))).toMatch(/--paged/);
     expect(usageMessage(() => resolveSweepConfig({ latencyOnly: true, concurrency: '4' }))).toMatch(/--latency-only/);
     expect(usageMessage(() => resolveSweepConfig({ quiet: true, verbose: 1 }))).toMatch(/-q and -v/);
+  });
+
+  it('--cuda-graphs on|off reaches the engine options on CUDA only', () => {
+    expect(resolveSweepConfig({}).cudaGraphs).toBe(true);
+    const off = resolveSweepConfig({ cudaGraphs: 'off' });
+    expect(off.cudaGraphs).toBe(false);
+    expect(engineOptions(off, 'cuda').cudaGraphs).toBe(false);
+    expect(engineOptions(resolveSweepConfig({ cudaGraphs: 'on' }), 'cuda').cudaGraphs).toBe(true);
+    expect(engineOptions(resolveSweepConfig({}), 'cpu').cudaGraphs).toBe(false); // the CPU has no graphs
+    expect(usageMessage(() => resolveSweepConfig({ cudaGraphs: 'yes' }))).toMatch(/^--cuda-graphs: 'yes' is not one of on, off/);
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: 'http://127.0.0.1:1', cudaGraphs: 'off' }))).toMatch(/--cuda-graphs/);
   });
 
   it('maps the peer flags onto one cell and the latency-only ladder', () => {

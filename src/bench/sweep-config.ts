@@ -57,6 +57,8 @@ export interface SweepConfig {
   prefillChunk: number;
   stepTokenBudget: number;
   maxSeq: number;
+  /** --cuda-graphs on|off (CUDA only). */
+  cudaGraphs: boolean;
   memoryStages: string | null;
   output: string | null;
   format: OutputFormat;

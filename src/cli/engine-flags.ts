@@ -20,6 +20,7 @@ export const ENGINE_DEFAULTS = {
   prefillChunk: 512,
   stepTokenBudget: 2048,
   maxSeq: 4096,
+  cudaGraphs: 'on' as 'on' | 'off',
 };
 
 /** Raw values as commander hands them over (strings and booleans; no commander defaults). */
@@ -33,6 +34,7 @@ export interface RawEngineFlags {
   stepTokenBudget?: string;
   maxSeq?: string;
   maxSeqs?: string;
+  cudaGraphs?: string;
   modelPath?: string;
   quant?: string;
 }
@@ -55,6 +57,7 @@ export const ENGINE_FLAGS = {
   maxSeq: () => new Option('--max-seq <n>', `longest sequence (prompt + output) the engine accepts (default ${ENGINE_DEFAULTS.maxSeq})`),
   modelPath: () => new Option('--model-path <path>', 'checkpoint directory, GGUF file (split: its -00001-of-0000N part), or a directory of GGUF files with --quant (default: the embedded synthetic model)'),
   quant: () => new Option('--quant <type>', 'with --model-path DIR: the GGUF file whose name carries this quantization (e.g. Q4_K_M, Q8_0; any case)'),
+  cudaGraphs: () => new Option('--cuda-graphs <on|off>', `with --device cuda: capture and replay decode steps as CUDA graphs (default ${ENGINE_DEFAULTS.cudaGraphs}; no effect on the CPU)`),
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
 
@@ -95,6 +98,7 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     prefillChunk: num('--prefill-chunk', raw.prefillChunk, ENGINE_DEFAULTS.prefillChunk, 1),
     stepTokenBudget: num('--step-token-budget', raw.stepTokenBudget, ENGINE_DEFAULTS.stepTokenBudget, 1),
     maxSeq: num('--max-seq', raw.maxSeq, ENGINE_DEFAULTS.maxSeq, 2),
+    cudaGraphs: oneOf('--cuda-graphs', raw.cudaGraphs ?? ENGINE_DEFAULTS.cudaGraphs, ['on', 'off'] as const) === 'on',
   };
   if (maxSeqsDefault !== undefined) {
     flags.maxSeqs = num('--max-seqs', raw.maxSeqs, maxSeqsDefault, 1, 4096);

@@ -12,6 +12,8 @@ export interface ServingFlags {
   prefillChunk: number;
   stepTokenBudget: number;
   maxSeq: number;
+  /** --cuda-graphs: capture and replay decode steps as CUDA graphs (CUDA only; no effect on the CPU). */
+  cudaGraphs: boolean;
 }
 
 /** Resolved flags -> the engine's options (the prefix cache is always on, as in the sweep). */
@@ -26,7 +28,7 @@ export function engineOptionsFrom(flags: ServingFlags, device: Device, maxSeqs: 
     prefillChunk: flags.prefillChunk,
     stepTokenBudget: flags.stepTokenBudget,
     prefixCache: true,
-    cudaGraphs: device === 'cuda',
+    cudaGraphs: device === 'cuda' && flags.cudaGraphs,
     profile,
   };
 }
