@@ -5,10 +5,12 @@
 // The c requests of a measurement are submitted together and admitted in one step; the rate is
 // the steady-state one (the window where all c streams decode).
 // `--addons A,B` loads two builds of the native addon into this process and interleaves them in
-// every round (A/B of a kernel change on a noisy machine). Usage: npm run bench:batch -- [flags]
+// every round (A/B of a kernel change on a noisy machine); `--gguf FILE` measures a GGUF file instead
+// of the synthetic preset. Usage: npm run bench:batch -- [flags]
 import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
 import { loadEngine } from '../src/engine/engine.js';
 import type { EngineHandle, ProfileReport, TokenEvent } from '../src/engine/types.js';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
@@ -24,11 +26,12 @@ const program = new Command('batch-bench')
   .option('--concurrency <list>', 'concurrencies (0 = prefill tok/s of one --prefill-tokens prompt)', '1,4,8')
   .option('--prefill-tokens <n>', 'prompt length of the prefill measurement (concurrency 0)', (v) => Number(v), 512)
   .option('--preset <p>', 'synthetic preset', '0.8b')
+  .option('--gguf <file>', 'benchmark this GGUF file instead of the synthetic preset (e.g. one bench:peer --quant made)')
   .option('--addons <list>', 'comma-separated addon builds to compare (default: the installed one)')
   .option('--profile', 'print the per-op profile of each concurrency (decode steps after every stream has started, summed over rounds; prefill only for concurrency 0)')
   .option('--json <file>', 'also write the results as JSON')
   .parse(process.argv);
-const opt = program.opts<{ prefillTokens: number; threads: number; rounds: number; prompt: number; tokens: number; concurrency: string; preset: string; addons?: string; profile?: boolean; json?: string }>();
+const opt = program.opts<{ prefillTokens: number; threads: number; rounds: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 interface Variant { name: string; engine: EngineHandle; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
@@ -55,8 +58,7 @@ async function main(): Promise<void> {
   const levels = opt.concurrency.split(',').map(Number);
   if (levels.some((c) => !Number.isInteger(c) || c < 0)) throw new Error(`--concurrency: not a list of positive integers: ${opt.concurrency}`);
   const maxC = Math.max(...levels);
-  const { dir } = await ensureBenchModel(opt.preset, log, false);
-  const ckpt = loadCheckpoint(dir);
+  const ckpt = opt.gguf !== undefined ? loadGgufCheckpoint(opt.gguf) : loadCheckpoint((await ensureBenchModel(opt.preset, log, false)).dir);
   const addons: (string | undefined)[] = opt.addons ? opt.addons.split(',') : [undefined];
   const variants: Variant[] = [];
   for (const a of addons) {
@@ -92,7 +94,7 @@ async function main(): Promise<void> {
   const out: string[] = [];
   const cpu = machineInfo().cpuModel;
   out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.engine.info.isa).join(' / ')}`);
-  out.push(`model: synthetic ${opt.preset} bf16; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; steady-state aggregate decode, medians of ${opt.rounds}`);
+  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; steady-state aggregate decode, medians of ${opt.rounds}`);
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
     const base = median(v.rates.get(1) ?? v.rates.get(levels.find((c) => c > 0) ?? levels[0]!)!);
@@ -128,7 +130,7 @@ async function main(): Promise<void> {
     }
   }
   if (opt.json) {
-    writeFileSync(opt.json, JSON.stringify({ cpu, threads: opt.threads, variants: variants.map((v) => ({ name: v.name, isa: v.engine.info.isa, rates: Object.fromEntries(v.rates) })) }, null, 2));
+    writeFileSync(opt.json, JSON.stringify({ cpu, threads: opt.threads, model: opt.gguf ?? `synthetic ${opt.preset} bf16`, variants: variants.map((v) => ({ name: v.name, isa: v.engine.info.isa, rates: Object.fromEntries(v.rates) })) }, null, 2));
   }
   for (const v of variants) await v.engine.close();
 }
