@@ -163,7 +163,9 @@ inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs
   for (int i = 0; i < NW; ++i)
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
   constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 ? 18 : 22;
-  for (int64_t b = 0; b < nb; ++b)
+  for (int64_t b = 0; b < nb; ++b) {
+    float dx[R];  // the activation blocks' scales, widened once for the NW weight rows
+    for (int m = 0; m < R; ++m) dx[m] = h2f(xs[m][b].d);
     for (int i = 0; i < NW; ++i) {
       const uint8_t* w = wr[i] + static_cast<size_t>(b) * bb;
       uint16_t dh;
@@ -179,12 +181,15 @@ inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs
         const __m256i hi = _mm256_andnot_si256(bits32(w + 2), _mm256_set1_epi8(static_cast<char>(0xF0)));
         qw = _mm256_or_si256(nibbles32(w + 6), hi);
       }
+      // |qw| once for the R rows; each row's q8 values take qw's signs.
+      const __m256i aw = _mm256_sign_epi8(qw, qw);
       for (int m = 0; m < R; ++m) {
-        const BlockQ8_0& x = xs[m][b];
-        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
-        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x.d)), _mm256_cvtepi32_ps(dot_ss8(qw, qx)), acc[i][m]);
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[m][b].qs));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[m]), _mm256_cvtepi32_ps(dot_us8(aw, _mm256_sign_epi8(qx, qw))),
+                                    acc[i][m]);
       }
     }
+  }
   const float zero[R] = {};
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
@@ -387,6 +392,19 @@ inline void one_row(DType t, const uint8_t* wb, size_t wrow, int64_t n, const ui
   row_tile<R, 1>(t, wr, xb + static_cast<size_t>(m) * xrow, xrow, K, ys, ldy);
 }
 
+// NW adjacent weight rows from n against R activation rows from row m.
+template <int R, int NW>
+inline void rows_tile(DType t, const uint8_t* wb, size_t wrow, int64_t n, const uint8_t* xb, size_t xrow, int64_t m,
+                      int64_t K, float* y, int64_t ldy) {
+  const uint8_t* wr[NW];
+  float* ys[NW];
+  for (int i = 0; i < NW; ++i) {
+    wr[i] = wb + static_cast<size_t>(n + i) * wrow;
+    ys[i] = y + m * ldy + n + i;
+  }
+  row_tile<R, NW>(t, wr, xb + static_cast<size_t>(m) * xrow, xrow, K, ys, ldy);
+}
+
 // Decode-sized batches (1..3 rows): the row range read as 4 streams side by side (a core reads
 // several streams faster than one: docs/performance.md), weight row n0 + s q + i of stream s.
 template <int R>
@@ -473,7 +491,15 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
     const int64_t pe = std::min(n1, p + kPanelRows);
     int64_t m = 0;
     for (; m + MR <= M; m += MR)
-      for (int64_t n = p; n < pe; ++n) one_row<MR>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      {
+        // Prefill with the 32-value types: 2 weight rows per tile, so each activation block is
+        // loaded once for both (their unpacking is cheap); the K-quants unpack 8 groups per block
+        // and keep 1, and so do decode batches (4..16 rows), where 2 rows measured slower.
+        int64_t n = p;
+        if (M > 16 && (wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0))
+          for (; n + 2 <= pe; n += 2) rows_tile<MR, 2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+        for (; n < pe; ++n) one_row<MR>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      }
     const int64_t rest = M - m;
     for (int64_t n = p; n < pe && rest > 0; ++n) {
       if (rest == 3)
