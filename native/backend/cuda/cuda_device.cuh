@@ -56,4 +56,41 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+
+// The fp32 tiled GEMMs' register tile (k_matmul.cu, k_quant.cu): 256 threads as 16 x 16 over a
+// 64 x 64 output tile, thread (tx, ty) holding rows 4 ty .. 4 ty + 3 and columns 4 tx .. 4 tx + 3.
+// tile_fma_4x4 adds the products of one k slice held in shared memory (as[k][row of X], bs[k][row
+// of W], padded rows); tile_store_4x4 writes the outputs that lie inside Y [M, N].
+template <int KS, int LD>
+__device__ __forceinline__ void tile_fma_4x4(const float (&as)[KS][LD], const float (&bs)[KS][LD], int tx, int ty,
+                                             float (&acc)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    float av[4], bv[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      av[i] = as[kk][ty * 4 + i];
+      bv[i] = bs[kk][tx * 4 + i];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+  }
+}
+
+__device__ __forceinline__ void tile_store_4x4(const float (&acc)[4][4], float* __restrict__ Y, int M, int N, int m0,
+                                               int n0, int tx, int ty) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int m = m0 + ty * 4 + i;
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int n = n0 + tx * 4 + j;
+      if (n < N) Y[static_cast<int64_t>(m) * N + n] = acc[i][j];
+    }
+  }
+}
+
 }  // namespace lumen::cuda

@@ -364,31 +364,10 @@ __global__ void __launch_bounds__(256) gemm_simt_kernel(const float* __restrict_
       bs[kk][r] = (n0 + r < N && k < K) ? WTraits<WT>::scalar(W + static_cast<int64_t>(n0 + r) * K + k) : 0.f;
     }
     __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kSK; ++kk) {
-      float av[4], bv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        av[i] = as[kk][ty * 4 + i];
-        bv[i] = bs[kk][tx * 4 + i];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
+    tile_fma_4x4(as, bs, tx, ty, acc);
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int m = m0 + ty * 4 + i;
-    if (m >= M) continue;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int n = n0 + tx * 4 + j;
-      if (n < N) Y[static_cast<int64_t>(m) * N + n] = acc[i][j];
-    }
-  }
+  tile_store_4x4(acc, Y, M, N, m0, n0, tx, ty);
 }
 
 }  // namespace
