@@ -67,6 +67,11 @@ const unsigned char* HostWeights::tensor_bytes(const TensorEntry& t) {
   return f->data() + t.offset;
 }
 
+void HostWeights::release_mapped(const void* p, size_t n) const {
+  for (const auto& f : files_)
+    if (f->release(p, n)) return;
+}
+
 HostMat HostWeights::bind_mat(const TensorEntry& t, WeightPolicy policy, int64_t rows, int64_t cols) {
   if (numel(t.shape) != rows * cols || t.shape.empty() || t.shape[0] != rows)
     throw std::runtime_error("tensor " + t.name + ": shape " + shape_str(t.shape) + ", expected [" +

@@ -83,6 +83,10 @@ class HostWeights {
   size_t matrix_bytes() const { return matrix_bytes_; }
   size_t total_bytes() const;
   DType main_dtype() const { return main_dtype_; }
+  // A backend that keeps its own copy of a tensor's bytes hands the file pages back: pages of
+  // [p, p + n) inside a checkpoint file's mapping leave the resident set. Memory this object owns
+  // (converted or synthetic weights) is left alone, as other backends may still bind it.
+  void release_mapped(const void* p, size_t n) const;
 
  private:
   HostWeights(const ModelConfig& cfg) : cfg_(cfg) {}

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -31,6 +32,16 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     }
   }
   ::close(fd);
+}
+
+bool MappedFile::release(const void* p, size_t n) const {
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (!addr_ || b < data() || n > size_ || b - data() > static_cast<ptrdiff_t>(size_ - n)) return false;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  return true;
 }
 
 MappedFile::~MappedFile() {

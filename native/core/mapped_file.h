@@ -15,6 +15,10 @@ class MappedFile {
   const unsigned char* data() const { return static_cast<const unsigned char*>(addr_); }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the whole pages of [p, p + n) from this process's resident set when that range lies in
+  // this mapping (a later read faults them back in from the file; the mapping is read-only, so
+  // nothing is lost). Returns whether the range was in the mapping. Best effort.
+  bool release(const void* p, size_t n) const;
 
  private:
   std::string path_;

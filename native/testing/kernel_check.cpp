@@ -21,6 +21,26 @@ double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
 // Relative error with an absolute floor (values near zero).
 double rel_err(double got, double want) { return std::fabs(got - want) / std::max(1e-6, std::fabs(want)); }
 
+// Worst error of y [M, N] against x [M, K] . w [N, K]^T summed in double, relative to the sum of
+// |terms| (cancellation makes a plain relative error meaningless); a NaN output (left unwritten)
+// counts as 1.
+double matmul_err(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N, int64_t K,
+                  const std::vector<float>& y) {
+  double err = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double t = static_cast<double>(x[static_cast<size_t>(m * K + k)]) * w[static_cast<size_t>(n * K + k)];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      const double got = y[static_cast<size_t>(m * N + n)];
+      err = std::max(err, std::isnan(got) ? 1.0 : std::fabs(got - ref) / std::max(mag, 1e-30));
+    }
+  return err;
+}
+
 Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes& probes) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -188,8 +208,8 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   // Row-major f32 / bf16 products: the decode stream tiles (whole panel ranges, odd chunks, the
   // four sliced streams with the remainder panels apart) and the prefill GEMM (whole, and in row
   // pieces that start off the panel width). K off the vector widths reaches the tails, N off the
-  // panel the partial panels. Against a double sum of the same operands, relative to the sum of
-  // |terms|; every output starts as NaN, so a row left out fails too.
+  // panel the partial panels. Against matmul_err's double sums; every output starts as NaN, so a
+  // row left out fails too.
   {
     double mm_err = 0;
     int mm_cases = 0;
@@ -221,17 +241,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
               if (mode == 3) K.gemm(xf.data(), M, Kd, w, wt, 0, N, y.data(), N);
               if (mode == 4)
                 for (int64_t r = 0; r < N; r += 37) K.gemm(xf.data(), M, Kd, w, wt, r, std::min(N, r + 37), y.data(), N);
-              for (int64_t m = 0; m < M; ++m)
-                for (int64_t n = 0; n < N; ++n) {
-                  double ref = 0, mag = 0;
-                  for (int64_t k = 0; k < Kd; ++k) {
-                    const double t = static_cast<double>(xf[m * Kd + k]) * wf[n * Kd + k];
-                    ref += t;
-                    mag += std::fabs(t);
-                  }
-                  const double got = y[m * N + n];
-                  mm_err = std::max(mm_err, std::isnan(got) ? 1.0 : std::fabs(got - ref) / std::max(mag, 1e-30));
-                }
+              mm_err = std::max(mm_err, matmul_err(xf, wf, M, N, Kd, y));
               ++mm_cases;
             }
           }
@@ -252,6 +262,10 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
           std::vector<uint16_t> w(static_cast<size_t>(N * Kd)), xb(static_cast<size_t>(M * Kd));
           for (auto& v : w) v = f32_to_bf16(u(rng));
           for (auto& v : xb) v = f32_to_bf16(u(rng));
+          // The same bf16 values as f32, for the reference.
+          std::vector<float> wf(w.size()), xf(xb.size());
+          for (size_t i = 0; i < w.size(); ++i) wf[i] = bf16_to_f32(w[i]);
+          for (size_t i = 0; i < xb.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
           std::vector<uint16_t> packed(static_cast<size_t>(cpu::packed_elems(N, Kd)));
           // The backend slices batches of up to 6 rows in quarters, of 7..16 in thirds.
           const int64_t S = M <= 6 ? 4 : 3;
@@ -267,17 +281,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
               for (int64_t p0 = 0; p0 < Q; p0 += 2) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, p0, std::min(Q, p0 + 2), y.data(), N, Q);
               K.matmul_packed(xb.data(), M, Kd, packed.data(), N, S * Q, P, y.data(), N, 0);
             }
-            for (int64_t m = 0; m < M; ++m)
-              for (int64_t n = 0; n < N; ++n) {
-                double ref = 0, mag = 0;
-                for (int64_t k = 0; k < Kd; ++k) {
-                  const double t = static_cast<double>(bf16_to_f32(xb[m * Kd + k])) * bf16_to_f32(w[n * Kd + k]);
-                  ref += t;
-                  mag += std::fabs(t);
-                }
-                const double got = y[m * N + n];
-                mm_err = std::max(mm_err, std::isnan(got) ? 1.0 : std::fabs(got - ref) / std::max(mag, 1e-30));
-              }
+            mm_err = std::max(mm_err, matmul_err(xf, wf, M, N, Kd, y));
             ++mm_cases;
           }
         }

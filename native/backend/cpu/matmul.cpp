@@ -61,8 +61,6 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
       for (int i = 0; i < n; ++i) matmul_impl(x, rows, ws + i, ys + i, 1);
       return;
     }
-  }
-  if (!packed) {
     decode_region(x, rows, ws, ys, n, false);
     return;
   }

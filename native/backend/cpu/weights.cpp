@@ -7,32 +7,10 @@
 #include <stdexcept>
 #include <string>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
-
 #include "backend/cpu/cpu_backend.h"
 #include "backend/weight_binding.h"
 
 namespace lumen::cpu {
-namespace {
-
-// Drops the whole pages of [p, p + bytes) from this process's resident set (a private, unmodified
-// file mapping: a later read faults the page back in from the file). Best effort.
-void release_mapped_pages(const void* p, size_t bytes) {
-#if defined(__linux__)
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
-  if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
-}  // namespace
 
 void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
   const bool pack = kernels_.pack_bf16 != nullptr;
@@ -53,13 +31,13 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
       // Row-major f32 / bf16 matrices are read in place by the kernels: from a copy in memory
       // backed by transparent huge pages instead of the checkpoint's mapping (4 KiB file pages,
       // a TLB miss every 64 lines of a weight stream). The mapping's pages of the matrix are
-      // handed back, so resident memory stays one copy.
+      // handed back (memory HostWeights owns is not), so resident memory stays one copy.
       auto it = resident_weights_.find(m.data);
       if (it == resident_weights_.end()) {
         const size_t bytes = m.bytes();
         auto buf = std::make_unique<AlignedBuffer>(bytes, false);
         std::memcpy(buf->data(), m.data, bytes);
-        release_mapped_pages(m.data, bytes);
+        w.release_mapped(m.data, bytes);
         it = resident_weights_.emplace(m.data, std::move(buf)).first;
       }
       r.ptr = it->second->data();

@@ -59,8 +59,8 @@ void matmul_t(const float* x, int64_t M, int64_t K, const WT* w, int64_t n0, int
 // rows are read 2*VW values at a time and split into their even and odd positions by a shift and a
 // mask (no widening shuffle); x comes in split_x's order to match. f32 rows are plain loads.
 template <int MR, int NR>
-inline void stream_tile_bf16(const float* xs, int64_t K, const uint16_t* const* w, float* y, int64_t ldy,
-                             const int64_t* n) {
+inline void stream_tile(const float* xs, int64_t K, const uint16_t* const* w, float* y, int64_t ldy,
+                        const int64_t* n) {
   vf acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = vzero();
@@ -88,7 +88,7 @@ inline void stream_tile_bf16(const float* xs, int64_t K, const uint16_t* const* 
 }
 
 template <int MR, int NR>
-inline void stream_tile_f32(const float* x, int64_t K, const float* const* w, float* y, int64_t ldy, const int64_t* n) {
+inline void stream_tile(const float* x, int64_t K, const float* const* w, float* y, int64_t ldy, const int64_t* n) {
   vf acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = vzero();
@@ -116,18 +116,8 @@ inline void stream_rows(const float* x, int64_t M, int64_t K, const WT* w, float
   const WT* wr[NR];
   for (int j = 0; j < NR; ++j) wr[j] = w + n[j] * K;
   int64_t m = 0;
-  for (; m + 2 <= M; m += 2) {
-    if constexpr (sizeof(WT) == 2)
-      stream_tile_bf16<2, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
-    else
-      stream_tile_f32<2, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
-  }
-  if (m < M) {
-    if constexpr (sizeof(WT) == 2)
-      stream_tile_bf16<1, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
-    else
-      stream_tile_f32<1, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
-  }
+  for (; m + 2 <= M; m += 2) stream_tile<2, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
+  if (m < M) stream_tile<1, NR>(x + m * K, K, wr, y + m * ldy, ldy, n);
 }
 
 // Up to 4 weight rows at once (fewer at a matrix's end).

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/isa/entry_points.h"
 #include "backend/cpu/isa/simd.h"
+#include "backend/cpu/kernels.h"
 #include "core/quant_ref.h"
 
 namespace lumen::cpu::LUMEN_ISA {
@@ -41,8 +42,6 @@ inline __m256i dot_us8(__m256i a, __m256i b) {
 inline __m256i dot_us8_scaled(__m256i a, __m256i b, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), scale16);
 }
-// The same for signed a (|a| <= 128): |a| times b with a's sign.
-inline __m256i dot_ss8(__m256i a, __m256i b) { return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
 
 // 32 nibbles of 16 bytes: low nibbles to bytes 0..15, high nibbles to bytes 16..31.
 inline __m256i nibbles32(const uint8_t* q) {
@@ -383,13 +382,16 @@ inline void row_tile(DType t, const uint8_t* const* wr, const uint8_t* xq, size_
   }
 }
 
-// One weight row (n) against R activation rows from row m.
-template <int R>
-inline void one_row(DType t, const uint8_t* wb, size_t wrow, int64_t n, const uint8_t* xb, size_t xrow, int64_t m,
-                    int64_t K, float* y, int64_t ldy) {
-  const uint8_t* wr[1] = {wb + static_cast<size_t>(n) * wrow};
-  float* ys[1] = {y + m * ldy + n};
-  row_tile<R, 1>(t, wr, xb + static_cast<size_t>(m) * xrow, xrow, K, ys, ldy);
+// NW weight rows against M = 1..3 activation rows (the decode streams' tiles).
+template <int NW>
+inline void few_rows_tile(int64_t M, DType t, const uint8_t* const* wr, const uint8_t* xq, size_t xstride, int64_t K,
+                          float* const* ys, int64_t ldy) {
+  if (M == 1)
+    row_tile<1, NW>(t, wr, xq, xstride, K, ys, ldy);
+  else if (M == 2)
+    row_tile<2, NW>(t, wr, xq, xstride, K, ys, ldy);
+  else
+    row_tile<3, NW>(t, wr, xq, xstride, K, ys, ldy);
 }
 
 // NW adjacent weight rows from n against R activation rows from row m.
@@ -421,14 +423,14 @@ inline void four_streams(DType t, const uint8_t* wb, size_t wrow, int64_t n0, in
     }
     row_tile<R, 4>(t, wr, xb, xrow, K, ys, ldy);
   }
-  for (int64_t n = n0 + 4 * q; n < n1; ++n) one_row<R>(t, wb, wrow, n, xb, xrow, 0, K, y, ldy);
+  for (int64_t n = n0 + 4 * q; n < n1; ++n) rows_tile<R, 1>(t, wb, wrow, n, xb, xrow, 0, K, y, ldy);
 }
 
 }  // namespace
 
 void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0,
                           int64_t p1, float* y, int64_t ldy, int64_t slice) {
-  constexpr int64_t P = 16;  // rows per panel (kernels.h: kPanel)
+  constexpr int64_t P = kPanel;
   if (slice == 0) return matmul_quant(xq, M, K, w, wt, p0 * P, std::min(N, p1 * P), y, ldy);
   const size_t wrow = row_bytes(wt, K);
   const size_t xrow = act_row_bytes(dtype_info(wt).act, K);
@@ -447,18 +449,10 @@ void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, D
         ys[count++] = y + n;
       }
       if (count == 4) {
-        if (M == 1) row_tile<1, 4>(wt, wr, xb, xrow, K, ys, ldy);
-        else if (M == 2) row_tile<2, 4>(wt, wr, xb, xrow, K, ys, ldy);
-        else row_tile<3, 4>(wt, wr, xb, xrow, K, ys, ldy);
+        few_rows_tile<4>(M, wt, wr, xb, xrow, K, ys, ldy);
         continue;
       }
-      for (int j = 0; j < count; ++j) {
-        const uint8_t* w1[1] = {wr[j]};
-        float* y1[1] = {ys[j]};
-        if (M == 1) row_tile<1, 1>(wt, w1, xb, xrow, K, y1, ldy);
-        else if (M == 2) row_tile<2, 1>(wt, w1, xb, xrow, K, y1, ldy);
-        else row_tile<3, 1>(wt, w1, xb, xrow, K, y1, ldy);
-      }
+      for (int j = 0; j < count; ++j) few_rows_tile<1>(M, wt, wr + j, xb, xrow, K, ys + j, ldy);
     }
 }
 
@@ -490,24 +484,24 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
   for (int64_t p = n0; p < n1; p += kPanelRows) {
     const int64_t pe = std::min(n1, p + kPanelRows);
     int64_t m = 0;
-    for (; m + MR <= M; m += MR)
-      {
-        // Prefill with the 32-value types: 2 weight rows per tile, so each activation block is
-        // loaded once for both (their unpacking is cheap); the K-quants unpack 8 groups per block
-        // and keep 1, and so do decode batches (4..16 rows), where 2 rows measured slower.
-        int64_t n = p;
-        if (M > 16 && (wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0))
-          for (; n + 2 <= pe; n += 2) rows_tile<MR, 2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-        for (; n < pe; ++n) one_row<MR>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-      }
+    // Prefill with the 32-value types: 2 weight rows per tile, so each activation block is loaded
+    // once for both (their unpacking is cheap); the K-quants unpack 8 groups per block and keep 1,
+    // and so do decode batches (4..16 rows), where 2 rows measured slower.
+    const bool pairs = M > 16 && (wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0);
+    for (; m + MR <= M; m += MR) {
+      int64_t n = p;
+      if (pairs)
+        for (; n + 2 <= pe; n += 2) rows_tile<MR, 2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      for (; n < pe; ++n) rows_tile<MR, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+    }
     const int64_t rest = M - m;
     for (int64_t n = p; n < pe && rest > 0; ++n) {
       if (rest == 3)
-        one_row<3>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+        rows_tile<3, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
       else if (rest == 2)
-        one_row<2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+        rows_tile<2, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
       else
-        one_row<1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+        rows_tile<1, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
     }
   }
 }
