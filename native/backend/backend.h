@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "checkpoint/config.h"
 #include "checkpoint/weights.h"
+#include "core/top_k.h"
 
 namespace lumen {
 
@@ -90,6 +91,21 @@ struct GraphStats {
   int graphs = 0;           // graphs currently instantiated (one per batch-size bucket)
 };
 
+// What the engine needs from one logit row of a step. A device backend reduces the row where it
+// lives and copies back only that: a token id (greedy), the k best candidates (top-k sampling,
+// the draw itself stays on the host with the request's seeded stream), or the whole row (logits,
+// logprobs, top-k = 0 sampling, stop tokens suppressed by min_tokens).
+struct RowPick {
+  enum Mode : uint8_t { kLogits, kArgmax, kTopK };
+  Mode mode = kLogits;
+  int k = 0;                // kTopK: 1..kMaxPickK candidates
+  float temperature = 1.f;  // kTopK: a candidate's value is logit / temperature
+  int cand_offset = 0;      // kTopK: where its candidates go in the step's candidate buffer
+};
+// Largest k a backend picks (a larger top-k takes the whole row).
+constexpr int kMaxPickK = 1024;
+// Candidates (core/top_k.h: PickCandidate) come sorted as top_candidates sorts them.
+
 struct OpStat {
   std::string name;
   std::string group;
@@ -145,6 +161,12 @@ class Backend {
   // Greedy picks of host logit rows: out[i] = argmax(logits[rows[i] * vocab ...]), lowest index on
   // ties, NaN ignored. One call per step so a backend can spread the rows over its threads.
   virtual void argmax_rows(const float* logits, const int* rows, int n, int vocab, int32_t* out);
+  // Rows [0, n) of a head group (`logits`: backend memory, [n, vocab]) reduced as picks[i] asks:
+  // kLogits rows copied to host_logits + i * vocab, kArgmax ids to ids[i], kTopK candidates to
+  // cands + picks[i].cand_offset. This default copies the group to the host when backend memory is
+  // not host memory, then picks there (argmax_rows; the sampler's own top-k).
+  virtual void pick_rows(const float* logits, int n, int vocab, const RowPick* picks, float* host_logits,
+                         int32_t* ids, PickCandidate* cands);
   // Scratch activation memory (backend memory), valid for the backend's lifetime.
   virtual float* scratch(size_t n_floats) = 0;
   virtual void end_step() {}

@@ -391,16 +391,14 @@ void Engine::step_once() {
   const int64_t t_fwd = now_ns();
   const int n_rows = static_cast<int>(b.logit_rows.size());
   if (logits_buf_.size() < static_cast<size_t>(n_rows) * cfg_.vocab) logits_buf_.resize(static_cast<size_t>(n_rows) * cfg_.vocab);
-  model_->forward(b, logits_buf_.data());
-  const int64_t t_sample = now_ns();
-  const double step_ms = ns_to_ms(t_sample - t_fwd);
   // Logit row of each segment's last position (-1 when it has none): logits_all segments own a
   // row per token, others one row when they reach their end; rows were appended in this order.
+  // What each row is for (RowPick): a greedy pick or a top-k sample is reduced where the logits
+  // are (on a GPU, only ids or k candidates come back); logits, logprobs, a top-k of 0 or above
+  // kMaxPickK, and min_tokens' suppressed stop tokens need the whole row.
   std::vector<int> last_row(order.size(), -1);
-  // Greedy picks for the segments that end this step, in one backend call (vectorised and spread
-  // over the threads; the vocabulary is 248k wide).
-  std::vector<int> greedy_rows;
-  std::vector<size_t> greedy_seg;
+  std::vector<RowPick> picks(static_cast<size_t>(n_rows));
+  int n_cands = 0;
   {
     int r = 0;
     for (size_t i = 0; i < order.size(); ++i) {
@@ -413,21 +411,27 @@ void Engine::step_once() {
       } else if (ends) {
         last_row[i] = r++;
       }
-      // While min_tokens suppresses the stop tokens, the pick is made per row below.
-      const bool suppress = s.generated < s.req.min_tokens && !s.req.stop.empty();
-      if (ends && s.samples() && s.sampler->greedy() && !suppress) {
-        greedy_rows.push_back(last_row[i]);
-        greedy_seg.push_back(i);
+      if (!ends || !s.samples() || s.req.logits_all || s.req.logprobs >= 0) continue;
+      if (s.generated < s.req.min_tokens && !s.req.stop.empty()) continue;
+      RowPick& p = picks[last_row[i]];
+      const SamplingParams& sp = s.sampler->params();
+      const int k = std::min(sp.top_k, cfg_.vocab);
+      if (s.sampler->greedy()) {
+        p.mode = RowPick::kArgmax;
+      } else if (k > 0 && k <= kMaxPickK) {
+        p.mode = RowPick::kTopK;
+        p.k = k;
+        p.temperature = sp.temperature;
+        p.cand_offset = n_cands;
+        n_cands += k;
       }
     }
   }
-  std::vector<int32_t> greedy_pick(order.size(), -1);
-  if (!greedy_rows.empty()) {
-    std::vector<int32_t> picks(greedy_rows.size());
-    backend_->argmax_rows(logits_buf_.data(), greedy_rows.data(), static_cast<int>(greedy_rows.size()), cfg_.vocab,
-                          picks.data());
-    for (size_t j = 0; j < greedy_seg.size(); ++j) greedy_pick[greedy_seg[j]] = picks[j];
-  }
+  std::vector<int32_t> pick_ids(static_cast<size_t>(n_rows), -1);
+  if (pick_cands_.size() < static_cast<size_t>(n_cands)) pick_cands_.resize(static_cast<size_t>(n_cands));
+  model_->forward(b, logits_buf_.data(), picks.data(), pick_ids.data(), pick_cands_.data());
+  const int64_t t_sample = now_ns();
+  const double step_ms = ns_to_ms(t_sample - t_fwd);
   std::vector<EngineEvent> evs;
   int step_tokens = 0;
   std::vector<Sequence*> finished;
@@ -451,7 +455,15 @@ void Engine::step_once() {
       continue;
     }
     const bool suppress = s.generated < s.req.min_tokens;
-    const int32_t tok = greedy_pick[i] >= 0 ? greedy_pick[i] : s.sampler->sample(last, cfg_.vocab, suppress ? &s.req.stop : nullptr);
+    const RowPick& pick = picks[last_row[i]];
+    int32_t tok;
+    if (pick.mode == RowPick::kArgmax) {
+      tok = pick_ids[last_row[i]];
+    } else if (pick.mode == RowPick::kTopK) {
+      tok = s.sampler->draw(pick_cands_.data() + pick.cand_offset, pick.k);
+    } else {
+      tok = s.sampler->sample(last, cfg_.vocab, suppress ? &s.req.stop : nullptr);
+    }
     s.tokens.push_back(tok);
     s.generated++;
     const int64_t t = now_ns();

@@ -185,6 +185,7 @@ class Engine : private CounterSink {
   int blocks_per_seq_ = 0;
   size_t block_bytes_ = 0, state_bytes_ = 0, workspace_bytes_ = 0;
   std::vector<float> logits_buf_;
+  std::vector<PickCandidate> pick_cands_;  // the step's top-k candidates (RowPick::cand_offset)
 
   std::thread thread_;
   std::mutex mu_;  // guards incoming_, staged_, cancels_, events_, stop_, stats_, step_permits_

@@ -24,28 +24,21 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
       if (!is_banned(banned, i) && (pick < 0 || logits[i] > logits[pick])) pick = i;
     return pick < 0 ? best : pick;
   }
-  cand_.clear();
-  cand_.reserve(vocab);
-  for (int i = 0; i < vocab; ++i)
-    if (!is_banned(banned, i)) cand_.emplace_back(logits[i] / p_.temperature, i);
-  if (cand_.empty()) return argmax_scalar(logits, vocab);
-  size_t n = cand_.size();
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-    n = static_cast<size_t>(p_.top_k);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
-  }
-  const float mx = cand_[0].first;
+  const int n = top_candidates(logits, vocab, p_.top_k, p_.temperature, banned, cand_);
+  if (n == 0) return argmax_scalar(logits, vocab);
+  return draw(cand_.data(), n);
+}
+
+int32_t Sampler::draw(const PickCandidate* cand, int n) {
+  const float mx = cand[0].value;
   double sum = 0;
-  std::vector<double> probs(n);
-  for (size_t i = 0; i < n; ++i) sum += probs[i] = std::exp(static_cast<double>(cand_[i].first - mx));
+  probs_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) sum += probs_[i] = std::exp(static_cast<double>(cand[i].value - mx));
   if (p_.top_p < 1.f) {
     double acc = 0;
-    size_t keep = n;
-    for (size_t i = 0; i < n; ++i) {
-      acc += probs[i] / sum;
+    int keep = n;
+    for (int i = 0; i < n; ++i) {
+      acc += probs_[i] / sum;
       if (acc >= p_.top_p) {
         keep = i + 1;
         break;
@@ -53,15 +46,15 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
     }
     n = keep;
     sum = 0;
-    for (size_t i = 0; i < n; ++i) sum += probs[i];
+    for (int i = 0; i < n; ++i) sum += probs_[i];
   }
   std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(rng_);
-  for (size_t i = 0; i < n; ++i) {
-    r -= probs[i];
-    if (r <= 0) return cand_[i].second;
+  for (int i = 0; i < n; ++i) {
+    r -= probs_[i];
+    if (r <= 0) return cand[i].id;
   }
-  return cand_[n - 1].second;
+  return cand[n - 1].id;
 }
 
 void row_logprobs(const float* logits, int vocab, int32_t token, int n, float* token_logprob, int32_t* top_ids,

@@ -4,6 +4,8 @@
 #include <random>
 #include <vector>
 
+#include "core/top_k.h"
+
 namespace lumen {
 
 struct SamplingParams {
@@ -18,12 +20,17 @@ class Sampler {
   explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
   // `banned` (optional): ids that may not be picked (min_tokens suppressing the stop tokens).
   int32_t sample(const float* logits, int vocab, const std::vector<int32_t>* banned = nullptr);
+  // The draw of a non-greedy pick from the top_k best candidates (top_candidates' order), as
+  // sample() draws after its own sort: what a backend's device-side top-k hands back.
+  int32_t draw(const PickCandidate* cand, int n);
   bool greedy() const { return p_.temperature <= 0.f; }
+  const SamplingParams& params() const { return p_; }
 
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<PickCandidate> cand_;
+  std::vector<double> probs_;
 };
 
 // Most top-logprob alternatives a request may ask for.

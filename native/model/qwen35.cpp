@@ -41,7 +41,7 @@ Qwen35::Qwen35(Backend& be, const HostWeights& w, int max_step_tokens, int logit
   head_logits_ = alloc(static_cast<size_t>(logit_group) * c.vocab);
 }
 
-void Qwen35::forward(const StepBatch& b, float* logits_host) {
+void Qwen35::forward(const StepBatch& b, float* logits_host, const RowPick* picks, int32_t* ids, PickCandidate* cands) {
   const ModelConfig& c = cfg_;
   const int T = b.n_tokens;
   if (T <= 0 || T > max_tokens_) throw std::runtime_error("step of " + std::to_string(T) + " tokens exceeds the workspace");
@@ -88,7 +88,12 @@ void Qwen35::forward(const StepBatch& b, float* logits_host) {
   for (int r0 = 0; r0 < R; r0 += logit_group_) {
     const int n = std::min(logit_group_, R - r0);
     if (r0 > 0) head(r0, n);
-    be_.logits_to_host(head_out(r0), logits_host + static_cast<int64_t>(r0) * c.vocab, static_cast<int64_t>(n) * c.vocab);
+    float* host_rows = logits_host + static_cast<int64_t>(r0) * c.vocab;
+    if (picks) {
+      be_.pick_rows(head_out(r0), n, c.vocab, picks + r0, host_rows, ids + r0, cands);
+    } else {
+      be_.logits_to_host(head_out(r0), host_rows, static_cast<int64_t>(n) * c.vocab);
+    }
   }
   be_.end_step();
 }

@@ -11,8 +11,11 @@ class Qwen35 {
  public:
   Qwen35(Backend& be, const HostWeights& w, int max_step_tokens, int logit_group);
 
-  // Runs the step; writes logits for b.logit_rows (row-major [rows, vocab]) into logits_host.
-  void forward(const StepBatch& b, float* logits_host);
+  // Runs the step. For logit row r (b.logit_rows' order) picks[r] says what comes back
+  // (Backend::pick_rows): its logits into logits_host + r * vocab ([rows, vocab]), its greedy id
+  // into ids[r], or its top-k candidates into cands. No picks: every row's logits.
+  void forward(const StepBatch& b, float* logits_host, const RowPick* picks = nullptr, int32_t* ids = nullptr,
+               PickCandidate* cands = nullptr);
 
   const ModelConfig& config() const { return cfg_; }
   size_t workspace_bytes() const { return workspace_bytes_; }

@@ -60,7 +60,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     (void)cudaSetDevice(device_);  // the destructor may run on another thread than the engine worker
     if (stream_) (void)cudaStreamSynchronize(stream_->get());
-    cuda::write_stats_file(name_, graph_stats(), mem_stats());
+    cuda::write_stats_file(name_, graph_stats(), mem_stats(), copies_);
     graphs_.clear();
   }
 
@@ -157,6 +157,11 @@ class CudaBackend final : public Backend {
     deferred_.set_bf16_workspace(x_bf16_.as<uint16_t>(), x_bf16_lo_.as<uint16_t>(), precise_gemm_);
     logit_rows_cap_ = std::max(1, max_logit_rows);
     logits_host_.resize(static_cast<size_t>(logit_rows_cap_) * std::max(1, cfg_.vocab) * sizeof(float));
+    // Sampling picks of a logit group: per row its arguments, its id and up to kMaxPickK candidates.
+    const size_t pick_bytes = static_cast<size_t>(logit_rows_cap_) *
+                              (sizeof(cuda::PickArgs) + sizeof(int32_t) + kMaxPickK * sizeof(PickCandidate));
+    pick_host_.resize(pick_bytes);
+    pick_dev_ = alloc_.alloc(pick_bytes, "sampling picks");
     return total;
   }
 
@@ -336,6 +341,61 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // Greedy ids and top-k candidates reduced on the device (k_sample.cu); only rows that need
+  // their logits (RowPick::kLogits) cross to the host whole.
+  void pick_rows(const float* logits, int n, int vocab, const RowPick* picks, float* host_logits, int32_t* ids,
+                 PickCandidate* cands) override {
+    flush_all();
+    if (n <= 0) return;
+    if (n > logit_rows_cap_) throw std::runtime_error("CUDA backend: pick_rows of more rows than a logit group");
+    auto* args = pick_host_.as<cuda::PickArgs>();
+    auto* got_ids = reinterpret_cast<int32_t*>(args + logit_rows_cap_);
+    auto* got_cands = reinterpret_cast<PickCandidate*>(got_ids + logit_rows_cap_);
+    int n_cands = 0, n_picked = 0;
+    for (int i = 0; i < n; ++i) {
+      const RowPick& p = picks[i];
+      if (p.mode == RowPick::kTopK && (p.k < 1 || p.k > kMaxPickK))
+        throw std::runtime_error("CUDA backend: top-k pick of " + std::to_string(p.k) + " candidates");
+      args[i] = cuda::PickArgs{p.mode == RowPick::kArgmax ? 1 : p.mode == RowPick::kTopK ? 2 : 0, p.k, p.temperature, n_cands};
+      if (p.mode == RowPick::kTopK) n_cands += p.k;
+      if (p.mode != RowPick::kLogits) ++n_picked;
+    }
+    auto* dev_args = pick_dev_.as<cuda::PickArgs>();
+    auto* dev_ids = reinterpret_cast<int32_t*>(dev_args + logit_rows_cap_);
+    auto* dev_cands = reinterpret_cast<PickCandidate*>(dev_ids + logit_rows_cap_);
+    if (n_picked > 0) {
+      LUMEN_CUDA_CHECK(cudaMemcpyAsync(dev_args, args, n * sizeof(cuda::PickArgs), cudaMemcpyHostToDevice, stream()));
+      cuda::launch_pick(logits, n, vocab, dev_args, dev_ids, dev_cands, stream());
+      LUMEN_CUDA_CHECK(cudaMemcpyAsync(got_ids, dev_ids, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
+      if (n_cands > 0)
+        LUMEN_CUDA_CHECK(cudaMemcpyAsync(got_cands, dev_cands, n_cands * sizeof(PickCandidate), cudaMemcpyDeviceToHost, stream()));
+      copies_.picked_rows += static_cast<uint64_t>(n_picked);
+      copies_.bytes_to_host += n * sizeof(int32_t) + n_cands * sizeof(PickCandidate);
+    }
+    // Whole rows, a run of consecutive kLogits rows per copy (logits_to_host synchronises).
+    const int64_t V = vocab;
+    for (int i = 0; i < n;) {
+      if (picks[i].mode != RowPick::kLogits) {
+        ++i;
+        continue;
+      }
+      int j = i;
+      while (j < n && picks[j].mode == RowPick::kLogits) ++j;
+      logits_to_host(logits + i * V, host_logits + i * V, (j - i) * V);
+      copies_.logit_rows += static_cast<uint64_t>(j - i);
+      copies_.bytes_to_host += static_cast<uint64_t>(j - i) * V * sizeof(float);
+      i = j;
+    }
+    if (n_picked == 0) return;
+    LUMEN_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    for (int i = 0; i < n; ++i)
+      if (picks[i].mode == RowPick::kArgmax) ids[i] = got_ids[i];
+    for (int i = 0; i < n; ++i)
+      if (picks[i].mode == RowPick::kTopK) std::copy(got_cands + args[i].out, got_cands + args[i].out + picks[i].k, cands + picks[i].cand_offset);
+  }
+
+  CudaCopyStats copy_stats() const { return copies_; }
+
   float* scratch(size_t n_floats) override {
     scratch_.push_back(alloc_.alloc(std::max<size_t>(1, n_floats) * sizeof(float), "activations"));
     return scratch_.back().as<float>();
@@ -501,6 +561,9 @@ class CudaBackend final : public Backend {
   cuda::StepMetadata step_meta_;
   PinnedBuffer logits_host_;
   int logit_rows_cap_ = 0;
+  PinnedBuffer pick_host_;  // pick_rows' arguments and results, laid out as pick_dev_
+  DeviceBuffer pick_dev_;
+  CudaCopyStats copies_;
 
   // Work buffers sized for the largest step: DeltaNet conv output, beta and log decay, the chunked
   // DeltaNet's per-block scratch, the split decode attention's partials, x rounded to bf16 (and
@@ -538,6 +601,13 @@ bool cuda_set_graphs(Backend& be, bool on) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   if (!c) return false;
   c->set_graphs(on);
+  return true;
+}
+
+bool cuda_copy_stats(const Backend& be, CudaCopyStats* out) {
+  const auto* c = as_cuda(be);
+  if (!c || !out) return false;
+  *out = c->copy_stats();
   return true;
 }
 

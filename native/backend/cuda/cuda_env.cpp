@@ -34,17 +34,20 @@ DeviceInfo open_device(int device) {
   return DeviceInfo{prop.name, prop.totalGlobalMem};
 }
 
-void write_stats_file(const std::string& device, const GraphStats& g, const CudaMemStats& m) {
+void write_stats_file(const std::string& device, const GraphStats& g, const CudaMemStats& m, const CudaCopyStats& c) {
   const char* path = std::getenv("LUMEN_CUDA_STATS_FILE");
   if (!path || !*path) return;
   FILE* f = std::fopen(path, "a");
   if (!f) return;
   std::fprintf(f,
                "{\"device\":\"%s\",\"graphs_enabled\":%s,\"graph_hits\":%llu,\"graph_misses\":%llu,\"eager_steps\":%llu,"
-               "\"capture_ms\":%.3f,\"graphs\":%d,\"peak_bytes\":%lld,\"num_allocs\":%llu}\n",
+               "\"capture_ms\":%.3f,\"graphs\":%d,\"peak_bytes\":%lld,\"num_allocs\":%llu,\"logit_rows_to_host\":%llu,"
+               "\"picked_rows\":%llu,\"logit_bytes_to_host\":%llu}\n",
                device.c_str(), g.enabled ? "true" : "false", static_cast<unsigned long long>(g.hits),
                static_cast<unsigned long long>(g.misses), static_cast<unsigned long long>(g.eager_steps), g.capture_ms,
-               g.graphs, static_cast<long long>(m.peak_bytes), static_cast<unsigned long long>(m.num_allocs));
+               g.graphs, static_cast<long long>(m.peak_bytes), static_cast<unsigned long long>(m.num_allocs),
+               static_cast<unsigned long long>(c.logit_rows), static_cast<unsigned long long>(c.picked_rows),
+               static_cast<unsigned long long>(c.bytes_to_host));
   std::fclose(f);
 }
 

@@ -22,6 +22,6 @@ struct DeviceInfo {
 DeviceInfo open_device(int device);
 
 // Appends the backend's counters to $LUMEN_CUDA_STATS_FILE, when it is set.
-void write_stats_file(const std::string& device, const GraphStats& g, const CudaMemStats& m);
+void write_stats_file(const std::string& device, const GraphStats& g, const CudaMemStats& m, const CudaCopyStats& c);
 
 }  // namespace lumen::cuda

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/top_k.h"
 
 namespace lumen::cuda {
 
@@ -141,6 +142,18 @@ void launch_gdn_chunked(const GdnArgs& a, int n_blocks, int n_long, cudaStream_t
 
 // Raises the dynamic shared-memory limits of the kernels that need more than 48 KiB; throws when
 // the device cannot give them.
+// ---- sampling picks (k_sample.cu): per row of `logits` ([n, vocab]), mode 1 writes the argmax
+// to ids[row], mode 2 the k best of logit / temperature to cands + out (core/top_k.h's order),
+// mode 0 nothing. k <= 1024.
+struct PickArgs {
+  int mode = 0;
+  int k = 0;
+  float temperature = 1.f;
+  int out = 0;
+};
+void launch_pick(const float* logits, int n, int vocab, const PickArgs* rows, int32_t* ids, PickCandidate* cands,
+                 cudaStream_t s);
+
 void kernels_init(int device);
 
 }  // namespace lumen::cuda

@@ -21,6 +21,9 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "core/dtype.h"
 #include "core/quant_ref.h"
+#include "core/argmax.h"
+#include "core/top_k.h"
+#include "backend/cuda/cuda_backend.h"
 #include "engine/engine.h"
 
 using namespace lumen;
@@ -726,6 +729,129 @@ void gguf_cases(const std::vector<std::string>& specs) {
 
 }  // namespace
 
+// ---- sampling picks (k_sample.cu) against the host's argmax (core/argmax.h) and top-k
+// (core/top_k.h): ids and values must be exactly equal, ties, signed zeros, -inf and NaN included.
+
+void pick_kernel_tests() {
+  Lcg rng{2026};
+  // Row kinds: 0 spread values, 1 few levels (many ties), 2 NaN first, 3 NaN and -inf scattered,
+  // 4 signed zeros and a few +-1, 5 all -inf. Top-k is checked on rows without NaN (the host
+  // sort has no order for NaN); argmax on all.
+  constexpr int kKinds = 6;
+  auto row_of = [&](int kind, int vocab) {
+    std::vector<float> x(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) {
+      const float r = rng.next();
+      float v = 10.f * r;
+      if (kind == 1) v = std::round(3.f * r);
+      if (kind == 3) v = std::fabs(r) < 0.05f ? NAN : std::fabs(r) > 0.95f ? -INFINITY : v;
+      if (kind == 4) v = std::fabs(r) > 0.9f ? (r > 0 ? 1.f : -1.f) : (r > 0 ? 0.f : -0.f);
+      if (kind == 5) v = -INFINITY;
+      x[static_cast<size_t>(i)] = v;
+    }
+    if (kind == 2) x[0] = NAN;
+    return x;
+  };
+  int launches = 0, bad = 0;
+  for (int vocab : {1, 7, 1000, 4099}) {
+    for (float temp : {1.f, 0.7f}) {
+      for (int k_req : {1, 3, 64, 1000, 1024}) {
+        const int k = std::min(k_req, vocab);
+        // Rows [0, kKinds): argmax; rows [kKinds, 2 kKinds): top-k (mode 0 where the row has NaN).
+        const int n = 2 * kKinds;
+        std::vector<float> logits;
+        std::vector<cuda::PickArgs> args(static_cast<size_t>(n));
+        int n_cands = 0;
+        for (int r = 0; r < n; ++r) {
+          const int kind = r % kKinds;
+          const auto x = row_of(kind, vocab);
+          logits.insert(logits.end(), x.begin(), x.end());
+          if (r < kKinds) {
+            args[r] = cuda::PickArgs{1, 0, 1.f, 0};
+          } else if (kind != 2 && kind != 3) {
+            args[r] = cuda::PickArgs{2, k, temp, n_cands};
+            n_cands += k;
+          }
+        }
+        float* d_logits = dev_copy(logits);
+        cuda::PickArgs* d_args = dev_copy(args);
+        int32_t* d_ids = dev_copy(std::vector<int32_t>(static_cast<size_t>(n), -7));
+        PickCandidate* d_cands = dev_copy(std::vector<PickCandidate>(static_cast<size_t>(std::max(1, n_cands)), PickCandidate{-1.f, -1}));
+        cuda::launch_pick(d_logits, n, vocab, d_args, d_ids, d_cands, cudaStream_t{});
+        cudaDeviceSynchronize();
+        const auto got_ids = host_copy(d_ids, static_cast<size_t>(n));
+        const auto got_cands = host_copy(d_cands, static_cast<size_t>(std::max(1, n_cands)));
+        std::vector<PickCandidate> work;
+        for (int r = 0; r < n; ++r) {
+          const float* x = logits.data() + static_cast<size_t>(r) * vocab;
+          if (args[r].mode == 1 && got_ids[r] != argmax_scalar(x, vocab)) {
+            if (bad++ < 5) std::printf("  argmax vocab %d kind %d: got %d, host %d\n", vocab, r % kKinds, got_ids[r], argmax_scalar(x, vocab));
+          }
+          if (args[r].mode == 0 && got_ids[r] != -7) ++bad;  // untouched
+          if (args[r].mode != 2) continue;
+          const int m = top_candidates(x, vocab, k, temp, nullptr, work);
+          for (int j = 0; j < m; ++j) {
+            const PickCandidate& g = got_cands[static_cast<size_t>(args[r].out + j)];
+            if (g.id != work[j].id || std::memcmp(&g.value, &work[j].value, sizeof(float)) != 0) {
+              if (bad++ < 5)
+                std::printf("  top-%d vocab %d kind %d T %.1f: candidate %d is (%d, %g), host (%d, %g)\n", k, vocab, r % kKinds,
+                            temp, j, g.id, g.value, work[j].id, work[j].value);
+              break;
+            }
+          }
+        }
+        cudaFree(d_logits);
+        cudaFree(d_args);
+        cudaFree(d_ids);
+        cudaFree(d_cands);
+        ++launches;
+      }
+    }
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "sampling picks: argmax and top-k (k 1..1024, vocab 1..4099, ties, signed zeros, -inf, NaN) = host, %d launches", launches);
+  report(bad == 0, buf);
+}
+
+// (c) Device-side sampling through the engine: greedy and top-k/top-p requests on the CUDA backend
+// give the tokens the same backend gives when every row comes back whole (logprobs asked: host
+// sampling), and the CPU backend's; the picked run copies back no whole row.
+void device_sampling_check(const std::string& stats) {
+  std::vector<RequestSpec> reqs;
+  for (int i = 0; i < 6; ++i) {
+    RequestSpec r;
+    r.prompt = ids(3 + 11 * i, 900 + i);
+    r.max_tokens = 6;
+    r.ignore_eos = true;
+    if (i >= 2) {
+      r.sampling.temperature = i == 5 ? 1.3f : 0.8f;
+      r.sampling.top_k = i == 4 ? 1024 : 40;
+      r.sampling.top_p = i == 3 ? 0.9f : 1.f;
+      r.sampling.seed = 4000 + i;
+    }
+    reqs.push_back(r);
+  }
+  auto whole = reqs;
+  for (auto& r : whole) r.logprobs = 0;
+  std::remove(stats.c_str());
+  const auto picked = run(tiny(), base("cuda", DType::f32), reqs);
+  const std::string s_picked = read_last_line(stats);
+  const auto rows = run(tiny(), base("cuda", DType::f32), whole);
+  const std::string s_rows = read_last_line(stats);
+  const auto cpu = run(tiny(), base("cpu", DType::f32), reqs);
+  bool same = true, same_cpu = true;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    same &= picked[i].tokens == rows[i].tokens && picked[i].finish == "length";
+    same_cpu &= picked[i].tokens == cpu[i].tokens;
+  }
+  std::printf("  picked: %s\n  whole rows: %s\n", s_picked.c_str(), s_rows.c_str());
+  const bool no_rows = s_picked.find("\"logit_rows_to_host\":0,") != std::string::npos &&
+                       s_picked.find("\"picked_rows\":0,") == std::string::npos &&
+                       s_rows.find("\"picked_rows\":0,") != std::string::npos;
+  report(same && same_cpu && no_rows,
+         "(c) device sampling: greedy and top-k/top-p tokens = host sampling on whole rows = the CPU backend's; no whole row copied");
+}
+
 int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[1]) == "gguf") {
     gguf_cases(std::vector<std::string>(argv + 2, argv + argc));
@@ -751,6 +877,11 @@ int main(int argc, char** argv) {
     kernel_tests();
   } catch (const std::exception& e) {
     report(false, std::string("kernel tests: ") + e.what());
+  }
+  try {
+    pick_kernel_tests();
+  } catch (const std::exception& e) {
+    report(false, std::string("sampling pick tests: ") + e.what());
   }
   try {
     quant_kernel_tests();
@@ -850,6 +981,12 @@ int main(int argc, char** argv) {
     std::printf("  (info) greedy tokens %s the CPU backend's\n", same_cpu ? "equal" : "differ from");
   } catch (const std::exception& e) {
     report(false, std::string("(b) ") + e.what());
+  }
+
+  try {
+    device_sampling_check(stats);
+  } catch (const std::exception& e) {
+    report(false, std::string("(c) ") + e.what());
   }
 
   if (!quick) {

@@ -50,6 +50,12 @@ void launch(const char* name, void (*k)(P...), dim3 grid, dim3 block, size_t sme
 
 inline void __syncthreads() { ::lumen::emu::syncthreads(); }
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) { return ::lumen::emu::shfl_xor(v, lane_mask); }
+// Fibers switch only at collectives and barriers, so a read-modify-write is atomic here.
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
 template <class T>
 inline T __ldg(const T* p) { return *p; }
 template <class T>
