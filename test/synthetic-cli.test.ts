@@ -16,7 +16,7 @@ const ENV = { ...process.env, NO_COLOR: '1', LUMEN_CACHE_DIR: CACHE };
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 const HEADER = /Model path\s+synthetic:tiny \(random weights of the tiny shape, bf16, seed 0; generated in memory, no checkpoint\)/;
-const WEIGHTS = /Weights\s+synthetic BF16: random weights of the tiny shape, seed 0, [\d.]+ MB generated in memory \(no file, no hash\)/;
+const WEIGHTS = /Weights\s+synthetic BF16: random weights of the tiny shape, seed 0, [\d.]+ MiB generated in memory \(no file, no hash\)/;
 
 function bench(args: string[]): { code: number | null; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [BENCH, ...args], { encoding: 'utf8', env: ENV, cwd: tmp, timeout: 120_000 });

@@ -82,7 +82,7 @@ describe('loadModel(synthetic:<preset>)', () => {
     expect(j.sha256).toBeUndefined();
     expect(j.in_memory_bytes).toBe(syntheticWeightBytes(m.config, 'bf16'));
     expect(j.in_memory_bytes! / 1e9).toBeGreaterThan(8); // 4B parameters, mostly bf16
-    expect(weightFormatLine(m)).toMatch(/^synthetic BF16: random weights of the 4B shape, seed 0, [\d.]+ GB generated in memory \(no file, no hash\)$/);
+    expect(weightFormatLine(m)).toMatch(/^synthetic BF16: random weights of the 4B shape, seed 0, [\d.]+ GiB generated in memory \(no file, no hash\)$/);
     expect(describeSynthetic(m.syntheticWeights!)).toBe('synthetic:4b (random weights of the 4B shape, bf16, seed 0; generated in memory, no checkpoint)');
     const s = modelSection(m, false);
     expect(s).toMatchObject({ path: 'synthetic:4b', embedded: false, synthetic: true, bytes_on_disk: 0, shards: 0 });

@@ -45,7 +45,7 @@ export function weightFormatJson(m: ModelCheckpoint): WeightFormatJson {
 
 /**
  * One line: `Q8_0, 8.50 bits/weight (GGUF; 32 Q8_0, 23 F32 tensors; sha256 1a2b3c4d5e6f)`, `BF16 safetensors`, or
- * `synthetic BF16: random weights of the tiny shape, seed 0, 64.1 MB generated in memory (no file, no hash)`.
+ * `synthetic BF16: random weights of the tiny shape, seed 0, 63.6 MiB generated in memory (no file, no hash)`.
  */
 export function weightFormatLine(m: ModelCheckpoint): string {
   const j = weightFormatJson(m);
@@ -59,5 +59,5 @@ export function weightFormatLine(m: ModelCheckpoint): string {
 }
 
 function fmtMb(bytes: number): string {
-  return bytes >= 1e9 ? `${(bytes / 1e9).toFixed(2)} GB` : `${(bytes / 1e6).toFixed(1)} MB`;
+  return bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(2)} GiB` : `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 }
