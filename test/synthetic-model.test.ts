@@ -10,7 +10,8 @@ import { modelSection } from '../src/bench/report.js';
 import { loadEngine } from '../src/engine/engine.js';
 import { loadModel, loadModelTokenizer } from '../src/model/model-path.js';
 import { PRESET_NAMES, presetConfig } from '../src/model/presets.js';
-import { DEFAULT_SYNTH_SEED, writeSynthCheckpoint } from '../src/model/synth.js';
+import { DEFAULT_SYNTH_SEED, synthGenerationConfig, writeSynthCheckpoint } from '../src/model/synth.js';
+import { makeServeModel, samplingDefaults } from '../src/serve/model.js';
 import { describeSynthetic, isSyntheticModelPath, syntheticWeightBytes } from '../src/model/synthetic-model.js';
 import { loadTokenizer, type LoadedTokenizer } from '../src/model/tokenizer.js';
 import { CheckpointError } from '../src/model/types.js';
@@ -119,6 +120,16 @@ describe('the in-memory tokenizer is the one bench synth writes', () => {
       expect(inMemory.applyChatTemplate(messages, opts)).toBe(written.applyChatTemplate(messages, opts));
     }
     expect(inMemory.applyChatTemplate(messages, { addGenerationPrompt: true })).toMatch(/<think>\n\n<\/think>\n\n$/);
+  });
+
+  it('bench serve takes the sampling defaults of the generation_config.json bench synth writes', () => {
+    const m = loadModel('synthetic:tiny');
+    const served = makeServeModel({
+      name: m.dir, root: m.dir, tokenizer: inMemory, configEos: m.config.eosTokenId, maxSeq: 64, vocabSize: m.config.vocabSize,
+      generationConfig: synthGenerationConfig(),
+    });
+    expect(served.defaults).toEqual(samplingDefaults(dir));
+    expect(served.defaults).toEqual({ temperature: 0.7, topP: 0.8, topK: 20 });
   });
 
   it('4b thinks by default', async () => {
