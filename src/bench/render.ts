@@ -5,6 +5,8 @@ import { Chalk, type ChalkInstance } from 'chalk';
 import cliProgress from 'cli-progress';
 import { performance } from 'node:perf_hooks';
 import type { EngineInfo, EngineOptions } from '../engine/types.js';
+import { describeSynthetic } from '../model/synthetic-model.js';
+import type { SyntheticWeights } from '../model/types.js';
 import type { Logger } from './logger.js';
 import type { ReportRow } from './report.js';
 import type { RowOutcome } from './runner.js';
@@ -69,8 +71,8 @@ export function overallProgress(done: number, total: number, elapsedMs: number, 
 
 export interface SweepRenderer {
   header(h: HeaderInfo): void;
-  /** The checkpoint directory, once known (the embedded model may be generated first). */
-  modelPath(dir: string, embedded: boolean): void;
+  /** The checkpoint directory, once known (the embedded model may be generated first); `synthetic` for `synthetic:<preset>`. */
+  modelPath(dir: string, embedded: boolean, synthetic?: SyntheticWeights): void;
   /** How the weights are stored (src/model/weight-format.ts), once the checkpoint is read. */
   weights(line: string): void;
   loadStage(stage: string, fields: Record<string, unknown>): void;
@@ -170,8 +172,8 @@ export class HumanRenderer implements SweepRenderer {
     this.kv('CPU', `${h.cpuModel} (${h.threads} threads)`);
   }
 
-  modelPath(dir: string, embedded: boolean): void {
-    this.kv('Model path', embedded ? `${dir} (embedded synthetic tiny model)` : dir);
+  modelPath(dir: string, embedded: boolean, synthetic?: SyntheticWeights): void {
+    this.kv('Model path', synthetic ? describeSynthetic(synthetic) : embedded ? `${dir} (embedded synthetic tiny model)` : dir);
   }
 
   weights(line: string): void {
@@ -399,9 +401,9 @@ export class LogRenderer implements SweepRenderer {
     this.log.info({ event: 'weights', weight_format: line }, 'weights');
   }
 
-  modelPath(dir: string, embedded: boolean): void {
-    this.log.info({ event: 'model_path', model_path: dir, embedded_model: embedded },
-      embedded ? 'no --model-path: using the embedded synthetic tiny model' : 'model path');
+  modelPath(dir: string, embedded: boolean, synthetic?: SyntheticWeights): void {
+    this.log.info({ event: 'model_path', model_path: dir, embedded_model: embedded, ...(synthetic ? { synthetic: { ...synthetic } } : {}) },
+      synthetic ? `model path: ${describeSynthetic(synthetic)}` : embedded ? 'no --model-path: using the embedded synthetic tiny model' : 'model path');
   }
 
   loadStage(stage: string, fields: Record<string, unknown>): void {

@@ -55,8 +55,11 @@ export interface ReportRow extends SweepRow {
 }
 
 export interface ModelSection {
+  /** The checkpoint directory or GGUF file; `synthetic:<preset>` for synthetic weights. */
   path: string;
   embedded: boolean;
+  /** Random weights the engine generated in memory (`--model-path synthetic:<preset>`): weight_format says which. */
+  synthetic: boolean;
   architecture: string;
   param_count: number;
   dtype: string;
@@ -94,6 +97,7 @@ export function modelSection(ckpt: ModelCheckpoint, embedded: boolean): ModelSec
   return {
     path: ckpt.dir,
     embedded,
+    synthetic: ckpt.syntheticWeights !== undefined,
     architecture: 'qwen3_5',
     param_count: ckpt.paramCount,
     dtype: ckpt.dtype,

@@ -2,7 +2,8 @@
 // each stage rendered and recorded in the report; the engine is null when it failed to load.
 import { performance } from 'node:perf_hooks';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
-import { CheckpointError, type ModelCheckpoint } from '../model/types.js';
+import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
+import { CheckpointError, type ModelCheckpoint, type SyntheticWeights } from '../model/types.js';
 import { weightFormatLine } from '../model/weight-format.js';
 import type { GpuInfo } from '../util/machine.js';
 import { UsageError } from '../util/usage-error.js';
@@ -26,24 +27,33 @@ export async function loadModel(
 ): Promise<LoadedModel> {
   const embedded = cfg.modelPath === null;
   const modelDir = cfg.modelPath ?? (await backend.ensureEmbeddedModel());
-  renderer.modelPath(modelDir, embedded);
+  const badPath = (err: unknown): unknown =>
+    err instanceof CheckpointError && !embedded ? new UsageError(`--model-path: ${err.message}`) : err;
+  let synthetic: SyntheticWeights | null;
+  try {
+    synthetic = syntheticWeightsOf(modelDir);
+  } catch (err) {
+    throw badPath(err);
+  }
+  renderer.modelPath(modelDir, embedded, synthetic ?? undefined);
 
   const tc0 = performance.now();
   let ckpt: ModelCheckpoint;
   try {
     ckpt = await backend.loadCheckpoint(modelDir, cfg.quant);
   } catch (err) {
-    if (err instanceof CheckpointError && !embedded) throw new UsageError(`--model-path: ${err.message}`);
-    throw err;
+    throw badPath(err);
   }
   const checkpointMs = performance.now() - tc0;
   report.model = modelSection(ckpt, embedded);
   const weights = weightFormatLine(ckpt);
   renderer.weights(weights);
+  if (ckpt.syntheticWeights) report.notes.push(`model: ${describeSynthetic(ckpt.syntheticWeights)}`);
   report.notes.push(`weights: ${weights}`);
   renderer.loadStage('checkpoint', {
     path: ckpt.dir, shards: ckpt.shards.length, bytes_on_disk: ckpt.bytesOnDisk, param_count: ckpt.paramCount,
     dtype: ckpt.dtype, layers: ckpt.config.numLayers, ms: checkpointMs,
+    ...(ckpt.syntheticWeights ? { synthetic: { ...ckpt.syntheticWeights } } : {}),
   });
 
   renderer.loadStage('engine_load_start', { device, options: opts });

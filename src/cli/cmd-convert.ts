@@ -5,6 +5,7 @@ import { Command } from 'commander';
 import { ConvertError, OUT_DTYPES, writeGgufParallel, type OutDtype } from '../convert/convert.js';
 import { QUANT_DTYPES, QUANT_SCHEMES } from '../convert/quant-mix.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
+import { isSyntheticModelPath } from '../model/synthetic-model.js';
 import { CheckpointError, type DType } from '../model/types.js';
 import { UsageError } from '../util/usage-error.js';
 import { usableCpus } from '../engine/native.js';
@@ -43,6 +44,9 @@ export function convertCommand(setResult: (code: number) => void): Command {
     .action(async (raw: RawConvertOptions) => {
       if (!raw.modelPath) throw new UsageError('convert: --model-path <dir> is required');
       if (!raw.out) throw new UsageError('convert: --out <file> is required');
+      if (isSyntheticModelPath(raw.modelPath)) {
+        throw new UsageError(`--model-path ${raw.modelPath}: synthetic weights exist only in the engine's memory; write a checkpoint with \`bench synth --preset P --out DIR\` and convert that`);
+      }
       const dir = resolve(raw.modelPath);
       if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--model-path ${raw.modelPath}: no such directory`);
       const out = resolve(raw.out);

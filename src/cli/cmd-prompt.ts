@@ -5,6 +5,7 @@ import { Command, Option } from 'commander';
 import { loadModel, loadModelTokenizer } from '../model/model-path.js';
 import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
+import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
@@ -35,6 +36,7 @@ export function registerPrompt(program: Command, setResult: (code: number) => vo
   program
     .command('prompt')
     .description('generate from a prompt through the serving engine (greedy by default)')
+    .argument('[text]', 'prompt text (the same as --prompt TEXT)')
     .addOption(ENGINE_FLAGS.modelPath())
     .addOption(ENGINE_FLAGS.quant())
     .option('--prompt <text>', 'prompt text (tokenized with the checkpoint tokenizer)')
@@ -57,7 +59,11 @@ export function registerPrompt(program: Command, setResult: (code: number) => vo
     .option('--seed <n>', 'sampling seed', countArg('--seed', 0, 0xffffffff), 0)
     .option('--ignore-eos', 'keep generating through end-of-sequence tokens')
     .addOption(new Option('--weight-dtype <t>', 'run weights as stored (auto), or convert to f32 / bf16').argParser(choiceArg('--weight-dtype', ['auto', 'f32', 'bf16'] as const)).default('auto'))
-    .action(async (opts: PromptOpts) => {
+    .action(async (text: string | undefined, opts: PromptOpts) => {
+      if (text !== undefined) {
+        if (opts.prompt !== undefined) throw new UsageError('prompt: give the prompt text once (as an argument or as --prompt TEXT)');
+        opts.prompt = text;
+      }
       setResult(await runPrompt(opts));
     });
 }
@@ -77,6 +83,8 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     process.stderr.write(`bench: no --model-path; using the embedded synthetic model (${dir})\n`);
   } else {
     dir = modelPath;
+    const synthetic = syntheticWeightsOf(dir);
+    if (synthetic) process.stderr.write(`bench: --model-path ${describeSynthetic(synthetic)}\n`);
   }
   let ckpt;
   try {

@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import { UsageError } from '../util/usage-error.js';
 import { oneOf, parseCount } from './flag-values.js';
 import { isPresetName, PRESET_NAMES } from '../model/presets.js';
-import { resolveSynthConfig, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
+import { DEFAULT_SYNTH_SEED, resolveSynthConfig, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
 import { CheckpointError, type TextConfig } from '../model/types.js';
 
 interface SynthFlags {
@@ -63,7 +63,7 @@ export function registerSynth(program: Command, setResult: (code: number) => voi
     .option('--preset <name>', `model size: ${PRESET_NAMES.join(' | ')}`)
     .option('--out <dir>', 'output directory')
     .option('--dtype <dtype>', 'weight dtype: bf16 | f32', 'bf16')
-    .option('--seed <n>', 'random seed', '0')
+    .option('--seed <n>', 'random seed', String(DEFAULT_SYNTH_SEED))
     .option('--shards <n>', 'number of safetensors shards', '1')
     .option('--mtp', 'also write the MTP head (mtp.* tensors)')
     .option('--no-vision', 'omit the model.visual.* stub tensors')

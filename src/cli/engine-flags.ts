@@ -7,6 +7,9 @@ import path from 'node:path';
 import { Option } from 'commander';
 import type { DeviceChoice, ServingFlags } from '../engine/options.js';
 import type { KvLayout } from '../engine/types.js';
+import { PRESET_NAMES } from '../model/presets.js';
+import { isSyntheticModelPath, syntheticName, syntheticWeightsOf } from '../model/synthetic-model.js';
+import { CheckpointError } from '../model/types.js';
 import { UsageError } from '../util/usage-error.js';
 import { oneOf, parseCount } from './flag-values.js';
 
@@ -55,19 +58,35 @@ export const ENGINE_FLAGS = {
   prefillChunk: () => new Option('--prefill-chunk <n>', `largest prefill chunk per sequence per step (default ${ENGINE_DEFAULTS.prefillChunk})`),
   stepTokenBudget: () => new Option('--step-token-budget <n>', `most tokens in one forward step (default ${ENGINE_DEFAULTS.stepTokenBudget})`),
   maxSeq: () => new Option('--max-seq <n>', `longest sequence (prompt + output) the engine accepts (default ${ENGINE_DEFAULTS.maxSeq})`),
-  modelPath: () => new Option('--model-path <path>', 'checkpoint directory, GGUF file (split: its -00001-of-0000N part), or a directory of GGUF files with --quant (default: the embedded synthetic model)'),
+  modelPath: () => new Option('--model-path <path>', `checkpoint directory, GGUF file (split: its -00001-of-0000N part), a directory of GGUF files with --quant, or synthetic:<preset> (${PRESET_NAMES.join(' | ')}: random weights generated in memory) (default: the embedded synthetic model)`),
   quant: () => new Option('--quant <type>', 'with --model-path DIR: the GGUF file whose name carries this quantization (e.g. Q4_K_M, Q8_0; any case)'),
   cudaGraphs: () => new Option('--cuda-graphs <on|off>', `with --device cuda: capture and replay decode steps as CUDA graphs (default ${ENGINE_DEFAULTS.cudaGraphs}; no effect on the CPU)`),
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
 
-/** `--model-path` / `--quant` checked (the path exists; a quant name is a word), before anything loads. */
+/**
+ * `--model-path` / `--quant` checked (the path exists, or `synthetic:<preset>` names a preset; a
+ * quant name is a word), before anything loads. A synthetic path comes back as `synthetic:<preset>`.
+ */
 export function resolveModelPathFlags(raw: RawEngineFlags): { modelPath: string | null; quant?: string } {
   if (raw.quant !== undefined) {
     if (raw.modelPath === undefined) throw new UsageError('--quant needs --model-path (a directory of GGUF files, or one GGUF file)');
     if (!/^[A-Za-z0-9_]+$/.test(raw.quant)) throw new UsageError(`--quant: '${raw.quant}' is not a quantization name (e.g. Q4_K_M)`);
   }
   if (raw.modelPath === undefined) return { modelPath: null };
+  if (isSyntheticModelPath(raw.modelPath)) {
+    let weights;
+    try {
+      weights = syntheticWeightsOf(raw.modelPath)!;
+    } catch (err) {
+      if (err instanceof CheckpointError) throw new UsageError(`--model-path ${err.message}`);
+      throw err;
+    }
+    if (raw.quant !== undefined) {
+      throw new UsageError(`--quant ${raw.quant}: does not apply to --model-path ${raw.modelPath} (synthetic weights are ${weights.dtype}, generated in memory)`);
+    }
+    return { modelPath: syntheticName(weights) };
+  }
   const abs = path.resolve(raw.modelPath);
   if (!existsSync(abs)) throw new UsageError(`--model-path: ${raw.modelPath} does not exist`);
   const st = statSync(abs);

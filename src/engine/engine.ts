@@ -29,7 +29,10 @@ export interface EngineInternals {
   addonPath?: string;
 }
 
-/** A model source: a checkpoint on disk, or a config to fill with random weights in memory. */
+/**
+ * A model source: a checkpoint on disk (or one whose `syntheticWeights` the engine generates), or a
+ * config to fill with random weights in memory (dtype and seed from EngineInternals).
+ */
 export type ModelSource = ModelCheckpoint | { synthetic: TextConfig };
 
 interface Pending {
@@ -201,12 +204,16 @@ export function loadEngine(
   const { addonPath, ...nativeInternals } = internals;
   const addon = loadAddon(addonPath);
   const config = 'synthetic' in source ? source.synthetic : source.config;
-  const tensors = 'synthetic' in source ? [] : [...source.tensors.values()].filter((t) => !t.name.startsWith('mtp.'));
+  // A model of synthetic weights (`--model-path synthetic:<preset>`) has no tensors: the engine
+  // generates them with the dtype and seed the model names (what its reports say).
+  const generated = 'synthetic' in source ? undefined : source.syntheticWeights;
+  const tensors = 'synthetic' in source || generated ? [] : [...source.tensors.values()].filter((t) => !t.name.startsWith('mtp.'));
   const options = {
     device: opts.device, threads: opts.threads, blockSize: opts.blockSize, kvcache: opts.kvcache,
     kvMemoryBytes: opts.kvMemoryBytes ?? 0, maxSeq: opts.maxSeq, maxSeqs: opts.maxSeqs,
     prefillChunk: opts.prefillChunk, stepTokenBudget: opts.stepTokenBudget, prefixCache: opts.prefixCache,
     cudaGraphs: opts.cudaGraphs ?? true, profile: opts.profile ?? false, ...nativeInternals,
+    ...(generated ? { syntheticDtype: generated.dtype, syntheticSeed: generated.seed } : {}),
   };
   return new Promise<EngineHandle>((resolve, reject) => {
     let engine: Engine | undefined;

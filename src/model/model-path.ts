@@ -1,5 +1,6 @@
 // What `--model-path` (and `--quant`) name: a safetensors checkpoint directory, a GGUF file (or
-// the first part of a split one), or a directory of GGUF files to choose among by quantization.
+// the first part of a split one), a directory of GGUF files to choose among by quantization, or
+// `synthetic:<preset>` (random weights of a preset's shape generated in memory; synthetic-model.ts).
 // One function for every command (sweep, prompt, serve), so the flags mean the same everywhere;
 // and the tokenizer that goes with the model (tokenizer.json beside a GGUF when there is one,
 // checked against the GGUF's own vocabulary; otherwise the GGUF's tokenizer.ggml.* metadata).
@@ -9,6 +10,7 @@ import path from 'node:path';
 import { loadCheckpoint, type LoadOptions } from './checkpoint.js';
 import { dirHasGguf, ggufHeaderOf, isGgufPath, loadGgufCheckpoint, selectGguf, type LoadedModel } from './gguf-checkpoint.js';
 import { ggufTokenizerParts } from './gguf-tokenizer.js';
+import { syntheticModel, syntheticTokenizer, syntheticWeightsOf } from './synthetic-model.js';
 import { buildTokenizer, loadTokenizer, type LoadedTokenizer } from './tokenizer.js';
 import { CheckpointError, type ModelCheckpoint } from './types.js';
 
@@ -30,6 +32,12 @@ export function isGgufModelPath(modelPath: string, quant?: string): boolean {
 
 /** Loads the model `--model-path` / `--quant` name (headers only). Problems: CheckpointError. */
 export function loadModel(modelPath: string, opts: ModelPathOptions = {}): LoadedModel {
+  const synthetic = syntheticWeightsOf(modelPath);
+  if (synthetic !== null) {
+    if (opts.quant !== undefined) throw new CheckpointError(`${modelPath}: --quant does not apply to synthetic weights`);
+    if (opts.mtp) throw new CheckpointError(`${modelPath}: synthetic weights have no MTP head`);
+    return syntheticModel(synthetic);
+  }
   if (isGgufModelPath(modelPath, opts.quant)) {
     if (opts.mtp) throw new CheckpointError(`${path.resolve(modelPath)}: MTP from a GGUF file is not supported`);
     return loadGgufCheckpoint(selectGguf(modelPath, opts.quant), { hash: opts.hash });
@@ -41,11 +49,13 @@ export function loadModel(modelPath: string, opts: ModelPathOptions = {}): Loade
 export const TOKENIZER_CHECK_TEXT = 'Hello world, 123!\n\tOver the river: caf\u00e9 \u6771\u4eac <|im_start|>user\nhi<|im_end|>';
 
 /**
- * The tokenizer of a loaded model: the checkpoint directory's files; for a GGUF model, a
+ * The tokenizer of a loaded model: the checkpoint directory's files; for synthetic weights, the
+ * tokenizer `bench synth` writes for the preset, built in memory; for a GGUF model, a
  * tokenizer.json beside the file when present (and it must give the GGUF vocabulary's ids on a
  * test text), else the GGUF's own tokenizer.ggml.* metadata and tokenizer.chat_template.
  */
 export async function loadModelTokenizer(model: ModelCheckpoint): Promise<LoadedTokenizer> {
+  if (model.syntheticWeights) return syntheticTokenizer(model);
   if (model.format?.container !== 'gguf') return loadTokenizer(model.dir);
   const header = ggufHeaderOf(model);
   const own = buildTokenizer(ggufTokenizerParts(header));

@@ -39,13 +39,16 @@ import { Rng, standardNormalTable, uniformTable } from '../util/rng.js';
 
 export type SynthDType = 'bf16' | 'f32';
 
+/** The seed of `bench synth` without --seed, and of `--model-path synthetic:<preset>`. */
+export const DEFAULT_SYNTH_SEED = 0;
+
 export interface SynthOptions {
   preset: PresetName;
   /** Output directory (created; earlier model*.safetensors / index files in it are removed first). */
   out: string;
   /** Default 'bf16'. */
   dtype?: SynthDType;
-  /** Default 0. Same seed -> bit-identical tensors. */
+  /** Default DEFAULT_SYNTH_SEED (0). Same seed -> bit-identical tensors. */
   seed?: number;
   /** Number of safetensors shards (1 -> model.safetensors; N > 1 -> model-0000i-of-0000N + index). Default 1. */
   shards?: number;
@@ -200,6 +203,21 @@ function shardName(i: number, n: number): string {
   return `model-${String(i + 1).padStart(5, '0')}-of-${String(n).padStart(5, '0')}.safetensors`;
 }
 
+/** generation_config.json of a synthetic model (its tokenizer of `bpeVocab` BPE tokens names the special ids). */
+export function synthGenerationConfig(bpeVocab = BPE_VOCAB_SIZE): Record<string, unknown> {
+  const endOfText = bpeVocab + SPECIAL_TOKENS.indexOf('<|endoftext|>');
+  const imEnd = bpeVocab + SPECIAL_TOKENS.indexOf('<|im_end|>');
+  return {
+    bos_token_id: endOfText,
+    eos_token_id: [imEnd, endOfText],
+    pad_token_id: endOfText,
+    do_sample: true,
+    temperature: 0.7,
+    top_k: 20,
+    top_p: 0.8,
+  };
+}
+
 /** Vision-tower stub tensors (names under model.visual.; never read by the text engine). */
 const VISION_STUB: Array<{ name: string; shape: number[] }> = [
   { name: 'model.visual.patch_embed.proj.weight', shape: [16, 3, 2, 2, 2] },
@@ -215,7 +233,7 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
   const t0 = performance.now();
   const dtype: SynthDType = opts.dtype ?? 'bf16';
   if (dtype !== 'bf16' && dtype !== 'f32') throw new Error(`synth: dtype must be bf16 or f32 (got ${String(dtype)})`);
-  const seed = opts.seed ?? 0;
+  const seed = opts.seed ?? DEFAULT_SYNTH_SEED;
   if (!Number.isSafeInteger(seed) || seed < 0) throw new Error(`synth: seed must be a non-negative integer (got ${seed})`);
   const nShards = opts.shards ?? 1;
   if (!Number.isInteger(nShards) || nShards < 1) throw new Error(`synth: shards must be a positive integer (got ${nShards})`);
@@ -351,17 +369,7 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
   files.push(configFile);
 
   const genFile = path.join(dir, 'generation_config.json');
-  const endOfText = bpeVocab + SPECIAL_TOKENS.indexOf('<|endoftext|>');
-  const imEnd = bpeVocab + SPECIAL_TOKENS.indexOf('<|im_end|>');
-  writeFileSync(genFile, JSON.stringify({
-    bos_token_id: endOfText,
-    eos_token_id: [imEnd, endOfText],
-    pad_token_id: endOfText,
-    do_sample: true,
-    temperature: 0.7,
-    top_k: 20,
-    top_p: 0.8,
-  }, null, 2) + '\n');
+  writeFileSync(genFile, JSON.stringify(synthGenerationConfig(bpeVocab), null, 2) + '\n');
   files.push(genFile);
 
   if (withTokenizer) {

@@ -109,12 +109,25 @@ export interface WeightFormat {
   sha256?: string;
 }
 
-/** A model as the engine and the reports take it: a safetensors Checkpoint or a GGUF file. */
+/**
+ * Random weights the engine generates in memory (`--model-path synthetic:<preset>`): no files, so
+ * no tensors to bind. The native generator (HostWeights::synthetic), not `bench synth`'s.
+ */
+export interface SyntheticWeights {
+  /** A preset of src/model/presets.ts. */
+  preset: string;
+  dtype: 'bf16' | 'f32';
+  seed: number;
+}
+
+/** A model as the engine and the reports take it: a safetensors Checkpoint, a GGUF file, or synthetic weights. */
 export interface ModelCheckpoint extends Omit<Checkpoint, 'tensors' | 'dtype'> {
   tensors: Map<string, WeightRef>;
   /** Dominant weight type of the text tensors. */
   dtype: WeightDType;
   format?: WeightFormat;
+  /** Set for `synthetic:<preset>`: `tensors` and `shards` are empty and the engine generates the weights. */
+  syntheticWeights?: SyntheticWeights;
 }
 
 /**

@@ -1,10 +1,12 @@
 // How a model's weights are stored, in the words the reports use (the sweep's header, its JSON
 // provenance and notes): `Q4_K_M, 4.89 bits/weight` with the per-type tensor counts and the files'
-// content hash for GGUF files; the dominant element type for safetensors checkpoints.
+// content hash for GGUF files; the dominant element type for safetensors checkpoints; for
+// synthetic weights, that they are random and generated in memory (preset, dtype, seed; no hash).
+import { SYNTHETIC_GENERATOR, syntheticShape, syntheticWeightBytes } from './synthetic-model.js';
 import type { ModelCheckpoint } from './types.js';
 
 export interface WeightFormatJson {
-  container: 'gguf' | 'safetensors';
+  container: 'gguf' | 'safetensors' | 'synthetic';
   /** The quantization (GGUF general.file_type) or the dominant element type. */
   name: string;
   bits_per_weight: number;
@@ -13,11 +15,26 @@ export interface WeightFormatJson {
   files?: string[];
   /** GGUF: sha256 of the files' bytes, in order. */
   sha256?: string;
+  /** Synthetic weights (`--model-path synthetic:<preset>`): no file, so no hash. */
+  synthetic?: true;
+  preset?: string;
+  dtype?: 'bf16' | 'f32';
+  seed?: number;
+  generator?: string;
+  /** The generated weights' bytes in host memory. */
+  in_memory_bytes?: number;
 }
 
 const ELEMENT_BITS: Record<string, number> = { F32: 32, F16: 16, BF16: 16 };
 
 export function weightFormatJson(m: ModelCheckpoint): WeightFormatJson {
+  const w = m.syntheticWeights;
+  if (w) {
+    return {
+      container: 'synthetic', name: m.dtype, bits_per_weight: ELEMENT_BITS[m.dtype] ?? 0, synthetic: true, preset: w.preset,
+      dtype: w.dtype, seed: w.seed, generator: SYNTHETIC_GENERATOR, in_memory_bytes: syntheticWeightBytes(m.config, w.dtype),
+    };
+  }
   const f = m.format;
   if (!f) return { container: 'safetensors', name: m.dtype, bits_per_weight: ELEMENT_BITS[m.dtype] ?? 0 };
   return {
@@ -26,11 +43,21 @@ export function weightFormatJson(m: ModelCheckpoint): WeightFormatJson {
   };
 }
 
-/** One line: `Q8_0, 8.50 bits/weight (GGUF; 32 Q8_0, 23 F32 tensors; sha256 1a2b3c4d5e6f)` or `BF16 safetensors`. */
+/**
+ * One line: `Q8_0, 8.50 bits/weight (GGUF; 32 Q8_0, 23 F32 tensors; sha256 1a2b3c4d5e6f)`, `BF16 safetensors`, or
+ * `synthetic BF16: random weights of the tiny shape, seed 0, 63.6 MiB generated in memory (no file, no hash)`.
+ */
 export function weightFormatLine(m: ModelCheckpoint): string {
   const j = weightFormatJson(m);
   if (j.container === 'safetensors') return `${j.name} safetensors`;
+  if (j.container === 'synthetic') {
+    return `synthetic ${j.name}: random weights of the ${syntheticShape(m.syntheticWeights!)} shape, seed ${j.seed}, ${fmtMb(j.in_memory_bytes ?? 0)} generated in memory (no file, no hash)`;
+  }
   const types = Object.entries(j.tensor_types ?? {}).sort((a, b) => b[1] - a[1]).map(([t, n]) => `${n} ${t}`).join(', ');
   const parts = (j.files?.length ?? 1) > 1 ? `, ${j.files!.length} split files` : '';
   return `${j.name}, ${j.bits_per_weight.toFixed(2)} bits/weight (GGUF${parts}; ${types} tensors${j.sha256 ? `; sha256 ${j.sha256.slice(0, 12)}` : ''})`;
+}
+
+function fmtMb(bytes: number): string {
+  return bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(2)} GiB` : `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 }

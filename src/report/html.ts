@@ -44,7 +44,10 @@ function header(r: SavedReport): string {
     parts.push(facts('Engine', [['backend', e.backend], ['ISA', e.isa], ['threads', e.threads], ['weights', e.dtype], ['KV cache', e.kvcache],
       ['block size', e.block_size], ['KV blocks', e.kv_blocks_total], ['max seq', e.max_seq], ['max seqs', e.max_seqs], ['prefill chunk', e.prefill_chunk],
       ['step token budget', e.step_token_budget], ['prefix cache', e.prefix_cache], ['CUDA graphs', e.cuda_graphs], ['GPU', e.gpu_name]]));
-    parts.push(facts('Model', [['path', md.path], ['embedded', md.embedded], ['architecture', md.architecture], ['parameters', md.param_count], ['weight format', md.dtype],
+    const wf = (md.weight_format ?? {}) as Record<string, unknown>;
+    const synthetic = wf.synthetic === true
+      ? `random weights of preset ${text(wf.preset)}, ${text(wf.dtype)}, seed ${text(wf.seed)}, generated in memory (no checkpoint)` : '';
+    parts.push(facts('Model', [['path', md.path], ['embedded', md.embedded], ['synthetic', synthetic], ['architecture', md.architecture], ['parameters', md.param_count], ['weight format', md.dtype],
       ['bytes on disk', md.bytes_on_disk], ['config sha256', md.config_sha256]]));
   }
   const sw = r.sweep ?? {};

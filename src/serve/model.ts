@@ -34,21 +34,30 @@ export interface ServeModel {
 
 /** generation_config.json's temperature / top_p / top_k when present; otherwise temperature 1, no top-p/top-k. */
 export function samplingDefaults(dir: string): SamplingDefaults {
-  const d: SamplingDefaults = { temperature: 1, topP: 1, topK: 0 };
   const f = path.join(dir, 'generation_config.json');
-  if (!existsSync(f)) return d;
+  if (!existsSync(f)) return samplingDefaultsOf(undefined);
   try {
-    const g = JSON.parse(readFileSync(f, 'utf8')) as { temperature?: unknown; top_p?: unknown; top_k?: unknown; do_sample?: unknown };
-    if (g.do_sample === false) return { temperature: 0, topP: 1, topK: 0 };
-    if (typeof g.temperature === 'number' && g.temperature >= 0) d.temperature = g.temperature;
-    if (typeof g.top_p === 'number' && g.top_p > 0 && g.top_p <= 1) d.topP = g.top_p;
-    if (typeof g.top_k === 'number' && Number.isInteger(g.top_k) && g.top_k >= 0) d.topK = g.top_k;
+    return samplingDefaultsOf(JSON.parse(readFileSync(f, 'utf8')));
   } catch { /* a broken generation_config.json only loses its defaults */ }
+  return samplingDefaultsOf(undefined);
+}
+
+/** A generation config object's temperature / top_p / top_k (anything else: temperature 1, no top-p/top-k). */
+export function samplingDefaultsOf(config: unknown): SamplingDefaults {
+  const d: SamplingDefaults = { temperature: 1, topP: 1, topK: 0 };
+  if (typeof config !== 'object' || config === null) return d;
+  const g = config as { temperature?: unknown; top_p?: unknown; top_k?: unknown; do_sample?: unknown };
+  if (g.do_sample === false) return { temperature: 0, topP: 1, topK: 0 };
+  if (typeof g.temperature === 'number' && g.temperature >= 0) d.temperature = g.temperature;
+  if (typeof g.top_p === 'number' && g.top_p > 0 && g.top_p <= 1) d.topP = g.top_p;
+  if (typeof g.top_k === 'number' && Number.isInteger(g.top_k) && g.top_k >= 0) d.topK = g.top_k;
   return d;
 }
 
 export function makeServeModel(opts: {
   name: string; root: string; tokenizer: LoadedTokenizer; configEos: number; maxSeq: number; vocabSize: number;
+  /** The model's generation config when it is not a generation_config.json under `root` (synthetic weights). */
+  generationConfig?: Record<string, unknown>;
 }): ServeModel {
   return {
     name: opts.name,
@@ -58,7 +67,7 @@ export function makeServeModel(opts: {
     eosTokenIds: [...new Set([...QWEN_STOP_IDS, opts.configEos, ...opts.tokenizer.eosTokenIds])],
     maxSeq: opts.maxSeq,
     vocabSize: opts.vocabSize,
-    defaults: samplingDefaults(opts.root),
+    defaults: opts.generationConfig !== undefined ? samplingDefaultsOf(opts.generationConfig) : samplingDefaults(opts.root),
     created: Math.floor(Date.now() / 1000),
   };
 }

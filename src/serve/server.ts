@@ -11,6 +11,8 @@ import { engineOptionsFrom, type ServingFlags } from '../engine/options.js';
 import { loadEngine, type EngineInternals } from '../engine/engine.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { loadModel, loadModelTokenizer } from '../model/model-path.js';
+import { synthGenerationConfig } from '../model/synth.js';
+import { syntheticWeightsOf } from '../model/synthetic-model.js';
 import { weightFormatLine } from '../model/weight-format.js';
 import type { ModelCheckpoint } from '../model/types.js';
 import { machineInfo } from '../util/machine.js';
@@ -26,7 +28,7 @@ import { registerMiscRoutes } from './routes-misc.js';
 import { registerOpenAIRoutes } from './routes-openai.js';
 
 export interface ServeOptions {
-  /** `--model-path`: a checkpoint directory, a GGUF file, or a directory of GGUF files (with quant). */
+  /** `--model-path`: a checkpoint directory, a GGUF file, a directory of GGUF files (with quant), or `synthetic:<preset>`. */
   modelDir: string;
   /** `--quant`: the GGUF quantization to choose in a directory. */
   quant?: string;
@@ -149,7 +151,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     : new HumanRenderer(o.stderr, o.stderrIsTTY, colorEnabled(o.stderrIsTTY, process.env), o.verbosity < 0);
   const machine = machineInfo();
   renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: o.engine.threads || usableCpus() });
-  renderer.modelPath(o.modelDir, o.embedded);
+  renderer.modelPath(o.modelDir, o.embedded, syntheticWeightsOf(o.modelDir) ?? undefined);
   const t0 = performance.now();
   const ckpt = loadModel(o.modelDir, { quant: o.quant, hash: false });
   const tokenizer = await loadModelTokenizer(ckpt);
@@ -157,6 +159,8 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   const name = o.servedModelName ?? ckpt.dir.split(/[/\\]/).filter(Boolean).pop() ?? 'model';
   const model = makeServeModel({
     name, root: ckpt.dir, tokenizer, configEos: ckpt.config.eosTokenId, maxSeq: o.engine.maxSeq, vocabSize: ckpt.config.vocabSize,
+    // Synthetic weights: the generation_config.json `bench synth` writes, in memory.
+    ...(ckpt.syntheticWeights ? { generationConfig: synthGenerationConfig() } : {}),
   });
   const ctx = new ServeContext(model, log);
   const app = buildApp(ctx, o.apiKey, bodyLimitFor(o.engine.maxSeq));
