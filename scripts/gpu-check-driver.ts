@@ -23,7 +23,7 @@ const THREADS = Math.max(1, os.cpus().length);
 const V = 248320;
 
 type Json = Record<string, unknown>;
-type BackendStats = { graph_hits?: number; graph_misses?: number; capture_ms?: number } & Json;
+type BackendStats = { graph_hits?: number; graph_misses?: number; capture_ms?: number; logit_rows_to_host?: number; picked_rows?: number } & Json;
 
 const say = (s: string): void => { process.stderr.write(`  ${s}\n`); appendFileSync(`${OUT}/gpu-check.log`, `  ${s}\n`); };
 const save = (name: string, obj: unknown): void => writeFileSync(`${OUT}/${name}.json`, JSON.stringify(obj, null, 1));
@@ -225,6 +225,39 @@ async function graphs(): Promise<boolean> {
     results.push({ model: m.name, ok, tokensIdentical: same, graphsOn: on.stats, graphsOff: off.stats, errors: [on.error, off.error] });
     say(`(b) ${ok ? 'PASS' : 'FAIL'} ${m.name}: tokens ${same ? 'identical' : 'DIFFER'}; graphs on: ${JSON.stringify(on.stats)}; off: ${JSON.stringify(off.stats)}${on.error || off.error ? ` errors: ${on.error} / ${off.error}` : ''}`);
   }
+  // Device sampling (docs/gpu.md, Numerics): greedy and top-k/top-p rows are reduced on the GPU and
+  // only ids or k candidates come back; asking for logprobs brings every row back whole and samples
+  // on the host. Both must give the same tokens on the same device (the same logits, the same
+  // seeded draw); the CPU backend's tokens are reported (f32: expected equal, not required, since
+  // a draw near a probability boundary may flip on a 1e-5 logit difference).
+  const sampling = { name: 'tiny f32, 3 greedy + 5 top-k/top-p requests', cfg: tiny(), dtype: 'f32' as const };
+  const reqs = OUTS.map((n, i) => ({
+    prompt: ids(3 + 11 * i, 900 + i), maxTokens: Math.min(n, 12), ignoreEos: true,
+    ...(i >= 3 ? { temperature: i === 7 ? 1.3 : 0.8, topK: i === 6 ? 1024 : 40, topP: i === 5 ? 0.9 : 1, seed: 4000 + i } : {}),
+  }));
+  const sample = async (device: 'cpu' | 'cuda', whole: boolean) => {
+    const h = await open(device, sampling.cfg, sampling.dtype);
+    let tokens: number[][] | null = null;
+    let error: string | null = null;
+    try {
+      const res = await Promise.all(reqs.map((r) => h.e.submit(whole ? { ...r, logprobs: 0 } : r).done));
+      for (const r of res) if (r.finishReason === 'error') error = r.error ?? 'error';
+      tokens = res.map((r) => r.tokens);
+    } catch (err) { error = String(err); }
+    return { tokens, error, stats: await h.close() };
+  };
+  const picked = await sample(DEV, false);
+  const wholeRows = await sample(DEV, true);
+  const cpuRef = await sample('cpu', false);
+  const sameHost = !picked.error && !wholeRows.error && JSON.stringify(picked.tokens) === JSON.stringify(wholeRows.tokens);
+  const sameCpu = !picked.error && !cpuRef.error && JSON.stringify(picked.tokens) === JSON.stringify(cpuRef.tokens);
+  const noRows = DRY || (picked.stats?.logit_rows_to_host === 0 && (num(picked.stats?.picked_rows) ?? 0) > 0);
+  const sampOk = sameHost && noRows;
+  pass &&= sampOk;
+  results.push({ model: sampling.name, sampling: true, ok: sampOk, tokensIdentical: sameHost, tokensEqualCpu: sameCpu,
+    picked: picked.stats, wholeRows: wholeRows.stats, errors: [picked.error, wholeRows.error, cpuRef.error] });
+  say(`(b) ${sampOk ? 'PASS' : 'FAIL'} device sampling, ${sampling.name}: tokens ${sameHost ? 'identical' : 'DIFFER'} to host sampling on whole rows, ` +
+      `${sameCpu ? 'equal to' : 'differ from'} the CPU backend's; picked run: ${JSON.stringify(picked.stats)}`);
   save('graphs', { pass, device: DEV, results });
   return pass;
 }
@@ -348,7 +381,8 @@ function summary(a: string, b: string, secs: string): string {
   const c = rd('correctness');
   if (c) { lines.push('', '## (a)', '', '| case | max abs d log-softmax | tol | ok |', '|---|---|---|---|'); for (const r of c.results) lines.push(`| ${r.case} | ${r.worstMaxAbsLogSoftmax.toExponential(2)} | ${r.tol} | ${r.ok ? 'yes' : `NO ${r.error ?? ''}`} |`); }
   const g = rd('graphs');
-  if (g) { lines.push('', '## (b)', '', '| model | identical | hits on | misses on | capture ms | hits off |', '|---|---|---|---|---|---|'); for (const r of g.results) lines.push(`| ${r.model} | ${r.tokensIdentical} | ${r.graphsOn?.graph_hits ?? '-'} | ${r.graphsOn?.graph_misses ?? '-'} | ${f(r.graphsOn?.capture_ms)} | ${r.graphsOff?.graph_hits ?? '-'} |`); }
+  if (g) { lines.push('', '## (b)', '', '| model | identical | hits on | misses on | capture ms | hits off |', '|---|---|---|---|---|---|'); for (const r of g.results) if (!r.sampling) lines.push(`| ${r.model} | ${r.tokensIdentical} | ${r.graphsOn?.graph_hits ?? '-'} | ${r.graphsOn?.graph_misses ?? '-'} | ${f(r.graphsOn?.capture_ms)} | ${r.graphsOff?.graph_hits ?? '-'} |`);
+    for (const r of g.results) if (r.sampling) lines.push('', `Device sampling (${r.model}): tokens ${r.tokensIdentical ? 'identical' : 'DIFFER'} to host sampling on whole rows, ${r.tokensEqualCpu ? 'equal to' : 'differ from'} the CPU backend's; whole rows copied ${r.picked?.logit_rows_to_host ?? '-'}, rows picked on the device ${r.picked?.picked_rows ?? '-'} (${r.ok ? 'pass' : 'FAIL'}).`); }
   const p = rd('perf');
   if (p) {
     lines.push('', '## (c) sweep (engine API)', '', '| model | isl:osl | c | out tok/s | TTFT ms | TPOT ms |', '|---|---|---|---|---|---|');
