@@ -1,6 +1,6 @@
 // The CUDA device check's driver (scripts/gpu-check.sh runs it from dist/, one phase per process
 // so a CUDA fault in one phase cannot poison the next):
-//   node dist/scripts/gpu-check-driver.js correctness|graphs|perf
+//   node dist/scripts/gpu-check-driver.js correctness|graphs|perf|quant-perf
 //   node dist/scripts/gpu-check-driver.js summary STATUS_A STATUS_B SECONDS   (summary.md on stdout)
 // Environment (set by gpu-check.sh): CHECK_OUT (results folder), CHECK_DRY=1 (the "device" is the
 // CPU backend with small models, to check the script and the pack on a CPU machine), and for the
@@ -293,10 +293,10 @@ async function timed(e: EngineHandle, n: number, isl: number, osl: number, seed:
 
 const num = (x: unknown): number | undefined => (typeof x === 'number' ? x : undefined);
 
-async function perfModel(name: string, cfg: TextConfig, cells: [number, number][], concs: number[]): Promise<Json> {
-  const maxIsl = Math.max(...cells.map((c) => c[0]));
-  const opts = { maxSeq: maxIsl + 512, maxSeqs: 8, prefillChunk: 2048, stepTokenBudget: 2048 };
-  const h = await open(DEV, cfg, 'bf16', opts);
+async function perfModel(name: string, cfg: TextConfig, cells: [number, number][], concs: number[], model?: ModelCheckpoint): Promise<Json> {
+  const maxIsl = Math.max(128, ...cells.map((c) => c[0]));
+  const opts = { maxSeq: Math.max(maxIsl, DRY ? 256 : 2048) + 512, maxSeqs: 8, prefillChunk: 2048, stepTokenBudget: 2048 };
+  const h = await open(DEV, cfg, 'bf16', opts, {}, true, model);
   const e = h.e;
   say(`(c) ${name}: loaded in ${h.loadS.toFixed(1)} s (${e.info.gpuName ?? e.info.isa}, weights ${(e.info.weightBytes / 2 ** 30).toFixed(2)} GiB)`);
   const rows: Json[] = [];
@@ -334,7 +334,9 @@ async function perfModel(name: string, cfg: TextConfig, cells: [number, number][
     const probe = readJson('probe') ?? {};
     const torch = readJson('torch') ?? {};
     const avgCtx = 128 + (DRY ? 8 : 128);
-    const bytesStep = 2 * (sb.layerParams + sb.head) + avgCtx * sb.kvPerToken + 2 * sb.stateBytes;
+    // Weights once per step: bf16 matrices, or a GGUF file's weights as the engine holds them.
+    const weightStep = model ? e.info.weightBytes : 2 * (sb.layerParams + sb.head);
+    const bytesStep = weightStep + avgCtx * sb.kvPerToken + 2 * sb.stateBytes;
     const copyGbps = num(probe.copy_gbps);
     const bw = copyGbps ? copyGbps * 1e9 : NaN;
     const roofTokS = bw / bytesStep;
@@ -371,6 +373,29 @@ async function perf(): Promise<boolean> {
   return true;
 }
 
+// (e) A quantized model's speed: the pack carries no weights, so a 0.8B-shaped synthetic checkpoint
+// is written and converted to Q8_0 here (on every core), then measured as (d) measures, the bytes
+// per step being the file's weights as the engine holds them. Run only when time is left.
+async function quantPerf(): Promise<boolean> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'lumen-gpu-check-qperf-'));
+  try {
+    const preset = DRY ? 'tiny' : '0.8b';
+    const t0 = Date.now();
+    const ckpt = path.join(dir, 'ckpt');
+    await writeSynthCheckpoint({ preset, out: ckpt, dtype: 'bf16', seed: 7, vision: false });
+    const file = path.join(dir, 'q8_0.gguf');
+    await convertCheckpoint(ckpt, file, { dtype: 'q8_0', threads: THREADS });
+    rmSync(ckpt, { recursive: true, force: true });
+    const model = loadGgufCheckpoint(file);
+    say(`(e) synthetic ${preset} converted to Q8_0 in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    const r = await perfModel(`synthetic ${preset} Q8_0 GGUF`, model.config, [], [], model);
+    save('quant-perf', { device: DEV, models: [r] });
+    return !r.error;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 // summary.md from the phases' JSON files (whatever phases ran).
 function summary(a: string, b: string, secs: string): string {
   const rd = (n: string): any => readJson(n);
@@ -392,10 +417,16 @@ function summary(a: string, b: string, secs: string): string {
       lines.push(`| ${r.model} | ${f(r.decodeTokSC1)} | ${f(r.decodeRooflineTokS)} | ${f(100 * r.decodeFractionOfRoofline)} | ${f(r.prefillTokS, 0)} | ${f(r.prefillTflops)} | ${f(r.matrixRateTflops, 0)} (${r.matrixRateSource}) | ${f(100 * r.prefillFractionOfMatrixRate)} | ${f(r.decodeTokSC8)} | ${f(r.batchingEfficiencyC8, 2)} |`); }
     lines.push('', 'Targets (issue 6, H200, 4B): decode c=1 >= 85 % of the roofline, prefill 2048 >= 50 % of the matrix rate, batching efficiency at c=8 >= 0.8.');
   }
+  const q = rd('quant-perf');
+  if (q) {
+    lines.push('', '## (e) a quantized GGUF (Q8_0, converted at check time)', '', '| model | decode c=1 tok/s | roofline tok/s | % | prefill tok/s | c=8 tok/s | batching eff. |', '|---|---|---|---|---|---|---|');
+    for (const m of q.models) { const r = m.roof; if (!r) { lines.push(`| ? | error: ${m.error} |`); continue; }
+      lines.push(`| ${r.model} | ${f(r.decodeTokSC1)} | ${f(r.decodeRooflineTokS)} | ${f(100 * r.decodeFractionOfRoofline)} | ${f(r.prefillTokS, 0)} | ${f(r.decodeTokSC8)} | ${f(r.batchingEfficiencyC8, 2)} |`); }
+  }
   return lines.join('\n');
 }
 
-const phases: Record<string, () => Promise<boolean>> = { correctness, graphs, perf };
+const phases: Record<string, () => Promise<boolean>> = { correctness, graphs, perf, 'quant-perf': quantPerf };
 const phase = process.argv[2] ?? '';
 if (phase === 'summary') {
   const [a = 'skipped', b = 'skipped', secs = '?'] = process.argv.slice(3);

@@ -25,7 +25,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"   # the lumen tree (pack
 PACK="$(cd "$ROOT/.." && pwd)"                              # the pack around it (node/, bin/), if any
 OUTDIR="${GPU_CHECK_OUT:-$PWD/gpu-check-out}"
 DRY=0
-PHASES="probe,correctness,graphs,perf,cli"
+PHASES="probe,correctness,graphs,perf,quant-perf,cli"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
@@ -138,6 +138,14 @@ fi
 # ---- (c) and (d) through the engine API, then the CLI sweep if time is left
 if has_phase perf; then
   run_phase perf 200 "${NODE[@]}" "$DRIVER" perf || true
+fi
+if has_phase quant-perf; then
+  LEFT=$(( 420 - $(elapsed) ))
+  if [ "$DRY" = 1 ] || [ $LEFT -gt 120 ]; then
+    run_phase quant-perf "$([ "$DRY" = 1 ] && echo 150 || echo "$LEFT")" "${NODE[@]}" "$DRIVER" quant-perf || log "quant-perf failed (see quant-perf.log)"
+  else
+    log "quant-perf skipped: ${LEFT}s left"
+  fi
 fi
 if has_phase cli && [ "$DRY" = 0 ]; then
   LEFT=$(( 450 - $(elapsed) ))
