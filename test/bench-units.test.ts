@@ -17,7 +17,7 @@ import { CUDA_KV_MEMORY_FRACTION } from '../src/engine/options.js';
 import { Command } from 'commander';
 import { makePrompt, promptVocab, type PromptPlan } from '../src/bench/prompts.js';
 import { formatOpsReport, formatPipelineReport, rankGroups } from '../src/bench/profile.js';
-import { colorEnabled, HumanRenderer, LogRenderer } from '../src/bench/render.js';
+import { bytesText, colorEnabled, HumanRenderer, LogRenderer } from '../src/bench/render.js';
 import type { Logger } from '../src/bench/logger.js';
 import { runRow, type RowSettings } from '../src/bench/runner.js';
 import { percentile, summarize, unionLength } from '../src/bench/stats.js';
@@ -563,7 +563,7 @@ describe('sweep on a simulated engine', () => {
     expect(report.rows[0].counters.deviceAllocs).toBe(FAKE_DEVICE_ALLOCS);
     expect(report.rows[0].counters.graphHits).toBeGreaterThan(0);
     expect(report.rows[0].counters.graphCaptureMs).toBe(2.5);
-    expect(err.text()).toMatch(new RegExp(`KV pool\\s+${blocks} blocks x 0\\.1 MiB = ${(blocks / 16).toFixed(1)} MiB \\(0\\.9 of 256\\.0 MiB free device memory after the weights`));
+    expect(err.text()).toMatch(new RegExp(`KV pool\\s+${blocks} blocks x 64\\.0 KiB = ${(blocks / 16).toFixed(1)} MiB \\(0\\.9 of 256\\.0 MiB free device memory after the weights`));
     const lines = readFileSync(stages, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
     expect(lines[0].device).toBe('cuda:0');
     expect(lines[0].host_weights_released).toBe(true);
@@ -575,7 +575,8 @@ describe('sweep on a simulated engine', () => {
   it('names --kv-memory bytes in the header, and logs the pool and the counters with -v', async () => {
     const { err, io: sio } = io();
     expect(await runSweep(sweepCfg({ kvMemory: { bytes: 100 * 64 * 1024 } }), fakeBackend(), sio)).toBe(0);
-    expect(err.text()).toMatch(/KV pool\s+100 blocks x 0\.1 MiB = 6\.3 MiB \(--kv-memory\)/);
+    expect(err.text()).toMatch(/KV pool\s+100 blocks x 64\.0 KiB = 6\.3 MiB \(--kv-memory\)/);
+    expect([bytesText(1536), bytesText(3 * 2 ** 20), bytesText(1.5 * 2 ** 30)]).toEqual(['1.5 KiB', '3.0 MiB', '1.50 GiB']);
     const logged: Record<string, unknown>[] = [];
     const log = { info: (o: Record<string, unknown>) => logged.push(o), debug: () => {}, warn: (o: Record<string, unknown>) => logged.push(o), error: () => {} };
     const r = new LogRenderer(log as unknown as Logger);

@@ -62,7 +62,12 @@ export function kvPoolFacts(info: EngineInfo): KvPoolFacts {
   };
 }
 
-const mib = (bytes: number): string => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+/** Bytes with a binary unit that keeps small sizes readable (a 32 KiB block is not "0.0 MiB"). */
+export function bytesText(bytes: number): string {
+  if (bytes < 2 ** 20) return `${(bytes / 2 ** 10).toFixed(1)} KiB`;
+  if (bytes < 2 ** 30) return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+  return `${(bytes / 2 ** 30).toFixed(2)} GiB`;
+}
 
 /** The header's KV pool line: blocks, bytes, and where the size came from. */
 export function kvPoolLine(k: KvPoolFacts): string {
@@ -70,9 +75,9 @@ export function kvPoolLine(k: KvPoolFacts): string {
   if (k.source === 'kv_memory_bytes') why = '--kv-memory';
   else if (k.fraction !== null && k.free_bytes !== null) {
     const of = k.source === 'fraction of available host memory' ? 'available host memory (MemAvailable)' : 'free device memory';
-    why = `${k.fraction} of ${mib(k.free_bytes)} ${of} after the weights, with the recurrent states`;
+    why = `${k.fraction} of ${bytesText(k.free_bytes)} ${of} after the weights, with the recurrent states`;
   } else why = 'max-seq x max-seqs tokens';
-  return `${k.blocks} blocks x ${mib(k.block_bytes)} = ${mib(k.bytes)} (${why})`;
+  return `${k.blocks} blocks x ${bytesText(k.block_bytes)} = ${bytesText(k.bytes)} (${why})`;
 }
 
 /** The header of an endpoint sweep: the server, its model and what it says of itself. */
