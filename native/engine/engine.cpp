@@ -88,7 +88,7 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
   state_bytes_ = cfg_.state_bytes();
   if (ec_.kv_memory_bytes < 0) throw std::invalid_argument("KV memory bytes must be >= 0");
   if (!(ec_.kv_memory_fraction >= 0 && ec_.kv_memory_fraction <= 1))
-    throw std::invalid_argument("KV memory fraction must be in (0, 1]");
+    throw std::invalid_argument("KV memory fraction must be in (0, 1] (0: none)");
   blocks_per_seq_ = (ec_.max_seq + ec_.block_size - 1) / ec_.block_size;
   // The block pool is sized in load(), once the weights are bound (a fraction of the free memory).
   slots_ = std::make_unique<StateSlots>(ec_.max_seqs);
@@ -161,6 +161,7 @@ void Engine::load() {
   bool released = false;
   int64_t rss_before = 0, rss_after = 0;
   if (!backend_->host_memory()) {
+    release_free_heap();  // so that the drop measured below is the weights', not older free heap
     rss_before = process_rss_bytes();
     w.reset();
     release_free_heap();
