@@ -809,9 +809,15 @@ void memory_checks() {
     std::printf("  host weights released %d: RSS %lld -> %lld bytes (weights %lld)\n", i.host_weights_released,
                 static_cast<long long>(i.rss_before_release), static_cast<long long>(i.rss_after_release),
                 static_cast<long long>(i.weight_bytes));
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer's allocator keeps freed memory in quarantine: the resident set cannot drop.
+    report(i.host_weights_released && i.rss_before_release > 0 && i.rss_after_release > 0,
+           "(c) host weights released after the upload (no RSS drop under AddressSanitizer)");
+#else
     report(i.host_weights_released && i.rss_before_release > 0 && i.rss_after_release > 0 &&
                i.rss_before_release - i.rss_after_release >= i.weight_bytes / 2,
            "(c) host weights released after the upload (resident set drops by at least half the weights)");
+#endif
     std::printf("  device allocator: peak %lld bytes, now %lld, %llu allocations; weights + pool %lld; graph hits %llu, misses %llu, capture %.3f ms\n",
                 static_cast<long long>(s.device_peak_bytes), static_cast<long long>(s.device_bytes),
                 static_cast<unsigned long long>(s.device_allocs), static_cast<long long>(i.weight_bytes + i.kv_pool_bytes),
@@ -987,7 +993,9 @@ int main(int argc, char** argv) {
     report(false, std::string("(b) ") + e.what());
   }
 
-  memory_checks();
+  // On a thread of its own: this one ran kernel fibers, and an exception thrown after that (the
+  // refused pools below) confuses AddressSanitizer's view of its stack (false reports).
+  std::thread(memory_checks).join();
 
   if (!quick) {
     // Chunked DeltaNet against the recurrence, and prefill split into chunks of 50.
