@@ -6,18 +6,25 @@ import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { parse } from 'csv-parse/sync';
 import { afterAll, describe, expect, it } from 'vitest';
-import { CSV_COLUMNS, counterColumns, csvHeaderLine, csvRowLine, errorRow, formatField, markdownTable } from '../src/bench/csv.js';
+import { CSV_COLUMNS, counterColumns, csvHeaderLine, csvRowLine, errorRow, formatField, markdownTable, type SweepRow } from '../src/bench/csv.js';
 import { computeRowFigures, speedupVsC1, batchingEfficiency, steadyDecodeRate, type TimedRequest } from '../src/bench/metrics.js';
 import { parseCells, parseConcurrency, resolveSweepConfig, type SweepConfig } from '../src/cli/sweep-options.js';
+import { parseKvMemory, resolveEngineFlags } from '../src/cli/engine-flags.js';
+import { registerPrompt } from '../src/cli/cmd-prompt.js';
+import { registerServe } from '../src/cli/cmd-serve.js';
+import { registerSweep } from '../src/cli/cmd-sweep.js';
+import { CUDA_KV_MEMORY_FRACTION } from '../src/engine/options.js';
+import { Command } from 'commander';
 import { makePrompt, promptVocab, type PromptPlan } from '../src/bench/prompts.js';
 import { formatOpsReport, formatPipelineReport, rankGroups } from '../src/bench/profile.js';
-import { colorEnabled, HumanRenderer } from '../src/bench/render.js';
+import { bytesText, colorEnabled, HumanRenderer, LogRenderer } from '../src/bench/render.js';
+import type { Logger } from '../src/bench/logger.js';
 import { runRow, type RowSettings } from '../src/bench/runner.js';
 import { percentile, summarize, unionLength } from '../src/bench/stats.js';
 import { engineOptions, runSweep, type SweepIO } from '../src/bench/sweep.js';
 import type { EngineStats, RequestResult } from '../src/engine/types.js';
 import { parseNvidiaSmi, physicalCores } from '../src/util/machine.js';
-import { createFakeEngine, fakeBackend } from './helpers/fake-engine.js';
+import { createFakeEngine, fakeBackend, FAKE_DEVICE_ALLOCS, FAKE_DEVICE_PEAK, FAKE_FREE_BYTES } from './helpers/fake-engine.js';
 import { usageMessage } from './helpers/usage-error.js';
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'bench-units-'));
@@ -74,6 +81,63 @@ describe('flags', () => {
     expect(engineOptions(resolveSweepConfig({}), 'cpu').cudaGraphs).toBe(false); // the CPU has no graphs
     expect(usageMessage(() => resolveSweepConfig({ cudaGraphs: 'yes' }))).toMatch(/^--cuda-graphs: 'yes' is not one of on, off/);
     expect(usageMessage(() => resolveSweepConfig({ endpoint: 'http://127.0.0.1:1', cudaGraphs: 'off' }))).toMatch(/--cuda-graphs/);
+  });
+
+  it('--kv-memory takes bytes (with units) or a fraction, naming the flag in every bad value', () => {
+    const kv = (v: string) => resolveSweepConfig({ kvMemory: v }).kvMemory;
+    expect(resolveSweepConfig({}).kvMemory).toBeNull();
+    expect(kv('4294967296')).toEqual({ bytes: 4294967296 });
+    expect(kv('512MiB')).toEqual({ bytes: 512 * 2 ** 20 });
+    expect(kv('8GiB')).toEqual({ bytes: 8 * 2 ** 30 });
+    expect(kv('8gib')).toEqual({ bytes: 8 * 2 ** 30 });
+    expect(kv('8GB')).toEqual({ bytes: 8e9 });
+    expect(kv('64 KiB')).toEqual({ bytes: 65536 });
+    expect(kv('1.5GiB')).toEqual({ bytes: 1.5 * 2 ** 30 });
+    expect(kv('1000B')).toEqual({ bytes: 1000 });
+    expect(kv('1')).toEqual({ bytes: 1 }); // a whole number is bytes
+    expect(kv('0.9')).toEqual({ fraction: 0.9 });
+    expect(kv('.5')).toEqual({ fraction: 0.5 });
+    expect(kv('1.0')).toEqual({ fraction: 1 });
+    expect(kv('90%')).toEqual({ fraction: 0.9 });
+    expect(kv('100%')).toEqual({ fraction: 1 });
+    expect(parseKvMemory('--kv-memory', ' 2TiB ')).toEqual({ bytes: 2 * 2 ** 40 });
+    for (const bad of ['0', '0.0', '0%', '1.5', '150%', '-1', '-0.5', 'abc', '', '.', '8XB', '8 GiB per seq', '1.5.2', '1e9', '1e30GiB']) {
+      expect(usageMessage(() => resolveSweepConfig({ kvMemory: bad })), bad).toMatch(/^--kv-memory: /);
+    }
+    expect(usageMessage(() => resolveSweepConfig({ kvMemory: '1.5' }))).toMatch(/fraction 1\.5 is not in \(0, 1\]/);
+    expect(usageMessage(() => resolveSweepConfig({ kvMemory: '8XB' }))).toMatch(/'XB' is not a unit/);
+    expect(usageMessage(() => resolveSweepConfig({ kvMemory: '0' }))).toMatch(/below the minimum of 1 byte/);
+    // The same resolver for serve and prompt.
+    expect(resolveEngineFlags({ kvMemory: '256MiB' }, 8).kvMemory).toEqual({ bytes: 256 * 2 ** 20 });
+    expect(usageMessage(() => resolveEngineFlags({ kvMemory: '2' + '0'.repeat(20) }, 8))).toMatch(/^--kv-memory: .*too large/);
+  });
+
+  it('--kv-memory reaches the engine options; CUDA defaults to a fraction of free memory, the CPU to max-seq x max-seqs', () => {
+    const opts = (over: Parameters<typeof resolveSweepConfig>[0], device: 'cpu' | 'cuda') => {
+      const o = engineOptions(resolveSweepConfig(over), device);
+      return { bytes: o.kvMemoryBytes, fraction: o.kvMemoryFraction };
+    };
+    expect(opts({}, 'cuda')).toEqual({ bytes: undefined, fraction: CUDA_KV_MEMORY_FRACTION });
+    expect(CUDA_KV_MEMORY_FRACTION).toBe(0.9);
+    expect(opts({}, 'cpu')).toEqual({ bytes: undefined, fraction: undefined });
+    expect(opts({ kvMemory: '1GiB' }, 'cuda')).toEqual({ bytes: 2 ** 30, fraction: undefined });
+    expect(opts({ kvMemory: '1GiB' }, 'cpu')).toEqual({ bytes: 2 ** 30, fraction: undefined });
+    expect(opts({ kvMemory: '0.25' }, 'cpu')).toEqual({ bytes: undefined, fraction: 0.25 });
+    expect(opts({ kvMemory: '50%' }, 'cuda')).toEqual({ bytes: undefined, fraction: 0.5 });
+    // A continuous cache is max-seq x max-seqs: no default fraction, and the flag is refused.
+    expect(opts({ kvcache: 'continuous' }, 'cuda')).toEqual({ bytes: undefined, fraction: undefined });
+    expect(usageMessage(() => resolveSweepConfig({ kvcache: 'continuous', kvMemory: '1GiB' }))).toMatch(/^--kv-memory sizes the paged KV pool/);
+    // With --endpoint the server sizes its own pool.
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: 'http://127.0.0.1:1', kvMemory: '0.5' }))).toMatch(/^--kv-memory sets up the in-process engine/);
+  });
+
+  it('every command that loads the engine takes --kv-memory', () => {
+    for (const register of [registerServe, registerPrompt, registerSweep]) {
+      const program = new Command();
+      register(program, () => {});
+      const cmds = program.commands.length > 0 ? program.commands : [program];
+      expect(cmds.some((c) => c.options.some((o) => o.long === '--kv-memory')), register.name).toBe(true);
+    }
   });
 
   it('maps the peer flags onto one cell and the latency-only ladder', () => {
@@ -468,5 +532,58 @@ describe('sweep on a simulated engine', () => {
     expect(lines.map((l) => l.stage)).toEqual(['weights_bound', 'warmup_forward', 'first_generation']);
     expect(lines[0].checkpoint_bytes).toBe(4 * 1024 * 1024);
     expect(lines[0].device).toBe('cpu');
+    expect(lines[0].host_weights_released).toBe(false);
+    expect(lines[0].rss_at_upload_bytes).toBeNull();
+    expect(lines[0].kv_pool_source).toBe('max_seq x max_seqs');
+    expect(lines[0].kv_pool_bytes).toBe(64 * 2 * 64 * 1024); // max-seq 256 / block 4 = 64 blocks x 2 sequences
+  });
+
+  it('reports the KV pool, the host-weights release and the device allocator on a CUDA engine', async () => {
+    const prefix = path.join(tmp, 'cuda1');
+    const stages = path.join(tmp, 'cuda-stages.jsonl');
+    writeFileSync(stages, '');
+    const { err, io: sio } = io();
+    const code = await runSweep(sweepCfg({ device: 'cuda', output: prefix, memoryStages: stages }), fakeBackend({ cuda: true }), sio);
+    expect(code).toBe(0);
+    const report = JSON.parse(readFileSync(`${prefix}.json`, 'utf8'));
+    const blocks = Math.floor((0.9 * FAKE_FREE_BYTES) / (64 * 1024));
+    expect(report.engine.kv_pool).toEqual({
+      blocks, block_bytes: 64 * 1024, bytes: blocks * 64 * 1024, source: 'fraction of free device memory',
+      fraction: 0.9, free_bytes: FAKE_FREE_BYTES, budget_bytes: Math.floor(0.9 * FAKE_FREE_BYTES),
+    });
+    expect(report.engine.kv_memory).toEqual({ fraction: 0.9 });
+    expect(report.engine.host_weights_released).toBe(true);
+    expect(report.engine.rss_before_release_bytes).toBe(200e6);
+    expect(report.engine.rss_after_release_bytes).toBe(150e6);
+    // CUDA rows: peak_active_bytes is the device allocator's high-water mark; the counters carry the graphs.
+    const csv = parse(readFileSync(`${prefix}.csv`, 'utf8'), { columns: true }) as Array<Record<string, string>>;
+    expect(csv.map((r) => Number(r.peak_active_bytes))).toEqual([FAKE_DEVICE_PEAK, FAKE_DEVICE_PEAK]);
+    expect(csv.map((r) => Number(r.num_allocs))).toEqual([0, 0]);
+    expect(report.rows[0].counters.devicePeakBytes).toBe(FAKE_DEVICE_PEAK);
+    expect(report.rows[0].counters.deviceAllocs).toBe(FAKE_DEVICE_ALLOCS);
+    expect(report.rows[0].counters.graphHits).toBeGreaterThan(0);
+    expect(report.rows[0].counters.graphCaptureMs).toBe(2.5);
+    expect(err.text()).toMatch(new RegExp(`KV pool\\s+${blocks} blocks x 64\\.0 KiB = ${(blocks / 16).toFixed(1)} MiB \\(0\\.9 of 256\\.0 MiB free device memory after the weights`));
+    const lines = readFileSync(stages, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(lines[0].device).toBe('cuda:0');
+    expect(lines[0].host_weights_released).toBe(true);
+    expect([lines[0].rss_at_upload_bytes, lines[0].rss_after_release_bytes]).toEqual([200e6, 150e6]);
+    expect(lines[0].kv_pool_source).toBe('fraction of free device memory');
+    expect(lines[0].device_peak_bytes).toBe(FAKE_DEVICE_PEAK);
+  });
+
+  it('names --kv-memory bytes in the header, and logs the pool and the counters with -v', async () => {
+    const { err, io: sio } = io();
+    expect(await runSweep(sweepCfg({ kvMemory: { bytes: 100 * 64 * 1024 } }), fakeBackend(), sio)).toBe(0);
+    expect(err.text()).toMatch(/KV pool\s+100 blocks x 64\.0 KiB = 6\.3 MiB \(--kv-memory\)/);
+    expect([bytesText(1536), bytesText(3 * 2 ** 20), bytesText(1.5 * 2 ** 30)]).toEqual(['1.5 KiB', '3.0 MiB', '1.50 GiB']);
+    const logged: Record<string, unknown>[] = [];
+    const log = { info: (o: Record<string, unknown>) => logged.push(o), debug: () => {}, warn: (o: Record<string, unknown>) => logged.push(o), error: () => {} };
+    const r = new LogRenderer(log as unknown as Logger);
+    r.loaded({ seconds: 1, backend: 'cuda', isa: 'x', weightBytes: 1, threads: 0, gpu: null, engineLine: '', kvPool: { blocks: 3, block_bytes: 2, bytes: 6, source: 'kv_memory_bytes', fraction: null, free_bytes: null, budget_bytes: null } });
+    expect(logged[0]!.kv_pool).toMatchObject({ blocks: 3, bytes: 6, source: 'kv_memory_bytes' });
+    const row = { ...errorRow(16, 8, 1, ''), status: 'ok', peak_active_bytes: 7, num_allocs: 0 } as SweepRow;
+    r.rowEnd('16:8 c=1', { row, figures: null, counters: { graphHits: 5, graphMisses: 1, graphCaptureMs: 0.5, devicePeakBytes: 7, deviceAllocs: 9 } as EngineStats, timed: [], profile: null, timedWallMs: 1, interrupted: false });
+    expect(logged[1]).toMatchObject({ event: 'cell_end', peak_active_bytes: 7, num_allocs: 0, graph_hits: 5, graph_misses: 1, graph_capture_ms: 0.5, device_peak_bytes: 7, device_allocs: 9 });
   });
 });

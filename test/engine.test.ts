@@ -6,6 +6,7 @@ import type { EngineHandle } from '../src/engine/types.js';
 import { greedy, logSoftmaxRow, maxAbsDiff, promptIds, tinyEngine } from './helpers/engine-fixture.js';
 
 const V = 248320;
+const baseOptionsMaxSeqs = (e: EngineHandle) => e.stats().stateSlotsTotal;
 const engines: EngineHandle[] = [];
 async function engine(...args: Parameters<typeof tinyEngine>): Promise<EngineHandle> {
   const e = await tinyEngine(...args);
@@ -159,9 +160,33 @@ describe('memory pressure and cancellation', () => {
   });
 
   it('fails a request that can never fit with a clear error, without crashing', async () => {
-    const e = await engine({ kvMemoryBytes: 4 * 16 * 2 * 256 * 4, maxSeq: 1024 });
-    expect(() => e.submit({ prompt: promptIds(100, 1), maxTokens: 10 })).toThrow(/out of KV memory/);
-    expect(() => e.submit({ prompt: promptIds(2000, 1), maxTokens: 10 })).toThrow(/max_seq/);
+    const e = await engine({ kvMemoryBytes: 4 * 16 * 2 * 256 * 4, maxSeq: 64 });
+    expect(() => e.submit({ prompt: promptIds(100, 1), maxTokens: 10 })).toThrow(/max_seq/);
+    expect(e.info.kvBlocksTotal).toBe(4);
+    expect(e.info.kvPool).toBe('kv_memory_bytes');
+    expect(e.info.kvPoolBytes).toBe(4 * 16 * 2 * 256 * 4); // 4 blocks of 32 KiB
+  });
+
+  it('refuses at load a pool too small for one max-seq sequence, naming both sizes', async () => {
+    // 4 blocks of 16 tokens; max-seq 1024 needs 64.
+    await expect(tinyEngine({ kvMemoryBytes: 4 * 16 * 2 * 256 * 4, maxSeq: 1024 })).rejects.toThrow(
+      /KV pool too small: a KV memory of 131072 bytes holds 4 blocks of 16 tokens \(32768 bytes each\), one max_seq 1024 sequence needs 64/);
+  });
+
+  it('sizes the pool from a fraction of the host memory available after the weights are bound, and keeps the host weights on the CPU', async () => {
+    // A tiny fraction: MemAvailable is the machine's, so the check is the arithmetic the engine reports.
+    const e = await engine({ kvMemoryFraction: 1e-3, maxSeq: 64 });
+    const i = e.info;
+    expect(i.kvPool).toBe('fraction of available host memory');
+    expect(i.kvMemoryFraction).toBe(1e-3);
+    expect(i.kvFreeBytes).toBeGreaterThan(0);
+    const states = i.stateBytes * (baseOptionsMaxSeqs(e) + 1); // the slots and a scratch slot (no prefix cache: no snapshots)
+    expect(i.kvBudgetBytes).toBe(Math.max(0, Math.floor(1e-3 * i.kvFreeBytes!) - states));
+    expect(i.kvBlocksTotal).toBe(Math.floor(i.kvBudgetBytes! / i.kvBlockBytes));
+    expect(i.kvPoolBytes).toBe(i.kvBlocksTotal * i.kvBlockBytes);
+    expect(i.hostWeightsReleased).toBe(false);
+    expect(e.stats().devicePeakBytes).toBe(0);
+    expect((await greedy(e, promptIds(20, 3), 4)).tokens.length).toBe(4);
   });
 
   // The worker runs only the steps the test permits, so the cancel lands exactly after the fifth

@@ -50,6 +50,8 @@ describe('bench serve (process)', () => {
     [['--api-key-env', 'LUMEN_SURELY_UNSET_VAR'], /LUMEN_SURELY_UNSET_VAR is not set/],
     [['--model-path', '/nonexistent/model'], /--model-path: \/nonexistent\/model does not exist/],
     [['-q', '-v'], /-q and -v contradict/],
+    [['--kv-memory', '2.0'], /--kv-memory: the fraction 2\.0 is not in \(0, 1\]/],
+    [['--kv-memory', '8XB'], /--kv-memory: 'XB' is not a unit/],
   ])('%j exits 2 naming the flag, before any model is loaded', (args, message) => {
     const r = usage(args as string[]);
     expect(r.code, r.stderr).toBe(2);
@@ -64,6 +66,7 @@ describe('bench serve (process)', () => {
     expect(err).toMatch(/Model path\s+.*embedded-tiny-v2 \(embedded synthetic tiny model\)/);
     expect(err).toMatch(/Model loaded\s+[\d.]+s \(backend: cpu/);
     expect(err).toMatch(/Engine\s+paged KV, block 16, \d+ blocks, prefill chunk 512, step budget 2048, max-seq 1024, 8 seqs, prefix cache on/);
+    expect(err).toMatch(/KV pool\s+\d+ blocks x [\d.]+ KiB = [\d.]+ MiB \(max-seq x max-seqs tokens\)/);
     expect(err).toMatch(/warning:.*without an API key/);
     expect(err).not.toMatch(/\x1b\[/); // no escape codes off a TTY
     const port = new URL(s.url).port;

@@ -149,6 +149,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       ec.block_size = req_int(opt, "blockSize", "options");
       ec.paged = req_str(opt, "kvcache", "options") != "continuous";
       ec.kv_memory_bytes = static_cast<int64_t>(get_num(opt, "kvMemoryBytes", 0));
+      ec.kv_memory_fraction = get_num(opt, "kvMemoryFraction", 0);
       ec.max_seq = req_int(opt, "maxSeq", "options");
       ec.max_seqs = req_int(opt, "maxSeqs", "options");
       ec.prefill_chunk = req_int(opt, "prefillChunk", "options");
@@ -352,6 +353,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       o.Set("graphHits", static_cast<double>(s.graph_hits));
       o.Set("graphMisses", static_cast<double>(s.graph_misses));
       o.Set("graphCaptureMs", s.graph_capture_ms);
+      o.Set("deviceBytes", static_cast<double>(s.device_bytes));
+      o.Set("devicePeakBytes", static_cast<double>(s.device_peak_bytes));
+      o.Set("deviceAllocs", static_cast<double>(s.device_allocs));
       return o;
     } catch (const std::exception& e) {
       Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
@@ -382,6 +386,18 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       o.Set("blockSize", i.block_size);
       o.Set("kvBlockBytes", static_cast<double>(i.kv_block_bytes));
       o.Set("stateBytes", static_cast<double>(i.state_bytes));
+      o.Set("kvPoolBytes", static_cast<double>(i.kv_pool_bytes));
+      o.Set("kvPoolSource", i.kv_pool_source);
+      if (i.kv_memory_fraction > 0) {
+        o.Set("kvMemoryFraction", i.kv_memory_fraction);
+        o.Set("kvFreeBytes", static_cast<double>(i.kv_free_bytes));
+        o.Set("kvBudgetBytes", static_cast<double>(i.kv_budget_bytes));
+      }
+      o.Set("hostWeightsReleased", i.host_weights_released);
+      if (i.host_weights_released) {
+        o.Set("rssBeforeReleaseBytes", static_cast<double>(i.rss_before_release));
+        o.Set("rssAfterReleaseBytes", static_cast<double>(i.rss_after_release));
+      }
       if (i.backend == "cuda") {
         o.Set("gpuName", i.desc);
         o.Set("gpuMemoryBytes", static_cast<double>(i.device_memory));

@@ -2,8 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <stdexcept>
 #include <thread>
+#if defined(__linux__)
+#include <unistd.h>
+#endif
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "core/clock.h"
 #include "core/cpu_features.h"
@@ -18,6 +26,48 @@ namespace {
 
 // Rows of the vocabulary head computed together (its activations are sized for this many).
 constexpr int kLogitGroup = 32;
+
+// Resident set of this process (bytes), from /proc/self/statm; 0 where it cannot be read.
+int64_t process_rss_bytes() {
+#if defined(__linux__)
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<int64_t>(resident) * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : 0;
+#else
+  return 0;
+#endif
+}
+
+// MemAvailable of /proc/meminfo (bytes); -1 where it cannot be read.
+int64_t host_available_bytes() {
+#if defined(__linux__)
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  int64_t out = -1;
+  while (std::fgets(line, sizeof line, f)) {
+    long long kb = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) {
+      out = static_cast<int64_t>(kb) * 1024;
+      break;
+    }
+  }
+  std::fclose(f);
+  return out;
+#else
+  return -1;
+#endif
+}
+
+// Hands freed heap memory back to the system (glibc keeps freed chunks below its mmap threshold).
+void release_free_heap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
 
 }  // namespace
 
@@ -36,13 +86,13 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
   block_bytes_ = static_cast<size_t>(ec_.block_size) * cfg_.n_kv_heads * cfg_.head_dim * 2 * sizeof(float) *
                  cfg_.n_full_layers();
   state_bytes_ = cfg_.state_bytes();
+  if (ec_.kv_memory_bytes < 0) throw std::invalid_argument("KV memory bytes must be >= 0");
+  if (!(ec_.kv_memory_fraction >= 0 && ec_.kv_memory_fraction <= 1))
+    throw std::invalid_argument("KV memory fraction must be in (0, 1] (0: none)");
   blocks_per_seq_ = (ec_.max_seq + ec_.block_size - 1) / ec_.block_size;
-  int n_blocks = blocks_per_seq_ * ec_.max_seqs;
-  if (ec_.paged && ec_.kv_memory_bytes > 0 && block_bytes_ > 0)
-    n_blocks = static_cast<int>(std::max<int64_t>(1, ec_.kv_memory_bytes / static_cast<int64_t>(block_bytes_)));
-  pool_tokens_ = static_cast<int64_t>(n_blocks) * ec_.block_size;
-  blocks_ = std::make_unique<BlockPool>(n_blocks);
+  // The block pool is sized in load(), once the weights are bound (a fraction of the free memory).
   slots_ = std::make_unique<StateSlots>(ec_.max_seqs);
+  device_mem_ = ec_.device == "cuda";
   thread_ = std::thread([this] { run(); });
 }
 
@@ -103,6 +153,24 @@ void Engine::load() {
   backend_->set_gdn_chunk_min(ec_.gdn_chunk_min);
   backend_->set_profiling(ec_.profile);
   model_ = std::make_unique<Qwen35>(*backend_, *w, ec_.step_token_budget, kLogitGroup);
+  const int64_t weight_bytes = static_cast<int64_t>(w->total_bytes());
+  const std::string weight_dtype = dtype_name(w->main_dtype());
+  // A device backend holds its own copy of the weights now (the model's BWeights point into it;
+  // nothing reads the host copy after bind_weights): the host copy goes before the caches are
+  // sized, so a fraction of host memory would see it gone. The CPU backend keeps reading it.
+  bool released = false;
+  int64_t rss_before = 0, rss_after = 0;
+  if (!backend_->host_memory()) {
+    release_free_heap();  // so that the drop measured below is the weights', not older free heap
+    rss_before = process_rss_bytes();
+    w.reset();
+    release_free_heap();
+    rss_after = process_rss_bytes();
+    released = true;
+  }
+  int n_snapshots = 0;
+  if (ec_.prefix_cache) n_snapshots = ec_.max_snapshots > 0 ? ec_.max_snapshots : 2 * ec_.max_seqs;
+  size_kv_pool(n_snapshots);
   CacheSpec spec;
   spec.n_blocks = blocks_->total();
   spec.block_size = ec_.block_size;
@@ -115,11 +183,7 @@ void Engine::load() {
   spec.conv_dim = cfg_.conv_dim();
   spec.ssm_elems = cfg_.lin_v_heads * cfg_.lin_dk * cfg_.lin_dv;
   backend_->init_caches(spec, ec_.step_token_budget, kLogitGroup);
-  int n_snapshots = 0;
-  if (ec_.prefix_cache) {
-    n_snapshots = ec_.max_snapshots > 0 ? ec_.max_snapshots : 2 * ec_.max_seqs;
-    backend_->init_snapshots(n_snapshots);
-  }
+  if (ec_.prefix_cache) backend_->init_snapshots(n_snapshots);
   CounterSink& counters = *this;
   prefix_ = std::make_unique<PrefixCache>(*blocks_, *backend_, counters, ec_.block_size, ec_.snapshot_interval, n_snapshots);
   SchedulerConfig sc;
@@ -134,10 +198,14 @@ void Engine::load() {
   std::lock_guard<std::mutex> lk(mu_);
   info_.backend = backend_->name();
   info_.desc = backend_->device_desc();
-  info_.dtype = dtype_name(w->main_dtype());
+  info_.dtype = weight_dtype;
   info_.threads = ec_.device == "cpu" ? ec_.threads : 0;
-  info_.weight_bytes = static_cast<int64_t>(w->total_bytes());
+  info_.weight_bytes = weight_bytes;
   info_.kv_blocks = blocks_->total();
+  info_.kv_pool_bytes = static_cast<int64_t>(blocks_->total()) * static_cast<int64_t>(block_bytes_);
+  info_.host_weights_released = released;
+  info_.rss_before_release = rss_before;
+  info_.rss_after_release = rss_after;
   info_.block_size = ec_.block_size;
   info_.device_memory = static_cast<int64_t>(backend_->device_memory_bytes());
   stats_.weight_bytes = info_.weight_bytes;
@@ -147,8 +215,76 @@ void Engine::load() {
   info_.kv_block_bytes = static_cast<int64_t>(block_bytes_);
   info_.state_bytes = static_cast<int64_t>(state_bytes_);
   sync_pool_stats();
-  // A device backend holds its own copy of the weights; the host copy is kept only for the CPU.
-  if (ec_.device == "cpu") weights_ = std::move(w);
+  if (w) weights_ = std::move(w);  // the CPU backend reads the host copy
+}
+
+void Engine::size_kv_pool(int n_snapshots) {
+  // Worker, in load(): after the weights are bound and the step activations allocated, before the
+  // caches are. Fills blocks_, pool_tokens_ and the pool's part of info_ (published under mu_).
+  int64_t n_blocks = static_cast<int64_t>(blocks_per_seq_) * ec_.max_seqs;
+  std::string source = "max_seq x max_seqs";
+  std::string how;  // for the error below
+  double fraction = 0;
+  int64_t free_bytes = -1, budget = -1;
+  if (ec_.paged && block_bytes_ > 0 && ec_.kv_memory_bytes > 0) {
+    budget = ec_.kv_memory_bytes;
+    n_blocks = budget / static_cast<int64_t>(block_bytes_);
+    source = "kv_memory_bytes";
+    how = "a KV memory of " + std::to_string(budget) + " bytes";
+  } else if (ec_.paged && block_bytes_ > 0 && ec_.kv_memory_fraction > 0) {
+    fraction = ec_.kv_memory_fraction;
+    if (backend_->host_memory()) {
+      free_bytes = host_available_bytes();
+      if (free_bytes < 0) throw std::runtime_error("KV memory as a fraction: cannot read MemAvailable from /proc/meminfo; give a size in bytes");
+      source = "fraction of available host memory";
+    } else {
+#if defined(LUMEN_WITH_CUDA)
+      size_t fr = 0, total = 0;
+      if (!cuda_mem_info(&fr, &total)) throw std::runtime_error("KV memory as a fraction: cannot query the device's free memory; give a size in bytes");
+      free_bytes = static_cast<int64_t>(fr);
+#endif
+      source = "fraction of free device memory";
+    }
+    // The fraction covers the pool, the state slots (+1 scratch) and the snapshots; the rest of the
+    // free memory is left to the backend's work buffers and the runtime.
+    const int64_t states = static_cast<int64_t>(state_bytes_) * (ec_.max_seqs + 1 + n_snapshots);
+    budget = std::max<int64_t>(0, static_cast<int64_t>(fraction * static_cast<double>(free_bytes)) - states);
+    n_blocks = budget / static_cast<int64_t>(block_bytes_);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%g of the %.1f MiB %s (%.1f MiB for the pool after %.1f MiB of states)", fraction,
+                  free_bytes / 1048576.0, backend_->host_memory() ? "of available host memory" : "free on the device",
+                  budget / 1048576.0, states / 1048576.0);
+    how = buf;
+  }
+  if (ec_.paged && block_bytes_ > 0 && n_blocks < blocks_per_seq_)
+    throw std::runtime_error("KV pool too small: " + how + " holds " + std::to_string(n_blocks) + " blocks of " +
+                             std::to_string(ec_.block_size) + " tokens (" + std::to_string(block_bytes_) +
+                             " bytes each), one max_seq " + std::to_string(ec_.max_seq) + " sequence needs " +
+                             std::to_string(blocks_per_seq_) + " (" +
+                             std::to_string(static_cast<int64_t>(blocks_per_seq_) * static_cast<int64_t>(block_bytes_)) +
+                             " bytes): give more KV memory or a smaller max_seq");
+  n_blocks = std::min<int64_t>(n_blocks, std::numeric_limits<int32_t>::max() / 2);
+  blocks_ = std::make_unique<BlockPool>(static_cast<int>(n_blocks));
+  std::lock_guard<std::mutex> lk(mu_);
+  pool_tokens_ = n_blocks * ec_.block_size;
+  info_.kv_pool_source = source;
+  info_.kv_memory_fraction = fraction;
+  info_.kv_free_bytes = free_bytes;
+  info_.kv_budget_bytes = fraction > 0 ? budget : -1;
+}
+
+void Engine::sync_device_stats() {
+  // Worker only (the allocator is used by the worker alone): after load and after every step.
+#if defined(LUMEN_WITH_CUDA)
+  CudaMemStats m;
+  if (!backend_ || !cuda_mem_stats(*backend_, &m)) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.device_bytes = m.current_bytes;
+  stats_.device_peak_bytes = m.peak_bytes;
+  stats_.device_allocs = m.num_allocs;
+  stats_.peak_active_bytes = m.peak_bytes;
+  stats_.num_allocs = m.num_allocs - std::min(m.num_allocs, device_allocs_base_);
+#endif
 }
 
 uint64_t Engine::submit(RequestSpec r, bool defer) {
@@ -166,9 +302,18 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
     throw std::invalid_argument("request needs " + std::to_string(need) + " tokens (prompt " +
                                 std::to_string(r.prompt.size()) + " + output " + std::to_string(r.max_tokens) +
                                 "), more than max_seq " + std::to_string(ec_.max_seq));
-  if (ec_.paged && need > pool_tokens_)
+  int64_t pool_tokens = 0;
+  {
+    // The pool is sized by load(), after the weights are bound: a request submitted earlier waits.
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return load_state_ != LoadState::loading || stop_; });
+    if (load_state_ != LoadState::ready)
+      throw std::runtime_error(load_error_.empty() ? "the engine is closed" : "the engine did not load: " + load_error_);
+    pool_tokens = pool_tokens_;
+  }
+  if (ec_.paged && need > pool_tokens)
     throw std::invalid_argument("out of KV memory: request needs " + std::to_string(need) +
-                                " tokens of KV cache, the pool holds " + std::to_string(pool_tokens_));
+                                " tokens of KV cache, the pool holds " + std::to_string(pool_tokens));
   auto s = std::make_unique<Sequence>();
   s->req = std::move(r);
   s->tokens = s->req.prompt;
@@ -231,6 +376,15 @@ void Engine::reset_counters() {
   stats_.weight_bytes = cur.weight_bytes;
   stats_.running = cur.running;
   stats_.waiting = cur.waiting;
+  stats_.device_bytes = cur.device_bytes;
+  stats_.device_peak_bytes = cur.device_peak_bytes;
+  stats_.device_allocs = cur.device_allocs;
+  if (device_mem_) {
+    // The allocator's high-water mark cannot be reset: it stays the mark since load. Its
+    // allocation count restarts here, like the engine's own.
+    stats_.peak_active_bytes = cur.device_peak_bytes;
+    device_allocs_base_ = cur.device_allocs;
+  }
 }
 
 EngineInfo Engine::info() {
@@ -257,12 +411,13 @@ void Engine::sync_pool_stats() {
   stats_.active_bytes = static_cast<int64_t>(workspace_bytes_) +
                         static_cast<int64_t>(block_bytes_) * blocks_->used() +
                         static_cast<int64_t>(state_bytes_) * (slots_->used() + stats_.snapshots_used);
-  stats_.peak_active_bytes = std::max(stats_.peak_active_bytes, stats_.active_bytes);
+  // On CUDA the peak and the allocation count are the device allocator's (sync_device_stats).
+  if (!device_mem_) stats_.peak_active_bytes = std::max(stats_.peak_active_bytes, stats_.active_bytes);
 }
 
 void Engine::count_allocs(uint64_t n) {
   std::lock_guard<std::mutex> lk(mu_);
-  stats_.num_allocs += n;
+  if (!device_mem_) stats_.num_allocs += n;
 }
 
 void Engine::count_park() {
@@ -307,13 +462,25 @@ void Engine::run() {
   set_flush_denormals();  // this thread is thread 0 of the backend's pool
   try {
     load();
+    sync_device_stats();
   } catch (const std::exception& ex) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      load_state_ = LoadState::failed;
+      load_error_ = ex.what();
+    }
+    cv_.notify_all();
     EngineEvent e;
     e.kind = EngineEvent::kLoadError;
     e.error = ex.what();
     push(std::move(e));
     return;
   }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    load_state_ = LoadState::ready;
+  }
+  cv_.notify_all();
   push(EngineEvent{EngineEvent::kLoaded});
   for (;;) {
     {
@@ -333,6 +500,7 @@ void Engine::run() {
       all.insert(all.end(), scheduler_->waiting().begin(), scheduler_->waiting().end());
       for (Sequence* s : all) finish(*s, "error", ex.what());
     }
+    sync_device_stats();
   }
 }
 

@@ -38,7 +38,12 @@ struct EngineConfig {
   int threads = 0;  // 0: every CPU this process may use (usable_cpus)
   int block_size = 0;
   bool paged = true;
-  int64_t kv_memory_bytes = 0;  // 0: max_seq x max_seqs tokens
+  // The paged KV pool's size: kv_memory_bytes when > 0; else, when kv_memory_fraction is in (0, 1],
+  // that share of the memory free once the weights are bound (the device's free memory on CUDA,
+  // MemAvailable on the CPU) for the pool with the state slots and snapshots; else max_seq x
+  // max_seqs tokens. A pool smaller than one max_seq sequence is a load error.
+  int64_t kv_memory_bytes = 0;
+  double kv_memory_fraction = 0;
   int max_seq = 0;
   int max_seqs = 0;
   int prefill_chunk = 0;
@@ -114,6 +119,13 @@ struct EngineStats {
   uint64_t graph_hits = 0;
   uint64_t graph_misses = 0;
   double graph_capture_ms = 0;
+  // The device allocator (CUDA; zero elsewhere), since the backend was made and not reset by
+  // reset_counters(): bytes allocated now, their high-water mark, cudaMalloc calls. On CUDA
+  // peak_active_bytes is that high-water mark and num_allocs the cudaMalloc calls since the last
+  // reset_counters() (on the CPU both are the engine's own accounting).
+  int64_t device_bytes = 0;
+  int64_t device_peak_bytes = 0;
+  uint64_t device_allocs = 0;
 };
 
 struct EngineInfo {
@@ -125,6 +137,21 @@ struct EngineInfo {
   int64_t kv_block_bytes = 0;  // one KV block over every full-attention layer
   int64_t state_bytes = 0;     // one sequence's recurrent state (a slot or a snapshot)
   int64_t device_memory = 0;
+  // The KV pool as sized at load: its bytes (kv_blocks x kv_block_bytes), what sized it
+  // ("max_seq x max_seqs", "kv_memory_bytes", "fraction of free device memory", "fraction of
+  // available host memory"), the fraction asked for and the free memory it was taken of (bytes;
+  // -1 when no fraction was used), and the budget the fraction gave the pool (after the state
+  // slots and snapshots; -1 likewise).
+  int64_t kv_pool_bytes = 0;
+  std::string kv_pool_source;
+  double kv_memory_fraction = 0;
+  int64_t kv_free_bytes = -1;
+  int64_t kv_budget_bytes = -1;
+  // A device backend keeps its own copy of the weights: the host copy is freed once uploaded. The
+  // process's resident set (/proc/self/statm) just before and just after that (0: not measured).
+  bool host_weights_released = false;
+  int64_t rss_before_release = 0;
+  int64_t rss_after_release = 0;
 };
 
 class Engine : private CounterSink {
@@ -160,6 +187,8 @@ class Engine : private CounterSink {
   void finish(Sequence& s, const char* reason, const std::string& error = {});
   void push(EngineEvent e);
   void sync_pool_stats();  // with mu_ held
+  void size_kv_pool(int n_snapshots);  // load(): blocks_ and pool_tokens_, after the weights are bound
+  void sync_device_stats();  // worker: the device allocator's counters into stats_
 
   // CounterSink: what the scheduler and the prefix cache report, published at once under mu_.
   void count_allocs(uint64_t n) override;
@@ -199,7 +228,11 @@ class Engine : private CounterSink {
   EngineStats graph_base_;  // graph counters at the last reset_counters() (guarded by mu_)
   EngineInfo info_;
   uint64_t next_id_ = 1;
-  int64_t pool_tokens_ = 0;
+  int64_t pool_tokens_ = 0;  // set by load(); submit() waits for it
+  enum class LoadState { loading, ready, failed } load_state_ = LoadState::loading;  // guarded by mu_
+  std::string load_error_;
+  bool device_mem_ = false;  // peak_active_bytes / num_allocs come from the device allocator
+  uint64_t device_allocs_base_ = 0;  // device allocations at the last reset_counters() (guarded by mu_)
   int64_t step_permits_ = 0;  // manual_steps only
 
   // Worker-only state.

@@ -19,8 +19,22 @@ export interface MemoryStageRow {
   kv_blocks_total: number;
   kv_blocks_used: number;
   kv_block_size: number;
+  /** The KV pool as sized at load (bytes) and what sized it (EngineInfo.kvPool). */
+  kv_pool_bytes: number;
+  kv_pool_source: string;
+  /** The device allocator (CUDA; 0 on the CPU): bytes now, high-water mark since load. */
+  device_bytes: number;
+  device_peak_bytes: number;
   /** Host resident set of this process (bytes), for comparison with the engine's own accounting. */
   process_rss_bytes: number;
+  /**
+   * A device backend frees the host copy of the weights once it has uploaded them (the CPU keeps
+   * it): whether it did, and the process's resident set the engine measured (/proc/self/statm) just
+   * before (weights uploaded, host copy still held) and just after the release; null when not released.
+   */
+  host_weights_released: boolean;
+  rss_at_upload_bytes: number | null;
+  rss_after_release_bytes: number | null;
   /** Native clock at the snapshot (ms). */
   engine_ms: number;
   time: string;
@@ -47,7 +61,14 @@ export function memoryStageRows(stage: MemoryStage, engine: EngineHandle, ckpt: 
     kv_blocks_total: s.kvBlocksTotal,
     kv_blocks_used: s.kvBlocksUsed,
     kv_block_size: info.blockSize,
+    kv_pool_bytes: info.kvPoolBytes ?? s.kvBlocksTotal * info.kvBlockBytes,
+    kv_pool_source: info.kvPool ?? 'max_seq x max_seqs',
+    device_bytes: s.deviceBytes ?? 0,
+    device_peak_bytes: s.devicePeakBytes ?? 0,
     process_rss_bytes: process.memoryUsage.rss(),
+    host_weights_released: info.hostWeightsReleased ?? false,
+    rss_at_upload_bytes: info.hostWeightsReleased ? (info.rssBeforeReleaseBytes ?? null) : null,
+    rss_after_release_bytes: info.hostWeightsReleased ? (info.rssAfterReleaseBytes ?? null) : null,
     engine_ms: engine.nowMs(),
     time: new Date().toISOString(),
     tool_version: toolVersion,

@@ -26,6 +26,8 @@ export interface LoadedInfo {
   threads: number;
   gpu: { name: string; memoryMb: number } | null;
   engineLine: string;
+  /** The KV pool as the engine sized it (header line and log fields). */
+  kvPool?: KvPoolFacts;
   /** The sweep's plan (the sweep); absent for `serve`, which prints its URL instead. */
   sweepLine?: string;
 }
@@ -35,6 +37,49 @@ export function engineLine(opts: EngineOptions, info: EngineInfo): string {
   return `${opts.kvcache} KV, block ${info.blockSize}, ${info.kvBlocksTotal} blocks, prefill chunk ${opts.prefillChunk}, ` +
     `step budget ${opts.stepTokenBudget}, max-seq ${opts.maxSeq}, ${opts.maxSeqs} seqs, prefix cache ${opts.prefixCache ? 'on' : 'off'}, ` +
     `${info.isa}, ${info.threads} threads, ${info.dtype}`;
+}
+
+/** The KV pool as the engine sized it at load (the JSON report's `engine.kv_pool`, the -v logs). */
+export interface KvPoolFacts {
+  blocks: number;
+  block_bytes: number;
+  bytes: number;
+  /** What sized it: max_seq x max_seqs, kv_memory_bytes, fraction of free device memory, fraction of available host memory. */
+  source: string;
+  /** Fraction-sized pools: the fraction, the free memory it was taken of, the budget left for the pool after the states. */
+  fraction: number | null;
+  free_bytes: number | null;
+  budget_bytes: number | null;
+}
+
+export function kvPoolFacts(info: EngineInfo): KvPoolFacts {
+  return {
+    blocks: info.kvBlocksTotal,
+    block_bytes: info.kvBlockBytes,
+    bytes: info.kvPoolBytes ?? info.kvBlocksTotal * info.kvBlockBytes,
+    source: info.kvPool ?? 'max_seq x max_seqs',
+    fraction: info.kvMemoryFraction ?? null,
+    free_bytes: info.kvFreeBytes ?? null,
+    budget_bytes: info.kvBudgetBytes ?? null,
+  };
+}
+
+/** Bytes with a binary unit that keeps small sizes readable (a 32 KiB block is not "0.0 MiB"). */
+export function bytesText(bytes: number): string {
+  if (bytes < 2 ** 20) return `${(bytes / 2 ** 10).toFixed(1)} KiB`;
+  if (bytes < 2 ** 30) return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+  return `${(bytes / 2 ** 30).toFixed(2)} GiB`;
+}
+
+/** The header's KV pool line: blocks, bytes, and where the size came from. */
+export function kvPoolLine(k: KvPoolFacts): string {
+  let why: string;
+  if (k.source === 'kv_memory_bytes') why = '--kv-memory';
+  else if (k.fraction !== null && k.free_bytes !== null) {
+    const of = k.source === 'fraction of available host memory' ? 'available host memory (MemAvailable)' : 'free device memory';
+    why = `${k.fraction} of ${bytesText(k.free_bytes)} ${of} after the weights, with the recurrent states`;
+  } else why = 'max-seq x max-seqs tokens';
+  return `${k.blocks} blocks x ${bytesText(k.block_bytes)} = ${bytesText(k.bytes)} (${why})`;
 }
 
 /** The header of an endpoint sweep: the server, its model and what it says of itself. */
@@ -211,6 +256,7 @@ export class HumanRenderer implements SweepRenderer {
     if (l.gpu) this.kv('GPU', `${l.gpu.name} (${l.gpu.memoryMb} MB)`);
     this.kv('Model loaded', `${l.seconds.toFixed(2)}s (backend: ${l.backend}, ${fmt.mb(l.weightBytes)}${l.backend === 'cuda' ? ' VRAM' : ''})`);
     this.kv('Engine', l.engineLine);
+    if (l.kvPool) this.kv('KV pool', kvPoolLine(l.kvPool));
     if (l.sweepLine !== undefined) this.kv('Sweep', l.sweepLine);
   }
 
@@ -417,7 +463,7 @@ export class LogRenderer implements SweepRenderer {
   }
 
   loaded(l: LoadedInfo): void {
-    this.log.info({ event: 'model_loaded', load_secs: l.seconds, backend: l.backend, isa: l.isa, weight_bytes: l.weightBytes, threads: l.threads, gpu: l.gpu },
+    this.log.info({ event: 'model_loaded', load_secs: l.seconds, backend: l.backend, isa: l.isa, weight_bytes: l.weightBytes, threads: l.threads, gpu: l.gpu, kv_pool: l.kvPool ?? null },
       'model loaded');
   }
 
@@ -462,7 +508,10 @@ export class LogRenderer implements SweepRenderer {
       event: 'cell_end', cell: label, isl: r.isl, osl: r.osl, concurrency: r.concurrency, status: out.interrupted ? 'interrupted' : r.status,
       reason: r.reason || undefined, first_call_ms: r.first_call_ms, ttft_ms: r.ttft_ms, prefill_tok_s: r.prefill_tok_s,
       itl_p50_ms: r.itl_p50_ms, itl_p99_ms: r.itl_p99_ms, decode_tok_s: r.decode_tok_s, speedup_vs_c1: r.speedup_vs_c1,
-      peak_active_bytes: r.peak_active_bytes, timed_wall_ms: out.timedWallMs, tokens_seen: this.tokens,
+      peak_active_bytes: r.peak_active_bytes, num_allocs: r.num_allocs,
+      graph_hits: out.counters?.graphHits ?? null, graph_misses: out.counters?.graphMisses ?? null, graph_capture_ms: out.counters?.graphCaptureMs ?? null,
+      device_peak_bytes: out.counters?.devicePeakBytes ?? null, device_allocs: out.counters?.deviceAllocs ?? null,
+      timed_wall_ms: out.timedWallMs, tokens_seen: this.tokens,
       achieved_concurrency: out.load?.achieved_concurrency ?? null, goodput: out.load?.goodput ?? null,
     };
     if (r.status === 'ok') this.log.info(fields, `cell end ${label}`);

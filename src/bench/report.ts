@@ -9,6 +9,7 @@ import type { LoadFigures } from './load-figures.js';
 import type { RowFigures } from './metrics.js';
 import type { RowSamples } from './row-samples.js';
 import type { SweepConfig } from './sweep-config.js';
+import { kvPoolFacts } from './render.js';
 
 export const REPORT_SCHEMA_VERSION = 1;
 
@@ -170,6 +171,13 @@ export class Report {
         kvcache: this.engine.options.kvcache,
         block_size: this.engine.blockSize,
         kv_blocks_total: this.engine.kvBlocksTotal,
+        kv_pool: kvPoolFacts(this.engine),
+        kv_memory: this.engine.options.kvMemoryBytes !== undefined
+          ? { bytes: this.engine.options.kvMemoryBytes }
+          : this.engine.options.kvMemoryFraction !== undefined ? { fraction: this.engine.options.kvMemoryFraction } : null,
+        host_weights_released: this.engine.hostWeightsReleased ?? false,
+        rss_before_release_bytes: this.engine.rssBeforeReleaseBytes ?? null,
+        rss_after_release_bytes: this.engine.rssAfterReleaseBytes ?? null,
         max_seq: this.engine.options.maxSeq,
         max_seqs: this.engine.options.maxSeqs,
         prefill_chunk: this.engine.options.prefillChunk,

@@ -1,6 +1,6 @@
 // What a sweep runs: the cells, the concurrency ladder, the passes, the engine's serving options and
 // the outputs, resolved from the command line by src/cli/sweep-options.ts.
-import type { DeviceChoice } from '../engine/options.js';
+import type { DeviceChoice, KvMemory } from '../engine/options.js';
 import type { KvLayout } from '../engine/types.js';
 import type { GoodputBounds } from './load-figures.js';
 
@@ -59,6 +59,8 @@ export interface SweepConfig {
   maxSeq: number;
   /** --cuda-graphs on|off (CUDA only). */
   cudaGraphs: boolean;
+  /** --kv-memory; null: the default (a fraction of free device memory on CUDA, max-seq x max-seqs on the CPU). */
+  kvMemory: KvMemory | null;
   memoryStages: string | null;
   output: string | null;
   format: OutputFormat;

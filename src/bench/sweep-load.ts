@@ -8,7 +8,7 @@ import { weightFormatLine } from '../model/weight-format.js';
 import type { GpuInfo } from '../util/machine.js';
 import { UsageError } from '../util/usage-error.js';
 import { modelSection, type Report } from './report.js';
-import { engineLine, type SweepRenderer } from './render.js';
+import { engineLine, kvPoolFacts, type SweepRenderer } from './render.js';
 import { errMessage } from './runner.js';
 import type { SweepConfig } from './sweep-config.js';
 import type { SweepBackend } from './sweep.js';
@@ -71,7 +71,12 @@ export async function loadModel(
   const info = engine.info;
   report.engine = { ...info, options: opts };
   report.modelLoad = { checkpoint_ms: checkpointMs, engine_ms: loadMs, weight_bytes: info.weightBytes };
-  renderer.loadStage('engine', { backend: info.backend, isa: info.isa, threads: info.threads, weight_bytes: info.weightBytes, dtype: info.dtype, kv_blocks_total: info.kvBlocksTotal, ms: loadMs });
+  const kvPool = kvPoolFacts(info);
+  renderer.loadStage('engine', {
+    backend: info.backend, isa: info.isa, threads: info.threads, weight_bytes: info.weightBytes, dtype: info.dtype, kv_blocks_total: info.kvBlocksTotal,
+    kv_pool: kvPool, host_weights_released: info.hostWeightsReleased ?? false,
+    rss_before_release_bytes: info.rssBeforeReleaseBytes ?? null, rss_after_release_bytes: info.rssAfterReleaseBytes ?? null, ms: loadMs,
+  });
   const gpu = info.backend === 'cuda'
     ? {
       name: info.gpuName ?? gpus[0]?.name ?? 'unnamed GPU',
@@ -86,6 +91,7 @@ export async function loadModel(
     threads: info.threads,
     gpu,
     engineLine: engineLine(opts, info),
+    kvPool,
     sweepLine: sweepLine(cfg),
   });
   return { ckpt, opts, engine, loadError };

@@ -53,6 +53,7 @@ export function registerPrompt(program: Command, setResult: (code: number) => vo
     .addOption(ENGINE_FLAGS.prefillChunk())
     .addOption(ENGINE_FLAGS.stepTokenBudget())
     .addOption(ENGINE_FLAGS.cudaGraphs())
+    .addOption(ENGINE_FLAGS.kvMemory())
     .option('--temperature <t>', 'sampling temperature (0 = greedy)', numberArg('--temperature', 0, 100), 0)
     .option('--top-k <k>', 'top-k sampling (0 = off)', countArg('--top-k', 0), 0)
     .option('--top-p <p>', 'top-p sampling (1 = off)', numberArg('--top-p', 0, 1), 1)

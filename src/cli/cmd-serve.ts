@@ -49,6 +49,7 @@ export function registerServe(program: Command, setResult: (code: number) => voi
     .addOption(ENGINE_FLAGS.stepTokenBudget())
     .addOption(ENGINE_FLAGS.maxSeq())
     .addOption(ENGINE_FLAGS.cudaGraphs())
+    .addOption(ENGINE_FLAGS.kvMemory())
     .addOption(ENGINE_FLAGS.maxSeqs(DEFAULT_MAX_SEQS))
     .option('-v, --verbose', 'pino JSON lines on stderr (one per request) instead of the human header; -vv adds debug', count, 0)
     .option('-q, --quiet', 'no header on stderr (errors still)')

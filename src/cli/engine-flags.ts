@@ -5,7 +5,7 @@
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { Option } from 'commander';
-import type { DeviceChoice, ServingFlags } from '../engine/options.js';
+import { CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
 import type { KvLayout } from '../engine/types.js';
 import { PRESET_NAMES } from '../model/presets.js';
 import { isSyntheticModelPath, syntheticName, syntheticWeightsOf } from '../model/synthetic-model.js';
@@ -24,6 +24,11 @@ export const ENGINE_DEFAULTS = {
   stepTokenBudget: 2048,
   maxSeq: 4096,
   cudaGraphs: 'on' as 'on' | 'off',
+  /**
+   * --kv-memory when not given: on CUDA (paged) this share of the device memory free once the
+   * weights are bound; on the CPU the pool holds max-seq x max-seqs tokens (no default size).
+   */
+  kvMemoryCudaFraction: CUDA_KV_MEMORY_FRACTION,
 };
 
 /** Raw values as commander hands them over (strings and booleans; no commander defaults). */
@@ -38,6 +43,7 @@ export interface RawEngineFlags {
   maxSeq?: string;
   maxSeqs?: string;
   cudaGraphs?: string;
+  kvMemory?: string;
   modelPath?: string;
   quant?: string;
 }
@@ -61,6 +67,9 @@ export const ENGINE_FLAGS = {
   modelPath: () => new Option('--model-path <path>', `checkpoint directory, GGUF file (split: its -00001-of-0000N part), a directory of GGUF files with --quant, or synthetic:<preset> (${PRESET_NAMES.join(' | ')}: random weights generated in memory) (default: the embedded synthetic model)`),
   quant: () => new Option('--quant <type>', 'with --model-path DIR: the GGUF file whose name carries this quantization (e.g. Q4_K_M, Q8_0; any case)'),
   cudaGraphs: () => new Option('--cuda-graphs <on|off>', `with --device cuda: capture and replay decode steps as CUDA graphs (default ${ENGINE_DEFAULTS.cudaGraphs}; no effect on the CPU)`),
+  kvMemory: () => new Option('--kv-memory <bytes|fraction>', 'size of the paged KV pool: bytes (4294967296, 512MiB, 8GiB, 8GB; KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000), ' +
+    'or a fraction 0 < f <= 1 (0.9, 90%) of the memory free once the weights are bound (CUDA: device memory; CPU: MemAvailable), ' +
+    `which the pool shares with the recurrent states (default: ${ENGINE_DEFAULTS.kvMemoryCudaFraction} on CUDA, max-seq x max-seqs tokens on the CPU)`),
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
 
@@ -96,6 +105,36 @@ export function resolveModelPathFlags(raw: RawEngineFlags): { modelPath: string 
   return { modelPath: abs, ...(raw.quant !== undefined ? { quant: raw.quant } : {}) };
 }
 
+const KV_UNITS: Record<string, number> = {
+  b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30, tib: 2 ** 40,
+};
+
+/**
+ * `--kv-memory`: bytes (a whole number, or a number with a unit: B, KB/MB/GB/TB = 1000^n,
+ * KiB/MiB/GiB/TiB = 1024^n, any case; rounded down to a whole byte), or a fraction in (0, 1] of the
+ * memory free after the weights are bound: a decimal with a point (0.9, 1.0, .5) or a percentage (90%).
+ */
+export function parseKvMemory(flag: string, value: string): KvMemory {
+  const v = value.trim();
+  const pct = /^(\d+(?:\.\d*)?|\.\d+)%$/.exec(v);
+  if (pct || /^(\d*\.\d*)$/.test(v)) {
+    const f = pct ? Number(pct[1]) / 100 : Number(v);
+    if (v === '.' || !Number.isFinite(f)) throw new UsageError(`${flag}: '${value}' is not a size or a fraction (e.g. 8GiB, 0.9)`);
+    if (!(f > 0 && f <= 1)) throw new UsageError(`${flag}: the fraction ${value} is not in (0, 1]`);
+    return { fraction: f };
+  }
+  const m = /^(\d+(?:\.\d+)?)\s*([a-zA-Z]*)$/.exec(v);
+  if (!m) throw new UsageError(`${flag}: '${value}' is not a size or a fraction (e.g. 8GiB, 512MiB, 4294967296, 0.9)`);
+  const unit = m[2]!.toLowerCase();
+  if (unit === '' && m[1]!.includes('.')) throw new UsageError(`${flag}: '${value}' is not a size or a fraction (e.g. 8GiB, 0.9)`);
+  const mult = unit === '' ? 1 : KV_UNITS[unit];
+  if (mult === undefined) throw new UsageError(`${flag}: '${m[2]}' is not a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)`);
+  const bytes = Math.floor(Number(m[1]) * mult);
+  if (!Number.isSafeInteger(bytes)) throw new UsageError(`${flag}: ${value} is too large`);
+  if (bytes < 1) throw new UsageError(`${flag}: ${value} is below the minimum of 1 byte`);
+  return { bytes };
+}
+
 /**
  * Raw engine flags -> validated values. `maxSeqsDefault` is given by commands that take --max-seqs
  * (its default); without it --max-seqs is not resolved.
@@ -118,7 +157,11 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     stepTokenBudget: num('--step-token-budget', raw.stepTokenBudget, ENGINE_DEFAULTS.stepTokenBudget, 1),
     maxSeq: num('--max-seq', raw.maxSeq, ENGINE_DEFAULTS.maxSeq, 2),
     cudaGraphs: oneOf('--cuda-graphs', raw.cudaGraphs ?? ENGINE_DEFAULTS.cudaGraphs, ['on', 'off'] as const) === 'on',
+    kvMemory: raw.kvMemory === undefined ? null : parseKvMemory('--kv-memory', raw.kvMemory),
   };
+  if (flags.kvMemory !== null && kvcache !== 'paged') {
+    throw new UsageError('--kv-memory sizes the paged KV pool; --kvcache continuous holds max-seq x max-seqs tokens');
+  }
   if (maxSeqsDefault !== undefined) {
     flags.maxSeqs = num('--max-seqs', raw.maxSeqs, maxSeqsDefault, 1, 4096);
     if (flags.stepTokenBudget < flags.maxSeqs) {

@@ -71,7 +71,7 @@ export interface RawSweepOptions extends Omit<RawEngineFlags, 'maxSeqs'> {
 /** Flags of the in-process engine: with --endpoint the server has its own, so giving one is a usage error. */
 const IN_PROCESS_FLAGS: readonly [keyof RawSweepOptions, string][] = [
   ['modelPath', '--model-path'], ['quant', '--quant'], ['device', '--device'], ['threads', '--threads'], ['kvcache', '--kvcache'], ['paged', '--paged'],
-  ['blockSize', '--block-size'], ['prefillChunk', '--prefill-chunk'], ['stepTokenBudget', '--step-token-budget'], ['maxSeq', '--max-seq'], ['cudaGraphs', '--cuda-graphs'],
+  ['blockSize', '--block-size'], ['prefillChunk', '--prefill-chunk'], ['stepTokenBudget', '--step-token-budget'], ['maxSeq', '--max-seq'], ['cudaGraphs', '--cuda-graphs'], ['kvMemory', '--kv-memory'],
   ['memoryStages', '--memory-stages'], ['profile', '--profile'], ['profilePipeline', '--profile-pipeline'],
 ];
 
@@ -244,6 +244,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     stepTokenBudget: engine.stepTokenBudget,
     maxSeq: engine.maxSeq,
     cudaGraphs: engine.cudaGraphs,
+    kvMemory: engine.kvMemory,
     memoryStages: raw.memoryStages !== undefined ? path.resolve(raw.memoryStages) : null,
     output: raw.output !== undefined ? raw.output : null,
     format,

@@ -62,6 +62,14 @@ class Engine implements EngineHandle {
       blockSize: Number(i.blockSize),
       kvBlockBytes: Number(i.kvBlockBytes),
       stateBytes: Number(i.stateBytes),
+      ...(i.kvPoolSource !== undefined ? { kvPoolBytes: Number(i.kvPoolBytes), kvPool: String(i.kvPoolSource) as EngineInfo['kvPool'] } : {}),
+      ...(i.kvMemoryFraction !== undefined
+        ? { kvMemoryFraction: Number(i.kvMemoryFraction), kvFreeBytes: Number(i.kvFreeBytes), kvBudgetBytes: Number(i.kvBudgetBytes) }
+        : {}),
+      ...(i.hostWeightsReleased !== undefined ? { hostWeightsReleased: Boolean(i.hostWeightsReleased) } : {}),
+      ...(i.rssBeforeReleaseBytes !== undefined
+        ? { rssBeforeReleaseBytes: Number(i.rssBeforeReleaseBytes), rssAfterReleaseBytes: Number(i.rssAfterReleaseBytes) }
+        : {}),
       ...(i.gpuName !== undefined ? { gpuName: String(i.gpuName), gpuMemoryBytes: Number(i.gpuMemoryBytes) } : {}),
     };
   }
@@ -157,6 +165,7 @@ class Engine implements EngineHandle {
       stateSlotsTotal: s.stateSlotsTotal, prefixCachedBlocks: s.prefixCachedBlocks, snapshotsUsed: s.snapshotsUsed,
       snapshotsTotal: s.snapshotsTotal, steps: s.steps, weightBytes: s.weightBytes,
       graphHits: s.graphHits, graphMisses: s.graphMisses, graphCaptureMs: s.graphCaptureMs,
+      deviceBytes: s.deviceBytes, devicePeakBytes: s.devicePeakBytes, deviceAllocs: s.deviceAllocs,
     };
   }
 
@@ -210,7 +219,7 @@ export function loadEngine(
   const tensors = 'synthetic' in source || generated ? [] : [...source.tensors.values()].filter((t) => !t.name.startsWith('mtp.'));
   const options = {
     device: opts.device, threads: opts.threads, blockSize: opts.blockSize, kvcache: opts.kvcache,
-    kvMemoryBytes: opts.kvMemoryBytes ?? 0, maxSeq: opts.maxSeq, maxSeqs: opts.maxSeqs,
+    kvMemoryBytes: opts.kvMemoryBytes ?? 0, kvMemoryFraction: opts.kvMemoryFraction ?? 0, maxSeq: opts.maxSeq, maxSeqs: opts.maxSeqs,
     prefillChunk: opts.prefillChunk, stepTokenBudget: opts.stepTokenBudget, prefixCache: opts.prefixCache,
     cudaGraphs: opts.cudaGraphs ?? true, profile: opts.profile ?? false, ...nativeInternals,
     ...(generated ? { syntheticDtype: generated.dtype, syntheticSeed: generated.seed } : {}),

@@ -39,7 +39,7 @@ export interface NativeEngine {
   cancel(id: number): void;
   stats(): Record<string, number>;
   resetCounters(): void;
-  info(): Record<string, string | number>;
+  info(): Record<string, string | number | boolean>;
   nowMs(): number;
   takeProfile(): { name: string; group: string; calls: number; totalUs: number }[];
   close(): void;

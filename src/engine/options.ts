@@ -5,6 +5,12 @@ import type { Device, EngineOptions, KvLayout } from './types.js';
 /** --device: a device, or auto (cuda when the build has a usable GPU backend; see device.ts). */
 export type DeviceChoice = 'cpu' | 'cuda' | 'auto';
 
+/** --kv-memory: a byte size, or a fraction of the memory free once the weights are bound. */
+export type KvMemory = { bytes: number } | { fraction: number };
+
+/** The share of free device memory a CUDA engine's KV pool gets when --kv-memory is not given. */
+export const CUDA_KV_MEMORY_FRACTION = 0.9;
+
 export interface ServingFlags {
   threads: number;
   kvcache: KvLayout;
@@ -14,6 +20,15 @@ export interface ServingFlags {
   maxSeq: number;
   /** --cuda-graphs: capture and replay decode steps as CUDA graphs (CUDA only; no effect on the CPU). */
   cudaGraphs: boolean;
+  /** --kv-memory; null: the default (CUDA_KV_MEMORY_FRACTION on CUDA, max-seq x max-seqs on the CPU). */
+  kvMemory: KvMemory | null;
+}
+
+/** The KV pool options of the engine: --kv-memory, or the device's default (paged pools only). */
+export function kvMemoryOptions(kv: KvMemory | null, device: Device, layout: KvLayout): Pick<EngineOptions, 'kvMemoryBytes' | 'kvMemoryFraction'> {
+  if (layout !== 'paged') return {};
+  if (kv !== null) return 'bytes' in kv ? { kvMemoryBytes: kv.bytes } : { kvMemoryFraction: kv.fraction };
+  return device === 'cuda' ? { kvMemoryFraction: CUDA_KV_MEMORY_FRACTION } : {};
 }
 
 /** Resolved flags -> the engine's options (the prefix cache is always on, as in the sweep). */
@@ -29,6 +44,7 @@ export function engineOptionsFrom(flags: ServingFlags, device: Device, maxSeqs: 
     stepTokenBudget: flags.stepTokenBudget,
     prefixCache: true,
     cudaGraphs: device === 'cuda' && flags.cudaGraphs,
+    ...kvMemoryOptions(flags.kvMemory, device, flags.kvcache),
     profile,
   };
 }

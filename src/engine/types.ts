@@ -10,8 +10,13 @@ export interface EngineOptions {
   /** Tokens per KV block. */
   blockSize: number;
   kvcache: KvLayout;
-  /** Byte budget for the KV block pool; when absent the pool holds maxSeq x maxSeqs tokens. */
+  /** Byte budget for the KV block pool; when absent (and no fraction) the pool holds maxSeq x maxSeqs tokens. */
   kvMemoryBytes?: number;
+  /**
+   * 0 < f <= 1 (without kvMemoryBytes): the pool and the recurrent states take this share of the
+   * memory free once the weights are bound (CUDA: the device's free memory; CPU: MemAvailable).
+   */
+  kvMemoryFraction?: number;
   /** Longest sequence (prompt + generated) the engine accepts. */
   maxSeq: number;
   /** Most sequences running at once (recurrent-state slots). */
@@ -116,6 +121,14 @@ export interface EngineStats {
   graphHits?: number;
   graphMisses?: number;
   graphCaptureMs?: number;
+  /**
+   * The device allocator (CUDA; 0 on the CPU), since the engine loaded (not reset by resetCounters):
+   * bytes allocated now, their high-water mark, cudaMalloc calls. On CUDA peakActiveBytes is
+   * devicePeakBytes and numAllocs the cudaMalloc calls since the last resetCounters().
+   */
+  deviceBytes?: number;
+  devicePeakBytes?: number;
+  deviceAllocs?: number;
 }
 
 /** Per-op profile row (native timers; self time excludes nested spans). */
@@ -152,9 +165,23 @@ export interface EngineInfo {
   /** Bytes of one KV block (every full-attention layer) and of one recurrent state. */
   kvBlockBytes: number;
   stateBytes: number;
+  /** The KV pool as sized at load: kvBlocksTotal x kvBlockBytes, and what sized it. */
+  kvPoolBytes?: number;
+  kvPool?: KvPoolSource;
+  /** Fraction-sized pools: the fraction, the free memory it was taken of, the pool's share (bytes). */
+  kvMemoryFraction?: number;
+  kvFreeBytes?: number;
+  kvBudgetBytes?: number;
+  /** A device backend frees the host copy of the weights once uploaded; the process RSS just before and after. */
+  hostWeightsReleased?: boolean;
+  rssBeforeReleaseBytes?: number;
+  rssAfterReleaseBytes?: number;
   gpuName?: string;
   gpuMemoryBytes?: number;
 }
+
+/** What sized the KV pool (the native engine's words, EngineInfo::kv_pool_source). */
+export type KvPoolSource = 'max_seq x max_seqs' | 'kv_memory_bytes' | 'fraction of free device memory' | 'fraction of available host memory';
 
 export interface RequestHandle {
   id: number;

@@ -4,7 +4,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
-import { colorEnabled, engineLine, HumanRenderer, LogRenderer, type SweepRenderer } from '../bench/render.js';
+import { colorEnabled, engineLine, HumanRenderer, kvPoolFacts, LogRenderer, type SweepRenderer } from '../bench/render.js';
 import { createLogger } from '../bench/logger.js';
 import { usableCpus } from '../engine/native.js';
 import { engineOptionsFrom, type ServingFlags } from '../engine/options.js';
@@ -194,6 +194,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     seconds: (performance.now() - t0) / 1000, backend: info.backend, isa: info.isa, weightBytes: info.weightBytes,
     threads: info.threads, gpu: info.backend === 'cuda' ? { name: info.gpuName ?? 'GPU', memoryMb: Math.round((info.gpuMemoryBytes ?? 0) / 2 ** 20) } : null,
     engineLine: engineLine(opts, info),
+    kvPool: kvPoolFacts(info),
   });
   if (renderer instanceof HumanRenderer) renderer.field('URL', `${url}  (model '${model.name}'; OpenAI /v1/chat/completions, /v1/completions; Anthropic /v1/messages)`);
   else log.info({ event: 'listening', url, model: model.name }, `listening on ${url}`);

@@ -40,6 +40,11 @@ interface Seq {
 
 const WEIGHT_BYTES = 4 * 1024 * 1024;
 const BLOCK_BYTES = 64 * 1024;
+/** Free memory after the weights, as the fake engine's fraction-sized pools see it. */
+export const FAKE_FREE_BYTES = 256 * 1024 * 1024;
+/** A CUDA fake engine's device allocator: its high-water mark and allocation count since load. */
+export const FAKE_DEVICE_PEAK = 300 * 1024 * 1024;
+export const FAKE_DEVICE_ALLOCS = 42;
 
 function zeroStats(): EngineStats {
   return {
@@ -52,7 +57,12 @@ function zeroStats(): EngineStats {
 export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): EngineHandle {
   const baseMs = tune.baseMs ?? 1;
   const perTokenMs = tune.perTokenMs ?? 0.01;
-  const blocksTotal = Math.ceil(opts.maxSeq / opts.blockSize) * opts.maxSeqs;
+  // The KV pool as the native engine sizes it: bytes, a fraction of FAKE_FREE_BYTES, or max-seq x max-seqs.
+  const fraction = opts.kvMemoryBytes === undefined ? opts.kvMemoryFraction : undefined;
+  const blocksTotal = opts.kvMemoryBytes !== undefined
+    ? Math.floor(opts.kvMemoryBytes / BLOCK_BYTES)
+    : fraction !== undefined ? Math.floor((fraction * FAKE_FREE_BYTES) / BLOCK_BYTES) : Math.ceil(opts.maxSeq / opts.blockSize) * opts.maxSeqs;
+  const cuda = opts.device === 'cuda';
   let nextId = 1;
   const waiting: Seq[] = [];
   const running: Seq[] = [];
@@ -69,8 +79,14 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
   const now = () => performance.now();
 
   const info: EngineInfo = {
-    backend: 'cpu', isa: 'fake', threads: opts.threads || 2, weightBytes: WEIGHT_BYTES, dtype: 'f32',
+    backend: cuda ? 'cuda' : 'cpu', isa: 'fake', threads: cuda ? 0 : opts.threads || 2, weightBytes: WEIGHT_BYTES, dtype: 'f32',
     kvBlocksTotal: blocksTotal, blockSize: opts.blockSize, kvBlockBytes: BLOCK_BYTES, stateBytes: 0,
+    kvPoolBytes: blocksTotal * BLOCK_BYTES,
+    kvPool: opts.kvMemoryBytes !== undefined ? 'kv_memory_bytes'
+      : fraction !== undefined ? (cuda ? 'fraction of free device memory' : 'fraction of available host memory') : 'max_seq x max_seqs',
+    ...(fraction !== undefined ? { kvMemoryFraction: fraction, kvFreeBytes: FAKE_FREE_BYTES, kvBudgetBytes: Math.floor(fraction * FAKE_FREE_BYTES) } : {}),
+    hostWeightsReleased: cuda,
+    ...(cuda ? { rssBeforeReleaseBytes: 200e6, rssAfterReleaseBytes: 150e6, gpuName: 'Fake GPU', gpuMemoryBytes: 2 ** 30 } : {}),
   };
 
   function blockKey(prompt: number[], upto: number): string {
@@ -226,6 +242,8 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
     stats: () => ({
       ...stats, kvBlocksUsed: blocksUsed, kvBlocksFree: blocksTotal - blocksUsed, kvBlocksTotal: blocksTotal, weightBytes: WEIGHT_BYTES,
       stateSlotsFree: opts.maxSeqs - running.length, stateSlotsTotal: opts.maxSeqs,
+      // On CUDA the peak is the device allocator's mark since load, and nothing allocates after load.
+      ...(cuda ? { peakActiveBytes: FAKE_DEVICE_PEAK, numAllocs: 0, deviceBytes: FAKE_DEVICE_PEAK, devicePeakBytes: FAKE_DEVICE_PEAK, deviceAllocs: FAKE_DEVICE_ALLOCS, graphHits: stats.steps, graphMisses: 1, graphCaptureMs: 2.5 } : {}),
     }),
     resetCounters: () => {
       stats = { ...zeroStats(), activeBytes: activeBytes(), peakActiveBytes: activeBytes() };

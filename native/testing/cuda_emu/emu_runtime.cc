@@ -269,6 +269,20 @@ cudaError_t g_last = cudaSuccess;
 cudaError_t g_sticky = cudaSuccess;
 std::map<const void*, int> g_smem_limit;
 std::map<void*, size_t> g_allocs;
+size_t g_alloc_bytes = 0;  // sum of g_allocs (guarded by g_api_mu)
+
+// The emulated device's memory: LUMEN_EMU_DEVICE_MEMORY bytes (default 16 GiB). cudaMalloc
+// refuses past it, and cudaMemGetInfo's free memory is the total less what is allocated, so a KV
+// pool sized from a fraction of the free memory is deterministic.
+size_t emu_total_memory() {
+  const char* v = std::getenv("LUMEN_EMU_DEVICE_MEMORY");
+  if (v && *v) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (end && *end == 0 && n > 0) return static_cast<size_t>(n);
+  }
+  return size_t(16) << 30;
+}
 std::mutex g_api_mu;
 thread_local int g_capturing = 0;
 
@@ -499,7 +513,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   std::snprintf(p->name, sizeof(p->name), "CPU emulation (sm_90 model)");
   p->major = 9;
   p->minor = 0;
-  p->totalGlobalMem = size_t(16) << 30;
+  p->totalGlobalMem = emu_total_memory();
   p->multiProcessorCount = 4;
   return cudaSuccess;
 }
@@ -511,18 +525,26 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d) {
 cudaError_t cudaMalloc(void** p, size_t n) {
   if (g_capturing) return set_last(cudaErrorStreamCaptureUnsupported);
   const size_t sz = (std::max<size_t>(n, 1) + 255) / 256 * 256;
+  {
+    std::lock_guard<std::mutex> lk(g_api_mu);
+    if (g_alloc_bytes + sz > emu_total_memory()) return set_last(cudaErrorMemoryAllocation);
+  }
   void* m = std::aligned_alloc(256, sz);
   if (!m) return set_last(cudaErrorMemoryAllocation);
   std::memset(m, 0xFF, sz);
   std::lock_guard<std::mutex> lk(g_api_mu);
   g_allocs[m] = sz;
+  g_alloc_bytes += sz;
   *p = m;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
   std::lock_guard<std::mutex> lk(g_api_mu);
-  if (!g_allocs.erase(p)) return set_last(cudaErrorInvalidValue);
+  auto it = g_allocs.find(p);
+  if (it == g_allocs.end()) return set_last(cudaErrorInvalidValue);
+  g_alloc_bytes -= it->second;
+  g_allocs.erase(it);
   std::free(p);
   return cudaSuccess;
 }
@@ -535,8 +557,9 @@ cudaError_t cudaFreeHost(void* p) {
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* f, size_t* t) {
-  *f = size_t(12) << 30;
-  *t = size_t(16) << 30;
+  std::lock_guard<std::mutex> lk(g_api_mu);
+  *t = emu_total_memory();
+  *f = *t > g_alloc_bytes ? *t - g_alloc_bytes : 0;
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
