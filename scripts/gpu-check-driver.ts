@@ -298,7 +298,13 @@ async function perfModel(name: string, cfg: TextConfig, cells: [number, number][
   const opts = { maxSeq: Math.max(maxIsl, DRY ? 256 : 2048) + 512, maxSeqs: 8, prefillChunk: 2048, stepTokenBudget: 2048 };
   const h = await open(DEV, cfg, 'bf16', opts, {}, true, model);
   const e = h.e;
-  say(`(c) ${name}: loaded in ${h.loadS.toFixed(1)} s (${e.info.gpuName ?? e.info.isa}, weights ${(e.info.weightBytes / 2 ** 30).toFixed(2)} GiB)`);
+  const gib = (b: number | undefined) => (b === undefined ? '-' : (b / 2 ** 30).toFixed(2));
+  const memory = { kvPool: e.info.kvPool ?? null, kvPoolBytes: e.info.kvPoolBytes ?? null, kvBlocks: e.info.kvBlocksTotal,
+    hostWeightsReleased: e.info.hostWeightsReleased ?? false, rssBeforeReleaseBytes: e.info.rssBeforeReleaseBytes ?? null,
+    rssAfterReleaseBytes: e.info.rssAfterReleaseBytes ?? null };
+  say(`(c) ${name}: loaded in ${h.loadS.toFixed(1)} s (${e.info.gpuName ?? e.info.isa}, weights ${gib(e.info.weightBytes)} GiB); ` +
+      `KV pool ${e.info.kvBlocksTotal} blocks, ${gib(e.info.kvPoolBytes)} GiB (${e.info.kvPool ?? '?'}); host weights ` +
+      `${e.info.hostWeightsReleased ? `released, RSS ${gib(e.info.rssBeforeReleaseBytes)} -> ${gib(e.info.rssAfterReleaseBytes)} GiB` : 'kept'}`);
   const rows: Json[] = [];
   try {
     await timed(e, 2, 32, 8, 1);  // warm-up: captures small buckets, first launches
@@ -355,8 +361,9 @@ async function perfModel(name: string, cfg: TextConfig, cells: [number, number][
     say(`(d) ${name}: decode c=1 ${dec1.toFixed(1)} tok/s vs roofline ${roofTokS.toFixed(1)} (${(100 * roof.decodeFractionOfRoofline).toFixed(1)} %); ` +
         `prefill ${PL} ${roof.prefillTokS.toFixed(0)} tok/s = ${achievedTflops.toFixed(1)} TFLOP/s vs ${Number(rateTflops).toFixed(0)} (${(100 * roof.prefillFractionOfMatrixRate).toFixed(1)} %); ` +
         `c=8 ${dec8.toFixed(1)} tok/s, batching efficiency ${roof.batchingEfficiencyC8.toFixed(2)}`);
+    const devicePeak = e.stats().devicePeakBytes ?? null;
     const stats = await h.close();
-    return { rows, roof, backendStats: stats, loadS: h.loadS };
+    return { rows, roof, memory: { ...memory, devicePeakBytes: devicePeak }, backendStats: stats, loadS: h.loadS };
   } catch (err) {
     const stats = await h.close().catch(() => null);
     say(`(c/d) ${name}: ERROR ${err}`);
@@ -416,6 +423,10 @@ function summary(a: string, b: string, secs: string): string {
     for (const m of p.models) { const r = m.roof; if (!r) { lines.push(`| ${m.rows[0]?.model ?? '?'} | error: ${m.error} |`); continue; }
       lines.push(`| ${r.model} | ${f(r.decodeTokSC1)} | ${f(r.decodeRooflineTokS)} | ${f(100 * r.decodeFractionOfRoofline)} | ${f(r.prefillTokS, 0)} | ${f(r.prefillTflops)} | ${f(r.matrixRateTflops, 0)} (${r.matrixRateSource}) | ${f(100 * r.prefillFractionOfMatrixRate)} | ${f(r.decodeTokSC8)} | ${f(r.batchingEfficiencyC8, 2)} |`); }
     lines.push('', 'Targets (issue 6, H200, 4B): decode c=1 >= 85 % of the roofline, prefill 2048 >= 50 % of the matrix rate, batching efficiency at c=8 >= 0.8.');
+    const g2 = (b: unknown) => (typeof b === 'number' ? (b / 2 ** 30).toFixed(2) : '-');
+    lines.push('', 'Memory (engine API, default KV sizing: max_seq x max_seqs):', '');
+    for (const m of p.models) { const mm = m.memory; if (!mm) continue;
+      lines.push(`- ${m.roof?.model ?? m.rows[0]?.model ?? '?'}: KV pool ${mm.kvBlocks} blocks, ${g2(mm.kvPoolBytes)} GiB (${mm.kvPool}); host weights ${mm.hostWeightsReleased ? `released after upload, RSS ${g2(mm.rssBeforeReleaseBytes)} -> ${g2(mm.rssAfterReleaseBytes)} GiB` : 'kept'}; device allocator peak ${g2(mm.devicePeakBytes)} GiB`); }
   }
   const q = rd('quant-perf');
   if (q) {
