@@ -16,7 +16,7 @@
 # The phases that drive the engine run in scripts/gpu-check-driver.ts (from dist/, as tsc built it).
 # Exit status: 0 when (a) and (b) pass, 1 otherwise (performance is reported, not gated).
 #
-# Usage: gpu-check.sh [--dry-run] [--phases probe,correctness,graphs,perf,cli]
+# Usage: gpu-check.sh [--dry-run] [--phases probe,correctness,graphs,perf,quant-perf,cli]
 #   --dry-run   no GPU needed: the "device" side runs on the CPU backend with small models, to
 #               check the script, the pack and the report on a CPU machine.
 set -uo pipefail

@@ -160,7 +160,7 @@ fi
 if [ "$DRY" = 1 ]; then
   say "dry run: unpacking and running the check on the CPU"
   W="$(mktemp -d /tmp/lumen-gpu-pack-dry.XXXXXX)"
-  GPU_CHECK_WORK="$W/work" GPU_CHECK_OUT="$W/out" bash "$DEST/run-gpu-check.sh" --dry-run --phases "${DRY_PHASES:-probe,correctness,graphs,perf}" || {
+  GPU_CHECK_WORK="$W/work" GPU_CHECK_OUT="$W/out" bash "$DEST/run-gpu-check.sh" --dry-run --phases "${DRY_PHASES:-probe,correctness,graphs,perf,quant-perf}" || {
     say "dry run FAILED (logs in $W/out)"; exit 1; }
   say "dry run passed (logs in $W/out)"
 fi
