@@ -126,8 +126,18 @@ function writeOneTensorGguf(file: string, name: string, ne: number[], data: Floa
 /** llama_ftype whose --pure quantization gives `type`. */
 const PURE_FTYPE: Array<[GgmlType, number]> = [
   [GgmlType.Q8_0, 7], [GgmlType.Q4_0, 2], [GgmlType.Q5_0, 8], [GgmlType.Q5_1, 9],
-  [GgmlType.Q4_K, 15], [GgmlType.Q5_K, 17], [GgmlType.Q6_K, 18],
+  [GgmlType.Q4_K, 15], [GgmlType.Q5_K, 17], [GgmlType.Q6_K, 18], [GgmlType.IQ4_NL, 25], [GgmlType.IQ4_XS, 30],
 ];
+/** Values per block of the quantized formats. */
+const BLOCK_VALUES: Partial<Record<GgmlType, number>> = {
+  [GgmlType.Q8_0]: 32, [GgmlType.Q4_0]: 32, [GgmlType.Q5_0]: 32, [GgmlType.Q5_1]: 32, [GgmlType.IQ4_NL]: 32,
+  [GgmlType.Q4_K]: 256, [GgmlType.Q5_K]: 256, [GgmlType.Q6_K]: 256, [GgmlType.IQ4_XS]: 256,
+};
+/** Byte offsets of each block's f16 scales. */
+const F16_FIELDS: Partial<Record<GgmlType, number[]>> = {
+  [GgmlType.Q8_0]: [0], [GgmlType.Q4_0]: [0], [GgmlType.Q5_0]: [0], [GgmlType.Q5_1]: [0, 2], [GgmlType.IQ4_NL]: [0],
+  [GgmlType.Q4_K]: [0, 2], [GgmlType.Q5_K]: [0, 2], [GgmlType.Q6_K]: [208], [GgmlType.IQ4_XS]: [0],
+};
 
 describe('reference quantizers: the bytes of llama.cpp\'s quantizer, per format', () => {
   const { rows, data, kinds } = formatTestData();
@@ -193,6 +203,15 @@ function blockFormula(type: GgmlType, b: Uint8Array, k: number): number {
       const sc = (b[192 + half * 8 + Math.floor(l / 16) + 2 * quarter]! << 24) >> 24;
       return f(f(f16(208) * sc) * ((low | (high << 4)) - 32));
     }
+    case GgmlType.IQ4_NL:
+    case GgmlType.IQ4_XS: {
+      // kvalues_iq4nl, as docs/gguf-quant-formats.md lists it.
+      const T = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+      if (type === GgmlType.IQ4_NL) return f(f16(0) * T[nib(2 + (k % 16), k % 32 >= 16)]!);
+      const g = Math.floor(k / 32);
+      const ls = ((b[4 + (g >> 1)]! >> (4 * (g % 2))) & 15) | ((((b[2]! | (b[3]! << 8)) >> (2 * g)) & 3) << 4);
+      return f(f(f16(0) * (ls - 32)) * T[nib(8 + 16 * g + (k % 16), k % 32 >= 16)]!);
+    }
     default: throw new Error(`no formula for ${ggmlTypeName(type)}`);
   }
 }
@@ -222,12 +241,12 @@ describe('dequantizers', () => {
     const r = lcg(type * 7919 + 1);
     const values = 512;
     const bytes = new Uint8Array(encodedBytes(type, values));
-    const blockValues = type >= GgmlType.Q4_K ? 256 : 32;
+    const blockValues = BLOCK_VALUES[type]!;
     const blockBytes = bytes.length / (values / blockValues);
     for (let i = 0; i < bytes.length; i++) bytes[i] = Math.floor(r() * 256);
     // Keep the f16 scales finite and moderate: exponent field 01xxx (2^-14 .. 2^1).
     for (let o = 0; o < bytes.length; o += blockBytes) {
-      for (const at of type === GgmlType.Q6_K ? [208] : type === GgmlType.Q5_1 || type >= GgmlType.Q4_K ? [0, 2] : [0]) {
+      for (const at of F16_FIELDS[type]!) {
         bytes[o + at + 1] = (bytes[o + at + 1]! & 0x83) | 0x30;
       }
     }
@@ -243,7 +262,7 @@ describe('dequantizers', () => {
   // Q6_K ~1 %, Q5 ~3 %, Q4 ~6-8 % on this data).
   const RMS_BOUND: Array<[GgmlType, number]> = [
     [GgmlType.Q8_0, 0.006], [GgmlType.Q6_K, 0.02], [GgmlType.Q5_K, 0.04], [GgmlType.Q5_0, 0.05], [GgmlType.Q5_1, 0.05],
-    [GgmlType.Q4_K, 0.08], [GgmlType.Q4_0, 0.11],
+    [GgmlType.Q4_K, 0.08], [GgmlType.Q4_0, 0.11], [GgmlType.IQ4_NL, 0.09], [GgmlType.IQ4_XS, 0.09],
   ];
   it.each(RMS_BOUND.map(([t, b]) => [ggmlTypeName(t), t, b] as const))('%s round-trips within its resolution (relative RMS < %d)', (_n, type, bound) => {
     const r = lcg(5);
@@ -260,8 +279,9 @@ describe('dequantizers', () => {
     expect(rel).toBeLessThan(bound);
     expect(rel).toBeGreaterThan(bound / 20); // it does quantize
     // Every value within one quantization step of its block's range.
-    const step = type >= GgmlType.Q4_K ? 256 : 32;
-    const levels = { [GgmlType.Q8_0]: 254, [GgmlType.Q4_0]: 15, [GgmlType.Q5_0]: 31, [GgmlType.Q5_1]: 31, [GgmlType.Q4_K]: 15, [GgmlType.Q5_K]: 31, [GgmlType.Q6_K]: 63 } as Record<number, number>;
+    const step = BLOCK_VALUES[type]!;
+    // IQ4: 16 non-uniform levels over 240 units, the widest gap 24 (a "step" of range / 10).
+    const levels = { [GgmlType.Q8_0]: 254, [GgmlType.Q4_0]: 15, [GgmlType.Q5_0]: 31, [GgmlType.Q5_1]: 31, [GgmlType.Q4_K]: 15, [GgmlType.Q5_K]: 31, [GgmlType.Q6_K]: 63, [GgmlType.IQ4_NL]: 10, [GgmlType.IQ4_XS]: 10 } as Record<number, number>;
     for (let b = 0; b < x.length / step; b++) {
       let lo = Infinity;
       let hi = -Infinity;
@@ -269,7 +289,7 @@ describe('dequantizers', () => {
       const range = Math.max(hi, 0) - Math.min(lo, 0);
       for (let i = b * step; i < (b + 1) * step; i++) maxRel = Math.max(maxRel, Math.abs(y[i]! - x[i]!) / (range / levels[type]!));
     }
-    expect(maxRel).toBeLessThan(type >= GgmlType.Q4_K ? 2 : 1.05);
+    expect(maxRel).toBeLessThan(step === 256 ? 2 : 1.05);
   });
 
   it('zero blocks decode to zeros in every format', () => {
