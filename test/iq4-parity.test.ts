@@ -25,6 +25,7 @@ import { writeSynthCheckpoint } from '../src/model/synth.js';
 import { closeAllRefs, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
 import { llamaQuantize } from './helpers/llama-quantize.js';
 import { logSoftmaxDiff, ourLogSoftmax, VOCAB } from './helpers/quant-logits.js';
+import { writeRandomQuantGguf } from './helpers/random-quant-gguf.js';
 
 const V = VOCAB;
 const PROMPT_LENS = [1, 65, 150];
@@ -56,6 +57,21 @@ afterAll(async () => {
   refF32 = new Float32Array(0);
   if (work) rmSync(work, { recursive: true, force: true });
 });
+
+/** The argmax flips: per row where the argmaxes differ, llama.cpp's margin between its top token and ours (in its log-softmax). */
+function flipMargins(ours: Float32Array, ref: Float32Array, rows: number): number[] {
+  const out: number[] = [];
+  for (let r = 0; r < rows; r++) {
+    let a = 0;
+    let b = 0;
+    for (let i = 0; i < V; i++) {
+      if (ours[r * V + i]! > ours[r * V + a]!) a = i;
+      if (ref[r * V + i]! > ref[r * V + b]!) b = i;
+    }
+    if (a !== b) out.push(ref[r * V + b]! - ref[r * V + a]!);
+  }
+  return out;
+}
 
 const tensorBytes = (g: GgufFile, name: string): Buffer => {
   const t = g.tensors.get(name)!;
@@ -107,7 +123,9 @@ describe.each(['iq4_nl', 'iq4_xs'] as const)('a %s GGUF', (dtype) => {
   it.each(PROMPT_LENS)(`within ${EFFECT_SHARE} x the quantization effect of llama.cpp, argmax agreement >= ${MIN_ARGMAX_AGREEMENT}, prompt of %i`, async (n) => {
     const o = await ourLogSoftmax(theirs, prompt.slice(0, n), work);
     const d = logSoftmaxDiff(o, refQ.subarray(0, n * V), n);
-    process.stderr.write(`iq4-parity ${dtype} n=${n}: max|ours-llama_q| ${d.max.toFixed(4)} = ${(d.max / effect).toFixed(3)} x the quantization effect ${effect.toFixed(4)}, argmax agreement ${(100 * d.argmaxAgree).toFixed(1)} %\n`);
+    const flips = flipMargins(o, refQ, n);
+    process.stderr.write(`iq4-parity ${dtype} n=${n}: max|ours-llama_q| ${d.max.toFixed(4)} = ${(d.max / effect).toFixed(3)} x the quantization effect ${effect.toFixed(4)}, argmax agreement ${(100 * d.argmaxAgree).toFixed(1)} %` +
+      ` (${flips.length} flips; llama.cpp's margins there [${flips.map((m) => m.toFixed(3)).join(' ')}])\n`);
     expect(d.max).toBeLessThanOrEqual(EFFECT_SHARE * effect);
     expect(d.argmaxAgree).toBeGreaterThanOrEqual(MIN_ARGMAX_AGREEMENT);
     if (n === MAX_LEN) {
@@ -125,5 +143,49 @@ describe.each(['iq4_nl', 'iq4_xs'] as const)('a %s GGUF', (dtype) => {
     process.stderr.write(`iq4-parity ${dtype}: ours q vs dequantized f32 ${d.max.toFixed(4)} (quantization effect ${effect.toFixed(4)})\n`);
     expect(d.max).toBeGreaterThan(0);
     expect(d.max).toBeLessThan(effect);
+  }, 300_000);
+});
+
+// Every matrix (the embedding too) random *valid* blocks of the type (test/helpers/random-quant-gguf.ts):
+// every index and every IQ4_XS group scale (ls - 32 from -32 to 31), values a quantizer rarely or
+// never writes. Both engines compute with the very same weights; there is no f32 original, so the
+// scale is the activation quantization's own effect on our logits (as test/kquant-parity.test.ts).
+// The argmax bound is 85 % here, not the quantizer-made files' 90 %: the random IQ4_XS file agrees
+// with llama.cpp exactly on a 1-token prompt but differs by ~1.5 from the second position on (7
+// flips in 65, all near-ties), a difference not settled (docs/parity.md, "IQ4_NL and IQ4_XS files").
+const RANDOM_MIN_ARGMAX_AGREEMENT = 0.85;
+describe.each(['IQ4_NL', 'IQ4_XS'] as const)('a GGUF of random valid %s blocks', (mix) => {
+  let file: string;
+  let refQ: Float32Array;
+  let effect = 0;
+
+  beforeAll(async () => {
+    file = join(work, `random-${mix}.gguf`);
+    writeRandomQuantGguf(f32, file, mix, 77);
+    refQ = (await (await openRef(file, { contextSize: 512 })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
+  }, 600_000);
+
+  afterAll(() => {
+    refQ = new Float32Array(0);
+  });
+
+  it('reference: quantizing the activations moves our logits measurably', async () => {
+    expect(loadGgufCheckpoint(file, { hash: false }).tensors.get('embed_tokens.weight')!.dtype).toBe(mix);
+    const q = await ourLogSoftmax(file, prompt.slice(0, 65), work);
+    const deq = await ourLogSoftmax(file, prompt.slice(0, 65), work, ['--weight-dtype', 'f32']);
+    effect = logSoftmaxDiff(q, deq, 65).max;
+    process.stderr.write(`iq4-parity random ${mix}: activation quantization effect (ours q vs dequantized f32, 65 tokens) ${effect.toFixed(4)}\n`);
+    expect(effect).toBeGreaterThan(1e-3);
+  }, 300_000);
+
+  it.each(PROMPT_LENS)('our logits against llama.cpp on the same file, prompt of %i', async (n) => {
+    const o = await ourLogSoftmax(file, prompt.slice(0, n), work);
+    const d = logSoftmaxDiff(o, refQ.subarray(0, n * V), n);
+    const flips = flipMargins(o, refQ, n);
+    process.stderr.write(`iq4-parity random ${mix} n=${n}: max|ours-llama_q| ${d.max.toFixed(4)} (activation-quantization effect ${effect.toFixed(4)}), argmax agreement ${(100 * d.argmaxAgree).toFixed(1)} %` +
+      ` (${flips.length} flips; llama.cpp's margins there [${flips.map((m) => m.toFixed(3)).join(' ')}]), per-position max, first 8 [${d.rowMax.slice(0, 8).map((v) => v.toFixed(3)).join(' ')}]\n`);
+    expect(d.max).toBeLessThan(effect);
+    expect(d.argmaxAgree).toBeGreaterThanOrEqual(RANDOM_MIN_ARGMAX_AGREEMENT);
+    if (n === 1) expect(d.max).toBeLessThan(1e-3);
   }, 300_000);
 });
