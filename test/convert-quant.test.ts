@@ -523,7 +523,7 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
 
   // The compiled CLI (dist/, `npm run build`) runs the quantizer worker threads.
   if (shape === SHAPES[0]) it('bench convert --threads 2 (worker threads) writes the same bytes as the in-process writer', async () => {
-    for (const dtype of ['q4_k_m', 'q5_k'] as const) {
+    for (const dtype of ['q4_k_m', 'q5_k', 'iq4_xs'] as const) {
       const out = join(work, `${tag}-${dtype}-threads.gguf`);
       const { stderr } = await execFileP(process.execPath, [join(ROOT, 'bin', 'bench.js'), 'convert', '--model-path', dir, '--out', out, '--dtype', dtype, '--threads', '2'], { cwd: ROOT });
       expect(stderr).toContain('(2 quantizer threads)');
