@@ -373,21 +373,21 @@ inline void dot_iq4_xs(const uint8_t* const* wr, const BlockQ8_K* const* xs, int
     for (int i = 0; i < NW; ++i) {
       const auto* w = reinterpret_cast<const BlockIQ4_XS*>(wr[i] + static_cast<size_t>(b) * sizeof(BlockIQ4_XS));
       const float dw = h2f(w->d);
-      __m256i v[8], av[8], ls[8];
+      // Group by group (each unpacked once, for the R rows), so only one group's levels, their
+      // magnitudes and scale are live beside the R integer sums (no register spills at R = 4).
+      __m256i sumi[R];
+      for (int m = 0; m < R; ++m) sumi[m] = _mm256_setzero_si256();
       for (int g = 0; g < 8; ++g) {
-        v[g] = _mm256_shuffle_epi8(table, nibbles32(w->qs + 16 * g));
-        av[g] = _mm256_sign_epi8(v[g], v[g]);
-        ls[g] = _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(*w, g)));
-      }
-      for (int m = 0; m < R; ++m) {
-        const BlockQ8_K& x = xs[m][b];
-        __m256i sumi = _mm256_setzero_si256();
-        for (int g = 0; g < 8; ++g) {
-          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
-          sumi = _mm256_add_epi32(sumi, dot_us8_scaled(av[g], _mm256_sign_epi8(qx, v[g]), ls[g]));
+        const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w->qs + 16 * g));
+        const __m256i av = _mm256_sign_epi8(v, v);
+        const __m256i ls = _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(*w, g)));
+        for (int m = 0; m < R; ++m) {
+          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[m][b].qs + 32 * g));
+          sumi[m] = _mm256_add_epi32(sumi[m], dot_us8_scaled(av, _mm256_sign_epi8(qx, v), ls));
         }
-        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[i][m]);
       }
+      for (int m = 0; m < R; ++m)
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xs[m][b].d), _mm256_cvtepi32_ps(sumi[m]), acc[i][m]);
     }
   const float zero[R] = {};
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
