@@ -1,5 +1,5 @@
 // Quantized GGUF writing (bench convert --dtype q8_0 | q4_0 | q4_k | q5_k | q6_k | q4_k_m | q5_k_m |
-// q6_k_m) against llama.cpp's own quantizer (llama_model_quantize of the prebuilt libllama that
+// q6_k_m | iq4_nl | iq4_xs) against llama.cpp's own quantizer (llama_model_quantize of the prebuilt libllama that
 // node-llama-cpp ships, run by test/helpers/llama-quantize.ts):
 //  - per format, our quantizers give the same bytes as llama.cpp's from the same f32 values,
 //    including edge-case blocks (zeros, constants, one-sided, tiny, large, ties);
@@ -126,8 +126,18 @@ function writeOneTensorGguf(file: string, name: string, ne: number[], data: Floa
 /** llama_ftype whose --pure quantization gives `type`. */
 const PURE_FTYPE: Array<[GgmlType, number]> = [
   [GgmlType.Q8_0, 7], [GgmlType.Q4_0, 2], [GgmlType.Q5_0, 8], [GgmlType.Q5_1, 9],
-  [GgmlType.Q4_K, 15], [GgmlType.Q5_K, 17], [GgmlType.Q6_K, 18],
+  [GgmlType.Q4_K, 15], [GgmlType.Q5_K, 17], [GgmlType.Q6_K, 18], [GgmlType.IQ4_NL, 25], [GgmlType.IQ4_XS, 30],
 ];
+/** Values per block of the quantized formats. */
+const BLOCK_VALUES: Partial<Record<GgmlType, number>> = {
+  [GgmlType.Q8_0]: 32, [GgmlType.Q4_0]: 32, [GgmlType.Q5_0]: 32, [GgmlType.Q5_1]: 32, [GgmlType.IQ4_NL]: 32,
+  [GgmlType.Q4_K]: 256, [GgmlType.Q5_K]: 256, [GgmlType.Q6_K]: 256, [GgmlType.IQ4_XS]: 256,
+};
+/** Byte offsets of each block's f16 scales. */
+const F16_FIELDS: Partial<Record<GgmlType, number[]>> = {
+  [GgmlType.Q8_0]: [0], [GgmlType.Q4_0]: [0], [GgmlType.Q5_0]: [0], [GgmlType.Q5_1]: [0, 2], [GgmlType.IQ4_NL]: [0],
+  [GgmlType.Q4_K]: [0, 2], [GgmlType.Q5_K]: [0, 2], [GgmlType.Q6_K]: [208], [GgmlType.IQ4_XS]: [0],
+};
 
 describe('reference quantizers: the bytes of llama.cpp\'s quantizer, per format', () => {
   const { rows, data, kinds } = formatTestData();
@@ -193,6 +203,15 @@ function blockFormula(type: GgmlType, b: Uint8Array, k: number): number {
       const sc = (b[192 + half * 8 + Math.floor(l / 16) + 2 * quarter]! << 24) >> 24;
       return f(f(f16(208) * sc) * ((low | (high << 4)) - 32));
     }
+    case GgmlType.IQ4_NL:
+    case GgmlType.IQ4_XS: {
+      // kvalues_iq4nl, as docs/gguf-quant-formats.md lists it.
+      const T = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+      if (type === GgmlType.IQ4_NL) return f(f16(0) * T[nib(2 + (k % 16), k % 32 >= 16)]!);
+      const g = Math.floor(k / 32);
+      const ls = ((b[4 + (g >> 1)]! >> (4 * (g % 2))) & 15) | ((((b[2]! | (b[3]! << 8)) >> (2 * g)) & 3) << 4);
+      return f(f(f16(0) * (ls - 32)) * T[nib(8 + 16 * g + (k % 16), k % 32 >= 16)]!);
+    }
     default: throw new Error(`no formula for ${ggmlTypeName(type)}`);
   }
 }
@@ -222,12 +241,12 @@ describe('dequantizers', () => {
     const r = lcg(type * 7919 + 1);
     const values = 512;
     const bytes = new Uint8Array(encodedBytes(type, values));
-    const blockValues = type >= GgmlType.Q4_K ? 256 : 32;
+    const blockValues = BLOCK_VALUES[type]!;
     const blockBytes = bytes.length / (values / blockValues);
     for (let i = 0; i < bytes.length; i++) bytes[i] = Math.floor(r() * 256);
     // Keep the f16 scales finite and moderate: exponent field 01xxx (2^-14 .. 2^1).
     for (let o = 0; o < bytes.length; o += blockBytes) {
-      for (const at of type === GgmlType.Q6_K ? [208] : type === GgmlType.Q5_1 || type >= GgmlType.Q4_K ? [0, 2] : [0]) {
+      for (const at of F16_FIELDS[type]!) {
         bytes[o + at + 1] = (bytes[o + at + 1]! & 0x83) | 0x30;
       }
     }
@@ -243,7 +262,7 @@ describe('dequantizers', () => {
   // Q6_K ~1 %, Q5 ~3 %, Q4 ~6-8 % on this data).
   const RMS_BOUND: Array<[GgmlType, number]> = [
     [GgmlType.Q8_0, 0.006], [GgmlType.Q6_K, 0.02], [GgmlType.Q5_K, 0.04], [GgmlType.Q5_0, 0.05], [GgmlType.Q5_1, 0.05],
-    [GgmlType.Q4_K, 0.08], [GgmlType.Q4_0, 0.11],
+    [GgmlType.Q4_K, 0.08], [GgmlType.Q4_0, 0.11], [GgmlType.IQ4_NL, 0.09], [GgmlType.IQ4_XS, 0.09],
   ];
   it.each(RMS_BOUND.map(([t, b]) => [ggmlTypeName(t), t, b] as const))('%s round-trips within its resolution (relative RMS < %d)', (_n, type, bound) => {
     const r = lcg(5);
@@ -260,8 +279,9 @@ describe('dequantizers', () => {
     expect(rel).toBeLessThan(bound);
     expect(rel).toBeGreaterThan(bound / 20); // it does quantize
     // Every value within one quantization step of its block's range.
-    const step = type >= GgmlType.Q4_K ? 256 : 32;
-    const levels = { [GgmlType.Q8_0]: 254, [GgmlType.Q4_0]: 15, [GgmlType.Q5_0]: 31, [GgmlType.Q5_1]: 31, [GgmlType.Q4_K]: 15, [GgmlType.Q5_K]: 31, [GgmlType.Q6_K]: 63 } as Record<number, number>;
+    const step = BLOCK_VALUES[type]!;
+    // IQ4: 16 non-uniform levels over 240 units, the widest gap 24 (a "step" of range / 10).
+    const levels = { [GgmlType.Q8_0]: 254, [GgmlType.Q4_0]: 15, [GgmlType.Q5_0]: 31, [GgmlType.Q5_1]: 31, [GgmlType.Q4_K]: 15, [GgmlType.Q5_K]: 31, [GgmlType.Q6_K]: 63, [GgmlType.IQ4_NL]: 10, [GgmlType.IQ4_XS]: 10 } as Record<number, number>;
     for (let b = 0; b < x.length / step; b++) {
       let lo = Infinity;
       let hi = -Infinity;
@@ -269,7 +289,7 @@ describe('dequantizers', () => {
       const range = Math.max(hi, 0) - Math.min(lo, 0);
       for (let i = b * step; i < (b + 1) * step; i++) maxRel = Math.max(maxRel, Math.abs(y[i]! - x[i]!) / (range / levels[type]!));
     }
-    expect(maxRel).toBeLessThan(type >= GgmlType.Q4_K ? 2 : 1.05);
+    expect(maxRel).toBeLessThan(step === 256 ? 2 : 1.05);
   });
 
   it('zero blocks decode to zeros in every format', () => {
@@ -322,7 +342,7 @@ describe('mix rules', () => {
 
   it('docs/quantization.md lists QUANT_SCHEMES as they are', () => {
     const doc = readFileSync(join(ROOT, 'docs', 'quantization.md'), 'utf8');
-    const rows = doc.split('\n').filter((l) => /^\| `q/.test(l)).map((l) => l.split('|').slice(1, -1).map((c) => c.trim().replace(/`/g, '')));
+    const rows = doc.split('\n').filter((l) => /^\| `i?q\d/.test(l)).map((l) => l.split('|').slice(1, -1).map((c) => c.trim().replace(/`/g, '')));
     expect(rows.map((r) => r[0])).toEqual([...QUANT_DTYPES]);
     for (const [dtype, llama, fileType, base, output, moreBits] of rows) {
       const s = QUANT_SCHEMES[dtype as QuantDtype];
@@ -358,6 +378,34 @@ describe('mix rules', () => {
     // Pure: no exceptions.
     expect(new Set(planQuantTypes('q4_k', tensors, 8).values())).toEqual(new Set([GgmlType.Q4_K]));
   });
+
+  it('iq4_nl / iq4_xs: Q6_K output, Q5_K ffn_down on the first n/8 layers, Q5_K attn_v/attn_qkv only when n_gqa >= 4', () => {
+    const t = (name: string, ne: number[]) => ({ name, ne });
+    const tensors = [t('token_embd.weight', [256, 512])];
+    for (let i = 0; i < 16; i++) {
+      tensors.push(t(`blk.${i}.${i % 4 === 3 ? 'attn_v' : 'attn_qkv'}.weight`, [256, 512]), t(`blk.${i}.ffn_down.weight`, [512, 256]),
+        t(`blk.${i}.ffn_up.weight`, [256, 512]), t(`blk.${i}.ssm_out.weight`, [160, 256]));
+    }
+    for (const [dtype, base] of [['iq4_nl', GgmlType.IQ4_NL], ['iq4_xs', GgmlType.IQ4_XS]] as const) {
+      for (const nGqa of [2, 4]) {
+        const m = planQuantTypes(dtype, tensors, 16, nGqa);
+        expect(m.get('token_embd.weight'), dtype).toBe(GgmlType.Q6_K); // tied
+        for (let i = 0; i < 16; i++) {
+          expect(m.get(`blk.${i}.${i % 4 === 3 ? 'attn_v' : 'attn_qkv'}.weight`), `${dtype} gqa ${nGqa} layer ${i}`).toBe(nGqa >= 4 ? GgmlType.Q5_K : base);
+          expect(m.get(`blk.${i}.ffn_down.weight`), `${dtype} layer ${i}`).toBe(i < 2 ? GgmlType.Q5_K : base);
+          expect(m.get(`blk.${i}.ffn_up.weight`)).toBe(base);
+          expect(m.get(`blk.${i}.ssm_out.weight`)).toBe(GgmlType.IQ4_NL); // rows of 160: IQ4_XS falls back to IQ4_NL
+        }
+      }
+    }
+    expect(fallbackType(GgmlType.IQ4_XS, 160)).toBe(GgmlType.IQ4_NL);
+    expect(fallbackType(GgmlType.IQ4_XS, 336)).toBe(GgmlType.F16);
+    expect(fallbackType(GgmlType.IQ4_NL, 336)).toBe(GgmlType.F16);
+    // Output rows that the base block does not divide: Q8_0 (IQ4_XS at 160; IQ4_NL's Q6_K falls back to Q8_0 too).
+    const head = [t('token_embd.weight', [160, 512])];
+    expect(planQuantTypes('iq4_xs', head, 1).get('token_embd.weight')).toBe(GgmlType.Q8_0);
+    expect(planQuantTypes('iq4_nl', head, 1).get('token_embd.weight')).toBe(GgmlType.Q8_0);
+  });
 });
 
 // ------------------------------------------------------------------------------------------
@@ -367,6 +415,8 @@ interface Shape {
   name: string;
   overrides: Partial<TextConfig>;
   seed: number;
+  /** The schemes checked on it (default: all). */
+  dtypes?: readonly QuantDtype[];
 }
 
 // A small tokenizer (479 BPE tokens + 33 specials = vocab 512) keeps the embedding small, so the
@@ -384,6 +434,12 @@ const SHAPES: Shape[] = [
     overrides: { ...SMALL, hiddenSize: 160, numLayers: 4, intermediateSize: 336, numHeads: 2, numKvHeads: 1, tieWordEmbeddings: false },
     seed: 202,
   },
+  {
+    name: 'n_gqa 4 (4 heads, 1 KV head), untied, hidden 256, 8 layers: the IQ4 mixes\' Q5_K attn_v / attn_qkv',
+    overrides: { ...SMALL, hiddenSize: 256, numLayers: 8, intermediateSize: 512, numHeads: 4, numKvHeads: 1, tieWordEmbeddings: false },
+    seed: 204,
+    dtypes: ['iq4_nl', 'iq4_xs'],
+  },
 ];
 
 describe.each(SHAPES)('whole model, $name', (shape) => {
@@ -400,7 +456,7 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
     await convertCheckpoint(dir, f32, { dtype: 'f32' });
   }, 120_000);
 
-  it.each(QUANT_DTYPES)('%s: the tensor types, metadata and bytes of llama-quantize\'s file', async (dtype) => {
+  it.each(shape.dtypes ?? QUANT_DTYPES)('%s: the tensor types, metadata and bytes of llama-quantize\'s file', async (dtype) => {
     const s = QUANT_SCHEMES[dtype];
     const mine = join(work, `${tag}-${dtype}.gguf`);
     const ref = join(work, `${tag}-${dtype}-llama.gguf`);
@@ -425,9 +481,23 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
 
   it('exercises what it claims: K-quants, the more-bits layers and the fallbacks', () => {
     const types = (dtype: QuantDtype) => new Set([...parseGguf(ours.get(dtype)!).tensors.values()].map((t) => ggmlTypeName(t.type)));
+    const typeIn = (dtype: QuantDtype, n: string) => ggmlTypeName(parseGguf(ours.get(dtype)!).tensors.get(n)!.type);
+    if (shape === SHAPES[2]) {
+      for (const dtype of ['iq4_nl', 'iq4_xs'] as const) {
+        expect(typeIn(dtype, 'blk.1.attn_qkv.weight'), dtype).toBe('Q5_K');
+        expect(typeIn(dtype, 'blk.3.attn_v.weight'), dtype).toBe('Q5_K');
+        expect(typeIn(dtype, 'blk.0.ffn_down.weight'), dtype).toBe('Q5_K');
+        expect(typeIn(dtype, 'blk.1.ffn_down.weight'), dtype).toBe(dtype.toUpperCase());
+        expect(typeIn(dtype, 'output.weight'), dtype).toBe('Q6_K');
+        expect(typeIn(dtype, 'token_embd.weight'), dtype).toBe(dtype.toUpperCase());
+      }
+      return;
+    }
     const g = parseGguf(ours.get('q4_k_m')!);
     const type = (n: string) => ggmlTypeName(g.tensors.get(n)!.type);
     if (shape === SHAPES[0]) {
+      expect(types('iq4_xs')).toEqual(new Set(['F32', 'IQ4_XS', 'Q5_K', 'Q6_K']));
+      expect(types('iq4_nl')).toEqual(new Set(['F32', 'IQ4_NL', 'Q5_K', 'Q6_K']));
       expect(type('token_embd.weight')).toBe('Q6_K');
       expect(type('blk.0.attn_qkv.weight')).toBe('Q6_K');
       expect(type('blk.1.attn_qkv.weight')).toBe('Q4_K');
@@ -443,12 +513,17 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
       expect(type('blk.0.ssm_out.weight')).toBe('Q4_K'); // rows of 256 (the value dim) keep the K-quant
       expect(types('q5_k')).toEqual(new Set(['F32', 'F16', 'Q5_1', 'Q5_K']));
       expect(types('q6_k')).toEqual(new Set(['F32', 'F16', 'Q8_0', 'Q6_K']));
+      // IQ4_XS on rows of 160 falls back to IQ4_NL, ffn_down (336) to F16; ssm_out (256) keeps IQ4_XS.
+      expect(types('iq4_xs')).toEqual(new Set(['F32', 'F16', 'Q8_0', 'IQ4_NL', 'IQ4_XS']));
+      expect(typeIn('iq4_xs', 'blk.0.ssm_out.weight')).toBe('IQ4_XS');
+      expect(typeIn('iq4_xs', 'output.weight')).toBe('Q8_0');
+      expect(types('iq4_nl')).toEqual(new Set(['F32', 'F16', 'Q8_0', 'IQ4_NL']));
     }
   });
 
   // The compiled CLI (dist/, `npm run build`) runs the quantizer worker threads.
   if (shape === SHAPES[0]) it('bench convert --threads 2 (worker threads) writes the same bytes as the in-process writer', async () => {
-    for (const dtype of ['q4_k_m', 'q5_k'] as const) {
+    for (const dtype of ['q4_k_m', 'q5_k', 'iq4_xs'] as const) {
       const out = join(work, `${tag}-${dtype}-threads.gguf`);
       const { stderr } = await execFileP(process.execPath, [join(ROOT, 'bin', 'bench.js'), 'convert', '--model-path', dir, '--out', out, '--dtype', dtype, '--threads', '2'], { cwd: ROOT });
       expect(stderr).toContain('(2 quantizer threads)');
@@ -456,7 +531,7 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
     }
   }, 120_000);
 
-  it.each(QUANT_DTYPES)('%s: llama.cpp loads our file and gives the logits it gives on its own', async (dtype) => {
+  it.each(shape.dtypes ?? QUANT_DTYPES)('%s: llama.cpp loads our file and gives the logits it gives on its own', async (dtype) => {
     const prompt = pseudoRandomIds(24, shape.seed, 0, BPE);
     const a = await (await openRef(ours.get(dtype)!, { contextSize: 128 })).evaluate(prompt, { newTokens: 4 });
     const b = await (await openRef(theirs.get(dtype)!, { contextSize: 128 })).evaluate(prompt, { newTokens: 4 });
@@ -546,7 +621,7 @@ describe('bench convert --dtype: bad input', () => {
   }, 60_000);
 
   it('an unknown dtype is a one-line usage error listing the choices', async () => {
-    for (const bad of ['q3_k', 'q4_k_s', 'iq4_xs', 'q8']) {
+    for (const bad of ['q3_k', 'q4_k_s', 'iq3_xs', 'q8']) {
       const err = await run(['--model-path', work, '--out', join(work, 'x.gguf'), '--dtype', bad]);
       expect(err, bad).toBeInstanceOf(UsageError);
       const msg = (err as Error).message;

@@ -85,4 +85,29 @@ describe('GGUF reader', () => {
     expect(parseGguf(path.join(dir, 'short-pad.gguf')).tensors.size).toBe(2);
     expect(gguf(good.subarray(0, good.length - 17))).toMatch(/^tensor b data \[\d+, \d+\) lies past the end of the file/);
   });
+
+  it('knows IQ4_NL (ggml type 20: 32 values in 18 bytes) and IQ4_XS (23: 256 values in 136 bytes)', () => {
+    const w = new GgufWriter();
+    w.addString('general.architecture', 'test');
+    w.addTensor('nl', [64, 3], GgmlType.IQ4_NL);
+    w.addTensor('xs', [512, 2], GgmlType.IQ4_XS);
+    const file = path.join(dir, 'iq4.gguf');
+    w.open(file);
+    w.writeTensor('nl', new Uint8Array(2 * 3 * 18));
+    w.writeTensor('xs', new Uint8Array(2 * 2 * 136));
+    w.close();
+    const g = parseGguf(file);
+    expect(g.tensors.get('nl')).toMatchObject({ type: 20, nbytes: 108 });
+    expect(g.tensors.get('xs')).toMatchObject({ type: 23, nbytes: 544 });
+    // Rows that are not whole blocks, and data past the end, are errors naming the tensor.
+    const bytes = readFileSync(file);
+    const xsInfo = bytes.indexOf(Buffer.from([2, 0, 0, 0, 0, 0, 0, 0, 0x78, 0x73])); // name length 2, "xs"
+    let x = Buffer.from(bytes);
+    x.writeBigUInt64LE(320n, xsInfo + 10 + 4); // ne[0] = 320: not a multiple of 256
+    expect(gguf(x)).toMatch(/^tensor xs has row length 320, not a multiple of the IQ4_XS block \(256\)/);
+    x = Buffer.from(bytes);
+    x.writeBigUInt64LE(48n, bytes.indexOf(Buffer.from([2, 0, 0, 0, 0, 0, 0, 0, 0x6e, 0x6c])) + 10 + 4); // nl: 48 values
+    expect(gguf(x)).toMatch(/^tensor nl has row length 48, not a multiple of the IQ4_NL block \(32\)/);
+    expect(gguf(bytes.subarray(0, bytes.length - 100))).toMatch(/^tensor xs data \[\d+, \d+\) lies past the end of the file/);
+  });
 });

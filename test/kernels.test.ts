@@ -16,7 +16,7 @@ interface QuantCheck {
   dotCases: number; dotMaxErr: number; refDotMaxErr: number; actBoundViolations: number; actBoundMaxRatio: number;
 }
 
-const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K'];
+const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K', 'IQ4_NL', 'IQ4_XS'];
 
 describe('CPU kernels against scalar references', () => {
   const addon = loadAddon() as unknown as {

@@ -9,7 +9,7 @@
 
 namespace lumen {
 
-enum class DType : uint8_t { f32, bf16, f16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K };
+enum class DType : uint8_t { f32, bf16, f16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs };
 
 // How activations are quantized for a weight type's integer dot products.
 enum class ActQuant : uint8_t { none, q8_0, q8_1, q8_K };
@@ -28,6 +28,7 @@ inline constexpr DTypeInfo kDTypes[] = {
     {DType::q4_0, "Q4_0", 32, 18, ActQuant::q8_0},   {DType::q5_0, "Q5_0", 32, 22, ActQuant::q8_0},
     {DType::q5_1, "Q5_1", 32, 24, ActQuant::q8_1},   {DType::q4_K, "Q4_K", 256, 144, ActQuant::q8_K},
     {DType::q5_K, "Q5_K", 256, 176, ActQuant::q8_K}, {DType::q6_K, "Q6_K", 256, 210, ActQuant::q8_K},
+    {DType::iq4_nl, "IQ4_NL", 32, 18, ActQuant::q8_0}, {DType::iq4_xs, "IQ4_XS", 256, 136, ActQuant::q8_K},
 };
 
 inline const DTypeInfo& dtype_info(DType t) { return kDTypes[static_cast<int>(t)]; }
@@ -39,7 +40,7 @@ inline size_t row_bytes(DType t, int64_t cols) {
   const DTypeInfo& i = dtype_info(t);
   return static_cast<size_t>(cols / i.block) * static_cast<size_t>(i.bytes);
 }
-// The type of a manifest name (F32, BF16, ..., Q6_K); false when unknown.
+// The type of a manifest name (F32, BF16, ..., Q6_K, IQ4_NL, IQ4_XS); false when unknown.
 inline bool dtype_from_name(const char* s, DType& out) {
   for (const DTypeInfo& i : kDTypes)
     if (std::strcmp(i.name, s) == 0) {
@@ -62,6 +63,8 @@ inline const char* dtype_name(DType t) {
     case DType::q4_K: return "q4_k";
     case DType::q5_K: return "q5_k";
     case DType::q6_K: return "q6_k";
+    case DType::iq4_nl: return "iq4_nl";
+    case DType::iq4_xs: return "iq4_xs";
   }
   return "?";
 }

@@ -146,6 +146,32 @@ void dequantize_row(DType t, const void* src, float* y, int64_t k) {
         }
       }
       return;
+    case DType::iq4_nl:
+      for (int64_t i = 0; i < k / QK; ++i) {
+        BlockIQ4_NL b;
+        std::memcpy(&b, p + i * sizeof b, sizeof b);
+        const float d = h2f(b.d);
+        for (int j = 0; j < QK / 2; ++j) {
+          y[i * QK + j] = d * kIQ4NL[b.qs[j] & 0xF];
+          y[i * QK + j + 16] = d * kIQ4NL[b.qs[j] >> 4];
+        }
+      }
+      return;
+    case DType::iq4_xs:
+      for (int64_t i = 0; i < k / QK_K; ++i) {
+        BlockIQ4_XS b;
+        std::memcpy(&b, p + i * sizeof b, sizeof b);
+        const float d = h2f(b.d);
+        for (int g = 0; g < 8; ++g) {
+          const float dl = d * static_cast<float>(iq4_xs_scale(b, g));
+          const uint8_t* qs = b.qs + 16 * g;
+          for (int j = 0; j < 16; ++j) {
+            y[i * QK_K + 32 * g + j] = dl * kIQ4NL[qs[j] & 0xF];
+            y[i * QK_K + 32 * g + j + 16] = dl * kIQ4NL[qs[j] >> 4];
+          }
+        }
+      }
+      return;
   }
 }
 
@@ -303,6 +329,36 @@ float vec_dot(DType t, const void* w, const void* xq, int64_t k) {
             for (int l = 0; l < 16; ++l) dot += v[16 * s + l] * y[i].qs[128 * h + 16 * s + l];
             isum += b.scales[8 * h + s] * dot;
           }
+        }
+        sum += (h2f(b.d) * y[i].d) * static_cast<float>(isum);
+      }
+      return sum;
+    }
+    case DType::iq4_nl: {
+      const auto* y = static_cast<const BlockQ8_0*>(xq);
+      for (int64_t i = 0; i < k / QK; ++i) {
+        BlockIQ4_NL b;
+        std::memcpy(&b, p + i * sizeof b, sizeof b);
+        int sumi = 0;
+        for (int j = 0; j < QK / 2; ++j) sumi += y[i].qs[j] * kIQ4NL[b.qs[j] & 0xF] + y[i].qs[j + 16] * kIQ4NL[b.qs[j] >> 4];
+        sum += (h2f(y[i].d) * h2f(b.d)) * static_cast<float>(sumi);
+      }
+      return sum;
+    }
+    case DType::iq4_xs: {
+      // As ggml's x86 code: the group sums times their scale (ls - 32) added up in int32, one
+      // float multiply per super-block.
+      const auto* y = static_cast<const BlockQ8_K*>(xq);
+      for (int64_t i = 0; i < k / QK_K; ++i) {
+        BlockIQ4_XS b;
+        std::memcpy(&b, p + i * sizeof b, sizeof b);
+        int32_t isum = 0;
+        for (int g = 0; g < 8; ++g) {
+          const uint8_t* qs = b.qs + 16 * g;
+          const int8_t* q8 = y[i].qs + 32 * g;
+          int32_t dot = 0;
+          for (int j = 0; j < 16; ++j) dot += q8[j] * kIQ4NL[qs[j] & 0xF] + q8[j + 16] * kIQ4NL[qs[j] >> 4];
+          isum += iq4_xs_scale(b, g) * dot;
         }
         sum += (h2f(b.d) * y[i].d) * static_cast<float>(isum);
       }

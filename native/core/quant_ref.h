@@ -26,11 +26,25 @@ struct BlockQ4_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qs[QK_
 struct BlockQ5_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct BlockQ6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 struct BlockQ8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+// y = d * kIQ4NL[nibble]; the nibbles as Q4_0's (low: elements 0..15, high: 16..31).
+struct BlockIQ4_NL { uint16_t d; uint8_t qs[QK / 2]; };
+// 8 groups of 32, each as an IQ4_NL block with scale d * (ls - 32), ls a 6-bit value: low 4 bits
+// in nibble g % 2 of scales_l[g / 2], high 2 bits at bits 2g, 2g + 1 of scales_h.
+struct BlockIQ4_XS { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
 #pragma pack(pop)
+
+// The 16 non-linear levels of IQ4_NL / IQ4_XS (ggml-common.h: kvalues_iq4nl).
+inline constexpr int8_t kIQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 6-bit scale of group g (0..7) of an IQ4_XS block, minus 32 (-32..31).
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int g) {
+  return (((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((b.scales_h >> (2 * g)) & 3) << 4)) - 32;
+}
 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
-              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292 && sizeof(BlockIQ4_NL) == 18 &&
+              sizeof(BlockIQ4_XS) == 136);
 
 // Elements and bytes of an activation block.
 inline int act_block(ActQuant a) { return a == ActQuant::q8_K ? QK_K : QK; }

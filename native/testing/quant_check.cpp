@@ -47,6 +47,7 @@ std::vector<unsigned char> random_blocks(DType t, int64_t nb, std::mt19937& rng)
       case DType::q5_1: put(0, rand_scale(rng, true)); put(2, rand_scale(rng)); break;
       case DType::q4_K: case DType::q5_K: put(0, rand_scale(rng, true)); put(2, rand_scale(rng, true)); break;
       case DType::q6_K: put(208, rand_scale(rng)); break;
+      case DType::iq4_nl: case DType::iq4_xs: put(0, rand_scale(rng)); break;
       default: break;
     }
   }
@@ -96,6 +97,18 @@ float deq_element(DType t, const unsigned char* blk, int i) {
       const int q = (low | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
       return h(208) * static_cast<float>(sc[l / 16 + 2 * quarter]) * static_cast<float>(q);
     }
+    case DType::iq4_nl: case DType::iq4_xs: {
+      // The levels as the format description lists them (docs: gguf-quant-formats).
+      static const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+      const int g = t == DType::iq4_nl ? 0 : i / 32, l = i % 32;
+      const unsigned char* qs = blk + (t == DType::iq4_nl ? 2 : 8) + 16 * g;
+      const int q = l < 16 ? qs[l] & 15 : qs[l - 16] >> 4;
+      if (t == DType::iq4_nl) return h(0) * static_cast<float>(levels[q]);
+      uint16_t sh;
+      std::memcpy(&sh, blk + 2, 2);
+      const int ls = ((blk[4 + g / 2] >> (4 * (g % 2))) & 15) | (((sh >> (2 * g)) & 3) << 4);
+      return h(0) * static_cast<float>(ls - 32) * static_cast<float>(levels[q]);
+    }
     default: return 0.f;
   }
 }
@@ -132,7 +145,8 @@ void f64_dot(const float* w, const float* x, int64_t K, double& dot, double& mag
 Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
   std::mt19937 rng(11);
   auto obj = Napi::Object::New(env);
-  const DType types[] = {DType::q8_0, DType::q4_0, DType::q5_0, DType::q5_1, DType::q4_K, DType::q5_K, DType::q6_K};
+  const DType types[] = {DType::q8_0, DType::q4_0, DType::q5_0, DType::q5_1, DType::q4_K,
+                         DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs};
   for (DType t : types) {
     const DTypeInfo& info = dtype_info(t);
     const ActQuant act = info.act;

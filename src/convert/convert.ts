@@ -291,7 +291,8 @@ export function planTensors(ckpt: Checkpoint, dtype: OutDtype, withMtp = false):
   }
   if (isQuantDtype(dtype)) {
     const blockCount = cfg.numLayers + (withMtp ? cfg.mtpNumHiddenLayers : 0);
-    const types = planQuantTypes(dtype, plans.map((p) => ({ name: p.ggufName, ne: p.ne })), blockCount);
+    const nGqa = Math.trunc(cfg.numHeads / cfg.numKvHeads);
+    const types = planQuantTypes(dtype, plans.map((p) => ({ name: p.ggufName, ne: p.ne })), blockCount, nGqa);
     for (const p of plans) p.type = types.get(p.ggufName) ?? p.type;
   }
   return plans;

@@ -7,6 +7,7 @@ import {
   dequantizeQ4_0, dequantizeQ5_0, dequantizeQ5_1, dequantizeQ8_0, quantizeQ4_0, quantizeQ5_0, quantizeQ5_1, quantizeQ8_0,
 } from './quant-legacy.js';
 import { dequantizeQ4_K, dequantizeQ5_K, dequantizeQ6_K, quantizeQ4_K, quantizeQ5_K, quantizeQ6_K } from './quant-k.js';
+import { dequantizeIQ4_NL, dequantizeIQ4_XS, quantizeIQ4_NL, quantizeIQ4_XS } from './quant-iq4.js';
 import { decodeToF32, encodeBf16, encodeF16 } from './quantize.js';
 
 export interface GgmlCodec {
@@ -43,6 +44,8 @@ export const GGML_CODECS: Readonly<Record<GgmlType, GgmlCodec>> = {
   [GgmlType.Q4_K]: { block: 256, encode: quantizeQ4_K, decode: dequantizeQ4_K },
   [GgmlType.Q5_K]: { block: 256, encode: quantizeQ5_K, decode: dequantizeQ5_K },
   [GgmlType.Q6_K]: { block: 256, encode: quantizeQ6_K, decode: dequantizeQ6_K },
+  [GgmlType.IQ4_NL]: { block: 32, encode: quantizeIQ4_NL, decode: dequantizeIQ4_NL },
+  [GgmlType.IQ4_XS]: { block: 256, encode: quantizeIQ4_XS, decode: dequantizeIQ4_XS },
 };
 
 /** Byte offsets of each block's f16 scale fields (d, and dmin or m), and the block size in bytes. */
@@ -55,6 +58,8 @@ const SCALE_FIELDS: Partial<Record<GgmlType, { bytes: number; at: number[] }>> =
   [GgmlType.Q4_K]: { bytes: 144, at: [0, 2] },
   [GgmlType.Q5_K]: { bytes: 176, at: [0, 2] },
   [GgmlType.Q6_K]: { bytes: 210, at: [208] },
+  [GgmlType.IQ4_NL]: { bytes: 18, at: [0] },
+  [GgmlType.IQ4_XS]: { bytes: 136, at: [0] },
 };
 
 /**

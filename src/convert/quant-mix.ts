@@ -4,7 +4,7 @@
 // the one table: the writer, `bench convert --help`, docs/quantization.md and the tests read it.
 import { GgmlType } from './gguf-writer.js';
 
-export const QUANT_DTYPES = ['q8_0', 'q4_0', 'q4_k', 'q5_k', 'q6_k', 'q4_k_m', 'q5_k_m', 'q6_k_m'] as const;
+export const QUANT_DTYPES = ['q8_0', 'q4_0', 'q4_k', 'q5_k', 'q6_k', 'q4_k_m', 'q5_k_m', 'q6_k_m', 'iq4_nl', 'iq4_xs'] as const;
 export type QuantDtype = (typeof QUANT_DTYPES)[number];
 
 export function isQuantDtype(s: string): s is QuantDtype {
@@ -20,14 +20,21 @@ export interface QuantScheme {
   base: GgmlType;
   /** The output head, and the token embedding when tied (llama.cpp quantizes the shared tensor as the output). */
   output: GgmlType;
-  /** attn_v / attn_qkv on the use_more_bits layers (else `base`). */
+  /** attn_v / attn_qkv on the layers `layers` picks (else `base`). */
   attnVMoreBits: GgmlType;
-  /** ffn_down on the use_more_bits layers (else `base`). */
+  /** ffn_down on the layers `layers` picks (else `base`). */
   ffnDownMoreBits: GgmlType;
+  /**
+   * Which layers get the *MoreBits types: 'use_more_bits' (the Q4_K_M / Q5_K_M rule: attn_v and
+   * ffn_down on use_more_bits(i, n)); 'iq4' (llama.cpp's IQ4_NL / IQ4_XS rule: attn_v / attn_qkv on
+   * every layer when n_head / n_head_kv >= 4, ffn_down on the first n / 8 layers).
+   */
+  layers: 'use_more_bits' | 'iq4';
   summary: string;
 }
 
-const rules = (base: GgmlType, output: GgmlType, moreBits: GgmlType) => ({ base, output, attnVMoreBits: moreBits, ffnDownMoreBits: moreBits });
+const rules = (base: GgmlType, output: GgmlType, moreBits: GgmlType, layers: QuantScheme['layers'] = 'use_more_bits') =>
+  ({ base, output, attnVMoreBits: moreBits, ffnDownMoreBits: moreBits, layers });
 
 export const QUANT_SCHEMES: Readonly<Record<QuantDtype, QuantScheme>> = {
   q8_0: {
@@ -62,12 +69,21 @@ export const QUANT_SCHEMES: Readonly<Record<QuantDtype, QuantScheme>> = {
     llama: { ftypeName: 'Q6_K', pure: false }, fileType: 18, ...rules(GgmlType.Q6_K, GgmlType.Q6_K, GgmlType.Q6_K),
     summary: "llama-quantize's Q6_K mix (llama.cpp has no Q6_K_M): every 2-D weight Q6_K; for qwen35 the same types as q6_k",
   },
+  iq4_nl: {
+    llama: { ftypeName: 'IQ4_NL', pure: false }, fileType: 25, ...rules(GgmlType.IQ4_NL, GgmlType.Q6_K, GgmlType.Q5_K, 'iq4'),
+    summary: 'IQ4_NL; output / tied embedding Q6_K; ffn_down Q5_K on the first n/8 layers, attn_v/attn_qkv Q5_K if n_head/n_head_kv >= 4 (llama-quantize IQ4_NL, no imatrix)',
+  },
+  iq4_xs: {
+    llama: { ftypeName: 'IQ4_XS', pure: false }, fileType: 30, ...rules(GgmlType.IQ4_XS, GgmlType.Q6_K, GgmlType.Q5_K, 'iq4'),
+    summary: 'IQ4_XS (IQ4_NL on rows not a multiple of 256); output Q6_K; ffn_down Q5_K on the first n/8 layers, attn_v/attn_qkv Q5_K if n_head/n_head_kv >= 4 (llama-quantize IQ4_XS, no imatrix)',
+  },
 };
 
 /** ggml block size of the types the mixes use. */
 const BLOCK: Partial<Record<GgmlType, number>> = {
   [GgmlType.Q8_0]: 32, [GgmlType.Q4_0]: 32, [GgmlType.Q5_0]: 32, [GgmlType.Q5_1]: 32,
   [GgmlType.Q4_K]: 256, [GgmlType.Q5_K]: 256, [GgmlType.Q6_K]: 256, [GgmlType.F16]: 1,
+  [GgmlType.IQ4_NL]: 32, [GgmlType.IQ4_XS]: 256,
 };
 
 /** tensor_type_fallback: a 256-block type on rows that are not a multiple of 256, then F16 if 32 does not divide either. */
@@ -75,6 +91,7 @@ const FALLBACK: Partial<Record<GgmlType, GgmlType>> = {
   [GgmlType.Q4_K]: GgmlType.Q5_0,
   [GgmlType.Q5_K]: GgmlType.Q5_1,
   [GgmlType.Q6_K]: GgmlType.Q8_0,
+  [GgmlType.IQ4_XS]: GgmlType.IQ4_NL,
 };
 
 export function fallbackType(type: GgmlType, ncols: number): GgmlType {
@@ -131,9 +148,10 @@ export interface MixTensor {
 
 /**
  * The type of every tensor llama.cpp would quantize, for `dtype` over the file's tensors
- * (`blockCount`: qwen35.block_count); tensors it leaves alone are absent from the map.
+ * (`blockCount`: qwen35.block_count; `nGqa`: llama.cpp's n_gqa(), head_count / head_count_kv in
+ * integer division, which only the 'iq4' rule reads); tensors it leaves alone are absent from the map.
  */
-export function planQuantTypes(dtype: QuantDtype, tensors: readonly MixTensor[], blockCount: number): Map<string, GgmlType> {
+export function planQuantTypes(dtype: QuantDtype, tensors: readonly MixTensor[], blockCount: number, nGqa = 0): Map<string, GgmlType> {
   const s = QUANT_SCHEMES[dtype];
   const names = tensors.map((t) => t.name);
   const tied = !names.includes('output.weight');
@@ -150,10 +168,10 @@ export function planQuantTypes(dtype: QuantDtype, tensors: readonly MixTensor[],
         // Rows that the base type's block does not divide go to Q8_0 before any fallback.
         type = t.ne[0]! % BLOCK[s.base]! !== 0 ? GgmlType.Q8_0 : s.output;
       } else if (cat === 'attn_v') {
-        if (useMoreBits(iAttnV, nAttnV)) type = s.attnVMoreBits;
+        if (s.layers === 'iq4' ? nGqa >= 4 : useMoreBits(iAttnV, nAttnV)) type = s.attnVMoreBits;
         iAttnV++;
       } else if (cat === 'ffn_down') {
-        if (useMoreBits(iFfnDown, blockCount)) type = s.ffnDownMoreBits;
+        if (s.layers === 'iq4' ? iFfnDown < Math.trunc(blockCount / 8) : useMoreBits(iFfnDown, blockCount)) type = s.ffnDownMoreBits;
         iFfnDown++;
       }
     }

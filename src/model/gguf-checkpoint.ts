@@ -17,7 +17,7 @@ import { parseConfigDetailed } from './config.js';
 import { ggmlTypeInfo, GgufError, parseGgufHeader, type GgufFile, type GgufTensor } from './gguf-reader.js';
 import { layerRoles, LM_HEAD_ROLE, modelRole } from './tensor-roles.js';
 import {
-  CheckpointError, isWeightDType, type ModelCheckpoint, type WeightDType, type WeightFormat, type WeightRef,
+  CheckpointError, isWeightDType, QUANT_TYPES, type ModelCheckpoint, type WeightDType, type WeightFormat, type WeightRef,
 } from './types.js';
 
 const ARCH = 'qwen35';
@@ -259,7 +259,7 @@ export function loadGgufCheckpoint(file: string, opts: { hash?: boolean } = {}):
     const info = ggmlTypeInfo(t.type)!;
     const dtype = info.name;
     if (!isWeightDType(dtype)) {
-      throw new CheckpointError(`${g.file}: tensor ${gname} has type ${dtype}, which the engine does not run (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)`);
+      throw new CheckpointError(`${g.file}: tensor ${gname} has type ${dtype}, which the engine does not run (supported: F32, F16, BF16, ${QUANT_TYPES.join(', ')})`);
     }
     if (exp.role.kind !== 'matrix' && dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16') {
       throw new CheckpointError(`${g.file}: tensor ${gname} (a ${exp.role.kind}) has type ${dtype}; vectors and conv taps must be F32, F16 or BF16`);

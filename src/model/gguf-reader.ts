@@ -50,6 +50,8 @@ const GGML_TYPES: ReadonlyMap<number, { name: string; block: number; bytes: numb
   [13, { name: 'Q5_K', block: 256, bytes: 176 }],
   [14, { name: 'Q6_K', block: 256, bytes: 210 }],
   [15, { name: 'Q8_K', block: 256, bytes: 292 }],
+  [20, { name: 'IQ4_NL', block: 32, bytes: 18 }],
+  [23, { name: 'IQ4_XS', block: 256, bytes: 136 }],
   [24, { name: 'I8', block: 1, bytes: 1 }],
   [25, { name: 'I16', block: 1, bytes: 2 }],
   [26, { name: 'I32', block: 1, bytes: 4 }],

@@ -5,8 +5,8 @@ import { oneLine } from '../util/text.js';
 /** Element types of safetensors checkpoints. */
 export type DType = 'BF16' | 'F16' | 'F32';
 
-/** The ggml block-quantized types the engine runs (native/core/quant_types.h has their geometry). */
-export const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K'] as const;
+/** The ggml block-quantized types the engine runs (native/core/dtype.h has their geometry). */
+export const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K', 'IQ4_NL', 'IQ4_XS'] as const;
 export type QuantType = (typeof QUANT_TYPES)[number];
 /** Any weight type the engine binds: safetensors' element types and the GGUF quantizations. */
 export type WeightDType = DType | QuantType;

@@ -2,7 +2,7 @@
 // (bench convert's), with every matrix replaced by random *valid* blocks of the type the
 // `Q4_K_M` mix gives it (llama-quantize's rules: the embedding / output Q6_K; attn_v, attn_qkv
 // and ffn_down Q6_K on the "more bits" layers, i < n/8, i >= 7n/8 or (i - n/8) % 3 == 2; Q4_K
-// elsewhere), or every matrix Q6_K (`Q6_K`). The block scales are chosen so the weights have about the synthetic checkpoint's
+// elsewhere), or every matrix Q6_K (`Q6_K`), IQ4_NL (`IQ4_NL`) or IQ4_XS (`IQ4_XS`). The block scales are chosen so the weights have about the synthetic checkpoint's
 // spread. This tests the loader and the kernels against llama.cpp on identical weights; it is not
 // a quantizer (the weights do not approximate anything). Row lengths must be multiples of 256.
 import { closeSync, openSync, readSync, writeSync } from 'node:fs';
@@ -12,12 +12,19 @@ import { Rng } from '../../src/util/rng.js';
 
 const Q4_K = 12;
 const Q6_K = 14;
+const IQ4_NL = 20;
+const IQ4_XS = 23;
 const F32 = 0;
-const BLOCK_BYTES: Record<number, number> = { [Q4_K]: 144, [Q6_K]: 210 };
+const BLOCK_BYTES: Record<number, number> = { [Q4_K]: 144, [Q6_K]: 210, [IQ4_NL]: 18, [IQ4_XS]: 136 };
+const BLOCK_VALUES: Record<number, number> = { [Q4_K]: 256, [Q6_K]: 256, [IQ4_NL]: 32, [IQ4_XS]: 256 };
+export type RandomQuantMix = 'Q4_K_M' | 'Q6_K' | 'IQ4_NL' | 'IQ4_XS';
+const FILE_TYPE: Record<RandomQuantMix, number> = { Q4_K_M: 15, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30 };
 
 /** The Q4_K_M type of a 2-D tensor `name` in a model of `nLayers` layers. */
-function mixType(name: string, nLayers: number, mix: 'Q4_K_M' | 'Q6_K'): number {
+function mixType(name: string, nLayers: number, mix: RandomQuantMix): number {
   if (mix === 'Q6_K') return Q6_K;
+  if (mix === 'IQ4_NL') return IQ4_NL;
+  if (mix === 'IQ4_XS') return IQ4_XS;
   if (name === 'token_embd.weight' || name === 'output.weight') return Q6_K;
   const m = /^blk\.(\d+)\.(attn_v|attn_qkv|ffn_down)\.weight$/.exec(name);
   if (m) {
@@ -35,7 +42,11 @@ function randomBlocks(type: number, nBlocks: number, amplitude: number, rng: Rng
   for (let b = 0; b < nBlocks; b++) {
     const o = b * bb;
     const jitter = 0.5 + rng.nextFloat();
-    if (type === Q4_K) {
+    if (type === IQ4_NL || type === IQ4_XS) {
+      // w = d T[q] (IQ4_XS: d (ls - 32) T[q], ls in 0..63): rms of T ~ 65, of ls - 32 ~ 18.5.
+      const d = (amplitude / (type === IQ4_NL ? 65 : 1200)) * jitter * (rng.nextFloat() < 0.5 ? -1 : 1);
+      out.writeUInt16LE(f32ToF16(d), o);
+    } else if (type === Q4_K) {
       // w = d sc q - dmin m with sc, m in 0..63 and q in 0..15: spread ~ 240 d, mean ~0 at dmin = 7.5 d.
       const d = (amplitude / 240) * jitter;
       out.writeUInt16LE(f32ToF16(d), o);
@@ -89,7 +100,7 @@ class Sink {
 }
 
 /** Writes `out`: `src` (an f32 GGUF) with its matrices as random blocks of the `mix` layout. */
-export function writeRandomQuantGguf(src: string, out: string, mix: 'Q4_K_M' | 'Q6_K', seed: number): void {
+export function writeRandomQuantGguf(src: string, out: string, mix: RandomQuantMix, seed: number): void {
   const g = parseGgufHeader(src);
   const rng = new Rng(seed);
   const nLayers = g.kv.get('qwen35.block_count')!.value as number;
@@ -105,7 +116,7 @@ export function writeRandomQuantGguf(src: string, out: string, mix: 'Q4_K_M' | '
         const type = mixType(name, nLayers, mix);
         if (t.ne[0]! % 256 !== 0) throw new Error(`${name}: row length ${t.ne[0]} is not a multiple of 256`);
         const amplitude = name === 'token_embd.weight' || name === 'output.weight' ? 4 / Math.sqrt(t.ne[0]!) : 1 / Math.sqrt(t.ne[0]!);
-        tensors.push({ name, ne: t.ne, type, data: randomBlocks(type, (t.ne[0]! / 256) * t.ne[1]!, amplitude, rng) });
+        tensors.push({ name, ne: t.ne, type, data: randomBlocks(type, (t.ne[0]! / BLOCK_VALUES[type]!) * t.ne[1]!, amplitude, rng) });
       } else {
         const data = Buffer.alloc(t.nbytes);
         readSync(fd, data, 0, t.nbytes, g.dataStart + t.offset);
@@ -120,7 +131,7 @@ export function writeRandomQuantGguf(src: string, out: string, mix: 'Q4_K_M' | '
   h.u32(3);
   h.u64(tensors.length);
   h.u64(g.kv.size);
-  for (const [key, e] of g.kv) h.kv(key, key === 'general.file_type' ? { type: 4, value: mix === 'Q6_K' ? 18 : 15 } : e);
+  for (const [key, e] of g.kv) h.kv(key, key === 'general.file_type' ? { type: 4, value: FILE_TYPE[mix] } : e);
   let offset = 0;
   for (const t of tensors) {
     h.str(t.name);

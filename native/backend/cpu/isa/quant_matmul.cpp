@@ -1,8 +1,9 @@
-// Matrix products with block-quantized weights (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) for one
-// ISA, computed as llama.cpp's CPU backend computes them: the activations quantized per row to
-// q8_0 / q8_1 / q8_K (quantize_act: the same values bit for bit as core/quant_ref.cpp's reference,
-// and as llama.cpp's x86 code), then integer dot products per block (AVX2 maddubs + madd; VNNI
-// dpbusd where the AVX-512 table has it) scaled by the block scales in f32. Batches of 1..3 rows
+// Matrix products with block-quantized weights (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL,
+// IQ4_XS) for one ISA, computed as llama.cpp's CPU backend computes them: the activations quantized
+// per row to q8_0 / q8_1 / q8_K (quantize_act: the same values bit for bit as core/quant_ref.cpp's
+// reference, and as llama.cpp's x86 code), then integer dot products per block (AVX2 maddubs + madd;
+// VNNI dpbusd where the AVX-512 table has it) scaled by the block scales in f32. The IQ4 types' 4-bit
+// indices become their int8 levels by one byte shuffle of the 16-entry table. Batches of 1..3 rows
 // (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
 // once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
 // while every activation row passes them. Either way each quantized matrix streams from memory
@@ -155,13 +156,19 @@ inline void store(const __m256* acc, const float* extra, float* y, int64_t ldy) 
   for (int m = 0; m < R; ++m) y[m * ldy] = hsum8(acc[m]) + extra[m];
 }
 
-// Q8_0 / Q4_0 / Q5_0 weights (signed int8 per element), q8_0 activations.
+// The 16 IQ4 levels in both 128-bit lanes (for _mm256_shuffle_epi8 by the nibbles).
+inline __m256i iq4_table() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NL)));
+}
+
+// Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights (signed int8 per element), q8_0 activations.
 template <DType T, int R, int NW>
 inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
   __m256 acc[NW][R];
   for (int i = 0; i < NW; ++i)
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
-  constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 ? 18 : 22;
+  constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 || T == DType::iq4_nl ? 18 : 22;
+  [[maybe_unused]] const __m256i table = iq4_table();
   for (int64_t b = 0; b < nb; ++b) {
     float dx[R];  // the activation blocks' scales, widened once for the NW weight rows
     for (int m = 0; m < R; ++m) dx[m] = h2f(xs[m][b].d);
@@ -175,6 +182,8 @@ inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs
         qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
       } else if constexpr (T == DType::q4_0) {
         qw = _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8));
+      } else if constexpr (T == DType::iq4_nl) {
+        qw = _mm256_shuffle_epi8(table, nibbles32(w + 2));
       } else {
         // (nibble | fifth bit << 4) - 16 = nibble - (bit clear ? 16 : 0)
         const __m256i hi = _mm256_andnot_si256(bits32(w + 2), _mm256_set1_epi8(static_cast<char>(0xF0)));
@@ -351,6 +360,39 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 
+// IQ4_XS weights, q8_K activations: per group of 32 the int8 levels, |level| . (q8 with the
+// level's sign) in pair sums (maddubs: |level| <= 127, |q8| <= 127, no saturation), times the
+// group's scale ls - 32 in the madd, summed in int32; one f32 multiply per block, as llama.cpp.
+template <int R, int NW>
+inline void dot_iq4_xs(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
+  const __m256i table = iq4_table();
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < NW; ++i) {
+      const auto* w = reinterpret_cast<const BlockIQ4_XS*>(wr[i] + static_cast<size_t>(b) * sizeof(BlockIQ4_XS));
+      const float dw = h2f(w->d);
+      // Group by group (each unpacked once, for the R rows), so only one group's levels, their
+      // magnitudes and scale are live beside the R integer sums (no register spills at R = 4).
+      __m256i sumi[R];
+      for (int m = 0; m < R; ++m) sumi[m] = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {
+        const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w->qs + 16 * g));
+        const __m256i av = _mm256_sign_epi8(v, v);
+        const __m256i ls = _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(*w, g)));
+        for (int m = 0; m < R; ++m) {
+          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[m][b].qs + 32 * g));
+          sumi[m] = _mm256_add_epi32(sumi[m], dot_us8_scaled(av, _mm256_sign_epi8(qx, v), ls));
+        }
+      }
+      for (int m = 0; m < R; ++m)
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xs[m][b].d), _mm256_cvtepi32_ps(sumi[m]), acc[i][m]);
+    }
+  const float zero[R] = {};
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
+}
+
 // NW weight rows (wr[i], outputs at ys[i] + m * ldy) against R activation rows (row m's blocks at
 // xq + m * xstride bytes).
 template <int R, int NW>
@@ -376,6 +418,10 @@ inline void row_tile(DType t, const uint8_t* const* wr, const uint8_t* xq, size_
       dot_q45_K<DType::q5_K, R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
       return;
     case DType::q6_K: dot_q6_K<R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy); return;
+    case DType::iq4_nl:
+      dot_q8_0_family<DType::iq4_nl, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
+      return;
+    case DType::iq4_xs: dot_iq4_xs<R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy); return;
     case DType::f32:
     case DType::bf16:
     case DType::f16: return;
@@ -487,7 +533,7 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
     // Prefill with the 32-value types: 2 weight rows per tile, so each activation block is loaded
     // once for both (their unpacking is cheap); the K-quants unpack 8 groups per block and keep 1,
     // and so do decode batches (4..16 rows), where 2 rows measured slower.
-    const bool pairs = M > 16 && (wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0);
+    const bool pairs = M > 16 && (wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0 || wt == DType::iq4_nl);
     for (; m + MR <= M; m += MR) {
       int64_t n = p;
       if (pairs)
