@@ -32,7 +32,7 @@ export function convertCommand(setResult: (code: number) => void): Command {
       "same weights (its per-tensor rules and reference quantizers, byte for byte; docs/quantization.md):\n" +
       QUANT_DTYPES.map((d) => `  ${d.padEnd(7)} ${QUANT_SCHEMES[d].summary}`).join('\n') +
       '\nRows whose length the type\'s block does not divide fall back as llama-quantize does: Q4_K -> Q5_0, ' +
-      'Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when 32 does not divide either. Tensors are streamed; the file appears ' +
+      'Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, and F16 when 32 does not divide either. Tensors are streamed; the file appears ' +
       'only once complete.',
     )
     .option('--model-path <dir>', 'checkpoint directory (config.json, *.safetensors, tokenizer.json)')
