@@ -11,6 +11,7 @@ import type { Logger } from './logger.js';
 import type { ReportRow } from './report.js';
 import type { RowOutcome } from './runner.js';
 import { textTable } from './table.js';
+import { bytesText } from '../util/bytes-text.js';
 
 export interface HeaderInfo {
   toolVersion: string;
@@ -62,13 +63,6 @@ export function kvPoolFacts(info: EngineInfo): KvPoolFacts {
     free_bytes: info.kvFreeBytes ?? null,
     budget_bytes: info.kvBudgetBytes ?? null,
   };
-}
-
-/** Bytes with a binary unit that keeps small sizes readable (a 32 KiB block is not "0.0 MiB"). */
-export function bytesText(bytes: number): string {
-  if (bytes < 2 ** 20) return `${(bytes / 2 ** 10).toFixed(1)} KiB`;
-  if (bytes < 2 ** 30) return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
-  return `${(bytes / 2 ** 30).toFixed(2)} GiB`;
 }
 
 /** The header's KV pool line: blocks, bytes, and where the size came from. */

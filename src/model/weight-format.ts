@@ -4,6 +4,7 @@
 // synthetic weights, that they are random and generated in memory (preset, dtype, seed; no hash).
 import { SYNTHETIC_GENERATOR, syntheticShape, syntheticWeightBytes } from './synthetic-model.js';
 import type { ModelCheckpoint } from './types.js';
+import { bytesText } from '../util/bytes-text.js';
 
 export interface WeightFormatJson {
   container: 'gguf' | 'safetensors' | 'synthetic';
@@ -51,13 +52,9 @@ export function weightFormatLine(m: ModelCheckpoint): string {
   const j = weightFormatJson(m);
   if (j.container === 'safetensors') return `${j.name} safetensors`;
   if (j.container === 'synthetic') {
-    return `synthetic ${j.name}: random weights of the ${syntheticShape(m.syntheticWeights!)} shape, seed ${j.seed}, ${fmtMb(j.in_memory_bytes ?? 0)} generated in memory (no file, no hash)`;
+    return `synthetic ${j.name}: random weights of the ${syntheticShape(m.syntheticWeights!)} shape, seed ${j.seed}, ${bytesText(j.in_memory_bytes ?? 0)} generated in memory (no file, no hash)`;
   }
   const types = Object.entries(j.tensor_types ?? {}).sort((a, b) => b[1] - a[1]).map(([t, n]) => `${n} ${t}`).join(', ');
   const parts = (j.files?.length ?? 1) > 1 ? `, ${j.files!.length} split files` : '';
   return `${j.name}, ${j.bits_per_weight.toFixed(2)} bits/weight (GGUF${parts}; ${types} tensors${j.sha256 ? `; sha256 ${j.sha256.slice(0, 12)}` : ''})`;
-}
-
-function fmtMb(bytes: number): string {
-  return bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(2)} GiB` : `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 }
