@@ -159,7 +159,8 @@ class Backend {
   // host buffer (at 8 rows a copy was 8 MB per step on one thread).
   virtual bool host_memory() const { return false; }
   // Greedy picks of host logit rows: out[i] = argmax(logits[rows[i] * vocab ...]), lowest index on
-  // ties, NaN ignored. One call per step so a backend can spread the rows over its threads.
+  // ties, NaN ignored. One call per head group (pick_rows) so a backend can spread the rows over
+  // its threads.
   virtual void argmax_rows(const float* logits, const int* rows, int n, int vocab, int32_t* out);
   // Rows [0, n) of a head group (`logits`: backend memory, [n, vocab]) reduced as picks[i] asks:
   // kLogits rows copied to host_logits + i * vocab, kArgmax ids to ids[i], kTopK candidates to

@@ -88,12 +88,7 @@ void Qwen35::forward(const StepBatch& b, float* logits_host, const RowPick* pick
   for (int r0 = 0; r0 < R; r0 += logit_group_) {
     const int n = std::min(logit_group_, R - r0);
     if (r0 > 0) head(r0, n);
-    float* host_rows = logits_host + static_cast<int64_t>(r0) * c.vocab;
-    if (picks) {
-      be_.pick_rows(head_out(r0), n, c.vocab, picks + r0, host_rows, ids + r0, cands);
-    } else {
-      be_.logits_to_host(head_out(r0), host_rows, static_cast<int64_t>(n) * c.vocab);
-    }
+    be_.pick_rows(head_out(r0), n, c.vocab, picks + r0, logits_host + static_cast<int64_t>(r0) * c.vocab, ids + r0, cands);
   }
   be_.end_step();
 }

@@ -13,9 +13,8 @@ class Qwen35 {
 
   // Runs the step. For logit row r (b.logit_rows' order) picks[r] says what comes back
   // (Backend::pick_rows): its logits into logits_host + r * vocab ([rows, vocab]), its greedy id
-  // into ids[r], or its top-k candidates into cands. No picks: every row's logits.
-  void forward(const StepBatch& b, float* logits_host, const RowPick* picks = nullptr, int32_t* ids = nullptr,
-               PickCandidate* cands = nullptr);
+  // into ids[r], or its top-k candidates into cands.
+  void forward(const StepBatch& b, float* logits_host, const RowPick* picks, int32_t* ids, PickCandidate* cands);
 
   const ModelConfig& config() const { return cfg_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
