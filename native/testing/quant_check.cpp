@@ -185,7 +185,7 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     r.Set("actMismatches", act_mismatch);
     // Dot products: matmul_quant in tiles of 1..16 rows, a prefill-sized batch, and cut ranges.
     double dot_err = 0, ref_err = 0, bound_ratio = 0;
-    int64_t cases = 0, bound_violations = 0;
+    int64_t cases = 0, bound_violations = 0, batch_rows = 0, batch_mismatch = 0;
     for (int64_t K : {256, 1024}) {
       // 60 rows: four whole panel streams whose last panel is partial; 71: four streams of one
       // panel each and a partial remainder panel apart.
@@ -194,7 +194,7 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
       std::vector<float> wf(static_cast<size_t>(N * K));
       Kt.row_to_f32(w.data(), t, 0, N * K, wf.data());
       const size_t wrow = row_bytes(t, K), rb = act_row_bytes(act, K);
-      for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 16, 40}) {
+      for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 40, 41}) {
         std::vector<float> x;
         for (int64_t m = 0; m < M; ++m) {
           const auto row = activation_row(K, rng);
@@ -269,9 +269,28 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
               }
             }
           ++cases;
+          // Prefill batches (more than 16 rows) against the same rows one at a time, bit for bit:
+          // every type but Q4_K sums each (row, row) pair as the decode tiles do (Q4_K's prefill
+          // panels take llama.cpp's repacked-Q4_K order instead; the f64 check above holds it).
+          if (mode == 0 && M > 16) {
+            std::vector<float> y1(static_cast<size_t>(N));
+            for (int64_t m = 0; m < M; ++m) {
+              Kt.matmul_quant(xq.data() + m * rb, 1, K, w.data(), t, 0, N, y1.data(), N);
+              for (int64_t n = 0; n < N; ++n) {
+                float a = y[static_cast<size_t>(m * N + n)], b = y1[static_cast<size_t>(n)];
+                uint32_t ua, ub;
+                std::memcpy(&ua, &a, 4);
+                std::memcpy(&ub, &b, 4);
+                batch_rows += 1;
+                batch_mismatch += ua != ub;
+              }
+            }
+          }
         }
       }
     }
+    r.Set("batchRows", batch_rows);
+    r.Set("batchRowMismatches", batch_mismatch);
     r.Set("dotCases", cases);
     r.Set("dotMaxErr", dot_err);
     r.Set("refDotMaxErr", ref_err);

@@ -38,6 +38,10 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
 void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0,
                           int64_t p1, float* y, int64_t ldy, int64_t slice);
 
+// quant_gemm.cpp: matmul_quant's batches of more than 16 rows (false: a type it leaves to the tiles)
+bool gemm_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
+                int64_t ldy);
+
 // elementwise.cpp
 float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
