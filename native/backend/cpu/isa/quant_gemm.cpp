@@ -1,21 +1,22 @@
-// Prefill-sized products (more than 16 activation rows) with block-quantized weights, on the same
-// integers as the dot products of quant_matmul.cpp and llama.cpp. A panel of 16 weight rows is
-// unpacked once and interleaved across two vectors of 8 rows (one row per 32-bit lane), so a
-// broadcast activation meets 8 rows at once and each block's sum is scaled once per lane (weight
-// scale x activation scale) into f32; register tiles of 2..3 activation rows x 16 weight rows.
-// Two ways to the integers:
-//  - Q8_0, Q4_0, Q5_0, IQ4_NL, Q6_K, IQ4_XS: the q8 activations and the weight values are widened
-//    to int16 (Q6_K's and IQ4_XS's group scales multiplied in: |scale x value| <= 4096), pairs of k
-//    per lane, and one `madd` + `add` makes 16 exact products. quant_matmul.cpp's tiles spend a
-//    sign, a maddubs, a madd and a convert per 32 products and a scaled f32 multiply-add per block
-//    per lane pair.
-//  - Q4_K, Q5_K: the values are unsigned and small, so `maddubs` of the weight bytes against the
-//    q8_K bytes (read in place) cannot saturate, and its int16 sums add up over a group of 32 before
-//    one `madd` by the group's scale: about one multiply per 32 products. The mins as llama.cpp takes
-//    them (dmin x dx x sum over groups of min x the pair of bsums).
-// Every integer is the reference's; only the order of the f32 additions differs (kernelCheck holds
-// the results to f64 sums). Q5_1 (q8_1 activations) keeps quant_matmul.cpp's tiles. Figures:
-// docs/performance.md.
+// Prefill-sized products (more than 16 activation rows) with block-quantized weights, on the
+// integers of quant_matmul.cpp's dot products and llama.cpp's. A panel of 16 weight rows is unpacked
+// once and every activation row passes it. Two kernels, each in the order of the llama.cpp code
+// that computes the same product on an AVX2 CPU:
+//  - Q8_0, Q4_0, Q5_0, IQ4_NL, Q6_K, IQ4_XS ("lanes"): the q8 activations and the weight values
+//    widened to int16 in the lane order (k = 0, 1 mod 4, then 2, 3 mod 4, per group of 32; Q6_K's and
+//    IQ4_XS's group scales multiplied in), so two `madd` and an `add` give exactly the 8 int32 lanes
+//    (4 products each) that quant_matmul.cpp's sign + maddubs + madd give, and the f32 steps after
+//    them are the same: each (row, row) pair is bit for bit the decode tiles' result (which are
+//    llama.cpp's vec_dot / tinyBLAS order), and kernelCheck checks that. The gain is the unpacking
+//    done once per panel instead of once per tile, the pair scales taken per tile in vectors, and
+//    no sign step.
+//  - Q4_K (llama.cpp repacks Q4_K on AVX2 and computes it as ggml_gemm_q4_K_8x8_q8_K does): the
+//    panel interleaved by quads of k across two vectors of 8 rows (one row per 32-bit lane), the
+//    q8_K bytes read in place and broadcast; the values are unsigned and below 16, so `maddubs`
+//    cannot saturate and its int16 sums add up over a group of 32 before one `madd` by the group's
+//    scale: about one multiply per 32 products. Per block the int32 sums times dw x dx go into one
+//    f32 accumulator and the mins' sums times dmin x dx into another, subtracted at the end.
+// Q5_1 and Q5_K keep quant_matmul.cpp's tiles. Figures: docs/performance.md.
 #include <algorithm>
 #include <cstring>
 
@@ -29,8 +30,7 @@ namespace {
 
 using namespace lumen::quant;
 
-constexpr int NP = 16;  // weight rows per panel (two vectors of 8 int32 lanes)
-constexpr int MR = 3;   // activation rows per register tile
+constexpr int NP = 16;  // weight rows per panel
 
 
 // acc + the pair sums of a * b (int16 x int16 -> int32).
@@ -225,21 +225,17 @@ void unpack_rows(const uint8_t* w, size_t wrow, int64_t nrows, int64_t K, Scratc
 
 template <DType T, int R>
 inline void tiles_lanes_m(Scratch& s, int64_t m, int nrows, int64_t K, float* y, int64_t ldy) {
-#ifndef LNW
-#define LNW 2
-#endif
   int r = 0;
-  for (; r + LNW <= nrows; r += LNW) tile_lanes<T, R, LNW>(s, m, r, K, y, ldy);
-  for (; r < nrows; ++r) tile_lanes<T, R, 1>(s, m, r, K, y, ldy);
+  for (; r + 2 <= nrows; r += 2) tile_lanes<T, R, 2>(s, m, r, K, y, ldy);
+  if (r < nrows) tile_lanes<T, R, 1>(s, m, r, K, y, ldy);
 }
 
 template <DType T>
 void gemm_lanes(const uint8_t* xq, int64_t M, int64_t K, const uint8_t* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   constexpr int B = T == DType::q6_K || T == DType::iq4_xs ? QK_K : QK;
-#ifndef LMR
-#define LMR 3
-#endif
-  constexpr int MRL = B == QK ? LMR : 2;  // activation rows per tile (the 256-value blocks keep int32 sums too)
+  // Activation rows per tile: 3 x 2 pairs (2 x 2 for the 256-value blocks, whose int32 sums stay
+  // live across the block's groups).
+  constexpr int MRL = B == QK ? 3 : 2;
   const int64_t nb = K / B;
   Scratch& s = scratch();
   need(s.x16, static_cast<size_t>(M * K) * sizeof(int16_t));
@@ -248,7 +244,7 @@ void gemm_lanes(const uint8_t* xq, int64_t M, int64_t K, const uint8_t* w, int64
   need(s.rows, static_cast<size_t>(NP * K) * sizeof(int16_t));
   need(s.wd, static_cast<size_t>(NP * nb) * sizeof(float));
   need(s.wsc, static_cast<size_t>(NP * nb * 16) * sizeof(int16_t) + 64);
-  need(s.sct, static_cast<size_t>(8 * 8 * nb) * sizeof(float));
+  need(s.sct, static_cast<size_t>(3 * 2 * nb) * sizeof(float));
   widen_acts(dtype_info(T).act, xq, M, K, s.x16.as<int16_t>(), s.xd.as<float>(), s.xg.as<int16_t>());
   const size_t wrow = row_bytes(T, K);
   for (int64_t p = n0; p < n1; p += NP) {
