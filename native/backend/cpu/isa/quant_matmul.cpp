@@ -4,15 +4,15 @@
 // reference, and as llama.cpp's x86 code), then integer dot products per block (AVX2 maddubs + madd;
 // VNNI dpbusd where the AVX-512 table has it) scaled by the block scales in f32. The IQ4 types' 4-bit
 // indices become their int8 levels by one byte shuffle of the 16-entry table. Batches of 1..3 rows
-// (decode) read four weight rows from four streams side by side; 4..16 rows (and Q5_1 at any size)
-// unpack a weight block once for a tile of 4 activation rows and walk the weight rows in panels of
-// 16 that stay in cache while every activation row passes them; more than 16 rows go to the int16
-// panels of quant_gemm.cpp. Either way each quantized matrix streams from memory
+// (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
+// once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
+// while every activation row passes them (Q4_K batches of more than 16 rows: quant_gemm.cpp,
+// llama.cpp's order for them). Either way each quantized matrix streams from memory
 // once per step. The reference code and the block layouts: core/quant_ref.h.
 #include <algorithm>
 
 #include "backend/cpu/isa/entry_points.h"
-#include "backend/cpu/isa/quant_simd.h"
+#include "backend/cpu/isa/simd.h"
 #include "backend/cpu/kernels.h"
 #include "core/quant_ref.h"
 
@@ -21,7 +21,15 @@ namespace {
 
 using namespace lumen::quant;
 
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
+
+inline int hsum_i32_8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
 
 // Sums of 4 adjacent products of unsigned a (0..255) and signed b, as 8 int32 lanes.
 inline __m256i dot_us8(__m256i a, __m256i b) {
@@ -35,6 +43,23 @@ inline __m256i dot_us8(__m256i a, __m256i b) {
 // its lane (maddubs never saturates here: a <= 63, |b| <= 127), as 8 int32 lanes.
 inline __m256i dot_us8_scaled(__m256i a, __m256i b, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), scale16);
+}
+
+// 32 nibbles of 16 bytes: low nibbles to bytes 0..15, high nibbles to bytes 16..31.
+inline __m256i nibbles32(const uint8_t* q) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+// Bit i of the 32-bit mask as 0xFF / 0x00 in byte i.
+inline __m256i bits32(const uint8_t* qh) {
+  uint32_t x;
+  std::memcpy(&x, qh, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
+  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  b = _mm256_or_si256(b, bit);
+  return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -132,6 +157,11 @@ inline void store(const __m256* acc, const float* extra, float* y, int64_t ldy) 
   for (int m = 0; m < R; ++m) y[m * ldy] = hsum8(acc[m]) + extra[m];
 }
 
+// The 16 IQ4 levels in both 128-bit lanes (for _mm256_shuffle_epi8 by the nibbles).
+inline __m256i iq4_table() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NL)));
+}
+
 // Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights (signed int8 per element), q8_0 activations.
 template <DType T, int R, int NW>
 inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
@@ -156,7 +186,9 @@ inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs
       } else if constexpr (T == DType::iq4_nl) {
         qw = _mm256_shuffle_epi8(table, nibbles32(w + 2));
       } else {
-        qw = q5_0_values(w);
+        // (nibble | fifth bit << 4) - 16 = nibble - (bit clear ? 16 : 0)
+        const __m256i hi = _mm256_andnot_si256(bits32(w + 2), _mm256_set1_epi8(static_cast<char>(0xF0)));
+        qw = _mm256_or_si256(nibbles32(w + 6), hi);
       }
       // |qw| once for the R rows; each row's q8 values take qw's signs.
       const __m256i aw = _mm256_sign_epi8(qw, qw);
@@ -500,8 +532,16 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
   for (int64_t p = n0; p < n1; p += kPanelRows) {
     const int64_t pe = std::min(n1, p + kPanelRows);
     int64_t m = 0;
-    for (; m + MR <= M; m += MR)
-      for (int64_t n = p; n < pe; ++n) rows_tile<MR, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+    // Prefill with the 32-value types: 2 weight rows per tile, so each activation block is loaded
+    // once for both (their unpacking is cheap); the K-quants unpack 8 groups per block and keep 1,
+    // and so do decode batches (4..16 rows), where 2 rows measured slower.
+    const bool pairs = M > 16 && (wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0 || wt == DType::iq4_nl);
+    for (; m + MR <= M; m += MR) {
+      int64_t n = p;
+      if (pairs)
+        for (; n + 2 <= pe; n += 2) rows_tile<MR, 2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      for (; n < pe; ++n) rows_tile<MR, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+    }
     const int64_t rest = M - m;
     for (int64_t n = p; n < pe && rest > 0; ++n) {
       if (rest == 3)
