@@ -52,26 +52,11 @@ inline void need(AlignedBuffer& b, size_t bytes) {
 }
 
 // 8 x 8 transpose of int32 elements: in[i] row i -> out[j] element j of every row.
-inline void transpose8(const __m256i* in, __m256i* out) {
-  const __m256 v[8] = {_mm256_castsi256_ps(in[0]), _mm256_castsi256_ps(in[1]), _mm256_castsi256_ps(in[2]),
-                       _mm256_castsi256_ps(in[3]), _mm256_castsi256_ps(in[4]), _mm256_castsi256_ps(in[5]),
-                       _mm256_castsi256_ps(in[6]), _mm256_castsi256_ps(in[7])};
-  const __m256 a0 = _mm256_unpacklo_ps(v[0], v[1]), a1 = _mm256_unpackhi_ps(v[0], v[1]);
-  const __m256 a2 = _mm256_unpacklo_ps(v[2], v[3]), a3 = _mm256_unpackhi_ps(v[2], v[3]);
-  const __m256 a4 = _mm256_unpacklo_ps(v[4], v[5]), a5 = _mm256_unpackhi_ps(v[4], v[5]);
-  const __m256 a6 = _mm256_unpacklo_ps(v[6], v[7]), a7 = _mm256_unpackhi_ps(v[6], v[7]);
-  const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee);
-  const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xee);
-  const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee);
-  const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
-  out[0] = _mm256_castps_si256(_mm256_permute2f128_ps(b0, b4, 0x20));
-  out[1] = _mm256_castps_si256(_mm256_permute2f128_ps(b1, b5, 0x20));
-  out[2] = _mm256_castps_si256(_mm256_permute2f128_ps(b2, b6, 0x20));
-  out[3] = _mm256_castps_si256(_mm256_permute2f128_ps(b3, b7, 0x20));
-  out[4] = _mm256_castps_si256(_mm256_permute2f128_ps(b0, b4, 0x31));
-  out[5] = _mm256_castps_si256(_mm256_permute2f128_ps(b1, b5, 0x31));
-  out[6] = _mm256_castps_si256(_mm256_permute2f128_ps(b2, b6, 0x31));
-  out[7] = _mm256_castps_si256(_mm256_permute2f128_ps(b3, b7, 0x31));
+inline void transpose8i(const __m256i* in, __m256i* out) {
+  __m256 v[8], t[8];
+  for (int i = 0; i < 8; ++i) v[i] = _mm256_castsi256_ps(in[i]);
+  transpose8(v, t);
+  for (int i = 0; i < 8; ++i) out[i] = _mm256_castps_si256(t[i]);
 }
 
 // A tile's sums to y (rows ldy apart; the first nvalid of the 16 outputs).
@@ -147,7 +132,7 @@ void unpack_panel_k(const uint8_t* w, size_t wrow, int64_t nrows, int64_t K, Scr
       __m256i in[8], out[8];
       for (int i = 0; i < 8; ++i)
         in[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + (8 * v + i) * K + 4 * k4));
-      transpose8(in, out);
+      transpose8i(in, out);
       for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(wq + ((k4 + j) * 2 + v) * 8), out[j]);
     }
 }

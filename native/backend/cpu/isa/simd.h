@@ -25,6 +25,26 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+/** 8 x 8 transpose of 32-bit elements: out[j] = element j of in[0..7]. */
+inline void transpose8(const __m256* in, __m256* out) {
+  const __m256 a0 = _mm256_unpacklo_ps(in[0], in[1]), a1 = _mm256_unpackhi_ps(in[0], in[1]);
+  const __m256 a2 = _mm256_unpacklo_ps(in[2], in[3]), a3 = _mm256_unpackhi_ps(in[2], in[3]);
+  const __m256 a4 = _mm256_unpacklo_ps(in[4], in[5]), a5 = _mm256_unpackhi_ps(in[4], in[5]);
+  const __m256 a6 = _mm256_unpacklo_ps(in[6], in[7]), a7 = _mm256_unpackhi_ps(in[6], in[7]);
+  const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee);
+  const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xee);
+  const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee);
+  const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
+  out[0] = _mm256_permute2f128_ps(b0, b4, 0x20);
+  out[1] = _mm256_permute2f128_ps(b1, b5, 0x20);
+  out[2] = _mm256_permute2f128_ps(b2, b6, 0x20);
+  out[3] = _mm256_permute2f128_ps(b3, b7, 0x20);
+  out[4] = _mm256_permute2f128_ps(b0, b4, 0x31);
+  out[5] = _mm256_permute2f128_ps(b1, b5, 0x31);
+  out[6] = _mm256_permute2f128_ps(b2, b6, 0x31);
+  out[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
+}
+
 #if defined(__AVX512F__)
 using vf = __m512;
 constexpr int VW = 16;
