@@ -13,6 +13,7 @@
 // (docs/performance.md).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/isa/entry_points.h"
 #include "backend/cpu/isa/simd.h"
@@ -25,8 +26,6 @@ namespace {
 using namespace lumen::quant;
 
 constexpr int NP = 16;  // weight rows per panel
-
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 // acc + the pair sums of a * b (int16 x int16 -> int32).
 inline __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
@@ -76,7 +75,8 @@ inline void store_tile(const __m256 (*acc)[2], float* y, int64_t ldy, int nvalid
   }
 }
 
-inline __m256i bcast32(const int16_t* p) {
+// The 4 bytes at p (two int16, or four int8) in every 32-bit lane.
+inline __m256i bcast4(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
@@ -150,12 +150,6 @@ void k_act_sums(const uint8_t* xq, int64_t M, int64_t K, float* xd, int16_t* xg)
   }
 }
 
-inline __m256i bcast_bytes(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
 // R activation rows (from m; q8_K rows of rb bytes at xq) against the unpacked Q4_K panel, in
 // llama.cpp's order for its repacked Q4_K (ggml_gemm_q4_K_8x8_q8_K): per block the int32 sums
 // times dw x dx into one f32 accumulator, the mins' sums times dmin x dx into another, subtracted
@@ -178,25 +172,24 @@ void tile_k(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, in
     __m256i is[R][2];
     for (int i = 0; i < R; ++i) is[i][0] = is[i][1] = _mm256_setzero_si256();
     const int32_t* wb = wq + b * (QK_K / 4) * 16;
-    for (int g = 0; g < 8; ++g)
-      {
-        __m256i s16[R][2];
-        for (int i = 0; i < R; ++i) s16[i][0] = s16[i][1] = _mm256_setzero_si256();
-        for (int st = 0; st < 8; ++st) {
-          const int k4 = 8 * g + st;
-          const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + k4 * 16));
-          const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + k4 * 16 + 8));
-          for (int i = 0; i < R; ++i) {
-            const __m256i xv = bcast_bytes(xr[i][b].qs + 4 * k4);
-            s16[i][0] = _mm256_add_epi16(s16[i][0], _mm256_maddubs_epi16(w0, xv));
-            s16[i][1] = _mm256_add_epi16(s16[i][1], _mm256_maddubs_epi16(w1, xv));
-          }
-        }
-        for (int v = 0; v < 2; ++v) {
-          const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wsc + ((b * 8 + g) * 2 + v) * 8));
-          for (int i = 0; i < R; ++i) is[i][v] = madd_acc(is[i][v], s16[i][v], sc);
+    for (int g = 0; g < 8; ++g) {
+      __m256i s16[R][2];
+      for (int i = 0; i < R; ++i) s16[i][0] = s16[i][1] = _mm256_setzero_si256();
+      for (int st = 0; st < 8; ++st) {
+        const int k4 = 8 * g + st;
+        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + k4 * 16));
+        const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + k4 * 16 + 8));
+        for (int i = 0; i < R; ++i) {
+          const __m256i xv = bcast4(xr[i][b].qs + 4 * k4);
+          s16[i][0] = _mm256_add_epi16(s16[i][0], _mm256_maddubs_epi16(w0, xv));
+          s16[i][1] = _mm256_add_epi16(s16[i][1], _mm256_maddubs_epi16(w1, xv));
         }
       }
+      for (int v = 0; v < 2; ++v) {
+        const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wsc + ((b * 8 + g) * 2 + v) * 8));
+        for (int i = 0; i < R; ++i) is[i][v] = madd_acc(is[i][v], s16[i][v], sc);
+      }
+    }
     for (int v = 0; v < 2; ++v) {
       const __m256 dw = _mm256_loadu_ps(wd + b * NP + 8 * v);
       for (int i = 0; i < R; ++i)
@@ -205,7 +198,7 @@ void tile_k(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, in
       for (int i = 0; i < R; ++i) ms[i] = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) {
         const __m256i mv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wm + ((b * 4 + j) * 2 + v) * 8));
-        for (int i = 0; i < R; ++i) ms[i] = madd_acc(ms[i], mv, bcast32(xg + i * (K / 32) + b * 8 + 2 * j));
+        for (int i = 0; i < R; ++i) ms[i] = madd_acc(ms[i], mv, bcast4(xg + i * (K / 32) + b * 8 + 2 * j));
       }
       const __m256 dm = _mm256_loadu_ps(wdm + b * NP + 8 * v);
       for (int i = 0; i < R; ++i)
@@ -240,17 +233,16 @@ void gemm_q4_K(const uint8_t* xq, int64_t M, int64_t K, const uint8_t* w, int64_
       const int64_t p = p0 + q * NP;
       unpack_panel_k(w + static_cast<size_t>(p) * wrow, wrow, std::min<int64_t>(NP, n1 - p), K, s, q);
     }
+    // Activation rows m, m + 1 (or m alone, the last of an odd M) against every panel of the block.
+    const auto pass = [&](auto rows, int64_t m) {
+      for (int q = 0; q < nq; ++q) {
+        const int64_t p = p0 + q * NP;
+        tile_k<decltype(rows)::value>(s, q, xq, rb, m, K, y + p, ldy, static_cast<int>(std::min<int64_t>(NP, n1 - p)));
+      }
+    };
     int64_t m = 0;
-    for (; m + KR <= M; m += KR)
-      for (int q = 0; q < nq; ++q) {
-        const int64_t p = p0 + q * NP;
-        tile_k<KR>(s, q, xq, rb, m, K, y + p, ldy, static_cast<int>(std::min<int64_t>(NP, n1 - p)));
-      }
-    if (M - m == 1)
-      for (int q = 0; q < nq; ++q) {
-        const int64_t p = p0 + q * NP;
-        tile_k<1>(s, q, xq, rb, m, K, y + p, ldy, static_cast<int>(std::min<int64_t>(NP, n1 - p)));
-      }
+    for (; m + KR <= M; m += KR) pass(std::integral_constant<int, KR>{}, m);
+    if (m < M) pass(std::integral_constant<int, 1>{}, m);
   }
 }
 

@@ -21,7 +21,6 @@ namespace {
 
 using namespace lumen::quant;
 
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
 
 inline int hsum_i32_8(__m256i v) {

@@ -25,6 +25,9 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+/** An f16 value (a block scale) as f32. */
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
 /** 8 x 8 transpose of 32-bit elements: out[j] = element j of in[0..7]. */
 inline void transpose8(const __m256* in, __m256* out) {
   const __m256 a0 = _mm256_unpacklo_ps(in[0], in[1]), a1 = _mm256_unpackhi_ps(in[0], in[1]);
