@@ -283,7 +283,12 @@ float vec_dot(DType t, const void* w, const void* xq, int64_t k) {
     }
     case DType::q4_K:
     case DType::q5_K: {
+      // Q4_K in the order of llama.cpp's repacked Q4_K (ggml_gemv / ggml_gemm_q4_K_8x8_q8_K, what it
+      // runs for Q4_K on x86): per block the exact integer sums, the scales' part into one f32 sum
+      // and the mins' part into another, each fma(sum, dw * dx, acc), subtracted at the end. Q5_K
+      // (vec_dot's order up to its 8 lanes) adds both per block.
       const auto* y = static_cast<const BlockQ8_K*>(xq);
+      float acc = 0.f, accm = 0.f;
       for (int64_t i = 0; i < k / QK_K; ++i) {
         uint8_t v[QK_K];
         uint16_t dh, dmh;
@@ -310,29 +315,42 @@ float vec_dot(DType t, const void* w, const void* xq, int64_t k) {
           isum += sc * dot;
           msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
         }
+        if (t == DType::q4_K) {
+          acc = std::fma(static_cast<float>(isum), h2f(dh) * y[i].d, acc);
+          accm = std::fma(static_cast<float>(msum), h2f(dmh) * y[i].d, accm);
+          continue;
+        }
         const float d = y[i].d * h2f(dh), dmin = y[i].d * h2f(dmh);
         sum += d * static_cast<float>(isum) - dmin * static_cast<float>(msum);
       }
-      return sum;
+      return t == DType::q4_K ? acc - accm : sum;
     }
     case DType::q6_K: {
+      // llama.cpp's vec_dot_q6_K_q8_K on x86 (AVX2, and AVX-512, which runs the same code): 8 int32
+      // lanes, lane l holding bytes 4l .. 4l + 3 of each 32-byte chunk of the block times their
+      // scales, minus 32 x (bsums[2l] sc[2l] + bsums[2l + 1] sc[2l + 1]); per block
+      // acc[l] = fma(dx * dw, lane l, acc[l]); at the end the lanes summed as hsum_float_8 does.
       const auto* y = static_cast<const BlockQ8_K*>(xq);
+      float acc[8] = {};
       for (int64_t i = 0; i < k / QK_K; ++i) {
         BlockQ6_K b;
         std::memcpy(&b, p + i * sizeof b, sizeof b);
-        int32_t isum = 0;
+        int32_t lane[8] = {};
         for (int h = 0; h < 2; ++h) {
           int8_t v[128];
           q6_half(b, h, v);
-          for (int s = 0; s < 8; ++s) {
-            int32_t dot = 0;
-            for (int l = 0; l < 16; ++l) dot += v[16 * s + l] * y[i].qs[128 * h + 16 * s + l];
-            isum += b.scales[8 * h + s] * dot;
+          for (int e = 0; e < 128; ++e) {
+            const int el = 128 * h + e;  // element (and q8 byte) index
+            lane[(el % 32) / 4] += b.scales[el / 16] * ((v[e] + 32) * y[i].qs[el]);
           }
         }
-        sum += (h2f(b.d) * y[i].d) * static_cast<float>(isum);
+        for (int l = 0; l < 8; ++l)
+          lane[l] -= 32 * (y[i].bsums[2 * l] * b.scales[2 * l] + y[i].bsums[2 * l + 1] * b.scales[2 * l + 1]);
+        const float d = y[i].d * h2f(b.d);
+        for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, static_cast<float>(lane[l]), acc[l]);
       }
-      return sum;
+      const float r[4] = {acc[4] + acc[0], acc[5] + acc[1], acc[6] + acc[2], acc[7] + acc[3]};
+      return (r[0] + r[2]) + (r[1] + r[3]);
     }
     case DType::iq4_nl: {
       const auto* y = static_cast<const BlockQ8_0*>(xq);

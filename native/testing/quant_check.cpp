@@ -185,7 +185,7 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     r.Set("actMismatches", act_mismatch);
     // Dot products: matmul_quant in tiles of 1..16 rows, a prefill-sized batch, and cut ranges.
     double dot_err = 0, ref_err = 0, bound_ratio = 0;
-    int64_t cases = 0, bound_violations = 0, batch_rows = 0, batch_mismatch = 0;
+    int64_t cases = 0, bound_violations = 0, batch_rows = 0, batch_mismatch = 0, ref_exact_rows = 0, ref_exact_mismatch = 0;
     for (int64_t K : {256, 1024}) {
       // 60 rows: four whole panel streams whose last panel is partial; 71: four streams of one
       // panel each and a partial remainder panel apart.
@@ -245,6 +245,13 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
               if (mode == 0 && m < 2) {
                 const float sref = vec_dot(t, w.data() + n * wrow, xq.data() + m * rb, K);
                 ref_err = std::max(ref_err, std::fabs(sref - ref) / std::max(mag, 1e-30));
+                // Q4_K and Q6_K: the reference follows llama.cpp's order to the last operation
+                // (quant_ref.cpp), so the kernels must give its result bit for bit.
+                if (t == DType::q4_K || t == DType::q6_K) {
+                  const float g = static_cast<float>(got);
+                  ref_exact_rows += 1;
+                  ref_exact_mismatch += std::memcmp(&g, &sref, 4) != 0;
+                }
               }
               if (mode == 0) {
                 // Against the unquantized activations: per block, |x^ - x| <= step * (0.5 + 127 * 2^-11)
@@ -270,8 +277,8 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
             }
           ++cases;
           // Prefill batches (more than 16 rows) against the same rows one at a time, bit for bit:
-          // every type but Q4_K sums each (row, row) pair as the decode tiles do (Q4_K's prefill
-          // panels take llama.cpp's repacked-Q4_K order instead; the f64 check above holds it).
+          // every type sums each (row, row) pair in the same order at every batch size (Q4_K's
+          // prefill panels, quant_gemm.cpp, and its decode tiles both in llama.cpp's repacked-Q4_K order).
           if (mode == 0 && M > 16) {
             std::vector<float> y1(static_cast<size_t>(N));
             for (int64_t m = 0; m < M; ++m) {
@@ -291,6 +298,8 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     }
     r.Set("batchRows", batch_rows);
     r.Set("batchRowMismatches", batch_mismatch);
+    r.Set("refExactRows", ref_exact_rows);
+    r.Set("refExactMismatches", ref_exact_mismatch);
     r.Set("dotCases", cases);
     r.Set("dotMaxErr", dot_err);
     r.Set("refDotMaxErr", ref_err);

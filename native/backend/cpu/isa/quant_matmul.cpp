@@ -243,11 +243,122 @@ inline __m256i k_scales_mins(const uint8_t* s) {
                                              static_cast<int>(u[3])));
 }
 
-// Q4_K / Q5_K weights, q8_K activations.
+// Q4_K weights, q8_K activations, in the order of llama.cpp's repacked Q4_K (ggml_gemv /
+// ggml_gemm_q4_K_8x8_q8_K, what it runs for Q4_K on x86, and quant_gemm.cpp's order): per block
+// the exact integer sums of the scales' part (isum) and of the mins' part (msum); per output
+// acc = fma(isum, dw dx, acc), accm = fma(msum, dmin dx, accm); y = acc - accm.
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// AVX-512: a block's 128 nibble bytes are two 64-byte vectors; the low nibbles of the first hold
+// groups 0 | 2, its high nibbles 1 | 3 (the second: 4 | 6, 5 | 7). The activations are read in
+// that order (halves of 32 bytes shuffled once per block for the NW weight rows), maddubs gives
+// pair sums (values below 16: no saturation), and vpdpwssd multiplies them by the group scale of
+// their half and adds them up.
+#ifndef PF
+#define PF 2048
+#endif
+// k_scales_mins in vector operations: the 8 scales and 8 mins as bytes (16 readable bytes at s).
+inline __m128i k_scales_mins_bytes(const uint8_t* s) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  const __m128i lo = _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+  const __m128i hn = _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+  const __m128i top = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_setr_epi8(0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48));
+  return _mm_or_si128(_mm_or_si128(lo, hn), top);
+}
+// The sums of each of 4 vectors of int32 (a..d) as the lanes of one.
+inline __m128i sum4_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+  const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+inline __m128i sum4_epi32(__m128i a, __m128i b, __m128i c, __m128i d) {
+  const __m128i ab = _mm_add_epi32(_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b));
+  const __m128i cd = _mm_add_epi32(_mm_unpacklo_epi32(c, d), _mm_unpackhi_epi32(c, d));
+  return _mm_add_epi32(_mm_unpacklo_epi64(ab, cd), _mm_unpackhi_epi64(ab, cd));
+}
+// NW <= 4 weight rows at once: lane i of the f32 sums is weight row i (the same operations per
+// output as the scalar order above).
+template <int R, int NW>
+inline void dot_q4_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  static_assert(NW >= 1 && NW <= 4);
+  __m128 acc[R], accm[R];
+  for (int m = 0; m < R; ++m) acc[m] = accm[m] = _mm_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  // Word indices into (8 scales | 8 mins): half 0 of vector c takes group ga(c), half 1 gb(c).
+  const __m512i sel[4] = {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
+                          _mm512_inserti64x4(_mm512_set1_epi16(1), _mm256_set1_epi16(3), 1),
+                          _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1),
+                          _mm512_inserti64x4(_mm512_set1_epi16(5), _mm256_set1_epi16(7), 1)};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* w[NW];
+    __m128i dh = _mm_setzero_si128();  // (d, dmin) of row i in dword i
+    for (int i = 0; i < NW; ++i) {
+      w[i] = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ4_K);
+      for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(w[i] + PF + 64 * l), _MM_HINT_T0);
+      int32_t dd;
+      std::memcpy(&dd, w[i], 4);
+      dh = _mm_insert_epi32(dh, dd, i);
+    }
+    const __m256 df = _mm256_cvtph_ps(dh);  // d0 dmin0 d1 dmin1 ...
+    const __m128 dw = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(df, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
+    const __m128 dmw = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(df, _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0)));
+    // The activation blocks in the weights' group order (halves of 32 bytes shuffled once for
+    // the NW rows), and the pair sums of their bsums.
+    __m512i xv[R][4];
+    __m128i pairs[R];
+    for (int m = 0; m < R; ++m) {
+      const BlockQ8_K& x = xs[m][b];
+      const __m512i a = _mm512_loadu_si512(x.qs), c = _mm512_loadu_si512(x.qs + 64);
+      const __m512i e = _mm512_loadu_si512(x.qs + 128), f = _mm512_loadu_si512(x.qs + 192);
+      xv[m][0] = _mm512_shuffle_i64x2(a, c, 0x44);  // x 0..31 | 64..95
+      xv[m][1] = _mm512_shuffle_i64x2(a, c, 0xEE);  // x 32..63 | 96..127
+      xv[m][2] = _mm512_shuffle_i64x2(e, f, 0x44);
+      xv[m][3] = _mm512_shuffle_i64x2(e, f, 0xEE);
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
+      pairs[m] = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    }
+    __m512i s[R][4] = {};
+    __m128i pm[R][4] = {};
+    for (int i = 0; i < NW; ++i) {
+      const __m256i sm = _mm256_cvtepu8_epi16(k_scales_mins_bytes(w[i] + 4));
+      const __m128i mins = _mm256_extracti128_si256(sm, 1);
+      __m512i sc[4];
+      for (int c = 0; c < 4; ++c) sc[c] = _mm512_permutexvar_epi16(sel[c], _mm512_castsi256_si512(sm));
+      const __m512i q0 = _mm512_loadu_si512(w[i] + 16), q1 = _mm512_loadu_si512(w[i] + 80);
+      const __m512i v[4] = {_mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
+                            _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4)};
+      for (int m = 0; m < R; ++m) {
+        __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v[0], xv[m][0]), sc[0]);
+        for (int k = 1; k < 4; ++k) t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(v[k], xv[m][k]), sc[k]);
+        s[m][i] = t;
+        pm[m][i] = _mm_madd_epi16(mins, pairs[m]);
+      }
+    }
+    for (int m = 0; m < R; ++m) {
+      const __m128 isum = _mm_cvtepi32_ps(sum4_epi32(s[m][0], s[m][1], s[m][2], s[m][3]));
+      const __m128 msum = _mm_cvtepi32_ps(sum4_epi32(pm[m][0], pm[m][1], pm[m][2], pm[m][3]));
+      const __m128 xd = _mm_set1_ps(xs[m][b].d);
+      acc[m] = _mm_fmadd_ps(isum, _mm_mul_ps(dw, xd), acc[m]);
+      accm[m] = _mm_fmadd_ps(msum, _mm_mul_ps(dmw, xd), accm[m]);
+    }
+  }
+  for (int m = 0; m < R; ++m) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, _mm_sub_ps(acc[m], accm[m]));
+    for (int i = 0; i < NW; ++i) ys[i][m * ldy] = out[i];
+  }
+}
+#endif
+
+// Q4_K / Q5_K weights, q8_K activations: Q5_K in vec_dot_q5_K_q8_K's order (8 f32 lanes, the
+// mins apart), Q4_K (the AVX2 table's; AVX-512 has dot_q4_K above) in the repacked order above.
 template <DType T, int R, int NW>
 inline void dot_q45_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
   __m256 acc[NW][R];
-  float accm[NW][R] = {};
+  float accm[NW][R] = {}, acc4[NW][R] = {};
   for (int i = 0; i < NW; ++i)
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
   constexpr size_t bb = T == DType::q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ5_K);
@@ -295,14 +406,80 @@ inline void dot_q45_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int6
         pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, _MM_SHUFFLE(1, 0, 3, 2)));
         pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, _MM_SHUFFLE(2, 3, 0, 1)));
         const int msum = _mm_cvtsi128_si32(pm);
+        if constexpr (T == DType::q4_K) {
+          acc4[i][m] = std::fma(static_cast<float>(hsum_i32_8(sumi)), dw * x.d, acc4[i][m]);
+          accm[i][m] = std::fma(static_cast<float>(msum), dminw * x.d, accm[i][m]);
+          continue;
+        }
         acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[i][m]);
         accm[i][m] -= (x.d * dminw) * static_cast<float>(msum);
       }
     }
+  if constexpr (T == DType::q4_K) {
+    for (int i = 0; i < NW; ++i)
+      for (int m = 0; m < R; ++m) ys[i][m * ldy] = acc4[i][m] - accm[i][m];
+    return;
+  }
   for (int i = 0; i < NW; ++i) store<R>(acc[i], accm[i], ys[i], ldy);
 }
 
-// Q6_K weights, q8_K activations: values 0..63 (the -32 offset through the bsums).
+// Q6_K weights, q8_K activations: values 0..63 (the -32 offset through the bsums), in
+// vec_dot_q6_K_q8_K's order: 8 int32 lanes per block (lane l: bytes 4l .. 4l + 3 of each 32-byte
+// chunk), per block fma(dx dw, lanes, acc), the 8 lanes summed at the end.
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// AVX-512: a 64-byte vector holds two 32-byte chunks, whose lanes l and l + 8 are added to make
+// llama.cpp's lane l. Chunk pair c: low (c = 0, 2) or high (c = 1, 3) nibbles of ql[64 (c / 2) ..],
+// and the qh bits of both chunks from qh[32 (c / 2) ..] in both halves, shifted per half.
+template <int R, int NW>
+inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  __m256 acc[NW][R];
+  for (int i = 0; i < NW; ++i)
+    for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  // qh bits to bits 4..5: chunks 0 | 1 shift left by 4 | 2, chunks 2 | 3 right by 0 | 2.
+  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  // Word k of vector c takes scale 4c + k / 8.
+  __m512i sel[4];
+  for (int c = 0; c < 4; ++c) {
+    alignas(64) int16_t idx[32];
+    for (int k = 0; k < 32; ++k) idx[k] = static_cast<int16_t>(4 * c + k / 8);
+    sel[c] = _mm512_load_si512(idx);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int i = 0; i < NW; ++i) {
+      const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
+      for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + PF + 64 * l), _MM_HINT_T0);
+      uint16_t dh;
+      std::memcpy(&dh, w + 208, 2);
+      const float dw = h2f(dh);
+      const __m512i ql0 = _mm512_loadu_si512(w), ql1 = _mm512_loadu_si512(w + 64);
+      const __m512i qh0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128)));
+      const __m512i qh1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 160)));
+      const __m512i v[4] = {
+          _mm512_or_si512(_mm512_and_si512(ql0, m4), _mm512_and_si512(_mm512_sllv_epi16(qh0, shl), m30)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh0, shr), m30)),
+          _mm512_or_si512(_mm512_and_si512(ql1, m4), _mm512_and_si512(_mm512_sllv_epi16(qh1, shl), m30)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh1, shr), m30))};
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192)));
+      __m512i sv[4];
+      for (int c = 0; c < 4; ++c) sv[c] = _mm512_permutexvar_epi16(sel[c], _mm512_castsi256_si512(sc16));
+      for (int m = 0; m < R; ++m) {
+        const BlockQ8_K& x = xs[m][b];
+        __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v[0], _mm512_loadu_si512(x.qs)), sv[0]);
+        for (int c = 1; c < 4; ++c)
+          t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(v[c], _mm512_loadu_si512(x.qs + 64 * c)), sv[c]);
+        __m256i sumi = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+        sumi = _mm256_sub_epi32(
+            sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums))), 5));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+      }
+    }
+  }
+  const float zero[R] = {};
+  for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
+}
+#else
 template <int R, int NW>
 inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
   __m256 acc[NW][R];
@@ -350,15 +527,18 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
           const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
           sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[g], qx, sv[g]));
         }
-        // sum_s scale_s * bsums_s in one madd (|product| <= 128 * 2032 per term: int32 is ample).
-        const int corr = hsum_i32_8(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums))));
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
+        // The -32 offset: 32 x scale_s x bsums_s, lane l taking s = 2l, 2l + 1 as llama.cpp's lanes
+        // do (|product| <= 128 * 2032 per term: int32 is ample).
+        sumi = _mm256_sub_epi32(
+            sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums))), 5));
         acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[i][m]);
       }
     }
   const float zero[R] = {};
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
+
+#endif
 
 // IQ4_XS weights, q8_K activations: per group of 32 the int8 levels, |level| . (q8 with the
 // level's sign) in pair sums (maddubs: |level| <= 127, |q8| <= 127, no saturation), times the
@@ -412,7 +592,11 @@ inline void row_tile(DType t, const uint8_t* const* wr, const uint8_t* xq, size_
       return;
     case DType::q5_1: dot_q5_1<R, NW>(wr, reinterpret_cast<const BlockQ8_1* const*>(rows), K / QK, ys, ldy); return;
     case DType::q4_K:
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+      dot_q4_K<R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
+#else
       dot_q45_K<DType::q4_K, R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
+#endif
       return;
     case DType::q5_K:
       dot_q45_K<DType::q5_K, R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
