@@ -151,6 +151,11 @@ void quantize_q8_K_row(const float* x, BlockQ8_K* y, int64_t k) {
 
 constexpr int MR = 4;
 
+// Software prefetch distance in each weight stream (bytes), AVX-512 decode tiles.
+#ifndef PF
+#define PF 2048
+#endif
+
 template <int R>
 inline void store(const __m256* acc, const float* extra, float* y, int64_t ldy) {
   for (int m = 0; m < R; ++m) y[m * ldy] = hsum8(acc[m]) + extra[m];
@@ -201,6 +206,75 @@ inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs
   const float zero[R] = {};
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
+
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// The same products, two weight rows per 64-byte vector (row 2p in the low half, 2p + 1 in the
+// high one) against each activation block broadcast to both halves. AVX-512 has no vpsignb, so
+// the weights are offset to unsigned (w + 128, which vpdpbusd takes) and each lane starts from
+// -128 x the sum of its four activation bytes (computed once per activation block): the same
+// int32 lanes as |w| . sign(x, w), so the same f32 operations per output, in the same order.
+template <DType T, int R, int NW>
+inline void dot_q8_0_pairs(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+  static_assert(NW == 2 || NW == 4);
+  constexpr int NP = NW / 2;
+  constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 || T == DType::iq4_nl ? 18 : 22;
+  __m512 acc[NP][R];
+  for (int p = 0; p < NP; ++p)
+    for (int m = 0; m < R; ++m) acc[p][m] = _mm512_setzero_ps();
+  [[maybe_unused]] const __m256i table = iq4_table();
+  const __m512i off = _mm512_set1_epi8(static_cast<char>(0x80));
+  // Lane j of the f16 scales' vector to every lane of half h of pair p: index 2p + h.
+  const __m512i half_idx[2] = {_mm512_inserti64x4(_mm512_set1_epi32(0), _mm256_set1_epi32(1), 1),
+                               _mm512_inserti64x4(_mm512_set1_epi32(2), _mm256_set1_epi32(3), 1)};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* w[NW];
+    __m128i dh = _mm_setzero_si128();
+    for (int i = 0; i < NW; ++i) {
+      w[i] = wr[i] + static_cast<size_t>(b) * bb;
+      _mm_prefetch(reinterpret_cast<const char*>(w[i] + PF), _MM_HINT_T0);
+      uint16_t d;
+      std::memcpy(&d, w[i], 2);
+      dh = _mm_insert_epi16(dh, d, i);
+    }
+    const __m512 dw = _mm512_castps256_ps512(_mm256_cvtph_ps(dh));
+    __m512i wu[NP];
+    __m512 dwp[NP];
+    for (int p = 0; p < NP; ++p) {
+      __m256i q[2];
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* wi = w[2 * p + h];
+        if constexpr (T == DType::q8_0) {
+          q[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi + 2));
+        } else if constexpr (T == DType::q4_0) {
+          q[h] = _mm256_sub_epi8(nibbles32(wi + 2), _mm256_set1_epi8(8));
+        } else if constexpr (T == DType::iq4_nl) {
+          q[h] = _mm256_shuffle_epi8(table, nibbles32(wi + 2));
+        } else {
+          const __m256i hi = _mm256_andnot_si256(bits32(wi + 2), _mm256_set1_epi8(static_cast<char>(0xF0)));
+          q[h] = _mm256_or_si256(nibbles32(wi + 6), hi);
+        }
+      }
+      wu[p] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1), off);
+      dwp[p] = _mm512_permutexvar_ps(half_idx[p], dw);
+    }
+    for (int m = 0; m < R; ++m) {
+      const __m512i qx = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[m][b].qs)));
+      const __m512i corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, qx);  // 128 x the lane's x sum
+      const __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+      const __m512 dx = _mm512_set1_ps(h2f(xs[m][b].d));
+      for (int p = 0; p < NP; ++p)
+        acc[p][m] = _mm512_fmadd_ps(_mm512_mul_ps(dwp[p], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg, wu[p], qx)), acc[p][m]);
+    }
+  }
+  for (int p = 0; p < NP; ++p)
+    for (int h = 0; h < 2; ++h) {
+      __m256 a[R];
+      for (int m = 0; m < R; ++m) a[m] = h ? _mm512_extractf32x8_ps(acc[p][m], 1) : _mm512_castps512_ps256(acc[p][m]);
+      const float zero[R] = {};
+      store<R>(a, zero, ys[2 * p + h], ldy);
+    }
+}
+#endif
 
 // Q5_1 weights (unsigned 0..31 and a min), q8_1 activations.
 template <int R, int NW>
@@ -253,9 +327,6 @@ inline __m256i k_scales_mins(const uint8_t* s) {
 // that order (halves of 32 bytes shuffled once per block for the NW weight rows), maddubs gives
 // pair sums (values below 16: no saturation), and vpdpwssd multiplies them by the group scale of
 // their half and adds them up.
-#ifndef PF
-#define PF 2048
-#endif
 // k_scales_mins in vector operations: the 8 scales and 8 mins as bytes (16 readable bytes at s).
 inline __m128i k_scales_mins_bytes(const uint8_t* s) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
@@ -573,6 +644,16 @@ inline void dot_iq4_xs(const uint8_t* const* wr, const BlockQ8_K* const* xs, int
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 
+// The Q8_0-family tile of the table: pairs of weight rows per 64-byte vector on AVX-512, else
+// (and for a single row) the 32-byte tile.
+template <DType T, int R, int NW>
+inline void q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if constexpr (NW % 2 == 0) return dot_q8_0_pairs<T, R, NW>(wr, xs, nb, ys, ldy);
+#endif
+  dot_q8_0_family<T, R, NW>(wr, xs, nb, ys, ldy);
+}
+
 // NW weight rows (wr[i], outputs at ys[i] + m * ldy) against R activation rows (row m's blocks at
 // xq + m * xstride bytes).
 template <int R, int NW>
@@ -581,15 +662,9 @@ inline void row_tile(DType t, const uint8_t* const* wr, const uint8_t* xq, size_
   const void* rows[R];
   for (int m = 0; m < R; ++m) rows[m] = xq + static_cast<size_t>(m) * xstride;
   switch (t) {
-    case DType::q8_0:
-      dot_q8_0_family<DType::q8_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
-      return;
-    case DType::q4_0:
-      dot_q8_0_family<DType::q4_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
-      return;
-    case DType::q5_0:
-      dot_q8_0_family<DType::q5_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
-      return;
+    case DType::q8_0: q8_0_family<DType::q8_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy); return;
+    case DType::q4_0: q8_0_family<DType::q4_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy); return;
+    case DType::q5_0: q8_0_family<DType::q5_0, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy); return;
     case DType::q5_1: dot_q5_1<R, NW>(wr, reinterpret_cast<const BlockQ8_1* const*>(rows), K / QK, ys, ldy); return;
     case DType::q4_K:
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -602,9 +677,7 @@ inline void row_tile(DType t, const uint8_t* const* wr, const uint8_t* xq, size_
       dot_q45_K<DType::q5_K, R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy);
       return;
     case DType::q6_K: dot_q6_K<R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy); return;
-    case DType::iq4_nl:
-      dot_q8_0_family<DType::iq4_nl, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy);
-      return;
+    case DType::iq4_nl: q8_0_family<DType::iq4_nl, R, NW>(wr, reinterpret_cast<const BlockQ8_0* const*>(rows), K / QK, ys, ldy); return;
     case DType::iq4_xs: dot_iq4_xs<R, NW>(wr, reinterpret_cast<const BlockQ8_K* const*>(rows), K / QK_K, ys, ldy); return;
     case DType::f32:
     case DType::bf16:
@@ -715,24 +788,44 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
   for (int64_t p = n0; p < n1; p += kPanelRows) {
     const int64_t pe = std::min(n1, p + kPanelRows);
     int64_t m = 0;
-    // Prefill with the 32-value types: 2 weight rows per tile, so each activation block is loaded
-    // once for both (their unpacking is cheap); the K-quants unpack 8 groups per block and keep 1,
-    // and so do decode batches (4..16 rows), where 2 rows measured slower.
-    const bool pairs = M > 16 && (wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0 || wt == DType::iq4_nl);
+    // The 32-value types: on AVX-512 4 weight rows per tile at every batch size (two per 64-byte
+    // vector); on AVX2, in prefill, 2 weight rows per tile, so each activation block is loaded
+    // once for both (their unpacking is cheap). The K-quants unpack 8 groups per block and keep 1,
+    // and so do AVX2's decode batches (4..16 rows), where 2 rows measured slower.
+    const bool q32 = wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0 || wt == DType::iq4_nl;
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    const int nw = q32 ? 4 : 1;
+#else
+    const int nw = q32 && M > 16 ? 2 : 1;
+#endif
     for (; m + MR <= M; m += MR) {
       int64_t n = p;
-      if (pairs)
+      if (nw == 4)
+        for (; n + 4 <= pe; n += 4) rows_tile<MR, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      if (nw == 2)
         for (; n + 2 <= pe; n += 2) rows_tile<MR, 2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
       for (; n < pe; ++n) rows_tile<MR, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
     }
     const int64_t rest = M - m;
-    for (int64_t n = p; n < pe && rest > 0; ++n) {
-      if (rest == 3)
-        rows_tile<3, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-      else if (rest == 2)
-        rows_tile<2, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-      else
-        rows_tile<1, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+    if (rest > 0) {
+      int64_t n = p;
+      if (nw == 4)
+        for (; n + 4 <= pe; n += 4) {
+          if (rest == 3)
+            rows_tile<3, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+          else if (rest == 2)
+            rows_tile<2, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+          else
+            rows_tile<1, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+        }
+      for (; n < pe; ++n) {
+        if (rest == 3)
+          rows_tile<3, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+        else if (rest == 2)
+          rows_tile<2, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+        else
+          rows_tile<1, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      }
     }
   }
 }
