@@ -213,8 +213,11 @@ inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs
 // the weights are offset to unsigned (w + 128, which vpdpbusd takes) and each lane starts from
 // -128 x the sum of its four activation bytes (computed once per activation block): the same
 // int32 lanes as |w| . sign(x, w), so the same f32 operations per output, in the same order.
+// pfo: how far ahead of each weight row's block to prefetch (bytes): PF in the decode streams, the
+// next tile's row (NW rows on) in tiles over adjacent rows.
 template <DType T, int R, int NW>
-inline void dot_q8_0_pairs(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
+inline void dot_q8_0_pairs(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy,
+                           int64_t pfo = PF) {
   static_assert(NW == 2 || NW == 4);
   constexpr int NP = NW / 2;
   constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 || T == DType::iq4_nl ? 18 : 22;
@@ -231,7 +234,7 @@ inline void dot_q8_0_pairs(const uint8_t* const* wr, const BlockQ8_0* const* xs,
     __m128i dh = _mm_setzero_si128();
     for (int i = 0; i < NW; ++i) {
       w[i] = wr[i] + static_cast<size_t>(b) * bb;
-      _mm_prefetch(reinterpret_cast<const char*>(w[i] + PF), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w[i] + pfo), _MM_HINT_T0);
       uint16_t d;
       std::memcpy(&d, w[i], 2);
       dh = _mm_insert_epi16(dh, d, i);
@@ -654,6 +657,51 @@ inline void q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs, in
   dot_q8_0_family<T, R, NW>(wr, xs, nb, ys, ldy);
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// AVX-512, the 32-value types, 4 or more activation rows: weight rows n0 .. n1 against activation
+// rows m .. m + R (R <= 8) in tiles of 4 weight rows, each weight row read once per call, the next
+// tile's rows prefetched as this one runs (a 16-row panel passed by tiles of 4 activation rows
+// waited on memory at its first tile).
+template <DType T, int R>
+void q32_rows(const uint8_t* wb, size_t wrow, int64_t n0, int64_t n1, const uint8_t* xb, size_t xrow, int64_t m,
+              int64_t K, float* y, int64_t ldy) {
+  const BlockQ8_0* xs[R];
+  for (int r = 0; r < R; ++r) xs[r] = reinterpret_cast<const BlockQ8_0*>(xb + static_cast<size_t>(m + r) * xrow);
+  int64_t n = n0;
+  for (; n < n1; n += 4) {
+    const int nw = static_cast<int>(std::min<int64_t>(4, n1 - n));
+    const uint8_t* wr[4];
+    float* ys[4];
+    for (int i = 0; i < nw; ++i) {
+      wr[i] = wb + static_cast<size_t>(n + i) * wrow;
+      ys[i] = y + m * ldy + n + i;
+    }
+    if (nw == 4) {
+      dot_q8_0_pairs<T, R, 4>(wr, xs, K / QK, ys, ldy, static_cast<int64_t>(4 * wrow));
+      continue;
+    }
+    for (int i = 0; i < nw; ++i) dot_q8_0_family<T, R, 1>(wr + i, xs, K / QK, ys + i, ldy);
+  }
+}
+
+template <DType T>
+void q32_tiles(const uint8_t* wb, size_t wrow, int64_t n0, int64_t n1, const uint8_t* xb, size_t xrow, int64_t M,
+               int64_t K, float* y, int64_t ldy) {
+  for (int64_t m = 0; m < M; m += 8) {
+    switch (std::min<int64_t>(8, M - m)) {
+      case 1: q32_rows<T, 1>(wb, wrow, n0, n1, xb, xrow, m, K, y, ldy); break;
+      case 2: q32_rows<T, 2>(wb, wrow, n0, n1, xb, xrow, m, K, y, ldy); break;
+      case 3: q32_rows<T, 3>(wb, wrow, n0, n1, xb, xrow, m, K, y, ldy); break;
+      case 4: q32_rows<T, 4>(wb, wrow, n0, n1, xb, xrow, m, K, y, ldy); break;
+      case 5: q32_rows<T, 5>(wb, wrow, n0, n1, xb, xrow, m, K, y, ldy); break;
+      case 6: q32_rows<T, 6>(wb, wrow, n0, n1, xb, xrow, m, K, y, ldy); break;
+      case 7: q32_rows<T, 7>(wb, wrow, n0, n1, xb, xrow, m, K, y, ldy); break;
+      default: q32_rows<T, 8>(wb, wrow, n0, n1, xb, xrow, m, K, y, ldy); break;
+    }
+  }
+}
+#endif
+
 // NW weight rows (wr[i], outputs at ys[i] + m * ldy) against R activation rows (row m's blocks at
 // xq + m * xstride bytes).
 template <int R, int NW>
@@ -783,49 +831,40 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
   if (M == 2) return four_streams<2>(wt, wb, wrow, n0, n1, xb, xrow, K, y, ldy);
   if (M == 3) return four_streams<3>(wt, wb, wrow, n0, n1, xb, xrow, K, y, ldy);
   if (M > 16 && gemm_quant(xq, M, K, w, wt, n0, n1, y, ldy)) return;
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  switch (wt) {
+    case DType::q8_0: return q32_tiles<DType::q8_0>(wb, wrow, n0, n1, xb, xrow, M, K, y, ldy);
+    case DType::q4_0: return q32_tiles<DType::q4_0>(wb, wrow, n0, n1, xb, xrow, M, K, y, ldy);
+    case DType::q5_0: return q32_tiles<DType::q5_0>(wb, wrow, n0, n1, xb, xrow, M, K, y, ldy);
+    case DType::iq4_nl: return q32_tiles<DType::iq4_nl>(wb, wrow, n0, n1, xb, xrow, M, K, y, ldy);
+    default: break;
+  }
+#endif
   // Panels of 16 weight rows that stay in cache while every activation row passes them, in tiles
   // of MR rows (each weight block unpacked once per tile).
   for (int64_t p = n0; p < n1; p += kPanelRows) {
     const int64_t pe = std::min(n1, p + kPanelRows);
     int64_t m = 0;
-    // The 32-value types: on AVX-512 4 weight rows per tile at every batch size (two per 64-byte
-    // vector); on AVX2, in prefill, 2 weight rows per tile, so each activation block is loaded
-    // once for both (their unpacking is cheap). The K-quants unpack 8 groups per block and keep 1,
-    // and so do AVX2's decode batches (4..16 rows), where 2 rows measured slower.
+    // AVX2, prefill with the 32-value types: 2 weight rows per tile, so each activation block is
+    // loaded once for both (their unpacking is cheap); the K-quants unpack 8 groups per block and
+    // keep 1, and so do the decode batches (4..16 rows), where 2 rows measured slower. (AVX-512
+    // takes the 32-value types to q32_tiles above.)
     const bool q32 = wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0 || wt == DType::iq4_nl;
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    const int nw = q32 ? 4 : 1;
-#else
     const int nw = q32 && M > 16 ? 2 : 1;
-#endif
     for (; m + MR <= M; m += MR) {
       int64_t n = p;
-      if (nw == 4)
-        for (; n + 4 <= pe; n += 4) rows_tile<MR, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
       if (nw == 2)
         for (; n + 2 <= pe; n += 2) rows_tile<MR, 2>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
       for (; n < pe; ++n) rows_tile<MR, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
     }
     const int64_t rest = M - m;
-    if (rest > 0) {
-      int64_t n = p;
-      if (nw == 4)
-        for (; n + 4 <= pe; n += 4) {
-          if (rest == 3)
-            rows_tile<3, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-          else if (rest == 2)
-            rows_tile<2, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-          else
-            rows_tile<1, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-        }
-      for (; n < pe; ++n) {
-        if (rest == 3)
-          rows_tile<3, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-        else if (rest == 2)
-          rows_tile<2, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-        else
-          rows_tile<1, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
-      }
+    for (int64_t n = p; n < pe && rest > 0; ++n) {
+      if (rest == 3)
+        rows_tile<3, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      else if (rest == 2)
+        rows_tile<2, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      else
+        rows_tile<1, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
     }
   }
 }
