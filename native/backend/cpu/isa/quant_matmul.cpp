@@ -6,9 +6,12 @@
 // indices become their int8 levels by one byte shuffle of the 16-entry table. Batches of 1..3 rows
 // (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
 // once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
-// while every activation row passes them (Q4_K batches of more than 16 rows: quant_gemm.cpp,
-// llama.cpp's order for them). Either way each quantized matrix streams from memory
-// once per step. The reference code and the block layouts: core/quant_ref.h.
+// while every activation row passes them (Q4_K batches of more than 16 rows: quant_gemm.cpp; on
+// AVX-512 the 32-value types take tiles of up to 8 activation rows x 4 weight rows that walk the
+// weight rows once, q32_tiles). Either way each quantized matrix streams from memory once per step.
+// The AVX-512 table has 64-byte tiles of its own for the 32-value types, Q4_K and Q6_K; every tile
+// keeps llama.cpp's order of the f32 operations per output (kernelCheck holds Q4_K and Q6_K to
+// core/quant_ref.cpp bit for bit). The reference code and the block layouts: core/quant_ref.h.
 #include <algorithm>
 
 #include "backend/cpu/isa/entry_points.h"
@@ -151,7 +154,9 @@ void quantize_q8_K_row(const float* x, BlockQ8_K* y, int64_t k) {
 
 constexpr int MR = 4;
 
-// Software prefetch distance in each weight stream (bytes), AVX-512 decode tiles.
+// Software prefetch distance in each weight stream (bytes), AVX-512 decode tiles: their loop
+// bodies are long, so the reorder window holds few blocks of each stream (docs/performance.md,
+// the AVX-512 tiles of the eleventh session).
 #ifndef PF
 #define PF 2048
 #endif
@@ -325,11 +330,6 @@ inline __m256i k_scales_mins(const uint8_t* s) {
 // the exact integer sums of the scales' part (isum) and of the mins' part (msum); per output
 // acc = fma(isum, dw dx, acc), accm = fma(msum, dmin dx, accm); y = acc - accm.
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-// AVX-512: a block's 128 nibble bytes are two 64-byte vectors; the low nibbles of the first hold
-// groups 0 | 2, its high nibbles 1 | 3 (the second: 4 | 6, 5 | 7). The activations are read in
-// that order (halves of 32 bytes shuffled once per block for the NW weight rows), maddubs gives
-// pair sums (values below 16: no saturation), and vpdpwssd multiplies them by the group scale of
-// their half and adds them up.
 // k_scales_mins in vector operations: the 8 scales and 8 mins as bytes (16 readable bytes at s).
 inline __m128i k_scales_mins_bytes(const uint8_t* s) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
@@ -353,6 +353,11 @@ inline __m128i sum4_epi32(__m128i a, __m128i b, __m128i c, __m128i d) {
   const __m128i cd = _mm_add_epi32(_mm_unpacklo_epi32(c, d), _mm_unpackhi_epi32(c, d));
   return _mm_add_epi32(_mm_unpacklo_epi64(ab, cd), _mm_unpackhi_epi64(ab, cd));
 }
+// AVX-512: a block's 128 nibble bytes are two 64-byte vectors; the low nibbles of the first hold
+// groups 0 | 2, its high nibbles 1 | 3 (the second: 4 | 6, 5 | 7). The activations are read in
+// that order (halves of 32 bytes shuffled once per block for the NW weight rows), maddubs gives
+// pair sums (values below 16: no saturation), and vpdpwssd multiplies them by the group scale of
+// their half and adds them up.
 // NW <= 4 weight rows at once: lane i of the f32 sums is weight row i (the same operations per
 // output as the scalar order above).
 template <int R, int NW>
