@@ -845,6 +845,25 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
     default: break;
   }
 #endif
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if (wt == DType::q4_K) {
+    // Q4_K's 64-byte tile shuffles each activation block into its group order and reduces 4
+    // weight rows' sums together: tiles of 2 activation rows x 4 weight rows (all in registers)
+    // share both, where 4 x 1 tiles paid them per weight row.
+    for (int64_t p = n0; p < n1; p += kPanelRows) {
+      const int64_t pe = std::min(n1, p + kPanelRows);
+      for (int64_t m = 0; m < M; m += 2) {
+        const bool two = m + 2 <= M;
+        int64_t n = p;
+        for (; n + 4 <= pe; n += 4)
+          two ? rows_tile<2, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy) : rows_tile<1, 4>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+        for (; n < pe; ++n)
+          two ? rows_tile<2, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy) : rows_tile<1, 1>(wt, wb, wrow, n, xb, xrow, m, K, y, ldy);
+      }
+    }
+    return;
+  }
+#endif
   // Panels of 16 weight rows that stay in cache while every activation row passes them, in tiles
   // of MR rows (each weight block unpacked once per tile).
   for (int64_t p = n0; p < n1; p += kPanelRows) {
