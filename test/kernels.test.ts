@@ -6,6 +6,7 @@ import { loadAddon } from '../src/engine/native.js';
 interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
+  gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
@@ -43,6 +44,9 @@ describe('CPU kernels against scalar references', () => {
       expect(r.gatedNormMaxRelErr).toBeLessThan(1e-5);
       expect(r.expMaxRelErr).toBeLessThan(2e-6);
       expect(r.attnRowsMaxErr).toBeLessThan(1e-5); // fp32 sums, relative to the sum of |terms|
+      // Gated DeltaNet against its recurrence in double (measured ~1e-6: the f32 cumulative decay)
+      expect(r.gdnRecurrentMaxErr).toBeLessThan(1e-5);
+      expect(r.gdnChunkedMaxErr).toBeLessThan(1e-5);
       expect(r.sigmoidMaxRelErr).toBeLessThan(2e-6);
       expect(r.streamSumMaxRelErr).toBeLessThan(1e-6); // small integers: exact in fp32
     });

@@ -205,6 +205,72 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
     }
   obj.Set("streamSumMaxRelErr", ssum_err);
 
+  // Gated DeltaNet, one value head from a non-zero state: the token recurrence and the chunked
+  // (WY) form, against the recurrence in double (S <- e^g S; d = beta (v - S^T k); S += k d^T;
+  // o = S^T q). The Qwen3.5 head (dk = dv = 128, the chunked form's register-blocked path) and a
+  // smaller one (the general path); lengths inside one block, on its edge, and over several.
+  // Errors relative to the largest |o| and |S| of the reference.
+  {
+    double rec_err = 0, chunk_err = 0;
+    std::vector<float> scratch;
+    for (int dk : {128, 32})
+      for (int n : {1, 17, 64, 65, 150}) {
+        const int dv = dk;
+        std::vector<float> q(static_cast<size_t>(n) * dk), k(q.size()), v(static_cast<size_t>(n) * dv), beta(n), g(n);
+        for (int i = 0; i < n; ++i) {
+          double nq = 0, nk = 0;
+          for (int r = 0; r < dk; ++r) {
+            q[i * dk + r] = u(rng);
+            k[i * dk + r] = u(rng);
+            nq += static_cast<double>(q[i * dk + r]) * q[i * dk + r];
+            nk += static_cast<double>(k[i * dk + r]) * k[i * dk + r];
+          }
+          for (int r = 0; r < dk; ++r) {  // l2-normalised, q also by 1/sqrt(dk), as the backend does
+            q[i * dk + r] = static_cast<float>(q[i * dk + r] / std::sqrt(nq * dk));
+            k[i * dk + r] = static_cast<float>(k[i * dk + r] / std::sqrt(nk));
+          }
+          for (int c = 0; c < dv; ++c) v[i * dv + c] = u(rng);
+          beta[i] = 0.5f + 0.49f * u(rng);
+          g[i] = -0.75f + 0.74f * u(rng);  // log decay in (-1.49, -0.01)
+        }
+        std::vector<float> S0(static_cast<size_t>(dk) * dv);
+        for (auto& e : S0) e = u(rng);
+        std::vector<double> Sr(S0.begin(), S0.end()), orf(static_cast<size_t>(n) * dv);
+        for (int i = 0; i < n; ++i) {
+          const double dec = std::exp(static_cast<double>(g[i]));
+          for (auto& e : Sr) e *= dec;
+          for (int c = 0; c < dv; ++c) {
+            double e = 0;
+            for (int r = 0; r < dk; ++r) e += Sr[static_cast<size_t>(r) * dv + c] * k[i * dk + r];
+            const double d = beta[i] * (v[i * dv + c] - e);
+            for (int r = 0; r < dk; ++r) Sr[static_cast<size_t>(r) * dv + c] += k[i * dk + r] * d;
+          }
+          for (int c = 0; c < dv; ++c) {
+            double o = 0;
+            for (int r = 0; r < dk; ++r) o += Sr[static_cast<size_t>(r) * dv + c] * q[i * dk + r];
+            orf[static_cast<size_t>(i) * dv + c] = o;
+          }
+        }
+        double omax = 1e-30, smax = 1e-30;
+        for (double e : orf) omax = std::max(omax, std::fabs(e));
+        for (double e : Sr) smax = std::max(smax, std::fabs(e));
+        for (int form = 0; form < 2; ++form) {
+          std::vector<float> S = S0, o(orf.size(), std::numeric_limits<float>::quiet_NaN());
+          const cpu::GdnHeadIO io{q.data(), k.data(), v.data(), beta.data(), g.data(), o.data(), dk, dk, dv, 1, dv};
+          if (form == 0)
+            K.gdn_recurrent(S.data(), io, n, dk, dv);
+          else
+            K.gdn_chunked(S.data(), io, n, dk, dv, cpu::kGdnBlock, scratch);
+          double err = 0;
+          for (size_t i = 0; i < o.size(); ++i) err = std::max(err, std::isnan(o[i]) ? 1.0 : std::fabs(o[i] - orf[i]) / omax);
+          for (size_t i = 0; i < S.size(); ++i) err = std::max(err, std::fabs(S[i] - Sr[i]) / smax);
+          (form == 0 ? rec_err : chunk_err) = std::max(form == 0 ? rec_err : chunk_err, err);
+        }
+      }
+    obj.Set("gdnRecurrentMaxErr", rec_err);
+    obj.Set("gdnChunkedMaxErr", chunk_err);
+  }
+
   // Row-major f32 / bf16 products: the decode stream tiles (whole panel ranges, odd chunks, the
   // four sliced streams with the remainder panels apart) and the prefill GEMM (whole, and in row
   // pieces that start off the panel width). K off the vector widths reaches the tails, N off the
