@@ -13,6 +13,7 @@
 // keeps llama.cpp's order of the f32 operations per output (kernelCheck holds Q4_K and Q6_K to
 // core/quant_ref.cpp bit for bit). The reference code and the block layouts: core/quant_ref.h.
 #include <algorithm>
+#include <vector>
 
 #include "backend/cpu/isa/entry_points.h"
 #include "backend/cpu/isa/simd.h"
@@ -220,9 +221,14 @@ inline void dot_q8_0_family(const uint8_t* const* wr, const BlockQ8_0* const* xs
 // int32 lanes as |w| . sign(x, w), so the same f32 operations per output, in the same order.
 // pfo: how far ahead of each weight row's block to prefetch (bytes): PF in the decode streams, the
 // next tile's row (NW rows on) in tiles over adjacent rows.
+// With 2 or more activation rows the offset moves to the activations instead (x + 128, one xor
+// per activation block), and each pair's lanes start from -128 x the sum of its weight bytes,
+// computed once per block for all R rows: the same int32 lanes again. dxs (optional): the
+// activation scales already widened, R rows of nb floats.
 template <DType T, int R, int NW>
 inline void dot_q8_0_pairs(const uint8_t* const* wr, const BlockQ8_0* const* xs, int64_t nb, float* const* ys, int64_t ldy,
-                           int64_t pfo = PF) {
+                           int64_t pfo = PF, const float* dxs = nullptr) {
+  constexpr bool wside = R >= 2;  // the offset on the activations, the correction per weight pair
   static_assert(NW == 2 || NW == 4);
   constexpr int NP = NW / 2;
   constexpr size_t bb = T == DType::q8_0 ? 34 : T == DType::q4_0 || T == DType::iq4_nl ? 18 : 22;
@@ -245,7 +251,7 @@ inline void dot_q8_0_pairs(const uint8_t* const* wr, const BlockQ8_0* const* xs,
       dh = _mm_insert_epi16(dh, d, i);
     }
     const __m512 dw = _mm512_castps256_ps512(_mm256_cvtph_ps(dh));
-    __m512i wu[NP];
+    __m512i wu[NP], wneg[NP];
     __m512 dwp[NP];
     for (int p = 0; p < NP; ++p) {
       __m256i q[2];
@@ -262,16 +268,28 @@ inline void dot_q8_0_pairs(const uint8_t* const* wr, const BlockQ8_0* const* xs,
           q[h] = _mm256_or_si256(nibbles32(wi + 6), hi);
         }
       }
-      wu[p] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1), off);
+      const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
+      if constexpr (wside) {
+        wu[p] = wq;  // signed; wneg: -128 x the sum of each lane's four weight bytes
+        wneg[p] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, wq));
+      } else {
+        wu[p] = _mm512_xor_si512(wq, off);
+      }
       dwp[p] = _mm512_permutexvar_ps(half_idx[p], dw);
     }
     for (int m = 0; m < R; ++m) {
       const __m512i qx = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[m][b].qs)));
-      const __m512i corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, qx);  // 128 x the lane's x sum
-      const __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
-      const __m512 dx = _mm512_set1_ps(h2f(xs[m][b].d));
-      for (int p = 0; p < NP; ++p)
-        acc[p][m] = _mm512_fmadd_ps(_mm512_mul_ps(dwp[p], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg, wu[p], qx)), acc[p][m]);
+      const __m512 dx = dxs ? _mm512_set1_ps(dxs[m * nb + b]) : _mm512_set1_ps(h2f(xs[m][b].d));
+      if constexpr (wside) {
+        const __m512i ux = _mm512_xor_si512(qx, off);
+        for (int p = 0; p < NP; ++p)
+          acc[p][m] = _mm512_fmadd_ps(_mm512_mul_ps(dwp[p], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(wneg[p], ux, wu[p])), acc[p][m]);
+      } else {
+        const __m512i corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, qx);  // 128 x the lane's x sum
+        const __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+        for (int p = 0; p < NP; ++p)
+          acc[p][m] = _mm512_fmadd_ps(_mm512_mul_ps(dwp[p], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg, wu[p], qx)), acc[p][m]);
+      }
     }
   }
   for (int p = 0; p < NP; ++p)
@@ -672,6 +690,12 @@ void q32_rows(const uint8_t* wb, size_t wrow, int64_t n0, int64_t n1, const uint
               int64_t K, float* y, int64_t ldy) {
   const BlockQ8_0* xs[R];
   for (int r = 0; r < R; ++r) xs[r] = reinterpret_cast<const BlockQ8_0*>(xb + static_cast<size_t>(m + r) * xrow);
+  // The activation scales widened once for every tile of the call.
+  const int64_t nb = K / QK;
+  thread_local std::vector<float> dxv;
+  if (dxv.size() < static_cast<size_t>(R * nb)) dxv.resize(static_cast<size_t>(R * nb));
+  for (int r = 0; r < R; ++r)
+    for (int64_t b = 0; b < nb; ++b) dxv[static_cast<size_t>(r * nb + b)] = h2f(xs[r][b].d);
   int64_t n = n0;
   for (; n < n1; n += 4) {
     const int nw = static_cast<int>(std::min<int64_t>(4, n1 - n));
@@ -682,7 +706,7 @@ void q32_rows(const uint8_t* wb, size_t wrow, int64_t n0, int64_t n1, const uint
       ys[i] = y + m * ldy + n + i;
     }
     if (nw == 4) {
-      dot_q8_0_pairs<T, R, 4>(wr, xs, K / QK, ys, ldy, static_cast<int64_t>(4 * wrow));
+      dot_q8_0_pairs<T, R, 4>(wr, xs, nb, ys, ldy, static_cast<int64_t>(4 * wrow), dxv.data());
       continue;
     }
     for (int i = 0; i < nw; ++i) dot_q8_0_family<T, R, 1>(wr + i, xs, K / QK, ys + i, ldy);
