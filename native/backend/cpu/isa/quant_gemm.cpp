@@ -2,7 +2,8 @@
 // computes them on an AVX2 CPU: it repacks Q4_K and runs ggml_gemm_q4_K_8x8_q8_K, whose order this
 // follows. A panel of 16 weight rows is unpacked once and interleaved by quads of k across two
 // vectors of 8 rows (one row per 32-bit lane); blocks of up to 4 panels are passed by every
-// activation tile (2 rows), the q8_K bytes read in place and broadcast. The values are unsigned
+// activation tile (2 rows; on AVX-512, 4 rows against one 64-byte vector of all 16 weight rows),
+// the q8_K bytes read in place and broadcast. The values are unsigned
 // and below 16, so `maddubs` cannot saturate and its int16 sums add up over a group of 32 (8 steps
 // of 4 k, |sum| <= 8 x 2 x 15 x 128) before one `madd` by the group's scale: about one multiply per
 // 32 products, where quant_matmul.cpp's tiles take a maddubs and a madd per 32 and unpack each
@@ -210,8 +211,73 @@ void tile_k(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, in
   store_tile<R>(acc, y + m * ldy, ldy, nvalid);
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// tile_k on 64-byte vectors: the panel's 16 weight rows in the 16 lanes of one vector (the
+// unpacked layout puts the two 8-row halves side by side), so a step takes one load, and each
+// activation row one broadcast, one `maddubs` and one add; the same integer and f32 operations
+// per lane as tile_k, so the same bits.
+template <int R>
+void tile_k512(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, int64_t K, float* y, int64_t ldy,
+               int nvalid) {
+  const int64_t nb = K / QK_K;
+  const float* xd = s.xd.as<float>() + m * nb;
+  const int16_t* xg = s.xg.as<int16_t>() + m * (K / 32);
+  const int32_t* wq = s.ws.as<int32_t>() + q * (K / 4) * NP;
+  const int32_t* wsc = s.wsc.as<int32_t>() + q * nb * 8 * NP;
+  const float* wd = s.wd.as<float>() + q * nb * NP;
+  const float* wdm = s.wdm.as<float>() + q * nb * NP;
+  const int32_t* wm = s.wm.as<int32_t>() + q * nb * 4 * NP;
+  const BlockQ8_K* xr[R];
+  for (int i = 0; i < R; ++i) xr[i] = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m + i) * rb);
+  __m512 acc[R], accm[R];
+  for (int i = 0; i < R; ++i) acc[i] = accm[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i is[R];
+    for (int i = 0; i < R; ++i) is[i] = _mm512_setzero_si512();
+    const int32_t* wb = wq + b * (QK_K / 4) * 16;
+    for (int g = 0; g < 8; ++g) {
+      __m512i s16[R];
+      for (int i = 0; i < R; ++i) s16[i] = _mm512_setzero_si512();
+      for (int st = 0; st < 8; ++st) {
+        const int k4 = 8 * g + st;
+        const __m512i w = _mm512_loadu_si512(wb + k4 * 16);
+        for (int i = 0; i < R; ++i) {
+          int32_t xv;
+          std::memcpy(&xv, xr[i][b].qs + 4 * k4, 4);
+          s16[i] = _mm512_add_epi16(s16[i], _mm512_maddubs_epi16(w, _mm512_set1_epi32(xv)));
+        }
+      }
+      const __m512i sc = _mm512_loadu_si512(wsc + (b * 8 + g) * 16);
+      for (int i = 0; i < R; ++i) is[i] = _mm512_dpwssd_epi32(is[i], s16[i], sc);
+    }
+    const __m512 dw = _mm512_loadu_ps(wd + b * NP);
+    for (int i = 0; i < R; ++i)
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[i * nb + b])), acc[i]);
+    __m512i ms[R];
+    for (int i = 0; i < R; ++i) ms[i] = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m512i mv = _mm512_loadu_si512(wm + (b * 4 + j) * 16);
+      for (int i = 0; i < R; ++i) {
+        int32_t gv;
+        std::memcpy(&gv, xg + i * (K / 32) + b * 8 + 2 * j, 4);
+        ms[i] = _mm512_dpwssd_epi32(ms[i], mv, _mm512_set1_epi32(gv));
+      }
+    }
+    const __m512 dm = _mm512_loadu_ps(wdm + b * NP);
+    for (int i = 0; i < R; ++i)
+      accm[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms[i]), _mm512_mul_ps(dm, _mm512_set1_ps(xd[i * nb + b])), accm[i]);
+  }
+  const __mmask16 keep = static_cast<__mmask16>((1u << nvalid) - 1);
+  for (int i = 0; i < R; ++i) _mm512_mask_storeu_ps(y + (m + i) * ldy, keep, _mm512_sub_ps(acc[i], accm[i]));
+}
+#endif
+
 void gemm_q4_K(const uint8_t* xq, int64_t M, int64_t K, const uint8_t* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  constexpr int KR = 2;  // activation rows per register tile
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  constexpr int KR = 4;  // activation rows per register tile
+#else
+  constexpr int KR = 2;
+#endif
   const int64_t nb = K / QK_K;
   Scratch& s = scratch();
   need(s.xd, static_cast<size_t>(M * nb) * sizeof(float));
@@ -237,12 +303,17 @@ void gemm_q4_K(const uint8_t* xq, int64_t M, int64_t K, const uint8_t* w, int64_
     const auto pass = [&](auto rows, int64_t m) {
       for (int q = 0; q < nq; ++q) {
         const int64_t p = p0 + q * NP;
-        tile_k<decltype(rows)::value>(s, q, xq, rb, m, K, y + p, ldy, static_cast<int>(std::min<int64_t>(NP, n1 - p)));
+        const int nvalid = static_cast<int>(std::min<int64_t>(NP, n1 - p));
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+        tile_k512<decltype(rows)::value>(s, q, xq, rb, m, K, y + p, ldy, nvalid);
+#else
+        tile_k<decltype(rows)::value>(s, q, xq, rb, m, K, y + p, ldy, nvalid);
+#endif
       }
     };
     int64_t m = 0;
     for (; m + KR <= M; m += KR) pass(std::integral_constant<int, KR>{}, m);
-    if (m < M) pass(std::integral_constant<int, 1>{}, m);
+    for (; m < M; ++m) pass(std::integral_constant<int, 1>{}, m);
   }
 }
 
