@@ -151,22 +151,35 @@ void k_act_sums(const uint8_t* xq, int64_t M, int64_t K, float* xd, int16_t* xg)
   }
 }
 
+// What a tile reads: activation rows m .. m + R (their q8_K blocks, scales and group sums) and
+// unpacked panel q of the scratch.
+template <int R>
+struct TileView {
+  int64_t nb;
+  const float *xd, *wd, *wdm;
+  const int16_t* xg;
+  const int32_t *wq, *wsc, *wm;
+  const BlockQ8_K* xr[R];
+  TileView(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, int64_t K)
+      : nb(K / QK_K),
+        xd(s.xd.as<float>() + m * nb),
+        wd(s.wd.as<float>() + q * nb * NP),
+        wdm(s.wdm.as<float>() + q * nb * NP),
+        xg(s.xg.as<int16_t>() + m * (K / 32)),
+        wq(s.ws.as<int32_t>() + q * (K / 4) * NP),
+        wsc(s.wsc.as<int32_t>() + q * nb * 8 * NP),
+        wm(s.wm.as<int32_t>() + q * nb * 4 * NP) {
+    for (int i = 0; i < R; ++i) xr[i] = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m + i) * rb);
+  }
+};
+
 // R activation rows (from m; q8_K rows of rb bytes at xq) against the unpacked Q4_K panel, in
 // llama.cpp's order for its repacked Q4_K (ggml_gemm_q4_K_8x8_q8_K): per block the int32 sums
 // times dw x dx into one f32 accumulator, the mins' sums times dmin x dx into another, subtracted
 // at the end.
 template <int R>
 void tile_k(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, int64_t K, float* y, int64_t ldy, int nvalid) {
-  const int64_t nb = K / QK_K;
-  const float* xd = s.xd.as<float>() + m * nb;
-  const int16_t* xg = s.xg.as<int16_t>() + m * (K / 32);
-  const int32_t* wq = s.ws.as<int32_t>() + q * (K / 4) * NP;
-  const int32_t* wsc = s.wsc.as<int32_t>() + q * nb * 8 * NP;
-  const float* wd = s.wd.as<float>() + q * nb * NP;
-  const float* wdm = s.wdm.as<float>() + q * nb * NP;
-  const int32_t* wm = s.wm.as<int32_t>() + q * nb * 4 * NP;
-  const BlockQ8_K* xr[R];
-  for (int i = 0; i < R; ++i) xr[i] = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m + i) * rb);
+  const auto& [nb, xd, wd, wdm, xg, wq, wsc, wm, xr] = TileView<R>(s, q, xq, rb, m, K);
   __m256 acc[R][2], accm[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = accm[i][0] = accm[i][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -219,16 +232,7 @@ void tile_k(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, in
 template <int R>
 void tile_k512(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, int64_t K, float* y, int64_t ldy,
                int nvalid) {
-  const int64_t nb = K / QK_K;
-  const float* xd = s.xd.as<float>() + m * nb;
-  const int16_t* xg = s.xg.as<int16_t>() + m * (K / 32);
-  const int32_t* wq = s.ws.as<int32_t>() + q * (K / 4) * NP;
-  const int32_t* wsc = s.wsc.as<int32_t>() + q * nb * 8 * NP;
-  const float* wd = s.wd.as<float>() + q * nb * NP;
-  const float* wdm = s.wdm.as<float>() + q * nb * NP;
-  const int32_t* wm = s.wm.as<int32_t>() + q * nb * 4 * NP;
-  const BlockQ8_K* xr[R];
-  for (int i = 0; i < R; ++i) xr[i] = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m + i) * rb);
+  const auto& [nb, xd, wd, wdm, xg, wq, wsc, wm, xr] = TileView<R>(s, q, xq, rb, m, K);
   __m512 acc[R], accm[R];
   for (int i = 0; i < R; ++i) acc[i] = accm[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
