@@ -135,105 +135,11 @@ void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int
   }
 }
 
-namespace {
-
-// The chunked form below for the Qwen3.5 head (dk = dv = 128) and blocks of 64 tokens, with every
-// product of a block as a register-blocked GEMM (gemm_rows): the Gram matrices KKᵀ and QKᵀ against
-// a transposed copy of the block's keys, the forward substitution one row at a time (its sums over
-// the earlier rows held in registers), then V' = U + W'S (W' = -W, so every step only adds), O and
-// the state update. The same operations as the general form, except that a dot product of the Gram
-// matrices is summed across vector lanes instead of in sequence.
-void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vector<float>& scratch) {
-  constexpr int D = 128, CB = lumen::cpu::kGdnBlock, UWD = 2 * D;
-  static_assert(CB % VW == 0 && CB == 64);
-  const size_t need = 2 * CB + 2 * static_cast<size_t>(CB) * D + static_cast<size_t>(D) * CB + 2 * static_cast<size_t>(CB) * CB +
-                      static_cast<size_t>(CB) * UWD;
-  if (scratch.size() < need) scratch.resize(need);
-  float* G = scratch.data();                   // [CB] cumulative log decay (zero past L)
-  float* wdec = G + CB;                        // [CB] e^{G_L - G_j} (zero past L)
-  float* Kc = wdec + CB;                       // [CB][D] the block's keys
-  float* Qc = Kc + CB * D;                     // [CB][D] its queries (later scaled by e^G)
-  float* KT = Qc + CB * D;                     // [D][CB] the keys transposed (later scaled by wdec)
-  float* A = KT + D * CB;                      // [CB][CB] -β(KKᵀ)⊙D, strictly lower
-  float* QK = A + CB * CB;                     // [CB][CB] (QKᵀ)⊙D, lower
-  float* UW = QK + CB * CB;                    // [CB][2D] U | W' per row
-  for (int c0 = 0; c0 < n; c0 += CB) {
-    const int L = n - c0 < CB ? n - c0 : CB;
-    float acc = 0.f;
-    for (int i = 0; i < L; ++i) {
-      acc += io.g[(c0 + i) * io.bg_stride];
-      G[i] = acc;
-      const float* k = io.k + (c0 + i) * io.k_stride;
-      const float* q = io.q + (c0 + i) * io.q_stride;
-      for (int r = 0; r < D; r += VW) {
-        vstore(Kc + i * D + r, vload(k + r));
-        vstore(Qc + i * D + r, vload(q + r));
-      }
-      for (int r = 0; r < D; ++r) KT[r * CB + i] = k[r];
-    }
-    for (int i = L; i < CB; ++i) {
-      G[i] = 0.f;
-      for (int r = 0; r < D; ++r) KT[r * CB + i] = 0.f;
-    }
-    gemm_rows<CB, true>(Kc, D, L, KT, CB, D, A, CB);
-    gemm_rows<CB, true>(Qc, D, L, KT, CB, D, QK, CB);
-    // The decay mask D[i][j] = e^{G_i - G_j} on j <= i (VW at a time), zeros above.
-    for (int i = 0; i < L; ++i) {
-      const vf gi = vset1(G[i]), bi = vset1(io.beta[(c0 + i) * io.bg_stride]);
-      float* Ai = A + i * CB;
-      float* QKi = QK + i * CB;
-      for (int j = 0; j <= i; j += VW) {
-        const vf d = vexp(vsub(gi, vload(G + j)));
-        vstore(Ai + j, vsub(vzero(), vmul(vmul(bi, vload(Ai + j)), d)));
-        vstore(QKi + j, vmul(vload(QKi + j), d));
-      }
-      for (int j = i; j < CB; ++j) Ai[j] = 0.f;
-      for (int j = i + 1; j < CB; ++j) QKi[j] = 0.f;
-    }
-    // Forward substitution with the unit lower-triangular (I + A): U_i = βv_i - Σ_j A_ij U_j, and
-    // W'_i = -βe^{G_i}k_i - Σ_j A_ij W'_j.
-    for (int i = 0; i < L; ++i) {
-      float* Ui = UW + i * UWD;
-      const float bi = io.beta[(c0 + i) * io.bg_stride], beg = bi * std::exp(G[i]);
-      const float* vi = io.v + (c0 + i) * io.v_stride;
-      const float* ki = Kc + i * D;
-      for (int c = 0; c < D; c += VW) {
-        vstore(Ui + c, vmul(vset1(bi), vload(vi + c)));
-        vstore(Ui + D + c, vsub(vzero(), vmul(vset1(beg), vload(ki + c))));
-      }
-      gemm_rows<D>(A + i * CB, CB, 1, UW, UWD, i, Ui, UWD);
-      gemm_rows<D>(A + i * CB, CB, 1, UW + D, UWD, i, Ui + D, UWD);
-    }
-    for (int i = 0; i < L; ++i) {
-      const vf eg = vset1(std::exp(G[i]));
-      for (int r = 0; r < D; r += VW) vstore(Qc + i * D + r, vmul(vload(Qc + i * D + r), eg));
-    }
-    // The products with S (64 KiB) by halves of its columns, so the half they read stays in L1.
-    float* o = io.o + c0 * io.o_stride;
-    for (int h = 0; h < D; h += D / 2) {
-      gemm_rows<D / 2>(UW + D, UWD, L, S + h, D, D, UW + h, UWD);       // V' = U + W'S (over U)
-      gemm_rows<D / 2, true>(Qc, D, L, S + h, D, D, o + h, io.o_stride);  // O = (e^G ⊙ Q) S
-      gemm_rows<D / 2>(QK, CB, L, UW + h, UWD, L, o + h, io.o_stride);    // O += ((QKᵀ)⊙D) V'
-    }
-    // State update: S <- e^{G_L} S + (e^{G_L - G} ⊙ K)ᵀ V'.
-    const float gl = G[L - 1];
-    const vf egl = vset1(std::exp(gl));
-    for (int e = 0; e < D * D; e += VW) vstore(S + e, vmul(vload(S + e), egl));
-    for (int j = 0; j < CB; ++j) wdec[j] = j < L ? std::exp(gl - G[j]) : 0.f;
-    for (int r = 0; r < D; ++r)
-      for (int j = 0; j < CB; j += VW) vstore(KT + r * CB + j, vmul(vload(wdec + j), vload(KT + r * CB + j)));
-    for (int h = 0; h < D; h += D / 2) gemm_rows<D / 2>(KT, CB, D, UW + h, UWD, L, S + h, D);
-  }
-}
-
-}  // namespace
-
 // Chunked (WY) form over blocks of C tokens (kGdnBlock; see docs/architecture.md and the
 // architecture reference, §3.2): within a block, G = cumulative log decay, A = strictly lower β(KKᵀ)⊙D,
 // U = (I+A)⁻¹βV, W = (I+A)⁻¹(βe^G K), V' = U - WS, O = e^G QS + (QKᵀ⊙D)V', S ← e^{G_L}S + (e^{G_L-G}K)ᵀV'.
 void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
                  std::vector<float>& scratch) {
-  if (dk == 128 && dv == 128 && C == lumen::cpu::kGdnBlock) return gdn_chunked_128(S, io, n, scratch);
   const int Cp = (C + VW - 1) / VW * VW;  // G and the decay row padded to whole vectors
   const size_t need = static_cast<size_t>(C) * (2 * C + dv + dk + dk + dv + dk) + 2 * static_cast<size_t>(Cp) + dv +
                       static_cast<size_t>(dk) * C;  // A doubles as the [dk][L] scaled Kᵀ
