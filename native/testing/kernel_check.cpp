@@ -207,8 +207,8 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
 
   // Gated DeltaNet, one value head from a non-zero state: the token recurrence and the chunked
   // (WY) form, against the recurrence in double (S <- e^g S; d = beta (v - S^T k); S += k d^T;
-  // o = S^T q). The Qwen3.5 head (dk = dv = 128, the chunked form's register-blocked path) and a
-  // smaller one (the general path); lengths inside one block, on its edge, and over several.
+  // o = S^T q). The Qwen3.5 head (dk = dv = 128: the chunked form's GEMM-shaped products) and a
+  // smaller one (its plain loops); lengths inside one block, on its edge, and over several.
   // Errors relative to the largest |o| and |S| of the reference.
   {
     double rec_err = 0, chunk_err = 0;

@@ -11,37 +11,35 @@
 namespace lumen::cpu::LUMEN_ISA {
 namespace {
 
-// C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r*ldb + 0:NC] for RR rows, held in registers across r (ZERO:
-// C starts from zero instead of its contents).
-template <int NC, int RR, bool ZERO>
-inline void gemm_block(const float* A, int64_t lda, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
-  constexpr int NV = NC / VW;
-  vf acc[RR][NV];
-  for (int a = 0; a < RR; ++a)
-    for (int v = 0; v < NV; ++v) acc[a][v] = ZERO ? vzero() : vload(C + a * ldc + v * VW);
-  for (int r = 0; r < K; ++r) {
-    const float* b = B + static_cast<int64_t>(r) * ldb;
-    vf bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = vload(b + v * VW);
-    for (int a = 0; a < RR; ++a) {
-      const vf av = vset1(A[a * lda + r]);
-      for (int v = 0; v < NV; ++v) acc[a][v] = vfma(av, bv[v], acc[a][v]);
-    }
-  }
-  for (int a = 0; a < RR; ++a)
-    for (int v = 0; v < NV; ++v) vstore(C + a * ldc + v * VW, acc[a][v]);
-}
-
-// The GEMM shapes of the chunked form: C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r][0:NC] for i < M, in
-// register blocks of rows (as many as the ISA's registers hold beside a row of B).
-template <int NC, bool ZERO = false>
-void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
-  static_assert(NC % VW == 0);
-  constexpr int NV = NC / VW;
-  constexpr int R = VW == 16 ? (NV <= 4 ? 4 : 2) : (NV <= 4 ? 2 : 1);
+// C[i][0:128] += Σ_r A[i*lda + r] * B[r][0:128] for i < M (B row stride 128, C row stride ldc):
+// the GEMM shapes of the chunked form, with the C rows held in registers across r.
+void gemm_rows_128(const float* A, int64_t lda, int M, const float* B, int K, float* C, int64_t ldc) {
+  constexpr int NV = 128 / VW;
+  constexpr int R = VW == 16 ? 2 : 1;  // rows per register block (AVX2 has half the registers)
   int i = 0;
-  for (; i + R <= M; i += R) gemm_block<NC, R, ZERO>(A + i * lda, lda, B, ldb, K, C + i * ldc, ldc);
-  for (; i < M; ++i) gemm_block<NC, 1, ZERO>(A + i * lda, lda, B, ldb, K, C + i * ldc, ldc);
+  for (; i + R <= M; i += R) {
+    vf acc[R][NV];
+    for (int a = 0; a < R; ++a)
+      for (int v = 0; v < NV; ++v) acc[a][v] = vload(C + (i + a) * ldc + v * VW);
+    for (int r = 0; r < K; ++r) {
+      const float* b = B + static_cast<int64_t>(r) * 128;
+      vf bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = vload(b + v * VW);
+      for (int a = 0; a < R; ++a) {
+        const vf av = vset1(A[(i + a) * lda + r]);
+        for (int v = 0; v < NV; ++v) acc[a][v] = vfma(av, bv[v], acc[a][v]);
+      }
+    }
+    for (int a = 0; a < R; ++a)
+      for (int v = 0; v < NV; ++v) vstore(C + (i + a) * ldc + v * VW, acc[a][v]);
+  }
+  for (; i < M; ++i)
+    for (int r = 0; r < K; ++r) {
+      const float a = A[i * lda + r];
+      const float* b = B + static_cast<int64_t>(r) * 128;
+      float* c = C + i * ldc;
+      for (int v = 0; v < 128; ++v) c[v] += a * b[v];
+    }
 }
 
 inline void vaxpy(float a, const float* __restrict x, float* __restrict y, int n) {
@@ -206,9 +204,9 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
         for (int c = 0; c < dv; ++c) o[c] = 0.f;
         for (int j = i + 1; j < L; ++j) QK[i * C + j] = 0.f;
       }
-      gemm_rows<128>(W, dk, L, S, dv, dk, U, dv);
-      gemm_rows<128>(Qc, dk, L, S, dv, dk, io.o + c0 * io.o_stride, io.o_stride);
-      gemm_rows<128>(QK, C, L, U, dv, L, io.o + c0 * io.o_stride, io.o_stride);
+      gemm_rows_128(W, dk, L, S, dk, U, dv);
+      gemm_rows_128(Qc, dk, L, S, dk, io.o + c0 * io.o_stride, io.o_stride);
+      gemm_rows_128(QK, C, L, U, L, io.o + c0 * io.o_stride, io.o_stride);
     } else {
       for (int i = 0; i < L; ++i) {
         float* Ui = U + static_cast<int64_t>(i) * dv;
@@ -244,7 +242,7 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
       for (int r = 0; r < dk; ++r) KT[r * L + j] = w * Kc[j * dk + r];
     }
     if (dv == 128) {
-      gemm_rows<128>(KT, L, dk, U, dv, L, S, dv);
+      gemm_rows_128(KT, L, dk, U, L, S, dv);
     } else {
       for (int r = 0; r < dk; ++r)
         for (int j = 0; j < L; ++j) vaxpy(KT[r * L + j], U + static_cast<int64_t>(j) * dv, S + static_cast<int64_t>(r) * dv, dv);
