@@ -6,7 +6,7 @@ import { loadAddon } from '../src/engine/native.js';
 interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
-  gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number;
+  gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
@@ -47,6 +47,9 @@ describe('CPU kernels against scalar references', () => {
       // Gated DeltaNet against its recurrence in double (measured ~1e-6: the f32 cumulative decay)
       expect(r.gdnRecurrentMaxErr).toBeLessThan(1e-5);
       expect(r.gdnChunkedMaxErr).toBeLessThan(1e-5);
+      // The Qwen3.5 head's GEMM-shaped chunked form sums in the general form's order: the same bits.
+      expect(r.gdnGemmFormCases).toBe(5);
+      expect(r.gdnGemmFormMismatches).toBe(0);
       expect(r.sigmoidMaxRelErr).toBeLessThan(2e-6);
       expect(r.streamSumMaxRelErr).toBeLessThan(1e-6); // small integers: exact in fp32
     });

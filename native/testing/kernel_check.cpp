@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -207,11 +208,13 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
 
   // Gated DeltaNet, one value head from a non-zero state: the token recurrence and the chunked
   // (WY) form, against the recurrence in double (S <- e^g S; d = beta (v - S^T k); S += k d^T;
-  // o = S^T q). The Qwen3.5 head (dk = dv = 128: the chunked form's GEMM-shaped products) and a
-  // smaller one (its plain loops); lengths inside one block, on its edge, and over several.
-  // Errors relative to the largest |o| and |S| of the reference.
+  // o = S^T q). The Qwen3.5 head (dk = dv = 128) and a smaller one; lengths inside one block, on
+  // its edge, and over several. Errors relative to the largest |o| and |S| of the reference. For
+  // the Qwen3.5 head also the chunked form as GEMMs (gdn_chunked_128), which must give the general
+  // form's bits.
   {
     double rec_err = 0, chunk_err = 0;
+    int gemm_cases = 0, gemm_mismatches = 0;  // the GEMM form (dk = dv = 128) against the general one, bit for bit
     std::vector<float> scratch;
     for (int dk : {128, 32})
       for (int n : {1, 17, 64, 65, 150}) {
@@ -254,21 +257,35 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         double omax = 1e-30, smax = 1e-30;
         for (double e : orf) omax = std::max(omax, std::fabs(e));
         for (double e : Sr) smax = std::max(smax, std::fabs(e));
-        for (int form = 0; form < 2; ++form) {
+        std::vector<float> chunked_so;  // the general chunked form's S then o, for the GEMM form
+        for (int form = 0; form < 3; ++form) {
+          if (form == 2 && dk != 128) break;
           std::vector<float> S = S0, o(orf.size(), std::numeric_limits<float>::quiet_NaN());
           const cpu::GdnHeadIO io{q.data(), k.data(), v.data(), beta.data(), g.data(), o.data(), dk, dk, dv, 1, dv};
           if (form == 0)
             K.gdn_recurrent(S.data(), io, n, dk, dv);
-          else
+          else if (form == 1)
             K.gdn_chunked(S.data(), io, n, dk, dv, cpu::kGdnBlock, scratch);
+          else
+            K.gdn_chunked_128(S.data(), io, n, scratch);
           double err = 0;
           for (size_t i = 0; i < o.size(); ++i) err = std::max(err, std::isnan(o[i]) ? 1.0 : std::fabs(o[i] - orf[i]) / omax);
           for (size_t i = 0; i < S.size(); ++i) err = std::max(err, std::fabs(S[i] - Sr[i]) / smax);
           (form == 0 ? rec_err : chunk_err) = std::max(form == 0 ? rec_err : chunk_err, err);
+          if (form == 1) {
+            chunked_so = S;
+            chunked_so.insert(chunked_so.end(), o.begin(), o.end());
+          } else if (form == 2) {
+            ++gemm_cases;
+            S.insert(S.end(), o.begin(), o.end());
+            if (std::memcmp(S.data(), chunked_so.data(), S.size() * sizeof(float)) != 0) ++gemm_mismatches;
+          }
         }
       }
     obj.Set("gdnRecurrentMaxErr", rec_err);
     obj.Set("gdnChunkedMaxErr", chunk_err);
+    obj.Set("gdnGemmFormCases", gemm_cases);
+    obj.Set("gdnGemmFormMismatches", gemm_mismatches);
   }
 
   // Row-major f32 / bf16 products: the decode stream tiles (whole panel ranges, odd chunks, the

@@ -60,8 +60,8 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
       for (int j = 0; j < nv; ++j) gdn_gates(L, beta_in, decay_in, t * nv + j, j, g);
     }
   });
-  // 3) delta rule per (segment, value head): chunked (WY, blocks of kGdnBlock tokens) for long
-  //    segments, the recurrence otherwise.
+  // 3) delta rule per (segment, value head): chunked (WY, blocks of kGdnBlock tokens; as GEMMs
+  //    for the Qwen3.5 head) for long segments, the recurrence otherwise.
   op.reset();
   op.emplace(profiling_, stats_, "gdn_rule", "gdn");
   const int n_items = static_cast<int>(b.segs.size()) * nv;
@@ -76,10 +76,13 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
       const int j = it % nv, kh = c.key_head_of(j);  // grouped (HF) or tiled (GGUF) order
       float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
       const GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
-      if (s.len >= gdn_chunk_min_)
-        kernels_.gdn_chunked(S, io, s.len, dk, dv, kGdnBlock, per_thread_[tid].gdn_scratch);
-      else
+      auto& scratch = per_thread_[tid].gdn_scratch;
+      if (s.len < gdn_chunk_min_)
         kernels_.gdn_recurrent(S, io, s.len, dk, dv);
+      else if (dk == 128 && dv == 128)
+        kernels_.gdn_chunked_128(S, io, s.len, scratch);
+      else
+        kernels_.gdn_chunked(S, io, s.len, dk, dv, kGdnBlock, scratch);
     }
   });
   // 4) gated RMSNorm per value head: norm(o) * w * silu(z).

@@ -58,9 +58,11 @@ struct Kernels {
                         int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
   // Gated DeltaNet core for one value head (isa/gdn.cpp): the token recurrence, and the chunked
-  // (WY) form over blocks of `block` tokens (kGdnBlock; scratch grows as needed).
+  // (WY) form over blocks of `block` tokens (kGdnBlock; scratch grows as needed); gdn_chunked_128
+  // is that form for dk = dv = 128 and kGdnBlock with its products as GEMMs, the same bits.
   void (*gdn_recurrent)(float* S, const GdnHeadIO& io, int n, int dk, int dv);
   void (*gdn_chunked)(float* S, const GdnHeadIO& io, int n, int dk, int dv, int block, std::vector<float>& scratch);
+  void (*gdn_chunked_128)(float* S, const GdnHeadIO& io, int n, std::vector<float>& scratch);
   // Elementwise ops with a vectorised exp (within 2 ulp of std::exp).
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);  // silu(gate) * up
   // Causal depthwise conv (kc <= 8 taps) then SiLU for one sequence's T rows (row strides xs, os),

@@ -65,6 +65,7 @@ void attn_values(const float* w, int64_t ws, int nq, const float* const* blk, in
 void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv);
 void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv, int C,
                  std::vector<float>& scratch);
+void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vector<float>& scratch);
 void conv_silu(const float* x, int64_t xs, int T, float* state, const float* wT, int kc, int64_t cd, int64_t c0,
                int64_t c1, float* out, int64_t os);
 

@@ -11,35 +11,74 @@
 namespace lumen::cpu::LUMEN_ISA {
 namespace {
 
-// C[i][0:128] += Σ_r A[i*lda + r] * B[r][0:128] for i < M (B row stride 128, C row stride ldc):
-// the GEMM shapes of the chunked form, with the C rows held in registers across r.
-void gemm_rows_128(const float* A, int64_t lda, int M, const float* B, int K, float* C, int64_t ldc) {
-  constexpr int NV = 128 / VW;
-  constexpr int R = VW == 16 ? 2 : 1;  // rows per register block (AVX2 has half the registers)
-  int i = 0;
-  for (; i + R <= M; i += R) {
-    vf acc[R][NV];
-    for (int a = 0; a < R; ++a)
-      for (int v = 0; v < NV; ++v) acc[a][v] = vload(C + (i + a) * ldc + v * VW);
-    for (int r = 0; r < K; ++r) {
-      const float* b = B + static_cast<int64_t>(r) * 128;
-      vf bv[NV];
-      for (int v = 0; v < NV; ++v) bv[v] = vload(b + v * VW);
-      for (int a = 0; a < R; ++a) {
-        const vf av = vset1(A[(i + a) * lda + r]);
-        for (int v = 0; v < NV; ++v) acc[a][v] = vfma(av, bv[v], acc[a][v]);
+// Keeps the compiler from fusing a product into the add that follows it (GCC contracts a vector
+// multiply and add into an FMA, intrinsics included): the Gram sums round every product first.
+inline void keep_rounded(vf& p) { asm("" : "+v"(p)); }
+inline void keep_rounded(float& p) { asm("" : "+v"(p)); }
+
+// How a GEMM below sums its products: Fused (an FMA per product) or Rounded (each product rounded
+// to f32, then added in order), the latter for the Gram matrices, as dot_rounded sums them.
+enum class Sum { Fused, Rounded };
+
+// C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r*ldb + 0:NC] for RR rows, held in registers across r (ZERO:
+// C starts from zero instead of its contents).
+template <int NC, int RR, bool ZERO, Sum SUM>
+inline void gemm_block(const float* A, int64_t lda, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
+  constexpr int NV = NC / VW;
+  vf acc[RR][NV];
+  for (int a = 0; a < RR; ++a)
+    for (int v = 0; v < NV; ++v) acc[a][v] = ZERO ? vzero() : vload(C + a * ldc + v * VW);
+  for (int r = 0; r < K; ++r) {
+    const float* b = B + static_cast<int64_t>(r) * ldb;
+    vf bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = vload(b + v * VW);
+    for (int a = 0; a < RR; ++a) {
+      const vf av = vset1(A[a * lda + r]);
+      for (int v = 0; v < NV; ++v) {
+        if constexpr (SUM == Sum::Fused) {
+          acc[a][v] = vfma(av, bv[v], acc[a][v]);
+        } else {
+          vf p = vmul(av, bv[v]);
+          keep_rounded(p);
+          acc[a][v] = vadd(acc[a][v], p);
+        }
       }
     }
-    for (int a = 0; a < R; ++a)
-      for (int v = 0; v < NV; ++v) vstore(C + (i + a) * ldc + v * VW, acc[a][v]);
   }
-  for (; i < M; ++i)
-    for (int r = 0; r < K; ++r) {
-      const float a = A[i * lda + r];
-      const float* b = B + static_cast<int64_t>(r) * 128;
-      float* c = C + i * ldc;
-      for (int v = 0; v < 128; ++v) c[v] += a * b[v];
-    }
+  for (int a = 0; a < RR; ++a)
+    for (int v = 0; v < NV; ++v) vstore(C + a * ldc + v * VW, acc[a][v]);
+}
+
+// The GEMM shapes of the chunked form: C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r][0:NC] for i < M, in
+// register blocks of rows (as many as the ISA's registers hold beside a row of B).
+template <int NC, bool ZERO = false, Sum SUM = Sum::Fused>
+void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
+  static_assert(NC % VW == 0);
+  constexpr int NV = NC / VW;
+  constexpr int R = VW == 16 ? (NV <= 4 ? 4 : 2) : (NV <= 4 ? 2 : 1);
+  int i = 0;
+  for (; i + R <= M; i += R) gemm_block<NC, R, ZERO, SUM>(A + i * lda, lda, B, ldb, K, C + i * ldc, ldc);
+  for (; i < M; ++i) gemm_block<NC, 1, ZERO, SUM>(A + i * lda, lda, B, ldb, K, C + i * ldc, ldc);
+}
+
+// Σ a[r]·b[r] with each product rounded to f32 and the sum taken in order of r: the Gram entries
+// of both chunked forms (the same bits whichever form computes them).
+inline float dot_rounded(const float* __restrict a, const float* __restrict b, int n) {
+  float s = 0.f;
+  int r = 0;
+  for (; r + VW <= n; r += VW) {
+    vf p = vmul(vload(a + r), vload(b + r));
+    keep_rounded(p);
+    alignas(64) float lanes[VW];
+    vstore(lanes, p);
+    for (int l = 0; l < VW; ++l) s += lanes[l];
+  }
+  for (; r < n; ++r) {
+    float p = a[r] * b[r];
+    keep_rounded(p);
+    s += p;
+  }
+  return s;
 }
 
 inline void vaxpy(float a, const float* __restrict x, float* __restrict y, int n) {
@@ -133,6 +172,96 @@ void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int
   }
 }
 
+// The chunked form (gdn_chunked below) for the Qwen3.5 head (dk = dv = 128) and blocks of kGdnBlock tokens, with every
+// product of a block as a register-blocked GEMM (gemm_rows): the Gram matrices KKᵀ and QKᵀ against
+// a transposed copy of the block's keys, the forward substitution one row at a time (its sums over
+// the earlier rows held in registers), then V' = U + W'S (W' = -W, so every step only adds), O and
+// the state update. The same operations in the same order as the general form, so the same bits
+// (kernelCheck compares the two).
+void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vector<float>& scratch) {
+  constexpr int D = 128, CB = lumen::cpu::kGdnBlock, UWD = 2 * D;
+  static_assert(CB % VW == 0 && CB == 64);
+  const size_t need = 2 * CB + 2 * static_cast<size_t>(CB) * D + static_cast<size_t>(D) * CB + 2 * static_cast<size_t>(CB) * CB +
+                      static_cast<size_t>(CB) * UWD;
+  if (scratch.size() < need) scratch.resize(need);
+  float* G = scratch.data();                   // [CB] cumulative log decay (zero past L)
+  float* wdec = G + CB;                        // [CB] e^{G_L - G_j} (zero past L)
+  float* Kc = wdec + CB;                       // [CB][D] the block's keys
+  float* Qc = Kc + CB * D;                     // [CB][D] its queries (later scaled by e^G)
+  float* KT = Qc + CB * D;                     // [D][CB] the keys transposed (later scaled by wdec)
+  float* A = KT + D * CB;                      // [CB][CB] -β(KKᵀ)⊙D, strictly lower
+  float* QK = A + CB * CB;                     // [CB][CB] (QKᵀ)⊙D, lower
+  float* UW = QK + CB * CB;                    // [CB][2D] U | W' per row
+  for (int c0 = 0; c0 < n; c0 += CB) {
+    const int L = n - c0 < CB ? n - c0 : CB;
+    float acc = 0.f;
+    for (int i = 0; i < L; ++i) {
+      acc += io.g[(c0 + i) * io.bg_stride];
+      G[i] = acc;
+      const float* k = io.k + (c0 + i) * io.k_stride;
+      const float* q = io.q + (c0 + i) * io.q_stride;
+      for (int r = 0; r < D; r += VW) {
+        vstore(Kc + i * D + r, vload(k + r));
+        vstore(Qc + i * D + r, vload(q + r));
+      }
+      for (int r = 0; r < D; ++r) KT[r * CB + i] = k[r];
+    }
+    for (int i = L; i < CB; ++i) {
+      G[i] = 0.f;
+      for (int r = 0; r < D; ++r) KT[r * CB + i] = 0.f;
+    }
+    gemm_rows<CB, true, Sum::Rounded>(Kc, D, L, KT, CB, D, A, CB);
+    gemm_rows<CB, true, Sum::Rounded>(Qc, D, L, KT, CB, D, QK, CB);
+    // The decay mask D[i][j] = e^{G_i - G_j} on j <= i (VW at a time), zeros above.
+    for (int i = 0; i < L; ++i) {
+      const vf gi = vset1(G[i]), bi = vset1(io.beta[(c0 + i) * io.bg_stride]);
+      float* Ai = A + i * CB;
+      float* QKi = QK + i * CB;
+      for (int j = 0; j <= i; j += VW) {
+        const vf d = vexp(vsub(gi, vload(G + j)));
+        vstore(Ai + j, vsub(vzero(), vmul(vmul(bi, vload(Ai + j)), d)));
+        vstore(QKi + j, vmul(vload(QKi + j), d));
+      }
+      for (int j = i; j < CB; ++j) Ai[j] = 0.f;
+      for (int j = i + 1; j < CB; ++j) QKi[j] = 0.f;
+    }
+    // Forward substitution with the unit lower-triangular (I + A): U_i = βv_i - Σ_j A_ij U_j, and
+    // W'_i = -βe^{G_i}k_i - Σ_j A_ij W'_j.
+    for (int i = 0; i < L; ++i) {
+      float* Ui = UW + i * UWD;
+      const float bi = io.beta[(c0 + i) * io.bg_stride], beg = bi * std::exp(G[i]);
+      const float* vi = io.v + (c0 + i) * io.v_stride;
+      const float* ki = Kc + i * D;
+      for (int c = 0; c < D; c += VW) {
+        vstore(Ui + c, vmul(vset1(bi), vload(vi + c)));
+        vstore(Ui + D + c, vsub(vzero(), vmul(vset1(beg), vload(ki + c))));
+      }
+      gemm_rows<D>(A + i * CB, CB, 1, UW, UWD, i, Ui, UWD);
+      gemm_rows<D>(A + i * CB, CB, 1, UW + D, UWD, i, Ui + D, UWD);
+    }
+    for (int i = 0; i < L; ++i) {
+      const vf eg = vset1(std::exp(G[i]));
+      for (int r = 0; r < D; r += VW) vstore(Qc + i * D + r, vmul(vload(Qc + i * D + r), eg));
+    }
+    // The products with S (64 KiB) by halves of its columns, so the half they read stays in L1.
+    float* o = io.o + c0 * io.o_stride;
+    for (int h = 0; h < D; h += D / 2) {
+      gemm_rows<D / 2>(UW + D, UWD, L, S + h, D, D, UW + h, UWD);       // V' = U + W'S (over U)
+      gemm_rows<D / 2, true>(Qc, D, L, S + h, D, D, o + h, io.o_stride);  // O = (e^G ⊙ Q) S
+      gemm_rows<D / 2>(QK, CB, L, UW + h, UWD, L, o + h, io.o_stride);    // O += ((QKᵀ)⊙D) V'
+    }
+    // State update: S <- e^{G_L} S + (e^{G_L - G} ⊙ K)ᵀ V'.
+    const float gl = G[L - 1];
+    const vf egl = vset1(std::exp(gl));
+    for (int e = 0; e < D * D; e += VW) vstore(S + e, vmul(vload(S + e), egl));
+    for (int j = 0; j < CB; ++j) wdec[j] = j < L ? std::exp(gl - G[j]) : 0.f;
+    for (int r = 0; r < D; ++r)
+      for (int j = 0; j < CB; j += VW) vstore(KT + r * CB + j, vmul(vload(wdec + j), vload(KT + r * CB + j)));
+    for (int h = 0; h < D; h += D / 2) gemm_rows<D / 2>(KT, CB, D, UW + h, UWD, L, S + h, D);
+  }
+}
+
+
 // Chunked (WY) form over blocks of C tokens (kGdnBlock; see docs/architecture.md and the
 // architecture reference, §3.2): within a block, G = cumulative log decay, A = strictly lower β(KKᵀ)⊙D,
 // U = (I+A)⁻¹βV, W = (I+A)⁻¹(βe^G K), V' = U - WS, O = e^G QS + (QKᵀ⊙D)V', S ← e^{G_L}S + (e^{G_L-G}K)ᵀV'.
@@ -173,8 +302,8 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
       // Decay row D[j] = exp(G[i] - G[j]), j <= i, VW at a time (G is padded to whole vectors).
       const vf gi = vset1(G[i]);
       for (int j = 0; j <= i; j += VW) vstore(Drow + j, vexp(vsub(gi, vload(G + j))));
-      for (int j = 0; j < i; ++j) A[i * C + j] = bi * vdot(ki, Kc + j * dk, dk) * Drow[j];
-      for (int j = 0; j <= i; ++j) QK[i * C + j] = vdot(qi, Kc + j * dk, dk) * Drow[j];
+      for (int j = 0; j < i; ++j) A[i * C + j] = bi * dot_rounded(ki, Kc + j * dk, dk) * Drow[j];
+      for (int j = 0; j <= i; ++j) QK[i * C + j] = dot_rounded(qi, Kc + j * dk, dk) * Drow[j];
     }
     // Forward substitution with the unit lower-triangular (I + A).
     for (int i = 0; i < L; ++i) {
@@ -204,9 +333,9 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
         for (int c = 0; c < dv; ++c) o[c] = 0.f;
         for (int j = i + 1; j < L; ++j) QK[i * C + j] = 0.f;
       }
-      gemm_rows_128(W, dk, L, S, dk, U, dv);
-      gemm_rows_128(Qc, dk, L, S, dk, io.o + c0 * io.o_stride, io.o_stride);
-      gemm_rows_128(QK, C, L, U, L, io.o + c0 * io.o_stride, io.o_stride);
+      gemm_rows<128>(W, dk, L, S, dv, dk, U, dv);
+      gemm_rows<128>(Qc, dk, L, S, dv, dk, io.o + c0 * io.o_stride, io.o_stride);
+      gemm_rows<128>(QK, C, L, U, dv, L, io.o + c0 * io.o_stride, io.o_stride);
     } else {
       for (int i = 0; i < L; ++i) {
         float* Ui = U + static_cast<int64_t>(i) * dv;
@@ -242,7 +371,7 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
       for (int r = 0; r < dk; ++r) KT[r * L + j] = w * Kc[j * dk + r];
     }
     if (dv == 128) {
-      gemm_rows_128(KT, L, dk, U, L, S, dv);
+      gemm_rows<128>(KT, L, dk, U, dv, L, S, dv);
     } else {
       for (int r = 0; r < dk; ++r)
         for (int j = 0; j < L; ++j) vaxpy(KT[r * L + j], U + static_cast<int64_t>(j) * dv, S + static_cast<int64_t>(r) * dv, dv);

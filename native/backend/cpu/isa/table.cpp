@@ -17,6 +17,6 @@ const Kernels table = {
 #else
     nullptr, nullptr, nullptr,
 #endif
-    gdn_recurrent, gdn_chunked, swiglu, conv_silu, gated_rmsnorm, argmax, exp_shift_sum, attn_scores, attn_values, mul_sigmoid};
+    gdn_recurrent, gdn_chunked, gdn_chunked_128, swiglu, conv_silu, gated_rmsnorm, argmax, exp_shift_sum, attn_scores, attn_values, mul_sigmoid};
 
 }  // namespace lumen::cpu::LUMEN_ISA
