@@ -1,6 +1,7 @@
 #include "testing/kernel_check.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -80,25 +81,44 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   K.swiglu(gn.data(), un.data(), on.data(), 16);
   obj.Set("swigluNanPropagates", std::isnan(on[3]) && !std::isnan(on[2]));
 
-  // Causal conv (4 taps) + SiLU over 3 rows, state carried, channel count off the vector width.
-  const int cd = 70, kc = 4, T = 3;
-  std::vector<float> x(T * cd), wT(kc * cd), state((kc - 1) * cd), st0, y(T * cd);
-  for (auto& v : x) v = u(rng);
-  for (auto& v : wT) v = u(rng);
-  for (auto& v : state) v = u(rng);
-  st0 = state;
-  K.conv_silu(x.data(), cd, T, state.data(), wT.data(), kc, cd, 0, cd, y.data(), cd);
+  // Causal conv (4 taps) + SiLU, the state carried across calls of 2, 1, 3, 9 and 300 rows (shorter
+  // and longer than the window, one and several channel tiles), over all channels of a count off the
+  // vector width and over a sub-range of them (the others untouched).
   double conv_err = 0;
-  for (int c = 0; c < cd; ++c) {
-    std::vector<double> hist;
-    for (int r = 0; r < kc - 1; ++r) hist.push_back(st0[r * cd + c]);
-    for (int t = 0; t < T; ++t) hist.push_back(x[t * cd + c]);
-    for (int t = 0; t < T; ++t) {
-      double acc = 0;
-      for (int r = 0; r < kc; ++r) acc += wT[r * cd + c] * hist[t + r];
-      conv_err = std::max(conv_err, rel_err(y[t * cd + c], silu_ref(acc)));
+  for (const auto [cd, c0, c1] : {std::array<int, 3>{70, 0, 70}, std::array<int, 3>{600, 5, 590}}) {
+    const int kc = 4;
+    std::vector<float> wT(static_cast<size_t>(kc) * cd), state(static_cast<size_t>(kc - 1) * cd);
+    for (auto& v : wT) v = u(rng);
+    for (auto& v : state) v = u(rng);
+    std::vector<std::vector<double>> hist(static_cast<size_t>(cd));  // every input so far, per channel
+    for (int c = 0; c < cd; ++c)
+      for (int r = 0; r < kc - 1; ++r) hist[c].push_back(state[r * cd + c]);
+    for (const int T : {2, 1, 3, 9, 300}) {
+      std::vector<float> x(static_cast<size_t>(T) * cd), y(x.size(), 0.f);
+      for (auto& v : x) v = u(rng);
+      const std::vector<float> st0 = state;
+      K.conv_silu(x.data(), cd, T, state.data(), wT.data(), kc, cd, c0, c1, y.data(), cd);
+      for (int c = 0; c < cd; ++c) {
+        if (c < c0 || c >= c1) {  // outside the range: neither output nor state written
+          for (int t = 0; t < T; ++t) conv_err = std::max(conv_err, static_cast<double>(std::fabs(y[t * cd + c])));
+          for (int r = 0; r < kc - 1; ++r) conv_err = std::max(conv_err, static_cast<double>(std::fabs(state[r * cd + c] - st0[r * cd + c])));
+          continue;
+        }
+        auto& h = hist[c];
+        const size_t n0 = h.size();
+        for (int t = 0; t < T; ++t) h.push_back(x[t * cd + c]);
+        for (int t = 0; t < T; ++t) {
+          double acc = 0, mag = 0;  // mag: the sum of |terms|, the scale of the f32 sum's rounding
+          for (int r = 0; r < kc; ++r) {
+            acc += wT[r * cd + c] * h[n0 + t + 1 - kc + r];
+            mag += std::fabs(wT[r * cd + c] * h[n0 + t + 1 - kc + r]);
+          }
+          const double want = silu_ref(acc);
+          conv_err = std::max(conv_err, std::fabs(y[t * cd + c] - want) / std::max(std::fabs(want), mag));
+        }
+        for (int r = 0; r < kc - 1; ++r) conv_err = std::max(conv_err, rel_err(state[r * cd + c], h[h.size() - (kc - 1) + r]));
+      }
     }
-    for (int r = 0; r < kc - 1; ++r) conv_err = std::max(conv_err, rel_err(state[r * cd + c], hist[T + r]));
   }
   obj.Set("convMaxRelErr", conv_err);
 

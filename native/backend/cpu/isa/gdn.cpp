@@ -381,39 +381,42 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
 
 namespace {
 
-// Depthwise causal conv with KC taps, then SiLU, over channels [c0, c1) of one sequence's T rows,
-// VW channels at a time with the window (the previous KC-1 inputs) held in registers.
+// Depthwise causal conv with KC taps, then SiLU, over channels [c0, c1) of one sequence's T rows.
+// Tiles of kConvTile channels, token rows in order within a tile: each row's piece is contiguous
+// and the H = KC-1 rows before it are still in L1 (a tile of a whole column of T rows walked one
+// row stride, 4+ KiB, at a time: a new page per load). The input before row 0 is the state (the
+// previous H inputs, oldest first). Per element: w[H]·x[t], then + w[r]·x[t-H+r] for r < H in order.
+constexpr int64_t kConvTile = 256;
+
 template <int KC>
 void conv_silu_t(const float* x, int64_t xs, int T, float* state, const float* wT, int64_t cd, int64_t c0, int64_t c1,
                  float* out, int64_t os) {
   constexpr int H = KC - 1;
-  int64_t c = c0;
-  for (; c + VW <= c1; c += VW) {
-    vf w[KC], win[H > 0 ? H : 1];
-    for (int r = 0; r < KC; ++r) w[r] = vload(wT + r * cd + c);
-    for (int r = 0; r < H; ++r) win[r] = vload(state + r * cd + c);
+  for (int64_t a = c0; a < c1; a += kConvTile) {
+    const int64_t b = a + kConvTile < c1 ? a + kConvTile : c1;
     for (int t = 0; t < T; ++t) {
-      const vf xv = vload(x + t * xs + c);
-      vf acc = vmul(w[H], xv);
-      for (int r = 0; r < H; ++r) acc = vfma(w[r], win[r], acc);
-      vstore(out + t * os + c, vsilu(acc));
-      for (int r = 0; r + 1 < H; ++r) win[r] = win[r + 1];
-      if constexpr (H > 0) win[H - 1] = xv;
+      const float* src[H > 0 ? H : 1];  // rows t-H .. t-1, from the state before row 0
+      for (int r = 0; r < H; ++r) src[r] = t - H + r >= 0 ? x + (t - H + r) * xs : state + (t + r) * cd;
+      const float* xt = x + t * xs;
+      float* ot = out + t * os;
+      int64_t c = a;
+      for (; c + VW <= b; c += VW) {
+        vf acc = vmul(vload(wT + H * cd + c), vload(xt + c));
+        for (int r = 0; r < H; ++r) acc = vfma(vload(wT + r * cd + c), vload(src[r] + c), acc);
+        vstore(ot + c, vsilu(acc));
+      }
+      for (; c < b; ++c) {
+        float acc = wT[H * cd + c] * xt[c];
+        for (int r = 0; r < H; ++r) acc += wT[r * cd + c] * src[r][c];
+        ot[c] = silu1(acc);
+      }
     }
-    for (int r = 0; r < H; ++r) vstore(state + r * cd + c, win[r]);
-  }
-  for (; c < c1; ++c) {
-    float win[H > 0 ? H : 1];
-    for (int r = 0; r < H; ++r) win[r] = state[r * cd + c];
-    for (int t = 0; t < T; ++t) {
-      const float xv = x[t * xs + c];
-      float acc = wT[H * cd + c] * xv;
-      for (int r = 0; r < H; ++r) acc += wT[r * cd + c] * win[r];
-      out[t * os + c] = silu1(acc);
-      for (int r = 0; r + 1 < H; ++r) win[r] = win[r + 1];
-      if constexpr (H > 0) win[H - 1] = xv;
+    // The state becomes the last H inputs: position T-H+r, from x, or from the old state when the
+    // segment is shorter than H (reading rows above r, not yet overwritten).
+    for (int r = 0; r < H; ++r) {
+      const float* from = T - H + r >= 0 ? x + (T - H + r) * xs : state + (T + r) * cd;
+      for (int64_t c = a; c < b; ++c) state[r * cd + c] = from[c];
     }
-    for (int r = 0; r < H; ++r) state[r * cd + c] = win[r];
   }
 }
 
