@@ -85,15 +85,17 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   // and longer than the window, one and several channel tiles), over all channels of a count off the
   // vector width and over a sub-range of them (the others untouched).
   double conv_err = 0;
-  for (const auto [cd, c0, c1] : {std::array<int, 3>{70, 0, 70}, std::array<int, 3>{600, 5, 590}}) {
-    const int kc = 4;
+  constexpr std::array<std::array<int, 3>, 2> conv_cases{{{70, 0, 70}, {600, 5, 590}}};  // cd, c0, c1
+  for (const auto& cc : conv_cases) {
+    const int cd = cc[0], c0 = cc[1], c1 = cc[2], kc = 4;
     std::vector<float> wT(static_cast<size_t>(kc) * cd), state(static_cast<size_t>(kc - 1) * cd);
     for (auto& v : wT) v = u(rng);
     for (auto& v : state) v = u(rng);
     std::vector<std::vector<double>> hist(static_cast<size_t>(cd));  // every input so far, per channel
     for (int c = 0; c < cd; ++c)
       for (int r = 0; r < kc - 1; ++r) hist[c].push_back(state[r * cd + c]);
-    for (const int T : {2, 1, 3, 9, 300}) {
+    constexpr std::array<int, 5> conv_lengths{2, 1, 3, 9, 300};
+    for (const int T : conv_lengths) {
       std::vector<float> x(static_cast<size_t>(T) * cd), y(x.size(), 0.f);
       for (auto& v : x) v = u(rng);
       const std::vector<float> st0 = state;
@@ -278,8 +280,8 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         for (double e : orf) omax = std::max(omax, std::fabs(e));
         for (double e : Sr) smax = std::max(smax, std::fabs(e));
         std::vector<float> chunked_so;  // the general chunked form's S then o, for the GEMM form
-        for (int form = 0; form < 3; ++form) {
-          if (form == 2 && dk != 128) break;
+        const int n_forms = dk == 128 ? 3 : 2;  // recurrence, chunked, and for dk = 128 its GEMM form
+        for (int form = 0; form < n_forms; ++form) {
           std::vector<float> S = S0, o(orf.size(), std::numeric_limits<float>::quiet_NaN());
           const cpu::GdnHeadIO io{q.data(), k.data(), v.data(), beta.data(), g.data(), o.data(), dk, dk, dv, 1, dv};
           if (form == 0)
