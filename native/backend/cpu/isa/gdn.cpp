@@ -172,6 +172,26 @@ void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int
   }
 }
 
+namespace {
+
+// A block's L rows from c0: the cumulative log decay G (summed in order) and contiguous copies of
+// its keys and queries (Kc, Qc: [L][dk]).
+inline void block_rows(const lumen::cpu::GdnHeadIO& io, int c0, int L, int dk, float* G, float* Kc, float* Qc) {
+  float acc = 0.f;
+  for (int i = 0; i < L; ++i) {
+    acc += io.g[(c0 + i) * io.bg_stride];
+    G[i] = acc;
+    const float* k = io.k + (c0 + i) * io.k_stride;
+    const float* q = io.q + (c0 + i) * io.q_stride;
+    for (int r = 0; r < dk; ++r) {
+      Kc[i * dk + r] = k[r];
+      Qc[i * dk + r] = q[r];
+    }
+  }
+}
+
+}  // namespace
+
 // The chunked form (gdn_chunked below) for the Qwen3.5 head (dk = dv = 128) and blocks of kGdnBlock tokens, with every
 // product of a block as a register-blocked GEMM (gemm_rows): the Gram matrices KKᵀ and QKᵀ against
 // a transposed copy of the block's keys, the forward substitution one row at a time (its sums over
@@ -194,18 +214,9 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
   float* UW = QK + CB * CB;                    // [CB][2D] U | W' per row
   for (int c0 = 0; c0 < n; c0 += CB) {
     const int L = n - c0 < CB ? n - c0 : CB;
-    float acc = 0.f;
-    for (int i = 0; i < L; ++i) {
-      acc += io.g[(c0 + i) * io.bg_stride];
-      G[i] = acc;
-      const float* k = io.k + (c0 + i) * io.k_stride;
-      const float* q = io.q + (c0 + i) * io.q_stride;
-      for (int r = 0; r < D; r += VW) {
-        vstore(Kc + i * D + r, vload(k + r));
-        vstore(Qc + i * D + r, vload(q + r));
-      }
-      for (int r = 0; r < D; ++r) KT[r * CB + i] = k[r];
-    }
+    block_rows(io, c0, L, D, G, Kc, Qc);
+    for (int i = 0; i < L; ++i)
+      for (int r = 0; r < D; ++r) KT[r * CB + i] = Kc[i * D + r];
     for (int i = L; i < CB; ++i) {
       G[i] = 0.f;
       for (int r = 0; r < D; ++r) KT[r * CB + i] = 0.f;
@@ -284,17 +295,7 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
   for (int c0 = 0; c0 < n; c0 += C) {
     const int L = n - c0 < C ? n - c0 : C;
     for (int i = L; i < Cp; ++i) G[i] = 0.f;  // padding lanes read by the vectorised decay row
-    float acc = 0.f;
-    for (int i = 0; i < L; ++i) {
-      acc += io.g[(c0 + i) * io.bg_stride];
-      G[i] = acc;
-      const float* k = io.k + (c0 + i) * io.k_stride;
-      const float* q = io.q + (c0 + i) * io.q_stride;
-      for (int r = 0; r < dk; ++r) {
-        Kc[i * dk + r] = k[r];
-        Qc[i * dk + r] = q[r];
-      }
-    }
+    block_rows(io, c0, L, dk, G, Kc, Qc);
     for (int i = 0; i < L; ++i) {
       const float bi = io.beta[(c0 + i) * io.bg_stride];
       const float* ki = Kc + i * dk;
