@@ -6,9 +6,9 @@
 // indices become their int8 levels by one byte shuffle of the 16-entry table. Batches of 1..3 rows
 // (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
 // once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
-// while every activation row passes them (Q4_K batches of more than 16 rows: quant_gemm.cpp; on
-// AVX-512 the 32-value types take tiles of up to 8 activation rows x 4 weight rows that walk the
-// weight rows once, q32_tiles). Either way each quantized matrix streams from memory once per step.
+// while every activation row passes them (Q4_K batches of more than 16 rows, and Q6_K ones on
+// AVX-512: quant_gemm.cpp; on AVX-512 the 32-value types take tiles of up to 8 activation rows x 4
+// weight rows that walk the weight rows once, q32_tiles). Either way each quantized matrix streams from memory once per step.
 // The AVX-512 table has 64-byte tiles of its own for the 32-value types, Q4_K and Q6_K; every tile
 // keeps llama.cpp's order of the f32 operations per output (kernelCheck holds Q4_K and Q6_K to
 // core/quant_ref.cpp bit for bit). The reference code and the block layouts: core/quant_ref.h.
