@@ -84,6 +84,21 @@ inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
+// The panel's value bytes (s.rows, [NP][K]) interleaved by quads of k into panel q of s.ws:
+// wq[k4][v][i] = the 4 bytes k = 4 k4 .. 4 k4 + 3 of row 8 v + i.
+void interleave_panel(Scratch& s, int q, int64_t K) {
+  const uint8_t* rows = s.rows.as<uint8_t>();
+  int32_t* wq = s.ws.as<int32_t>() + q * (K / 4) * NP;
+  for (int v = 0; v < 2; ++v)
+    for (int64_t k4 = 0; k4 < K / 4; k4 += 8) {
+      __m256i in[8], out[8];
+      for (int i = 0; i < 8; ++i)
+        in[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + (8 * v + i) * K + 4 * k4));
+      transpose8i(in, out);
+      for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(wq + ((k4 + j) * 2 + v) * 8), out[j]);
+    }
+}
+
 // Weight rows n0 .. n0 + nrows of a Q4_K matrix: wq[k4][v][i] = the 4 value bytes (k = 4 k4 ..
 // 4 k4 + 3) of row 8 v + i; wsc[b][g][v][i] = group g's scale in both int16 halves.
 void unpack_panel_k(const uint8_t* w, size_t wrow, int64_t nrows, int64_t K, Scratch& s, int q) {
@@ -128,15 +143,7 @@ void unpack_panel_k(const uint8_t* w, size_t wrow, int64_t nrows, int64_t K, Scr
             static_cast<int32_t>(mins[2 * j]) | (static_cast<int32_t>(mins[2 * j + 1]) << 16);
     }
   }
-  int32_t* wq = s.ws.as<int32_t>() + q * (K / 4) * NP;
-  for (int v = 0; v < 2; ++v)
-    for (int64_t k4 = 0; k4 < K / 4; k4 += 8) {
-      __m256i in[8], out[8];
-      for (int i = 0; i < 8; ++i)
-        in[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + (8 * v + i) * K + 4 * k4));
-      transpose8i(in, out);
-      for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(wq + ((k4 + j) * 2 + v) * 8), out[j]);
-    }
+  interleave_panel(s, q, K);
 }
 
 // The q8_K rows' scales and group sums (xd [M][K / 256], xg [M][K / 32]).
@@ -364,15 +371,7 @@ void unpack_panel_q6(const uint8_t* w, size_t wrow, int64_t nrows, int64_t K, Sc
       }
     }
   }
-  int32_t* wq = s.ws.as<int32_t>() + q * (K / 4) * NP;
-  for (int v = 0; v < 2; ++v)
-    for (int64_t k4 = 0; k4 < K / 4; k4 += 8) {
-      __m256i in[8], out[8];
-      for (int i = 0; i < 8; ++i)
-        in[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + (8 * v + i) * K + 4 * k4));
-      transpose8i(in, out);
-      for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(wq + ((k4 + j) * 2 + v) * 8), out[j]);
-    }
+  interleave_panel(s, q, K);
 }
 
 // The unpacked Q6_K panel q against activation rows, in vec_dot_q6_K_q8_K's order (as
