@@ -4,9 +4,9 @@
 // vectors of 8 rows (one row per 32-bit lane); blocks of up to 4 panels are passed by every
 // activation tile (2 rows; on AVX-512, 4 rows against one 64-byte vector of all 16 weight rows),
 // the q8_K bytes read in place and broadcast, the next block's weight bytes prefetched meanwhile.
-// The values are unsigned and below 16, so `maddubs` cannot saturate and its int16 sums add up over a group of 32 (8 steps
-// of 4 k, |sum| <= 8 x 2 x 15 x 128) before one `madd` by the group's scale: about one multiply per
-// 32 products, where quant_matmul.cpp's tiles take a maddubs and a madd per 32 and unpack each
+// The values are unsigned and below 16, so `maddubs` cannot saturate and its int16 sums add up
+// over a group of 32 (8 steps of 4 k, |sum| <= 8 x 2 x 15 x 128) before one `madd` by the group's
+// scale: about one multiply per 32 products, where quant_matmul.cpp's tiles take a maddubs and a madd per 32 and unpack each
 // block once per tile of 4 rows. Per block the int32 sums times dw x dx go into one f32
 // accumulator and the mins' sums times dmin x dx into another, subtracted at the end. Q6_K on
 // AVX-512 takes the same panels in vec_dot_q6_K_q8_K's order (its 8 int32 lanes per block, each in
@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/isa/quant_simd.h"
 #include "backend/cpu/isa/simd.h"
 #include "core/aligned.h"
 #include "core/quant_ref.h"
@@ -336,7 +337,6 @@ void unpack_panel_q6(const uint8_t* w, size_t wrow, int64_t nrows, int64_t K, Sc
   float* wd = s.wd.as<float>() + q * nb * NP;
   int32_t* wm = s.wm.as<int32_t>() + q * nb * 8 * NP;
   int32_t* wsc = s.wsc.as<int32_t>() + q * nb * 16 * NP;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
   const auto pair = [](int a, int b) {
     return static_cast<int32_t>(static_cast<uint16_t>(a) | (static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16));
   };
@@ -357,33 +357,17 @@ void unpack_panel_q6(const uint8_t* w, size_t wrow, int64_t nrows, int64_t K, Sc
       wd[b * NP + r] = h2f(blk.d);
       for (int j = 0; j < 16; ++j) wsc[(b * 16 + j) * NP + r] = pair(blk.scales[j], blk.scales[j]);
       for (int l = 0; l < 8; ++l) wm[(b * 8 + l) * NP + r] = pair(-32 * blk.scales[2 * l], -32 * blk.scales[2 * l + 1]);
-      // Elements 128 h + 32 j + e: ql[64 h + 32 (j % 2) + e], nibble j / 2, with qh[32 h + e] bits 2j, 2j + 1.
       for (int h = 0; h < 2; ++h) {
-        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h));
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h + 32));
-        const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
-        for (int j = 0; j < 4; ++j) {
-          const __m256i lo = j % 2 ? l1 : l0;
-          const __m256i nib = _mm256_and_si256(j / 2 ? _mm256_srli_epi16(lo, 4) : lo, m4);
-          const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2 * j), m3), 4);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b * QK_K + 128 * h + 32 * j), _mm256_or_si256(nib, hi));
-        }
+        __m256i v[4];
+        q6_K_half(blk.ql, blk.qh, h, v);
+        for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b * QK_K + 128 * h + 32 * j), v[j]);
       }
     }
   }
   interleave_panel(s, q, K);
 }
 
-// The unpacked Q6_K panel q against activation rows, in vec_dot_q6_K_q8_K's order (as
-// quant_matmul.cpp's dot_q6_K and core/quant_ref.cpp): per block 8 int32 lanes, lane l taking the
-// steps of 4 values st = l, l + 8, ... (bytes 4l .. 4l + 3 of each 32-byte chunk) times their
-// sub-block's scale, and its share of the offset, -32 (sc[2l] bsums[2l] + sc[2l + 1] bsums[2l + 1]);
-// acc[l] = fma(dx dw, lane l, acc[l]); the 8 lanes summed at the end as hsum_float_8. A vector lane
-// is a weight row: per step one load, and per activation row a broadcast, a `maddubs` and a
-// `vpdpwssd`. The lane index is a constant of the unrolled loops, so the int32 lanes stay in
-// registers; the f32 lanes wait in the tile's scratch between blocks. (AVX-512 only: a 32-byte
-// form, one activation row and two 8-row halves, measured slower than quant_matmul.cpp's tiles,
-// whose maddubs + madd + add per 32 products it cannot cut; docs/performance.md.)
+// The unpacked Q6_K panel q of the scratch.
 struct Q6View {
   int64_t nb;
   const float* wd;
@@ -395,7 +379,17 @@ struct Q6View {
         wsc(s.wsc.as<int32_t>() + q * nb * 16 * NP),
         wq(s.ws.as<int32_t>() + q * (K / 4) * NP) {}
 };
-// 64-byte vectors: all 16 weight rows of the panel in one, R activation rows per tile.
+// The unpacked Q6_K panel q against activation rows, in vec_dot_q6_K_q8_K's order (as
+// quant_matmul.cpp's dot_q6_K and core/quant_ref.cpp): per block 8 int32 lanes, lane l taking the
+// steps of 4 values st = l, l + 8, ... (bytes 4l .. 4l + 3 of each 32-byte chunk) times their
+// sub-block's scale, and its share of the offset, -32 (sc[2l] bsums[2l] + sc[2l + 1] bsums[2l + 1]);
+// acc[l] = fma(dx dw, lane l, acc[l]); the 8 lanes summed at the end as hsum_float_8. A vector lane
+// is a weight row: per step one load, and per activation row a broadcast, a `maddubs` and a
+// `vpdpwssd`. The lane index is a constant of the unrolled loops, so the int32 lanes stay in
+// registers; the f32 lanes wait in the tile's scratch between blocks. (AVX-512 only: a 32-byte
+// form, one activation row and two 8-row halves, measured slower than quant_matmul.cpp's tiles,
+// whose maddubs + madd + add per 32 products it cannot cut; docs/performance.md.) 64-byte vectors:
+// all 16 weight rows of the panel in one, R activation rows per tile.
 template <int R>
 void tile_q6_512(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m, int64_t K, float* y, int64_t ldy,
                  int nvalid) {

@@ -8,7 +8,8 @@
 // once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
 // while every activation row passes them (Q4_K batches of more than 16 rows, and Q6_K ones on
 // AVX-512: quant_gemm.cpp; on AVX-512 the 32-value types take tiles of up to 8 activation rows x 4
-// weight rows that walk the weight rows once, q32_tiles). Either way each quantized matrix streams from memory once per step.
+// weight rows that walk the weight rows once, q32_tiles). Either way each quantized matrix streams
+// from memory once per step.
 // The AVX-512 table has 64-byte tiles of its own for the 32-value types, Q4_K and Q6_K; every tile
 // keeps llama.cpp's order of the f32 operations per output (kernelCheck holds Q4_K and Q6_K to
 // core/quant_ref.cpp bit for bit). The reference code and the block layouts: core/quant_ref.h.
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/isa/quant_simd.h"
 #include "backend/cpu/isa/simd.h"
 #include "backend/cpu/kernels.h"
 #include "core/quant_ref.h"
@@ -582,7 +584,6 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   __m256 acc[NW][R];
   for (int i = 0; i < NW; ++i)
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
       const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
@@ -593,17 +594,7 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
       std::memcpy(&dh, w + 208, 2);
       const float dw = h2f(dh);
       __m256i v[8];
-      for (int h = 0; h < 2; ++h) {
-        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
-        const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-        v[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4));
-        v[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), m3), 4));
-        v[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), m3), 4));
-        v[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4));
-      }
+      for (int h = 0; h < 2; ++h) q6_K_half(ql, qh, h, v + 4 * h);
       // Scales per int16 lane of the pair sums: a group of 32 has s0 for elements 0..15 (the low
       // 128 bits), s1 for 16..31. The 16 scales widened to int16 (s0..s7 | s8..s15), each half
       // broadcast to both lanes, then per group a byte shuffle picking word 2g' in the low lane and
