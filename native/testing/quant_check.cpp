@@ -5,7 +5,8 @@
 //  - the activation quantization (q8_0, q8_1, q8_K) against core/quant_ref.cpp's reference, byte
 //    for byte, on rows that include exact rounding ties and planted maxima of either sign;
 //  - the packed dot products (matmul_quant: tiles of 1..16 rows, longer batches, cut row ranges;
-//    matmul_quant_streams: the decode regions' four far-apart panel streams)
+//    matmul_quant_streams: the decode regions' four far-apart panel streams; Q4_K repacked into
+//    panels where the table has them, matmul_q4_K_panels against matmul_quant bit for bit)
 //    and the scalar reference's vec_dot against an f64 sum of the dequantized operands, relative
 //    to the sum of |terms|;
 //  - the whole quantized product against the f64 product with the unquantized activations, within
@@ -186,6 +187,7 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     // Dot products: matmul_quant in tiles of 1..16 rows, a prefill-sized batch, and cut ranges.
     double dot_err = 0, ref_err = 0, bound_ratio = 0;
     int64_t cases = 0, bound_violations = 0, batch_rows = 0, batch_mismatch = 0, ref_exact_rows = 0, ref_exact_mismatch = 0;
+    int64_t panel_rows = 0, panel_mismatch = 0;
     for (int64_t K : {256, 1024}) {
       // 60 rows: four whole panel streams whose last panel is partial; 71: four streams of one
       // panel each and a partial remainder panel apart.
@@ -194,7 +196,15 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
       std::vector<float> wf(static_cast<size_t>(N * K));
       Kt.row_to_f32(w.data(), t, 0, N * K, wf.data());
       const size_t wrow = row_bytes(t, K), rb = act_row_bytes(act, K);
-      for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 40, 41}) {
+      // Q4_K repacked into 16-row panels (the last one partial), where the table has them.
+      const bool panels = t == DType::q4_K && Kt.pack_q4_K != nullptr;
+      const int64_t P = (N + 15) / 16;
+      std::vector<unsigned char> packed(panels ? static_cast<size_t>(P) * cpu::q4_K_panel_bytes(K) : 0);
+      if (panels) {
+        Kt.pack_q4_K(w.data(), N, K, 0, 2, packed.data());
+        Kt.pack_q4_K(w.data(), N, K, 2, P, packed.data());
+      }
+      for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 40, 41}) {
         std::vector<float> x;
         for (int64_t m = 0; m < M; ++m) {
           const auto row = activation_row(K, rng);
@@ -276,6 +286,23 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
               }
             }
           ++cases;
+          // The same products from the panels (mode 1: one panel per call), bit for bit.
+          if (panels) {
+            std::vector<float> yp(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
+            if (mode == 0)
+              Kt.matmul_q4_K_panels(xq.data(), M, K, packed.data(), N, 0, P, yp.data(), N, 0);
+            else if (mode == 1)
+              for (int64_t p = 0; p < P; ++p) Kt.matmul_q4_K_panels(xq.data(), M, K, packed.data(), N, p, p + 1, yp.data(), N, 0);
+            else {
+              const int64_t Q = P / 4;
+              Kt.matmul_q4_K_panels(xq.data(), M, K, packed.data(), N, 0, Q, yp.data(), N, Q);
+              Kt.matmul_q4_K_panels(xq.data(), M, K, packed.data(), N, 4 * Q, P, yp.data(), N, 0);
+            }
+            for (size_t i = 0; i < yp.size(); ++i) {
+              panel_rows += 1;
+              panel_mismatch += std::memcmp(&yp[i], &y[i], 4) != 0;
+            }
+          }
           // Prefill batches (more than 16 rows) against the same rows one at a time, bit for bit:
           // every type sums each (row, row) pair in the same order at every batch size (Q4_K's
           // prefill panels, quant_gemm.cpp, and its decode tiles both in llama.cpp's repacked-Q4_K order).
@@ -300,6 +327,8 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     r.Set("batchRowMismatches", batch_mismatch);
     r.Set("refExactRows", ref_exact_rows);
     r.Set("refExactMismatches", ref_exact_mismatch);
+    r.Set("panelRows", panel_rows);
+    r.Set("panelMismatches", panel_mismatch);
     r.Set("dotCases", cases);
     r.Set("dotMaxErr", dot_err);
     r.Set("refDotMaxErr", ref_err);

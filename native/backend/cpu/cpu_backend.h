@@ -2,7 +2,8 @@
 // The CPU backend: host memory, a persistent thread pool, and the kernel table of the ISA chosen
 // at run time. One class, its members defined by job:
 //   cpu_backend.cpp   the front: caches and snapshots, the small ops, sampling, profiling
-//   weights.cpp       weight binding (bf16 matrices repacked into vdpbf16ps panels, conv taps)
+//   weights.cpp       weight binding (bf16 matrices repacked into vdpbf16ps panels, Q4_K ones into
+//                     16-row panels, conv taps)
 //   matmul.cpp        how matrix products are split over the threads
 //   attention.cpp     full attention over the paged KV cache
 //   gdn.cpp           the Gated DeltaNet mixer
@@ -144,6 +145,7 @@ class CpuBackend final : public Backend {
     struct Mat {
       const uint16_t* packed;  // vdpbf16ps panels, or null: `w` of type `wt` (row-major, or GGUF blocks)
       const void* w;
+      const void* q4_K_panels;  // Q4_K repacked into panels (kernels.h, pack_q4_K), or null
       DType wt;
       int64_t n;
       float* y;
@@ -180,7 +182,7 @@ class CpuBackend final : public Backend {
   AlignedBuffer conv_buf_;  // a DeltaNet layer's conv output [T, cd]
   AlignedBuffer x_bf16_;    // x rounded to bf16 for the packed matmuls
   AlignedBuffer x_quant_[4];  // x quantized for block-quantized matrices, by ActQuant
-  std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_weights_;  // vdpbf16ps panels, by host matrix
+  std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_weights_;  // vdpbf16ps / Q4_K panels, by host matrix
   std::map<const void*, std::unique_ptr<AlignedBuffer>> resident_weights_;  // row-major copies, by host matrix
   const void* head_ptr_ = nullptr;  // the vocabulary head (profiled apart)
   std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_taps_;  // tap-major conv weights, by host vector

@@ -147,19 +147,6 @@ void unpack_panel_k(const uint8_t* w, size_t wrow, int64_t nrows, int64_t K, Scr
   interleave_panel(s, q, K);
 }
 
-// The q8_K rows' scales and group sums (xd [M][K / 256], xg [M][K / 32]).
-void k_act_sums(const uint8_t* xq, int64_t M, int64_t K, float* xd, int16_t* xg) {
-  const size_t rb = act_row_bytes(ActQuant::q8_K, K);
-  for (int64_t m = 0; m < M; ++m) {
-    const auto* bl = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m) * rb);
-    for (int64_t b = 0; b < K / QK_K; ++b) {
-      xd[m * (K / QK_K) + b] = bl[b].d;
-      for (int g = 0; g < 8; ++g)
-        xg[m * (K / 32) + b * 8 + g] = static_cast<int16_t>(bl[b].bsums[2 * g] + bl[b].bsums[2 * g + 1]);
-    }
-  }
-}
-
 // What a tile reads: activation rows m .. m + R (their q8_K blocks, scales and group sums) and
 // unpacked panel q of the scratch.
 template <int R>
@@ -284,21 +271,6 @@ void tile_k512(const Scratch& s, int q, const uint8_t* xq, size_t rb, int64_t m,
   for (int i = 0; i < R; ++i) _mm512_mask_storeu_ps(y + (m + i) * ldy, keep, _mm512_sub_ps(acc[i], accm[i]));
 }
 #endif
-
-// The next block of panels' weight bytes (rows p1 .. p2, contiguous) prefetched to L2 a slice at
-// a time while the activation tiles pass the current block, so its unpacking does not wait on
-// memory (the rows are read once, a few KiB each: too short for the hardware prefetcher).
-struct NextPanels {
-  const uint8_t* base;
-  int64_t lines, done = 0;
-  NextPanels(const uint8_t* w, size_t wrow, int64_t p1, int64_t p2)
-      : base(w + static_cast<size_t>(p1) * wrow), lines(std::max<int64_t>(0, p2 - p1) * static_cast<int64_t>(wrow) / 64) {}
-  // After tile k of n: the lines up to the share (k + 1) / n of the whole.
-  void step(int64_t k, int64_t n) {
-    const int64_t upto = lines * (k + 1) / n;
-    for (; done < upto; ++done) _mm_prefetch(reinterpret_cast<const char*>(base + 64 * done), _MM_HINT_T1);
-  }
-};
 
 // Weight rows n0 .. n1 in blocks of npan panels of NP rows: each block unpacked (unpack(q, p, nrows)
 // for panel q, first row p), then passed by every activation tile of KR rows, the last M % KR rows

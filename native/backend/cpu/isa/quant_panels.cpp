@@ -1,0 +1,264 @@
+// Q4_K matrices repacked at load into panels of 16 weight rows (AVX-512 with VNNI), and their
+// products at every batch size. A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of
+// groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane) has to
+// be gathered from 16 rows, which quant_gemm.cpp does once per panel and block for prefill and
+// quant_matmul.cpp's decode tiles avoid by reducing each row's lanes at the end of every block
+// (both cost several times the products' own instructions at 4..16 rows). Repacked once, a step
+// is one nibble load shared by two steps (low and high nibbles), and per activation row one
+// `vpdpbusd` by the 4 activation bytes broadcast from memory.
+//
+// Layout of panel p (rows 16 p .. 16 p + 15; rows past N are zero), block b, kPanelBlock bytes:
+//   [0, 32)     d of the 16 rows (f16)        [32, 64)   dmin of the 16 rows (f16)
+//   [64, 256)   the 12 scale bytes of each row as 3 dwords: dword j of row r at 64 + 64 j + 4 r
+//   [256, 2304) 32 chunks of 64 bytes, chunk 4 g + j (group g, step j < 4): byte 4 r + t holds
+//               value 32 g + 4 j + t of row r in its low nibble and value 32 g + 16 + 4 j + t in
+//               its high one
+// The same bytes as the rows it replaces (16 x 144 per block), so a decode step reads as much.
+//
+// The order of the operations per output is dot_q4_K's and tile_k512's (llama.cpp's repacked
+// Q4_K, ggml_gemm_q4_K_8x8_q8_K): per block the exact integer sums of the scales' part and of the
+// mins' part, acc = fma(isum, dw dx, acc), accm = fma(msum, dmin dx, accm); y = acc - accm. The
+// integer sums are exact whatever their order, so the bits are those of the other tiles
+// (kernelCheck compares them).
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/isa/quant_simd.h"
+#include "backend/cpu/kernels.h"
+#include "core/aligned.h"
+#include "core/quant_ref.h"
+
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+namespace lumen::cpu::LUMEN_ISA {
+namespace {
+
+using namespace lumen::quant;
+
+constexpr int NP = kPanel;               // weight rows per panel
+constexpr size_t kPanelBlock = NP * sizeof(BlockQ4_K);  // one block of a panel
+constexpr size_t kQsAt = 256;            // offset of the value chunks in a panel block
+#ifndef Q4P_PF
+#define Q4P_PF 2304
+#endif
+#ifndef Q4P_HINT
+#define Q4P_HINT _MM_HINT_T0
+#endif
+constexpr size_t kPrefetch = Q4P_PF;  // software prefetch distance in a panel stream
+
+// The activations' q8_K scales and group sums, per thread.
+struct ActSums {
+  AlignedBuffer xd, xg;
+};
+ActSums& act_sums(int64_t M, int64_t K, const uint8_t* xq) {
+  thread_local ActSums s;
+  const size_t nd = static_cast<size_t>(M * (K / QK_K)) * sizeof(float);
+  const size_t ng = static_cast<size_t>(M * (K / 32)) * sizeof(int16_t);
+  if (s.xd.size() < nd) s.xd.resize(nd, false);
+  if (s.xg.size() < ng + 64) s.xg.resize(ng + 64, false);
+  k_act_sums(xq, M, K, s.xd.as<float>(), s.xg.as<int16_t>());
+  return s;
+}
+
+// Byte t of every dword of v as that dword's value (t < 4).
+inline __m512i dword_byte(__m512i v, int t) {
+  const __m512i ctl = _mm512_set4_epi32(static_cast<int>(0x8080800Cu + t), static_cast<int>(0x80808008u + t),
+                                        static_cast<int>(0x80808004u + t), static_cast<int>(0x80808000u + t));
+  return _mm512_shuffle_epi8(v, ctl);
+}
+// Bytes 2 h and 2 h + 1 of every dword of v as its two int16 halves (h < 2).
+inline __m512i dword_pair(__m512i v, int h) {
+  const int lo = 2 * h, hi = 2 * h + 1;
+  const __m512i ctl = _mm512_set4_epi32(static_cast<int>(0x80008000u | (12 + hi) << 16 | (12 + lo)),
+                                        static_cast<int>(0x80008000u | (8 + hi) << 16 | (8 + lo)),
+                                        static_cast<int>(0x80008000u | (4 + hi) << 16 | (4 + lo)),
+                                        static_cast<int>(0x80008000u | hi << 16 | lo));
+  return _mm512_shuffle_epi8(v, ctl);
+}
+inline __m512i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// S panels (pp[s], each from block 0) against R activation rows (xs[m]; their scales xd[m * nb]
+// and group sums xg[m * 8 nb]): ys[s][m * ldy + i] for the first nvalid[s] rows i of panel s.
+template <int R, int S>
+void tile(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd, const int16_t* xg, int64_t nb,
+          float* const* ys, int64_t ldy, const int* nvalid) {
+  // The f32 sums wait in memory between blocks (touched once per block; in registers they left
+  // too few for a block's integer work at 8 rows).
+  alignas(64) float acc[S][R][NP] = {}, accm[S][R][NP] = {};
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i k3f = _mm512_set1_epi8(0x3F), k0f = _mm512_set1_epi8(0x0F), k03 = _mm512_set1_epi8(0x03);
+  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* blk = pp[s] + static_cast<size_t>(b) * kPanelBlock;
+      // The scales and mins of the 16 rows (k_scale_min, one row per dword).
+      const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128), u2 = _mm512_loadu_si512(blk + 192);
+      const __m512i sc03 = _mm512_and_si512(u0, k3f);
+      const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k0f), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
+      __m512i is[R];
+      // The activation bytes as broadcast memory operands of the vpdpbusd: the empty asm keeps GCC
+      // from loading each broadcast once for the S panels (64 vectors per row: spilled).
+      const int8_t* xq[R];
+      for (int m = 0; m < R; ++m) {
+        is[m] = _mm512_setzero_si512();
+        xq[m] = xs[m][b].qs;
+        asm("" : "+r"(xq[m]));
+      }
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m512i sc = dword_byte(g < 4 ? sc03 : sc47, g % 4);
+        // The stream's bytes kPrefetch ahead, a group's share (the block's last 4 lines with group 7).
+        for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + 256 * g + 64 * l), Q4P_HINT);
+        __m512i w[8];
+        for (int j = 0; j < 4; ++j) {
+          const __m512i v = _mm512_loadu_si512(blk + kQsAt + (4 * g + j) * 64);
+          w[j] = _mm512_and_si512(v, m4);
+          w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < R; ++m) {
+          const int8_t* x = xq[m] + 32 * g;
+          __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(x));
+          for (int j = 1; j < 8; ++j) t = _mm512_dpbusd_epi32(t, w[j], bcast4(x + 4 * j));
+          is[m] = _mm512_add_epi32(is[m], _mm512_mullo_epi32(t, sc));
+        }
+        // Keeps GCC from loading and unpacking later groups' values ahead (spilled).
+        asm volatile("" ::: "memory");
+      }
+      const __m512i mn03 = _mm512_and_si512(u1, k3f);
+      const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
+                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+      const __m512i mp[4] = {dword_pair(mn03, 0), dword_pair(mn03, 1), dword_pair(mn47, 0), dword_pair(mn47, 1)};
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+      const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+#pragma GCC unroll 8
+      for (int m = 0; m < R; ++m) {
+        const int16_t* g2 = xg + (m * nb + b) * 8;
+        __m512i ms = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[0], bcast4(g2));
+        for (int j = 1; j < 4; ++j) ms = _mm512_dpwssd_epi32(ms, mp[j], bcast4(g2 + 2 * j));
+        const __m512 x = _mm512_set1_ps(xd[m * nb + b]);
+        _mm512_store_ps(acc[s][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[m]), _mm512_mul_ps(dw, x), _mm512_load_ps(acc[s][m])));
+        _mm512_store_ps(accm[s][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dm, x), _mm512_load_ps(accm[s][m])));
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    const __mmask16 keep = static_cast<__mmask16>((1u << nvalid[s]) - 1);
+    for (int m = 0; m < R; ++m)
+      _mm512_mask_storeu_ps(ys[s] + m * ldy, keep, _mm512_sub_ps(_mm512_load_ps(acc[s][m]), _mm512_load_ps(accm[s][m])));
+  }
+}
+
+// R activation rows from m against the S panels.
+template <int R, int S>
+void tile_rows(const uint8_t* const* pp, const uint8_t* xq, size_t rb, const ActSums& as, int64_t m, int64_t nb,
+               float* const* ys, int64_t ldy, const int* nvalid) {
+  const BlockQ8_K* xs[R];
+  for (int i = 0; i < R; ++i) xs[i] = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m + i) * rb);
+  float* y[S];
+  for (int s = 0; s < S; ++s) y[s] = ys[s] + m * ldy;
+  tile<R, S>(pp, xs, as.xd.as<float>() + m * nb, as.xg.as<int16_t>() + m * nb * 8, nb, y, ldy, nvalid);
+}
+
+// Rows m .. m + r (r < 8) against the S panels.
+template <int S>
+void tile_rest(int64_t r, const uint8_t* const* pp, const uint8_t* xq, size_t rb, const ActSums& as, int64_t m, int64_t nb,
+               float* const* ys, int64_t ldy, const int* nvalid) {
+  switch (r) {
+    case 1: return tile_rows<1, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
+    case 2: return tile_rows<2, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
+    case 3: return tile_rows<3, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
+    case 4: return tile_rows<4, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
+    case 5: return tile_rows<5, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
+    case 6: return tile_rows<6, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
+    default: return tile_rows<7, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
+  }
+}
+
+}  // namespace
+
+void pack_q4_K(const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out) {
+  const int64_t nb = K / QK_K;
+  const size_t wrow = row_bytes(DType::q4_K, K);
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = static_cast<uint8_t*>(out) + static_cast<size_t>(p * nb + b) * kPanelBlock;
+      std::memset(dst, 0, kPanelBlock);
+      for (int r = 0; r < NP && p * NP + r < N; ++r) {
+        BlockQ4_K blk;
+        std::memcpy(&blk, static_cast<const uint8_t*>(w) + static_cast<size_t>(p * NP + r) * wrow + static_cast<size_t>(b) * sizeof blk,
+                    sizeof blk);
+        std::memcpy(dst + 2 * r, &blk.d, 2);
+        std::memcpy(dst + 32 + 2 * r, &blk.dmin, 2);
+        for (int j = 0; j < 3; ++j) std::memcpy(dst + 64 + 64 * j + 4 * r, blk.scales + 4 * j, 4);
+        for (int g = 0; g < 8; ++g) {
+          // The group's 32 values (its nibble of qs[32 (g / 2) ..]); values l and 16 + l in byte l.
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * (g / 2)));
+          const __m256i v = _mm256_and_si256(g % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+          const __m128i b16 = _mm_or_si128(_mm256_castsi256_si128(v), _mm_slli_epi16(_mm256_extracti128_si256(v, 1), 4));
+          alignas(16) uint8_t t[16];
+          _mm_store_si128(reinterpret_cast<__m128i*>(t), b16);
+          for (int j = 0; j < 4; ++j) std::memcpy(dst + kQsAt + (4 * g + j) * 64 + 4 * r, t + 4 * j, 4);
+        }
+      }
+    }
+}
+
+void matmul_q4_K_panels(const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0, int64_t p1,
+                        float* y, int64_t ldy, int64_t slice) {
+  const int64_t nb = K / QK_K;
+  const size_t rb = act_row_bytes(ActQuant::q8_K, K);
+  const size_t panel = static_cast<size_t>(nb) * kPanelBlock;
+  const auto* x = static_cast<const uint8_t*>(xq);
+  const auto* base = static_cast<const uint8_t*>(packed);
+  const ActSums& as = act_sums(M, K, x);
+  const auto valid = [&](int64_t p) { return static_cast<int>(std::clamp<int64_t>(N - p * NP, 0, NP)); };
+  if (slice > 0) {
+    // Decode streams: panels p, p + slice, p + 2 slice, p + 3 slice side by side (those past N
+    // skipped), for 1..3 activation rows.
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* pp[4];
+      float* ys[4];
+      int nv[4], count = 0;
+      for (int s = 0; s < 4; ++s) {
+        const int64_t q = p + s * slice;
+        if (valid(q) == 0) continue;
+        pp[count] = base + static_cast<size_t>(q) * panel;
+        ys[count] = y + q * NP;
+        nv[count++] = valid(q);
+      }
+      if (count == 4 && M == 1) {
+        const auto* x0 = reinterpret_cast<const BlockQ8_K*>(x);
+        tile<1, 4>(pp, &x0, as.xd.as<float>(), as.xg.as<int16_t>(), nb, ys, ldy, nv);
+        continue;
+      }
+      for (int s = 0; s < count; ++s)
+        for (int64_t m = 0; m < M; m += 7) tile_rest<1>(std::min<int64_t>(7, M - m), pp + s, x, rb, as, m, nb, ys + s, ldy, nv + s);
+    }
+    return;
+  }
+  // Panels p0 .. p1 in blocks that stay in L2 while every tile of 8 activation rows passes them
+  // (the first tile's prefetches bring them in).
+  const int npan = static_cast<int>(std::clamp<int64_t>((int64_t{96} << 10) / static_cast<int64_t>(panel), 1, 8));
+  for (int64_t q0 = p0; q0 < p1; q0 += npan) {
+    const int64_t q1 = std::min(p1, q0 + npan);
+    for (int64_t m = 0; m < M; m += 8) {
+      for (int64_t q = q0; q < q1; ++q) {
+        const uint8_t* pp = base + static_cast<size_t>(q) * panel;
+        float* ys = y + q * NP;
+        const int nv = valid(q);
+        if (m + 8 <= M)
+          tile_rows<8, 1>(&pp, x, rb, as, m, nb, &ys, ldy, &nv);
+        else
+          tile_rest<1>(M - m, &pp, x, rb, as, m, nb, &ys, ldy, &nv);
+      }
+    }
+  }
+}
+
+}  // namespace lumen::cpu::LUMEN_ISA
+#endif
