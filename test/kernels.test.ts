@@ -86,7 +86,7 @@ describe('CPU kernels against scalar references', () => {
         expect(r.refExactRows).toBeGreaterThan(200);
         expect(r.refExactMismatches).toBe(0);
       }
-      // Q4_K on AVX-512 is repacked at load into 16-row panels (isa/quant_panels.cpp): their
+      // Q4_K on AVX-512 is repacked at load into 16-row panels (isa/quant_panels.cpp): its
       // products at 1..41 rows, whole, a panel per call and as four decode streams, equal
       // matmul_quant's bit for bit. The other types and the AVX2 table have no panels.
       if (type === 'Q4_K' && isa === 'avx512') expect(r.panelRows).toBeGreaterThan(10000);

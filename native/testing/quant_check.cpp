@@ -6,7 +6,7 @@
 //    for byte, on rows that include exact rounding ties and planted maxima of either sign;
 //  - the packed dot products (matmul_quant: tiles of 1..16 rows, longer batches, cut row ranges;
 //    matmul_quant_streams: the decode regions' four far-apart panel streams; Q4_K repacked into
-//    panels where the table has them, matmul_q4_K_panels against matmul_quant bit for bit)
+//    panels where the table has them: matmul_quant_panels against matmul_quant bit for bit)
 //    and the scalar reference's vec_dot against an f64 sum of the dequantized operands, relative
 //    to the sum of |terms|;
 //  - the whole quantized product against the f64 product with the unquantized activations, within
@@ -196,13 +196,13 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
       std::vector<float> wf(static_cast<size_t>(N * K));
       Kt.row_to_f32(w.data(), t, 0, N * K, wf.data());
       const size_t wrow = row_bytes(t, K), rb = act_row_bytes(act, K);
-      // Q4_K repacked into 16-row panels (the last one partial), where the table has them.
-      const bool panels = t == DType::q4_K && Kt.pack_q4_K != nullptr;
+      // Repacked into 16-row panels (the last one partial), where the table has them for t.
+      const bool panels = Kt.packs_quant_panels && Kt.packs_quant_panels(t);
       const int64_t P = (N + 15) / 16;
-      std::vector<unsigned char> packed(panels ? static_cast<size_t>(P) * cpu::q4_K_panel_bytes(K) : 0);
+      std::vector<unsigned char> packed(panels ? static_cast<size_t>(P) * cpu::quant_panel_bytes(t, K) : 0);
       if (panels) {
-        Kt.pack_q4_K(w.data(), N, K, 0, 2, packed.data());
-        Kt.pack_q4_K(w.data(), N, K, 2, P, packed.data());
+        Kt.pack_quant_panels(t, w.data(), N, K, 0, 2, packed.data());
+        Kt.pack_quant_panels(t, w.data(), N, K, 2, P, packed.data());
       }
       for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 40, 41}) {
         std::vector<float> x;
@@ -290,13 +290,13 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
           if (panels) {
             std::vector<float> yp(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
             if (mode == 0)
-              Kt.matmul_q4_K_panels(xq.data(), M, K, packed.data(), N, 0, P, yp.data(), N, 0);
+              Kt.matmul_quant_panels(t, xq.data(), M, K, packed.data(), N, 0, P, yp.data(), N, 0);
             else if (mode == 1)
-              for (int64_t p = 0; p < P; ++p) Kt.matmul_q4_K_panels(xq.data(), M, K, packed.data(), N, p, p + 1, yp.data(), N, 0);
+              for (int64_t p = 0; p < P; ++p) Kt.matmul_quant_panels(t, xq.data(), M, K, packed.data(), N, p, p + 1, yp.data(), N, 0);
             else {
               const int64_t Q = P / 4;
-              Kt.matmul_q4_K_panels(xq.data(), M, K, packed.data(), N, 0, Q, yp.data(), N, Q);
-              Kt.matmul_q4_K_panels(xq.data(), M, K, packed.data(), N, 4 * Q, P, yp.data(), N, 0);
+              Kt.matmul_quant_panels(t, xq.data(), M, K, packed.data(), N, 0, Q, yp.data(), N, Q);
+              Kt.matmul_quant_panels(t, xq.data(), M, K, packed.data(), N, 4 * Q, P, yp.data(), N, 0);
             }
             for (size_t i = 0; i < yp.size(); ++i) {
               panel_rows += 1;

@@ -145,7 +145,7 @@ class CpuBackend final : public Backend {
     struct Mat {
       const uint16_t* packed;  // vdpbf16ps panels, or null: `w` of type `wt` (row-major, or GGUF blocks)
       const void* w;
-      const void* q4_K_panels;  // Q4_K repacked into panels (kernels.h, pack_q4_K), or null
+      const void* quant_panels;  // block-quantized `w` repacked into panels (kernels.h), or null
       DType wt;
       int64_t n;
       float* y;
@@ -182,7 +182,7 @@ class CpuBackend final : public Backend {
   AlignedBuffer conv_buf_;  // a DeltaNet layer's conv output [T, cd]
   AlignedBuffer x_bf16_;    // x rounded to bf16 for the packed matmuls
   AlignedBuffer x_quant_[4];  // x quantized for block-quantized matrices, by ActQuant
-  std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_weights_;  // vdpbf16ps / Q4_K panels, by host matrix
+  std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_weights_;  // vdpbf16ps / quantized panels, by host matrix
   std::map<const void*, std::unique_ptr<AlignedBuffer>> resident_weights_;  // row-major copies, by host matrix
   const void* head_ptr_ = nullptr;  // the vocabulary head (profiled apart)
   std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_taps_;  // tap-major conv weights, by host vector

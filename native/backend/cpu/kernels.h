@@ -57,14 +57,16 @@ struct Kernels {
   void (*matmul_packed)(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
                         int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
-  // Q4_K matrices repacked into panels of kPanel rows (isa/quant_panels.cpp, AVX-512 with VNNI;
-  // null elsewhere): pack_q4_K writes panels [p0, p1) of the N x K matrix (q4_K_panel_bytes(K)
-  // each; rows past N zero); matmul_q4_K_panels is matmul_quant for them (x quantized to q8_K),
-  // for the rows of panels [p0, p1), with matmul_packed's meaning of slice (four streams, 1..3
-  // rows of x). The same bits as matmul_quant on the rows it was packed from.
-  void (*pack_q4_K)(const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out);
-  void (*matmul_q4_K_panels)(const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0, int64_t p1,
-                             float* y, int64_t ldy, int64_t slice);
+  // Block-quantized matrices repacked into panels of kPanel rows (isa/quant_panels.cpp, AVX-512
+  // with VNNI: the types packs_quant_panels names, Q4_K today; null elsewhere):
+  // pack_quant_panels writes panels [p0, p1) of the N x K matrix (quant_panel_bytes each; rows
+  // past N zero); matmul_quant_panels is matmul_quant for them, for the rows of panels [p0, p1),
+  // with matmul_packed's meaning of slice (four streams, 1..3 rows of x). The same bits as
+  // matmul_quant on the rows they were packed from.
+  bool (*packs_quant_panels)(DType t);
+  void (*pack_quant_panels)(DType t, const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out);
+  void (*matmul_quant_panels)(DType t, const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0,
+                              int64_t p1, float* y, int64_t ldy, int64_t slice);
   // Gated DeltaNet core for one value head (isa/gdn.cpp): the token recurrence, and the chunked
   // (WY) form over blocks of `block` tokens (kGdnBlock; scratch grows as needed); gdn_chunked_128
   // is that form for dk = dv = 128 and kGdnBlock with its products as GEMMs, the same bits.
@@ -101,7 +103,7 @@ struct Kernels {
 
 constexpr int kPanel = 16;
 inline int64_t packed_elems(int64_t N, int64_t K) { return (N + kPanel - 1) / kPanel * kPanel * K; }
-inline size_t q4_K_panel_bytes(int64_t K) { return static_cast<size_t>(K / 256) * kPanel * 144; }
+inline size_t quant_panel_bytes(DType t, int64_t K) { return kPanel * row_bytes(t, K); }
 
 const Kernels& kernels();
 

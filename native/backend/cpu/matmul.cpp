@@ -159,7 +159,7 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
   for (int i = 0; i < n; ++i) remaining += panels_of(i) * panel_bytes(i);
   for (int i = 0; i < n; ++i) {
     mw.mats.push_back({packed ? static_cast<const uint16_t*>(ws[i]->aux) : nullptr, ws[i]->ptr,
-                       ws[i]->dtype == DType::q4_K ? ws[i]->aux : nullptr, ws[i]->dtype, ws[i]->rows, ys[i]});
+                       is_quant(ws[i]->dtype) ? ws[i]->aux : nullptr, ws[i]->dtype, ws[i]->rows, ys[i]});
     const int64_t panels = panels_of(i);
     const int64_t q = panels / streams;  // panels per quarter (third)
     for (int64_t p = 0; p < q;) {
@@ -222,9 +222,9 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
     for (int64_t p = first; p < last; ++p) {
       const Piece& pc = prefill_pieces_[static_cast<size_t>(p)];
       const WMat& w = *ws[pc.matrix];
-      if (w.dtype == DType::q4_K && w.aux)
-        kernels_.matmul_q4_K_panels(xq[static_cast<int>(ActQuant::q8_K)], rows, K, w.aux, w.rows, pc.p0 / kPanel,
-                                    (pc.p1 + kPanel - 1) / kPanel, ys[pc.matrix], w.rows, 0);
+      if (is_quant(w.dtype) && w.aux)
+        kernels_.matmul_quant_panels(w.dtype, xq[static_cast<int>(dtype_info(w.dtype).act)], rows, K, w.aux, w.rows,
+                                     pc.p0 / kPanel, (pc.p1 + kPanel - 1) / kPanel, ys[pc.matrix], w.rows, 0);
       else if (is_quant(w.dtype))
         kernels_.matmul_quant(xq[static_cast<int>(dtype_info(w.dtype).act)], rows, K, w.ptr, w.dtype, pc.p0, pc.p1,
                               ys[pc.matrix], w.rows);
@@ -246,9 +246,9 @@ void CpuBackend::MatmulWork::compute(int64_t p, int tid, bool direct) {
   }
   if (m.packed)
     kernels->matmul_packed(x_bf16.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
-  else if (m.q4_K_panels)
-    kernels->matmul_q4_K_panels(x_quant[static_cast<int>(ActQuant::q8_K)].data(), rows, k, m.q4_K_panels, m.n, pc.p0, pc.p1,
-                                y, m.n, pc.slice);
+  else if (m.quant_panels)
+    kernels->matmul_quant_panels(m.wt, x_quant[static_cast<int>(dtype_info(m.wt).act)].data(), rows, k, m.quant_panels, m.n,
+                                 pc.p0, pc.p1, y, m.n, pc.slice);
   else if (is_quant(m.wt))
     kernels->matmul_quant_streams(x_quant[static_cast<int>(dtype_info(m.wt).act)].data(), rows, k, m.w, m.wt, m.n, pc.p0,
                                   pc.p1, y, m.n, pc.slice);

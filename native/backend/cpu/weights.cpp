@@ -1,8 +1,9 @@
 // CPU weight binding: the layers through the shared binding (backend/weight_binding.h), with bf16
 // matrices repacked into vdpbf16ps panels when the ISA has them (prefill and decode then read only
-// the packed copy), Q4_K ones into 16-row panels when it has their kernels (the same), else f32 / bf16 matrices copied as they are into huge-page memory (the exact
-// reference path reads f32), block-quantized ones left in the file mapping, and the DeltaNet conv
-// taps copied tap-major for the conv kernel.
+// the packed copy) and Q4_K ones into 16-row panels when it has their kernels (the same), else
+// f32 / bf16 matrices copied as they are into huge-page memory (the exact reference path reads
+// f32), the other block-quantized ones left in the file mapping, and the DeltaNet conv taps copied
+// tap-major for the conv kernel.
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -27,15 +28,17 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
         it = packed_weights_.emplace(m.data, std::move(buf)).first;
       }
       r.aux = it->second->data();
-    } else if (kernels_.pack_q4_K && m.dtype == DType::q4_K) {
+    } else if (kernels_.packs_quant_panels && kernels_.packs_quant_panels(m.dtype)) {
       // Q4_K in 16-row panels (isa/quant_panels.cpp): every product then reads only the panels.
       // The mapping's pages go back, except the embedding's (its lookup reads the rows).
       auto it = packed_weights_.find(m.data);
       if (it == packed_weights_.end()) {
         const int64_t panels = (m.rows + kPanel - 1) / kPanel;
-        auto buf = std::make_unique<AlignedBuffer>(static_cast<size_t>(panels) * q4_K_panel_bytes(m.cols), false);
+        auto buf = std::make_unique<AlignedBuffer>(static_cast<size_t>(panels) * quant_panel_bytes(m.dtype, m.cols), false);
         void* dst = buf->data();
-        pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) { kernels_.pack_q4_K(m.data, m.rows, m.cols, p0, p1, dst); });
+        pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) {
+          kernels_.pack_quant_panels(m.dtype, m.data, m.rows, m.cols, p0, p1, dst);
+        });
         if (m.data != w.embed().data) w.release_mapped(m.data, m.bytes());
         it = packed_weights_.emplace(m.data, std::move(buf)).first;
       }

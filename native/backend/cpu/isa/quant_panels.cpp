@@ -1,24 +1,25 @@
 // Q4_K matrices repacked at load into panels of 16 weight rows (AVX-512 with VNNI), and their
 // products at every batch size. A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of
-// groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane) has to
-// be gathered from 16 rows, which quant_gemm.cpp does once per panel and block for prefill and
+// groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane) has to be
+// gathered from 16 rows, which quant_gemm.cpp did once per panel and block for prefill and
 // quant_matmul.cpp's decode tiles avoid by reducing each row's lanes at the end of every block
 // (both cost several times the products' own instructions at 4..16 rows). Repacked once, a step
-// is one nibble load shared by two steps (low and high nibbles), and per activation row one
-// `vpdpbusd` by the 4 activation bytes broadcast from memory.
+// is half a nibble load, and per activation row one `vpdpbusd` by the 4 activation bytes
+// broadcast from memory, where the other tiles take a `maddubs` and a `vpdpwssd`. A panel block
+// holds the same bytes as the 16 row blocks it replaces, so a decode step reads as much as before.
+// (Q6_K in the same form was measured and not taken: its lanes need a `maddubs` and a `vpdpwssd`
+// per step in any layout; docs/performance.md.)
 //
-// Layout of panel p (rows 16 p .. 16 p + 15; rows past N are zero), block b, kPanelBlock bytes:
+// Panel p (rows 16 p .. 16 p + 15; rows past N are zero), block b, 16 x 144 bytes:
 //   [0, 32)     d of the 16 rows (f16)        [32, 64)   dmin of the 16 rows (f16)
 //   [64, 256)   the 12 scale bytes of each row as 3 dwords: dword j of row r at 64 + 64 j + 4 r
 //   [256, 2304) 32 chunks of 64 bytes, chunk 4 g + j (group g, step j < 4): byte 4 r + t holds
 //               value 32 g + 4 j + t of row r in its low nibble and value 32 g + 16 + 4 j + t in
 //               its high one
-// The same bytes as the rows it replaces (16 x 144 per block), so a decode step reads as much.
-//
 // The order of the operations per output is dot_q4_K's and tile_k512's (llama.cpp's repacked
 // Q4_K, ggml_gemm_q4_K_8x8_q8_K): per block the exact integer sums of the scales' part and of the
 // mins' part, acc = fma(isum, dw dx, acc), accm = fma(msum, dmin dx, accm); y = acc - accm. The
-// integer sums are exact whatever their order, so the bits are those of the other tiles
+// integer sums are exact whatever their order, so every size gives the bits of the other tiles
 // (kernelCheck compares them).
 #include <algorithm>
 #include <cstring>
@@ -35,16 +36,9 @@ namespace {
 
 using namespace lumen::quant;
 
-constexpr int NP = kPanel;               // weight rows per panel
-constexpr size_t kPanelBlock = NP * sizeof(BlockQ4_K);  // one block of a panel
-constexpr size_t kQsAt = 256;            // offset of the value chunks in a panel block
-#ifndef Q4P_PF
-#define Q4P_PF 2304
-#endif
-#ifndef Q4P_HINT
-#define Q4P_HINT _MM_HINT_T0
-#endif
-constexpr size_t kPrefetch = Q4P_PF;  // software prefetch distance in a panel stream
+constexpr int NP = kPanel;                               // weight rows per panel
+constexpr size_t kQ4Block = NP * sizeof(BlockQ4_K);      // a Q4_K panel's block
+constexpr size_t kQ4Values = 256;                        // where its value chunks start
 
 // The activations' q8_K scales and group sums, per thread.
 struct ActSums {
@@ -81,10 +75,11 @@ inline __m512i bcast4(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
-// S panels (pp[s], each from block 0) against R activation rows (xs[m]; their scales xd[m * nb]
-// and group sums xg[m * 8 nb]): ys[s][m * ldy + i] for the first nvalid[s] rows i of panel s.
+// Q4_K: S panels (pp[s], each from block 0) against R activation rows (xs[m]; their scales
+// xd[m * nb] and group sums xg[m * 8 nb]): ys[s][m * ldy + i] for the first nvalid[s] rows i of
+// panel s.
 template <int R, int S>
-void tile(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd, const int16_t* xg, int64_t nb,
+void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd, const int16_t* xg, int64_t nb,
           float* const* ys, int64_t ldy, const int* nvalid) {
   // The f32 sums wait in memory between blocks (touched once per block; in registers they left
   // too few for a block's integer work at 8 rows).
@@ -94,7 +89,7 @@ void tile(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd,
   for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
-      const uint8_t* blk = pp[s] + static_cast<size_t>(b) * kPanelBlock;
+      const uint8_t* blk = pp[s] + static_cast<size_t>(b) * kQ4Block;
       // The scales and mins of the 16 rows (k_scale_min, one row per dword).
       const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128), u2 = _mm512_loadu_si512(blk + 192);
       const __m512i sc03 = _mm512_and_si512(u0, k3f);
@@ -111,11 +106,11 @@ void tile(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd,
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
         const __m512i sc = dword_byte(g < 4 ? sc03 : sc47, g % 4);
-        // The stream's bytes kPrefetch ahead, a group's share (the block's last 4 lines with group 7).
-        for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + 256 * g + 64 * l), Q4P_HINT);
+        // The stream's bytes a block ahead, a group's share (the block's last 4 lines with group 7).
+        for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + 256 * g + 64 * l), _MM_HINT_T0);
         __m512i w[8];
         for (int j = 0; j < 4; ++j) {
-          const __m512i v = _mm512_loadu_si512(blk + kQsAt + (4 * g + j) * 64);
+          const __m512i v = _mm512_loadu_si512(blk + kQ4Values + (4 * g + j) * 64);
           w[j] = _mm512_and_si512(v, m4);
           w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         }
@@ -153,41 +148,13 @@ void tile(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd,
   }
 }
 
-// R activation rows from m against the S panels.
-template <int R, int S>
-void tile_rows(const uint8_t* const* pp, const uint8_t* xq, size_t rb, const ActSums& as, int64_t m, int64_t nb,
-               float* const* ys, int64_t ldy, const int* nvalid) {
-  const BlockQ8_K* xs[R];
-  for (int i = 0; i < R; ++i) xs[i] = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m + i) * rb);
-  float* y[S];
-  for (int s = 0; s < S; ++s) y[s] = ys[s] + m * ldy;
-  tile<R, S>(pp, xs, as.xd.as<float>() + m * nb, as.xg.as<int16_t>() + m * nb * 8, nb, y, ldy, nvalid);
-}
-
-// Rows m .. m + r (r < 8) against the S panels.
-template <int S>
-void tile_rest(int64_t r, const uint8_t* const* pp, const uint8_t* xq, size_t rb, const ActSums& as, int64_t m, int64_t nb,
-               float* const* ys, int64_t ldy, const int* nvalid) {
-  switch (r) {
-    case 1: return tile_rows<1, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
-    case 2: return tile_rows<2, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
-    case 3: return tile_rows<3, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
-    case 4: return tile_rows<4, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
-    case 5: return tile_rows<5, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
-    case 6: return tile_rows<6, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
-    default: return tile_rows<7, S>(pp, xq, rb, as, m, nb, ys, ldy, nvalid);
-  }
-}
-
-}  // namespace
-
-void pack_q4_K(const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out) {
+void pack_q4(const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out) {
   const int64_t nb = K / QK_K;
   const size_t wrow = row_bytes(DType::q4_K, K);
   for (int64_t p = p0; p < p1; ++p)
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* dst = static_cast<uint8_t*>(out) + static_cast<size_t>(p * nb + b) * kPanelBlock;
-      std::memset(dst, 0, kPanelBlock);
+      uint8_t* dst = static_cast<uint8_t*>(out) + static_cast<size_t>(p * nb + b) * kQ4Block;
+      std::memset(dst, 0, kQ4Block);
       for (int r = 0; r < NP && p * NP + r < N; ++r) {
         BlockQ4_K blk;
         std::memcpy(&blk, static_cast<const uint8_t*>(w) + static_cast<size_t>(p * NP + r) * wrow + static_cast<size_t>(b) * sizeof blk,
@@ -202,17 +169,42 @@ void pack_q4_K(const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void
           const __m128i b16 = _mm_or_si128(_mm256_castsi256_si128(v), _mm_slli_epi16(_mm256_extracti128_si256(v, 1), 4));
           alignas(16) uint8_t t[16];
           _mm_store_si128(reinterpret_cast<__m128i*>(t), b16);
-          for (int j = 0; j < 4; ++j) std::memcpy(dst + kQsAt + (4 * g + j) * 64 + 4 * r, t + 4 * j, 4);
+          for (int j = 0; j < 4; ++j) std::memcpy(dst + kQ4Values + (4 * g + j) * 64 + 4 * r, t + 4 * j, 4);
         }
       }
     }
 }
 
-void matmul_q4_K_panels(const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0, int64_t p1,
-                        float* y, int64_t ldy, int64_t slice) {
+// R activation rows from m against the S panels.
+template <int R, int S>
+void tile_rows(const uint8_t* const* pp, const uint8_t* xq, size_t rb, const ActSums& as, int64_t m, int64_t nb,
+               float* const* ys, int64_t ldy, const int* nvalid) {
+  const BlockQ8_K* xs[R];
+  for (int i = 0; i < R; ++i) xs[i] = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m + i) * rb);
+  float* y[S];
+  for (int s = 0; s < S; ++s) y[s] = ys[s] + m * ldy;
+  tile_q4<R, S>(pp, xs, as.xd.as<float>() + m * nb, as.xg.as<int16_t>() + m * nb * 8, nb, y, ldy, nvalid);
+}
+
+// Rows m .. m + r (r < 8) against one panel.
+void tile_rest(int64_t r, const uint8_t* pp, const uint8_t* xq, size_t rb, const ActSums& as, int64_t m, int64_t nb,
+               float* ys, int64_t ldy, int nvalid) {
+  switch (r) {
+    case 1: return tile_rows<1, 1>(&pp, xq, rb, as, m, nb, &ys, ldy, &nvalid);
+    case 2: return tile_rows<2, 1>(&pp, xq, rb, as, m, nb, &ys, ldy, &nvalid);
+    case 3: return tile_rows<3, 1>(&pp, xq, rb, as, m, nb, &ys, ldy, &nvalid);
+    case 4: return tile_rows<4, 1>(&pp, xq, rb, as, m, nb, &ys, ldy, &nvalid);
+    case 5: return tile_rows<5, 1>(&pp, xq, rb, as, m, nb, &ys, ldy, &nvalid);
+    case 6: return tile_rows<6, 1>(&pp, xq, rb, as, m, nb, &ys, ldy, &nvalid);
+    default: return tile_rows<7, 1>(&pp, xq, rb, as, m, nb, &ys, ldy, &nvalid);
+  }
+}
+
+void panels_q4(const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0, int64_t p1, float* y,
+                   int64_t ldy, int64_t slice) {
   const int64_t nb = K / QK_K;
   const size_t rb = act_row_bytes(ActQuant::q8_K, K);
-  const size_t panel = static_cast<size_t>(nb) * kPanelBlock;
+  const size_t panel = static_cast<size_t>(nb) * kQ4Block;
   const auto* x = static_cast<const uint8_t*>(xq);
   const auto* base = static_cast<const uint8_t*>(packed);
   const ActSums& as = act_sums(M, K, x);
@@ -232,12 +224,11 @@ void matmul_q4_K_panels(const void* xq, int64_t M, int64_t K, const void* packed
         nv[count++] = valid(q);
       }
       if (count == 4 && M == 1) {
-        const auto* x0 = reinterpret_cast<const BlockQ8_K*>(x);
-        tile<1, 4>(pp, &x0, as.xd.as<float>(), as.xg.as<int16_t>(), nb, ys, ldy, nv);
+        tile_rows<1, 4>(pp, x, rb, as, 0, nb, ys, ldy, nv);
         continue;
       }
       for (int s = 0; s < count; ++s)
-        for (int64_t m = 0; m < M; m += 7) tile_rest<1>(std::min<int64_t>(7, M - m), pp + s, x, rb, as, m, nb, ys + s, ldy, nv + s);
+        for (int64_t m = 0; m < M; m += 7) tile_rest(std::min<int64_t>(7, M - m), pp[s], x, rb, as, m, nb, ys[s], ldy, nv[s]);
     }
     return;
   }
@@ -246,18 +237,30 @@ void matmul_q4_K_panels(const void* xq, int64_t M, int64_t K, const void* packed
   const int npan = static_cast<int>(std::clamp<int64_t>((int64_t{96} << 10) / static_cast<int64_t>(panel), 1, 8));
   for (int64_t q0 = p0; q0 < p1; q0 += npan) {
     const int64_t q1 = std::min(p1, q0 + npan);
-    for (int64_t m = 0; m < M; m += 8) {
+    for (int64_t m = 0; m < M; m += 8)
       for (int64_t q = q0; q < q1; ++q) {
         const uint8_t* pp = base + static_cast<size_t>(q) * panel;
         float* ys = y + q * NP;
-        const int nv = valid(q);
+        int nv = valid(q);
         if (m + 8 <= M)
           tile_rows<8, 1>(&pp, x, rb, as, m, nb, &ys, ldy, &nv);
         else
-          tile_rest<1>(M - m, &pp, x, rb, as, m, nb, &ys, ldy, &nv);
+          tile_rest(M - m, pp, x, rb, as, m, nb, ys, ldy, nv);
       }
-    }
   }
+}
+
+}  // namespace
+
+bool packs_quant_panels(DType t) { return t == DType::q4_K; }
+
+void pack_quant_panels(DType t, const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out) {
+  if (t == DType::q4_K) pack_q4(w, N, K, p0, p1, out);
+}
+
+void matmul_quant_panels(DType t, const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0,
+                         int64_t p1, float* y, int64_t ldy, int64_t slice) {
+  if (t == DType::q4_K) panels_q4(xq, M, K, packed, N, p0, p1, y, ldy, slice);
 }
 
 }  // namespace lumen::cpu::LUMEN_ISA
