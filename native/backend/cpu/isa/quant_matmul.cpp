@@ -890,6 +890,18 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
     // takes the 32-value types to q32_tiles above.)
     const bool q32 = wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0 || wt == DType::iq4_nl;
     const int nw = q32 && M > 16 ? 2 : 1;
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    // AVX-512, Q6_K: tiles of 8 rows (each weight block unpacked once for 8; its registers fit).
+    if (wt == DType::q6_K)
+      for (; m + 8 <= M; m += 8)
+        for (int64_t n = p; n < pe; ++n) {
+          const uint8_t* wr = wb + static_cast<size_t>(n) * wrow;
+          const BlockQ8_K* xs[8];
+          for (int r = 0; r < 8; ++r) xs[r] = reinterpret_cast<const BlockQ8_K*>(xb + static_cast<size_t>(m + r) * xrow);
+          float* ys = y + m * ldy + n;
+          dot_q6_K<8, 1>(&wr, xs, K / QK_K, &ys, ldy);
+        }
+#endif
     for (; m + MR <= M; m += MR) {
       int64_t n = p;
       if (nw == 2)
