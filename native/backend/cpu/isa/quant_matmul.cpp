@@ -561,17 +561,19 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
           _mm512_or_si512(_mm512_and_si512(ql1, m4), _mm512_and_si512(_mm512_sllv_epi16(qh1, shl), m30)),
           _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh1, shr), m30))};
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192)));
+      // -32 sc (|sc| <= 128: int16 is ample), so each row's offset is one madd that starts its sums.
+      const __m256i neg32 = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc16), 5);
+      const __m256 dwv = _mm256_set1_ps(dw);
       __m512i sv[4];
       for (int c = 0; c < 4; ++c) sv[c] = _mm512_permutexvar_epi16(sel[c], _mm512_castsi256_si512(sc16));
       for (int m = 0; m < R; ++m) {
         const BlockQ8_K& x = xs[m][b];
-        __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v[0], _mm512_loadu_si512(x.qs)), sv[0]);
-        for (int c = 1; c < 4; ++c)
+        // The offset, -32 x sc . bsums per lane, in the low half (the halves are added below).
+        __m512i t = _mm512_zextsi256_si512(_mm256_madd_epi16(neg32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums))));
+        for (int c = 0; c < 4; ++c)
           t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(v[c], _mm512_loadu_si512(x.qs + 64 * c)), sv[c]);
-        __m256i sumi = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
-        sumi = _mm256_sub_epi32(
-            sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums))), 5));
-        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+        const __m256i sumi = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+        acc[i][m] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&x.d), dwv), _mm256_cvtepi32_ps(sumi), acc[i][m]);
       }
     }
   }
