@@ -197,7 +197,7 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
       Kt.row_to_f32(w.data(), t, 0, N * K, wf.data());
       const size_t wrow = row_bytes(t, K), rb = act_row_bytes(act, K);
       // Repacked into 16-row panels (the last one partial), where the table has them for t.
-      const bool panels = Kt.packs_quant_panels && Kt.packs_quant_panels(t);
+      const bool panels = Kt.packs_quant_panels(t);
       const int64_t P = (N + 15) / 16;
       std::vector<unsigned char> packed(panels ? static_cast<size_t>(P) * cpu::quant_panel_bytes(t, K) : 0);
       if (panels) {

@@ -57,8 +57,8 @@ struct Kernels {
   void (*matmul_packed)(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
                         int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
-  // Block-quantized matrices repacked into panels of kPanel rows (isa/quant_panels.cpp, AVX-512
-  // with VNNI: the types packs_quant_panels names, Q4_K today; null elsewhere):
+  // Block-quantized matrices repacked into panels of kPanel rows (isa/quant_panels.cpp; the types
+  // packs_quant_panels names, Q4_K today, on both tables):
   // pack_quant_panels writes panels [p0, p1) of the N x K matrix (quant_panel_bytes each; rows
   // past N zero); matmul_quant_panels is matmul_quant for them, for the rows of panels [p0, p1),
   // with matmul_packed's meaning of slice (four streams, 1..3 rows of x). The same bits as

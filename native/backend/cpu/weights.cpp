@@ -28,7 +28,7 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
         it = packed_weights_.emplace(m.data, std::move(buf)).first;
       }
       r.aux = it->second->data();
-    } else if (kernels_.packs_quant_panels && kernels_.packs_quant_panels(m.dtype)) {
+    } else if (kernels_.packs_quant_panels(m.dtype)) {
       // Q4_K in 16-row panels (isa/quant_panels.cpp): every product then reads only the panels.
       // The mapping's pages go back, except the embedding's (its lookup reads the rows).
       auto it = packed_weights_.find(m.data);

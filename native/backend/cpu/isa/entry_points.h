@@ -43,14 +43,11 @@ void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, D
 bool gemm_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
                 int64_t ldy);
 
-// quant_panels.cpp (AVX-512 with VNNI): block-quantized matrices (Q4_K) repacked into 16-row panels,
-// and their products
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// quant_panels.cpp: block-quantized matrices (Q4_K) repacked into 16-row panels, and their products
 bool packs_quant_panels(DType t);
 void pack_quant_panels(DType t, const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out);
 void matmul_quant_panels(DType t, const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0,
                          int64_t p1, float* y, int64_t ldy, int64_t slice);
-#endif
 
 // elementwise.cpp
 float dot(const float* a, const float* b, int64_t n);

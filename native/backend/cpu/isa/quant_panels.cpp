@@ -1,11 +1,12 @@
-// Q4_K matrices repacked at load into panels of 16 weight rows (AVX-512 with VNNI), and their
-// products at every batch size. A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of
+// Q4_K matrices repacked at load into panels of 16 weight rows, and their products at every batch
+// size (AVX-512 with VNNI; AVX2 below). A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of
 // groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane) has to be
 // gathered from 16 rows, which quant_gemm.cpp did once per panel and block for prefill and
 // quant_matmul.cpp's decode tiles avoid by reducing each row's lanes at the end of every block
 // (both cost several times the products' own instructions at 4..16 rows). Repacked once, a step
 // is half a nibble load, and per activation row one `vpdpbusd` by the 4 activation bytes
-// broadcast from memory, where the other tiles take a `maddubs` and a `vpdpwssd`. A panel block
+// broadcast from memory, where the other tiles take a `maddubs` and a `vpdpwssd` (AVX2: a `maddubs`
+// and an add, where its row tiles take a `maddubs`, a `madd` and an add per 32). A panel block
 // holds the same bytes as the 16 row blocks it replaces, so a decode step reads as much as before.
 // (Q6_K in the same form was measured and not taken: its lanes need a `maddubs` and a `vpdpwssd`
 // per step in any layout; docs/performance.md.)
@@ -30,7 +31,6 @@
 #include "core/aligned.h"
 #include "core/quant_ref.h"
 
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 namespace lumen::cpu::LUMEN_ISA {
 namespace {
 
@@ -54,6 +54,7 @@ ActSums& act_sums(int64_t M, int64_t K, const uint8_t* xq) {
   return s;
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // Byte t of every dword of v as that dword's value (t < 4).
 inline __m512i dword_byte(__m512i v, int t) {
   const __m512i ctl = _mm512_set4_epi32(static_cast<int>(0x8080800Cu + t), static_cast<int>(0x80808008u + t),
@@ -148,6 +149,96 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
   }
 }
 
+#else
+// AVX2 (no VNNI): the same panels as two halves of 8 rows (the first and the second 32 bytes of
+// each 64-byte vector), one after the other; per step and activation row a `maddubs` (values
+// below 16: its int16 pair sums add up over a group of 32 without saturating, as in tile_k) and
+// an add, per group one `madd` by the scale. The same integer sums and f32 operations per output.
+
+// Byte t of every dword of v in both int16 halves of that dword (t < 4).
+inline __m256i dword_byte2(__m256i v, int t) {
+  const auto d = [t](unsigned o) { return static_cast<int>(0x80008000u | (o + t) << 16 | (o + t)); };
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi32(d(0), d(4), d(8), d(12), d(0), d(4), d(8), d(12)));
+}
+// Bytes 2 h and 2 h + 1 of every dword of v as its two int16 halves (h < 2).
+inline __m256i dword_pair(__m256i v, int h) {
+  const auto d = [h](unsigned o) { return static_cast<int>(0x80008000u | (o + 2 * h + 1) << 16 | (o + 2 * h)); };
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi32(d(0), d(4), d(8), d(12), d(0), d(4), d(8), d(12)));
+}
+inline __m256i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+template <int R, int S>
+void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd, const int16_t* xg, int64_t nb,
+             float* const* ys, int64_t ldy, const int* nvalid) {
+  alignas(32) float acc[S][R][NP] = {}, accm[S][R][NP] = {};
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i k3f = _mm256_set1_epi8(0x3F), k0f = _mm256_set1_epi8(0x0F), k03 = _mm256_set1_epi8(0x03);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* blk = pp[s] + static_cast<size_t>(b) * kQ4Block;
+      for (size_t l = 0; l < kQ4Block; l += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + l), _MM_HINT_T0);
+      const int8_t* xq[R];
+      for (int m = 0; m < R; ++m) {
+        xq[m] = xs[m][b].qs;
+        asm("" : "+r"(xq[m]));
+      }
+      for (int h = 0; h < 2; ++h) {
+        const int off = 32 * h;  // rows 8 h .. 8 h + 7
+        const auto ld = [&](size_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at + off)); };
+        const __m256i u0 = ld(64), u1 = ld(128), u2 = ld(192);
+        const __m256i sc03 = _mm256_and_si256(u0, k3f);
+        const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, k0f), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k03), 4));
+        __m256i is[R];
+        for (int m = 0; m < R; ++m) is[m] = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) {
+          const __m256i sc = dword_byte2(g < 4 ? sc03 : sc47, g % 4);
+          __m256i w[8];
+          for (int j = 0; j < 4; ++j) {
+            const __m256i v = ld(kQ4Values + (4 * g + j) * 64);
+            w[j] = _mm256_and_si256(v, m4);
+            w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          }
+          for (int m = 0; m < R; ++m) {
+            const int8_t* x = xq[m] + 32 * g;
+            __m256i s16 = _mm256_maddubs_epi16(w[0], bcast4(x));
+            for (int j = 1; j < 8; ++j) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[j], bcast4(x + 4 * j)));
+            is[m] = _mm256_add_epi32(is[m], _mm256_madd_epi16(s16, sc));
+          }
+          asm volatile("" ::: "memory");
+        }
+        const __m256i mn03 = _mm256_and_si256(u1, k3f);
+        const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), k0f),
+                                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k03), 4));
+        const __m256i mp[4] = {dword_pair(mn03, 0), dword_pair(mn03, 1), dword_pair(mn47, 0), dword_pair(mn47, 1)};
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
+        for (int m = 0; m < R; ++m) {
+          const int16_t* g2 = xg + (m * nb + b) * 8;
+          __m256i ms = _mm256_madd_epi16(mp[0], bcast4(g2));
+          for (int j = 1; j < 4; ++j) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[j], bcast4(g2 + 2 * j)));
+          const __m256 x = _mm256_set1_ps(xd[m * nb + b]);
+          float* a = acc[s][m] + 8 * h;
+          float* am = accm[s][m] + 8 * h;
+          _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[m]), _mm256_mul_ps(dw, x), _mm256_load_ps(a)));
+          _mm256_store_ps(am, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, x), _mm256_load_ps(am)));
+        }
+      }
+    }
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < R; ++m) {
+      alignas(32) float out[NP];
+      for (int h = 0; h < 2; ++h)
+        _mm256_store_ps(out + 8 * h, _mm256_sub_ps(_mm256_load_ps(acc[s][m] + 8 * h), _mm256_load_ps(accm[s][m] + 8 * h)));
+      std::memcpy(ys[s] + m * ldy, out, static_cast<size_t>(nvalid[s]) * sizeof(float));
+    }
+}
+#endif
+
+// Q4_K panels [p0, p1) of the N x K matrix w.
 void pack_q4(const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out) {
   const int64_t nb = K / QK_K;
   const size_t wrow = row_bytes(DType::q4_K, K);
@@ -269,4 +360,3 @@ void matmul_quant_panels(DType t, const void* xq, int64_t M, int64_t K, const vo
 }
 
 }  // namespace lumen::cpu::LUMEN_ISA
-#endif

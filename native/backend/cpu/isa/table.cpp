@@ -17,11 +17,7 @@ const Kernels table = {
 #else
     nullptr, nullptr, nullptr,
 #endif
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
     packs_quant_panels, pack_quant_panels, matmul_quant_panels,
-#else
-    nullptr, nullptr, nullptr,
-#endif
     gdn_recurrent, gdn_chunked, gdn_chunked_128, swiglu, conv_silu, gated_rmsnorm, argmax, exp_shift_sum, attn_scores, attn_values, mul_sigmoid};
 
 }  // namespace lumen::cpu::LUMEN_ISA
