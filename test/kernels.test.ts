@@ -77,7 +77,7 @@ describe('CPU kernels against scalar references', () => {
       expect(r.actBoundViolations).toBe(0);
       expect(r.actBoundMaxRatio).toBeGreaterThan(0.01); // the activations are quantized, not exact
       // A prefill batch's rows equal the decode path's rows bit for bit (llama.cpp's order for
-      // each; Q4_K's decode tiles and prefill panels both in its repacked-Q4_K order).
+      // each; Q6_K's decode tiles and prefill panels both in vec_dot_q6_K_q8_K's order).
       expect(r.batchRows).toBeGreaterThan(1000);
       expect(r.batchRowMismatches).toBe(0);
       // Q4_K and Q6_K: the scalar reference follows llama.cpp's order operation for operation

@@ -304,8 +304,8 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
             }
           }
           // Prefill batches (more than 16 rows) against the same rows one at a time, bit for bit:
-          // every type sums each (row, row) pair in the same order at every batch size (Q4_K's
-          // prefill panels, quant_gemm.cpp, and its decode tiles both in llama.cpp's repacked-Q4_K order).
+          // every type sums each (row, row) pair in the same order at every batch size (Q6_K's
+          // prefill panels, quant_gemm.cpp, and its decode tiles both in vec_dot_q6_K_q8_K's order).
           if (mode == 0 && M > 16) {
             std::vector<float> y1(static_cast<size_t>(N));
             for (int64_t m = 0; m < M; ++m) {

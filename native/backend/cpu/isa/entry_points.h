@@ -38,8 +38,8 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
 void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t N, int64_t p0,
                           int64_t p1, float* y, int64_t ldy, int64_t slice);
 
-// quant_gemm.cpp: matmul_quant's batches of more than 16 rows of the types it takes (Q4_K; false
-// for the others, which stay on quant_matmul.cpp's tiles)
+// quant_gemm.cpp: matmul_quant's batches of more than 16 rows of the types it takes (Q6_K on
+// AVX-512; false for the others, which stay on quant_matmul.cpp's tiles)
 bool gemm_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
                 int64_t ldy);
 

@@ -6,10 +6,11 @@
 // indices become their int8 levels by one byte shuffle of the 16-entry table. Batches of 1..3 rows
 // (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
 // once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
-// while every activation row passes them (Q4_K batches of more than 16 rows, and Q6_K ones on
-// AVX-512: quant_gemm.cpp; on AVX-512 the 32-value types take tiles of up to 8 activation rows x 4
-// weight rows that walk the weight rows once, q32_tiles). Either way each quantized matrix streams
-// from memory once per step.
+// while every activation row passes them (Q6_K batches of more than 16 rows on AVX-512:
+// quant_gemm.cpp; on AVX-512 the 32-value types take tiles of up to 8 activation rows x 4 weight
+// rows that walk the weight rows once, q32_tiles). Either way each quantized matrix streams from
+// memory once per step. The engine repacks Q4_K at load and runs quant_panels.cpp on it instead;
+// these Q4_K tiles are what kernelCheck holds the panels to.
 // The AVX-512 table has 64-byte tiles of its own for the 32-value types, Q4_K and Q6_K; every tile
 // keeps llama.cpp's order of the f32 operations per output (kernelCheck holds Q4_K and Q6_K to
 // core/quant_ref.cpp bit for bit). The reference code and the block layouts: core/quant_ref.h.
@@ -346,7 +347,7 @@ inline __m256i k_scales_mins(const uint8_t* s) {
 }
 
 // Q4_K weights, q8_K activations, in the order of llama.cpp's repacked Q4_K (ggml_gemv /
-// ggml_gemm_q4_K_8x8_q8_K, what it runs for Q4_K on x86, and quant_gemm.cpp's order): per block
+// ggml_gemm_q4_K_8x8_q8_K, what it runs for Q4_K on x86, and quant_panels.cpp's order): per block
 // the exact integer sums of the scales' part (isum) and of the mins' part (msum); per output
 // acc = fma(isum, dw dx, acc), accm = fma(msum, dmin dx, accm); y = acc - accm.
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)

@@ -26,7 +26,7 @@
 #include <cstring>
 
 #include "backend/cpu/isa/entry_points.h"
-#include "backend/cpu/isa/quant_simd.h"
+#include "backend/cpu/isa/simd.h"
 #include "backend/cpu/kernels.h"
 #include "core/aligned.h"
 #include "core/quant_ref.h"
@@ -39,6 +39,19 @@ using namespace lumen::quant;
 constexpr int NP = kPanel;                               // weight rows per panel
 constexpr size_t kQ4Block = NP * sizeof(BlockQ4_K);      // a Q4_K panel's block
 constexpr size_t kQ4Values = 256;                        // where its value chunks start
+
+// The q8_K rows' scales and group sums (xd [M][K / 256], xg [M][K / 32]).
+void k_act_sums(const uint8_t* xq, int64_t M, int64_t K, float* xd, int16_t* xg) {
+  const size_t rb = act_row_bytes(ActQuant::q8_K, K);
+  for (int64_t m = 0; m < M; ++m) {
+    const auto* bl = reinterpret_cast<const BlockQ8_K*>(xq + static_cast<size_t>(m) * rb);
+    for (int64_t b = 0; b < K / QK_K; ++b) {
+      xd[m * (K / QK_K) + b] = bl[b].d;
+      for (int g = 0; g < 8; ++g)
+        xg[m * (K / 32) + b * 8 + g] = static_cast<int16_t>(bl[b].bsums[2 * g] + bl[b].bsums[2 * g + 1]);
+    }
+  }
+}
 
 // The activations' q8_K scales and group sums, per thread.
 struct ActSums {
