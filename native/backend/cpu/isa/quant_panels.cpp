@@ -94,7 +94,7 @@ inline __m512i bcast4(const void* p) {
 // panel s.
 template <int R, int S>
 void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd, const int16_t* xg, int64_t nb,
-          float* const* ys, int64_t ldy, const int* nvalid) {
+             float* const* ys, int64_t ldy, const int* nvalid) {
   // The f32 sums wait in memory between blocks (touched once per block; in registers they left
   // too few for a block's integer work at 8 rows).
   alignas(64) float acc[S][R][NP] = {}, accm[S][R][NP] = {};
@@ -163,7 +163,7 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
 }
 
 #else
-// AVX2 (no VNNI): the same panels as two halves of 8 rows (the first and the second 32 bytes of
+// AVX2 (no VNNI), the same contract: the same panels as two halves of 8 rows (the first and the second 32 bytes of
 // each 64-byte vector), one after the other; per step and activation row a `maddubs` (values
 // below 16: its int16 pair sums add up over a group of 32 without saturating, as in tile_k) and
 // an add, per group one `madd` by the scale. The same integer sums and f32 operations per output.
