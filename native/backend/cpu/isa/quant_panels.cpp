@@ -1,15 +1,14 @@
 // Q4_K matrices repacked at load into panels of 16 weight rows, and their products at every batch
-// size (AVX-512 with VNNI; AVX2 below). A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of
-// groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane) has to be
-// gathered from 16 rows, which quant_gemm.cpp did once per panel and block for prefill and
-// quant_matmul.cpp's decode tiles avoid by reducing each row's lanes at the end of every block
-// (both cost several times the products' own instructions at 4..16 rows). Repacked once, a step
-// is half a nibble load, and per activation row one `vpdpbusd` by the 4 activation bytes
-// broadcast from memory, where the other tiles take a `maddubs` and a `vpdpwssd` (AVX2: a `maddubs`
-// and an add, where its row tiles take a `maddubs`, a `madd` and an add per 32). A panel block
-// holds the same bytes as the 16 row blocks it replaces, so a decode step reads as much as before.
-// (Q6_K in the same form was measured and not taken: its lanes need a `maddubs` and a `vpdpwssd`
-// per step in any layout; docs/performance.md.)
+// size (AVX-512 with VNNI; AVX2 below). A GGUF Q4_K row keeps each block's 256 values in 4-bit
+// pairs of groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane)
+// has to be gathered from 16 rows, which a prefill could afford once per panel and block and the
+// decode tiles (quant_matmul.cpp) avoid by reducing each row's lanes at the end of every block
+// (either costs several times the products' own instructions at 4..16 rows). Repacked once, a step
+// is half a nibble load, and per activation row one `vpdpbusd` by the 4 activation bytes broadcast
+// from memory, where the row tiles take a `maddubs` and a `vpdpwssd` (AVX2: a `maddubs` and an
+// add, where its row tiles take a `maddubs`, a `madd` and an add per 32). A panel block holds the
+// same bytes as the 16 row blocks it replaces, so a decode step reads as much as before. (Q6_K and
+// Q8_0 in the same form were measured and not taken: docs/performance.md.)
 //
 // Panel p (rows 16 p .. 16 p + 15; rows past N are zero), block b, 16 x 144 bytes:
 //   [0, 32)     d of the 16 rows (f16)        [32, 64)   dmin of the 16 rows (f16)
@@ -17,7 +16,7 @@
 //   [256, 2304) 32 chunks of 64 bytes, chunk 4 g + j (group g, step j < 4): byte 4 r + t holds
 //               value 32 g + 4 j + t of row r in its low nibble and value 32 g + 16 + 4 j + t in
 //               its high one
-// The order of the operations per output is dot_q4_K's and tile_k512's (llama.cpp's repacked
+// The order of the operations per output is dot_q4_K's, quant_matmul.cpp (llama.cpp's repacked
 // Q4_K, ggml_gemm_q4_K_8x8_q8_K): per block the exact integer sums of the scales' part and of the
 // mins' part, acc = fma(isum, dw dx, acc), accm = fma(msum, dmin dx, accm); y = acc - accm. The
 // integer sums are exact whatever their order, so every size gives the bits of the other tiles
@@ -163,10 +162,11 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
 }
 
 #else
-// AVX2 (no VNNI), the same contract: the same panels as two halves of 8 rows (the first and the second 32 bytes of
-// each 64-byte vector), one after the other; per step and activation row a `maddubs` (values
-// below 16: its int16 pair sums add up over a group of 32 without saturating, as in tile_k) and
-// an add, per group one `madd` by the scale. The same integer sums and f32 operations per output.
+// AVX2 (no VNNI), the same contract: the same panels as two halves of 8 rows (the first and the
+// second 32 bytes of each 64-byte vector), one after the other; per step and activation row a
+// `maddubs` (values below 16: its int16 pair sums add up over a group of 32 without saturating,
+// |sum| <= 8 x 2 x 15 x 128) and an add, per group one `madd` by the scale. The same integer sums
+// and f32 operations per output.
 
 // Byte t of every dword of v in both int16 halves of that dword (t < 4).
 inline __m256i dword_byte2(__m256i v, int t) {
