@@ -38,6 +38,7 @@ using namespace lumen::quant;
 constexpr int NP = kPanel;                               // weight rows per panel
 constexpr size_t kQ4Block = NP * sizeof(BlockQ4_K);      // a Q4_K panel's block
 constexpr size_t kQ4Values = 256;                        // where its value chunks start
+static_assert(kQ4Values == 64 + 3 * 64 && kQ4Values + 32 * 64 == kQ4Block, "the panel block layout above");
 
 // The q8_K rows' scales and group sums (xd [M][K / 256], xg [M][K / 32]).
 void k_act_sums(const uint8_t* xq, int64_t M, int64_t K, float* xd, int16_t* xg) {
@@ -305,7 +306,7 @@ void tile_rest(int64_t r, const uint8_t* pp, const uint8_t* xq, size_t rb, const
 }
 
 void panels_q4(const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0, int64_t p1, float* y,
-                   int64_t ldy, int64_t slice) {
+               int64_t ldy, int64_t slice) {
   const int64_t nb = K / QK_K;
   const size_t rb = act_row_bytes(ActQuant::q8_K, K);
   const size_t panel = static_cast<size_t>(nb) * kQ4Block;
