@@ -21,6 +21,7 @@
 #include "core/aligned.h"
 #include "core/clock.h"
 #include "core/thread_pool.h"
+#include "core/weight_arena.h"
 
 namespace lumen {
 
@@ -182,8 +183,9 @@ class CpuBackend final : public Backend {
   AlignedBuffer conv_buf_;  // a DeltaNet layer's conv output [T, cd]
   AlignedBuffer x_bf16_;    // x rounded to bf16 for the packed matmuls
   AlignedBuffer x_quant_[4];  // x quantized for block-quantized matrices, by ActQuant
-  std::map<const void*, std::unique_ptr<AlignedBuffer>> packed_weights_;  // vdpbf16ps / quantized panels, by host matrix
-  std::map<const void*, std::unique_ptr<AlignedBuffer>> resident_weights_;  // row-major copies, by host matrix
+  WeightArena weight_memory_;  // the packed panels and resident copies below
+  std::map<const void*, void*> packed_weights_;    // vdpbf16ps / quantized panels, by host matrix
+  std::map<const void*, void*> resident_weights_;  // row-major copies, by host matrix
   const void* head_ptr_ = nullptr;  // the vocabulary head (profiled apart)
   std::map<const float*, std::unique_ptr<AlignedBuffer>> conv_taps_;  // tap-major conv weights, by host vector
   std::vector<float> gate_buf_;  // a DeltaNet layer's beta and log decay [2][T, nv]

@@ -4,6 +4,7 @@
 // f32 / bf16 matrices copied as they are into huge-page memory (the exact reference path reads
 // f32), the other block-quantized ones left in the file mapping, and the DeltaNet conv taps copied
 // tap-major for the conv kernel.
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -17,46 +18,49 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
   const bool pack = kernels_.pack_bf16 != nullptr;
   auto M = [&](const HostMat& m) {
     WMat r{m.data, m.dtype, m.rows, m.cols, nullptr};
+    const int64_t panels = (m.rows + kPanel - 1) / kPanel;
     if (pack && m.dtype == DType::bf16 && m.cols % 2 == 0) {
       auto it = packed_weights_.find(m.data);
       if (it == packed_weights_.end()) {
-        auto buf = std::make_unique<AlignedBuffer>(packed_elems(m.rows, m.cols) * 2, false);
-        const int64_t panels = (m.rows + kPanel - 1) / kPanel;
-        uint16_t* dst = buf->as<uint16_t>();
+        auto* dst = static_cast<uint16_t*>(weight_memory_.alloc(packed_elems(m.rows, m.cols) * 2));
         const uint16_t* src = static_cast<const uint16_t*>(m.data);
         pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) { kernels_.pack_bf16(src, m.rows, m.cols, p0, p1, dst); });
-        it = packed_weights_.emplace(m.data, std::move(buf)).first;
+        it = packed_weights_.emplace(m.data, dst).first;
       }
-      r.aux = it->second->data();
+      r.aux = it->second;
     } else if (kernels_.packs_quant_panels(m.dtype)) {
       // Q4_K in 16-row panels (isa/quant_panels.cpp): every product then reads only the panels.
       // The mapping's pages go back, except the embedding's (its lookup reads the rows).
       auto it = packed_weights_.find(m.data);
       if (it == packed_weights_.end()) {
-        const int64_t panels = (m.rows + kPanel - 1) / kPanel;
-        auto buf = std::make_unique<AlignedBuffer>(static_cast<size_t>(panels) * quant_panel_bytes(m.dtype, m.cols), false);
-        void* dst = buf->data();
+        void* dst = weight_memory_.alloc(static_cast<size_t>(panels) * quant_panel_bytes(m.dtype, m.cols));
         pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) {
           kernels_.pack_quant_panels(m.dtype, m.data, m.rows, m.cols, p0, p1, dst);
         });
         if (m.data != w.embed().data) w.release_mapped(m.data, m.bytes());
-        it = packed_weights_.emplace(m.data, std::move(buf)).first;
+        it = packed_weights_.emplace(m.data, dst).first;
       }
-      r.aux = it->second->data();
-    } else if (!pack && !is_quant(m.dtype)) {
-      // Row-major f32 / bf16 matrices are read in place by the kernels: from a copy in memory
-      // backed by transparent huge pages instead of the checkpoint's mapping (4 KiB file pages,
-      // a TLB miss every 64 lines of a weight stream). The mapping's pages of the matrix are
-      // handed back (memory HostWeights owns is not), so resident memory stays one copy.
+      r.aux = it->second;
+    } else if (is_quant(m.dtype) || !pack) {
+      // Matrices read row-major in place by the kernels (the other block-quantized types; f32 /
+      // bf16 without the packed kernels): from a copy in huge-page memory instead of the file's
+      // mapping (4 KiB pages, a TLB miss every 64 lines of a weight stream). The mapping's pages
+      // of the matrix are handed back (memory HostWeights owns is not), so resident memory stays
+      // one copy; the embedding's lookup reads the copy too.
       auto it = resident_weights_.find(m.data);
       if (it == resident_weights_.end()) {
         const size_t bytes = m.bytes();
-        auto buf = std::make_unique<AlignedBuffer>(bytes, false);
-        std::memcpy(buf->data(), m.data, bytes);
+        auto* dst = static_cast<unsigned char*>(weight_memory_.alloc(bytes));
+        const auto* src = static_cast<const unsigned char*>(m.data);
+        constexpr int64_t kPiece = int64_t{1} << 20;  // both cores take the page faults of the copy
+        pool_.parallel_for((static_cast<int64_t>(bytes) + kPiece - 1) / kPiece, [&](int64_t i0, int64_t i1) {
+          const size_t lo = static_cast<size_t>(i0 * kPiece), hi = std::min(bytes, static_cast<size_t>(i1 * kPiece));
+          std::memcpy(dst + lo, src + lo, hi - lo);
+        });
         w.release_mapped(m.data, bytes);
-        it = resident_weights_.emplace(m.data, std::move(buf)).first;
+        it = resident_weights_.emplace(m.data, dst).first;
       }
-      r.ptr = it->second->data();
+      r.ptr = it->second;
     }
     return r;
   };
