@@ -1,9 +1,9 @@
 // CPU weight binding: the layers through the shared binding (backend/weight_binding.h), with bf16
 // matrices repacked into vdpbf16ps panels when the ISA has them (prefill and decode then read only
 // the packed copy) and Q4_K ones into 16-row panels when it has their kernels (the same), else
-// f32 / bf16 matrices copied as they are into huge-page memory (the exact reference path reads
-// f32), the other block-quantized ones left in the file mapping, and the DeltaNet conv taps copied
-// tap-major for the conv kernel.
+// the matrices copied as they are (the other block-quantized types; f32 / bf16, which the exact
+// reference path reads as f32), all of them into the huge-page weight arena; and the DeltaNet conv
+// taps copied tap-major for the conv kernel.
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
