@@ -14,7 +14,7 @@ describe('thread pool under a worker that holds a piece', () => {
   const addon = loadAddon() as unknown as { poolCheck(threads: number, regions: number): PoolCheck };
 
   for (const threads of [2, 3]) {
-    it(`${threads} threads: every piece lands once, right, and a late worker never overwrites a later region`, () => {
+    it(`${threads} threads: every piece lands once, right, and a late worker never overwrites a later region (pieces claimed from the front, or from both ends)`, () => {
       const r = addon.poolCheck(threads, 90);
       expect(r.regions).toBe(90);
       expect(r.stallRegions).toBe(30);

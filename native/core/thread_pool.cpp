@@ -22,6 +22,17 @@ void spin_until(Pred&& done) {
       std::this_thread::yield();
   }
 }
+// The next unclaimed piece of a stealable region, from the front or the back of [low, high) of
+// ends, or -1 when none is left.
+int64_t claim_piece(std::atomic<uint64_t>& ends, bool front) {
+  uint64_t e = ends.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t lo = e & 0xffffffffu, hi = e >> 32;
+    if (lo >= hi) return -1;
+    const uint64_t next = front ? e + 1 : e - (uint64_t{1} << 32);
+    if (ends.compare_exchange_weak(e, next, std::memory_order_relaxed)) return static_cast<int64_t>(front ? lo : hi - 1);
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -69,7 +80,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   spin_until([&] { return s.pending.load(std::memory_order_acquire) == 0; });
 }
 
-int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns) {
+int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns, bool from_both_ends) {
   if (n <= 0) return 0;
   if (n_threads_ == 1) {
     for (int64_t p = 0; p < n; ++p) work.compute(p, 0, true);
@@ -87,14 +98,16 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
   s.kind = Kind::kStealable;
   s.work = &work;
   s.n = n;
-  s.next.store(0, std::memory_order_relaxed);
+  if (n > int64_t{0xffffffff}) throw std::length_error("ThreadPool::run_stealable: too many pieces");
+  s.ends.store(static_cast<uint64_t>(n) << 32, std::memory_order_relaxed);
+  s.from_both_ends = from_both_ends;
   publish(s);
   // The caller's own pieces are noted here, not in the shared states: writing those would bounce
   // their cache lines between the cores on every piece.
   mine_.assign(static_cast<size_t>(n), false);
   for (;;) {
-    const int64_t p = s.next.fetch_add(1, std::memory_order_relaxed);
-    if (p >= n) break;
+    const int64_t p = claim_piece(s.ends, true);
+    if (p < 0) break;
     work.compute(p, 0, true);
     mine_[static_cast<size_t>(p)] = true;
   }
@@ -151,8 +164,8 @@ void ThreadPool::worker_dealt(Slot& s, int tid) {
 
 void ThreadPool::worker_pieces(Slot& s, int tid) {
   for (;;) {
-    const int64_t p = s.next.fetch_add(1, std::memory_order_relaxed);
-    if (p >= s.n) return;
+    const int64_t p = claim_piece(s.ends, !s.from_both_ends);
+    if (p < 0) return;
     s.work->compute(p, tid, false);
     uint8_t open = kOpen;
     if (s.state[p].compare_exchange_strong(open, kCommitting, std::memory_order_acq_rel)) {

@@ -59,9 +59,13 @@ class ThreadPool {
   // returns that slot: its StealableWork may be refilled now.
   int acquire_slot();
   // Runs pieces [0, n) of `work` as the next region, in `slot` (what acquire_slot() returned, with
-  // no region started since; `work` is the slot's). The caller takes over a worker's unfinished
-  // piece once it has had nothing else to do for patience_ns. Returns the pieces taken over.
-  int64_t run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns);
+  // no region started since; `work` is the slot's). Every thread claims the next piece from the
+  // front of the list (0, 1, ...), or with from_both_ends the caller from the front and the workers
+  // from the back (n - 1, n - 2, ...) until they meet: a list laid out as two runs that each end in
+  // the middle then gives each core a run of its own, in order (see CpuBackend::decode_region).
+  // The caller takes over a worker's unfinished piece once it has had nothing else to do for
+  // patience_ns. Returns the pieces taken over.
+  int64_t run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns, bool from_both_ends = false);
   // parallel_dealt's region: fn(tid, c) for claims c in [0, n) taken from a shared counter.
   void run_dealt(int64_t n, const std::function<void(int, int64_t)>& fn);
 
@@ -109,7 +113,7 @@ class ThreadPool {
   }
 
  private:
-  // A piece of a stealable region: claimed from `next`, then computed; a worker's piece becomes
+  // A piece of a stealable region: claimed from `ends`, then computed; a worker's piece becomes
   // kCommitting -> kDone when it wins the race to publish, kTaken when the caller took it over.
   enum PieceState : uint8_t { kOpen = 0, kCommitting = 1, kDone = 2, kTaken = 3 };
   enum class Kind : uint8_t { kJob, kDealt, kStealable };
@@ -120,6 +124,8 @@ class ThreadPool {
     StealableWork* work = nullptr;                            // stealable region
     int64_t n = 0;
     std::atomic<int64_t> next{0};
+    std::atomic<uint64_t> ends{0};        // stealable region: the unclaimed pieces [low 32 bits, high 32 bits)
+    bool from_both_ends = false;          // stealable region: the workers claim from the back
     std::atomic<int64_t> worker_done{0};  // claims finished by workers
     std::unique_ptr<std::atomic<uint8_t>[]> state;
     int64_t state_cap = 0;

@@ -105,11 +105,10 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
   const int64_t K = ws[0]->cols;
   const int64_t xn = static_cast<int64_t>(rows) * K;
   // Each piece takes the same panels from each quarter (packed panels: 1..6 rows; a third for
-  // 7..16, whose tile spans 3 panels) of a matrix, read as streams that far apart, so both cores
-  // walk the same four (three) streams; the panels past the last whole quarter (third) are a
-  // piece of their own. Pieces shrink from 1 MiB to 128 KiB as the region's remaining bytes run
-  // out, so the core done first waits less for the other's last piece (figures:
-  // docs/performance.md, v25 and v26).
+  // 7..16, whose tile spans 3 panels) of a matrix, read as streams that far apart; the panels past
+  // the last whole quarter (third) are a piece of their own. Pieces shrink from 1 MiB to 128 KiB
+  // as the bytes left run out, so the core done first waits less for the other's last piece
+  // (figures: docs/performance.md, v25 and v26).
   const int streams = !packed || rows <= 6 ? 4 : 3;  // see matmul_packed's and matmul_streams' slice
   auto panels_of = [&](int i) { return (ws[i]->rows + kPanel - 1) / kPanel; };
   auto panel_bytes = [&](int i) {
@@ -155,26 +154,40 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
   }
   mw.mats.clear();
   mw.pieces.clear();
-  int64_t remaining = 0;  // bytes of the region not dealt yet (sizes the pieces)
-  for (int i = 0; i < n; ++i) remaining += panels_of(i) * panel_bytes(i);
+  // Block-quantized and row-major regions: the caller claims pieces from the front of the list
+  // and the worker from its back (ThreadPool::run_stealable's from_both_ends): the first half of
+  // the region's bytes in order, then the second half in reverse, so each core walks its half in
+  // order, its streams running on from one piece into the next, and the pieces shrink towards the
+  // middle of the list, where the two meet. Packed bf16 regions: both cores claim from the front
+  // of the list in order, walking the same streams (each measured the faster for its kernels:
+  // docs/performance.md, sixteenth session).
+  const bool two_runs = !packed;
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += panels_of(i) * panel_bytes(i);
+  const int64_t half = two_runs ? total / 2 : total;
+  int64_t done = 0;  // bytes dealt so far
+  size_t second = 0;  // the first piece that starts in the second half
+  auto deal = [&](const Piece& pc, int64_t bytes) {
+    if (done < half) second = mw.pieces.size() + 1;
+    mw.pieces.push_back(pc);
+    done += bytes;
+  };
   for (int i = 0; i < n; ++i) {
     mw.mats.push_back({packed ? static_cast<const uint16_t*>(ws[i]->aux) : nullptr, ws[i]->ptr,
                        is_quant(ws[i]->dtype) ? ws[i]->aux : nullptr, ws[i]->dtype, ws[i]->rows, ys[i]});
     const int64_t panels = panels_of(i);
     const int64_t q = panels / streams;  // panels per quarter (third)
     for (int64_t p = 0; p < q;) {
-      const int64_t bytes = std::clamp<int64_t>(remaining / 8, int64_t{128} << 10, int64_t{1} << 20);
+      const int64_t left = done < half ? half - done : total - done;  // to the end of this half
+      const int64_t bytes = std::clamp<int64_t>(left / (two_runs ? 4 : 8), int64_t{128} << 10, int64_t{1} << 20);
       const int64_t per_stream = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes(i))));
-      mw.pieces.push_back({i, p, p + per_stream, q});
+      deal({i, p, p + per_stream, q}, streams * per_stream * panel_bytes(i));
       p += per_stream;
-      remaining -= streams * per_stream * panel_bytes(i);
     }
-    if (panels % streams != 0) {
-      mw.pieces.push_back({i, streams * q, panels, 0});
-      remaining -= (panels - streams * q) * panel_bytes(i);
-    }
+    if (panels % streams != 0) deal({i, streams * q, panels, 0}, (panels - streams * q) * panel_bytes(i));
   }
-  const int64_t taken = pool_.run_stealable(slot, mw, static_cast<int64_t>(mw.pieces.size()), kStealPatienceNs);
+  if (two_runs) std::reverse(mw.pieces.begin() + static_cast<std::ptrdiff_t>(second), mw.pieces.end());
+  const int64_t taken = pool_.run_stealable(slot, mw, static_cast<int64_t>(mw.pieces.size()), kStealPatienceNs, two_runs);
   // Counted in the profile as its own group (calls = pieces the caller computed for a late
   // worker; no time of its own: that is inside the matmul op's).
   if (profiling_ && taken > 0) stats_.record("taken_over", "pool", static_cast<uint64_t>(taken), 0);
