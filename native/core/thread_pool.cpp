@@ -133,18 +133,20 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
   return taken;
 }
 
-void ThreadPool::run_dealt(int64_t n, const std::function<void(int, int64_t)>& fn) {
+void ThreadPool::run_dealt(int64_t n, const std::function<void(int, int64_t)>& fn, bool from_both_ends) {
+  if (n > int64_t{0xffffffff}) throw std::length_error("ThreadPool::run_dealt: too many claims");
   Slot& s = publish_slot();
   s.kind = Kind::kDealt;
   s.dealt = &fn;
   s.n = n;
-  s.next.store(0, std::memory_order_relaxed);
+  s.ends.store(static_cast<uint64_t>(n) << 32, std::memory_order_relaxed);
+  s.from_both_ends = from_both_ends;
   s.worker_done.store(0, std::memory_order_relaxed);
   publish(s);
   int64_t mine = 0;
   for (;;) {
-    const int64_t c = s.next.fetch_add(1, std::memory_order_relaxed);
-    if (c >= n) break;
+    const int64_t c = claim_piece(s.ends, true);
+    if (c < 0) break;
     fn(0, c);
     ++mine;
   }
@@ -155,8 +157,8 @@ void ThreadPool::run_dealt(int64_t n, const std::function<void(int, int64_t)>& f
 
 void ThreadPool::worker_dealt(Slot& s, int tid) {
   for (;;) {
-    const int64_t c = s.next.fetch_add(1, std::memory_order_relaxed);
-    if (c >= s.n) return;
+    const int64_t c = claim_piece(s.ends, !s.from_both_ends);
+    if (c < 0) return;
     (*s.dealt)(tid, c);
     s.worker_done.fetch_add(1, std::memory_order_release);
   }

@@ -66,8 +66,9 @@ class ThreadPool {
   // The caller takes over a worker's unfinished piece once it has had nothing else to do for
   // patience_ns. Returns the pieces taken over.
   int64_t run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns, bool from_both_ends = false);
-  // parallel_dealt's region: fn(tid, c) for claims c in [0, n) taken from a shared counter.
-  void run_dealt(int64_t n, const std::function<void(int, int64_t)>& fn);
+  // parallel_dealt's region: fn(tid, c) for claims c in [0, n) taken in order, or with
+  // from_both_ends the caller's from the front and the workers' from the back (as run_stealable).
+  void run_dealt(int64_t n, const std::function<void(int, int64_t)>& fn, bool from_both_ends = false);
 
   // Deals [0, n) out from a shared counter, `per_claim` items at a time, so a thread that runs
   // slower (a core shared with another process) claims fewer instead of holding up the region.
@@ -75,7 +76,7 @@ class ThreadPool {
   // worker that has not claimed yet (descheduled, or still in an earlier stealable region) is
   // not waited for, and finds the region over when it gets there.
   template <typename F>
-  void parallel_dealt(int64_t n, int64_t per_claim, F&& fn) {
+  void parallel_dealt(int64_t n, int64_t per_claim, F&& fn, bool from_both_ends = false) {
     if (n <= 0) return;
     const int64_t n_claims = (n + per_claim - 1) / per_claim;
     auto call = [&](int tid, int64_t c) {
@@ -90,7 +91,7 @@ class ThreadPool {
       return;
     }
     const std::function<void(int, int64_t)> f = call;
-    run_dealt(n_claims, f);
+    run_dealt(n_claims, f, from_both_ends);
   }
 
   // Splits [0, n) into contiguous ranges, one per thread; fn(begin, end).
@@ -123,9 +124,8 @@ class ThreadPool {
     const std::function<void(int, int64_t)>* dealt = nullptr;  // dealt region; valid while a claim is open
     StealableWork* work = nullptr;                            // stealable region
     int64_t n = 0;
-    std::atomic<int64_t> next{0};
-    std::atomic<uint64_t> ends{0};        // stealable region: the unclaimed pieces [low 32 bits, high 32 bits)
-    bool from_both_ends = false;          // stealable region: the workers claim from the back
+    std::atomic<uint64_t> ends{0};        // the unclaimed pieces (claims) [low 32 bits, high 32 bits)
+    bool from_both_ends = false;          // the workers claim from the back
     std::atomic<int64_t> worker_done{0};  // claims finished by workers
     std::unique_ptr<std::atomic<uint8_t>[]> state;
     int64_t state_cap = 0;

@@ -98,8 +98,9 @@ Napi::Value PoolCheck(const Napi::CallbackInfo& info) {
       w.shadows = &shadows;
       w.timeouts = &timeouts;
       w.reset(r, r % 3 == 0);
-      // Every other region claims from both ends of the list (the caller from the front, the
-      // workers from the back), the others all from the front: the same invariants hold in both.
+      // Every other region (stealable and dealt) claims from both ends of the list (the caller
+      // from the front, the workers from the back), the others all from the front: the same
+      // invariants hold in both.
       const int64_t t = pool.run_stealable(slot, w, kPieces, 100'000, r % 2 == 0);
       taken += t;
       if (w.stall) {
@@ -114,7 +115,7 @@ Napi::Value PoolCheck(const Napi::CallbackInfo& info) {
       std::vector<int> hits(37, 0);
       pool.parallel_dealt(int64_t{37}, int64_t{1}, [&](int64_t b, int64_t e) {
         for (int64_t c = b; c < e; ++c) ++hits[static_cast<size_t>(c)];
-      });
+      }, r % 2 == 0);
       dealt_wrong += std::count_if(hits.begin(), hits.end(), [](int h) { return h != 1; });
 
       std::vector<int> ran(static_cast<size_t>(threads), 0);

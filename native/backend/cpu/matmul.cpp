@@ -225,11 +225,27 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
   }
   const int64_t kPieceBytes = rows <= 16 ? int64_t{256} << 10 : int64_t{64} << 10;
   prefill_pieces_.clear();
+  int64_t total = 0;
+  std::vector<int64_t>& ends = piece_ends_;  // bytes up to the end of each piece
+  ends.clear();
   for (int i = 0; i < n; ++i) {
     const WMat& w = *ws[i];
     const int64_t rb = static_cast<int64_t>(is_quant(w.dtype) ? row_bytes(w.dtype, K) : K * dtype_size(w.dtype));
     const int64_t per = std::max<int64_t>(16, kPieceBytes / std::max<int64_t>(1, rb) / 16 * 16);
-    for (int64_t r = 0; r < w.rows; r += per) prefill_pieces_.push_back({i, r, std::min(w.rows, r + per), 0});
+    for (int64_t r = 0; r < w.rows; r += per) {
+      prefill_pieces_.push_back({i, r, std::min(w.rows, r + per), 0});
+      total += (std::min(w.rows, r + per) - r) * rb;
+      ends.push_back(total);
+    }
+  }
+  // Decode batches (4..16 rows, whose weights stream from memory once): the first half of the
+  // bytes in order, then the second half reversed, the caller claiming from the front and the
+  // worker from the back, so each core walks its half in order (as decode_region).
+  const bool two_runs = rows <= 16;
+  if (two_runs) {
+    const auto second = std::lower_bound(ends.begin(), ends.end(), total / 2) - ends.begin() + 1;
+    if (second < static_cast<std::ptrdiff_t>(prefill_pieces_.size()))
+      std::reverse(prefill_pieces_.begin() + second, prefill_pieces_.end());
   }
   pool_.parallel_dealt(static_cast<int64_t>(prefill_pieces_.size()), 1, [&](int64_t first, int64_t last) {
     for (int64_t p = first; p < last; ++p) {
@@ -244,7 +260,7 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
       else
         kernels_.matmul(x, rows, K, w.ptr, w.dtype, pc.p0, pc.p1, ys[pc.matrix], w.rows);
     }
-  });
+  }, two_runs);
 }
 
 void CpuBackend::MatmulWork::compute(int64_t p, int tid, bool direct) {
