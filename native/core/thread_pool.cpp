@@ -59,6 +59,12 @@ void ThreadPool::drain() {
   for (Slot& s : slots_) spin_until([&] { return s.pending.load(std::memory_order_acquire) == 0; });
 }
 
+void ThreadPool::open_claims(Slot& s, int64_t n, bool from_both_ends) {
+  if (n > int64_t{0xffffffff}) throw std::length_error("ThreadPool: more than 2^32 - 1 pieces in one region");
+  s.ends.store(static_cast<uint64_t>(n) << 32, std::memory_order_relaxed);
+  s.from_both_ends = from_both_ends;
+}
+
 ThreadPool::Slot& ThreadPool::publish_slot() { return slots_[acquire_slot()]; }
 
 void ThreadPool::publish(Slot& s) {
@@ -97,10 +103,7 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
   for (int64_t p = 0; p < n; ++p) s.state[p].store(kOpen, std::memory_order_relaxed);
   s.kind = Kind::kStealable;
   s.work = &work;
-  s.n = n;
-  if (n > int64_t{0xffffffff}) throw std::length_error("ThreadPool::run_stealable: too many pieces");
-  s.ends.store(static_cast<uint64_t>(n) << 32, std::memory_order_relaxed);
-  s.from_both_ends = from_both_ends;
+  open_claims(s, n, from_both_ends);
   publish(s);
   // The caller's own pieces are noted here, not in the shared states: writing those would bounce
   // their cache lines between the cores on every piece.
@@ -134,13 +137,10 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
 }
 
 void ThreadPool::run_dealt(int64_t n, const std::function<void(int, int64_t)>& fn, bool from_both_ends) {
-  if (n > int64_t{0xffffffff}) throw std::length_error("ThreadPool::run_dealt: too many claims");
   Slot& s = publish_slot();
   s.kind = Kind::kDealt;
   s.dealt = &fn;
-  s.n = n;
-  s.ends.store(static_cast<uint64_t>(n) << 32, std::memory_order_relaxed);
-  s.from_both_ends = from_both_ends;
+  open_claims(s, n, from_both_ends);
   s.worker_done.store(0, std::memory_order_relaxed);
   publish(s);
   int64_t mine = 0;

@@ -123,7 +123,6 @@ class ThreadPool {
     const std::function<void(int, int)>* job = nullptr;       // blocking region
     const std::function<void(int, int64_t)>* dealt = nullptr;  // dealt region; valid while a claim is open
     StealableWork* work = nullptr;                            // stealable region
-    int64_t n = 0;
     std::atomic<uint64_t> ends{0};        // the unclaimed pieces (claims) [low 32 bits, high 32 bits)
     bool from_both_ends = false;          // the workers claim from the back
     std::atomic<int64_t> worker_done{0};  // claims finished by workers
@@ -136,6 +135,8 @@ class ThreadPool {
   void worker_pieces(Slot& s, int tid);
   void worker_dealt(Slot& s, int tid);
   Slot& publish_slot();
+  // Claims [0, n) of s open, to be taken from the front, or from both ends (see run_stealable).
+  static void open_claims(Slot& s, int64_t n, bool from_both_ends);
   // Opens the next region in s (its fields set): every worker has it pending.
   void publish(Slot& s);
 
