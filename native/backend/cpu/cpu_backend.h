@@ -173,7 +173,6 @@ class CpuBackend final : public Backend {
   std::vector<AlignedBuffer> shadows_;
   ThreadPool pool_;
   std::vector<Piece> prefill_pieces_;  // the prefill matmul's work list (one region at a time)
-  std::vector<int64_t> piece_ends_;    // its pieces' cumulative bytes (quantized batches)
   // How long the caller, out of pieces, waits for a worker's piece before computing it itself. A
   // worker's last piece (128 KiB) takes ~4 us; a descheduled worker is gone for hundreds of
   // microseconds or more (figures: docs/performance.md, v29).

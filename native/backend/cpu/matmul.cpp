@@ -96,6 +96,29 @@ void CpuBackend::matmul_impl(const float* x, int rows, const WMat* const* ws, fl
   decode_region(x, rows, ws, ys, n, true);
 }
 
+namespace {
+// A work list for two cores that claim from its two ends (ThreadPool's from_both_ends): pieces
+// added in memory order, then the second half of their bytes reversed, so each core walks its
+// half in order. With half = the whole, the list stays in order.
+struct TwoRuns {
+  int64_t half;
+  int64_t done = 0;   // bytes added so far
+  size_t second = 0;  // the first piece that starts in the second half
+  template <typename P>
+  void add(std::vector<P>& pieces, const P& pc, int64_t bytes) {
+    if (done < half) second = pieces.size() + 1;
+    pieces.push_back(pc);
+    done += bytes;
+  }
+  // The bytes from `done` to the end of its half.
+  int64_t left(int64_t total) const { return done < half ? half - done : total - done; }
+  template <typename P>
+  void finish(std::vector<P>& pieces) const {
+    std::reverse(pieces.begin() + static_cast<std::ptrdiff_t>(second), pieces.end());
+  }
+};
+}  // namespace
+
 // A decode-sized matmul region (1..16 rows of x): one stealable region over all the matrices.
 // packed: every matrix has vdpbf16ps panels (x rounded to bf16 in x_bf16_ already); else every
 // matrix is row-major f32 / bf16 or block-quantized (1..3 rows; xq: x per activation type), read
@@ -164,29 +187,22 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
   const bool two_runs = !packed;
   int64_t total = 0;
   for (int i = 0; i < n; ++i) total += panels_of(i) * panel_bytes(i);
-  const int64_t half = two_runs ? total / 2 : total;
-  int64_t done = 0;  // bytes dealt so far
-  size_t second = 0;  // the first piece that starts in the second half
-  auto deal = [&](const Piece& pc, int64_t bytes) {
-    if (done < half) second = mw.pieces.size() + 1;
-    mw.pieces.push_back(pc);
-    done += bytes;
-  };
+  TwoRuns order{two_runs ? total / 2 : total};
   for (int i = 0; i < n; ++i) {
     mw.mats.push_back({packed ? static_cast<const uint16_t*>(ws[i]->aux) : nullptr, ws[i]->ptr,
                        is_quant(ws[i]->dtype) ? ws[i]->aux : nullptr, ws[i]->dtype, ws[i]->rows, ys[i]});
     const int64_t panels = panels_of(i);
     const int64_t q = panels / streams;  // panels per quarter (third)
     for (int64_t p = 0; p < q;) {
-      const int64_t left = done < half ? half - done : total - done;  // to the end of this half
-      const int64_t bytes = std::clamp<int64_t>(left / (two_runs ? 4 : 8), int64_t{128} << 10, int64_t{1} << 20);
+      const int64_t bytes = std::clamp<int64_t>(order.left(total) / (two_runs ? 4 : 8), int64_t{128} << 10, int64_t{1} << 20);
       const int64_t per_stream = std::min(q - p, std::max<int64_t>(1, bytes / (streams * panel_bytes(i))));
-      deal({i, p, p + per_stream, q}, streams * per_stream * panel_bytes(i));
+      order.add(mw.pieces, Piece{i, p, p + per_stream, q}, streams * per_stream * panel_bytes(i));
       p += per_stream;
     }
-    if (panels % streams != 0) deal({i, streams * q, panels, 0}, (panels - streams * q) * panel_bytes(i));
+    if (panels % streams != 0)
+      order.add(mw.pieces, Piece{i, streams * q, panels, 0}, (panels - streams * q) * panel_bytes(i));
   }
-  if (two_runs) std::reverse(mw.pieces.begin() + static_cast<std::ptrdiff_t>(second), mw.pieces.end());
+  if (two_runs) order.finish(mw.pieces);
   const int64_t taken = pool_.run_stealable(slot, mw, static_cast<int64_t>(mw.pieces.size()), kStealPatienceNs, two_runs);
   // Counted in the profile as its own group (calls = pieces the caller computed for a late
   // worker; no time of its own: that is inside the matmul op's).
@@ -225,28 +241,24 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
   }
   const int64_t kPieceBytes = rows <= 16 ? int64_t{256} << 10 : int64_t{64} << 10;
   prefill_pieces_.clear();
+  auto row_bytes_of = [&](const WMat& w) {
+    return static_cast<int64_t>(is_quant(w.dtype) ? row_bytes(w.dtype, K) : K * dtype_size(w.dtype));
+  };
   int64_t total = 0;
-  std::vector<int64_t>& ends = piece_ends_;  // bytes up to the end of each piece
-  ends.clear();
-  for (int i = 0; i < n; ++i) {
-    const WMat& w = *ws[i];
-    const int64_t rb = static_cast<int64_t>(is_quant(w.dtype) ? row_bytes(w.dtype, K) : K * dtype_size(w.dtype));
-    const int64_t per = std::max<int64_t>(16, kPieceBytes / std::max<int64_t>(1, rb) / 16 * 16);
-    for (int64_t r = 0; r < w.rows; r += per) {
-      prefill_pieces_.push_back({i, r, std::min(w.rows, r + per), 0});
-      total += (std::min(w.rows, r + per) - r) * rb;
-      ends.push_back(total);
-    }
-  }
+  for (int i = 0; i < n; ++i) total += ws[i]->rows * row_bytes_of(*ws[i]);
   // Decode batches (4..16 rows, whose weights stream from memory once): the first half of the
   // bytes in order, then the second half reversed, the caller claiming from the front and the
   // worker from the back, so each core walks its half in order (as decode_region).
   const bool two_runs = rows <= 16;
-  if (two_runs) {
-    const auto second = std::lower_bound(ends.begin(), ends.end(), total / 2) - ends.begin() + 1;
-    if (second < static_cast<std::ptrdiff_t>(prefill_pieces_.size()))
-      std::reverse(prefill_pieces_.begin() + second, prefill_pieces_.end());
+  TwoRuns order{two_runs ? total / 2 : total};
+  for (int i = 0; i < n; ++i) {
+    const WMat& w = *ws[i];
+    const int64_t rb = row_bytes_of(w);
+    const int64_t per = std::max<int64_t>(16, kPieceBytes / std::max<int64_t>(1, rb) / 16 * 16);
+    for (int64_t r = 0; r < w.rows; r += per)
+      order.add(prefill_pieces_, Piece{i, r, std::min(w.rows, r + per), 0}, (std::min(w.rows, r + per) - r) * rb);
   }
+  if (two_runs) order.finish(prefill_pieces_);
   pool_.parallel_dealt(static_cast<int64_t>(prefill_pieces_.size()), 1, [&](int64_t first, int64_t last) {
     for (int64_t p = first; p < last; ++p) {
       const Piece& pc = prefill_pieces_[static_cast<size_t>(p)];
