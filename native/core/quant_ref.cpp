@@ -261,7 +261,7 @@ float vec_dot(DType t, const void* w, const void* xq, int64_t k) {
         for (int j = 0; j < QK; ++j) sumi += static_cast<int>(v[j]) * y[i].qs[j];
         uint16_t dw;
         std::memcpy(&dw, p + i * bb, 2);
-        sum += static_cast<float>(sumi) * (h2f(dw) * h2f(y[i].d));
+        sum = std::fma(static_cast<float>(sumi), h2f(dw) * h2f(y[i].d), sum);
       }
       return sum;
     }

@@ -199,7 +199,7 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
       // Repacked into 16-row panels (the last one partial), where the table has them for t.
       const bool panels = Kt.packs_quant_panels(t);
       const int64_t P = (N + 15) / 16;
-      std::vector<unsigned char> packed(panels ? static_cast<size_t>(P) * cpu::quant_panel_bytes(t, K) : 0);
+      std::vector<unsigned char> packed(panels ? static_cast<size_t>(P) * Kt.quant_panel_bytes(t, K) : 0);
       if (panels) {
         Kt.pack_quant_panels(t, w.data(), N, K, 0, 2, packed.data());
         Kt.pack_quant_panels(t, w.data(), N, K, 2, P, packed.data());
@@ -286,21 +286,40 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
               }
             }
           ++cases;
-          // The same products from the panels (mode 1: one panel per call), bit for bit.
+          // The same products from the panels (mode 1: one panel per call), bit for bit: Q4_K's as
+          // the row tiles' (the same order), Q8_0's as the reference's vec_dot (per block one f32
+          // fma; the row tiles keep llama.cpp's x86 lanes).
           if (panels) {
+            std::vector<unsigned char> xa(Kt.panel_act_bytes(act, M, K));
+            if (!xa.empty()) Kt.panel_act(act, xq.data(), M, K, xa.data());
+            const void* xap = xa.empty() ? nullptr : xa.data();
             std::vector<float> yp(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
             if (mode == 0)
-              Kt.matmul_quant_panels(t, xq.data(), M, K, packed.data(), N, 0, P, yp.data(), N, 0);
+              Kt.matmul_quant_panels(t, xq.data(), xap, M, K, packed.data(), N, 0, P, yp.data(), N, 0);
             else if (mode == 1)
-              for (int64_t p = 0; p < P; ++p) Kt.matmul_quant_panels(t, xq.data(), M, K, packed.data(), N, p, p + 1, yp.data(), N, 0);
+              for (int64_t p = 0; p < P; ++p) Kt.matmul_quant_panels(t, xq.data(), xap, M, K, packed.data(), N, p, p + 1, yp.data(), N, 0);
             else {
               const int64_t Q = P / 4;
-              Kt.matmul_quant_panels(t, xq.data(), M, K, packed.data(), N, 0, Q, yp.data(), N, Q);
-              Kt.matmul_quant_panels(t, xq.data(), M, K, packed.data(), N, 4 * Q, P, yp.data(), N, 0);
+              Kt.matmul_quant_panels(t, xq.data(), xap, M, K, packed.data(), N, 0, Q, yp.data(), N, Q);
+              Kt.matmul_quant_panels(t, xq.data(), xap, M, K, packed.data(), N, 4 * Q, P, yp.data(), N, 0);
             }
-            for (size_t i = 0; i < yp.size(); ++i) {
-              panel_rows += 1;
-              panel_mismatch += std::memcmp(&yp[i], &y[i], 4) != 0;
+            for (int64_t m = 0; m < M; ++m)
+              for (int64_t n = 0; n < N; ++n) {
+                const size_t i = static_cast<size_t>(m * N + n);
+                const float want = t == DType::q8_0 ? vec_dot(t, w.data() + n * wrow, xq.data() + m * rb, K) : y[i];
+                panel_rows += 1;
+                panel_mismatch += std::memcmp(&yp[i], &want, 4) != 0;
+              }
+            // The panels' rows read back (the embedding's lookup), where the table can.
+            if (mode == 0 && M == 1 && Kt.quant_panel_row(t, nullptr, K, 0, nullptr)) {
+              std::vector<float> row(static_cast<size_t>(K));
+              for (int64_t n = 0; n < N; ++n) {
+                Kt.quant_panel_row(t, packed.data(), K, n, row.data());
+                for (int64_t k = 0; k < K; ++k) {
+                  panel_rows += 1;
+                  panel_mismatch += std::memcmp(&row[static_cast<size_t>(k)], &wf[static_cast<size_t>(n * K + k)], 4) != 0;
+                }
+              }
             }
           }
           // Prefill batches (more than 16 rows) against the same rows one at a time, bit for bit:

@@ -47,7 +47,16 @@ void CpuBackend::load_state(int snap, int slot) {
 void CpuBackend::embed(const WMat& table, float* x) {
   ScopedOp op(profiling_, stats_, "embed", "embed");
   const StepBatch& b = *step_;
-  for (int t = 0; t < b.n_tokens; ++t) kernels_.row_to_f32(table.ptr, table.dtype, b.tokens[t], table.cols, x + t * table.cols);
+  // A table repacked into quantized panels whose rows the panels give back: read from them (the
+  // file's rows were handed back at load; weights.cpp).
+  const bool from_panels = table.aux && is_quant(table.dtype) && kernels_.quant_panel_row(table.dtype, nullptr, table.cols, 0, nullptr);
+  for (int t = 0; t < b.n_tokens; ++t) {
+    float* row = x + t * table.cols;
+    if (from_panels)
+      kernels_.quant_panel_row(table.dtype, table.aux, table.cols, b.tokens[t], row);
+    else
+      kernels_.row_to_f32(table.ptr, table.dtype, b.tokens[t], table.cols, row);
+  }
 }
 
 void CpuBackend::rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) {

@@ -131,9 +131,10 @@ class CpuBackend final : public Backend {
 
   // Batches of up to this many rows of x are decode-sized: stealable regions of weight streams.
   static constexpr int kDecodeRows = 16;
-  // xq: x quantized per activation type (matmul_quantized), or null.
+  // xq: x quantized per activation type (matmul_quantized), or null; xa: the quantized panels' side
+  // of it per activation type (kernels.h's panel_act; null where none), with xq.
   void decode_region(const float* x, int rows, const WMat* const* ws, float* const* ys, int n, bool packed,
-                     const void* const* xq = nullptr);
+                     const void* const* xq = nullptr, const void* const* xa = nullptr);
 
   // A matmul region's work list: panels [p0, p1) of matrix `matrix` (slice: see matmul_packed).
   struct Piece {
@@ -161,6 +162,7 @@ class CpuBackend final : public Backend {
     std::vector<uint16_t> x_bf16;
     std::vector<float> x_split, x_f32;
     std::vector<unsigned char> x_quant[4];
+    std::vector<unsigned char> x_act[4];  // the panels' side of x_quant (kernels.h's panel_act), or empty
     std::vector<Mat> mats;
     std::vector<Piece> pieces;
 
@@ -183,6 +185,7 @@ class CpuBackend final : public Backend {
   AlignedBuffer conv_buf_;  // a DeltaNet layer's conv output [T, cd]
   AlignedBuffer x_bf16_;    // x rounded to bf16 for the packed matmuls
   AlignedBuffer x_quant_[4];  // x quantized for block-quantized matrices, by ActQuant
+  AlignedBuffer x_act_[4];    // the quantized panels' side of x_quant_ (kernels.h's panel_act)
   WeightArena weight_memory_;  // the packed panels and resident copies below
   std::map<const void*, void*> packed_weights_;    // vdpbf16ps / quantized panels, by host matrix
   std::map<const void*, void*> resident_weights_;  // row-major copies, by host matrix

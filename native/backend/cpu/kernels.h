@@ -58,15 +58,23 @@ struct Kernels {
                         int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
   // Block-quantized matrices repacked into panels of kPanel rows (isa/quant_panels.cpp; the types
-  // packs_quant_panels names, Q4_K today, on both tables):
+  // packs_quant_panels names: Q4_K on both tables, Q8_0 on AVX-512 with VNNI):
   // pack_quant_panels writes panels [p0, p1) of the N x K matrix (quant_panel_bytes each; rows
-  // past N zero); matmul_quant_panels is matmul_quant for them, for the rows of panels [p0, p1),
-  // with matmul_packed's meaning of slice (four streams, 1..3 rows of x). The same bits as
-  // matmul_quant on the rows they were packed from.
+  // past N zero); quant_panel_row reads row `row` of them back as f32 (false, and nothing read,
+  // for the types whose panels it cannot read back); matmul_quant_panels is matmul_quant for them,
+  // for the rows of panels [p0, p1), with matmul_packed's meaning of slice (four streams, 1..3
+  // rows of x). xa: panel_act's side of the quantized activations (panel_act_bytes of it; none
+  // when that is 0), computed once per product for all its pieces. Q4_K: the same bits as
+  // matmul_quant on the rows they were packed from; Q8_0: per block the integer sum, one f32 fma
+  // per block and output (quant_ref's vec_dot, bit for bit).
   bool (*packs_quant_panels)(DType t);
+  size_t (*quant_panel_bytes)(DType t, int64_t K);
   void (*pack_quant_panels)(DType t, const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out);
-  void (*matmul_quant_panels)(DType t, const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0,
-                              int64_t p1, float* y, int64_t ldy, int64_t slice);
+  bool (*quant_panel_row)(DType t, const void* packed, int64_t K, int64_t row, float* out);
+  size_t (*panel_act_bytes)(ActQuant a, int64_t M, int64_t K);
+  void (*panel_act)(ActQuant a, const void* xq, int64_t M, int64_t K, void* out);
+  void (*matmul_quant_panels)(DType t, const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N,
+                              int64_t p0, int64_t p1, float* y, int64_t ldy, int64_t slice);
   // Gated DeltaNet core for one value head (isa/gdn.cpp): the token recurrence, and the chunked
   // (WY) form over blocks of `block` tokens (kGdnBlock; scratch grows as needed); gdn_chunked_128
   // is that form for dk = dv = 128 and kGdnBlock with its products as GEMMs, the same bits.
@@ -103,7 +111,6 @@ struct Kernels {
 
 constexpr int kPanel = 16;
 inline int64_t packed_elems(int64_t N, int64_t K) { return (N + kPanel - 1) / kPanel * kPanel * K; }
-inline size_t quant_panel_bytes(DType t, int64_t K) { return kPanel * row_bytes(t, K); }
 
 const Kernels& kernels();
 

@@ -124,7 +124,7 @@ struct TwoRuns {
 // matrix is row-major f32 / bf16 or block-quantized (1..3 rows; xq: x per activation type), read
 // as four streams per piece.
 void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, float* const* ys, int n, bool packed,
-                               const void* const* xq) {
+                               const void* const* xq, const void* const* xa) {
   const int64_t K = ws[0]->cols;
   const int64_t xn = static_cast<int64_t>(rows) * K;
   // Each piece takes the same panels from each quarter (packed panels: 1..6 rows; a third for
@@ -156,7 +156,10 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
     mw.x_bf16.assign(xb, xb + xn);
   } else {
     bool any_bf16 = false, any_f32 = false;
-    for (int a = 0; a < 4; ++a) mw.x_quant[a].clear();
+    for (int a = 0; a < 4; ++a) {
+      mw.x_quant[a].clear();
+      mw.x_act[a].clear();
+    }
     for (int i = 0; i < n; ++i) {
       const DType t = ws[i]->dtype;
       if (is_quant(t)) {
@@ -164,6 +167,10 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
         if (mw.x_quant[a].empty()) {
           const auto* src = static_cast<const unsigned char*>(xq[a]);
           mw.x_quant[a].assign(src, src + quant::act_row_bytes(dtype_info(t).act, K) * static_cast<size_t>(rows));
+          if (xa && xa[a]) {
+            const auto* sa = static_cast<const unsigned char*>(xa[a]);
+            mw.x_act[a].assign(sa, sa + kernels_.panel_act_bytes(dtype_info(t).act, rows, K));
+          }
         }
       } else {
         (t == DType::bf16 ? any_bf16 : any_f32) = true;
@@ -217,6 +224,7 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
 void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
   const int64_t K = ws[0]->cols;
   const void* xq[4] = {};
+  const void* xa[4] = {};
   for (int i = 0; i < n; ++i) {
     const ActQuant a = dtype_info(ws[i]->dtype).act;
     const int ai = static_cast<int>(a);
@@ -233,10 +241,20 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
         kernels_.quantize_act(a, x + r0 * K, r1 - r0, K, dst + static_cast<size_t>(r0) * rb);
       });
     xq[ai] = dst;
+    // The panels' side of the activations (kernels.h), once for every piece of the product.
+    const size_t ab = kernels_.panel_act_bytes(a, rows, K);
+    bool panels = false;
+    for (int j = 0; j < n; ++j) panels = panels || (ws[j]->aux && dtype_info(ws[j]->dtype).act == a);
+    if (ab > 0 && panels) {
+      AlignedBuffer& side = x_act_[ai];
+      if (side.size() < ab) side.resize(ab, false);
+      kernels_.panel_act(a, dst, rows, K, side.data());
+      xa[ai] = side.data();
+    }
   }
   // Batches of 1..3 rows: one stealable region of far-apart weight streams, as for bf16.
   if (rows <= 3) {
-    decode_region(x, rows, ws, ys, n, false, xq);
+    decode_region(x, rows, ws, ys, n, false, xq, xa);
     return;
   }
   const int64_t kPieceBytes = rows <= 16 ? int64_t{256} << 10 : int64_t{64} << 10;
@@ -263,11 +281,12 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
     for (int64_t p = first; p < last; ++p) {
       const Piece& pc = prefill_pieces_[static_cast<size_t>(p)];
       const WMat& w = *ws[pc.matrix];
+      const int ai = static_cast<int>(dtype_info(w.dtype).act);
       if (is_quant(w.dtype) && w.aux)
-        kernels_.matmul_quant_panels(w.dtype, xq[static_cast<int>(dtype_info(w.dtype).act)], rows, K, w.aux, w.rows,
+        kernels_.matmul_quant_panels(w.dtype, xq[ai], xa[ai], rows, K, w.aux, w.rows,
                                      pc.p0 / kPanel, (pc.p1 + kPanel - 1) / kPanel, ys[pc.matrix], w.rows, 0);
       else if (is_quant(w.dtype))
-        kernels_.matmul_quant(xq[static_cast<int>(dtype_info(w.dtype).act)], rows, K, w.ptr, w.dtype, pc.p0, pc.p1,
+        kernels_.matmul_quant(xq[ai], rows, K, w.ptr, w.dtype, pc.p0, pc.p1,
                               ys[pc.matrix], w.rows);
       else
         kernels_.matmul(x, rows, K, w.ptr, w.dtype, pc.p0, pc.p1, ys[pc.matrix], w.rows);
@@ -287,9 +306,11 @@ void CpuBackend::MatmulWork::compute(int64_t p, int tid, bool direct) {
   }
   if (m.packed)
     kernels->matmul_packed(x_bf16.data(), rows, k, m.packed, m.n, pc.p0, pc.p1, y, m.n, pc.slice);
-  else if (m.quant_panels)
-    kernels->matmul_quant_panels(m.wt, x_quant[static_cast<int>(dtype_info(m.wt).act)].data(), rows, k, m.quant_panels, m.n,
-                                 pc.p0, pc.p1, y, m.n, pc.slice);
+  else if (m.quant_panels) {
+    const int a = static_cast<int>(dtype_info(m.wt).act);
+    kernels->matmul_quant_panels(m.wt, x_quant[a].data(), x_act[a].data(), rows, k, m.quant_panels, m.n, pc.p0, pc.p1, y,
+                                 m.n, pc.slice);
+  }
   else if (is_quant(m.wt))
     kernels->matmul_quant_streams(x_quant[static_cast<int>(dtype_info(m.wt).act)].data(), rows, k, m.w, m.wt, m.n, pc.p0,
                                   pc.p1, y, m.n, pc.slice);

@@ -1,6 +1,6 @@
 // CPU weight binding: the layers through the shared binding (backend/weight_binding.h), with bf16
 // matrices repacked into vdpbf16ps panels when the ISA has them (prefill and decode then read only
-// the packed copy) and Q4_K ones into 16-row panels when it has their kernels (the same), else
+// the packed copy) and Q4_K / Q8_0 ones into 16-row panels when it has their kernels (the same), else
 // the matrices copied as they are (the other block-quantized types; f32 / bf16, which the exact
 // reference path reads as f32), all of them into the huge-page weight arena; and the DeltaNet conv
 // taps copied tap-major for the conv kernel.
@@ -29,15 +29,17 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
       }
       r.aux = it->second;
     } else if (kernels_.packs_quant_panels(m.dtype)) {
-      // Q4_K in 16-row panels (isa/quant_panels.cpp): every product then reads only the panels.
-      // The mapping's pages go back, except the embedding's (its lookup reads the rows).
+      // Q4_K (and Q8_0 on AVX-512 with VNNI) in 16-row panels (isa/quant_panels.cpp): every
+      // product then reads only the panels. The mapping's pages go back, except the embedding's
+      // where its lookup cannot read its rows back from the panels (Q4_K).
       auto it = packed_weights_.find(m.data);
       if (it == packed_weights_.end()) {
-        void* dst = weight_memory_.alloc(static_cast<size_t>(panels) * quant_panel_bytes(m.dtype, m.cols));
+        void* dst = weight_memory_.alloc(static_cast<size_t>(panels) * kernels_.quant_panel_bytes(m.dtype, m.cols));
         pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) {
           kernels_.pack_quant_panels(m.dtype, m.data, m.rows, m.cols, p0, p1, dst);
         });
-        if (m.data != w.embed().data) w.release_mapped(m.data, m.bytes());
+        if (m.data != w.embed().data || kernels_.quant_panel_row(m.dtype, nullptr, m.cols, 0, nullptr))
+          w.release_mapped(m.data, m.bytes());
         it = packed_weights_.emplace(m.data, dst).first;
       }
       r.aux = it->second;

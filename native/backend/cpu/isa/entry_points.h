@@ -1,6 +1,7 @@
 #pragma once
 // The kernels one ISA's table points at (table.cpp), defined across the family files of this
 // folder; probes.cpp has its own table. Hidden: the tables are the only way in from outside.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -43,11 +44,16 @@ void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, D
 bool gemm_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
                 int64_t ldy);
 
-// quant_panels.cpp: block-quantized matrices (Q4_K) repacked into 16-row panels, and their products
+// quant_panels.cpp: block-quantized matrices (Q4_K; Q8_0 on AVX-512 with VNNI) repacked into
+// 16-row panels, and their products
 bool packs_quant_panels(DType t);
+size_t quant_panel_bytes(DType t, int64_t K);
 void pack_quant_panels(DType t, const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out);
-void matmul_quant_panels(DType t, const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0,
-                         int64_t p1, float* y, int64_t ldy, int64_t slice);
+bool quant_panel_row(DType t, const void* packed, int64_t K, int64_t row, float* out);
+size_t panel_act_bytes(ActQuant a, int64_t M, int64_t K);
+void panel_act(ActQuant a, const void* xq, int64_t M, int64_t K, void* out);
+void matmul_quant_panels(DType t, const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N,
+                         int64_t p0, int64_t p1, float* y, int64_t ldy, int64_t slice);
 
 // elementwise.cpp
 float dot(const float* a, const float* b, int64_t n);

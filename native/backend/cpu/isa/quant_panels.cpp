@@ -1,5 +1,6 @@
-// Q4_K matrices repacked at load into panels of 16 weight rows, and their products at every batch
-// size (AVX-512 with VNNI; AVX2 below). A GGUF Q4_K row keeps each block's 256 values in 4-bit
+// Q4_K matrices (both tables) and Q8_0 ones (AVX-512 with VNNI; below Q4_K's code) repacked at load
+// into panels of 16 weight rows, and their products at every batch size (Q4_K: AVX-512 with VNNI;
+// AVX2 below). A GGUF Q4_K row keeps each block's 256 values in 4-bit
 // pairs of groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane)
 // has to be gathered from 16 rows, which a prefill could afford once per panel and block and the
 // decode tiles (quant_matmul.cpp) avoid by reducing each row's lanes at the end of every block
@@ -7,8 +8,9 @@
 // is half a nibble load, and per activation row one `vpdpbusd` by the 4 activation bytes broadcast
 // from memory, where the row tiles take a `maddubs` and a `vpdpwssd` (AVX2: a `maddubs` and an
 // add, where its row tiles take a `maddubs`, a `madd` and an add per 32). A panel block holds the
-// same bytes as the 16 row blocks it replaces, so a decode step reads as much as before. (Q6_K and
-// Q8_0 in the same form were measured and not taken: docs/performance.md.)
+// same bytes as the 16 row blocks it replaces, so a decode step reads as much as before. (Q6_K in
+// the same form, and Q8_0 in llama.cpp's x86 order of 8 f32 lanes per output, were measured and
+// not taken: docs/performance.md.)
 //
 // Panel p (rows 16 p .. 16 p + 15; rows past N are zero), block b, 16 x 144 bytes:
 //   [0, 32)     d of the 16 rows (f16)        [32, 64)   dmin of the 16 rows (f16)
@@ -360,16 +362,263 @@ void panels_q4(const void* xq, int64_t M, int64_t K, const void* packed, int64_t
   }
 }
 
+
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// ---------------------------------------------------------------------------------------------
+// Q8_0 panels (AVX-512 with VNNI). Per block the exact integer sum of each row's 32 products, then
+// acc = fma(sumi, dw dx, acc) in one f32 sum per output: the per-block order of llama.cpp's scalar
+// `ggml_vec_dot_q8_0_q8_0` and of its repacked Q8_0 kernels (`ggml_gemv_q8_0_4x8_q8_0`), and of
+// core/quant_ref.cpp's vec_dot, which kernelCheck holds these kernels to bit for bit. (llama.cpp's
+// x86 `vec_dot` keeps 8 f32 lanes per output instead, which costs a conversion and an FMA per 64
+// products; that is what the row tiles of quant_matmul.cpp reproduce, and what bounded them:
+// docs/performance.md, seventeenth session.)
+//
+// Panel p (rows 16 p .. 16 p + 15; rows past N are zero), blocks in pairs (2 i, 2 i + 1), 1088 bytes
+// a pair (17 cache lines, so every 64-byte vector is aligned):
+//   [0, 32)  d of the 16 rows in block 2 i (f16)   [32, 64)  the same for block 2 i + 1
+//   [64 + 512 h, 576 + 512 h)  block 2 i + h: 8 chunks of 64 bytes, chunk j holding bytes
+//       4 j .. 4 j + 3 of row r at 4 r, each + 128 (unsigned, as vpdpbusd takes them)
+// A matrix with an odd number of blocks ends on a half-filled pair (zeros).
+// The activations' side (panel_act): per row and block dx = d as f32 and -128 x the sum of the 32
+// int8 values, the + 128's share of the products.
+constexpr size_t kQ8Pair = 64 + 2 * 512;
+
+size_t q8_panel_bytes(int64_t K) { return static_cast<size_t>((K / QK + 1) / 2) * kQ8Pair; }
+
+void pack_q8(const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out) {
+  const int64_t nb = K / QK;
+  const size_t wrow = row_bytes(DType::q8_0, K), panel = q8_panel_bytes(K);
+  for (int64_t p = p0; p < p1; ++p) {
+    uint8_t* dst = static_cast<uint8_t*>(out) + static_cast<size_t>(p) * panel;
+    std::memset(dst, 0, panel);
+    for (int r = 0; r < NP && p * NP + r < N; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        BlockQ8_0 blk;
+        std::memcpy(&blk, static_cast<const uint8_t*>(w) + static_cast<size_t>(p * NP + r) * wrow + static_cast<size_t>(b) * sizeof blk,
+                    sizeof blk);
+        uint8_t* pair = dst + static_cast<size_t>(b / 2) * kQ8Pair;
+        std::memcpy(pair + 32 * (b % 2) + 2 * r, &blk.d, 2);
+        for (int j = 0; j < 8; ++j)
+          for (int t = 0; t < 4; ++t)
+            pair[64 + 512 * (b % 2) + 64 * j + 4 * r + t] = static_cast<uint8_t>(blk.qs[4 * j + t] ^ 0x80);
+      }
+  }
+}
+
+// Row `row` of the panels as f32 (the embedding's lookup when its matrix is also the head).
+void q8_panel_row(const void* packed, int64_t K, int64_t row, float* out) {
+  const int64_t nb = K / QK;
+  const auto* base = static_cast<const uint8_t*>(packed) + static_cast<size_t>(row / NP) * q8_panel_bytes(K);
+  const int r = static_cast<int>(row % NP);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pair = base + static_cast<size_t>(b / 2) * kQ8Pair;
+    uint16_t d;
+    std::memcpy(&d, pair + 32 * (b % 2) + 2 * r, 2);
+    const float df = h2f(d);
+    for (int j = 0; j < 8; ++j)
+      for (int t = 0; t < 4; ++t)
+        out[b * QK + 4 * j + t] = static_cast<float>(static_cast<int8_t>(pair[64 + 512 * (b % 2) + 64 * j + 4 * r + t] ^ 0x80)) * df;
+  }
+}
+
+size_t q8_act_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * (K / QK)) * 8; }
+
+// The activations' side: dx [M][nb] (f32), then -128 x sum(qs) [M][nb] (int32).
+void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
+  const int64_t nb = K / QK, n = M * nb;
+  const auto* x = static_cast<const BlockQ8_0*>(xq);
+  auto* dx = static_cast<float*>(out);
+  auto* corr = reinterpret_cast<int32_t*>(dx + n);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < n; ++i) {
+    dx[i] = h2f(x[i].d);
+    // The sum of (q + 128) as unsigned bytes, 4 partial sums of 8; minus 32 x 128.
+    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs)), bias),
+                                      _mm256_setzero_si256());
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    const int sum = static_cast<int>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) - 32 * 128;
+    corr[i] = -128 * sum;
+  }
+}
+
+// S panels (pp[s]) against R activation rows from row m (xs: the q8_0 rows; dx, corr: panel_act's
+// arrays from row m, stride nb): ys[s][m' * ldy + i] for the first nvalid[s] rows i of panel s.
+template <int R, int S>
+void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* dx, const int32_t* corr, int64_t nb,
+             float* const* ys, int64_t ldy, const int* nvalid) {
+  __m512 acc[S][R];
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < R; ++m) acc[s][m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t h = b & 1;
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* pair = pp[s] + static_cast<size_t>(b >> 1) * kQ8Pair;
+      const uint8_t* ch = pair + 64 + 512 * h;
+      // The stream's next pair, half of it per block (0, 2, 3, 4 and 6 pairs ahead measured no
+      // faster: docs/performance.md, seventeenth session).
+      for (int l = 0; l < (h ? 9 : 8); ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(pair + kQ8Pair + 64 * (8 * h + l)), _MM_HINT_T0);
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + 32 * h)));
+      __m512i w[8];
+      for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(ch + 64 * j);
+#pragma GCC unroll 8
+      for (int m = 0; m < R; ++m) {
+        // The activation bytes broadcast (for S streams of one row, one register each serves all).
+        const int8_t* x = xs[m][b].qs;
+        __m512i t = _mm512_set1_epi32(corr[m * nb + b]);
+        for (int j = 0; j < 8; ++j) t = _mm512_dpbusd_epi32(t, w[j], bcast4(x + 4 * j));
+        acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(dx[m * nb + b])), acc[s][m]);
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    const __mmask16 keep = static_cast<__mmask16>((1u << nvalid[s]) - 1);
+    for (int m = 0; m < R; ++m) _mm512_mask_storeu_ps(ys[s] + m * ldy, keep, acc[s][m]);
+  }
+}
+
+template <int R, int S>
+void q8_rows(const uint8_t* const* pp, const uint8_t* xq, const float* dx, const int32_t* corr, int64_t m, int64_t nb,
+             float* const* ys, int64_t ldy, const int* nvalid) {
+  const size_t rb = static_cast<size_t>(nb) * sizeof(BlockQ8_0);
+  const BlockQ8_0* xs[R];
+  for (int i = 0; i < R; ++i) xs[i] = reinterpret_cast<const BlockQ8_0*>(xq + static_cast<size_t>(m + i) * rb);
+  float* y[S];
+  for (int s = 0; s < S; ++s) y[s] = ys[s] + m * ldy;
+  tile_q8<R, S>(pp, xs, dx + m * nb, corr + m * nb, nb, y, ldy, nvalid);
+}
+
+// Rows m .. m + r (r < 8) against one panel.
+void q8_rest(int64_t r, const uint8_t* pp, const uint8_t* xq, const float* dx, const int32_t* corr, int64_t m, int64_t nb,
+             float* ys, int64_t ldy, int nvalid) {
+  switch (r) {
+    case 1: return q8_rows<1, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
+    case 2: return q8_rows<2, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
+    case 3: return q8_rows<3, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
+    case 4: return q8_rows<4, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
+    case 5: return q8_rows<5, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
+    case 6: return q8_rows<6, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
+    default: return q8_rows<7, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
+  }
+}
+
+void panels_q8(const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0, int64_t p1,
+               float* y, int64_t ldy, int64_t slice) {
+  const int64_t nb = K / QK;
+  const size_t panel = q8_panel_bytes(K);
+  const auto* x = static_cast<const uint8_t*>(xq);
+  const auto* base = static_cast<const uint8_t*>(packed);
+  const auto* dx = static_cast<const float*>(xa);
+  const auto* corr = reinterpret_cast<const int32_t*>(dx + M * nb);
+  const auto valid = [&](int64_t p) { return static_cast<int>(std::clamp<int64_t>(N - p * NP, 0, NP)); };
+  // The first two pairs of a panel, asked for at once (the tiles prefetch a pair ahead).
+  const auto warm = [&](int64_t p) {
+    for (size_t l = 0; l < std::min(panel, 2 * kQ8Pair); l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(base + static_cast<size_t>(p) * panel + l), _MM_HINT_T0);
+  };
+  if (slice > 0) {
+    // Decode streams: panels p, p + slice, p + 2 slice, p + 3 slice side by side (those past N
+    // skipped), for 1..3 activation rows.
+    for (int s = 0; s < 4; ++s)
+      if (valid(p0 + s * slice) > 0) warm(p0 + s * slice);
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* pp[4];
+      float* ys[4];
+      int nv[4], count = 0;
+      for (int s = 0; s < 4; ++s) {
+        const int64_t q = p + s * slice;
+        if (valid(q) == 0) continue;
+        pp[count] = base + static_cast<size_t>(q) * panel;
+        ys[count] = y + q * NP;
+        nv[count++] = valid(q);
+      }
+      if (count == 4 && M == 1) {
+        q8_rows<1, 4>(pp, x, dx, corr, 0, nb, ys, ldy, nv);
+        continue;
+      }
+      if (count == 4 && M == 2) {
+        q8_rows<2, 4>(pp, x, dx, corr, 0, nb, ys, ldy, nv);
+        continue;
+      }
+      for (int s = 0; s < count; ++s) q8_rest(M, pp[s], x, dx, corr, 0, nb, ys[s], ldy, nv[s]);
+    }
+    return;
+  }
+  // Panels p0 .. p1 in blocks that stay in L2 while every tile of 8 activation rows passes them.
+  const int npan = static_cast<int>(std::clamp<int64_t>((int64_t{96} << 10) / static_cast<int64_t>(panel), 1, 8));
+  for (int64_t q0 = p0; q0 < p1; q0 += npan) {
+    const int64_t q1 = std::min(p1, q0 + npan);
+    for (int64_t m = 0; m < M; m += 8)
+      for (int64_t q = q0; q < q1; ++q) {
+        const uint8_t* pp = base + static_cast<size_t>(q) * panel;
+        float* ys = y + q * NP;
+        int nv = valid(q);
+        if (m == 0) warm(q);
+        if (m + 8 <= M)
+          q8_rows<8, 1>(&pp, x, dx, corr, m, nb, &ys, ldy, &nv);
+        else
+          q8_rest(M - m, pp, x, dx, corr, m, nb, ys, ldy, nv);
+      }
+  }
+}
+#endif
+
 }  // namespace
 
-bool packs_quant_panels(DType t) { return t == DType::q4_K; }
+bool packs_quant_panels(DType t) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if (t == DType::q8_0) return true;
+#endif
+  return t == DType::q4_K;
+}
+
+size_t quant_panel_bytes(DType t, int64_t K) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if (t == DType::q8_0) return q8_panel_bytes(K);
+#endif
+  return kPanel * row_bytes(t, K);
+}
 
 void pack_quant_panels(DType t, const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if (t == DType::q8_0) pack_q8(w, N, K, p0, p1, out);
+#endif
   if (t == DType::q4_K) pack_q4(w, N, K, p0, p1, out);
 }
 
-void matmul_quant_panels(DType t, const void* xq, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0,
-                         int64_t p1, float* y, int64_t ldy, int64_t slice) {
+bool quant_panel_row(DType t, const void* packed, int64_t K, int64_t row, float* out) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if (t == DType::q8_0) {
+    if (packed) q8_panel_row(packed, K, row, out);
+    return true;
+  }
+#endif
+  (void)packed, (void)K, (void)row, (void)out;
+  return false;
+}
+
+size_t panel_act_bytes(ActQuant a, int64_t M, int64_t K) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if (a == ActQuant::q8_0) return q8_act_bytes(M, K);
+#endif
+  (void)a, (void)M, (void)K;
+  return 0;
+}
+
+void panel_act(ActQuant a, const void* xq, int64_t M, int64_t K, void* out) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if (a == ActQuant::q8_0) q8_act(xq, M, K, out);
+#endif
+  (void)a, (void)xq, (void)M, (void)K, (void)out;
+}
+
+void matmul_quant_panels(DType t, const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N,
+                         int64_t p0, int64_t p1, float* y, int64_t ldy, int64_t slice) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  if (t == DType::q8_0) panels_q8(xq, xa, M, K, packed, N, p0, p1, y, ldy, slice);
+#endif
+  (void)xa;
   if (t == DType::q4_K) panels_q4(xq, M, K, packed, N, p0, p1, y, ldy, slice);
 }
 
