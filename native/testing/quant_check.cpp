@@ -188,7 +188,10 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     double dot_err = 0, ref_err = 0, bound_ratio = 0;
     int64_t cases = 0, bound_violations = 0, batch_rows = 0, batch_mismatch = 0, ref_exact_rows = 0, ref_exact_mismatch = 0;
     int64_t panel_rows = 0, panel_mismatch = 0;
-    for (int64_t K : {256, 1024}) {
+    // The 32-value types also at K = 288: an odd number of blocks (Q8_0's panels end on a half pair).
+    std::vector<int64_t> dot_ks = {256, 1024};
+    if (info.block == QK) dot_ks.push_back(288);
+    for (int64_t K : dot_ks) {
       // 60 rows: four whole panel streams whose last panel is partial; 71: four streams of one
       // panel each and a partial remainder panel apart.
       const int64_t N = K == 256 ? 60 : 71;
