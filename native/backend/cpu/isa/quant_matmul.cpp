@@ -246,6 +246,9 @@ inline void dot_q8_0_pairs(const uint8_t* const* wr, const BlockQ8_0* const* xs,
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* w[NW];
     __m128i dh = _mm_setzero_si128();
+    // Unrolled so that the insert's lane is a constant at every optimisation level (-O2 builds,
+    // e.g. the CUDA emulation's RelWithDebInfo, do not unroll it on their own).
+#pragma GCC unroll 4
     for (int i = 0; i < NW; ++i) {
       w[i] = wr[i] + static_cast<size_t>(b) * bb;
       _mm_prefetch(reinterpret_cast<const char*>(w[i] + pfo), _MM_HINT_T0);
@@ -395,6 +398,7 @@ inline void dot_q4_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* w[NW];
     __m128i dh = _mm_setzero_si128();  // (d, dmin) of row i in dword i
+#pragma GCC unroll 4  // the insert's lane a constant at every optimisation level (see above)
     for (int i = 0; i < NW; ++i) {
       w[i] = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ4_K);
       for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(w[i] + PF + 64 * l), _MM_HINT_T0);
