@@ -503,6 +503,8 @@ void q8_rest(int64_t r, const uint8_t* pp, const uint8_t* xq, const float* dx, c
   }
 }
 
+// The same walk as panels_q4's, written out again: one templated walk for both types measured the
+// Q4_K prefill 7-14 % slower (docs/performance.md, seventeenth session).
 void panels_q8(const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N, int64_t p0, int64_t p1,
                float* y, int64_t ldy, int64_t slice) {
   const int64_t nb = K / QK;
