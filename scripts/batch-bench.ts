@@ -20,6 +20,8 @@ import { benchIds, ensureBenchModel, median } from './bench-model.js';
 
 const program = new Command('batch-bench')
   .option('--threads <n>', 'engine threads', (v) => Number(v), 2)
+  .option('--device <d>', 'cpu or cuda', 'cpu')
+  .option('--no-cuda-graphs', 'CUDA: run every decode step eagerly (no graph replay)')
   .option('--rounds <n>', 'interleaved rounds (medians reported)', (v) => Number(v), 3)
   .option('--prompt <n>', 'prompt tokens per sequence', (v) => Number(v), 128)
   .option('--tokens <n>', 'tokens generated per sequence', (v) => Number(v), 48)
@@ -31,7 +33,7 @@ const program = new Command('batch-bench')
   .option('--profile', 'print the per-op profile of each concurrency (decode steps after every stream has started, summed over rounds; prefill only for concurrency 0)')
   .option('--json <file>', 'also write the results as JSON')
   .parse(process.argv);
-const opt = program.opts<{ prefillTokens: number; threads: number; rounds: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string }>();
+const opt = program.opts<{ prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 interface Variant { name: string; engine: EngineHandle; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
@@ -58,12 +60,13 @@ async function main(): Promise<void> {
   const levels = opt.concurrency.split(',').map(Number);
   if (levels.some((c) => !Number.isInteger(c) || c < 0)) throw new Error(`--concurrency: not a list of positive integers: ${opt.concurrency}`);
   const maxC = Math.max(...levels);
+  if (opt.device !== 'cpu' && opt.device !== 'cuda') throw new Error(`--device: cpu or cuda, not ${opt.device}`);
   const ckpt = opt.gguf !== undefined ? loadGgufCheckpoint(opt.gguf) : loadCheckpoint((await ensureBenchModel(opt.preset, log, false)).dir);
   const addons: (string | undefined)[] = opt.addons ? opt.addons.split(',') : [undefined];
   const variants: Variant[] = [];
   for (const a of addons) {
     const engine = await loadEngine(ckpt, {
-      device: 'cpu', threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.prompt + opt.tokens, opt.prefillTokens + 1) + 8,
+      device: opt.device as 'cpu' | 'cuda', cudaGraphs: opt.cudaGraphs, threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.prompt + opt.tokens, opt.prefillTokens + 1) + 8,
       maxSeqs: Math.max(1, maxC), prefillChunk: Math.max(512, opt.prefillTokens), stepTokenBudget: Math.max(2048, maxC * opt.prompt, opt.prefillTokens), prefixCache: false,
       profile: opt.profile ?? false,
     }, {}, a ? { addonPath: a } : {});
@@ -93,7 +96,7 @@ async function main(): Promise<void> {
   }
   const out: string[] = [];
   const cpu = machineInfo().cpuModel;
-  out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.engine.info.isa).join(' / ')}`);
+  out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.engine.info.isa).join(' / ')}; device: ${opt.device}${opt.device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
   out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; steady-state aggregate decode, medians of ${opt.rounds}`);
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
