@@ -586,11 +586,18 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 #else
+// AVX2: per group of 32 values its 6-bit values (q6_K_half's arithmetic, one group at a time)
+// and its scale pair, then at once the products of every activation row, whose int32 lanes start
+// from the -32 offset. (Unpacking all 8 groups first, then the rows, GCC kept the 8 groups and
+// their 8 scale vectors on the stack, and copied the activations there too: ~75 stack accesses
+// per block and weight row; docs/performance.md.) The same int32 lanes, so the same f32
+// operations.
 template <int R, int NW>
 inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
   __m256 acc[NW][R];
   for (int i = 0; i < NW; ++i)
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
       const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
@@ -600,34 +607,49 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
       uint16_t dh;
       std::memcpy(&dh, w + 208, 2);
       const float dw = h2f(dh);
-      __m256i v[8];
-      for (int h = 0; h < 2; ++h) q6_K_half(ql, qh, h, v + 4 * h);
       // Scales per int16 lane of the pair sums: a group of 32 has s0 for elements 0..15 (the low
       // 128 bits), s1 for 16..31. The 16 scales widened to int16 (s0..s7 | s8..s15), each half
       // broadcast to both lanes, then per group a byte shuffle picking word 2g' in the low lane and
       // 2g' + 1 in the high one (g' = g mod 4).
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
       const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00), hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
-      __m256i sv[8];
-      for (int g = 0; g < 8; ++g) {
-        const int w0 = 2 * (g % 4), w1 = w0 + 1;  // words of the lane
-        const __m256i ctl = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * w0 + 1) << 8) | (2 * w0))),
-                                              _mm_set1_epi16(static_cast<int16_t>(((2 * w1 + 1) << 8) | (2 * w1))));
-        sv[g] = _mm256_shuffle_epi8(g < 4 ? lo : hi, ctl);
-      }
+      // The activations as memory operands, read again for each weight row (kept in registers
+      // across the NW rows, they were spilled).
+      const BlockQ8_K* xr[R];
+      __m256i sumi[R];
       for (int m = 0; m < R; ++m) {
-        const BlockQ8_K& x = xs[m][b];
-        __m256i sumi = _mm256_setzero_si256();
-        for (int g = 0; g < 8; ++g) {
-          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
-          sumi = _mm256_add_epi32(sumi, dot_us8_scaled(v[g], qx, sv[g]));
-        }
-        // The -32 offset: 32 x scale_s x bsums_s, lane l taking s = 2l, 2l + 1 as llama.cpp's lanes
-        // do (|product| <= 128 * 2032 per term: int32 is ample).
-        sumi = _mm256_sub_epi32(
-            sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums))), 5));
-        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d), _mm256_cvtepi32_ps(sumi), acc[i][m]);
+        xr[m] = &xs[m][b];
+        asm("" : "+r"(xr[m]));
+        // The -32 offset: 32 x scale_s x bsums_s, lane l taking s = 2l, 2l + 1 as llama.cpp's
+        // lanes do (|product| <= 128 * 2032 per term: int32 is ample).
+        sumi[m] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[m]->bsums))), 5));
       }
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+        const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const int g = 4 * h + j;
+          const __m256i l = j % 2 ? l1 : l0;
+          const __m256i low = _mm256_and_si256(j < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+          const __m256i high = _mm256_slli_epi16(_mm256_and_si256(j ? _mm256_srli_epi16(hh, 2 * j) : hh, m3), 4);
+          const __m256i v = _mm256_or_si256(low, high);
+          const int w0 = 2 * (g % 4), w1 = w0 + 1;  // words of the lane
+          const __m256i ctl = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * w0 + 1) << 8) | (2 * w0))),
+                                                _mm_set1_epi16(static_cast<int16_t>(((2 * w1 + 1) << 8) | (2 * w1))));
+          const __m256i sv = _mm256_shuffle_epi8(g < 4 ? lo : hi, ctl);
+#pragma GCC unroll 4
+          for (int m = 0; m < R; ++m) {
+            const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[m]->qs + 32 * g));
+            sumi[m] = _mm256_add_epi32(sumi[m], dot_us8_scaled(v, qx, sv));
+          }
+        }
+      }
+      for (int m = 0; m < R; ++m)
+        acc[i][m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[m]->d), _mm256_cvtepi32_ps(sumi[m]), acc[i][m]);
     }
   const float zero[R] = {};
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);

@@ -187,6 +187,49 @@ inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
+// The scales' integer sums of one block for R activation rows (R <= 3), both 8-row halves at once:
+// per step j one load of each half's 32 bytes and two activation broadcasts for the four `maddubs`
+// of both halves, where a half at a time loads the broadcasts twice. (Half at a time, GCC also
+// loaded each weight vector twice, for the low nibbles' `vpand` and for the shift: with the
+// broadcasts, 16 loads per 256 products against 8 here, and Zen 3 issues two 32-byte loads a
+// cycle; docs/performance.md.) More rows keep a half at a time (their accumulators would not fit
+// in 16 registers twice).
+template <int R>
+inline void q4_block_both(const uint8_t* blk, const int8_t* const* xq, const __m256i (&sc03)[2], const __m256i (&sc47)[2],
+                          __m256i (&is)[R][2]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int m = 0; m < R; ++m) is[m][0] = is[m][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    // The stream's bytes a block ahead, a group's share (the block's last 4 lines with group 7):
+    // all 36 lines at the block's start left decode reading memory at ~0.7 x the rate (Zen 3).
+    for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + 256 * g + 64 * l), _MM_HINT_T0);
+    __m256i s16[R][2];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Values + (4 * g + j) * 64));
+      __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Values + (4 * g + j) * 64 + 32));
+      asm("" : "+x"(v0), "+x"(v1));  // loaded once, not again for the shift
+      const __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+      const __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+#pragma GCC unroll 4
+      for (int m = 0; m < R; ++m) {
+        const int8_t* x = xq[m] + 32 * g + 4 * j;
+        const __m256i xl = bcast4(x), xh = bcast4(x + 16);
+        const __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl), _mm256_maddubs_epi16(hi0, xh));
+        const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xl), _mm256_maddubs_epi16(hi1, xh));
+        s16[m][0] = j ? _mm256_add_epi16(s16[m][0], t0) : t0;
+        s16[m][1] = j ? _mm256_add_epi16(s16[m][1], t1) : t1;
+      }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < R; ++m)
+      for (int h = 0; h < 2; ++h)
+        is[m][h] = _mm256_add_epi32(is[m][h], _mm256_madd_epi16(s16[m][h], dword_byte2(g < 4 ? sc03[h] : sc47[h], g % 4)));
+    asm volatile("" ::: "memory");
+  }
+}
+
 template <int R, int S>
 void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* xd, const int16_t* xg, int64_t nb,
              float* const* ys, int64_t ldy, const int* nvalid) {
@@ -196,36 +239,45 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
   for (int64_t b = 0; b < nb; ++b)
     for (int s = 0; s < S; ++s) {
       const uint8_t* blk = pp[s] + static_cast<size_t>(b) * kQ4Block;
-      for (size_t l = 0; l < kQ4Block; l += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + l), _MM_HINT_T0);
       const int8_t* xq[R];
       for (int m = 0; m < R; ++m) {
         xq[m] = xs[m][b].qs;
         asm("" : "+r"(xq[m]));
       }
+      const auto ld = [&](size_t at, int h) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at + 32 * h)); };
+      __m256i sc03[2], sc47[2];
       for (int h = 0; h < 2; ++h) {
-        const int off = 32 * h;  // rows 8 h .. 8 h + 7
-        const auto ld = [&](size_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at + off)); };
-        const __m256i u0 = ld(64), u1 = ld(128), u2 = ld(192);
-        const __m256i sc03 = _mm256_and_si256(u0, k3f);
-        const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, k0f), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k03), 4));
-        __m256i is[R];
-        for (int m = 0; m < R; ++m) is[m] = _mm256_setzero_si256();
-        for (int g = 0; g < 8; ++g) {
-          const __m256i sc = dword_byte2(g < 4 ? sc03 : sc47, g % 4);
-          __m256i w[8];
-          for (int j = 0; j < 4; ++j) {
-            const __m256i v = ld(kQ4Values + (4 * g + j) * 64);
-            w[j] = _mm256_and_si256(v, m4);
-            w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        const __m256i u0 = ld(64, h), u2 = ld(192, h);
+        sc03[h] = _mm256_and_si256(u0, k3f);
+        sc47[h] = _mm256_or_si256(_mm256_and_si256(u2, k0f), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k03), 4));
+      }
+      __m256i is[R][2];
+      if constexpr (R == 1) {
+        q4_block_both<R>(blk, xq, sc03, sc47, is);
+      } else {
+        for (size_t l = 0; l < kQ4Block; l += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + l), _MM_HINT_T0);
+        for (int h = 0; h < 2; ++h) {
+          for (int m = 0; m < R; ++m) is[m][h] = _mm256_setzero_si256();
+          for (int g = 0; g < 8; ++g) {
+            const __m256i sc = dword_byte2(g < 4 ? sc03[h] : sc47[h], g % 4);
+            __m256i w[8];
+            for (int j = 0; j < 4; ++j) {
+              const __m256i v = ld(kQ4Values + (4 * g + j) * 64, h);
+              w[j] = _mm256_and_si256(v, m4);
+              w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+            for (int m = 0; m < R; ++m) {
+              const int8_t* x = xq[m] + 32 * g;
+              __m256i s16 = _mm256_maddubs_epi16(w[0], bcast4(x));
+              for (int j = 1; j < 8; ++j) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[j], bcast4(x + 4 * j)));
+              is[m][h] = _mm256_add_epi32(is[m][h], _mm256_madd_epi16(s16, sc));
+            }
+            asm volatile("" ::: "memory");
           }
-          for (int m = 0; m < R; ++m) {
-            const int8_t* x = xq[m] + 32 * g;
-            __m256i s16 = _mm256_maddubs_epi16(w[0], bcast4(x));
-            for (int j = 1; j < 8; ++j) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[j], bcast4(x + 4 * j)));
-            is[m] = _mm256_add_epi32(is[m], _mm256_madd_epi16(s16, sc));
-          }
-          asm volatile("" ::: "memory");
         }
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256i u1 = ld(128, h), u2 = ld(192, h);
         const __m256i mn03 = _mm256_and_si256(u1, k3f);
         const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), k0f),
                                              _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k03), 4));
@@ -239,7 +291,7 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
           const __m256 x = _mm256_set1_ps(xd[m * nb + b]);
           float* a = acc[s][m] + 8 * h;
           float* am = accm[s][m] + 8 * h;
-          _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[m]), _mm256_mul_ps(dw, x), _mm256_load_ps(a)));
+          _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[m][h]), _mm256_mul_ps(dw, x), _mm256_load_ps(a)));
           _mm256_store_ps(am, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, x), _mm256_load_ps(am)));
         }
       }
