@@ -601,6 +601,8 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
       const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
+      // The stream's bytes ~5 blocks ahead (none: the lm_head read memory at ~0.85 x the rate).
+      for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 1024 + 64 * l), _MM_HINT_T0);
       const uint8_t* ql = w;
       const uint8_t* qh = w + 128;
       const int8_t* scales = reinterpret_cast<const int8_t*>(w + 192);
