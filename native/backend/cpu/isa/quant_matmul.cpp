@@ -586,22 +586,20 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 #else
-// AVX2: per group of 32 values its 6-bit values (q6_K_half's arithmetic, one group at a time)
-// and its scale pair, then at once the products of every activation row, whose int32 lanes start
+// AVX2: per group of 32 values its 6-bit values (q6_K_group) and its scale pair, then at once the products of every activation row, whose int32 lanes start
 // from the -32 offset. (Unpacking all 8 groups first, then the rows, GCC kept the 8 groups and
-// their 8 scale vectors on the stack, and copied the activations there too: ~75 stack accesses
-// per block and weight row; docs/performance.md.) The same int32 lanes, so the same f32
+// their 8 scale vectors on the stack, and copied the activations there too; docs/performance.md.) The same int32 lanes, so the same f32
 // operations.
 template <int R, int NW>
 inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {
   __m256 acc[NW][R];
   for (int i = 0; i < NW; ++i)
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
       const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
-      // The stream's bytes ~5 blocks ahead (none: the lm_head read memory at ~0.85 x the rate).
+      // The stream's bytes ~5 blocks ahead (the distance measured: docs/performance.md, the AVX2
+      // section of the eighteenth session).
       for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 1024 + 64 * l), _MM_HINT_T0);
       const uint8_t* ql = w;
       const uint8_t* qh = w + 128;
@@ -635,10 +633,7 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
           const int g = 4 * h + j;
-          const __m256i l = j % 2 ? l1 : l0;
-          const __m256i low = _mm256_and_si256(j < 2 ? l : _mm256_srli_epi16(l, 4), m4);
-          const __m256i high = _mm256_slli_epi16(_mm256_and_si256(j ? _mm256_srli_epi16(hh, 2 * j) : hh, m3), 4);
-          const __m256i v = _mm256_or_si256(low, high);
+          const __m256i v = q6_K_group(l0, l1, hh, j);
           const int w0 = 2 * (g % 4), w1 = w0 + 1;  // words of the lane
           const __m256i ctl = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * w0 + 1) << 8) | (2 * w0))),
                                                 _mm_set1_epi16(static_cast<int16_t>(((2 * w1 + 1) << 8) | (2 * w1))));

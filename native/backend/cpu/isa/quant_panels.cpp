@@ -187,13 +187,12 @@ inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
-// The scales' integer sums of one block for R activation rows (R <= 3), both 8-row halves at once:
-// per step j one load of each half's 32 bytes and two activation broadcasts for the four `maddubs`
-// of both halves, where a half at a time loads the broadcasts twice. (Half at a time, GCC also
-// loaded each weight vector twice, for the low nibbles' `vpand` and for the shift: with the
-// broadcasts, 16 loads per 256 products against 8 here, and Zen 3 issues two 32-byte loads a
-// cycle; docs/performance.md.) More rows keep a half at a time (their accumulators would not fit
-// in 16 registers twice).
+// The scales' integer sums of one block for R activation rows, both 8-row halves at once: per
+// step j one load of each half's 32 bytes and two activation broadcasts for the four `maddubs` of
+// both halves, where a half at a time loads the broadcasts twice. (Half at a time, GCC also loaded
+// each weight vector twice, for the low nibbles' `vpand` and for the shift; docs/performance.md.)
+// tile_q4 takes it for one row only: at two, 2R accumulators and the rest no longer fit in 16
+// registers, and it measured slower than a half at a time.
 template <int R>
 inline void q4_block_both(const uint8_t* blk, const int8_t* const* xq, const __m256i (&sc03)[2], const __m256i (&sc47)[2],
                           __m256i (&is)[R][2]) {
@@ -201,8 +200,8 @@ inline void q4_block_both(const uint8_t* blk, const int8_t* const* xq, const __m
   for (int m = 0; m < R; ++m) is[m][0] = is[m][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int g = 0; g < 8; ++g) {
-    // The stream's bytes a block ahead, a group's share (the block's last 4 lines with group 7):
-    // all 36 lines at the block's start left decode reading memory at ~0.7 x the rate (Zen 3).
+    // The stream's bytes a block ahead, a group's share (the block's last 4 lines with group 7),
+    // not all 36 lines at the block's start (measured slower from memory: docs/performance.md).
     for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + 256 * g + 64 * l), _MM_HINT_T0);
     __m256i s16[R][2];
 #pragma GCC unroll 4

@@ -7,20 +7,25 @@
 namespace lumen::cpu::LUMEN_ISA {
 namespace {
 
-// Half h (elements 128 h .. 128 h + 127) of a Q6_K block as 4 vectors of 32 values 0..63 (the
-// stored 6 bits; the -32 offset left to the caller), element order: value 128 h + 32 j + e is
-// ql[64 h + 32 (j % 2) + e], nibble j / 2, with bits 2j, 2j + 1 of qh[32 h + e] above it.
-inline void q6_K_half(const uint8_t* ql, const uint8_t* qh, int h, __m256i* v) {
+// Group j (< 4) of a Q6_K block half as 32 values 0..63 (the stored 6 bits; the -32 offset left
+// to the caller): value 32 j + e of the half is nibble j / 2 of l[e] (l = l0 for even j, l1 for
+// odd: the half's two 32-byte rows of ql), with bits 2j, 2j + 1 of hh[e] (its 32 bytes of qh)
+// above it. j must be a constant where the shifts need one (the callers unroll their loops).
+inline __m256i q6_K_group(__m256i l0, __m256i l1, __m256i hh, int j) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+  const __m256i l = j % 2 ? l1 : l0;
+  const __m256i low = _mm256_and_si256(j < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+  const __m256i high = _mm256_slli_epi16(_mm256_and_si256(j ? _mm256_srli_epi16(hh, 2 * j) : hh, m3), 4);
+  return _mm256_or_si256(low, high);
+}
+
+// Half h (elements 128 h .. 128 h + 127) of a Q6_K block as its 4 groups (q6_K_group).
+inline void q6_K_half(const uint8_t* ql, const uint8_t* qh, int h, __m256i* v) {
   const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
   const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
   const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-  v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4));
-  v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), m3), 4));
-  v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), m3), 4));
-  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4));
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) v[j] = q6_K_group(l0, l1, hh, j);
 }
 
 }  // namespace
