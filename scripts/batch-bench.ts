@@ -11,6 +11,8 @@ import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
+import { choiceArg } from '../src/cli/flag-values.js';
+import { resolveDevice } from '../src/engine/device.js';
 import { loadEngine } from '../src/engine/engine.js';
 import type { EngineHandle, ProfileReport, TokenEvent } from '../src/engine/types.js';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
@@ -20,7 +22,7 @@ import { benchIds, ensureBenchModel, median } from './bench-model.js';
 
 const program = new Command('batch-bench')
   .option('--threads <n>', 'engine threads', (v) => Number(v), 2)
-  .option('--device <d>', 'cpu or cuda', 'cpu')
+  .option('--device <d>', 'cpu | cuda | auto', 'cpu')
   .option('--no-cuda-graphs', 'CUDA: run every decode step eagerly (no graph replay)')
   .option('--rounds <n>', 'interleaved rounds (medians reported)', (v) => Number(v), 3)
   .option('--prompt <n>', 'prompt tokens per sequence', (v) => Number(v), 128)
@@ -60,13 +62,13 @@ async function main(): Promise<void> {
   const levels = opt.concurrency.split(',').map(Number);
   if (levels.some((c) => !Number.isInteger(c) || c < 0)) throw new Error(`--concurrency: not a list of positive integers: ${opt.concurrency}`);
   const maxC = Math.max(...levels);
-  if (opt.device !== 'cpu' && opt.device !== 'cuda') throw new Error(`--device: cpu or cuda, not ${opt.device}`);
+  const device = resolveDevice(choiceArg('--device', ['cpu', 'cuda', 'auto'] as const)(opt.device));
   const ckpt = opt.gguf !== undefined ? loadGgufCheckpoint(opt.gguf) : loadCheckpoint((await ensureBenchModel(opt.preset, log, false)).dir);
   const addons: (string | undefined)[] = opt.addons ? opt.addons.split(',') : [undefined];
   const variants: Variant[] = [];
   for (const a of addons) {
     const engine = await loadEngine(ckpt, {
-      device: opt.device as 'cpu' | 'cuda', cudaGraphs: opt.cudaGraphs, threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.prompt + opt.tokens, opt.prefillTokens + 1) + 8,
+      device, cudaGraphs: opt.cudaGraphs, threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.prompt + opt.tokens, opt.prefillTokens + 1) + 8,
       maxSeqs: Math.max(1, maxC), prefillChunk: Math.max(512, opt.prefillTokens), stepTokenBudget: Math.max(2048, maxC * opt.prompt, opt.prefillTokens), prefixCache: false,
       profile: opt.profile ?? false,
     }, {}, a ? { addonPath: a } : {});
@@ -96,7 +98,7 @@ async function main(): Promise<void> {
   }
   const out: string[] = [];
   const cpu = machineInfo().cpuModel;
-  out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.engine.info.isa).join(' / ')}; device: ${opt.device}${opt.device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
+  out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.engine.info.isa).join(' / ')}; device: ${device}${device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
   out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; steady-state aggregate decode, medians of ${opt.rounds}`);
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
