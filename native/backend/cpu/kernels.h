@@ -58,7 +58,7 @@ struct Kernels {
                         int64_t p1, float* y, int64_t ldy, int64_t slice);
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
   // Block-quantized matrices repacked into panels of kPanel rows (isa/quant_panels.cpp; the types
-  // packs_quant_panels names: Q4_K on both tables, Q8_0 on AVX-512 with VNNI):
+  // packs_quant_panels names: Q4_K and Q8_0, on both tables):
   // pack_quant_panels writes panels [p0, p1) of the N x K matrix (quant_panel_bytes each; rows
   // past N zero); quant_panel_row reads row `row` of them back as f32 (false, and nothing read,
   // for the types whose panels it cannot read back); matmul_quant_panels is matmul_quant for them,

@@ -29,7 +29,7 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
       }
       r.aux = it->second;
     } else if (kernels_.packs_quant_panels(m.dtype)) {
-      // Q4_K (and Q8_0 on AVX-512 with VNNI) in 16-row panels (isa/quant_panels.cpp): every
+      // Q4_K and Q8_0 in 16-row panels (isa/quant_panels.cpp): every
       // product then reads only the panels. The mapping's pages go back, except the embedding's
       // where its lookup cannot read its rows back from the panels (Q4_K).
       auto it = packed_weights_.find(m.data);

@@ -420,24 +420,29 @@ void panels_q4(const void* xq, int64_t M, int64_t K, const void* packed, int64_t
 }
 
 
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // ---------------------------------------------------------------------------------------------
-// Q8_0 panels (AVX-512 with VNNI). Per block the exact integer sum of each row's 32 products, then
+// Q8_0 panels. Per block the exact integer sum of each row's 32 products, then
 // acc = fma(sumi, dw dx, acc) in one f32 sum per output: the per-block order of llama.cpp's scalar
 // `ggml_vec_dot_q8_0_q8_0` and of its repacked Q8_0 kernels (`ggml_gemv_q8_0_4x8_q8_0`), and of
 // core/quant_ref.cpp's vec_dot, which kernelCheck holds these kernels to bit for bit. (llama.cpp's
-// x86 `vec_dot` keeps 8 f32 lanes per output instead, which costs a conversion and an FMA per 64
-// products; that is what the row tiles of quant_matmul.cpp reproduce, and what bounded them:
-// docs/performance.md, seventeenth session.)
+// x86 `vec_dot` keeps 8 f32 lanes per output instead, which costs a conversion and an FMA per 32
+// or 64 products; that is what the row tiles of quant_matmul.cpp reproduce, and what bounded them:
+// docs/performance.md, seventeenth and nineteenth sessions.)
 //
 // Panel p (rows 16 p .. 16 p + 15; rows past N are zero), blocks in pairs (2 i, 2 i + 1), 1088 bytes
 // a pair (17 cache lines, so every 64-byte vector is aligned):
 //   [0, 32)  d of the 16 rows in block 2 i (f16)   [32, 64)  the same for block 2 i + 1
 //   [64 + 512 h, 576 + 512 h)  block 2 i + h: 8 chunks of 64 bytes, chunk j holding bytes
-//       4 j .. 4 j + 3 of row r at 4 r, each + 128 (unsigned, as vpdpbusd takes them)
+//       4 j .. 4 j + 3 of row r at 4 r, each ^ kQ8Bias (AVX-512: + 128, unsigned, as vpdpbusd takes
+//       them; AVX2: as stored, signed, for the vpsignb form)
 // A matrix with an odd number of blocks ends on a half-filled pair (zeros).
 // The activations' side (panel_act): per row and block dx = d as f32 and -128 x the sum of the 32
-// int8 values, the + 128's share of the products.
+// int8 values, the + 128's share of the products (AVX-512 only).
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+constexpr uint8_t kQ8Bias = 0x80;
+#else
+constexpr uint8_t kQ8Bias = 0;
+#endif
 constexpr size_t kQ8Pair = 64 + 2 * 512;
 
 size_t q8_panel_bytes(int64_t K) { return static_cast<size_t>((K / QK + 1) / 2) * kQ8Pair; }
@@ -457,7 +462,7 @@ void pack_q8(const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* 
         std::memcpy(pair + 32 * (b % 2) + 2 * r, &blk.d, 2);
         for (int j = 0; j < 8; ++j)
           for (int t = 0; t < 4; ++t)
-            pair[64 + 512 * (b % 2) + 64 * j + 4 * r + t] = static_cast<uint8_t>(blk.qs[4 * j + t] ^ 0x80);
+            pair[64 + 512 * (b % 2) + 64 * j + 4 * r + t] = static_cast<uint8_t>(blk.qs[4 * j + t] ^ kQ8Bias);
       }
   }
 }
@@ -474,7 +479,7 @@ void q8_panel_row(const void* packed, int64_t K, int64_t row, float* out) {
     const float df = h2f(d);
     for (int j = 0; j < 8; ++j)
       for (int t = 0; t < 4; ++t)
-        out[b * QK + 4 * j + t] = static_cast<float>(static_cast<int8_t>(pair[64 + 512 * (b % 2) + 64 * j + 4 * r + t] ^ 0x80)) * df;
+        out[b * QK + 4 * j + t] = static_cast<float>(static_cast<int8_t>(pair[64 + 512 * (b % 2) + 64 * j + 4 * r + t] ^ kQ8Bias)) * df;
   }
 }
 
@@ -498,6 +503,7 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
   }
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // S panels (pp[s]) against R activation rows from row m (xs: the q8_0 rows; dx, corr: panel_act's
 // arrays from row m, stride nb): ys[s][m' * ldy + i] for the first nvalid[s] rows i of panel s.
 template <int R, int S>
@@ -534,6 +540,51 @@ void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* 
     for (int m = 0; m < R; ++m) _mm512_mask_storeu_ps(ys[s] + m * ldy, keep, acc[s][m]);
   }
 }
+#else
+// AVX2 (no VNNI), the same contract and the same bits: the panels as two halves of 8 rows (the first
+// and the second 32 bytes of each chunk), one after the other; per chunk and half one load and
+// |w| (vpsignb), and per activation row the 4 bytes broadcast, their signs taken from w, a
+// `maddubs` (|w| <= 128, |x| <= 127: its pair sums never saturate), a `madd` by ones and an add;
+// per block and half one conversion and one FMA per row for all 8 outputs (the row tiles of
+// quant_matmul.cpp pay those per output). The f32 sums wait in memory between blocks.
+template <int R, int S>
+void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* dx, const int32_t* /*corr*/, int64_t nb,
+             float* const* ys, int64_t ldy, const int* nvalid) {
+  alignas(32) float acc[S][R][NP] = {};
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t h = b & 1;
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* pair = pp[s] + static_cast<size_t>(b >> 1) * kQ8Pair;
+      const uint8_t* ch = pair + 64 + 512 * h;
+      // No software prefetch: on Zen 3 the hardware's alone read the streams fastest (one pair
+      // ahead, as on AVX-512, measured slower at 1 and 2 rows, no faster at 8 and 64:
+      // docs/performance.md, nineteenth session).
+      for (int v = 0; v < 2; ++v) {
+        __m256i t[R];
+        for (int m = 0; m < R; ++m) t[m] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ch + 64 * j + 32 * v));
+          const __m256i aw = _mm256_sign_epi8(w, w);
+          for (int m = 0; m < R; ++m) {
+            const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(xs[m][b].qs + 4 * j), w));
+            t[m] = _mm256_add_epi32(t[m], _mm256_madd_epi16(p, ones));
+          }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pair + 32 * h + 16 * v)));
+        for (int m = 0; m < R; ++m) {
+          float* a = acc[s][m] + 8 * v;
+          _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[m]), _mm256_mul_ps(dw, _mm256_set1_ps(dx[m * nb + b])),
+                                             _mm256_load_ps(a)));
+        }
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < R; ++m) std::memcpy(ys[s] + m * ldy, acc[s][m], static_cast<size_t>(nvalid[s]) * sizeof(float));
+}
+#endif
 
 template <int R, int S>
 void q8_rows(const uint8_t* const* pp, const uint8_t* xq, const float* dx, const int32_t* corr, int64_t m, int64_t nb,
@@ -621,63 +672,35 @@ void panels_q8(const void* xq, const void* xa, int64_t M, int64_t K, const void*
       }
   }
 }
-#endif
-
 }  // namespace
 
-bool packs_quant_panels(DType t) {
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-  if (t == DType::q8_0) return true;
-#endif
-  return t == DType::q4_K;
-}
+bool packs_quant_panels(DType t) { return t == DType::q8_0 || t == DType::q4_K; }
 
 size_t quant_panel_bytes(DType t, int64_t K) {
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
   if (t == DType::q8_0) return q8_panel_bytes(K);
-#endif
   return kPanel * row_bytes(t, K);
 }
 
 void pack_quant_panels(DType t, const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out) {
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
   if (t == DType::q8_0) pack_q8(w, N, K, p0, p1, out);
-#endif
   if (t == DType::q4_K) pack_q4(w, N, K, p0, p1, out);
 }
 
 bool quant_panel_row(DType t, const void* packed, int64_t K, int64_t row, float* out) {
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-  if (t == DType::q8_0) {
-    if (packed) q8_panel_row(packed, K, row, out);
-    return true;
-  }
-#endif
-  (void)packed, (void)K, (void)row, (void)out;
-  return false;
+  if (t != DType::q8_0) return false;
+  if (packed) q8_panel_row(packed, K, row, out);
+  return true;
 }
 
-size_t panel_act_bytes(ActQuant a, int64_t M, int64_t K) {
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-  if (a == ActQuant::q8_0) return q8_act_bytes(M, K);
-#endif
-  (void)a, (void)M, (void)K;
-  return 0;
-}
+size_t panel_act_bytes(ActQuant a, int64_t M, int64_t K) { return a == ActQuant::q8_0 ? q8_act_bytes(M, K) : 0; }
 
 void panel_act(ActQuant a, const void* xq, int64_t M, int64_t K, void* out) {
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
   if (a == ActQuant::q8_0) q8_act(xq, M, K, out);
-#endif
-  (void)a, (void)xq, (void)M, (void)K, (void)out;
 }
 
 void matmul_quant_panels(DType t, const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N,
                          int64_t p0, int64_t p1, float* y, int64_t ldy, int64_t slice) {
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
   if (t == DType::q8_0) panels_q8(xq, xa, M, K, packed, N, p0, p1, y, ldy, slice);
-#endif
-  (void)xa;
   if (t == DType::q4_K) panels_q4(xq, M, K, packed, N, p0, p1, y, ldy, slice);
 }
 
