@@ -561,15 +561,30 @@ void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* 
       // ahead, as on AVX-512, measured slower at 1 and 2 rows, no faster at 8 and 64:
       // docs/performance.md, nineteenth session).
       for (int v = 0; v < 2; ++v) {
+        // Each row's step written as one asm statement, its broadcast from memory: from the
+        // intrinsics GCC kept the broadcasts for the second half in general registers or on the
+        // stack and computed a half's 64 products before summing them, spilling each (at 8 rows
+        // ~25 % slower; docs/performance.md, nineteenth session). The pointers are laundered per
+        // half for the same reason.
+        const float* xf[R];
         __m256i t[R];
-        for (int m = 0; m < R; ++m) t[m] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int m = 0; m < R; ++m) {
+          xf[m] = reinterpret_cast<const float*>(xs[m][b].qs);
+          asm("" : "+r"(xf[m]));
+          t[m] = _mm256_setzero_si256();
+        }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
           const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ch + 64 * j + 32 * v));
           const __m256i aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 8
           for (int m = 0; m < R; ++m) {
-            const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(xs[m][b].qs + 4 * j), w));
-            t[m] = _mm256_add_epi32(t[m], _mm256_madd_epi16(p, ones));
+            __m256i tmp;
+            asm("vbroadcastss %[x], %[p]\n\tvpsignb %[w], %[p], %[p]\n\tvpmaddubsw %[p], %[aw], %[p]\n\t"
+                "vpmaddwd %[ones], %[p], %[p]\n\tvpaddd %[p], %[t], %[t]"
+                : [t] "+x"(t[m]), [p] "=&x"(tmp)
+                : [x] "m"(xf[m][j]), [w] "x"(w), [aw] "x"(aw), [ones] "x"(ones));
           }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pair + 32 * h + 16 * v)));
