@@ -51,10 +51,30 @@ inline void gemm_block(const float* A, int64_t lda, const float* B, int64_t ldb,
 
 // The GEMM shapes of the chunked form: C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r][0:NC] for i < M, in
 // register blocks of rows (as many as the ISA's registers hold beside a row of B).
+// 256-bit vectors (16 registers): C in strips of 16 columns, SR rows at a time (6 x 16, BLIS's
+// AVX2 tile: 12 accumulators, 2 B vectors, the A broadcast; 4 rows for the rounded sums, which
+// need a register for the product), so a B vector loaded feeds SR FMAs. A row at a time, every
+// FMA loads a B vector of its own, more than L2 delivers once B (S's half: 32 KiB) leaves L1
+// (docs/performance.md, nineteenth session). Each output's sum runs over r in the same order either way.
+template <int NC, bool ZERO, Sum SUM>
+void gemm_strips(const float* A, int64_t lda, int M, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
+  constexpr int SW = 16, SR = SUM == Sum::Fused ? 6 : 4;
+  static_assert(NC % SW == 0);
+  for (int c = 0; c < NC; c += SW) {
+    int i = 0;
+    for (; i + SR <= M; i += SR) gemm_block<SW, SR, ZERO, SUM>(A + i * lda, lda, B + c, ldb, K, C + i * ldc + c, ldc);
+    for (; i + 2 <= M; i += 2) gemm_block<SW, 2, ZERO, SUM>(A + i * lda, lda, B + c, ldb, K, C + i * ldc + c, ldc);
+    for (; i < M; ++i) gemm_block<SW, 1, ZERO, SUM>(A + i * lda, lda, B + c, ldb, K, C + i * ldc + c, ldc);
+  }
+}
+
 template <int NC, bool ZERO = false, Sum SUM = Sum::Fused>
 void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
   static_assert(NC % VW == 0);
   constexpr int NV = NC / VW;
+  if constexpr (VW == 8 && NC % 16 == 0) {
+    if (M >= 4) return gemm_strips<NC, ZERO, SUM>(A, lda, M, B, ldb, K, C, ldc);
+  }
   constexpr int R = VW == 16 ? (NV <= 4 ? 4 : 2) : (NV <= 4 ? 2 : 1);
   int i = 0;
   for (; i + R <= M; i += R) gemm_block<NC, R, ZERO, SUM>(A + i * lda, lda, B, ldb, K, C + i * ldc, ldc);
@@ -221,8 +241,18 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
       G[i] = 0.f;
       for (int r = 0; r < D; ++r) KT[r * CB + i] = 0.f;
     }
-    gemm_rows<CB, true, Sum::Rounded>(Kc, D, L, KT, CB, D, A, CB);
-    gemm_rows<CB, true, Sum::Rounded>(Qc, D, L, KT, CB, D, QK, CB);
+    if constexpr (VW == 8) {
+      // Only the strips of 16 columns on or below the diagonal: the mask below reads row i's
+      // entries up to i's vector and zeroes the rest (AVX-512 keeps the whole products: not
+      // measured there).
+      for (int c = 0; c < L; c += 16) {
+        gemm_rows<16, true, Sum::Rounded>(Kc + c * D, D, L - c, KT + c, CB, D, A + c * CB + c, CB);
+        gemm_rows<16, true, Sum::Rounded>(Qc + c * D, D, L - c, KT + c, CB, D, QK + c * CB + c, CB);
+      }
+    } else {
+      gemm_rows<CB, true, Sum::Rounded>(Kc, D, L, KT, CB, D, A, CB);
+      gemm_rows<CB, true, Sum::Rounded>(Qc, D, L, KT, CB, D, QK, CB);
+    }
     // The decay mask D[i][j] = e^{G_i - G_j} on j <= i (VW at a time), zeros above.
     for (int i = 0; i < L; ++i) {
       const vf gi = vset1(G[i]), bi = vset1(io.beta[(c0 + i) * io.bg_stride]);
@@ -237,18 +267,31 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
       for (int j = i + 1; j < CB; ++j) QKi[j] = 0.f;
     }
     // Forward substitution with the unit lower-triangular (I + A): U_i = βv_i - Σ_j A_ij U_j, and
-    // W'_i = -βe^{G_i}k_i - Σ_j A_ij W'_j.
-    for (int i = 0; i < L; ++i) {
-      float* Ui = UW + i * UWD;
-      const float bi = io.beta[(c0 + i) * io.bg_stride], beg = bi * std::exp(G[i]);
-      const float* vi = io.v + (c0 + i) * io.v_stride;
-      const float* ki = Kc + i * D;
-      for (int c = 0; c < D; c += VW) {
-        vstore(Ui + c, vmul(vset1(bi), vload(vi + c)));
-        vstore(Ui + D + c, vsub(vzero(), vmul(vset1(beg), vload(ki + c))));
+    // W'_i = -βe^{G_i}k_i - Σ_j A_ij W'_j, by blocks of FB rows: the sums over the earlier blocks' rows
+    // as one GEMM for the block, then the rows of the block in turn. Each output still adds j = 0,
+    // 1, ..., i - 1 in order (the same bits as a row at a time, which ran as GEMVs).
+    constexpr int FB = 8;
+    for (int i0 = 0; i0 < L; i0 += FB) {
+      const int i1 = i0 + FB < L ? i0 + FB : L;
+      for (int i = i0; i < i1; ++i) {
+        float* Ui = UW + i * UWD;
+        const float bi = io.beta[(c0 + i) * io.bg_stride], beg = bi * std::exp(G[i]);
+        const float* vi = io.v + (c0 + i) * io.v_stride;
+        const float* ki = Kc + i * D;
+        for (int c = 0; c < D; c += VW) {
+          vstore(Ui + c, vmul(vset1(bi), vload(vi + c)));
+          vstore(Ui + D + c, vsub(vzero(), vmul(vset1(beg), vload(ki + c))));
+        }
       }
-      gemm_rows<D>(A + i * CB, CB, 1, UW, UWD, i, Ui, UWD);
-      gemm_rows<D>(A + i * CB, CB, 1, UW + D, UWD, i, Ui + D, UWD);
+      float* Ub = UW + i0 * UWD;
+      if (i0 > 0) {
+        gemm_rows<D>(A + i0 * CB, CB, i1 - i0, UW, UWD, i0, Ub, UWD);
+        gemm_rows<D>(A + i0 * CB, CB, i1 - i0, UW + D, UWD, i0, Ub + D, UWD);
+      }
+      for (int i = i0 + 1; i < i1; ++i) {
+        gemm_rows<D>(A + i * CB + i0, CB, 1, Ub, UWD, i - i0, UW + i * UWD, UWD);
+        gemm_rows<D>(A + i * CB + i0, CB, 1, Ub + D, UWD, i - i0, UW + i * UWD + D, UWD);
+      }
     }
     for (int i = 0; i < L; ++i) {
       const vf eg = vset1(std::exp(G[i]));
