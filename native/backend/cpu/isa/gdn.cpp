@@ -49,13 +49,12 @@ inline void gemm_block(const float* A, int64_t lda, const float* B, int64_t ldb,
     for (int v = 0; v < NV; ++v) vstore(C + a * ldc + v * VW, acc[a][v]);
 }
 
-// The GEMM shapes of the chunked form: C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r][0:NC] for i < M, in
-// register blocks of rows (as many as the ISA's registers hold beside a row of B).
 // 256-bit vectors (16 registers): C in strips of 16 columns, SR rows at a time (6 x 16, BLIS's
 // AVX2 tile: 12 accumulators, 2 B vectors, the A broadcast; 4 rows for the rounded sums, which
 // need a register for the product), so a B vector loaded feeds SR FMAs. A row at a time, every
 // FMA loads a B vector of its own, more than L2 delivers once B (S's half: 32 KiB) leaves L1
-// (docs/performance.md, nineteenth session). Each output's sum runs over r in the same order either way.
+// (docs/performance.md, nineteenth session). Each output's sum runs over r in the same order
+// either way.
 template <int NC, bool ZERO, Sum SUM>
 void gemm_strips(const float* A, int64_t lda, int M, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
   constexpr int SW = 16, SR = SUM == Sum::Fused ? 6 : 4;
@@ -68,6 +67,9 @@ void gemm_strips(const float* A, int64_t lda, int M, const float* B, int64_t ldb
   }
 }
 
+// The GEMM shapes of the chunked form: C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r][0:NC] for i < M, in
+// register blocks of rows (as many as the ISA's registers hold beside a row of B;
+// 256-bit vectors with 4 rows or more: gemm_strips).
 template <int NC, bool ZERO = false, Sum SUM = Sum::Fused>
 void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
   static_assert(NC % VW == 0);
