@@ -77,7 +77,7 @@ void quantize_row(ActQuant a, const float* x, void* y, int64_t k);
 
 // One weight row of type t (k elements) against one activation row quantized as dtype_info(t).act:
 // per block the integer sums, scaled as llama.cpp scales them, added up in order (Q8_0 / Q4_0 /
-// Q5_0: sum = fma(sumi, dw dx, sum) per block, the order of the AVX-512 Q8_0 panels).
+// Q5_0: sum = fma(sumi, dw dx, sum) per block, the order of the Q8_0 panels on both tables).
 float vec_dot(DType t, const void* w, const void* xq, int64_t k);
 
 }  // namespace lumen::quant

@@ -5,8 +5,9 @@
 //  - the activation quantization (q8_0, q8_1, q8_K) against core/quant_ref.cpp's reference, byte
 //    for byte, on rows that include exact rounding ties and planted maxima of either sign;
 //  - the packed dot products (matmul_quant: tiles of 1..16 rows, longer batches, cut row ranges;
-//    matmul_quant_streams: the decode regions' four far-apart panel streams; Q4_K repacked into
-//    panels where the table has them: matmul_quant_panels against matmul_quant bit for bit)
+//    matmul_quant_streams: the decode regions' four far-apart panel streams; Q4_K and Q8_0
+//    repacked into panels: matmul_quant_panels against matmul_quant (Q4_K) or vec_dot (Q8_0) bit
+//    for bit)
 //    and the scalar reference's vec_dot against an f64 sum of the dequantized operands, relative
 //    to the sum of |terms|;
 //  - the whole quantized product against the f64 product with the unquantized activations, within

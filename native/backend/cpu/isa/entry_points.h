@@ -44,8 +44,8 @@ void matmul_quant_streams(const void* xq, int64_t M, int64_t K, const void* w, D
 bool gemm_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1, float* y,
                 int64_t ldy);
 
-// quant_panels.cpp: block-quantized matrices (Q4_K; Q8_0 on AVX-512 with VNNI) repacked into
-// 16-row panels, and their products
+// quant_panels.cpp: block-quantized matrices (Q4_K, Q8_0) repacked into 16-row panels, and their
+// products (the panels' bytes are the table's own: Q8_0's differ between the two tables)
 bool packs_quant_panels(DType t);
 size_t quant_panel_bytes(DType t, int64_t K);
 void pack_quant_panels(DType t, const void* w, int64_t N, int64_t K, int64_t p0, int64_t p1, void* out);

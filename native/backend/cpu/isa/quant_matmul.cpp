@@ -9,8 +9,9 @@
 // while every activation row passes them (Q6_K batches of more than 16 rows on AVX-512:
 // quant_gemm.cpp; on AVX-512 the 32-value types take tiles of up to 8 activation rows x 4 weight
 // rows that walk the weight rows once, q32_tiles). Either way each quantized matrix streams from
-// memory once per step. The engine repacks Q4_K at load and runs quant_panels.cpp on it instead;
-// these Q4_K tiles are what kernelCheck holds the panels to.
+// memory once per step. The engine repacks Q4_K and Q8_0 at load and runs quant_panels.cpp on them
+// instead; these Q4_K tiles are what kernelCheck holds the Q4_K panels to (the Q8_0 panels: the
+// scalar reference's vec_dot, whose order they share).
 // The AVX-512 table has 64-byte tiles of its own for the 32-value types, Q4_K and Q6_K; every tile
 // keeps llama.cpp's order of the f32 operations per output (kernelCheck holds Q4_K and Q6_K to
 // core/quant_ref.cpp bit for bit). The reference code and the block layouts: core/quant_ref.h.

@@ -1,6 +1,5 @@
-// Q4_K matrices (both tables) and Q8_0 ones (AVX-512 with VNNI; below Q4_K's code) repacked at load
-// into panels of 16 weight rows, and their products at every batch size (Q4_K: AVX-512 with VNNI;
-// AVX2 below). A GGUF Q4_K row keeps each block's 256 values in 4-bit
+// Q4_K and Q8_0 matrices (both tables; Q8_0 below Q4_K's code) repacked at load into panels of 16
+// weight rows, and their products at every batch size (each type: AVX-512 with VNNI, then AVX2). A GGUF Q4_K row keeps each block's 256 values in 4-bit
 // pairs of groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane)
 // has to be gathered from 16 rows, which a prefill could afford once per panel and block and the
 // decode tiles (quant_matmul.cpp) avoid by reducing each row's lanes at the end of every block
@@ -483,9 +482,10 @@ void q8_panel_row(const void* packed, int64_t K, int64_t row, float* out) {
   }
 }
 
-size_t q8_act_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * (K / QK)) * 8; }
+// The activations' side: dx [M][nb] (f32), then (AVX-512's + 128 bytes only) -128 x sum(qs)
+// [M][nb] (int32).
+size_t q8_act_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * (K / QK)) * (kQ8Bias ? 8 : 4); }
 
-// The activations' side: dx [M][nb] (f32), then -128 x sum(qs) [M][nb] (int32).
 void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
   const int64_t nb = K / QK, n = M * nb;
   const auto* x = static_cast<const BlockQ8_0*>(xq);
@@ -494,6 +494,7 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t i = 0; i < n; ++i) {
     dx[i] = h2f(x[i].d);
+    if constexpr (kQ8Bias == 0) continue;
     // The sum of (q + 128) as unsigned bytes, 4 partial sums of 8; minus 32 x 128.
     const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs)), bias),
                                       _mm256_setzero_si256());
@@ -544,7 +545,9 @@ void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* 
 // AVX2 (no VNNI), the same contract and the same bits: the panels as two halves of 8 rows (the first
 // and the second 32 bytes of each chunk), one after the other; per chunk and half one load and
 // |w| (vpsignb), and per activation row the 4 bytes broadcast, their signs taken from w, a
-// `maddubs` (|w| <= 128, |x| <= 127: its pair sums never saturate), a `madd` by ones and an add;
+// `maddubs` (|w| <= 128, |x| <= 127: its pair sums never saturate), a `madd` by ones and an add.
+// The activations never hold -128 (q8_0 rounds to |q| <= 127), which vpsignb could not negate;
+// a weight byte of -128 is |w| = 128 as the unsigned operand, exact. Then
 // per block and half one conversion and one FMA per row for all 8 outputs (the row tiles of
 // quant_matmul.cpp pay those per output). The f32 sums wait in memory between blocks.
 template <int R, int S>
@@ -566,11 +569,12 @@ void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* 
         // stack and computed a half's 64 products before summing them, spilling each (at 8 rows
         // ~25 % slower; docs/performance.md, nineteenth session). The pointers are laundered per
         // half for the same reason.
-        const float* xf[R];
+        using Quad = uint8_t[4];  // the 4 activation bytes of a step, the asm's memory operand
+        const Quad* xf[R];
         __m256i t[R];
 #pragma GCC unroll 8
         for (int m = 0; m < R; ++m) {
-          xf[m] = reinterpret_cast<const float*>(xs[m][b].qs);
+          xf[m] = reinterpret_cast<const Quad*>(xs[m][b].qs);
           asm("" : "+r"(xf[m]));
           t[m] = _mm256_setzero_si256();
         }
@@ -637,7 +641,8 @@ void panels_q8(const void* xq, const void* xa, int64_t M, int64_t K, const void*
   const auto* dx = static_cast<const float*>(xa);
   const auto* corr = reinterpret_cast<const int32_t*>(dx + M * nb);
   const auto valid = [&](int64_t p) { return static_cast<int>(std::clamp<int64_t>(N - p * NP, 0, NP)); };
-  // The first two pairs of a panel, asked for at once (the tiles prefetch a pair ahead).
+  // The first two pairs of a panel, asked for at once (from there on the AVX-512 tiles prefetch a
+  // pair ahead; the AVX2 ones leave it to the hardware).
   const auto warm = [&](int64_t p) {
     for (size_t l = 0; l < std::min(panel, 2 * kQ8Pair); l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(base + static_cast<size_t>(p) * panel + l), _MM_HINT_T0);
