@@ -587,9 +587,10 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 #else
-// AVX2: per group of 32 values its 6-bit values (q6_K_group) and its scale pair, then at once the products of every activation row, whose int32 lanes start
-// from the -32 offset. (Unpacking all 8 groups first, then the rows, GCC kept the 8 groups and
-// their 8 scale vectors on the stack, and copied the activations there too; docs/performance.md.) The same int32 lanes, so the same f32
+// AVX2: per group of 32 values its 6-bit values (q6_K_group) and its scale pair, then at once the
+// products of every activation row, whose int32 lanes start from the -32 offset. (Unpacking all 8
+// groups first, then the rows, GCC kept the 8 groups and their 8 scale vectors on the stack, and
+// copied the activations there too; docs/performance.md.) The same int32 lanes, so the same f32
 // operations.
 template <int R, int NW>
 inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64_t nb, float* const* ys, int64_t ldy) {

@@ -1,6 +1,6 @@
 // Q4_K and Q8_0 matrices (both tables; Q8_0 below Q4_K's code) repacked at load into panels of 16
-// weight rows, and their products at every batch size (each type: AVX-512 with VNNI, then AVX2). A GGUF Q4_K row keeps each block's 256 values in 4-bit
-// pairs of groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane)
+// weight rows, and their products at every batch size (each type: AVX-512 with VNNI, then AVX2).
+// A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane)
 // has to be gathered from 16 rows, which a prefill could afford once per panel and block and the
 // decode tiles (quant_matmul.cpp) avoid by reducing each row's lanes at the end of every block
 // (either costs several times the products' own instructions at 4..16 rows). Repacked once, a step
@@ -490,17 +490,18 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
   const int64_t nb = K / QK, n = M * nb;
   const auto* x = static_cast<const BlockQ8_0*>(xq);
   auto* dx = static_cast<float*>(out);
-  auto* corr = reinterpret_cast<int32_t*>(dx + n);
-  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t i = 0; i < n; ++i) {
-    dx[i] = h2f(x[i].d);
-    if constexpr (kQ8Bias == 0) continue;
-    // The sum of (q + 128) as unsigned bytes, 4 partial sums of 8; minus 32 x 128.
-    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs)), bias),
-                                      _mm256_setzero_si256());
-    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    const int sum = static_cast<int>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) - 32 * 128;
-    corr[i] = -128 * sum;
+  for (int64_t i = 0; i < n; ++i) dx[i] = h2f(x[i].d);
+  if constexpr (kQ8Bias != 0) {
+    auto* corr = reinterpret_cast<int32_t*>(dx + n);
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(kQ8Bias));
+    for (int64_t i = 0; i < n; ++i) {
+      // The sum of (q + 128) as unsigned bytes, 4 partial sums of 8; minus 32 x 128.
+      const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs)), bias),
+                                        _mm256_setzero_si256());
+      const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      const int sum = static_cast<int>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) - 32 * 128;
+      corr[i] = -128 * sum;
+    }
   }
 }
 
