@@ -654,6 +654,69 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 
+// AVX2, one weight row against 8 activation rows (decode batches of 8+ and prefill), so each group
+// is unpacked once for 8 rows, not twice. 8 integer sums, the group, its scales and a temporary
+// fill the 16 registers, so the f32 sums wait in memory between blocks, the activations are the
+// `maddubs` memory operands, and each row's step (maddubs, madd by the scales, add) is one asm
+// statement (from intrinsics GCC spilled: the 8-row form of the tile above measured slower than
+// two 4-row passes, docs/performance.md). The same int32 lanes and f32 operations as the tile above.
+inline void dot_q6_K_r8(const uint8_t* wrow, const BlockQ8_K* const* xs, int64_t nb, float* y, int64_t ldy) {
+  constexpr int R = 8;
+  alignas(32) float acc[R][8] = {};
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* w = wrow + static_cast<size_t>(b) * sizeof(BlockQ6_K);
+    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 1024 + 64 * l), _MM_HINT_T0);
+    const uint8_t* ql = w;
+    const uint8_t* qh = w + 128;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(w + 192);
+    uint16_t dh;
+    std::memcpy(&dh, w + 208, 2);
+    const float dw = h2f(dh);
+    const BlockQ8_K* xr[R];
+    __m256i sumi[R];
+    {
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+      for (int m = 0; m < R; ++m) {
+        xr[m] = &xs[m][b];
+        asm("" : "+r"(xr[m]));
+        sumi[m] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[m]->bsums))), 5));
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      // The half's 8 scales as int16 in both lanes (the tile above's lo / hi).
+      const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * h))));
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const int g = 4 * h + j;
+        const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32 * (j % 2)));
+        const __m256i low = _mm256_and_si256(j < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+        const __m256i v = _mm256_or_si256(low, q6_K_high(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h)), j));
+        const int w0 = 2 * j, w1 = w0 + 1;  // words of the lane
+        const __m256i ctl = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * w0 + 1) << 8) | (2 * w0))),
+                                              _mm_set1_epi16(static_cast<int16_t>(((2 * w1 + 1) << 8) | (2 * w1))));
+        const __m256i sv = _mm256_shuffle_epi8(sch, ctl);
+        const auto xg = [&](int m) -> const __m256i& { return *reinterpret_cast<const __m256i*>(xr[m]->qs + 32 * g); };
+        __m256i t;
+#define LUMEN_Q6_ROW(m) \
+  "vpmaddubsw %[x" #m "], %[v], %[t]\n\tvpmaddwd %[sv], %[t], %[t]\n\tvpaddd %[t], %[s" #m "], %[s" #m "]\n\t"
+        asm(LUMEN_Q6_ROW(0) LUMEN_Q6_ROW(1) LUMEN_Q6_ROW(2) LUMEN_Q6_ROW(3) LUMEN_Q6_ROW(4) LUMEN_Q6_ROW(5)
+                LUMEN_Q6_ROW(6) LUMEN_Q6_ROW(7)
+            : [s0] "+x"(sumi[0]), [s1] "+x"(sumi[1]), [s2] "+x"(sumi[2]), [s3] "+x"(sumi[3]), [s4] "+x"(sumi[4]),
+              [s5] "+x"(sumi[5]), [s6] "+x"(sumi[6]), [s7] "+x"(sumi[7]), [t] "=&x"(t)
+            : [x0] "m"(xg(0)), [x1] "m"(xg(1)), [x2] "m"(xg(2)), [x3] "m"(xg(3)), [x4] "m"(xg(4)), [x5] "m"(xg(5)),
+              [x6] "m"(xg(6)), [x7] "m"(xg(7)), [v] "x"(v), [sv] "x"(sv));
+#undef LUMEN_Q6_ROW
+      }
+    }
+    for (int m = 0; m < R; ++m)
+      _mm256_store_ps(acc[m], _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[m]->d), _mm256_cvtepi32_ps(sumi[m]), _mm256_load_ps(acc[m])));
+  }
+  for (int m = 0; m < R; ++m) y[m * ldy] = hsum8(_mm256_load_ps(acc[m])) + 0.f;
+}
+
 #endif
 
 // IQ4_XS weights, q8_K activations: per group of 32 the int8 levels, |level| . (q8 with the
@@ -918,8 +981,8 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
     // takes the 32-value types to q32_tiles above.)
     const bool q32 = wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0 || wt == DType::iq4_nl;
     const int nw = q32 && M > 16 ? 2 : 1;
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    // AVX-512, Q6_K: tiles of 8 rows (each weight block unpacked once for 8; its registers fit).
+    // Q6_K: tiles of 8 rows (each weight block unpacked once for 8; AVX-512's registers fit them,
+    // AVX2 has a tile of its own).
     if (wt == DType::q6_K)
       for (; m + 8 <= M; m += 8)
         for (int64_t n = p; n < pe; ++n) {
@@ -927,9 +990,12 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
           const BlockQ8_K* xs[8];
           for (int r = 0; r < 8; ++r) xs[r] = reinterpret_cast<const BlockQ8_K*>(xb + static_cast<size_t>(m + r) * xrow);
           float* ys = y + m * ldy + n;
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
           dot_q6_K<8, 1>(&wr, xs, K / QK_K, &ys, ldy);
-        }
+#else
+          dot_q6_K_r8(wr, xs, K / QK_K, ys, ldy);
 #endif
+        }
     for (; m + MR <= M; m += MR) {
       int64_t n = p;
       if (nw == 2)
