@@ -587,6 +587,44 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
 }
 #else
+// A Q6_K block's parts for the AVX2 tiles below, with the stream's bytes ~5 blocks ahead asked for
+// (the distance measured: docs/performance.md, the AVX2 section of the eighteenth session).
+struct Q6Block {
+  const uint8_t *ql, *qh;
+  const int8_t* scales;
+  float dw;
+};
+inline Q6Block q6_K_block(const uint8_t* w) {
+  for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 1024 + 64 * l), _MM_HINT_T0);
+  uint16_t dh;
+  std::memcpy(&dh, w + 208, 2);
+  return {w, w + 128, reinterpret_cast<const int8_t*>(w + 192), h2f(dh)};
+}
+// An activation row's int32 lanes for a block start from the -32 offset: 32 x scale_s x bsums_s,
+// lane l taking s = 2l, 2l + 1 as llama.cpp's lanes do (|product| <= 128 * 2032 per term: int32 is
+// ample). sc16: the block's 16 scales as int16.
+inline __m256i q6_K_offset(__m256i sc16, const BlockQ8_K* x) {
+  return _mm256_sub_epi32(_mm256_setzero_si256(),
+                          _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->bsums))), 5));
+}
+// The R activation rows' blocks b (each pointer laundered, so their bytes stay memory operands,
+// read again per use) and their lanes' starting offsets.
+template <int R>
+inline void q6_K_rows(const BlockQ8_K* const* xs, int64_t b, __m256i sc16, const BlockQ8_K* (&xr)[R], __m256i (&sumi)[R]) {
+  for (int m = 0; m < R; ++m) {
+    xr[m] = &xs[m][b];
+    asm("" : "+r"(xr[m]));
+    sumi[m] = q6_K_offset(sc16, xr[m]);
+  }
+}
+// The byte shuffle that gives group g' (< 4) of a half its scale pair from the half's 8 scales as
+// int16 in both lanes: word 2g' in the low lane, 2g' + 1 in the high one.
+inline __m256i q6_K_scale_ctl(int gq) {
+  const int w0 = 2 * gq, w1 = w0 + 1;
+  return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * w0 + 1) << 8) | (2 * w0))),
+                           _mm_set1_epi16(static_cast<int16_t>(((2 * w1 + 1) << 8) | (2 * w1))));
+}
+
 // AVX2: per group of 32 values its 6-bit values (q6_K_group) and its scale pair, then at once the
 // products of every activation row, whose int32 lanes start from the -32 offset. (Unpacking all 8
 // groups first, then the rows, GCC kept the 8 groups and their 8 scale vectors on the stack, and
@@ -599,16 +637,7 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b)
     for (int i = 0; i < NW; ++i) {
-      const uint8_t* w = wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K);
-      // The stream's bytes ~5 blocks ahead (the distance measured: docs/performance.md, the AVX2
-      // section of the eighteenth session).
-      for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 1024 + 64 * l), _MM_HINT_T0);
-      const uint8_t* ql = w;
-      const uint8_t* qh = w + 128;
-      const int8_t* scales = reinterpret_cast<const int8_t*>(w + 192);
-      uint16_t dh;
-      std::memcpy(&dh, w + 208, 2);
-      const float dw = h2f(dh);
+      const auto [ql, qh, scales, dw] = q6_K_block(wr[i] + static_cast<size_t>(b) * sizeof(BlockQ6_K));
       // Scales per int16 lane of the pair sums: a group of 32 has s0 for elements 0..15 (the low
       // 128 bits), s1 for 16..31. The 16 scales widened to int16 (s0..s7 | s8..s15), each half
       // broadcast to both lanes, then per group a byte shuffle picking word 2g' in the low lane and
@@ -619,14 +648,7 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
       // across the NW rows, they were spilled).
       const BlockQ8_K* xr[R];
       __m256i sumi[R];
-      for (int m = 0; m < R; ++m) {
-        xr[m] = &xs[m][b];
-        asm("" : "+r"(xr[m]));
-        // The -32 offset: 32 x scale_s x bsums_s, lane l taking s = 2l, 2l + 1 as llama.cpp's
-        // lanes do (|product| <= 128 * 2032 per term: int32 is ample).
-        sumi[m] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[m]->bsums))), 5));
-      }
+      q6_K_rows<R>(xs, b, sc16, xr, sumi);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
@@ -636,10 +658,7 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
         for (int j = 0; j < 4; ++j) {
           const int g = 4 * h + j;
           const __m256i v = q6_K_group(l0, l1, hh, j);
-          const int w0 = 2 * (g % 4), w1 = w0 + 1;  // words of the lane
-          const __m256i ctl = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * w0 + 1) << 8) | (2 * w0))),
-                                                _mm_set1_epi16(static_cast<int16_t>(((2 * w1 + 1) << 8) | (2 * w1))));
-          const __m256i sv = _mm256_shuffle_epi8(g < 4 ? lo : hi, ctl);
+          const __m256i sv = _mm256_shuffle_epi8(g < 4 ? lo : hi, q6_K_scale_ctl(g % 4));
 #pragma GCC unroll 4
           for (int m = 0; m < R; ++m) {
             const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[m]->qs + 32 * g));
@@ -665,25 +684,10 @@ inline void dot_q6_K_r8(const uint8_t* wrow, const BlockQ8_K* const* xs, int64_t
   alignas(32) float acc[R][8] = {};
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* w = wrow + static_cast<size_t>(b) * sizeof(BlockQ6_K);
-    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 1024 + 64 * l), _MM_HINT_T0);
-    const uint8_t* ql = w;
-    const uint8_t* qh = w + 128;
-    const int8_t* scales = reinterpret_cast<const int8_t*>(w + 192);
-    uint16_t dh;
-    std::memcpy(&dh, w + 208, 2);
-    const float dw = h2f(dh);
+    const auto [ql, qh, scales, dw] = q6_K_block(wrow + static_cast<size_t>(b) * sizeof(BlockQ6_K));
     const BlockQ8_K* xr[R];
     __m256i sumi[R];
-    {
-      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
-      for (int m = 0; m < R; ++m) {
-        xr[m] = &xs[m][b];
-        asm("" : "+r"(xr[m]));
-        sumi[m] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[m]->bsums))), 5));
-      }
-    }
+    q6_K_rows<R>(xs, b, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))), xr, sumi);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       // The half's 8 scales as int16 in both lanes (the tile above's lo / hi).
@@ -694,10 +698,7 @@ inline void dot_q6_K_r8(const uint8_t* wrow, const BlockQ8_K* const* xs, int64_t
         const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32 * (j % 2)));
         const __m256i low = _mm256_and_si256(j < 2 ? l : _mm256_srli_epi16(l, 4), m4);
         const __m256i v = _mm256_or_si256(low, q6_K_high(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h)), j));
-        const int w0 = 2 * j, w1 = w0 + 1;  // words of the lane
-        const __m256i ctl = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * w0 + 1) << 8) | (2 * w0))),
-                                              _mm_set1_epi16(static_cast<int16_t>(((2 * w1 + 1) << 8) | (2 * w1))));
-        const __m256i sv = _mm256_shuffle_epi8(sch, ctl);
+        const __m256i sv = _mm256_shuffle_epi8(sch, q6_K_scale_ctl(j));
         const auto xg = [&](int m) -> const __m256i& { return *reinterpret_cast<const __m256i*>(xr[m]->qs + 32 * g); };
         __m256i t;
 #define LUMEN_Q6_ROW(m) \
