@@ -5,8 +5,8 @@
 // VNNI dpbusd where the AVX-512 table has it) scaled by the block scales in f32. The IQ4 types' 4-bit
 // indices become their int8 levels by one byte shuffle of the 16-entry table. Batches of 1..3 rows
 // (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
-// once for a tile of 4 activation rows and walk the weight rows in panels of 16 that stay in cache
-// while every activation row passes them (Q6_K batches of more than 16 rows on AVX-512:
+// once for a tile of 4 activation rows (Q6_K: 8) and walk the weight rows in panels of 16 that
+// stay in cache while every activation row passes them (Q6_K batches of more than 16 rows on AVX-512:
 // quant_gemm.cpp; on AVX-512 the 32-value types take tiles of up to 8 activation rows x 4 weight
 // rows that walk the weight rows once, q32_tiles). Either way each quantized matrix streams from
 // memory once per step. The engine repacks Q4_K and Q8_0 at load and runs quant_panels.cpp on them
@@ -675,7 +675,8 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
 
 // AVX2, one weight row against 8 activation rows (decode batches of 8+ and prefill), so each group
 // is unpacked once for 8 rows, not twice. 8 integer sums, the group, its scales and a temporary
-// fill the 16 registers, so the f32 sums wait in memory between blocks, the activations are the
+// take 11 of the 16 registers and the unpacking most of the rest, so the f32 sums wait in memory
+// between blocks, the activations are the
 // `maddubs` memory operands, and each row's step (maddubs, madd by the scales, add) is one asm
 // statement (from intrinsics GCC spilled: the 8-row form of the tile above measured slower than
 // two 4-row passes, docs/performance.md). The same int32 lanes and f32 operations as the tile above.
@@ -699,7 +700,10 @@ inline void dot_q6_K_r8(const uint8_t* wrow, const BlockQ8_K* const* xs, int64_t
         const __m256i low = _mm256_and_si256(j < 2 ? l : _mm256_srli_epi16(l, 4), m4);
         const __m256i v = _mm256_or_si256(low, q6_K_high(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h)), j));
         const __m256i sv = _mm256_shuffle_epi8(sch, q6_K_scale_ctl(j));
-        const auto xg = [&](int m) -> const __m256i& { return *reinterpret_cast<const __m256i*>(xr[m]->qs + 32 * g); };
+        // The asm's memory operands are the 32 activation bytes as bytes (not a 32-byte-aligned
+        // vector lvalue: qs is 4 bytes into its block).
+        using Row = uint8_t[32];
+        const auto xg = [&](int m) -> const Row& { return *reinterpret_cast<const Row*>(xr[m]->qs + 32 * g); };
         __m256i t;
 #define LUMEN_Q6_ROW(m) \
   "vpmaddubsw %[x" #m "], %[v], %[t]\n\tvpmaddwd %[sv], %[t], %[t]\n\tvpaddd %[t], %[s" #m "], %[s" #m "]\n\t"

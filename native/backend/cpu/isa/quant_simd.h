@@ -10,7 +10,7 @@ namespace {
 // Group j (< 4) of a Q6_K block half as 32 values 0..63 (the stored 6 bits; the -32 offset left
 // to the caller): value 32 j + e of the half is nibble j / 2 of l[e] (l = l0 for even j, l1 for
 // odd: the half's two 32-byte rows of ql), with bits 2j, 2j + 1 of hh[e] (its 32 bytes of qh)
-// above it. j must be a constant where the shifts need one (the callers unroll their loops).
+// above it. j must be a constant (the callers unroll their loops): it picks the shifts.
 // Those two bits are moved to bits 4, 5 by one 16-bit shift (none for j = 2) and masked: a bit a
 // word shift carries across a byte boundary lands outside 4, 5 (Zen 3 runs shifts on the
 // multiplies' two pipes, the masks on all four).
