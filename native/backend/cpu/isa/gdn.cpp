@@ -218,8 +218,9 @@ inline void block_rows(const lumen::cpu::GdnHeadIO& io, int c0, int L, int dk, f
 // kGdnBlock tokens, with every product of a block as a register-blocked GEMM (gemm_rows): the Gram
 // matrices KKᵀ and QKᵀ against a transposed copy of the block's keys, the forward substitution by
 // blocks of rows (the earlier blocks' share as a GEMM, then each row over its block's earlier
-// rows), then V' = U + W'S (W' = -W, so every step only adds), O and the state update. The same operations in the same order as the general form, so the same bits
-// (kernelCheck compares the two).
+// rows), then V' = U + W'S (W' = -W, so every step only adds), O and the state update. The same
+// operations in the same order as the general form, so the same bits (kernelCheck compares the
+// two).
 void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vector<float>& scratch) {
   constexpr int D = 128, CB = lumen::cpu::kGdnBlock, UWD = 2 * D;
   static_assert(CB % VW == 0 && CB == 64);

@@ -6,8 +6,8 @@
 // indices become their int8 levels by one byte shuffle of the 16-entry table. Batches of 1..3 rows
 // (decode) read four weight rows from four streams side by side; larger ones unpack a weight block
 // once for a tile of 4 activation rows (Q6_K: 8) and walk the weight rows in panels of 16 that
-// stay in cache while every activation row passes them (Q6_K batches of more than 16 rows on AVX-512:
-// quant_gemm.cpp; on AVX-512 the 32-value types take tiles of up to 8 activation rows x 4 weight
+// stay in cache while every activation row passes them (Q6_K batches of more than 16 rows on
+// AVX-512: quant_gemm.cpp; on AVX-512 the 32-value types take tiles of up to 8 activation rows x 4 weight
 // rows that walk the weight rows once, q32_tiles). Either way each quantized matrix streams from
 // memory once per step. The engine repacks Q4_K and Q8_0 at load and runs quant_panels.cpp on them
 // instead; these Q4_K tiles are what kernelCheck holds the Q4_K panels to (the Q8_0 panels: the
@@ -676,14 +676,13 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
 // AVX2, one weight row against 8 activation rows (decode batches of 8+ and prefill), so each group
 // is unpacked once for 8 rows, not twice. 8 integer sums, the group, its scales and a temporary
 // take 11 of the 16 registers and the unpacking most of the rest, so the f32 sums wait in memory
-// between blocks, the activations are the
-// `maddubs` memory operands, and each row's step (maddubs, madd by the scales, add) is one asm
-// statement (from intrinsics GCC spilled: the 8-row form of the tile above measured slower than
-// two 4-row passes, docs/performance.md). The same int32 lanes and f32 operations as the tile above.
+// between blocks, the activations are the `maddubs` memory operands, and each row's step
+// (maddubs, madd by the scales, add) is one asm statement (from intrinsics GCC spilled: the 8-row
+// form of the tile above measured slower than two 4-row passes, docs/performance.md). The same
+// int32 lanes and f32 operations as the tile above.
 inline void dot_q6_K_r8(const uint8_t* wrow, const BlockQ8_K* const* xs, int64_t nb, float* y, int64_t ldy) {
   constexpr int R = 8;
   alignas(32) float acc[R][8] = {};
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const auto [ql, qh, scales, dw] = q6_K_block(wrow + static_cast<size_t>(b) * sizeof(BlockQ6_K));
     const BlockQ8_K* xr[R];
@@ -696,9 +695,10 @@ inline void dot_q6_K_r8(const uint8_t* wrow, const BlockQ8_K* const* xs, int64_t
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const int g = 4 * h + j;
+        // Only the group's own row of ql is loaded (q6_K_group picks it by j), so fewer registers
+        // stay live across the half than in the tile above.
         const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32 * (j % 2)));
-        const __m256i low = _mm256_and_si256(j < 2 ? l : _mm256_srli_epi16(l, 4), m4);
-        const __m256i v = _mm256_or_si256(low, q6_K_high(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h)), j));
+        const __m256i v = q6_K_group(l, l, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h)), j);
         const __m256i sv = _mm256_shuffle_epi8(sch, q6_K_scale_ctl(j));
         // The asm's memory operands are the 32 activation bytes as bytes (not a 32-byte-aligned
         // vector lvalue: qs is 4 bytes into its block).

@@ -1,7 +1,7 @@
 // Q4_K and Q8_0 matrices (both tables; Q8_0 below Q4_K's code) repacked at load into panels of 16
 // weight rows, and their products at every batch size (each type: AVX-512 with VNNI, then AVX2).
-// A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of groups; a vector that holds one step of 4 values of 16 rows (one row per 32-bit lane)
-// has to be gathered from 16 rows, which a prefill could afford once per panel and block and the
+// A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of groups; a vector that holds one
+// step of 4 values of 16 rows (one row per 32-bit lane) has to be gathered from 16 rows, which a prefill could afford once per panel and block and the
 // decode tiles (quant_matmul.cpp) avoid by reducing each row's lanes at the end of every block
 // (either costs several times the products' own instructions at 4..16 rows). Repacked once, a step
 // is half a nibble load, and per activation row one `vpdpbusd` by the 4 activation bytes broadcast
