@@ -7,7 +7,7 @@ interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number;
-  streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number;
+  streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
 }
@@ -104,6 +104,9 @@ describe('CPU kernels against scalar references', () => {
       const r = res[isa]!;
       expect(r.rowMatmulCases).toBeGreaterThan(500);
       expect(r.rowMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact products, relative to the sum of |terms|
+      // Batch invariance: each row of a 2..16-row batch (AVX2 bf16: the 6 x 2 tile from 6 rows on)
+      // has the bits of the same row computed alone.
+      expect(r.rowStreamBatchMismatches).toBe(0);
     });
   }
 

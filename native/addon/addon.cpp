@@ -2,6 +2,7 @@
 #include <napi.h>
 
 #include "addon/engine_wrap.h"
+#include "addon/kernel_bench.h"
 #include "addon/machine_probe.h"
 #include "checkpoint/config.h"
 #include "core/cpu_features.h"
@@ -49,7 +50,7 @@ Napi::Value CudaDeviceCount(const Napi::CallbackInfo& info) {
 
 // Bumped whenever the JS-facing interface changes, so a stale build is refused with a clear
 // message instead of failing later with "x is not a function".
-constexpr int kAbiVersion = 4;
+constexpr int kAbiVersion = 5;
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));
@@ -57,6 +58,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   exports.Set("Engine", lumen::InitEngineClass(env));
   exports.Set("probeMachine", Napi::Function::New(env, lumen::ProbeMachine));
+  exports.Set("kernelBench", Napi::Function::New(env, lumen::KernelBench));
 #if defined(LUMEN_TEST_HOOKS)
   // Test-only checks (native/testing/, CMake option LUMEN_TEST_HOOKS): the test suite calls them.
   exports.Set("kernelCheck", Napi::Function::New(env, lumen::KernelCheck));

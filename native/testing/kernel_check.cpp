@@ -314,14 +314,14 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   // four sliced streams with the remainder panels apart) and the prefill GEMM (whole, and in row
   // pieces that start off the panel width). K off the vector widths reaches the tails, N off the
   // panel the partial panels. Against matmul_err's double sums; every output starts as NaN, so a
-  // row left out fails too.
+  // row left out fails too. The stream tiles' batches also against their rows alone, bit for bit.
   {
     double mm_err = 0;
-    int mm_cases = 0;
+    int mm_cases = 0, batch_mismatches = 0;
     for (DType wt : {DType::f32, DType::bf16})
       for (int64_t Kd : {1, 7, 64, 100, 1030})
         for (int64_t N : {5, 16, 72, 200})
-          for (int64_t M : {1, 2, 3, 5, 8, 16, 17, 23}) {
+          for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 13, 16, 17, 23}) {
             std::vector<float> wf(static_cast<size_t>(N * Kd)), xf(static_cast<size_t>(M * Kd));
             for (auto& v : wf) v = u(rng);
             for (auto& v : xf) v = u(rng);
@@ -348,10 +348,19 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
                 for (int64_t r = 0; r < N; r += 37) K.gemm(xf.data(), M, Kd, w, wt, r, std::min(N, r + 37), y.data(), N);
               mm_err = std::max(mm_err, matmul_err(xf, wf, M, N, Kd, y));
               ++mm_cases;
+              // A batch's stream tiles give each row the bits of that row alone (the same FMAs in
+              // the same order per output, whatever tile covers it).
+              if (mode <= 2 && M > 1)
+                for (int64_t m = 0; m < M; ++m) {
+                  std::vector<float> y1(static_cast<size_t>(N));
+                  K.matmul_streams(xk + m * Kd, 1, Kd, w, wt, N, 0, P, y1.data(), N, 0);
+                  if (std::memcmp(y1.data(), y.data() + m * N, y1.size() * sizeof(float)) != 0) ++batch_mismatches;
+                }
             }
           }
     obj.Set("rowMatmulCases", mm_cases);
     obj.Set("rowMatmulMaxErr", mm_err);
+    obj.Set("rowStreamBatchMismatches", batch_mismatches);
   }
 
   // Packed bf16 matmul (AVX-512 BF16 only) in every way the backend calls it: whole panel ranges,

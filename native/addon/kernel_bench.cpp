@@ -1,0 +1,276 @@
+#include "addon/kernel_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/probes.h"
+#include "core/aligned.h"
+#include "core/clock.h"
+#include "core/dtype.h"
+#include "core/quant_ref.h"
+#include "core/thread_pool.h"
+
+namespace lumen {
+namespace {
+
+struct BenchOpts {
+  DType type = DType::q4_K;
+  int rows = 1;
+  int64_t k = 1024;
+  int64_t mib = 256;
+  int threads = 2;
+  int pairs = 12;
+};
+
+int64_t int_field(const Napi::Object& o, const char* key, int64_t def, int64_t lo, int64_t hi) {
+  if (!o.Has(key) || o.Get(key).IsUndefined()) return def;
+  const Napi::Value v = o.Get(key);
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : std::nan("");
+  if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) || d != std::floor(d))
+    throw std::invalid_argument("kernelBench: " + std::string(key) + " must be an integer from " + std::to_string(lo) +
+                                " to " + std::to_string(hi));
+  return static_cast<int64_t>(d);
+}
+
+BenchOpts parse(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsObject()) throw std::invalid_argument("kernelBench: expects an options object");
+  const Napi::Object o = info[0].As<Napi::Object>();
+  BenchOpts b;
+  const std::string name = o.Has("type") && o.Get("type").IsString() ? o.Get("type").As<Napi::String>().Utf8Value() : "";
+  if (!dtype_from_name(name.c_str(), b.type) || b.type == DType::f16)
+    throw std::invalid_argument("kernelBench: type must be F32, BF16 or a block-quantized type (Q8_0, Q4_K, Q6_K, ...), got '" +
+                                name + "'");
+  b.rows = static_cast<int>(int_field(o, "rows", b.rows, 1, 16));
+  const int64_t block = dtype_info(b.type).block > 1 ? 256 : 32;
+  b.k = int_field(o, "k", b.k, block, 16384);
+  if (b.k % block != 0) throw std::invalid_argument("kernelBench: k must be a multiple of " + std::to_string(block));
+  b.mib = int_field(o, "mib", b.mib, 1, 4096);
+  b.threads = static_cast<int>(int_field(o, "threads", b.threads, 1, 256));
+  b.pairs = static_cast<int>(int_field(o, "pairs", b.pairs, 1, 1000));
+  return b;
+}
+
+// A weight matrix of the type with random values and block scales of ~1/256 (random f16 bits
+// would include NaNs and subnormals).
+void fill_weights(DType t, uint8_t* w, size_t bytes, std::mt19937& rng) {
+  for (size_t i = 0; i < bytes; ++i) w[i] = static_cast<uint8_t>(rng());
+  if (t == DType::f32) {
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (size_t i = 0; i + 4 <= bytes; i += 4) {
+      const float f = u(rng);
+      std::memcpy(w + i, &f, 4);
+    }
+    return;
+  }
+  if (t == DType::bf16) {
+    for (size_t i = 0; i + 2 <= bytes; i += 2) {
+      uint16_t v;
+      std::memcpy(&v, w + i, 2);
+      v = static_cast<uint16_t>(0x3f00 | (v & 0x80ff));  // +-[0.5, 1)
+      std::memcpy(w + i, &v, 2);
+    }
+    return;
+  }
+  const size_t bb = static_cast<size_t>(dtype_info(t).bytes);
+  const uint16_t scale = 0x1c00;  // f16 1/256
+  const bool two = t == DType::q4_K || t == DType::q5_K || t == DType::q5_1;  // d and dmin / m
+  const size_t at = t == DType::q6_K ? 208 : 0;
+  for (size_t b = 0; b + bb <= bytes; b += bb) {
+    std::memcpy(w + b + at, &scale, 2);
+    if (two) std::memcpy(w + b + 2, &scale, 2);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The kernel over weight rows [0, N) as the backend splits a product (cpu/matmul.cpp): each thread
+// its half of the 16-row panels; 1..3 rows as four far-apart streams per thread (decode_region),
+// more in pieces of ~256 KiB of weights (matmul_quantized; the row-major types keep the four
+// streams at every decode size).
+struct Product {
+  const cpu::Kernels& K;
+  DType t;
+  int rows;
+  int64_t k, n;
+  const void* w;       // the stored (or, for panel types, packed) matrix
+  const void* xq;      // activations: quantized, or split (bf16) / plain (f32)
+  const void* xa;      // the panels' activation side (nullptr when none)
+  float* y;
+
+  void run(int tid, int nth) const {
+    const int64_t panels = (n + cpu::kPanel - 1) / cpu::kPanel;
+    const int64_t share = panels / nth, p0 = tid * share, p1 = tid == nth - 1 ? panels : p0 + share;
+    const bool quant = is_quant(t);
+    const bool panel_type = quant && K.packs_quant_panels(t);
+    if (!quant || rows <= 3) {
+      const int64_t q = (p1 - p0) / 4;
+      for (int64_t p = p0; p < p0 + q; p += 8) {
+        const int64_t e = std::min(p0 + q, p + 8);
+        if (panel_type)
+          K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p, e, y, n, q);
+        else if (quant)
+          K.matmul_quant_streams(xq, rows, k, w, t, n, p, e, y, n, q);
+        else
+          K.matmul_streams(static_cast<const float*>(xq), rows, k, w, t, n, p, e, y, n, q);
+      }
+      tail(p0 + 4 * q, p1);
+      return;
+    }
+    const int64_t per = std::max<int64_t>(1, (int64_t{256} << 10) / static_cast<int64_t>(cpu::kPanel * row_bytes(t, k)));
+    for (int64_t p = p0; p < p1; p += per) {
+      const int64_t e = std::min(p1, p + per);
+      if (panel_type)
+        K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p, e, y, n, 0);
+      else
+        K.matmul_quant(xq, rows, k, w, t, p * cpu::kPanel, std::min(n, e * cpu::kPanel), y, n);
+    }
+  }
+  // Panels past the last whole quarter: one piece of their own, as the backend has them.
+  void tail(int64_t p0, int64_t p1) const {
+    if (p0 >= p1) return;
+    if (!is_quant(t))
+      K.matmul_streams(static_cast<const float*>(xq), rows, k, w, t, n, p0, p1, y, n, 0);
+    else if (K.packs_quant_panels(t))
+      K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p0, p1, y, n, 0);
+    else
+      K.matmul_quant(xq, rows, k, w, t, p0 * cpu::kPanel, std::min(n, p1 * cpu::kPanel), y, n);
+  }
+};
+
+}  // namespace
+
+Napi::Value KernelBench(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    const BenchOpts o = parse(info);
+    const cpu::Kernels& K = cpu::kernels();
+    const DType t = o.type;
+    const size_t wrow = row_bytes(t, o.k) > 0 ? row_bytes(t, o.k) : static_cast<size_t>(o.k) * dtype_size(t);
+    // Whole panels of 16 rows, at least 8 per thread and stream (so every thread has 4 streams).
+    const int64_t panel_bytes = cpu::kPanel * static_cast<int64_t>(wrow);
+    const int64_t panels = std::max<int64_t>(32 * o.threads, (o.mib << 20) / panel_bytes);
+    const int64_t n = panels * cpu::kPanel;
+    std::mt19937 rng(7);
+    AlignedBuffer stored(static_cast<size_t>(n) * wrow, false);
+    fill_weights(t, stored.as<uint8_t>(), stored.size(), rng);
+    const bool quant = is_quant(t);
+    const bool panel_type = quant && K.packs_quant_panels(t);
+    AlignedBuffer packed;
+    if (panel_type) {
+      packed.resize(K.quant_panel_bytes(t, o.k) * static_cast<size_t>(panels), false);
+      K.pack_quant_panels(t, stored.data(), n, o.k, 0, panels, packed.data());
+      stored = AlignedBuffer();
+    }
+    const AlignedBuffer& mat = panel_type ? packed : stored;
+    // Activations.
+    std::vector<float> x(static_cast<size_t>(o.rows * o.k));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (float& v : x) v = u(rng);
+    std::vector<float> xs;
+    AlignedBuffer xq, xa;
+    const void* act = x.data();
+    if (quant) {
+      const ActQuant a = dtype_info(t).act;
+      xq.resize(quant::act_row_bytes(a, o.k) * static_cast<size_t>(o.rows) + 64);
+      K.quantize_act(a, x.data(), o.rows, o.k, xq.data());
+      act = xq.data();
+      const size_t ab = K.panel_act_bytes(a, o.rows, o.k);
+      if (panel_type && ab > 0) {
+        xa.resize(ab + 64);
+        K.panel_act(a, xq.data(), o.rows, o.k, xa.data());
+      }
+    } else if (t == DType::bf16) {
+      xs.resize(x.size());
+      K.split_x(x.data(), o.rows, o.k, xs.data());
+      act = xs.data();
+    }
+    std::vector<float> y(static_cast<size_t>(o.rows * n));
+    const Product prod{K, t, o.rows, o.k, n, mat.data(), act, xa.size() ? xa.data() : nullptr, y.data()};
+
+    ThreadPool pool(o.threads);
+    const auto& probes = cpu::probes();
+    std::vector<float> sinks(static_cast<size_t>(o.threads));
+    const int64_t floats = static_cast<int64_t>(mat.size() / sizeof(float));
+    const auto kernel_pass = [&] {
+      const int64_t t0 = now_ns();
+      pool.run([&](int tid, int nth) { prod.run(tid, nth); });
+      return static_cast<double>(now_ns() - t0) / 1e9;
+    };
+    const auto read_pass = [&] {
+      const int64_t t0 = now_ns();
+      pool.run([&](int tid, int nth) {
+        const int64_t per = floats / nth;
+        const int64_t len = tid == nth - 1 ? floats - per * tid : per;
+        sinks[static_cast<size_t>(tid)] += probes.stream_sum(mat.as<float>() + per * tid, len, 4);
+      });
+      return static_cast<double>(now_ns() - t0) / 1e9;
+    };
+    // A warm-up of each, then pairs in alternating order (A B, B A, ...): both see the same
+    // machine, whatever the neighbours do to the bandwidth meanwhile.
+    kernel_pass();
+    read_pass();
+    std::vector<double> tk, tr, ratio;
+    for (int i = 0; i < o.pairs; ++i) {
+      double a, b;
+      if (i % 2 == 0) {
+        a = kernel_pass();
+        b = read_pass();
+      } else {
+        b = read_pass();
+        a = kernel_pass();
+      }
+      tk.push_back(a);
+      tr.push_back(b);
+      ratio.push_back(b / a);
+    }
+    const double bytes = static_cast<double>(mat.size());
+    // In L2: one thread over the first ~256 KiB of the matrix (at least 4 panels), repeated.
+    const int64_t small_panels = std::clamp<int64_t>((int64_t{256} << 10) / panel_bytes, 4, panels);
+    const Product small{K, t, o.rows, o.k, small_panels * cpu::kPanel, mat.data(), act, prod.xa, y.data()};
+    std::vector<double> tc;
+    const int reps = 64;
+    for (int r = 0; r < 5; ++r) {
+      const int64_t t0 = now_ns();
+      for (int i = 0; i < reps; ++i) small.run(0, 1);
+      tc.push_back(static_cast<double>(now_ns() - t0) / 1e9 / reps);
+    }
+    const double small_bytes = static_cast<double>(small_panels * panel_bytes);
+    // Multiply-adds per weight byte: rows x elements per byte of the stored type.
+    const double macs_per_byte = static_cast<double>(o.rows) * static_cast<double>(o.k) / static_cast<double>(wrow);
+
+    auto res = Napi::Object::New(env);
+    res.Set("isa", K.name);
+    res.Set("type", dtype_info(t).name);
+    res.Set("rows", o.rows);
+    res.Set("k", static_cast<double>(o.k));
+    res.Set("n", static_cast<double>(n));
+    res.Set("bytes", bytes);
+    res.Set("storedBytes", static_cast<double>(n) * static_cast<double>(wrow));
+    res.Set("threads", o.threads);
+    res.Set("pairs", o.pairs);
+    res.Set("kernelGBs", bytes / median(tk) / 1e9);
+    res.Set("readGBs", bytes / median(tr) / 1e9);
+    res.Set("kernelOverRead", median(ratio));
+    res.Set("kernelGBsBest", bytes / *std::min_element(tk.begin(), tk.end()) / 1e9);
+    res.Set("readGBsBest", bytes / *std::min_element(tr.begin(), tr.end()) / 1e9);
+    res.Set("cacheGBs", small_bytes / median(tc) / 1e9);
+    res.Set("macPerByte", macs_per_byte);
+    res.Set("sink", static_cast<double>(sinks[0]) + static_cast<double>(y[0]));
+    return res;
+  } catch (const std::exception& e) {
+    Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+}
+
+}  // namespace lumen

@@ -1,0 +1,110 @@
+// Kernel benchmark: does a weight type's matmul kernel or the memory set the pace on this machine?
+// For each type and batch size, the CPU kernel the engine runs (the active ISA table; LUMEN_ISA
+// forces one) streams a matrix far beyond the caches, split over the threads as the backend splits
+// a product, in passes that alternate with a plain read of the same bytes (4 streams per thread,
+// as the bandwidth probe reads). Reported: both rates (medians), the kernel's fraction of the read
+// (median of the per-pair ratios: the neighbours' share of the bandwidth moves both alike), and
+// the kernel's rate over a slice that stays in L2 on one thread (its compute limit per core).
+// A fraction well below 1 with a cache rate above half the read says the access pattern is the
+// limit; a cache rate near half the read (two cores) says the compute is.
+// Usage: npm run bench:kernels -- [--types Q4_K,Q6_K] [--rows 1,8] [--json FILE]
+import { writeFileSync } from 'node:fs';
+import { Command } from 'commander';
+import { countArg } from '../src/cli/flag-values.js';
+import { loadAddon, usableCpus } from '../src/engine/native.js';
+import { machineInfo } from '../src/util/machine.js';
+import { UsageError } from '../src/util/usage-error.js';
+
+/** What the addon's kernelBench returns (native/addon/kernel_bench.cpp). */
+export interface KernelBenchResult {
+  isa: string; type: string; rows: number; k: number; n: number;
+  /** Bytes the kernel reads (the packed panels for the types the engine repacks). */
+  bytes: number; storedBytes: number; threads: number; pairs: number;
+  kernelGBs: number; readGBs: number; kernelOverRead: number; kernelGBsBest: number; readGBsBest: number;
+  /** One thread over a slice in L2. */
+  cacheGBs: number;
+  /** Multiply-adds per byte read (rows x elements per stored byte). */
+  macPerByte: number;
+}
+export interface KernelBenchAddon {
+  kernelBench(o: { type: string; rows?: number; k?: number; mib?: number; threads?: number; pairs?: number }): KernelBenchResult;
+}
+
+const TYPES = ['F32', 'BF16', 'Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K', 'IQ4_NL', 'IQ4_XS'] as const;
+
+function typeList(v: string): string[] {
+  const out = v.split(',').map((s) => s.trim().toUpperCase()).filter((s) => s.length > 0);
+  for (const t of out) if (!(TYPES as readonly string[]).includes(t)) throw new UsageError(`--types: unknown weight type '${t}' (one of ${TYPES.join(', ')})`);
+  if (out.length === 0) throw new UsageError('--types: empty list');
+  return out;
+}
+function rowList(v: string): number[] {
+  const out = v.split(',').map((s) => Number(s.trim()));
+  for (const r of out) if (!Number.isInteger(r) || r < 1 || r > 16) throw new UsageError(`--rows: '${v}' is not a list of batch sizes from 1 to 16`);
+  return out;
+}
+
+interface Options { types: string[]; rows: number[]; k: number; mib: number; threads: number; pairs: number; json?: string }
+
+function parseOptions(argv: string[]): Options {
+  const program = new Command('kernel-bench')
+    .exitOverride()
+    .option('--types <list>', `weight types, comma-separated (${TYPES.join(', ')})`, typeList, typeList('Q4_K,Q6_K,Q8_0,BF16'))
+    .option('--rows <list>', 'activation rows (batch sizes, 1..16), comma-separated', rowList, rowList('1,8'))
+    .option('--k <n>', 'row length (a multiple of 256 for the K-quants, 32 otherwise)', countArg('--k', 32, 16384), 1024)
+    .option('--mib <n>', 'matrix size in MiB (far beyond the caches)', countArg('--mib', 1, 4096), 256)
+    .option('--threads <n>', 'threads (default: the CPUs this process may use)', countArg('--threads', 1, 256))
+    .option('--pairs <n>', 'kernel / read pass pairs per measurement', countArg('--pairs', 1, 1000), 12)
+    .option('--json <file>', 'also write the results as JSON');
+  program.parse(argv);
+  const o = program.opts<Omit<Options, 'threads'> & { threads?: number }>();
+  return { ...o, threads: o.threads ?? usableCpus() };
+}
+
+const log = (s: string) => process.stderr.write(`${s}\n`);
+
+function main(): void {
+  let opt: Options;
+  try {
+    opt = parseOptions(process.argv);
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    process.exitCode = (err as { exitCode?: number }).exitCode === 0 ? 0 : 2;
+    return;
+  }
+  const addon = loadAddon() as unknown as KernelBenchAddon;
+  const cpu = machineInfo();
+  const results: KernelBenchResult[] = [];
+  const out: string[] = [];
+  const head = ['type', 'rows', 'kernel GB/s', 'read GB/s', 'kernel/read', 'L2 GB/s (1 thread)', 'G mul-add/s'];
+  for (const type of opt.types)
+    for (const rows of opt.rows) {
+      log(`${type}, ${rows} row${rows > 1 ? 's' : ''} ...`);
+      let r: KernelBenchResult;
+      try {
+        r = addon.kernelBench({ type, rows, k: opt.k, mib: opt.mib, threads: opt.threads, pairs: opt.pairs });
+      } catch (err) {
+        throw new UsageError((err as Error).message);
+      }
+      results.push(r);
+      out.push([r.type, String(r.rows), r.kernelGBs.toFixed(1), r.readGBs.toFixed(1), r.kernelOverRead.toFixed(2), r.cacheGBs.toFixed(1),
+        (r.kernelGBs * r.macPerByte).toFixed(1)].join('\t'));
+    }
+  const isa = results[0]?.isa ?? '?';
+  process.stdout.write(`CPU: ${cpu.cpuModel}; ISA path: ${isa}; ${opt.threads} threads; K = ${opt.k}; ${opt.mib} MiB per matrix; ` +
+    `medians of ${opt.pairs} kernel / read pass pairs\n`);
+  process.stdout.write(`${head.join('\t')}\n${out.join('\n')}\n`);
+  if (opt.json) writeFileSync(opt.json, `${JSON.stringify({ cpu, isa, options: opt, results }, null, 2)}\n`);
+}
+
+try {
+  main();
+} catch (err) {
+  if (err instanceof UsageError) {
+    process.stderr.write(`kernel-bench: ${err.message}\n`);
+    process.exitCode = 2;
+  } else {
+    process.stderr.write(`kernel-bench: ${err instanceof Error ? err.stack : String(err)}\n`);
+    process.exitCode = 1;
+  }
+}

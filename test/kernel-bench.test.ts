@@ -1,0 +1,59 @@
+// The kernel benchmark (npm run bench:kernels): the addon's kernelBench runs every kind of kernel
+// the engine has (repacked panels, row streams, row-major bf16 / f32) at decode and batch sizes on
+// a small matrix, and reports what it measured on the bytes it says; bad options are one-line
+// errors. Speeds are not asserted (they depend on the machine and its neighbours).
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { loadAddon } from '../src/engine/native.js';
+import type { KernelBenchAddon } from '../scripts/kernel-bench.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const addon = loadAddon() as unknown as KernelBenchAddon & { cpuInfo(): { isa: string } };
+
+// Stored bytes per row of K = 1024 values.
+const ROW_BYTES: Record<string, number> = { Q4_K: 576, Q6_K: 840, Q8_0: 1088, BF16: 2048, F32: 4096, IQ4_XS: 544 };
+
+describe('kernelBench', () => {
+  for (const type of Object.keys(ROW_BYTES))
+    for (const rows of [1, 5]) {
+      it(`${type}, ${rows} row${rows > 1 ? 's' : ''}: measures the kernel and a read of the same bytes`, () => {
+        const r = addon.kernelBench({ type, rows, k: 1024, mib: 1, threads: 2, pairs: 1 });
+        expect(r.isa).toBe(addon.cpuInfo().isa);
+        expect(r.type).toBe(type);
+        expect(r.rows).toBe(rows);
+        // Whole 16-row panels, at least 32 per thread (4 streams of 8 panels each).
+        expect(r.n % 16).toBe(0);
+        expect(r.n).toBeGreaterThanOrEqual(32 * 2 * 16);
+        expect(r.storedBytes).toBe(r.n * ROW_BYTES[type]!);
+        // Repacked panels hold the same bytes as the rows they replace, or more (none fewer).
+        expect(r.bytes).toBeGreaterThanOrEqual(r.storedBytes);
+        expect(r.macPerByte).toBeCloseTo((rows * 1024) / ROW_BYTES[type]!, 10);
+        for (const v of [r.kernelGBs, r.readGBs, r.kernelOverRead, r.kernelGBsBest, r.readGBsBest, r.cacheGBs]) {
+          expect(Number.isFinite(v)).toBe(true);
+          expect(v).toBeGreaterThan(0);
+        }
+        expect(r.kernelGBsBest).toBeGreaterThanOrEqual(r.kernelGBs);
+      });
+    }
+
+  it('refuses bad options with one-line errors naming the option', () => {
+    expect(() => addon.kernelBench({ type: 'F16' })).toThrow(/type must be F32, BF16 or a block-quantized type.*'F16'/);
+    expect(() => addon.kernelBench({ type: 'Q4_K', rows: 17 })).toThrow(/rows must be an integer from 1 to 16/);
+    expect(() => addon.kernelBench({ type: 'Q4_K', k: 1000 })).toThrow(/k must be a multiple of 256/);
+    expect(() => addon.kernelBench({ type: 'Q8_0', mib: 0 })).toThrow(/mib must be an integer from 1/);
+    expect(() => (addon.kernelBench as unknown as () => unknown)()).toThrow(/expects an options object/);
+  });
+
+  it('npm run bench:kernels: a bad flag exits 2 naming it', async () => {
+    const script = path.join(ROOT, 'dist', 'scripts', 'kernel-bench.js');
+    for (const [flag, value, msg] of [['--types', 'Q3_K', /--types: unknown weight type 'Q3_K'/], ['--rows', '0', /--rows: '0'/]] as const) {
+      const err = await promisify(execFile)(process.execPath, [script, flag, value], { cwd: ROOT }).then(() => null, (e: { code?: number; stderr?: string }) => e);
+      expect(err?.code).toBe(2);
+      expect(err?.stderr).toMatch(msg);
+      expect(err?.stderr?.trim().split('\n')).toHaveLength(1);
+    }
+  });
+});
