@@ -186,45 +186,86 @@ inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
-// The scales' integer sums of one block for R activation rows, both 8-row halves at once: per
-// step j one load of each half's 32 bytes and two activation broadcasts for the four `maddubs` of
-// both halves, where a half at a time loads the broadcasts twice. (Half at a time, GCC also loaded
-// each weight vector twice, for the low nibbles' `vpand` and for the shift; docs/performance.md.)
-// tile_q4 takes it for one row only: at two, 2R accumulators and the rest no longer fit in 16
-// registers, and it measured slower than a half at a time.
-template <int R>
-inline void q4_block_both(const uint8_t* blk, const int8_t* const* xq, const __m256i (&sc03)[2], const __m256i (&sc47)[2],
-                          __m256i (&is)[R][2]) {
+// Group g of one block's scale sums for one activation row (x: its bytes of the block), both 8-row
+// halves at once: per step j one load of each half's 32 bytes and two activation broadcasts for
+// the four `maddubs` of both halves, where a half at a time loads the broadcasts twice. (Half at a
+// time, GCC also loaded each weight vector twice, for the low nibbles' `vpand` and for the shift;
+// docs/performance.md.) At two rows, 2R accumulators and the rest no longer fit in 16 registers,
+// and it measured slower than a half at a time. g must be a constant (the callers unroll).
+// sc: the group's half of the scales (sc03 for g < 4, sc47 after), per 8-row half.
+inline void q4_group_r1(const uint8_t* blk, int g, const int8_t* x, const __m256i (&sc)[2], __m256i (&is)[2]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int m = 0; m < R; ++m) is[m][0] = is[m][1] = _mm256_setzero_si256();
+  __m256i s16[2];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Values + (4 * g + j) * 64));
+    __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Values + (4 * g + j) * 64 + 32));
+    asm("" : "+x"(v0), "+x"(v1));  // loaded once, not again for the shift
+    const __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+    const __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+    const __m256i xl = bcast4(x + 32 * g + 4 * j), xh = bcast4(x + 32 * g + 4 * j + 16);
+    const __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl), _mm256_maddubs_epi16(hi0, xh));
+    const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xl), _mm256_maddubs_epi16(hi1, xh));
+    s16[0] = j ? _mm256_add_epi16(s16[0], t0) : t0;
+    s16[1] = j ? _mm256_add_epi16(s16[1], t1) : t1;
+  }
+  for (int h = 0; h < 2; ++h) is[h] = _mm256_add_epi32(is[h], _mm256_madd_epi16(s16[h], dword_byte2(sc[h], g % 4)));
+}
+
+// The scale and min bytes of a panel block as vectors per 8-row half (k_scale_min's values, one
+// row per dword): the scales of groups 0..3 and 4..7, the mins likewise.
+struct Q4Scales {
+  __m256i sc03[2], sc47[2];
+};
+inline Q4Scales q4_scales(const uint8_t* blk) {
+  const __m256i k3f = _mm256_set1_epi8(0x3F), k0f = _mm256_set1_epi8(0x0F), k03 = _mm256_set1_epi8(0x03);
+  Q4Scales r;
+  for (int h = 0; h < 2; ++h) {
+    const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 + 32 * h));
+    const __m256i u2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 192 + 32 * h));
+    r.sc03[h] = _mm256_and_si256(u0, k3f);
+    r.sc47[h] = _mm256_or_si256(_mm256_and_si256(u2, k0f), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k03), 4));
+  }
+  return r;
+}
+
+// One row against one panel's block: the groups in turn, the next block's bytes asked for a
+// group's share at a time (the block's last 4 lines with group 7), not all 36 lines at the block's
+// start (measured slower from memory: docs/performance.md).
+inline void q4_block_r1(const uint8_t* blk, const int8_t* x, const Q4Scales& sc, __m256i (&is)[2]) {
+  is[0] = is[1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int g = 0; g < 8; ++g) {
-    // The stream's bytes a block ahead, a group's share (the block's last 4 lines with group 7),
-    // not all 36 lines at the block's start (measured slower from memory: docs/performance.md).
     for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + 256 * g + 64 * l), _MM_HINT_T0);
-    __m256i s16[R][2];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Values + (4 * g + j) * 64));
-      __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Values + (4 * g + j) * 64 + 32));
-      asm("" : "+x"(v0), "+x"(v1));  // loaded once, not again for the shift
-      const __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
-      const __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-#pragma GCC unroll 4
-      for (int m = 0; m < R; ++m) {
-        const int8_t* x = xq[m] + 32 * g + 4 * j;
-        const __m256i xl = bcast4(x), xh = bcast4(x + 16);
-        const __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl), _mm256_maddubs_epi16(hi0, xh));
-        const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xl), _mm256_maddubs_epi16(hi1, xh));
-        s16[m][0] = j ? _mm256_add_epi16(s16[m][0], t0) : t0;
-        s16[m][1] = j ? _mm256_add_epi16(s16[m][1], t1) : t1;
-      }
+    q4_group_r1(blk, g, x, g < 4 ? sc.sc03 : sc.sc47, is);
+    asm volatile("" ::: "memory");  // keeps GCC from loading and unpacking later groups ahead (spilled)
+  }
+}
+
+// A block's mins part and the f32 steps of R activation rows (is: each row's scale sums per half).
+template <int R>
+inline void q4_finish(const uint8_t* blk, const __m256i (&is)[R][2], const float* xd, const int16_t* xg, int64_t nb,
+                      int64_t b, float (&acc)[R][NP], float (&accm)[R][NP]) {
+  const __m256i k3f = _mm256_set1_epi8(0x3F), k0f = _mm256_set1_epi8(0x0F), k03 = _mm256_set1_epi8(0x03);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+    const __m256i u2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 192 + 32 * h));
+    const __m256i mn03 = _mm256_and_si256(u1, k3f);
+    const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), k0f),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k03), 4));
+    const __m256i mp[4] = {dword_pair(mn03, 0), dword_pair(mn03, 1), dword_pair(mn47, 0), dword_pair(mn47, 1)};
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
+    for (int m = 0; m < R; ++m) {
+      const int16_t* g2 = xg + (m * nb + b) * 8;
+      __m256i ms = _mm256_madd_epi16(mp[0], bcast4(g2));
+      for (int j = 1; j < 4; ++j) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[j], bcast4(g2 + 2 * j)));
+      const __m256 x = _mm256_set1_ps(xd[m * nb + b]);
+      float* a = acc[m] + 8 * h;
+      float* am = accm[m] + 8 * h;
+      _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[m][h]), _mm256_mul_ps(dw, x), _mm256_load_ps(a)));
+      _mm256_store_ps(am, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, x), _mm256_load_ps(am)));
     }
-#pragma GCC unroll 4
-    for (int m = 0; m < R; ++m)
-      for (int h = 0; h < 2; ++h)
-        is[m][h] = _mm256_add_epi32(is[m][h], _mm256_madd_epi16(s16[m][h], dword_byte2(g < 4 ? sc03[h] : sc47[h], g % 4)));
-    asm volatile("" ::: "memory");
   }
 }
 
@@ -233,8 +274,32 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
              float* const* ys, int64_t ldy, const int* nvalid) {
   alignas(32) float acc[S][R][NP] = {}, accm[S][R][NP] = {};
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i k3f = _mm256_set1_epi8(0x3F), k0f = _mm256_set1_epi8(0x0F), k03 = _mm256_set1_epi8(0x03);
-  for (int64_t b = 0; b < nb; ++b)
+  for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (R == 1 && S > 1) {
+      // Decode streams at one row: the S panels' blocks a group (256 bytes) of each in turn, not a
+      // block (2304 bytes) of each, and no software prefetch: the hardware's then keeps ahead of
+      // every stream, where whole blocks in turn, prefetched or not, left the core waiting on each
+      // block's lines (kernel / read 0.6 -> see docs/performance.md, twenty-first session). The
+      // same integer sums per block (the groups in the same order), so the same bits.
+      const int8_t* x = xs[0][b].qs;
+      asm("" : "+r"(x));
+      const uint8_t* blk[S];
+      Q4Scales sc[S];
+      __m256i is[S][1][2];
+      for (int s = 0; s < S; ++s) {
+        blk[s] = pp[s] + static_cast<size_t>(b) * kQ4Block;
+        sc[s] = q4_scales(blk[s]);
+        is[s][0][0] = is[s][0][1] = _mm256_setzero_si256();
+      }
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 4
+        for (int s = 0; s < S; ++s) q4_group_r1(blk[s], g, x, g < 4 ? sc[s].sc03 : sc[s].sc47, is[s][0]);
+        asm volatile("" ::: "memory");
+      }
+      for (int s = 0; s < S; ++s) q4_finish<1>(blk[s], is[s], xd, xg, nb, b, acc[s], accm[s]);
+      continue;
+    }
     for (int s = 0; s < S; ++s) {
       const uint8_t* blk = pp[s] + static_cast<size_t>(b) * kQ4Block;
       const int8_t* xq[R];
@@ -242,16 +307,10 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
         xq[m] = xs[m][b].qs;
         asm("" : "+r"(xq[m]));
       }
-      const auto ld = [&](size_t at, int h) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at + 32 * h)); };
-      __m256i sc03[2], sc47[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256i u0 = ld(64, h), u2 = ld(192, h);
-        sc03[h] = _mm256_and_si256(u0, k3f);
-        sc47[h] = _mm256_or_si256(_mm256_and_si256(u2, k0f), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k03), 4));
-      }
+      const Q4Scales sc = q4_scales(blk);
       __m256i is[R][2];
       if constexpr (R == 1) {
-        q4_block_both<R>(blk, xq, sc03, sc47, is);
+        q4_block_r1(blk, xq[0], sc, is[0]);
       } else {
         for (size_t l = 0; l < kQ4Block; l += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + l), _MM_HINT_T0);
         for (int h = 0; h < 2; ++h) {
@@ -261,12 +320,12 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
           // that loop instead measured slower at 7 rows).
           alignas(32) __m256i scv[8];
 #pragma GCC unroll 8
-          for (int g = 0; g < 8; ++g) scv[g] = dword_byte2(g < 4 ? sc03[h] : sc47[h], g % 4);
+          for (int g = 0; g < 8; ++g) scv[g] = dword_byte2(g < 4 ? sc.sc03[h] : sc.sc47[h], g % 4);
           for (int g = 0; g < 8; ++g) {
-            const __m256i sc = scv[g];
+            const __m256i scg = scv[g];
             __m256i w[8];
             for (int j = 0; j < 4; ++j) {
-              const __m256i v = ld(kQ4Values + (4 * g + j) * 64, h);
+              const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Values + (4 * g + j) * 64 + 32 * h));
               w[j] = _mm256_and_si256(v, m4);
               w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             }
@@ -274,32 +333,15 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
               const int8_t* x = xq[m] + 32 * g;
               __m256i s16 = _mm256_maddubs_epi16(w[0], bcast4(x));
               for (int j = 1; j < 8; ++j) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[j], bcast4(x + 4 * j)));
-              is[m][h] = _mm256_add_epi32(is[m][h], _mm256_madd_epi16(s16, sc));
+              is[m][h] = _mm256_add_epi32(is[m][h], _mm256_madd_epi16(s16, scg));
             }
             asm volatile("" ::: "memory");
           }
         }
       }
-      for (int h = 0; h < 2; ++h) {
-        const __m256i u1 = ld(128, h), u2 = ld(192, h);
-        const __m256i mn03 = _mm256_and_si256(u1, k3f);
-        const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), k0f),
-                                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k03), 4));
-        const __m256i mp[4] = {dword_pair(mn03, 0), dword_pair(mn03, 1), dword_pair(mn47, 0), dword_pair(mn47, 1)};
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
-        for (int m = 0; m < R; ++m) {
-          const int16_t* g2 = xg + (m * nb + b) * 8;
-          __m256i ms = _mm256_madd_epi16(mp[0], bcast4(g2));
-          for (int j = 1; j < 4; ++j) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[j], bcast4(g2 + 2 * j)));
-          const __m256 x = _mm256_set1_ps(xd[m * nb + b]);
-          float* a = acc[s][m] + 8 * h;
-          float* am = accm[s][m] + 8 * h;
-          _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[m][h]), _mm256_mul_ps(dw, x), _mm256_load_ps(a)));
-          _mm256_store_ps(am, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, x), _mm256_load_ps(am)));
-        }
-      }
+      q4_finish<R>(blk, is, xd, xg, nb, b, acc[s], accm[s]);
     }
+  }
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < R; ++m) {
       alignas(32) float out[NP];
