@@ -279,8 +279,8 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
       // Decode streams at one row: the S panels' blocks a group (256 bytes) of each in turn, not a
       // block (2304 bytes) of each, and no software prefetch: the hardware's then keeps ahead of
       // every stream, where whole blocks in turn, prefetched or not, left the core waiting on each
-      // block's lines (kernel / read 0.6 -> see docs/performance.md, twenty-first session). The
-      // same integer sums per block (the groups in the same order), so the same bits.
+      // block's lines (docs/performance.md, twenty-first session). The same integer sums per block
+      // (the groups in the same order), so the same bits.
       const int8_t* x = xs[0][b].qs;
       asm("" : "+r"(x));
       const uint8_t* blk[S];
