@@ -13,7 +13,7 @@ import { Command } from 'commander';
 import { countArg } from '../src/cli/flag-values.js';
 import { loadAddon, usableCpus } from '../src/engine/native.js';
 import { machineInfo } from '../src/util/machine.js';
-import { UsageError } from '../src/util/usage-error.js';
+import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
 
 /** What the addon's kernelBench returns (native/addon/kernel_bench.cpp). */
 export interface KernelBenchResult {
@@ -64,14 +64,8 @@ function parseOptions(argv: string[]): Options {
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 function main(): void {
-  let opt: Options;
-  try {
-    opt = parseOptions(process.argv);
-  } catch (err) {
-    if (err instanceof UsageError) throw err;
-    process.exitCode = (err as { exitCode?: number }).exitCode === 0 ? 0 : 2;
-    return;
-  }
+  const opt = parseOrExitCode(() => parseOptions(process.argv));
+  if (opt === undefined) return;
   const addon = loadAddon() as unknown as KernelBenchAddon;
   const cpu = machineInfo();
   const results: KernelBenchResult[] = [];

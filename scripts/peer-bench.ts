@@ -25,7 +25,7 @@ import { PRESET_NAMES } from '../src/model/presets.js';
 import { CheckpointError, type ModelCheckpoint } from '../src/model/types.js';
 import { weightFormatJson, weightFormatLine } from '../src/model/weight-format.js';
 import { machineInfo } from '../src/util/machine.js';
-import { UsageError } from '../src/util/usage-error.js';
+import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
 import { REPO_ROOT } from '../src/util/version.js';
 import { benchIds, median } from './bench-model.js';
 import { DEFAULT_QUANTS, ensurePeerFiles, parseQuantList, type PeerFiles } from './bench-quant-model.js';
@@ -115,16 +115,8 @@ const label = (q: OutDtype) => q.toUpperCase();
 const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
 
 async function main(): Promise<void> {
-  let opt: Options;
-  try {
-    opt = parseOptions(process.argv);
-  } catch (err) {
-    // commander printed --help / its own errors already; ours (UsageError) are printed by the caller.
-    if (err instanceof UsageError) throw err;
-    // --help (exit code 0) or a commander error (unknown flag, missing value): exit 2 as for ours.
-    process.exitCode = (err as { exitCode?: number }).exitCode === 0 ? 0 : 2;
-    return;
-  }
+  const opt = parseOrExitCode(() => parseOptions(process.argv));
+  if (opt === undefined) return;
   const files = await ensurePeerFiles(REPO_ROOT, opt.preset, opt.quant, usableCpus(), log);
   if (opt.prepare) {
     for (const f of files) process.stdout.write(`${label(f.quant)}: ours ${f.ours}; llama.cpp ${f.llama}\n`);

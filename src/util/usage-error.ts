@@ -6,3 +6,18 @@ export class UsageError extends Error {
     this.name = 'UsageError';
   }
 }
+
+/**
+ * A script's commander parse (made with exitOverride()): its result, or undefined with the exit
+ * code set when commander ended it (0 for --help, 2 for its own errors, which it has printed).
+ * Our UsageErrors propagate, for the caller to print.
+ */
+export function parseOrExitCode<T>(parse: () => T): T | undefined {
+  try {
+    return parse();
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    process.exitCode = (err as { exitCode?: number }).exitCode === 0 ? 0 : 2;
+    return undefined;
+  }
+}
