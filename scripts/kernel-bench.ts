@@ -21,8 +21,10 @@ export interface KernelBenchResult {
   /** Bytes the kernel reads (the packed panels for the types the engine repacks). */
   bytes: number; storedBytes: number; threads: number; pairs: number;
   kernelGBs: number; readGBs: number; kernelOverRead: number; kernelGBsBest: number; readGBsBest: number;
-  /** One thread over a slice in L2. */
-  cacheGBs: number;
+  /** One thread over a slice meant to stay in L2 (cacheBytes: ~256 KiB, one panel at least). */
+  cacheGBs: number; cacheBytes: number;
+  /** Outputs of the product, and how many a kernel pass wrote (all of them, or the split is wrong). */
+  outputs: number; outputsWritten: number;
   /** Multiply-adds per byte read (rows x elements per stored byte). */
   macPerByte: number;
 }
@@ -51,8 +53,8 @@ function parseOptions(argv: string[]): Options {
     .exitOverride()
     .option('--types <list>', `weight types, comma-separated (${TYPES.join(', ')})`, typeList, typeList('Q4_K,Q6_K,Q8_0,BF16'))
     .option('--rows <list>', 'activation rows (batch sizes, 1..16), comma-separated', rowList, rowList('1,8'))
-    .option('--k <n>', 'row length (a multiple of 256 for the K-quants, 32 otherwise)', countArg('--k', 32, 16384), 1024)
-    .option('--mib <n>', 'matrix size in MiB (far beyond the caches)', countArg('--mib', 1, 4096), 256)
+    .option('--k <n>', 'row length (a multiple of the type\'s block: 256 for the K-quants and IQ4_XS, 32 for the other quantized types)', countArg('--k', 16, 16384), 1024)
+    .option('--mib <n>', 'matrix size in MiB, far beyond the caches (at least 32 panels of 16 rows per thread: the MiB column says what was read)', countArg('--mib', 1, 4096), 256)
     .option('--threads <n>', 'threads (default: the CPUs this process may use)', countArg('--threads', 1, 256))
     .option('--pairs <n>', 'kernel / read pass pairs per measurement', countArg('--pairs', 1, 1000), 12)
     .option('--json <file>', 'also write the results as JSON');
@@ -70,7 +72,7 @@ function main(): void {
   const cpu = machineInfo();
   const results: KernelBenchResult[] = [];
   const out: string[] = [];
-  const head = ['type', 'rows', 'kernel GB/s', 'read GB/s', 'kernel/read', 'L2 GB/s (1 thread)', 'G mul-add/s'];
+  const head = ['type', 'rows', 'MiB', 'kernel GB/s', 'read GB/s', 'kernel/read', 'L2 GB/s (1 thread)', 'G mul-add/s'];
   for (const type of opt.types)
     for (const rows of opt.rows) {
       log(`${type}, ${rows} row${rows > 1 ? 's' : ''} ...`);
@@ -78,15 +80,18 @@ function main(): void {
       try {
         r = addon.kernelBench({ type, rows, k: opt.k, mib: opt.mib, threads: opt.threads, pairs: opt.pairs });
       } catch (err) {
-        throw new UsageError((err as Error).message);
+        // The addon's option errors name kernelBench; anything else (out of memory) is not a usage error.
+        const msg = (err as Error).message;
+        throw msg.startsWith('kernelBench: ') ? new UsageError(msg.slice('kernelBench: '.length)) : err;
       }
+      if (r.outputsWritten !== r.outputs) throw new Error(`${type}, ${rows} rows: the kernel wrote ${r.outputsWritten} of ${r.outputs} outputs`);
       results.push(r);
-      out.push([r.type, String(r.rows), r.kernelGBs.toFixed(1), r.readGBs.toFixed(1), r.kernelOverRead.toFixed(2), r.cacheGBs.toFixed(1),
+      out.push([r.type, String(r.rows), (r.bytes / 2 ** 20).toFixed(0), r.kernelGBs.toFixed(1), r.readGBs.toFixed(1), r.kernelOverRead.toFixed(2), r.cacheGBs.toFixed(1),
         (r.kernelGBs * r.macPerByte).toFixed(1)].join('\t'));
     }
   const isa = results[0]?.isa ?? '?';
-  process.stdout.write(`CPU: ${cpu.cpuModel}; ISA path: ${isa}; ${opt.threads} threads; K = ${opt.k}; ${opt.mib} MiB per matrix; ` +
-    `medians of ${opt.pairs} kernel / read pass pairs\n`);
+  process.stdout.write(`CPU: ${cpu.cpuModel}; ISA path: ${isa}; ${opt.threads} threads; K = ${opt.k}; ` +
+    `medians of ${opt.pairs} kernel / read pass pairs; L2: one thread over ${(Math.max(...results.map((r) => r.cacheBytes)) / 1024).toFixed(0)} KiB at most\n`);
   process.stdout.write(`${head.join('\t')}\n${out.join('\n')}\n`);
   if (opt.json) writeFileSync(opt.json, `${JSON.stringify({ cpu, isa, options: opt, results }, null, 2)}\n`);
 }

@@ -35,14 +35,19 @@ describe('kernelBench', () => {
           expect(Number.isFinite(v)).toBe(true);
           expect(v).toBeGreaterThan(0);
         }
-        expect(r.kernelGBsBest).toBeGreaterThanOrEqual(r.kernelGBs);
+        expect(r.cacheBytes).toBeGreaterThan(0);
+        // Every output written by a kernel pass: the split covered the whole matrix.
+        expect(r.outputs).toBe(rows * r.n);
+        expect(r.outputsWritten).toBe(r.outputs);
       });
     }
 
   it('refuses bad options with one-line errors naming the option', () => {
     expect(() => addon.kernelBench({ type: 'F16' })).toThrow(/type must be F32, BF16 or a block-quantized type.*'F16'/);
     expect(() => addon.kernelBench({ type: 'Q4_K', rows: 17 })).toThrow(/rows must be an integer from 1 to 16/);
-    expect(() => addon.kernelBench({ type: 'Q4_K', k: 1000 })).toThrow(/k must be a multiple of 256/);
+    expect(() => addon.kernelBench({ type: 'Q4_K', k: 1000 })).toThrow(/k must be a multiple of 256 for Q4_K/);
+    expect(() => addon.kernelBench({ type: 'Q8_0', k: 1000 })).toThrow(/k must be a multiple of 32 for Q8_0/);
+    expect(() => addon.kernelBench({ type: 'F32', threads: 256, k: 16384 })).toThrow(/256 threads at k = 16384 need a matrix of \d+ MiB.*over the 4096 MiB limit/);
     expect(() => addon.kernelBench({ type: 'Q8_0', mib: 0 })).toThrow(/mib must be an integer from 1/);
     expect(() => (addon.kernelBench as unknown as () => unknown)()).toThrow(/expects an options object/);
   });

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/probes.h"
@@ -47,9 +50,10 @@ BenchOpts parse(const Napi::CallbackInfo& info) {
     throw std::invalid_argument("kernelBench: type must be F32, BF16 or a block-quantized type (Q8_0, Q4_K, Q6_K, ...), got '" +
                                 name + "'");
   b.rows = static_cast<int>(int_field(o, "rows", b.rows, 1, 16));
-  const int64_t block = dtype_info(b.type).block > 1 ? 256 : 32;
-  b.k = int_field(o, "k", b.k, block, 16384);
-  if (b.k % block != 0) throw std::invalid_argument("kernelBench: k must be a multiple of " + std::to_string(block));
+  const int64_t block = dtype_info(b.type).block;  // 1 for F32 / BF16 (any row length)
+  b.k = int_field(o, "k", b.k, std::max<int64_t>(block, 16), 16384);
+  if (b.k % block != 0)
+    throw std::invalid_argument("kernelBench: k must be a multiple of " + std::to_string(block) + " for " + dtype_info(b.type).name);
   b.mib = int_field(o, "mib", b.mib, 1, 4096);
   b.threads = static_cast<int>(int_field(o, "threads", b.threads, 1, 256));
   b.pairs = static_cast<int>(int_field(o, "pairs", b.pairs, 1, 1000));
@@ -93,10 +97,11 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// The kernel over weight rows [0, N) as the backend splits a product (cpu/matmul.cpp): each thread
-// its half of the 16-row panels; 1..3 rows as four far-apart streams per thread (decode_region),
-// more in pieces of ~256 KiB of weights (matmul_quantized; the row-major types keep the four
-// streams at every decode size).
+// The kernel over weight rows [0, N) as the backend splits a product (cpu/matmul.cpp): 1..3 rows
+// (and the row-major types at every decode size) as four streams a quarter of the matrix apart,
+// each thread its share of every quarter and the panels past the last whole quarter a piece of
+// their own (decode_region); more rows in pieces of ~256 KiB of weights, each thread its own
+// contiguous share (matmul_quantized's two runs).
 struct Product {
   const cpu::Kernels& K;
   DType t;
@@ -109,13 +114,13 @@ struct Product {
 
   void run(int tid, int nth) const {
     const int64_t panels = (n + cpu::kPanel - 1) / cpu::kPanel;
-    const int64_t share = panels / nth, p0 = tid * share, p1 = tid == nth - 1 ? panels : p0 + share;
     const bool quant = is_quant(t);
     const bool panel_type = quant && K.packs_quant_panels(t);
     if (!quant || rows <= 3) {
-      const int64_t q = (p1 - p0) / 4;
-      for (int64_t p = p0; p < p0 + q; p += 8) {
-        const int64_t e = std::min(p0 + q, p + 8);
+      const int64_t q = panels / 4;  // panels per quarter
+      const int64_t p0 = q * tid / nth, p1 = q * (tid + 1) / nth;
+      for (int64_t p = p0; p < p1; p += 8) {
+        const int64_t e = std::min(p1, p + 8);
         if (panel_type)
           K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p, e, y, n, q);
         else if (quant)
@@ -123,9 +128,10 @@ struct Product {
         else
           K.matmul_streams(static_cast<const float*>(xq), rows, k, w, t, n, p, e, y, n, q);
       }
-      tail(p0 + 4 * q, p1);
+      if (tid == nth - 1) tail(4 * q, panels);
       return;
     }
+    const int64_t share = panels / nth, p0 = tid * share, p1 = tid == nth - 1 ? panels : p0 + share;
     const int64_t per = std::max<int64_t>(1, (int64_t{256} << 10) / static_cast<int64_t>(cpu::kPanel * row_bytes(t, k)));
     for (int64_t p = p0; p < p1; p += per) {
       const int64_t e = std::min(p1, p + per);
@@ -159,6 +165,12 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     // Whole panels of 16 rows, at least 8 per thread and stream (so every thread has 4 streams).
     const int64_t panel_bytes = cpu::kPanel * static_cast<int64_t>(wrow);
     const int64_t panels = std::max<int64_t>(32 * o.threads, (o.mib << 20) / panel_bytes);
+    // At least 32 panels per thread (8 per stream): with many threads and long rows that is more
+    // than --mib asks for; the bytes measured are reported, and a matrix past the limit refused.
+    if (panels * panel_bytes > (int64_t{4096} << 20))
+      throw std::invalid_argument("kernelBench: " + std::to_string(o.threads) + " threads at k = " + std::to_string(o.k) +
+                                  " need a matrix of " + std::to_string((panels * panel_bytes) >> 20) +
+                                  " MiB (32 panels of 16 rows per thread), over the 4096 MiB limit");
     const int64_t n = panels * cpu::kPanel;
     std::mt19937 rng(7);
     AlignedBuffer stored(static_cast<size_t>(n) * wrow, false);
@@ -194,7 +206,9 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
       K.split_x(x.data(), o.rows, o.k, xs.data());
       act = xs.data();
     }
-    std::vector<float> y(static_cast<size_t>(o.rows * n));
+    // NaN until written: the outputs a kernel pass leaves unwritten are counted (a split that
+    // skipped panels would read fewer bytes and look faster).
+    std::vector<float> y(static_cast<size_t>(o.rows * n), std::numeric_limits<float>::quiet_NaN());
     const Product prod{K, t, o.rows, o.k, n, mat.data(), act, xa.size() ? xa.data() : nullptr, y.data()};
 
     ThreadPool pool(o.threads);
@@ -211,13 +225,19 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
       pool.run([&](int tid, int nth) {
         const int64_t per = floats / nth;
         const int64_t len = tid == nth - 1 ? floats - per * tid : per;
+        // The bytes summed as floats (random patterns for the quantized types): with subnormals
+        // flushed, so no microcode assist slows the read.
+        const unsigned csr = _mm_getcsr();
+        _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
         sinks[static_cast<size_t>(tid)] += probes.stream_sum(mat.as<float>() + per * tid, len, 4);
+        _mm_setcsr(csr);
       });
       return static_cast<double>(now_ns() - t0) / 1e9;
     };
     // A warm-up of each, then pairs in alternating order (A B, B A, ...): both see the same
     // machine, whatever the neighbours do to the bandwidth meanwhile.
     kernel_pass();
+    const int64_t written = std::count_if(y.begin(), y.end(), [](float v) { return !std::isnan(v); });
     read_pass();
     std::vector<double> tk, tr, ratio;
     for (int i = 0; i < o.pairs; ++i) {
@@ -234,8 +254,9 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
       ratio.push_back(b / a);
     }
     const double bytes = static_cast<double>(mat.size());
-    // In L2: one thread over the first ~256 KiB of the matrix (at least 4 panels), repeated.
-    const int64_t small_panels = std::clamp<int64_t>((int64_t{256} << 10) / panel_bytes, 4, panels);
+    // In L2: one thread over the first ~256 KiB of the matrix (at least one panel: more for long
+    // rows, reported as cacheBytes), repeated.
+    const int64_t small_panels = std::clamp<int64_t>((int64_t{256} << 10) / panel_bytes, 1, panels);
     const Product small{K, t, o.rows, o.k, small_panels * cpu::kPanel, mat.data(), act, prod.xa, y.data()};
     std::vector<double> tc;
     const int reps = 64;
@@ -264,6 +285,9 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     res.Set("kernelGBsBest", bytes / *std::min_element(tk.begin(), tk.end()) / 1e9);
     res.Set("readGBsBest", bytes / *std::min_element(tr.begin(), tr.end()) / 1e9);
     res.Set("cacheGBs", small_bytes / median(tc) / 1e9);
+    res.Set("cacheBytes", small_bytes);
+    res.Set("outputs", static_cast<double>(y.size()));
+    res.Set("outputsWritten", static_cast<double>(written));
     res.Set("macPerByte", macs_per_byte);
     res.Set("sink", static_cast<double>(sinks[0]) + static_cast<double>(y[0]));
     return res;

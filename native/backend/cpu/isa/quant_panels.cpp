@@ -416,8 +416,9 @@ void panels_q4(const void* xq, int64_t M, int64_t K, const void* packed, int64_t
   const auto valid = [&](int64_t p) { return static_cast<int>(std::clamp<int64_t>(N - p * NP, 0, NP)); };
   if (slice > 0) {
     // Decode streams: panels p, p + slice, p + 2 slice, p + 3 slice side by side (those past N
-    // skipped), for 1..3 activation rows. The streams' first blocks are asked for at once (the
-    // tiles prefetch a block ahead from there on).
+    // skipped), for 1..3 activation rows. The streams' first blocks are asked for at once (from
+    // there on the hardware prefetcher keeps ahead of the AVX2 one-row tile, and the other tiles
+    // prefetch a block ahead).
     for (int s = 0; s < 4; ++s)
       if (valid(p0 + s * slice) > 0)
         for (size_t l = 0; l < kQ4Block; l += 64)
