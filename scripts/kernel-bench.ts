@@ -12,6 +12,7 @@ import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { countArg } from '../src/cli/flag-values.js';
 import { loadAddon, usableCpus } from '../src/engine/native.js';
+import { QUANT_TYPES } from '../src/model/types.js';
 import { machineInfo } from '../src/util/machine.js';
 import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
 
@@ -32,11 +33,11 @@ export interface KernelBenchAddon {
   kernelBench(o: { type: string; rows?: number; k?: number; mib?: number; threads?: number; pairs?: number }): KernelBenchResult;
 }
 
-const TYPES = ['F32', 'BF16', 'Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K', 'IQ4_NL', 'IQ4_XS'] as const;
+const TYPES: readonly string[] = ['F32', 'BF16', ...QUANT_TYPES];
 
 function typeList(v: string): string[] {
   const out = v.split(',').map((s) => s.trim().toUpperCase()).filter((s) => s.length > 0);
-  for (const t of out) if (!(TYPES as readonly string[]).includes(t)) throw new UsageError(`--types: unknown weight type '${t}' (one of ${TYPES.join(', ')})`);
+  for (const t of out) if (!TYPES.includes(t)) throw new UsageError(`--types: unknown weight type '${t}' (one of ${TYPES.join(', ')})`);
   if (out.length === 0) throw new UsageError('--types: empty list');
   return out;
 }

@@ -105,6 +105,7 @@ double median(std::vector<double> v) {
 struct Product {
   const cpu::Kernels& K;
   DType t;
+  bool quant, panels;  // block-quantized; repacked into panels (K.packs_quant_panels)
   int rows;
   int64_t k, n;
   const void* w;       // the stored (or, for panel types, packed) matrix
@@ -113,43 +114,27 @@ struct Product {
   float* y;
 
   void run(int tid, int nth) const {
-    const int64_t panels = (n + cpu::kPanel - 1) / cpu::kPanel;
-    const bool quant = is_quant(t);
-    const bool panel_type = quant && K.packs_quant_panels(t);
+    const int64_t np = (n + cpu::kPanel - 1) / cpu::kPanel;
     if (!quant || rows <= 3) {
-      const int64_t q = panels / 4;  // panels per quarter
+      const int64_t q = np / 4;  // panels per quarter
       const int64_t p0 = q * tid / nth, p1 = q * (tid + 1) / nth;
-      for (int64_t p = p0; p < p1; p += 8) {
-        const int64_t e = std::min(p1, p + 8);
-        if (panel_type)
-          K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p, e, y, n, q);
-        else if (quant)
-          K.matmul_quant_streams(xq, rows, k, w, t, n, p, e, y, n, q);
-        else
-          K.matmul_streams(static_cast<const float*>(xq), rows, k, w, t, n, p, e, y, n, q);
-      }
-      if (tid == nth - 1) tail(4 * q, panels);
+      for (int64_t p = p0; p < p1; p += 8) piece(p, std::min(p1, p + 8), q);
+      if (tid == nth - 1 && 4 * q < np) piece(4 * q, np, 0);  // past the last whole quarter
       return;
     }
-    const int64_t share = panels / nth, p0 = tid * share, p1 = tid == nth - 1 ? panels : p0 + share;
+    const int64_t share = np / nth, p0 = tid * share, p1 = tid == nth - 1 ? np : p0 + share;
     const int64_t per = std::max<int64_t>(1, (int64_t{256} << 10) / static_cast<int64_t>(cpu::kPanel * row_bytes(t, k)));
-    for (int64_t p = p0; p < p1; p += per) {
-      const int64_t e = std::min(p1, p + per);
-      if (panel_type)
-        K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p, e, y, n, 0);
-      else
-        K.matmul_quant(xq, rows, k, w, t, p * cpu::kPanel, std::min(n, e * cpu::kPanel), y, n);
-    }
+    for (int64_t p = p0; p < p1; p += per) piece(p, std::min(p1, p + per), 0);
   }
-  // Panels past the last whole quarter: one piece of their own, as the backend has them.
-  void tail(int64_t p0, int64_t p1) const {
-    if (p0 >= p1) return;
-    if (!is_quant(t))
-      K.matmul_streams(static_cast<const float*>(xq), rows, k, w, t, n, p0, p1, y, n, 0);
-    else if (K.packs_quant_panels(t))
-      K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p0, p1, y, n, 0);
+  // Panels [p0, p1): with slice > 0, also the panels slice, 2 slice and 3 slice on (the streams);
+  // with slice 0 adjacent (matmul_quant_streams then runs matmul_quant's tiles).
+  void piece(int64_t p0, int64_t p1, int64_t slice) const {
+    if (panels)
+      K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p0, p1, y, n, slice);
+    else if (quant)
+      K.matmul_quant_streams(xq, rows, k, w, t, n, p0, p1, y, n, slice);
     else
-      K.matmul_quant(xq, rows, k, w, t, p0 * cpu::kPanel, std::min(n, p1 * cpu::kPanel), y, n);
+      K.matmul_streams(static_cast<const float*>(xq), rows, k, w, t, n, p0, p1, y, n, slice);
   }
 };
 
@@ -161,12 +146,12 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     const BenchOpts o = parse(info);
     const cpu::Kernels& K = cpu::kernels();
     const DType t = o.type;
-    const size_t wrow = row_bytes(t, o.k) > 0 ? row_bytes(t, o.k) : static_cast<size_t>(o.k) * dtype_size(t);
-    // Whole panels of 16 rows, at least 8 per thread and stream (so every thread has 4 streams).
+    const size_t wrow = row_bytes(t, o.k);
     const int64_t panel_bytes = cpu::kPanel * static_cast<int64_t>(wrow);
     const int64_t panels = std::max<int64_t>(32 * o.threads, (o.mib << 20) / panel_bytes);
-    // At least 32 panels per thread (8 per stream): with many threads and long rows that is more
-    // than --mib asks for; the bytes measured are reported, and a matrix past the limit refused.
+    // Whole panels of 16 rows, at least 32 per thread (8 per stream): with many threads and long
+    // rows that is more than --mib asks for; the bytes measured are reported, and a matrix past the
+    // limit refused.
     if (panels * panel_bytes > (int64_t{4096} << 20))
       throw std::invalid_argument("kernelBench: " + std::to_string(o.threads) + " threads at k = " + std::to_string(o.k) +
                                   " need a matrix of " + std::to_string((panels * panel_bytes) >> 20) +
@@ -209,7 +194,7 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     // NaN until written: the outputs a kernel pass leaves unwritten are counted (a split that
     // skipped panels would read fewer bytes and look faster).
     std::vector<float> y(static_cast<size_t>(o.rows * n), std::numeric_limits<float>::quiet_NaN());
-    const Product prod{K, t, o.rows, o.k, n, mat.data(), act, xa.size() ? xa.data() : nullptr, y.data()};
+    const Product prod{K, t, quant, panel_type, o.rows, o.k, n, mat.data(), act, xa.size() ? xa.data() : nullptr, y.data()};
 
     ThreadPool pool(o.threads);
     const auto& probes = cpu::probes();
@@ -257,7 +242,7 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     // In L2: one thread over the first ~256 KiB of the matrix (at least one panel: more for long
     // rows, reported as cacheBytes), repeated.
     const int64_t small_panels = std::clamp<int64_t>((int64_t{256} << 10) / panel_bytes, 1, panels);
-    const Product small{K, t, o.rows, o.k, small_panels * cpu::kPanel, mat.data(), act, prod.xa, y.data()};
+    const Product small{K, t, quant, panel_type, o.rows, o.k, small_panels * cpu::kPanel, mat.data(), act, prod.xa, y.data()};
     std::vector<double> tc;
     const int reps = 64;
     for (int r = 0; r < 5; ++r) {

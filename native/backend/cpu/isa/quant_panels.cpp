@@ -1,15 +1,15 @@
 // Q4_K and Q8_0 matrices (both tables; Q8_0 below Q4_K's code) repacked at load into panels of 16
 // weight rows, and their products at every batch size (each type: AVX-512 with VNNI, then AVX2).
 // A GGUF Q4_K row keeps each block's 256 values in 4-bit pairs of groups; a vector that holds one
-// step of 4 values of 16 rows (one row per 32-bit lane) has to be gathered from 16 rows, which a prefill could afford once per panel and block and the
-// decode tiles (quant_matmul.cpp) avoid by reducing each row's lanes at the end of every block
-// (either costs several times the products' own instructions at 4..16 rows). Repacked once, a step
-// is half a nibble load, and per activation row one `vpdpbusd` by the 4 activation bytes broadcast
-// from memory, where the row tiles take a `maddubs` and a `vpdpwssd` (AVX2: a `maddubs` and an
-// add, where its row tiles take a `maddubs`, a `madd` and an add per 32). A panel block holds the
-// same bytes as the 16 row blocks it replaces, so a decode step reads as much as before. (Q6_K in
-// the same form, and Q8_0 in llama.cpp's x86 order of 8 f32 lanes per output, were measured and
-// not taken: docs/performance.md.)
+// step of 4 values of 16 rows (one row per 32-bit lane) has to be gathered from 16 rows, which a
+// prefill could afford once per panel and block and the decode tiles (quant_matmul.cpp) avoid by
+// reducing each row's lanes at the end of every block (either costs several times the products' own
+// instructions at 4..16 rows). Repacked once, a step is half a nibble load, and per activation row
+// one `vpdpbusd` by the 4 activation bytes broadcast from memory, where the row tiles take a
+// `maddubs` and a `vpdpwssd` (AVX2: a `maddubs` and an add, where its row tiles take a `maddubs`, a
+// `madd` and an add per 32). A panel block holds the same bytes as the 16 row blocks it replaces,
+// so a decode step reads as much as before. (Q6_K in the same form, and Q8_0 in llama.cpp's x86
+// order of 8 f32 lanes per output, were measured and not taken: docs/performance.md.)
 //
 // Panel p (rows 16 p .. 16 p + 15; rows past N are zero), block b, 16 x 144 bytes:
 //   [0, 32)     d of the 16 rows (f16)        [32, 64)   dmin of the 16 rows (f16)
@@ -212,8 +212,8 @@ inline void q4_group_r1(const uint8_t* blk, int g, const int8_t* x, const __m256
   for (int h = 0; h < 2; ++h) is[h] = _mm256_add_epi32(is[h], _mm256_madd_epi16(s16[h], dword_byte2(sc[h], g % 4)));
 }
 
-// The scale and min bytes of a panel block as vectors per 8-row half (k_scale_min's values, one
-// row per dword): the scales of groups 0..3 and 4..7, the mins likewise.
+// The scales of a panel block as vectors per 8-row half (k_scale_min's values, one row per dword):
+// those of groups 0..3 and of groups 4..7 (the mins: q4_finish).
 struct Q4Scales {
   __m256i sc03[2], sc47[2];
 };
