@@ -319,7 +319,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
     double mm_err = 0;
     int mm_cases = 0, batch_mismatches = 0;
     for (DType wt : {DType::f32, DType::bf16})
-      for (int64_t Kd : {1, 7, 64, 100, 1030})
+      for (int64_t Kd : {1, 7, 64, 100, 1030, 2100})  // 2100: the GEMM's k slices (2048 on AVX2)
         for (int64_t N : {5, 16, 72, 200})
           for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 13, 16, 17, 23}) {
             std::vector<float> wf(static_cast<size_t>(N * Kd)), xf(static_cast<size_t>(M * Kd));

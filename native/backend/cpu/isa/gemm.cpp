@@ -15,8 +15,13 @@ namespace {
 
 constexpr int NR = 2 * VW;     // outputs per panel (two vectors)
 constexpr int MR = 6;          // token rows per register tile
-constexpr int64_t KC = 256;    // k per slice: a panel slice is NR * KC floats (16 KiB on AVX2)
-constexpr int64_t NB = 64;     // weight rows per block (4 panels on AVX2, 2 on AVX-512)
+// k per slice and weight rows per block: a block's slice is NB * KC floats, kept in L2. On AVX2
+// long slices of few rows (256 KiB: the panel being read streams from L2) rather than short ones
+// that stay in L1: every slice past the first reads and rewrites each output, and those passes
+// cost more than the L2 reads (docs/performance.md, the AVX2 section of the twenty-second
+// session). AVX-512 keeps the short slices (not measured there).
+constexpr int64_t KC = VW == 8 ? 2048 : 256;
+constexpr int64_t NB = VW == 8 ? 32 : 64;  // 2 panels on both ISAs
 
 // out[p][k][i] = W[r0 + p NR + i][k0 + k] as f32 for k < kl, zero for rows at or past r1. Eight
 // rows x eight k at a time through an 8 x 8 transpose where both are whole; element by element
