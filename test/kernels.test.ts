@@ -104,8 +104,8 @@ describe('CPU kernels against scalar references', () => {
       const r = res[isa]!;
       expect(r.rowMatmulCases).toBeGreaterThan(500);
       expect(r.rowMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact products, relative to the sum of |terms|
-      // Batch invariance: each row of a 2..16-row batch (AVX2 bf16: the 6 x 2 tile from 6 rows on)
-      // has the bits of the same row computed alone.
+      // Batch invariance: each row of a 2..16-row batch (AVX2: 2-row tiles, a 1-row tile for an odd
+      // last row) has the bits of the same row computed alone.
       expect(r.rowStreamBatchMismatches).toBe(0);
     });
   }
