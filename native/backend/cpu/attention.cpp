@@ -17,20 +17,29 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
   const int bs = spec_.block_size;
   float* kc = k_cache_.as<float>() + L.kv_index * kv_layer_elems_;
   float* vc = v_cache_.as<float>() + L.kv_index * kv_layer_elems_;
-  // inv_freq_j = theta^(-2j/rot), in double for accuracy.
-  std::vector<double> inv_freq(half);
-  for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(static_cast<double>(c.rope_theta), -2.0 * j / rot);
+  // cos | sin of pos * inv_freq_j (inv_freq_j = theta^(-2j/rot), all in double for accuracy) per
+  // token: the same for every attention layer of the step, so computed by the first one.
+  if (rope_rows_ != b.n_tokens) {
+    std::vector<double> inv_freq(half);
+    for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(static_cast<double>(c.rope_theta), -2.0 * j / rot);
+    if (rope_cs_.size() < static_cast<size_t>(b.n_tokens) * rot) rope_cs_.resize(static_cast<size_t>(b.n_tokens) * rot);
+    pool_.parallel_for(b.n_tokens, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* cs = rope_cs_.data() + t * rot;
+        for (int j = 0; j < half; ++j) {
+          const double ang = b.positions[t] * inv_freq[j];
+          cs[j] = static_cast<float>(std::cos(ang));
+          cs[half + j] = static_cast<float>(std::sin(ang));
+        }
+      }
+    }, 16);  // a decode step's few rows: no region
+    rope_rows_ = b.n_tokens;
+  }
 
   // 1) per-head RMSNorm (1+w folded) and partial NeoX RoPE on q and k; write k, v into the cache.
   pool_.parallel_for(b.n_tokens, [&](int64_t t0, int64_t t1) {
-    std::vector<float> cs(rot);
     for (int64_t t = t0; t < t1; ++t) {
-      const int pos = b.positions[t];
-      for (int j = 0; j < half; ++j) {
-        const double ang = pos * inv_freq[j];
-        cs[j] = static_cast<float>(std::cos(ang));
-        cs[half + j] = static_cast<float>(std::sin(ang));
-      }
+      const float* cs = rope_cs_.data() + t * rot;
       auto rope = [&](float* x) {
         for (int j = 0; j < half; ++j) {
           const float x0 = x[j], x1 = x[j + half];

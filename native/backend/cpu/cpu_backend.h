@@ -72,7 +72,10 @@ class CpuBackend final : public Backend {
   void save_state(int slot, int snap) override;
   void load_state(int snap, int slot) override;
 
-  void begin_step(const StepBatch& b) override { step_ = &b; }
+  void begin_step(const StepBatch& b) override {
+    step_ = &b;
+    rope_rows_ = 0;
+  }
   void embed(const WMat& table, float* x) override;
   void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) override;
   void matmul(const float* x, int rows, const WMat& w, float* y) override;               // matmul.cpp
@@ -196,6 +199,10 @@ class CpuBackend final : public Backend {
   int n_snapshots_ = 0;
   int gdn_chunk_min_ = 16;  // segments of at least this many tokens take the chunked DeltaNet
   const StepBatch* step_ = nullptr;
+  // The step's RoPE cos | sin per token ([T][rot]), computed by its first attention layer and
+  // read by the others (rope_rows_: the tokens it holds; 0 until then).
+  std::vector<float> rope_cs_;
+  int rope_rows_ = 0;
   std::vector<std::unique_ptr<AlignedBuffer>> scratch_;
   std::vector<PerThread> per_thread_;
   bool profiling_ = false;

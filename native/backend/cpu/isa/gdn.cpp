@@ -83,6 +83,19 @@ void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, 
   for (; i < M; ++i) gemm_block<NC, 1, ZERO, SUM>(A + i * lda, lda, B, ldb, K, C + i * ldc, ldc);
 }
 
+// C[i][0:NC] += Σ_{r < K_i} A[i*lda + r] * B[r][0:NC] for a lower-triangular A (zeros above the
+// diagonal), i < M: rows in groups of kLowerRows, each group's sum stopping at its last row's
+// diagonal (the products skipped are exact zeros). Both chunked forms call it, so they keep the
+// same bits.
+constexpr int kLowerRows = 16;
+template <int NC>
+void lower_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, float* C, int64_t ldc) {
+  for (int i0 = 0; i0 < M; i0 += kLowerRows) {
+    const int m = M - i0 < kLowerRows ? M - i0 : kLowerRows;
+    gemm_rows<NC>(A + i0 * lda, lda, m, B, ldb, i0 + m, C + i0 * ldc, ldc);
+  }
+}
+
 // Σ a[r]·b[r] with each product rounded to f32 and the sum taken in order of r: the Gram entries
 // of both chunked forms (the same bits whichever form computes them).
 inline float dot_rounded(const float* __restrict a, const float* __restrict b, int n) {
@@ -244,17 +257,13 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
       G[i] = 0.f;
       for (int r = 0; r < D; ++r) KT[r * CB + i] = 0.f;
     }
-    if constexpr (VW == 8) {
-      // Only the strips of 16 columns on or below the diagonal: the mask below reads row i's
-      // entries up to i's vector and zeroes the rest (AVX-512 keeps the whole products: not
-      // measured there).
-      for (int c = 0; c < L; c += 16) {
-        gemm_rows<16, true, Sum::Rounded>(Kc + c * D, D, L - c, KT + c, CB, D, A + c * CB + c, CB);
-        gemm_rows<16, true, Sum::Rounded>(Qc + c * D, D, L - c, KT + c, CB, D, QK + c * CB + c, CB);
-      }
-    } else {
-      gemm_rows<CB, true, Sum::Rounded>(Kc, D, L, KT, CB, D, A, CB);
-      gemm_rows<CB, true, Sum::Rounded>(Qc, D, L, KT, CB, D, QK, CB);
+    // Only the strips of GS columns on or below the diagonal (GS: 16 on 256-bit vectors, 32 on
+    // 512-bit ones): the mask below reads row i's entries up to i's vector and zeroes the rest
+    // (docs/performance.md, twenty-third session).
+    constexpr int GS = VW == 8 ? 16 : 32;
+    for (int c = 0; c < L; c += GS) {
+      gemm_rows<GS, true, Sum::Rounded>(Kc + c * D, D, L - c, KT + c, CB, D, A + c * CB + c, CB);
+      gemm_rows<GS, true, Sum::Rounded>(Qc + c * D, D, L - c, KT + c, CB, D, QK + c * CB + c, CB);
     }
     // The decay mask D[i][j] = e^{G_i - G_j} on j <= i (VW at a time), zeros above.
     for (int i = 0; i < L; ++i) {
@@ -305,7 +314,7 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
     for (int h = 0; h < D; h += D / 2) {
       gemm_rows<D / 2>(UW + D, UWD, L, S + h, D, D, UW + h, UWD);       // V' = U + W'S (over U)
       gemm_rows<D / 2, true>(Qc, D, L, S + h, D, D, o + h, io.o_stride);  // O = (e^G ⊙ Q) S
-      gemm_rows<D / 2>(QK, CB, L, UW + h, UWD, L, o + h, io.o_stride);    // O += ((QKᵀ)⊙D) V'
+      lower_rows<D / 2>(QK, CB, L, UW + h, UWD, o + h, io.o_stride);      // O += ((QKᵀ)⊙D) V'
     }
     // State update: S <- e^{G_L} S + (e^{G_L - G} ⊙ K)ᵀ V'.
     const float gl = G[L - 1];
@@ -382,7 +391,7 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
       }
       gemm_rows<128>(W, dk, L, S, dv, dk, U, dv);
       gemm_rows<128>(Qc, dk, L, S, dv, dk, io.o + c0 * io.o_stride, io.o_stride);
-      gemm_rows<128>(QK, C, L, U, dv, L, io.o + c0 * io.o_stride, io.o_stride);
+      lower_rows<128>(QK, C, L, U, dv, io.o + c0 * io.o_stride, io.o_stride);
     } else {
       for (int i = 0; i < L; ++i) {
         float* Ui = U + static_cast<int64_t>(i) * dv;
