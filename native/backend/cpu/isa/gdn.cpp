@@ -443,6 +443,9 @@ namespace {
 // row stride, 4+ KiB, at a time: a new page per load). The input before row 0 is the state (the
 // previous H inputs, oldest first). Per element: w[H]·x[t], then + w[r]·x[t-H+r] for r < H in order.
 constexpr int64_t kConvTile = 256;
+// Rows ahead that a tile's pass prefetches (4: 2, 3, 8 and 16 measured slower; docs/performance.md,
+// twenty-third session).
+constexpr int kConvAhead = 4;
 
 template <int KC>
 void conv_silu_t(const float* x, int64_t xs, int T, float* state, const float* wT, int64_t cd, int64_t c0, int64_t c1,
@@ -455,8 +458,17 @@ void conv_silu_t(const float* x, int64_t xs, int T, float* state, const float* w
       for (int r = 0; r < H; ++r) src[r] = t - H + r >= 0 ? x + (t - H + r) * xs : state + (t + r) * cd;
       const float* xt = x + t * xs;
       float* ot = out + t * os;
+      // The row kConvAhead on: its piece of x and of the output, a line at a time (the rows are a
+      // stride apart, and one row's piece is too short a run for the hardware prefetchers).
+      const bool ahead = t + kConvAhead < T;
+      const float* xa = ahead ? x + (t + kConvAhead) * xs : nullptr;
+      float* oa = ahead ? out + (t + kConvAhead) * os : nullptr;
       int64_t c = a;
       for (; c + VW <= b; c += VW) {
+        if (ahead && c % 16 == 0) {  // a line per 16 floats
+          _mm_prefetch(reinterpret_cast<const char*>(xa + c), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(oa + c), _MM_HINT_T0);
+        }
         vf acc = vmul(vload(wT + H * cd + c), vload(xt + c));
         for (int r = 0; r < H; ++r) acc = vfma(vload(wT + r * cd + c), vload(src[r] + c), acc);
         vstore(ot + c, vsilu(acc));
