@@ -15,6 +15,7 @@
 #include "backend/cpu/probes.h"
 #include "core/aligned.h"
 #include "core/clock.h"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/quant_ref.h"
 #include "core/thread_pool.h"
@@ -255,7 +256,7 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     const double macs_per_byte = static_cast<double>(o.rows) * static_cast<double>(o.k) / static_cast<double>(wrow);
 
     auto res = Napi::Object::New(env);
-    res.Set("isa", K.name);
+    res.Set("isa", active_isa_name());  // the ISA path as every bench header names it (cpuInfo().isa)
     res.Set("type", dtype_info(t).name);
     res.Set("rows", o.rows);
     res.Set("k", static_cast<double>(o.k));
