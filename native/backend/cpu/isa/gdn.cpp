@@ -251,12 +251,15 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
   for (int c0 = 0; c0 < n; c0 += CB) {
     const int L = n - c0 < CB ? n - c0 : CB;
     block_rows(io, c0, L, D, G, Kc, Qc);
-    for (int i = 0; i < L; ++i)
-      for (int r = 0; r < D; ++r) KT[r * CB + i] = Kc[i * D + r];
-    for (int i = L; i < CB; ++i) {
-      G[i] = 0.f;
-      for (int r = 0; r < D; ++r) KT[r * CB + i] = 0.f;
-    }
+    for (int i = L; i < CB; ++i) G[i] = 0.f;
+    // KT by 8 x 8 transposes (rows past L zero).
+    for (int i0 = 0; i0 < CB; i0 += 8)
+      for (int r0 = 0; r0 < D; r0 += 8) {
+        __m256 in[8], out[8];
+        for (int a = 0; a < 8; ++a) in[a] = i0 + a < L ? _mm256_loadu_ps(Kc + (i0 + a) * D + r0) : _mm256_setzero_ps();
+        transpose8(in, out);
+        for (int b = 0; b < 8; ++b) _mm256_storeu_ps(KT + (r0 + b) * CB + i0, out[b]);
+      }
     // Only the strips of GS columns on or below the diagonal (GS: 16 on 256-bit vectors, 32 on
     // 512-bit ones): the mask below reads row i's entries up to i's vector and zeroes the rest
     // (docs/performance.md, twenty-third session).
