@@ -19,6 +19,8 @@ import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
 /** What the addon's kernelBench returns (native/addon/kernel_bench.cpp). */
 export interface KernelBenchResult {
   isa: string; type: string; rows: number; k: number; n: number;
+  /** The layout read, as the engine stores the type on this ISA (bf16 panels on AVX-512 BF16, quantized panels, rows). */
+  layout: string;
   /** Bytes the kernel reads (the packed panels for the types the engine repacks). */
   bytes: number; storedBytes: number; threads: number; pairs: number;
   kernelGBs: number; readGBs: number; kernelOverRead: number; kernelGBsBest: number; readGBsBest: number;
@@ -73,7 +75,7 @@ function main(): void {
   const cpu = machineInfo();
   const results: KernelBenchResult[] = [];
   const out: string[] = [];
-  const head = ['type', 'rows', 'MiB', 'kernel GB/s', 'read GB/s', 'kernel/read', 'L2 GB/s (1 thread)', 'G mul-add/s'];
+  const head = ['type', 'rows', 'MiB', 'kernel GB/s', 'read GB/s', 'kernel/read', 'L2 GB/s (1 thread)', 'G mul-add/s', 'layout'];
   for (const type of opt.types)
     for (const rows of opt.rows) {
       log(`${type}, ${rows} row${rows > 1 ? 's' : ''} ...`);
@@ -88,7 +90,7 @@ function main(): void {
       if (r.outputsWritten !== r.outputs) throw new Error(`${type}, ${rows} rows: the kernel wrote ${r.outputsWritten} of ${r.outputs} outputs`);
       results.push(r);
       out.push([r.type, String(r.rows), (r.bytes / 2 ** 20).toFixed(0), r.kernelGBs.toFixed(1), r.readGBs.toFixed(1), r.kernelOverRead.toFixed(2), r.cacheGBs.toFixed(1),
-        (r.kernelGBs * r.macPerByte).toFixed(1)].join('\t'));
+        (r.kernelGBs * r.macPerByte).toFixed(1), r.layout].join('\t'));
     }
   const isa = results[0]?.isa ?? '?';
   process.stdout.write(`CPU: ${cpu.cpuModel}; ISA path: ${isa}; ${opt.threads} threads; K = ${opt.k}; ` +

@@ -18,12 +18,17 @@ const ROW_BYTES: Record<string, number> = { Q4_K: 576, Q6_K: 840, Q8_0: 1088, BF
 
 describe('kernelBench', () => {
   for (const type of Object.keys(ROW_BYTES))
-    for (const rows of [1, 5]) {
+    // 8 rows: packed bf16 batches of 7..16 rows run as three streams a third apart.
+    for (const rows of [1, 5, 8]) {
       it(`${type}, ${rows} row${rows > 1 ? 's' : ''}: measures the kernel and a read of the same bytes`, () => {
         const r = addon.kernelBench({ type, rows, k: 1024, mib: 1, threads: 2, pairs: 1 });
         expect(r.isa).toBe(addon.cpuInfo().isa);
         expect(r.type).toBe(type);
         expect(r.rows).toBe(rows);
+        // The layout the engine keeps the type in on this ISA (cpu/weights.cpp).
+        const layout = type === 'BF16' ? (r.isa === 'avx512-bf16' ? 'bf16 panels (vdpbf16ps)' : 'rows')
+          : ['Q4_K', 'Q8_0'].includes(type) ? 'quantized panels' : ['F32'].includes(type) ? 'rows' : 'quantized rows';
+        expect(r.layout).toBe(layout);
         // Whole 16-row panels, at least 32 per thread (4 streams of 8 panels each).
         expect(r.n % 16).toBe(0);
         expect(r.n).toBeGreaterThanOrEqual(32 * 2 * 16);

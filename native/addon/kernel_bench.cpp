@@ -99,14 +99,16 @@ double median(std::vector<double> v) {
 }
 
 // The kernel over weight rows [0, N) as the backend splits a product (cpu/matmul.cpp): 1..3 rows
-// (and the row-major types at every decode size) as four streams a quarter of the matrix apart,
-// each thread its share of every quarter and the panels past the last whole quarter a piece of
-// their own (decode_region); more rows in pieces of ~256 KiB of weights, each thread its own
-// contiguous share (matmul_quantized's two runs).
+// (and the row-major and packed bf16 matrices at every decode size) as four streams a quarter of
+// the matrix apart (packed bf16 at 7..16 rows: three, a third apart), each thread its share of
+// every quarter and the panels past the last whole quarter a piece of their own (decode_region);
+// more rows in pieces of ~256 KiB of weights, each thread its own contiguous share
+// (matmul_quantized's two runs).
 struct Product {
   const cpu::Kernels& K;
   DType t;
   bool quant, panels;  // block-quantized; repacked into panels (K.packs_quant_panels)
+  bool packed_bf16;    // bf16 in vdpbf16ps panels (K.pack_bf16; xq: x rounded to bf16)
   int rows;
   int64_t k, n;
   const void* w;       // the stored (or, for panel types, packed) matrix
@@ -117,10 +119,11 @@ struct Product {
   void run(int tid, int nth) const {
     const int64_t np = (n + cpu::kPanel - 1) / cpu::kPanel;
     if (!quant || rows <= 3) {
-      const int64_t q = np / 4;  // panels per quarter
+      const int streams = packed_bf16 && rows > 6 ? 3 : 4;  // as decode_region
+      const int64_t q = np / streams;                        // panels per quarter (third)
       const int64_t p0 = q * tid / nth, p1 = q * (tid + 1) / nth;
       for (int64_t p = p0; p < p1; p += 8) piece(p, std::min(p1, p + 8), q);
-      if (tid == nth - 1 && 4 * q < np) piece(4 * q, np, 0);  // past the last whole quarter
+      if (tid == nth - 1 && streams * q < np) piece(streams * q, np, 0);  // past the last whole quarter
       return;
     }
     const int64_t share = np / nth, p0 = tid * share, p1 = tid == nth - 1 ? np : p0 + share;
@@ -130,7 +133,9 @@ struct Product {
   // Panels [p0, p1): with slice > 0, also the panels slice, 2 slice and 3 slice on (the streams);
   // with slice 0 adjacent (matmul_quant_streams then runs matmul_quant's tiles).
   void piece(int64_t p0, int64_t p1, int64_t slice) const {
-    if (panels)
+    if (packed_bf16)
+      K.matmul_packed(static_cast<const uint16_t*>(xq), rows, k, static_cast<const uint16_t*>(w), n, p0, p1, y, n, slice);
+    else if (panels)
       K.matmul_quant_panels(t, xq, xa, rows, k, w, n, p0, p1, y, n, slice);
     else if (quant)
       K.matmul_quant_streams(xq, rows, k, w, t, n, p0, p1, y, n, slice);
@@ -169,13 +174,20 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
       K.pack_quant_panels(t, stored.data(), n, o.k, 0, panels, packed.data());
       stored = AlignedBuffer();
     }
-    const AlignedBuffer& mat = panel_type ? packed : stored;
+    // bf16 where the engine packs it (cpu/weights.cpp: AVX-512 BF16, even rows): the same panels.
+    const bool packed_bf16 = t == DType::bf16 && K.pack_bf16 != nullptr && o.k % 2 == 0;
+    if (packed_bf16) {
+      packed.resize(stored.size(), false);
+      K.pack_bf16(stored.as<uint16_t>(), n, o.k, 0, panels, packed.as<uint16_t>());
+      stored = AlignedBuffer();
+    }
+    const AlignedBuffer& mat = panel_type || packed_bf16 ? packed : stored;
     // Activations.
     std::vector<float> x(static_cast<size_t>(o.rows * o.k));
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     for (float& v : x) v = u(rng);
     std::vector<float> xs;
-    AlignedBuffer xq, xa;
+    AlignedBuffer xq, xa, xb;
     const void* act = x.data();
     if (quant) {
       const ActQuant a = dtype_info(t).act;
@@ -187,6 +199,10 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
         xa.resize(ab + 64);
         K.panel_act(a, xq.data(), o.rows, o.k, xa.data());
       }
+    } else if (packed_bf16) {
+      xb.resize(x.size() * 2 + 64);
+      K.to_bf16(x.data(), xb.as<uint16_t>(), static_cast<int64_t>(x.size()));
+      act = xb.data();
     } else if (t == DType::bf16) {
       xs.resize(x.size());
       K.split_x(x.data(), o.rows, o.k, xs.data());
@@ -195,7 +211,7 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     // NaN until written: the outputs a kernel pass leaves unwritten are counted (a split that
     // skipped panels would read fewer bytes and look faster).
     std::vector<float> y(static_cast<size_t>(o.rows * n), std::numeric_limits<float>::quiet_NaN());
-    const Product prod{K, t, quant, panel_type, o.rows, o.k, n, mat.data(), act, xa.size() ? xa.data() : nullptr, y.data()};
+    const Product prod{K, t, quant, panel_type, packed_bf16, o.rows, o.k, n, mat.data(), act, xa.size() ? xa.data() : nullptr, y.data()};
 
     ThreadPool pool(o.threads);
     const auto& probes = cpu::probes();
@@ -243,7 +259,7 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     // In L2: one thread over the first ~256 KiB of the matrix (at least one panel: more for long
     // rows, reported as cacheBytes), repeated.
     const int64_t small_panels = std::clamp<int64_t>((int64_t{256} << 10) / panel_bytes, 1, panels);
-    const Product small{K, t, quant, panel_type, o.rows, o.k, small_panels * cpu::kPanel, mat.data(), act, prod.xa, y.data()};
+    const Product small{K, t, quant, panel_type, packed_bf16, o.rows, o.k, small_panels * cpu::kPanel, mat.data(), act, prod.xa, y.data()};
     std::vector<double> tc;
     const int reps = 64;
     for (int r = 0; r < 5; ++r) {
@@ -258,6 +274,8 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     auto res = Napi::Object::New(env);
     res.Set("isa", active_isa_name());  // the ISA path as every bench header names it (cpuInfo().isa)
     res.Set("type", dtype_info(t).name);
+    // The layout the kernel read, as the engine stores this type on this ISA.
+    res.Set("layout", packed_bf16 ? "bf16 panels (vdpbf16ps)" : panel_type ? "quantized panels" : quant ? "quantized rows" : "rows");
     res.Set("rows", o.rows);
     res.Set("k", static_cast<double>(o.k));
     res.Set("n", static_cast<double>(n));
