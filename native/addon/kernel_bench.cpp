@@ -119,7 +119,7 @@ struct Product {
   void run(int tid, int nth) const {
     const int64_t np = (n + cpu::kPanel - 1) / cpu::kPanel;
     if (!quant || rows <= 3) {
-      const int streams = packed_bf16 && rows > 6 ? 3 : 4;  // as decode_region
+      const int streams = cpu::decode_streams(packed_bf16, rows);  // as decode_region
       const int64_t q = np / streams;                        // panels per quarter (third)
       const int64_t p0 = q * tid / nth, p1 = q * (tid + 1) / nth;
       for (int64_t p = p0; p < p1; p += 8) piece(p, std::min(p1, p + 8), q);
@@ -174,8 +174,8 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
       K.pack_quant_panels(t, stored.data(), n, o.k, 0, panels, packed.data());
       stored = AlignedBuffer();
     }
-    // bf16 where the engine packs it (cpu/weights.cpp: AVX-512 BF16, even rows): the same panels.
-    const bool packed_bf16 = t == DType::bf16 && K.pack_bf16 != nullptr && o.k % 2 == 0;
+    // bf16 where the engine packs it (AVX-512 BF16): the same panels.
+    const bool packed_bf16 = cpu::packs_bf16(K, t, o.k);
     if (packed_bf16) {
       packed.resize(stored.size(), false);
       K.pack_bf16(stored.as<uint16_t>(), n, o.k, 0, panels, packed.as<uint16_t>());

@@ -12,7 +12,6 @@
 namespace lumen::cpu {
 
 struct Kernels {
-  const char* name;
   // y[m*ldy + n] = dot(x[m*K ..], W[n*K ..]) for m in [0, M), n in [n0, n1). W is f32 or bf16.
   void (*matmul)(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1,
                  float* y, int64_t ldy);
@@ -111,6 +110,14 @@ struct Kernels {
 
 constexpr int kPanel = 16;
 inline int64_t packed_elems(int64_t N, int64_t K) { return (N + kPanel - 1) / kPanel * kPanel * K; }
+// Whether a matrix of this type and row length is kept in vdpbf16ps panels (the tables with
+// pack_bf16; K even): the backend's choice at load (weights.cpp), which kernelBench mirrors.
+inline bool packs_bf16(const Kernels& k, DType t, int64_t cols) {
+  return k.pack_bf16 != nullptr && t == DType::bf16 && cols % 2 == 0;
+}
+// The weight streams a decode-sized product reads side by side (matmul_packed's and the stream
+// kernels' slice): 3 for packed bf16 panels at 7..16 rows (the 8-row tile spans 3 panels), else 4.
+inline int decode_streams(bool packed, int64_t rows) { return packed && rows > 6 ? 3 : 4; }
 
 const Kernels& kernels();
 

@@ -132,7 +132,7 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
   // the last whole quarter (third) are a piece of their own. Pieces shrink from 1 MiB to 128 KiB
   // as the bytes left run out, so the core done first waits less for the other's last piece
   // (figures: docs/performance.md, v25 and v26).
-  const int streams = !packed || rows <= 6 ? 4 : 3;  // see matmul_packed's and matmul_streams' slice
+  const int streams = decode_streams(packed, rows);
   auto panels_of = [&](int i) { return (ws[i]->rows + kPanel - 1) / kPanel; };
   auto panel_bytes = [&](int i) {
     const DType t = ws[i]->dtype;

@@ -19,7 +19,7 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
   auto M = [&](const HostMat& m) {
     WMat r{m.data, m.dtype, m.rows, m.cols, nullptr};
     const int64_t panels = (m.rows + kPanel - 1) / kPanel;
-    if (pack && m.dtype == DType::bf16 && m.cols % 2 == 0) {
+    if (packs_bf16(kernels_, m.dtype, m.cols)) {
       auto it = packed_weights_.find(m.data);
       if (it == packed_weights_.end()) {
         auto* dst = static_cast<uint16_t*>(weight_memory_.alloc(packed_elems(m.rows, m.cols) * 2));

@@ -6,11 +6,6 @@ namespace lumen::cpu::LUMEN_ISA {
 
 extern const Kernels table;
 const Kernels table = {
-#if defined(__AVX512F__)
-    "avx512",
-#else
-    "avx2",
-#endif
     matmul, split_x, matmul_streams, gemm, quantize_act, matmul_quant, matmul_quant_streams, dot, axpy, scale, sumsq, row_to_f32,
 #if defined(__AVX512BF16__)
     pack_bf16, matmul_packed, to_bf16,
