@@ -36,7 +36,10 @@ import {
 
 interface Figures { prefill: number; decode1: number; decode8: number }
 interface Bandwidth { readGBs: number; readGBsMedian: number }
-type Probe = Bandwidth & { readGBs1Stream: number; peakGflops: number; peakKind: string };
+interface Peak { peakGflops: number; peakKind: string }
+type Probe = Bandwidth & Peak & { readGBs1Stream: number };
+type ProbeParts = 'all' | 'bandwidth' | 'peak';
+interface Probes { bandwidth(): Bandwidth; peak?: () => Peak }
 
 const LLAMA_KINDS = ['auto', 'native', 'prebuilt'] as const;
 
@@ -77,22 +80,26 @@ function decodeRate(streams: number[][]): number {
   return r;
 }
 
-// probe: the machine's read bandwidth now, as its best pass and its sustained (median) pass. It is
-// taken just before and just after the c=1 decode, and the higher of the two is that decode's
-// limit: a single probe seconds away sometimes caught a slower moment than the decode saw, and put
-// the decode above 100 % of its roofline.
-async function oursRound(opt: Options, e: EngineHandle, round: number, probe?: () => Bandwidth): Promise<Figures & { bw: Bandwidth }> {
+// probes: the machine's limits now. The read bandwidth (its best pass and its sustained, median
+// pass) is taken just before and just after the c=1 decode, and the higher of the two is that
+// decode's limit: a single probe seconds away sometimes caught a slower moment than the decode saw,
+// and put the decode above 100 % of its roofline. The same for the multiply-add peak around the
+// prefill, where it is the prefill's limit (float weights): the peak probed once at the start moved
+// by 697-834 GFLOP/s between runs on one machine, more than the code between them did.
+async function oursRound(opt: Options, e: EngineHandle, round: number, probes?: Probes): Promise<Figures & { bw: Bandwidth; peakGflops: number }> {
   const ids = benchIds;
+  const peakBefore = probes?.peak?.().peakGflops ?? NaN;
   const p = await e.submit({ prompt: ids(opt.isl, 1000 + round), maxTokens: 1, ignoreEos: true }).done;
   const prefill = opt.isl / ((p.tokenMs[0]! - p.enqueueMs) / 1000);
+  const peakGflops = Math.max(peakBefore, probes?.peak?.().peakGflops ?? NaN);
   const unprobed: Bandwidth = { readGBs: NaN, readGBsMedian: NaN };
-  const before = probe?.() ?? unprobed;
+  const before = probes?.bandwidth() ?? unprobed;
   const one = await e.submit({ prompt: ids(opt.decodePrompt, 2000 + round), maxTokens: opt.decodeTokens, ignoreEos: true }).done;
-  const after = probe?.() ?? unprobed;
+  const after = probes?.bandwidth() ?? unprobed;
   const bw = { readGBs: Math.max(before.readGBs, after.readGBs), readGBsMedian: Math.max(before.readGBsMedian, after.readGBsMedian) };
   const eight = await Promise.all(Array.from({ length: 8 }, (_, i) =>
     e.submit({ prompt: ids(opt.decodePrompt, 3000 + 10 * round + i), maxTokens: opt.decodeTokens, ignoreEos: true }).done));
-  return { prefill, decode1: decodeRate([one.tokenMs]), decode8: decodeRate(eight.map((r) => r.tokenMs)), bw };
+  return { prefill, decode1: decodeRate([one.tokenMs]), decode8: decodeRate(eight.map((r) => r.tokenMs)), bw, peakGflops };
 }
 
 /** One weight type under test: the files, both engines, and what was measured on them. */
@@ -109,6 +116,8 @@ interface Entry {
   /** Sustained (median pass) and best-pass read bandwidth around each round's c=1 decode of ours. */
   roundGBs: number[];
   roundBestGBs: number[];
+  /** The multiply-add peak around each round's prefill of ours (float weights; NaN otherwise). */
+  roundPeaks: number[];
 }
 
 const label = (q: OutDtype) => q.toUpperCase();
@@ -122,7 +131,7 @@ async function main(): Promise<void> {
     for (const f of files) process.stdout.write(`${label(f.quant)}: ours ${f.ours}; llama.cpp ${f.llama}\n`);
     return;
   }
-  const addon = loadAddon() as unknown as { probeMachine(t: number, peak?: boolean): Probe };
+  const addon = loadAddon() as unknown as { probeMachine(t: number, parts?: ProbeParts): Probe };
   log('probing the machine (read bandwidth, peak multiply-add rate) ...');
   const machine = addon.probeMachine(opt.threads);
   const ctxLen = opt.decodePrompt + opt.decodeTokens + 8;
@@ -142,7 +151,7 @@ async function main(): Promise<void> {
     const ref = await referenceLlama(opt, shared, f.llama, ctxLen);
     entries.push({
       files: f, ourModel, llamaModel, engine, ref, step: decodeStepBytes(ourModel), prefillFlops: prefillFlopsPerToken(ourModel),
-      ours: [], llamaRounds: [], roundGBs: [], roundBestGBs: [],
+      ours: [], llamaRounds: [], roundGBs: [], roundBestGBs: [], roundPeaks: [],
     });
   }
   const cpu = machineInfo().cpuModel;
@@ -156,19 +165,25 @@ async function main(): Promise<void> {
   }
   for (let r = 0; r < opt.rounds; r++) {
     for (const e of entries) {
-      const o = await oursRound(opt, e.engine, r, () => addon.probeMachine(opt.threads, false));
-      e.ours.push(o);
+      const o = await oursRound(opt, e.engine, r, {
+        bandwidth: () => addon.probeMachine(opt.threads, 'bandwidth'),
+        // Block-quantized prefill is set against llama.cpp, not against the peak (see report).
+        ...(isQuantDtype(e.files.quant) ? {} : { peak: () => addon.probeMachine(opt.threads, 'peak') }),
+      });
+      e.ours.push({ prefill: o.prefill, decode1: o.decode1, decode8: o.decode8 });
       e.roundGBs.push(o.bw.readGBsMedian);
       e.roundBestGBs.push(o.bw.readGBs);
+      e.roundPeaks.push(o.peakGflops);
       e.llamaRounds.push(await e.ref.round(r));
-      log(`round ${r + 1}/${opt.rounds} ${label(e.files.quant)}: read ${e.roundGBs[r]!.toFixed(1)} GB/s sustained, ${e.roundBestGBs[r]!.toFixed(1)} best pass; ours ${fmt(e.ours[r]!)} | llama.cpp ${fmt(e.llamaRounds[r]!)}`);
+      const peak = Number.isNaN(o.peakGflops) ? '' : `, peak ${o.peakGflops.toFixed(0)} GFLOP/s`;
+      log(`round ${r + 1}/${opt.rounds} ${label(e.files.quant)}: read ${e.roundGBs[r]!.toFixed(1)} GB/s sustained, ${e.roundBestGBs[r]!.toFixed(1)} best pass${peak}; ours ${fmt(e.ours[r]!)} | llama.cpp ${fmt(e.llamaRounds[r]!)}`);
     }
   }
 
   const allGBs = entries.flatMap((e) => e.roundGBs);
   const out: string[] = [];
   out.push(`CPU: ${cpu}; our ISA path: ${isa}; llama.cpp: ${shared.describe}`);
-  out.push(`machine: ${opt.threads} threads, read bandwidth ${median(allGBs).toFixed(1)} GB/s sustained (median pass of the best of 1, 4 and 8 read streams per thread, 4 passes of 1 GiB before and after each of our c=1 decodes; the median of all those limits), one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start; peak ${machine.peakGflops.toFixed(0)} GFLOP/s (${machine.peakKind})`);
+  out.push(`machine: ${opt.threads} threads, read bandwidth ${median(allGBs).toFixed(1)} GB/s sustained (median pass of the best of 1, 4 and 8 read streams per thread, 4 passes of 1 GiB before and after each of our c=1 decodes; the median of all those limits), one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start; peak ${machine.peakGflops.toFixed(0)} GFLOP/s at start (${machine.peakKind}; float weights' prefill is set against the higher of the peaks probed just before and just after it, per round)`);
   out.push(`rounds: ${opt.rounds}, interleaved (round r: for each of ${entries.map((e) => label(e.files.quant)).join(', ')}: ours, then llama.cpp), after one warm-up round of each; medians; prefill ${opt.isl} tokens, decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
   out.push(`decode bytes per step: ${DECODE_BYTES_RULE}`);
   out.push(`prefill FLOPs per token: ${PREFILL_FLOPS_RULE}`);
@@ -208,8 +223,13 @@ function report(opt: Options, e: Entry, machine: Probe, out: string[]): Record<s
   // block-quantized ones integer dot products (maddubs/madd, dpbusd), whose peak it does not, so
   // their prefill is set against llama.cpp (the issue's target) and its FLOP rate shown beside the
   // probed peak for scale only.
-  const prefillRoof = (machine.peakGflops * 1e9) / e.prefillFlops;
   const gflops = (tokS: number) => (tokS * e.prefillFlops) / 1e9;
+  // Float weights: each round's prefill against the peak probed around it, median of the rounds;
+  // the roofline printed is the one at the median of those peaks.
+  const prefillPeak = blockQuant ? machine.peakGflops : median(e.roundPeaks);
+  const prefillRoof = (prefillPeak * 1e9) / e.prefillFlops;
+  const prefillRoundFracs = blockQuant ? [] : e.ours.map((f, i) => gflops(f.prefill) / e.roundPeaks[i]!);
+  const prefillFrac = blockQuant ? NaN : median(prefillRoundFracs);
   const ratio = { prefill: ours.prefill / llama.prefill, decode1: ours.decode1 / llama.decode1, decode8: ours.decode8 / llama.decode8 };
   const c8OverC1 = { ours: ours.decode8 / ours.decode1, llama: llama.decode8 / llama.decode1 };
   const same = e.files.ours === e.files.llama;
@@ -219,10 +239,10 @@ function report(opt: Options, e: Entry, machine: Probe, out: string[]): Record<s
   out.push(`ours:      ${e.files.ours} (${weightFormatLine(e.ourModel)}; ${mib(e.ourModel.bytesOnDisk)})`);
   out.push(`llama.cpp: ${same ? 'the same file' : `${e.files.llama} (${weightFormatLine(e.llamaModel)}; ${mib(e.llamaModel.bytesOnDisk)})`}`);
   out.push(`decode reads ${(e.step.total / 1e9).toFixed(3)} GB/step (matrices ${(e.step.matrixBytes / 1e9).toFixed(3)} GB + state ${(e.step.stateBytes / 1e6).toFixed(1)} MB) -> roofline ${decodeRoof.toFixed(1)} tok/s at ${readGBs.toFixed(1)} GB/s (median of this type's rounds: ${e.roundGBs.map((x) => x.toFixed(1)).join(' / ')})`);
-  out.push(`prefill ${(e.prefillFlops / 1e9).toFixed(3)} GFLOP/token -> ${blockQuant ? `ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s, llama.cpp ${gflops(llama.prefill).toFixed(0)} GFLOP/s; limit: llama.cpp (integer dot products: their peak is not probed; the ${machine.peakKind} peak of ${machine.peakGflops.toFixed(0)} GFLOP/s, for scale only, would be ${prefillRoof.toFixed(0)} tok/s)` : `roofline ${prefillRoof.toFixed(0)} tok/s at the ${machine.peakKind} peak; ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s`}`);
+  out.push(`prefill ${(e.prefillFlops / 1e9).toFixed(3)} GFLOP/token -> ${blockQuant ? `ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s, llama.cpp ${gflops(llama.prefill).toFixed(0)} GFLOP/s; limit: llama.cpp (integer dot products: their peak is not probed; the ${machine.peakKind} peak of ${machine.peakGflops.toFixed(0)} GFLOP/s, for scale only, would be ${prefillRoof.toFixed(0)} tok/s)` : `roofline ${prefillRoof.toFixed(0)} tok/s at the ${machine.peakKind} peak (median of the peaks probed around each round's prefill: ${e.roundPeaks.map((x) => x.toFixed(0)).join(' / ')} GFLOP/s); ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s`}`);
   out.push(`${'figure'.padEnd(32)}${'ours'.padStart(10)}${'llama.cpp'.padStart(12)}${'ratio'.padStart(8)}${'ours/roofline'.padStart(15)}`);
   const rows: Array<[string, keyof Figures, number]> = [
-    [`prefill tok/s (isl ${opt.isl})`, 'prefill', blockQuant ? NaN : ours.prefill / prefillRoof],
+    [`prefill tok/s (isl ${opt.isl})`, 'prefill', prefillFrac],
     ['decode tok/s c=1', 'decode1', decodeFrac],
     ['decode tok/s c=8 (aggregate)', 'decode8', NaN],
   ];
@@ -231,6 +251,7 @@ function report(opt: Options, e: Entry, machine: Probe, out: string[]): Record<s
   }
   out.push(`c=8 / c=1 (ours): ${c8OverC1.ours.toFixed(2)}x; (llama.cpp): ${c8OverC1.llama.toFixed(2)}x`);
   out.push(`decode roofline fraction per round: ${roundFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')}; against the best single pass instead: ${roundBestFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')} (median ${(100 * decodeBestFrac).toFixed(0)} %)`);
+  if (!blockQuant) out.push(`prefill peak fraction per round (each against the higher of the peaks probed just before and after it): ${prefillRoundFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')}`);
   roundFracs.forEach((frac, i) => {
     if (frac > 1) out.push(`note: round ${i + 1}'s decode ran at ${(100 * frac).toFixed(0)} % of the roofline its probes gave: the bandwidth changed within the round; that round's fraction is not a measurement`);
   });
@@ -250,7 +271,8 @@ function report(opt: Options, e: Entry, machine: Probe, out: string[]): Record<s
     decodeRoof, decodeFrac, roundFracs, decodeBestFrac, roundBestFracs,
     prefillFlops: e.prefillFlops, prefillGflops: { ours: gflops(ours.prefill), llama: gflops(llama.prefill) },
     prefillLimit: blockQuant ? 'llama.cpp (the integer kernels\' peak is not probed)' : `${machine.peakKind} peak`,
-    prefillRoof: blockQuant ? null : prefillRoof, prefillFrac: blockQuant ? null : ours.prefill / prefillRoof,
+    prefillRoof: blockQuant ? null : prefillRoof, prefillFrac: blockQuant ? null : prefillFrac,
+    roundPeakGflops: blockQuant ? null : e.roundPeaks, prefillRoundFracs: blockQuant ? null : prefillRoundFracs,
     targets,
   };
 }

@@ -67,3 +67,21 @@ describe('kernelBench', () => {
     }
   });
 });
+
+// The machine probe (bench:peer's limits): the parts it is asked for, and only those. bench:peer
+// probes the peak alone around each float-weight prefill, and the bandwidth alone around each decode.
+describe('probeMachine', () => {
+  const probe = (loadAddon() as unknown as { probeMachine(threads: number, parts?: unknown): Record<string, unknown> }).probeMachine;
+
+  it("'peak' measures the multiply-add peak and no bandwidth", () => {
+    const r = probe(1, 'peak');
+    expect(r.threads).toBe(1);
+    expect(r.peakGflops).toBeGreaterThan(0);
+    expect(r.peakKind).toBe(addon.cpuInfo().isa === 'avx512-bf16' ? 'bf16 dot (vdpbf16ps)' : 'f32 FMA');
+    expect(r.readGBs).toBeUndefined();
+  });
+
+  it('refuses any other parts argument with an error naming it', () => {
+    for (const bad of ['both', false, 1]) expect(() => probe(1, bad)).toThrow(/parts must be 'all', 'bandwidth' or 'peak'/);
+  });
+});

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/probes.h"
@@ -14,14 +15,49 @@
 
 namespace lumen {
 
+namespace {
+
+// The peak multiply-add rate of all the pool's threads: independent chains in registers; best of 3.
+double peak_gflops(ThreadPool& pool, const cpu::Probes& probes) {
+  const int threads = pool.size();
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> flops(threads);
+    const int64_t t0 = now_ns();
+    pool.run([&](int tid, int) { flops[tid] = probes.fma_burn(20'000'000); });
+    const double s = static_cast<double>(now_ns() - t0) / 1e9;
+    double total = 0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
 Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int threads = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Int32Value() : 0;
   if (threads <= 0) threads = usable_cpus();
-  // probeMachine(threads, peak = true): without peak, only the bandwidth (the per-round probes).
-  const bool with_peak = info.Length() < 2 || !info[1].IsBoolean() || info[1].As<Napi::Boolean>().Value();
+  // probeMachine(threads, parts = 'all'): 'bandwidth' alone (the per-round probes around a decode),
+  // 'peak' alone (the per-round probes around a prefill), or both.
+  std::string parts = "all";
+  if (info.Length() > 1 && !info[1].IsUndefined()) {
+    if (info[1].IsString()) parts = info[1].As<Napi::String>().Utf8Value();
+    if (!info[1].IsString() || (parts != "all" && parts != "bandwidth" && parts != "peak")) {
+      Napi::TypeError::New(env, "probeMachine: parts must be 'all', 'bandwidth' or 'peak'").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
   const auto& probes = cpu::probes();
   ThreadPool pool(threads);
+  auto o = Napi::Object::New(env);
+  o.Set("threads", threads);
+  if (parts != "bandwidth") {
+    o.Set("peakGflops", peak_gflops(pool, probes));
+    o.Set("peakKind", active_isa() == Isa::avx512 ? "bf16 dot (vdpbf16ps)" : "f32 FMA");
+  }
+  if (parts == "peak") return o;
   // Bandwidth: read a 1 GiB buffer (far beyond the caches) several times. Passes alternate between
   // 1, 4 and 8 side-by-side streams per thread: one stream per core leaves bandwidth unused on this
   // machine (25 vs 35 GB/s in a slow phase, 53 vs 76 in a fast one), and a limit that a plain loop
@@ -71,27 +107,11 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
     o.Set("readGBs", a);
     passes.Set(static_cast<uint32_t>(si), o);
   }
-  auto o = Napi::Object::New(env);
-  o.Set("threads", threads);
   o.Set("readGBs", best_bw);
   o.Set("readGBsMedian", median_bw);
   o.Set("readGBs1Stream", *std::max_element(by[0].begin(), by[0].end()));
   o.Set("passes", passes);
   o.Set("sink", static_cast<double>(sinks[0]));
-  if (!with_peak) return o;
-  // Peak: independent multiply-add chains in registers on every thread; best of 3.
-  double best_flops = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> flops(threads);
-    const int64_t t0 = now_ns();
-    pool.run([&](int tid, int) { flops[tid] = probes.fma_burn(20'000'000); });
-    const double s = static_cast<double>(now_ns() - t0) / 1e9;
-    double total = 0;
-    for (double f : flops) total += f;
-    best_flops = std::max(best_flops, total / s / 1e9);
-  }
-  o.Set("peakGflops", best_flops);
-  o.Set("peakKind", active_isa() == Isa::avx512 ? "bf16 dot (vdpbf16ps)" : "f32 FMA");
   return o;
 }
 
