@@ -8,7 +8,7 @@ interface TableCheck {
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
-  packedMatmulCases?: number; packedMatmulMaxErr?: number; // AVX-512 BF16 only
+  packedMatmulCases?: number; packedMatmulMaxErr?: number; packedRowCases?: number; packedRowMismatches?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
 }
 
@@ -111,9 +111,12 @@ describe('CPU kernels against scalar references', () => {
   }
 
   // Packed panels exist only with vdpbf16ps; without it the bf16 path widens to f32 (no packing).
-  it.runIf(info.avx512bf16)(`avx512: the packed bf16 matmul matches for whole, cut and sliced panel ranges${info.avx512bf16 ? '' : ' [skipped: this CPU has no AVX-512 BF16]'}`, () => {
+  it.runIf(info.avx512bf16)(`avx512: the packed bf16 matmul matches for whole, cut and sliced panel ranges, and rows read back from the panels are the stored ones${info.avx512bf16 ? '' : ' [skipped: this CPU has no AVX-512 BF16]'}`, () => {
     const r = res.avx512!;
     expect(r.packedMatmulCases).toBeGreaterThan(300);
     expect(r.packedMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact bf16 products, relative to the sum of |terms|
+    // Rows read back from the panels (a packed embedding's lookup): the stored values, bit for bit.
+    expect(r.packedRowCases).toBe(3 * (5 + 16 + 72 + 200));
+    expect(r.packedRowMismatches).toBe(0);
   });
 });

@@ -369,7 +369,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   // the sum of |terms|. Every output is first set to NaN, so a panel left out fails too.
   if (K.pack_bf16 && cpu_features().avx512bf16) {
     double mm_err = 0;
-    int mm_cases = 0;
+    int mm_cases = 0, row_cases = 0, row_mismatches = 0;
     for (int64_t Kd : {2, 64, 1030})
       for (int64_t N : {5, 16, 72, 200})
         for (int64_t M : {1, 2, 5, 6, 7, 8, 9, 16, 17, 23}) {
@@ -385,6 +385,15 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
           const int64_t S = M <= 6 ? 4 : 3;
           const int64_t P = (N + cpu::kPanel - 1) / cpu::kPanel, Q = P / S;
           K.pack_bf16(w.data(), N, Kd, 0, P, packed.data());
+          // The rows read back from the panels (the embedding's lookup), bit for bit.
+          if (M == 1) {
+            std::vector<float> row(static_cast<size_t>(Kd));
+            for (int64_t n = 0; n < N; ++n) {
+              cpu::packed_bf16_row(packed.data(), Kd, n, row.data());
+              row_cases += 1;
+              row_mismatches += std::memcmp(row.data(), wf.data() + n * Kd, static_cast<size_t>(Kd) * 4) != 0;
+            }
+          }
           for (int mode = 0; mode < 3; ++mode) {
             if (mode == 2 && M > 16) continue;  // the backend slices decode-sized batches only
             std::vector<float> y(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
@@ -401,6 +410,8 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         }
     obj.Set("packedMatmulCases", mm_cases);
     obj.Set("packedMatmulMaxErr", mm_err);
+    obj.Set("packedRowCases", row_cases);
+    obj.Set("packedRowMismatches", row_mismatches);
   }
   return obj;
 }

@@ -47,12 +47,17 @@ void CpuBackend::load_state(int snap, int slot) {
 void CpuBackend::embed(const WMat& table, float* x) {
   ScopedOp op(profiling_, stats_, "embed", "embed");
   const StepBatch& b = *step_;
-  // A table repacked into quantized panels whose rows the panels give back: read from them (the
-  // file's rows were handed back at load; weights.cpp).
-  const bool from_panels = table.aux && is_quant(table.dtype) && kernels_.quant_panel_row(table.dtype, nullptr, table.cols, 0, nullptr);
+  // A table repacked into panels whose rows the panels give back (bf16 vdpbf16ps panels; the
+  // quantized panels that can): read from them (the file's rows were handed back at load, and the
+  // panels are on huge pages, where the mapping's scattered 4 KiB pages cost a prompt's lookup
+  // milliseconds; weights.cpp).
+  const bool from_bf16 = table.aux && packs_bf16(kernels_, table.dtype, table.cols);
+  const bool from_quant = table.aux && is_quant(table.dtype) && kernels_.quant_panel_row(table.dtype, nullptr, table.cols, 0, nullptr);
   for (int t = 0; t < b.n_tokens; ++t) {
     float* row = x + t * table.cols;
-    if (from_panels)
+    if (from_bf16)
+      packed_bf16_row(static_cast<const uint16_t*>(table.aux), table.cols, b.tokens[t], row);
+    else if (from_quant)
       kernels_.quant_panel_row(table.dtype, table.aux, table.cols, b.tokens[t], row);
     else
       kernels_.row_to_f32(table.ptr, table.dtype, b.tokens[t], table.cols, row);

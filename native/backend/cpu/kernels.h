@@ -3,6 +3,7 @@
 // gdn) are compiled once per ISA; kernels() returns the table of the ISA chosen at run time
 // (core/cpu_features.h; LUMEN_ISA=avx2|avx512 in the environment forces one).
 #include <cstdint>
+#include <cstring>
 
 #include <vector>
 
@@ -110,6 +111,16 @@ struct Kernels {
 
 constexpr int kPanel = 16;
 inline int64_t packed_elems(int64_t N, int64_t K) { return (N + kPanel - 1) / kPanel * kPanel * K; }
+// Row `row` of a matrix in pack_bf16's panels, read back as f32 (the embedding's lookup of a
+// packed table): one k-pair per 64-byte line of the row's panel, the panel read in order.
+inline void packed_bf16_row(const uint16_t* packed, int64_t K, int64_t row, float* out) {
+  const uint16_t* p = packed + row / kPanel * kPanel * K + row % kPanel * 2;
+  for (int64_t j = 0; j < K / 2; ++j) {
+    const uint32_t lo = static_cast<uint32_t>(p[j * kPanel * 2]) << 16, hi = static_cast<uint32_t>(p[j * kPanel * 2 + 1]) << 16;
+    std::memcpy(out + 2 * j, &lo, 4);
+    std::memcpy(out + 2 * j + 1, &hi, 4);
+  }
+}
 // Whether a matrix of this type and row length is kept in vdpbf16ps panels (the tables with
 // pack_bf16; K even): the backend's choice at load (weights.cpp), which kernelBench mirrors.
 inline bool packs_bf16(const Kernels& k, DType t, int64_t cols) {

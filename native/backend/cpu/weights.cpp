@@ -25,6 +25,11 @@ void CpuBackend::bind_weights(const HostWeights& w, BWeights& out) {
         auto* dst = static_cast<uint16_t*>(weight_memory_.alloc(packed_elems(m.rows, m.cols) * 2));
         const uint16_t* src = static_cast<const uint16_t*>(m.data);
         pool_.parallel_for(panels, [&](int64_t p0, int64_t p1) { kernels_.pack_bf16(src, m.rows, m.cols, p0, p1, dst); });
+        // Every product reads the panels, and the embedding's lookup reads its rows back from
+        // them (cpu_backend.cpp), so the mapping's pages go back: resident memory stays one copy.
+        // (A bf16 matrix in a group with block-quantized ones is read row-major through the
+        // mapping, matmul.cpp; its pages then come back from the file on that first read.)
+        w.release_mapped(m.data, m.bytes());
         it = packed_weights_.emplace(m.data, dst).first;
       }
       r.aux = it->second;
