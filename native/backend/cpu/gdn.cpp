@@ -111,6 +111,17 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
   // Runs of adjacent items from a shared counter, as in the general path (a sequence's heads are
   // adjacent in the state, so a run is one long stream of it).
   const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
+  const int r_heads = nv / nk;
+  // The state of the value head after head u of item it, within the run that ends at item i1
+  // (what the thread updates next), else null.
+  auto next_state = [&](int64_t it, int u, int64_t i1) -> const float* {
+    if (u + 1 >= r_heads && ++it >= i1) return nullptr;
+    const int un = u + 1 < r_heads ? u + 1 : 0;
+    const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
+    const int kh = static_cast<int>(it % nk);
+    const int j = c.v_heads_tiled ? kh + un * nk : kh * r_heads + un;
+    return ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+  };
   pool_.parallel_dealt(n_items, run_len, [&](int64_t i0, int64_t i1) {
     for (int64_t it = i0; it < i1; ++it) {
       const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
@@ -139,7 +150,8 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
         const int j = c.v_heads_tiled ? kh + u * nk : kh * r + u;
         gdn_gates(L, beta_in, decay_in, t * nv + j, j, g);
         float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
-        const GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
+        GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
+        io.next_state = next_state(it, u, i1);
         kernels_.gdn_recurrent(S, io, 1, dk, dv);
         kernels_.gated_rmsnorm(io.o, z + t * nv * dv + static_cast<int64_t>(j) * dv, L.gdn_norm, dv, c.eps);
       }

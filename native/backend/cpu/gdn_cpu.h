@@ -18,6 +18,9 @@ struct GdnHeadIO {
   const float* g;     // log decay, row i at g[i*bg_stride]
   float* o;           // row i at o + i*o_stride
   int64_t q_stride, k_stride, v_stride, bg_stride, o_stride;
+  // The state the caller updates next (another head's [dk][dv] S), or null: the recurrence's last
+  // pass over S (from cache) asks for it row by row meanwhile (gdn_recurrent).
+  const float* next_state = nullptr;
 };
 
 }  // namespace lumen::cpu

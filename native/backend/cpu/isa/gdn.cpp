@@ -163,8 +163,13 @@ void gdn_recurrent_blocked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int
         d[b] = vmul(bet, vsub(vload(v + c0 + b * VW), vmul(dec, e[b])));
         vstore(o + c0 + b * VW, vfma(kqv, d[b], vmul(dec, u[b])));
       }
+      // The last token's pass: S is in cache (pass one just read it), memory idles, so the next
+      // head's state is asked for meanwhile, the same rows' lines.
+      const float* next = i == n - 1 ? io.next_state : nullptr;
       for (int r = 0; r < dk; ++r) {
         float* Sr = S + static_cast<int64_t>(r) * dv + c0;
+        if (next)
+          for (int l = 0; l < CB; l += 16) _mm_prefetch(reinterpret_cast<const char*>(next + static_cast<int64_t>(r) * dv + c0 + l), _MM_HINT_T1);
         const vf kr = vset1(k[r]);
         for (int b = 0; b < NB; ++b) vstore(Sr + b * VW, vfma(kr, d[b], vmul(dec, vload(Sr + b * VW))));
       }
