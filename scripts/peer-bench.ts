@@ -85,7 +85,7 @@ function decodeRate(streams: number[][]): number {
 // decode's limit: a single probe seconds away sometimes caught a slower moment than the decode saw,
 // and put the decode above 100 % of its roofline. The same for the multiply-add peak around the
 // prefill, where it is the prefill's limit (float weights): the peak probed once at the start moved
-// by 697-834 GFLOP/s between runs on one machine, more than the code between them did.
+// between runs more than the code between them did (docs/performance.md, twenty-fourth session).
 async function oursRound(opt: Options, e: EngineHandle, round: number, probes?: Probes): Promise<Figures & { bw: Bandwidth; peakGflops: number }> {
   const ids = benchIds;
   const peakBefore = probes?.peak?.().peakGflops ?? NaN;
