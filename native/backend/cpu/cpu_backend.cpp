@@ -48,9 +48,9 @@ void CpuBackend::embed(const WMat& table, float* x) {
   ScopedOp op(profiling_, stats_, "embed", "embed");
   const StepBatch& b = *step_;
   // A table repacked into panels whose rows the panels give back (bf16 vdpbf16ps panels; the
-  // quantized panels that can): read from them (the file's rows were handed back at load, and the
-  // panels are on huge pages, where the mapping's scattered 4 KiB pages cost a prompt's lookup
-  // milliseconds; weights.cpp).
+  // quantized panels that can): read from them (the file's rows were handed back at load,
+  // weights.cpp; and a row from a 4 KiB page of the mapping not read for a while costs far more
+  // than its bytes: docs/performance.md, twenty-fourth session).
   const bool from_bf16 = table.aux && packs_bf16(kernels_, table.dtype, table.cols);
   const bool from_quant = table.aux && is_quant(table.dtype) && kernels_.quant_panel_row(table.dtype, nullptr, table.cols, 0, nullptr);
   for (int t = 0; t < b.n_tokens; ++t) {
