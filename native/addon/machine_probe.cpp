@@ -100,12 +100,12 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
     std::sort(v.begin(), v.end());
     best_bw = std::max(best_bw, v.back());
     median_bw = std::max(median_bw, (v[(kReps - 1) / 2] + v[kReps / 2]) / 2);
-    auto o = Napi::Object::New(env);
-    o.Set("streams", kStreams[si]);
+    auto pass = Napi::Object::New(env);
+    pass.Set("streams", kStreams[si]);
     auto a = Napi::Array::New(env, by[si].size());
     for (size_t i = 0; i < by[si].size(); ++i) a.Set(static_cast<uint32_t>(i), by[si][i]);
-    o.Set("readGBs", a);
-    passes.Set(static_cast<uint32_t>(si), o);
+    pass.Set("readGBs", a);
+    passes.Set(static_cast<uint32_t>(si), pass);
   }
   o.Set("readGBs", best_bw);
   o.Set("readGBsMedian", median_bw);

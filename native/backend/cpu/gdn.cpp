@@ -111,16 +111,18 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
   // Runs of adjacent items from a shared counter, as in the general path (a sequence's heads are
   // adjacent in the state, so a run is one long stream of it).
   const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
-  const int r_heads = nv / nk;
-  // The state of the value head after head u of item it, within the run that ends at item i1
-  // (what the thread updates next), else null.
-  auto next_state = [&](int64_t it, int u, int64_t i1) -> const float* {
-    if (u + 1 >= r_heads && ++it >= i1) return nullptr;
-    const int un = u + 1 < r_heads ? u + 1 : 0;
+  // Value head u of key head kh: adjacent in grouped order (kh r .. kh r + r - 1), every nk-th in
+  // tiled order (kh, kh + nk, ...); and that head's state for item `it` (a sequence's key head).
+  auto value_head = [&](int kh, int u) { return c.v_heads_tiled ? kh + u * nk : kh * r + u; };
+  auto head_state = [&](int64_t it, int u) {
     const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
-    const int kh = static_cast<int>(it % nk);
-    const int j = c.v_heads_tiled ? kh + un * nk : kh * r_heads + un;
-    return ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+    return ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(value_head(static_cast<int>(it % nk), u)) * dk * dv;
+  };
+  // The state the thread updates after value head u of item it, within its run ending at item i1
+  // (the next value head of the item, else the next item's first), else null.
+  auto next_state = [&](int64_t it, int u, int64_t i1) -> const float* {
+    if (u + 1 < r) return head_state(it, u + 1);
+    return it + 1 < i1 ? head_state(it + 1, 0) : nullptr;
   };
   pool_.parallel_dealt(n_items, run_len, [&](int64_t i0, int64_t i1) {
     for (int64_t it = i0; it < i1; ++it) {
@@ -133,11 +135,10 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
       const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0;
       kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, crow, cd);
       kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, crow, cd);
-      // The key head's value heads: adjacent in grouped order (kh r .. kh r + r - 1), every nk-th
-      // in tiled order (kh, kh + nk, ...).
+      // The key head's value heads (value_head): one run of channels in grouped order.
       if (c.v_heads_tiled) {
         for (int u = 0; u < r; ++u) {
-          const int64_t v0 = 2 * kd + static_cast<int64_t>(kh + u * nk) * dv;
+          const int64_t v0 = 2 * kd + static_cast<int64_t>(value_head(kh, u)) * dv;
           kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, crow, cd);
         }
       } else {
@@ -147,9 +148,9 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
       l2norm_head(crow + q0, dk, qscale);
       l2norm_head(crow + k0, dk, 1.f);
       for (int u = 0; u < r; ++u) {
-        const int j = c.v_heads_tiled ? kh + u * nk : kh * r + u;
+        const int j = value_head(kh, u);
         gdn_gates(L, beta_in, decay_in, t * nv + j, j, g);
-        float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+        float* S = head_state(it, u);
         GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
         io.next_state = next_state(it, u, i1);
         kernels_.gdn_recurrent(S, io, 1, dk, dv);

@@ -3,7 +3,6 @@
 // gdn) are compiled once per ISA; kernels() returns the table of the ISA chosen at run time
 // (core/cpu_features.h; LUMEN_ISA=avx2|avx512 in the environment forces one).
 #include <cstdint>
-#include <cstring>
 
 #include <vector>
 
@@ -116,9 +115,8 @@ inline int64_t packed_elems(int64_t N, int64_t K) { return (N + kPanel - 1) / kP
 inline void packed_bf16_row(const uint16_t* packed, int64_t K, int64_t row, float* out) {
   const uint16_t* p = packed + row / kPanel * kPanel * K + row % kPanel * 2;
   for (int64_t j = 0; j < K / 2; ++j) {
-    const uint32_t lo = static_cast<uint32_t>(p[j * kPanel * 2]) << 16, hi = static_cast<uint32_t>(p[j * kPanel * 2 + 1]) << 16;
-    std::memcpy(out + 2 * j, &lo, 4);
-    std::memcpy(out + 2 * j + 1, &hi, 4);
+    out[2 * j] = bf16_to_f32(p[j * kPanel * 2]);
+    out[2 * j + 1] = bf16_to_f32(p[j * kPanel * 2 + 1]);
   }
 }
 // Whether a matrix of this type and row length is kept in vdpbf16ps panels (the tables with
