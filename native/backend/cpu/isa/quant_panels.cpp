@@ -478,8 +478,11 @@ void panels_q4(const void* xq, int64_t M, int64_t K, const void* packed, int64_t
 //       4 j .. 4 j + 3 of row r at 4 r, each ^ kQ8Bias (AVX-512: + 128, unsigned, as vpdpbusd takes
 //       them; AVX2: as stored, signed, for the vpsignb form)
 // A matrix with an odd number of blocks ends on a half-filled pair (zeros).
-// The activations' side (panel_act): per row and block dx = d as f32 and -128 x the sum of the 32
-// int8 values, the + 128's share of the products (AVX-512 only).
+// The activations' side (panel_act). AVX-512: per row and block a 40-byte record, -128 x the sum
+// of the 32 int8 values (int32, the + 128's share of the products), dx = d as f32, then the 32
+// int8 values; the records of a block's rows adjacent within groups of 8 rows (group g: rows 8 g ..
+// 8 g + G - 1, G = min(8, M - 8 g), from record 8 g nb; block b of its row r at record b G + r), so
+// a tile of up to 8 rows reads one run per block at fixed offsets. AVX2: dx [M][nb] only.
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 constexpr uint8_t kQ8Bias = 0x80;
 #else
@@ -525,58 +528,92 @@ void q8_panel_row(const void* packed, int64_t K, int64_t row, float* out) {
   }
 }
 
-// The activations' side: dx [M][nb] (f32), then (AVX-512's + 128 bytes only) -128 x sum(qs)
-// [M][nb] (int32).
-size_t q8_act_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * (K / QK)) * (kQ8Bias ? 8 : 4); }
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// One row and block's record (see above).
+struct Q8ActRec {
+  int32_t corr;
+  float dx;
+  int8_t qs[32];
+};
+static_assert(sizeof(Q8ActRec) == 40);
+size_t q8_act_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * (K / QK)) * sizeof(Q8ActRec); }
+// The first record of row m's group of 8 rows, and the rows in that group (its records per block).
+inline int64_t q8_group_start(int64_t nb, int64_t m) { return m / 8 * 8 * nb; }
+inline int64_t q8_group_rows(int64_t M, int64_t m) { return std::min<int64_t>(8, M - m / 8 * 8); }
 
 void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
-  const int64_t nb = K / QK, n = M * nb;
+  const int64_t nb = K / QK;
   const auto* x = static_cast<const BlockQ8_0*>(xq);
-  auto* dx = static_cast<float*>(out);
-  for (int64_t i = 0; i < n; ++i) dx[i] = h2f(x[i].d);
-  if constexpr (kQ8Bias != 0) {
-    auto* corr = reinterpret_cast<int32_t*>(dx + n);
-    const __m256i bias = _mm256_set1_epi8(static_cast<char>(kQ8Bias));
-    for (int64_t i = 0; i < n; ++i) {
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(kQ8Bias));
+  for (int64_t m = 0; m < M; ++m) {
+    Q8ActRec* g = static_cast<Q8ActRec*>(out) + q8_group_start(nb, m);
+    const int64_t G = q8_group_rows(M, m), r = m % 8;
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_0& xb = x[m * nb + b];
+      Q8ActRec& rec = g[b * G + r];
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
       // The sum of (q + 128) as unsigned bytes, 4 partial sums of 8; minus 32 x 128.
-      const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs)), bias),
-                                        _mm256_setzero_si256());
-      const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, bias), _mm256_setzero_si256());
+      const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
       const int sum = static_cast<int>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) - 32 * 128;
-      corr[i] = -128 * sum;
+      rec.corr = -128 * sum;
+      rec.dx = h2f(xb.d);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(rec.qs), q);
     }
   }
 }
+#else
+size_t q8_act_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * (K / QK)) * sizeof(float); }
+
+void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
+  const int64_t n = M * (K / QK);
+  const auto* x = static_cast<const BlockQ8_0*>(xq);
+  auto* dx = static_cast<float*>(out);
+  for (int64_t i = 0; i < n; ++i) dx[i] = h2f(x[i].d);
+}
+#endif
 
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-// S panels (pp[s]) against R activation rows from row m (xs: the q8_0 rows; dx, corr: panel_act's
-// arrays from row m, stride nb): ys[s][m' * ldy + i] for the first nvalid[s] rows i of panel s.
+// Pairs ahead that a tile of R activation rows asks for in each stream: for 1..3 rows (the decode
+// streams) the next pair (0, 2, 3, 4 and 6 measured no faster: docs/performance.md, seventeenth
+// session); 4+ rows spend 4+ times as long on a pair, and read from memory faster 2..6 pairs ahead
+// than 1 (twenty-fifth session).
+template <int R>
+constexpr int kQ8Ahead = R >= 4 ? 4 : 1;
+// S panels (pp[s]) against R activation rows (a: their records of block 0, the first of the tile's
+// group, bstride records per block): ys[s][m * ldy + i] for the first nvalid[s] rows i of panel s.
+// Per row and block one chain of 8 vpdpbusd from the correction, each by its 4 activation bytes
+// broadcast from the record, then one f32 fma. (The records replaced per-row pointers into the
+// q8_0 rows and two side arrays, which GCC kept on the stack at 8 rows; vpdpbusd with an embedded
+// broadcast, and two chains of 4 per row, were not measurably faster: docs/performance.md,
+// twenty-fifth session.)
 template <int R, int S>
-void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* dx, const int32_t* corr, int64_t nb,
-             float* const* ys, int64_t ldy, const int* nvalid) {
+void tile_q8(const uint8_t* const* pp, const Q8ActRec* a, int64_t bstride, int64_t nb, float* const* ys, int64_t ldy,
+             const int* nvalid) {
   __m512 acc[S][R];
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < R; ++m) acc[s][m] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < nb; ++b, a += bstride) {
     const int64_t h = b & 1;
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
       const uint8_t* pair = pp[s] + static_cast<size_t>(b >> 1) * kQ8Pair;
       const uint8_t* ch = pair + 64 + 512 * h;
-      // The stream's next pair, half of it per block (0, 2, 3, 4 and 6 pairs ahead measured no
-      // faster: docs/performance.md, seventeenth session).
       for (int l = 0; l < (h ? 9 : 8); ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(pair + kQ8Pair + 64 * (8 * h + l)), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pair + kQ8Ahead<R> * kQ8Pair + 64 * (8 * h + l)), _MM_HINT_T0);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + 32 * h)));
       __m512i w[8];
       for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(ch + 64 * j);
 #pragma GCC unroll 8
       for (int m = 0; m < R; ++m) {
-        // The activation bytes broadcast (for S streams of one row, one register each serves all).
-        const int8_t* x = xs[m][b].qs;
-        __m512i t = _mm512_set1_epi32(corr[m * nb + b]);
-        for (int j = 0; j < 8; ++j) t = _mm512_dpbusd_epi32(t, w[j], bcast4(x + 4 * j));
-        acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(dx[m * nb + b])), acc[s][m]);
+        const Q8ActRec& x = a[m];
+        __m512i t = _mm512_set1_epi32(x.corr);
+        for (int j = 0; j < 8; ++j) {
+          int32_t q4;
+          std::memcpy(&q4, x.qs + 4 * j, 4);
+          t = _mm512_dpbusd_epi32(t, w[j], _mm512_set1_epi32(q4));
+        }
+        acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx)), acc[s][m]);
       }
     }
   }
@@ -584,6 +621,17 @@ void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* 
     const __mmask16 keep = static_cast<__mmask16>((1u << nvalid[s]) - 1);
     for (int m = 0; m < R; ++m) _mm512_mask_storeu_ps(ys[s] + m * ldy, keep, acc[s][m]);
   }
+}
+
+// Rows m .. m + R - 1 (within one group of 8) against the S panels; xq is not read (the records
+// hold the activations).
+template <int R, int S>
+void q8_rows(const uint8_t* const* pp, const uint8_t* /*xq*/, const void* xa, int64_t M, int64_t m, int64_t nb,
+             float* const* ys, int64_t ldy, const int* nvalid) {
+  float* y[S];
+  for (int s = 0; s < S; ++s) y[s] = ys[s] + m * ldy;
+  const int64_t G = q8_group_rows(M, m);
+  tile_q8<R, S>(pp, static_cast<const Q8ActRec*>(xa) + q8_group_start(nb, m) + m % 8, G, nb, y, ldy, nvalid);
 }
 #else
 // AVX2 (no VNNI), the same contract and the same bits: the panels as two halves of 8 rows (the first
@@ -595,8 +643,8 @@ void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* 
 // per block and half one conversion and one FMA per row for all 8 outputs (the row tiles of
 // quant_matmul.cpp pay those per output). The f32 sums wait in memory between blocks.
 template <int R, int S>
-void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* dx, const int32_t* /*corr*/, int64_t nb,
-             float* const* ys, int64_t ldy, const int* nvalid) {
+void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* dx, int64_t nb, float* const* ys, int64_t ldy,
+             const int* nvalid) {
   alignas(32) float acc[S][R][NP] = {};
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
@@ -647,30 +695,30 @@ void tile_q8(const uint8_t* const* pp, const BlockQ8_0* const* xs, const float* 
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < R; ++m) std::memcpy(ys[s] + m * ldy, acc[s][m], static_cast<size_t>(nvalid[s]) * sizeof(float));
 }
-#endif
 
 template <int R, int S>
-void q8_rows(const uint8_t* const* pp, const uint8_t* xq, const float* dx, const int32_t* corr, int64_t m, int64_t nb,
+void q8_rows(const uint8_t* const* pp, const uint8_t* xq, const void* xa, int64_t /*M*/, int64_t m, int64_t nb,
              float* const* ys, int64_t ldy, const int* nvalid) {
   const size_t rb = static_cast<size_t>(nb) * sizeof(BlockQ8_0);
   const BlockQ8_0* xs[R];
   for (int i = 0; i < R; ++i) xs[i] = reinterpret_cast<const BlockQ8_0*>(xq + static_cast<size_t>(m + i) * rb);
   float* y[S];
   for (int s = 0; s < S; ++s) y[s] = ys[s] + m * ldy;
-  tile_q8<R, S>(pp, xs, dx + m * nb, corr + m * nb, nb, y, ldy, nvalid);
+  tile_q8<R, S>(pp, xs, static_cast<const float*>(xa) + m * nb, nb, y, ldy, nvalid);
 }
+#endif
 
 // Rows m .. m + r (r < 8) against one panel.
-void q8_rest(int64_t r, const uint8_t* pp, const uint8_t* xq, const float* dx, const int32_t* corr, int64_t m, int64_t nb,
-             float* ys, int64_t ldy, int nvalid) {
+void q8_rest(int64_t r, const uint8_t* pp, const uint8_t* xq, const void* xa, int64_t M, int64_t m, int64_t nb, float* ys,
+             int64_t ldy, int nvalid) {
   switch (r) {
-    case 1: return q8_rows<1, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
-    case 2: return q8_rows<2, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
-    case 3: return q8_rows<3, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
-    case 4: return q8_rows<4, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
-    case 5: return q8_rows<5, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
-    case 6: return q8_rows<6, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
-    default: return q8_rows<7, 1>(&pp, xq, dx, corr, m, nb, &ys, ldy, &nvalid);
+    case 1: return q8_rows<1, 1>(&pp, xq, xa, M, m, nb, &ys, ldy, &nvalid);
+    case 2: return q8_rows<2, 1>(&pp, xq, xa, M, m, nb, &ys, ldy, &nvalid);
+    case 3: return q8_rows<3, 1>(&pp, xq, xa, M, m, nb, &ys, ldy, &nvalid);
+    case 4: return q8_rows<4, 1>(&pp, xq, xa, M, m, nb, &ys, ldy, &nvalid);
+    case 5: return q8_rows<5, 1>(&pp, xq, xa, M, m, nb, &ys, ldy, &nvalid);
+    case 6: return q8_rows<6, 1>(&pp, xq, xa, M, m, nb, &ys, ldy, &nvalid);
+    default: return q8_rows<7, 1>(&pp, xq, xa, M, m, nb, &ys, ldy, &nvalid);
   }
 }
 
@@ -682,8 +730,6 @@ void panels_q8(const void* xq, const void* xa, int64_t M, int64_t K, const void*
   const size_t panel = q8_panel_bytes(K);
   const auto* x = static_cast<const uint8_t*>(xq);
   const auto* base = static_cast<const uint8_t*>(packed);
-  const auto* dx = static_cast<const float*>(xa);
-  const auto* corr = reinterpret_cast<const int32_t*>(dx + M * nb);
   const auto valid = [&](int64_t p) { return static_cast<int>(std::clamp<int64_t>(N - p * NP, 0, NP)); };
   // The first two pairs of a panel, asked for at once (from there on the AVX-512 tiles prefetch a
   // pair ahead; the AVX2 ones leave it to the hardware).
@@ -708,14 +754,14 @@ void panels_q8(const void* xq, const void* xa, int64_t M, int64_t K, const void*
         nv[count++] = valid(q);
       }
       if (count == 4 && M == 1) {
-        q8_rows<1, 4>(pp, x, dx, corr, 0, nb, ys, ldy, nv);
+        q8_rows<1, 4>(pp, x, xa, M, 0, nb, ys, ldy, nv);
         continue;
       }
       if (count == 4 && M == 2) {
-        q8_rows<2, 4>(pp, x, dx, corr, 0, nb, ys, ldy, nv);
+        q8_rows<2, 4>(pp, x, xa, M, 0, nb, ys, ldy, nv);
         continue;
       }
-      for (int s = 0; s < count; ++s) q8_rest(M, pp[s], x, dx, corr, 0, nb, ys[s], ldy, nv[s]);
+      for (int s = 0; s < count; ++s) q8_rest(M, pp[s], x, xa, M, 0, nb, ys[s], ldy, nv[s]);
     }
     return;
   }
@@ -730,9 +776,9 @@ void panels_q8(const void* xq, const void* xa, int64_t M, int64_t K, const void*
         int nv = valid(q);
         if (m == 0) warm(q);
         if (m + 8 <= M)
-          q8_rows<8, 1>(&pp, x, dx, corr, m, nb, &ys, ldy, &nv);
+          q8_rows<8, 1>(&pp, x, xa, M, m, nb, &ys, ldy, &nv);
         else
-          q8_rest(M - m, pp, x, dx, corr, m, nb, ys, ldy, nv);
+          q8_rest(M - m, pp, x, xa, M, m, nb, ys, ldy, nv);
       }
   }
 }
