@@ -604,17 +604,21 @@ void tile_q8(const uint8_t* const* pp, const Q8ActRec* a, int64_t bstride, int64
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + 32 * h)));
       __m512i w[8];
       for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(ch + 64 * j);
+      // The rows' chains side by side (step j of every row, then step j + 1).
+      __m512i t[R];
 #pragma GCC unroll 8
-      for (int m = 0; m < R; ++m) {
-        const Q8ActRec& x = a[m];
-        __m512i t = _mm512_set1_epi32(x.corr);
-        for (int j = 0; j < 8; ++j) {
+      for (int m = 0; m < R; ++m) t[m] = _mm512_set1_epi32(a[m].corr);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j)
+#pragma GCC unroll 8
+        for (int m = 0; m < R; ++m) {
           int32_t q4;
-          std::memcpy(&q4, x.qs + 4 * j, 4);
-          t = _mm512_dpbusd_epi32(t, w[j], _mm512_set1_epi32(q4));
+          std::memcpy(&q4, a[m].qs + 4 * j, 4);
+          t[m] = _mm512_dpbusd_epi32(t[m], w[j], _mm512_set1_epi32(q4));
         }
-        acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx)), acc[s][m]);
-      }
+#pragma GCC unroll 8
+      for (int m = 0; m < R; ++m)
+        acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[m]), _mm512_mul_ps(dw, _mm512_set1_ps(a[m].dx)), acc[s][m]);
     }
   }
   for (int s = 0; s < S; ++s) {
