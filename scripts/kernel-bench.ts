@@ -7,8 +7,13 @@
 // the kernel's rate over a slice that stays in L2 on one thread (its compute limit per core).
 // A fraction well below 1 with a cache rate above half the read says the access pattern is the
 // limit; a cache rate near half the read (two cores) says the compute is.
-// Usage: npm run bench:kernels -- [--types Q4_K,Q6_K] [--rows 1,8] [--json FILE]
-import { writeFileSync } from 'node:fs';
+// `--addons A,B` loads several builds of the native addon into this process and interleaves them
+// (`--rounds`, the order alternated every round): per build the medians over the rounds, and for
+// each build after the first the geometric mean of its per-round ratios to the first, which is how
+// a kernel change is judged on a shared machine (separate runs swing by tens of per cent).
+// Usage: npm run bench:kernels -- [--types Q4_K,Q6_K] [--rows 1,8] [--addons A,B --rounds 8] [--json FILE]
+import { existsSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { Command } from 'commander';
 import { countArg } from '../src/cli/flag-values.js';
 import { loadAddon, usableCpus } from '../src/engine/native.js';
@@ -43,13 +48,21 @@ function typeList(v: string): string[] {
   if (out.length === 0) throw new UsageError('--types: empty list');
   return out;
 }
+function addonList(v: string): string[] {
+  const out = v.split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+  if (out.length === 0) throw new UsageError('--addons: empty list');
+  for (const f of out) if (!existsSync(f)) throw new UsageError(`--addons: no such file '${f}'`);
+  return out.map((f) => path.resolve(f));
+}
 function rowList(v: string): number[] {
   const out = v.split(',').map((s) => Number(s.trim()));
   for (const r of out) if (!Number.isInteger(r) || r < 1 || r > 16) throw new UsageError(`--rows: '${v}' is not a list of batch sizes from 1 to 16`);
   return out;
 }
 
-interface Options { types: string[]; rows: number[]; k: number; mib: number; threads: number; pairs: number; json?: string }
+interface Options {
+  types: string[]; rows: number[]; k: number; mib: number; threads: number; pairs: number; rounds: number; addons?: string[]; json?: string;
+}
 
 function parseOptions(argv: string[]): Options {
   const program = new Command('kernel-bench')
@@ -60,6 +73,8 @@ function parseOptions(argv: string[]): Options {
     .option('--mib <n>', 'matrix size in MiB, far beyond the caches (at least 32 panels of 16 rows per thread: the MiB column says what was read)', countArg('--mib', 1, 4096), 256)
     .option('--threads <n>', 'threads (default: the CPUs this process may use)', countArg('--threads', 1, 256))
     .option('--pairs <n>', 'kernel / read pass pairs per measurement', countArg('--pairs', 1, 1000), 12)
+    .option('--addons <list>', 'comma-separated addon builds to compare, interleaved (default: the installed one)', addonList)
+    .option('--rounds <n>', 'measurements per type, batch size and build (medians reported; with --addons the order alternates every round)', countArg('--rounds', 1, 1000), 1)
     .option('--json <file>', 'also write the results as JSON');
   program.parse(argv);
   const o = program.opts<Omit<Options, 'threads'> & { threads?: number }>();
@@ -68,35 +83,70 @@ function parseOptions(argv: string[]): Options {
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
+const median = (a: readonly number[]): number => {
+  const s = [...a].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+/** Geometric mean of b[i] / a[i]. */
+const ratio = (b: readonly number[], a: readonly number[]): number => Math.exp(b.reduce((s, v, i) => s + Math.log(v / a[i]!), 0) / b.length);
+
+/** One type and batch size measured on every build, round after round. */
+interface Cell { type: string; rows: number; runs: KernelBenchResult[][] }
+
 function main(): void {
   const opt = parseOrExitCode(() => parseOptions(process.argv));
   if (opt === undefined) return;
-  const addon = loadAddon() as unknown as KernelBenchAddon;
+  const paths = opt.addons ?? [undefined];
+  const addons = paths.map((p) => loadAddon(p) as unknown as KernelBenchAddon);
+  const names = paths.map((p) => p ?? 'installed');
   const cpu = machineInfo();
-  const results: KernelBenchResult[] = [];
-  const out: string[] = [];
-  const head = ['type', 'rows', 'MiB', 'kernel GB/s', 'read GB/s', 'kernel/read', 'L2 GB/s (1 thread)', 'G mul-add/s', 'layout'];
+  const cells: Cell[] = [];
   for (const type of opt.types)
     for (const rows of opt.rows) {
       log(`${type}, ${rows} row${rows > 1 ? 's' : ''} ...`);
-      let r: KernelBenchResult;
-      try {
-        r = addon.kernelBench({ type, rows, k: opt.k, mib: opt.mib, threads: opt.threads, pairs: opt.pairs });
-      } catch (err) {
-        // The addon's option errors name kernelBench; anything else (out of memory) is not a usage error.
-        const msg = (err as Error).message;
-        throw msg.startsWith('kernelBench: ') ? new UsageError(msg.slice('kernelBench: '.length)) : err;
+      const cell: Cell = { type, rows, runs: addons.map(() => []) };
+      for (let r = 0; r < opt.rounds; r++) {
+        // The order alternates every round (A B, then B A), so drift favours neither build.
+        const order = addons.map((_, i) => i);
+        if (r % 2 === 1) order.reverse();
+        for (const i of order) {
+          let res: KernelBenchResult;
+          try {
+            res = addons[i]!.kernelBench({ type, rows, k: opt.k, mib: opt.mib, threads: opt.threads, pairs: opt.pairs });
+          } catch (err) {
+            // The addon's option errors name kernelBench; anything else (out of memory) is not a usage error.
+            const msg = (err as Error).message;
+            throw msg.startsWith('kernelBench: ') ? new UsageError(msg.slice('kernelBench: '.length)) : err;
+          }
+          if (res.outputsWritten !== res.outputs) throw new Error(`${type}, ${rows} rows (${names[i]}): the kernel wrote ${res.outputsWritten} of ${res.outputs} outputs`);
+          cell.runs[i]!.push(res);
+        }
       }
-      if (r.outputsWritten !== r.outputs) throw new Error(`${type}, ${rows} rows: the kernel wrote ${r.outputsWritten} of ${r.outputs} outputs`);
-      results.push(r);
-      out.push([r.type, String(r.rows), (r.bytes / 2 ** 20).toFixed(0), r.kernelGBs.toFixed(1), r.readGBs.toFixed(1), r.kernelOverRead.toFixed(2), r.cacheGBs.toFixed(1),
-        (r.kernelGBs * r.macPerByte).toFixed(1), r.layout].join('\t'));
+      cells.push(cell);
     }
-  const isa = results[0]?.isa ?? '?';
+  const isa = [...new Set(cells.flatMap((c) => c.runs.map((runs) => runs[0]?.isa ?? '?')))].join(' / ');
+  const cacheKiB = Math.max(...cells.flatMap((c) => c.runs.flatMap((runs) => runs.map((r) => r.cacheBytes)))) / 1024;
+  const many = addons.length > 1;
+  const head = ['type', 'rows', ...(many ? ['addon'] : []), 'MiB', 'kernel GB/s', 'read GB/s', 'kernel/read', 'L2 GB/s (1 thread)', 'G mul-add/s', 'layout',
+    ...(many ? ['kernel ×', 'L2 ×'] : [])];
+  const out: string[] = [];
+  for (const c of cells)
+    c.runs.forEach((runs, i) => {
+      const kern = runs.map((r) => r.kernelGBs), l2 = runs.map((r) => r.cacheGBs);
+      const first = c.runs[0]!;
+      out.push([c.type, String(c.rows), ...(many ? [names[i]!] : []), (runs[0]!.bytes / 2 ** 20).toFixed(0), median(kern).toFixed(1),
+        median(runs.map((r) => r.readGBs)).toFixed(1), median(runs.map((r) => r.kernelOverRead)).toFixed(2), median(l2).toFixed(1),
+        (median(kern) * runs[0]!.macPerByte).toFixed(1), runs[0]!.layout,
+        ...(many ? (i === 0 ? ['1', '1'] : [ratio(kern, first.map((r) => r.kernelGBs)).toFixed(3), ratio(l2, first.map((r) => r.cacheGBs)).toFixed(3)]) : [])].join('\t'));
+    });
   process.stdout.write(`CPU: ${cpu.cpuModel}; ISA path: ${isa}; ${opt.threads} threads; K = ${opt.k}; ` +
-    `medians of ${opt.pairs} kernel / read pass pairs; L2: one thread over ${(Math.max(...results.map((r) => r.cacheBytes)) / 1024).toFixed(0)} KiB at most\n`);
+    `medians of ${opt.pairs} kernel / read pass pairs${opt.rounds > 1 ? `, then of ${opt.rounds} rounds` : ''}; L2: one thread over ${cacheKiB.toFixed(0)} KiB at most` +
+    `${many ? `; ×: geometric mean of the per-round ratios to ${names[0]} (order alternated${opt.rounds % 2 ? '; an even --rounds balances it' : ''})` : ''}\n`);
   process.stdout.write(`${head.join('\t')}\n${out.join('\n')}\n`);
-  if (opt.json) writeFileSync(opt.json, `${JSON.stringify({ cpu, isa, options: opt, results }, null, 2)}\n`);
+  if (opt.json) {
+    const results = cells.flatMap((c) => c.runs.map((runs, i) => ({ addon: names[i], type: c.type, rows: c.rows, rounds: runs })));
+    writeFileSync(opt.json, `${JSON.stringify({ cpu, isa, options: opt, results }, null, 2)}\n`);
+  }
 }
 
 try {

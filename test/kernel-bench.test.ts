@@ -3,12 +3,14 @@
 // a small matrix, and reports what it measured on the bytes it says; bad options are one-line
 // errors. Speeds are not asserted (they depend on the machine and its neighbours).
 import { execFile } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { loadAddon } from '../src/engine/native.js';
-import type { KernelBenchAddon } from '../scripts/kernel-bench.js';
+import type { KernelBenchAddon, KernelBenchResult } from '../scripts/kernel-bench.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const addon = loadAddon() as unknown as KernelBenchAddon & { cpuInfo(): { isa: string } };
@@ -57,9 +59,40 @@ describe('kernelBench', () => {
     expect(() => (addon.kernelBench as unknown as () => unknown)()).toThrow(/expects an options object/);
   });
 
+  it('npm run bench:kernels --addons: builds interleaved round by round, each after the first as a ratio to it', async () => {
+    // A second copy of the built addon loads as a second module (what an A/B of two builds does).
+    const dir = mkdtempSync(path.join(tmpdir(), 'kernel-bench-'));
+    try {
+      const a = path.join(ROOT, 'build', 'Release', 'lumen_engine.node'), b = path.join(dir, 'copy.node');
+      copyFileSync(a, b);
+      const json = path.join(dir, 'out.json');
+      const script = path.join(ROOT, 'dist', 'scripts', 'kernel-bench.js');
+      const { stdout } = await promisify(execFile)(process.execPath,
+        [script, '--types', 'Q8_0', '--rows', '1', '--mib', '1', '--pairs', '1', '--rounds', '2', '--addons', `${a},${b}`, '--json', json], { cwd: ROOT });
+      const lines = stdout.trim().split('\n');
+      expect(lines[0]).toMatch(/then of 2 rounds.*geometric mean of the per-round ratios/);
+      const head = lines[1]!.split('\t');
+      expect(head).toEqual(expect.arrayContaining(['addon', 'kernel ×', 'L2 ×']));
+      const rows = lines.slice(2).map((l) => l.split('\t'));
+      expect(rows).toHaveLength(2);
+      expect(rows.map((r) => r[head.indexOf('addon')])).toEqual([a, b]);
+      expect(rows[0]![head.indexOf('kernel ×')]).toBe('1');
+      for (const col of ['kernel ×', 'L2 ×']) expect(Number(rows[1]![head.indexOf(col)])).toBeGreaterThan(0);
+      const j = JSON.parse(readFileSync(json, 'utf8')) as { results: { addon: string; rounds: KernelBenchResult[] }[] };
+      expect(j.results.map((r) => r.addon)).toEqual([a, b]);
+      for (const r of j.results) {
+        expect(r.rounds).toHaveLength(2);
+        for (const x of r.rounds) expect(x.outputsWritten).toBe(x.outputs);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('npm run bench:kernels: a bad flag exits 2 naming it', async () => {
     const script = path.join(ROOT, 'dist', 'scripts', 'kernel-bench.js');
-    for (const [flag, value, msg] of [['--types', 'Q3_K', /--types: unknown weight type 'Q3_K'/], ['--rows', '0', /--rows: '0'/]] as const) {
+    for (const [flag, value, msg] of [['--types', 'Q3_K', /--types: unknown weight type 'Q3_K'/], ['--rows', '0', /--rows: '0'/],
+      ['--addons', '/nonexistent/lumen.node', /--addons: no such file '\/nonexistent\/lumen.node'/], ['--rounds', '0', /--rounds/]] as const) {
       const err = await promisify(execFile)(process.execPath, [script, flag, value], { cwd: ROOT }).then(() => null, (e: { code?: number; stderr?: string }) => e);
       expect(err?.code).toBe(2);
       expect(err?.stderr).toMatch(msg);
