@@ -5,8 +5,11 @@
 // The c requests of a measurement are submitted together and admitted in one step; the rate is
 // the steady-state one (the window where all c streams decode).
 // `--addons A,B` loads two builds of the native addon into this process and interleaves them in
-// every round (A/B of a kernel change on a noisy machine); `--gguf FILE` measures a GGUF file instead
-// of the synthetic preset. Usage: npm run bench:batch -- [flags]
+// every round (A/B of a kernel change on a noisy machine); `--reloads N` loads every build's engine
+// afresh N times (the load order alternated), `--rounds` rounds each time: one engine instance
+// can run several per cent faster or slower than another of the same build, by where its memory
+// landed, which rounds alone cannot average out (docs/performance.md, twenty-sixth session).
+// `--gguf FILE` measures a GGUF file instead of the synthetic preset. Usage: npm run bench:batch -- [flags]
 import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
@@ -25,6 +28,7 @@ const program = new Command('batch-bench')
   .option('--device <d>', 'cpu | cuda | auto', 'cpu')
   .option('--no-cuda-graphs', 'CUDA: run every decode step eagerly (no graph replay)')
   .option('--rounds <n>', 'interleaved rounds (medians reported)', (v) => Number(v), 3)
+  .option('--reloads <n>', 'load every engine afresh this many times, --rounds rounds each (the load order alternated)', (v) => Number(v), 1)
   .option('--prompt <n>', 'prompt tokens per sequence', (v) => Number(v), 128)
   .option('--tokens <n>', 'tokens generated per sequence', (v) => Number(v), 48)
   .option('--concurrency <list>', 'concurrencies (0 = prefill tok/s of one --prefill-tokens prompt)', '1,4,8')
@@ -35,10 +39,10 @@ const program = new Command('batch-bench')
   .option('--profile', 'print the per-op profile of each concurrency (decode steps after every stream has started, summed over rounds; prefill only for concurrency 0)')
   .option('--json <file>', 'also write the results as JSON')
   .parse(process.argv);
-const opt = program.opts<{ prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string }>();
+const opt = program.opts<{ prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
-interface Variant { name: string; engine: EngineHandle; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
+interface Variant { name: string; addon?: string; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
 
 async function measure(engine: EngineHandle, c: number, seed: number): Promise<number> {
   if (c === 0) {
@@ -65,41 +69,50 @@ async function main(): Promise<void> {
   const device = resolveDevice(choiceArg('--device', ['cpu', 'cuda', 'auto'] as const)(opt.device));
   const ckpt = opt.gguf !== undefined ? loadGgufCheckpoint(opt.gguf) : loadCheckpoint((await ensureBenchModel(opt.preset, log, false)).dir);
   const addons: (string | undefined)[] = opt.addons ? opt.addons.split(',') : [undefined];
-  const variants: Variant[] = [];
-  for (const a of addons) {
-    const engine = await loadEngine(ckpt, {
-      device, cudaGraphs: opt.cudaGraphs, threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.prompt + opt.tokens, opt.prefillTokens + 1) + 8,
-      maxSeqs: Math.max(1, maxC), prefillChunk: Math.max(512, opt.prefillTokens), stepTokenBudget: Math.max(2048, maxC * opt.prompt, opt.prefillTokens), prefixCache: false,
-      profile: opt.profile ?? false,
-    }, {}, a ? { addonPath: a } : {});
-    variants.push({ name: a ?? 'engine', engine, rates: new Map(levels.map((c) => [c, []])), profiles: new Map() });
-  }
-  log('warm-up ...');
-  for (const v of variants) {
-    for (const c of levels) await measure(v.engine, c, 9000 + c);
-    v.engine.takeProfile();
-  }
-  for (let r = 0; r < opt.rounds; r++) {
-    const line: string[] = [];
-    for (const c of levels) {
-      // Alternate the order every round (A B, then B A): the engine measured first after a switch
-      // runs measurably slower at c=1 (an A/A run showed +8 % for the second slot), so a fixed
-      // order would bias every comparison.
-      const order = r % 2 === 0 ? variants : [...variants].reverse();
-      for (const v of order) {
-        const x = await measure(v.engine, c, r * 10 + c);
-        v.rates.get(c)!.push(x);
-        line.push(`${variants.length > 1 ? `${v.name} ` : ''}c=${c} ${x.toFixed(1)}`);
-        const p = opt.profile ? v.engine.takeProfile() : null;
-        if (p) v.profiles.set(c, [...(v.profiles.get(c) ?? []), p]);
-      }
+  if (!Number.isInteger(opt.reloads) || opt.reloads < 1) throw new Error(`--reloads: not a positive integer: ${opt.reloads}`);
+  if (!Number.isInteger(opt.rounds) || opt.rounds < 1) throw new Error(`--rounds: not a positive integer: ${opt.rounds}`);
+  const variants: Variant[] = addons.map((a) => ({ name: a ?? 'engine', addon: a, rates: new Map(levels.map((c) => [c, []])), profiles: new Map() }));
+  const load = (a: string | undefined): Promise<EngineHandle> => loadEngine(ckpt, {
+    device, cudaGraphs: opt.cudaGraphs, threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.prompt + opt.tokens, opt.prefillTokens + 1) + 8,
+    maxSeqs: Math.max(1, maxC), prefillChunk: Math.max(512, opt.prefillTokens), stepTokenBudget: Math.max(2048, maxC * opt.prompt, opt.prefillTokens), prefixCache: false,
+    profile: opt.profile ?? false,
+  }, {}, a ? { addonPath: a } : {});
+  const total = opt.reloads * opt.rounds;
+  for (let l = 0; l < opt.reloads; l++) {
+    // A fresh engine per build, loaded in alternating order.
+    for (const v of l % 2 === 0 ? variants : [...variants].reverse()) {
+      v.engine = await load(v.addon);
+      v.isa = v.engine.info.isa;
     }
-    log(`round ${r + 1}/${opt.rounds}: ${line.join(', ')} tok/s`);
+    log(`warm-up${opt.reloads > 1 ? ` (engines loaded ${l + 1}/${opt.reloads})` : ''} ...`);
+    for (const v of variants) {
+      for (const c of levels) await measure(v.engine!, c, 9000 + c);
+      v.engine!.takeProfile();
+    }
+    for (let k = 0; k < opt.rounds; k++) {
+      const r = l * opt.rounds + k;
+      const line: string[] = [];
+      for (const c of levels) {
+        // Alternate the order every round (A B, then B A): the engine measured first after a switch
+        // runs measurably slower at c=1 (an A/A run showed +8 % for the second slot), so a fixed
+        // order would bias every comparison.
+        const order = r % 2 === 0 ? variants : [...variants].reverse();
+        for (const v of order) {
+          const x = await measure(v.engine!, c, r * 10 + c);
+          v.rates.get(c)!.push(x);
+          line.push(`${variants.length > 1 ? `${v.name} ` : ''}c=${c} ${x.toFixed(1)}`);
+          const p = opt.profile ? v.engine!.takeProfile() : null;
+          if (p) v.profiles.set(c, [...(v.profiles.get(c) ?? []), p]);
+        }
+      }
+      log(`round ${r + 1}/${total}: ${line.join(', ')} tok/s`);
+    }
+    for (const v of variants) await v.engine!.close();
   }
   const out: string[] = [];
   const cpu = machineInfo().cpuModel;
-  out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.engine.info.isa).join(' / ')}; device: ${device}${device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
-  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; steady-state aggregate decode, medians of ${opt.rounds}`);
+  out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.isa).join(' / ')}; device: ${device}${device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
+  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}`);
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
     const base = median(v.rates.get(1) ?? v.rates.get(levels.find((c) => c > 0) ?? levels[0]!)!);
@@ -110,12 +123,14 @@ async function main(): Promise<void> {
       out.push(`${String(c).padEnd(12)}${m.toFixed(1).padStart(10)}${((1000 * c) / m).toFixed(1).padStart(10)}${(m / base).toFixed(2).padStart(10)}${(m / (c * base)).toFixed(2).padStart(12)}`);
     }
   }
-  if (variants.length > 1) {
-    const [a, b] = variants;
-    // Geometric mean of the per-round ratios: with the alternating order, an even number of
-    // rounds cancels the position effect.
-    out.push(`ratio ${b!.name} / ${a!.name} (geometric mean of per-round ratios, order alternated${opt.rounds % 2 ? '; use an even --rounds' : ''}): ` + levels.map((c) => {
-      const ra = a!.rates.get(c)!, rb = b!.rates.get(c)!;
+  // Each build after the first as the geometric mean of its per-round ratios to the first: with
+  // the alternating order, an even number of rounds cancels the position effect. A byte-identical
+  // copy of the first build listed as well (an A/A control) shows what the engine instances
+  // differ by on their own (docs/performance.md, twenty-sixth session).
+  for (const b of variants.slice(1)) {
+    const a = variants[0]!;
+    out.push(`ratio ${b.name} / ${a.name} (geometric mean of per-round ratios, order alternated${total % 2 ? '; use an even number of rounds' : ''}): ` + levels.map((c) => {
+      const ra = a.rates.get(c)!, rb = b.rates.get(c)!;
       const g = Math.exp(ra.reduce((acc, x, i) => acc + Math.log(rb[i]! / x), 0) / ra.length);
       return `c=${c} ${g.toFixed(3)}`;
     }).join(', '));
@@ -130,14 +145,13 @@ async function main(): Promise<void> {
           m.calls += o.calls; m.totalUs += o.totalUs; m.selfUs += o.selfUs;
           merged.set(o.name, m);
         }
-        process.stderr.write(`${formatOpsReport(`${v.name} c=${c}, ${opt.rounds} rounds (${c === 0 ? 'prefill' : 'decode steps'})`, [...merged.values()])}\n`);
+        process.stderr.write(`${formatOpsReport(`${v.name} c=${c}, ${total} rounds (${c === 0 ? 'prefill' : 'decode steps'})`, [...merged.values()])}\n`);
       }
     }
   }
   if (opt.json) {
-    writeFileSync(opt.json, JSON.stringify({ cpu, threads: opt.threads, model: opt.gguf ?? `synthetic ${opt.preset} bf16`, variants: variants.map((v) => ({ name: v.name, isa: v.engine.info.isa, rates: Object.fromEntries(v.rates) })) }, null, 2));
+    writeFileSync(opt.json, JSON.stringify({ cpu, threads: opt.threads, model: opt.gguf ?? `synthetic ${opt.preset} bf16`, reloads: opt.reloads, variants: variants.map((v) => ({ name: v.name, isa: v.isa, rates: Object.fromEntries(v.rates) })) }, null, 2));
   }
-  for (const v of variants) await v.engine.close();
 }
 
 main().catch((err) => {
