@@ -219,8 +219,9 @@ void CpuBackend::decode_region(const float* x, int rows, const WMat* const* ws, 
 // Block-quantized matrices (and any plain ones in the same group): x quantized once per activation
 // type the group's weight types take; then for 1..3 rows the decode region of far-apart streams,
 // and for more one region of pieces of whole weight-row panels of every matrix, dealt from a shared
-// counter (a slower core takes fewer). A piece is about 256 KiB of weights at 4..16 rows (64 KiB at
-// prefill), so a step's matrices are many pieces; each weight row is read once per step.
+// counter (a slower core takes fewer). A piece is about 256 KiB of weights at 4..16 rows (down to
+// 32 KiB where the two cores meet; 64 KiB at prefill), so a step's matrices are many pieces; each
+// weight row is read once per step.
 void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* ws, float* const* ys, int n) {
   const int64_t K = ws[0]->cols;
   const void* xq[4] = {};
@@ -271,10 +272,16 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
   TwoRuns order{two_runs ? total / 2 : total};
   for (int i = 0; i < n; ++i) {
     const WMat& w = *ws[i];
-    const int64_t rb = row_bytes_of(w);
-    const int64_t per = std::max<int64_t>(16, kPieceBytes / std::max<int64_t>(1, rb) / 16 * 16);
-    for (int64_t r = 0; r < w.rows; r += per)
-      order.add(prefill_pieces_, Piece{i, r, std::min(w.rows, r + per), 0}, (std::min(w.rows, r + per) - r) * rb);
+    const int64_t rb = std::max<int64_t>(1, row_bytes_of(w));
+    for (int64_t r = 0; r < w.rows;) {
+      // Decode batches: the pieces shrink to 32 KiB over the last MiB of each half, so the core
+      // done first waits less for the other's last piece (as decode_region's; figures:
+      // docs/performance.md, twenty-sixth session).
+      const int64_t bytes = two_runs ? std::clamp<int64_t>(order.left(total) / 4, int64_t{32} << 10, kPieceBytes) : kPieceBytes;
+      const int64_t e = std::min(w.rows, r + std::max<int64_t>(16, bytes / rb / 16 * 16));
+      order.add(prefill_pieces_, Piece{i, r, e, 0}, (e - r) * rb);
+      r = e;
+    }
   }
   if (two_runs) order.finish(prefill_pieces_);
   pool_.parallel_dealt(static_cast<int64_t>(prefill_pieces_.size()), 1, [&](int64_t first, int64_t last) {
