@@ -93,10 +93,12 @@ async function main(): Promise<void> {
       const r = l * opt.rounds + k;
       const line: string[] = [];
       for (const c of levels) {
-        // Alternate the order every round (A B, then B A): the engine measured first after a switch
-        // runs measurably slower at c=1 (an A/A run showed +8 % for the second slot), so a fixed
-        // order would bias every comparison.
-        const order = r % 2 === 0 ? variants : [...variants].reverse();
+        // Rotate the order every round (A B, then B A; A B C, B C A, C A B): the engine measured
+        // first after a switch runs measurably slower at c=1 (an A/A run showed +8 % for the second
+        // slot), and with three builds a middle slot kept by reversing alone ran up to ~6 % faster
+        // (twenty-sixth session), so each build takes each slot equally often over a multiple of
+        // the number of builds in rounds.
+        const order = [...variants.slice(r % variants.length), ...variants.slice(0, r % variants.length)];
         for (const v of order) {
           const x = await measure(v.engine!, c, r * 10 + c);
           v.rates.get(c)!.push(x);
@@ -129,7 +131,7 @@ async function main(): Promise<void> {
   // differ by on their own (docs/performance.md, twenty-sixth session).
   for (const b of variants.slice(1)) {
     const a = variants[0]!;
-    out.push(`ratio ${b.name} / ${a.name} (geometric mean of per-round ratios, order alternated${total % 2 ? '; use an even number of rounds' : ''}): ` + levels.map((c) => {
+    out.push(`ratio ${b.name} / ${a.name} (geometric mean of per-round ratios, order rotated${total % variants.length ? `; use a multiple of ${variants.length} rounds` : ''}): ` + levels.map((c) => {
       const ra = a.rates.get(c)!, rb = b.rates.get(c)!;
       const g = Math.exp(ra.reduce((acc, x, i) => acc + Math.log(rb[i]! / x), 0) / ra.length);
       return `c=${c} ${g.toFixed(3)}`;
