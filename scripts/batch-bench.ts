@@ -6,9 +6,10 @@
 // the steady-state one (the window where all c streams decode).
 // `--addons A,B` loads two builds of the native addon into this process and interleaves them in
 // every round (A/B of a kernel change on a noisy machine); `--reloads N` loads every build's engine
-// afresh N times (the load order alternated), `--rounds` rounds each time: one engine instance
-// can run several per cent faster or slower than another of the same build, by where its memory
-// landed, which rounds alone cannot average out (docs/performance.md, twenty-sixth session).
+// afresh N times (the load order alternated), `--rounds` rounds each time. Two byte-identical
+// copies of one build, listed as two addons, have run several per cent apart in most processes
+// (cause unknown; docs/performance.md, twenty-sixth session): list a copy of the baseline as a
+// third build, an A/A control, and read a change against it.
 // `--gguf FILE` measures a GGUF file instead of the synthetic preset. Usage: npm run bench:batch -- [flags]
 import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
@@ -126,8 +127,8 @@ async function main(): Promise<void> {
     }
   }
   // Each build after the first as the geometric mean of its per-round ratios to the first: with
-  // the alternating order, an even number of rounds cancels the position effect. A byte-identical
-  // copy of the first build listed as well (an A/A control) shows what the engine instances
+  // the rotating order, a multiple of the number of builds in rounds cancels the slot effect. A
+  // byte-identical copy of the first build listed as well (an A/A control) shows what two copies
   // differ by on their own (docs/performance.md, twenty-sixth session).
   for (const b of variants.slice(1)) {
     const a = variants[0]!;
