@@ -7,9 +7,10 @@
 // `--addons A,B` loads two builds of the native addon into this process and interleaves them in
 // every round (A/B of a kernel change on a noisy machine); `--reloads N` loads every build's engine
 // afresh N times (the load order alternated), `--rounds` rounds each time. Two byte-identical
-// copies of one build, listed as two addons, have run several per cent apart in most processes
-// (cause unknown; docs/performance.md, twenty-sixth session): list a copy of the baseline as a
-// third build, an A/A control, and read a change against it.
+// copies of one build, listed as two addons, ran several per cent apart in most processes until
+// every module was loaded before the first engine (cause unknown; docs/performance.md,
+// twenty-sixth session): list a copy of the baseline as a third build, an A/A control, and read
+// a change against it.
 // `--gguf FILE` measures a GGUF file instead of the synthetic preset. Usage: npm run bench:batch -- [flags]
 import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
@@ -18,6 +19,7 @@ import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
 import { choiceArg } from '../src/cli/flag-values.js';
 import { resolveDevice } from '../src/engine/device.js';
 import { loadEngine } from '../src/engine/engine.js';
+import { loadAddon } from '../src/engine/native.js';
 import type { EngineHandle, ProfileReport, TokenEvent } from '../src/engine/types.js';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { formatOpsReport } from '../src/bench/profile.js';
@@ -78,6 +80,10 @@ async function main(): Promise<void> {
     maxSeqs: Math.max(1, maxC), prefillChunk: Math.max(512, opt.prefillTokens), stepTokenBudget: Math.max(2048, maxC * opt.prompt, opt.prefillTokens), prefixCache: false,
     profile: opt.profile ?? false,
   }, {}, a ? { addonPath: a } : {});
+  // Every build's module loaded before any engine: two copies of one build ran ×1.02–1.29 apart at
+  // c=8 when the second module was loaded after the first engine's memory, and level when both
+  // were loaded first (docs/performance.md, twenty-sixth session).
+  for (const a of addons) loadAddon(a);
   const total = opt.reloads * opt.rounds;
   for (let l = 0; l < opt.reloads; l++) {
     // A fresh engine per build, loaded in alternating order.
