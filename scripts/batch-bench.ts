@@ -24,7 +24,7 @@ import type { EngineHandle, ProfileReport, TokenEvent } from '../src/engine/type
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { formatOpsReport } from '../src/bench/profile.js';
 import { machineInfo } from '../src/util/machine.js';
-import { benchIds, ensureBenchModel, median } from './bench-model.js';
+import { benchIds, ensureBenchModel, geoMeanRatio, median } from './bench-model.js';
 
 const program = new Command('batch-bench')
   .option('--threads <n>', 'engine threads', (v) => Number(v), 2)
@@ -139,9 +139,7 @@ async function main(): Promise<void> {
   for (const b of variants.slice(1)) {
     const a = variants[0]!;
     out.push(`ratio ${b.name} / ${a.name} (geometric mean of per-round ratios, order rotated${total % variants.length ? `; use a multiple of ${variants.length} rounds` : ''}): ` + levels.map((c) => {
-      const ra = a.rates.get(c)!, rb = b.rates.get(c)!;
-      const g = Math.exp(ra.reduce((acc, x, i) => acc + Math.log(rb[i]! / x), 0) / ra.length);
-      return `c=${c} ${g.toFixed(3)}`;
+      return `c=${c} ${geoMeanRatio(b.rates.get(c)!, a.rates.get(c)!).toFixed(3)}`;
     }).join(', '));
   }
   process.stdout.write(`${out.join('\n')}\n`);

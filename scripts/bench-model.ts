@@ -31,3 +31,7 @@ export const median = (a: readonly number[]): number => {
   const s = [...a].sort((x, y) => x - y);
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
+
+/** Geometric mean of the per-round ratios b[i] / a[i] (an A/B of two builds measured round by round). */
+export const geoMeanRatio = (b: readonly number[], a: readonly number[]): number =>
+  Math.exp(b.reduce((acc, x, i) => acc + Math.log(x / a[i]!), 0) / b.length);

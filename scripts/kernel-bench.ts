@@ -20,6 +20,7 @@ import { loadAddon, usableCpus } from '../src/engine/native.js';
 import { QUANT_TYPES } from '../src/model/types.js';
 import { machineInfo } from '../src/util/machine.js';
 import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
+import { geoMeanRatio, median } from './bench-model.js';
 
 /** What the addon's kernelBench returns (native/addon/kernel_bench.cpp). */
 export interface KernelBenchResult {
@@ -83,13 +84,6 @@ function parseOptions(argv: string[]): Options {
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
-const median = (a: readonly number[]): number => {
-  const s = [...a].sort((x, y) => x - y);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
-/** Geometric mean of b[i] / a[i]. */
-const ratio = (b: readonly number[], a: readonly number[]): number => Math.exp(b.reduce((s, v, i) => s + Math.log(v / a[i]!), 0) / b.length);
-
 /** One type and batch size measured on every build, round after round. */
 interface Cell { type: string; rows: number; runs: KernelBenchResult[][] }
 
@@ -137,7 +131,7 @@ function main(): void {
       out.push([c.type, String(c.rows), ...(many ? [names[i]!] : []), (runs[0]!.bytes / 2 ** 20).toFixed(0), median(kern).toFixed(1),
         median(runs.map((r) => r.readGBs)).toFixed(1), median(runs.map((r) => r.kernelOverRead)).toFixed(2), median(l2).toFixed(1),
         (median(kern) * runs[0]!.macPerByte).toFixed(1), runs[0]!.layout,
-        ...(many ? (i === 0 ? ['1', '1'] : [ratio(kern, first.map((r) => r.kernelGBs)).toFixed(3), ratio(l2, first.map((r) => r.cacheGBs)).toFixed(3)]) : [])].join('\t'));
+        ...(many ? (i === 0 ? ['1', '1'] : [geoMeanRatio(kern, first.map((r) => r.kernelGBs)).toFixed(3), geoMeanRatio(l2, first.map((r) => r.cacheGBs)).toFixed(3)]) : [])].join('\t'));
     });
   process.stdout.write(`CPU: ${cpu.cpuModel}; ISA path: ${isa}; ${opt.threads} threads; K = ${opt.k}; ` +
     `medians of ${opt.pairs} kernel / read pass pairs${opt.rounds > 1 ? `, then of ${opt.rounds} rounds` : ''}; L2: one thread over ${cacheKiB.toFixed(0)} KiB at most` +
