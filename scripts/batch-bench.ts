@@ -24,7 +24,7 @@ import type { EngineHandle, ProfileReport, TokenEvent } from '../src/engine/type
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { formatOpsReport } from '../src/bench/profile.js';
 import { machineInfo } from '../src/util/machine.js';
-import { benchIds, ensureBenchModel, geoMeanRatio, median } from './bench-model.js';
+import { benchIds, ensureBenchModel, geoMeanRatio, median, roundOrder } from './bench-model.js';
 
 const program = new Command('batch-bench')
   .option('--threads <n>', 'engine threads', (v) => Number(v), 2)
@@ -100,12 +100,10 @@ async function main(): Promise<void> {
       const r = l * opt.rounds + k;
       const line: string[] = [];
       for (const c of levels) {
-        // Rotate the order every round (A B, then B A; A B C, B C A, C A B): the engine measured
-        // first after a switch runs measurably slower at c=1 (an A/A run showed +8 % for the second
-        // slot), and with three builds a middle slot kept by reversing alone ran up to ~6 % faster
-        // (twenty-sixth session), so each build takes each slot equally often over a multiple of
-        // the number of builds in rounds.
-        const order = [...variants.slice(r % variants.length), ...variants.slice(0, r % variants.length)];
+        // Rotate the order every round: the engine measured first after a switch runs measurably
+        // slower at c=1 (an A/A run showed +8 % for the second slot), and with three builds a middle
+        // slot kept by reversing alone ran up to ~6 % faster (twenty-sixth session).
+        const order = roundOrder(variants, r);
         for (const v of order) {
           const x = await measure(v.engine!, c, r * 10 + c);
           v.rates.get(c)!.push(x);

@@ -35,3 +35,14 @@ export const median = (a: readonly number[]): number => {
 /** Geometric mean of the per-round ratios b[i] / a[i] (an A/B of two builds measured round by round). */
 export const geoMeanRatio = (b: readonly number[], a: readonly number[]): number =>
   Math.exp(b.reduce((acc, x, i) => acc + Math.log(x / a[i]!), 0) / b.length);
+
+/**
+ * The builds of an interleaved A/B in round r's order: rotated by r (A B, then B A; A B C, B C A,
+ * C A B), so each build takes each slot equally often over a multiple of their number of rounds
+ * (reversing alone keeps a middle build in the middle slot: docs/performance.md, twenty-sixth
+ * session).
+ */
+export const roundOrder = <T>(items: readonly T[], r: number): T[] => {
+  const k = r % items.length;
+  return [...items.slice(k), ...items.slice(0, k)];
+};

@@ -8,7 +8,7 @@
 // A fraction well below 1 with a cache rate above half the read says the access pattern is the
 // limit; a cache rate near half the read (two cores) says the compute is.
 // `--addons A,B` loads several builds of the native addon into this process and interleaves them
-// (`--rounds`, the order alternated every round): per build the medians over the rounds, and for
+// (`--rounds`, the order rotated every round as bench:batch's): per build the medians over the rounds, and for
 // each build after the first the geometric mean of its per-round ratios to the first, which is how
 // a kernel change is judged on a shared machine (separate runs swing by tens of per cent).
 // Usage: npm run bench:kernels -- [--types Q4_K,Q6_K] [--rows 1,8] [--addons A,B --rounds 8] [--json FILE]
@@ -20,7 +20,7 @@ import { loadAddon, usableCpus } from '../src/engine/native.js';
 import { QUANT_TYPES } from '../src/model/types.js';
 import { machineInfo } from '../src/util/machine.js';
 import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
-import { geoMeanRatio, median } from './bench-model.js';
+import { geoMeanRatio, median, roundOrder } from './bench-model.js';
 
 /** What the addon's kernelBench returns (native/addon/kernel_bench.cpp). */
 export interface KernelBenchResult {
@@ -75,7 +75,7 @@ function parseOptions(argv: string[]): Options {
     .option('--threads <n>', 'threads (default: the CPUs this process may use)', countArg('--threads', 1, 256))
     .option('--pairs <n>', 'kernel / read pass pairs per measurement', countArg('--pairs', 1, 1000), 12)
     .option('--addons <list>', 'comma-separated addon builds to compare, interleaved (default: the installed one)', addonList)
-    .option('--rounds <n>', 'measurements per type, batch size and build (medians reported; with --addons the order alternates every round)', countArg('--rounds', 1, 1000), 1)
+    .option('--rounds <n>', 'measurements per type, batch size and build (medians reported; with --addons the order rotates every round)', countArg('--rounds', 1, 1000), 1)
     .option('--json <file>', 'also write the results as JSON');
   program.parse(argv);
   const o = program.opts<Omit<Options, 'threads'> & { threads?: number }>();
@@ -100,10 +100,8 @@ function main(): void {
       log(`${type}, ${rows} row${rows > 1 ? 's' : ''} ...`);
       const cell: Cell = { type, rows, runs: addons.map(() => []) };
       for (let r = 0; r < opt.rounds; r++) {
-        // The order alternates every round (A B, then B A), so drift favours neither build.
-        const order = addons.map((_, i) => i);
-        if (r % 2 === 1) order.reverse();
-        for (const i of order) {
+        // The order rotates every round (A B, then B A; A B C, ...), so drift favours no build.
+        for (const i of roundOrder(addons.map((_, j) => j), r)) {
           let res: KernelBenchResult;
           try {
             res = addons[i]!.kernelBench({ type, rows, k: opt.k, mib: opt.mib, threads: opt.threads, pairs: opt.pairs });
@@ -135,7 +133,7 @@ function main(): void {
     });
   process.stdout.write(`CPU: ${cpu.cpuModel}; ISA path: ${isa}; ${opt.threads} threads; K = ${opt.k}; ` +
     `medians of ${opt.pairs} kernel / read pass pairs${opt.rounds > 1 ? `, then of ${opt.rounds} rounds` : ''}; L2: one thread over ${cacheKiB.toFixed(0)} KiB at most` +
-    `${many ? `; ×: geometric mean of the per-round ratios to ${names[0]} (order alternated${opt.rounds % 2 ? '; an even --rounds balances it' : ''})` : ''}\n`);
+    `${many ? `; ×: geometric mean of the per-round ratios to ${names[0]} (order rotated${opt.rounds % addons.length ? `; a multiple of ${addons.length} rounds balances it` : ''})` : ''}\n`);
   process.stdout.write(`${head.join('\t')}\n${out.join('\n')}\n`);
   if (opt.json) {
     const results = cells.flatMap((c) => c.runs.map((runs, i) => ({ addon: names[i], type: c.type, rows: c.rows, rounds: runs })));
