@@ -7,6 +7,9 @@
 // the kernel's rate over a slice that stays in L2 on one thread (its compute limit per core).
 // A fraction well below 1 with a cache rate above half the read says the access pattern is the
 // limit; a cache rate near half the read (two cores) says the compute is.
+// Type GDN measures the DeltaNet decode recurrence the same way: 128 x 128 f32 states (the MiB
+// column), each read and written once a pass, --rows tokens per head, dealt as gdn_decode deals
+// its heads; --k does not apply.
 // `--addons A,B` loads several builds of the native addon into this process and interleaves them
 // (`--rounds`, the order rotated every round as bench:batch's): per build the medians over the rounds, and for
 // each build after the first the geometric mean of its per-round ratios to the first, which is how
@@ -41,7 +44,7 @@ export interface KernelBenchAddon {
   kernelBench(o: { type: string; rows?: number; k?: number; mib?: number; threads?: number; pairs?: number }): KernelBenchResult;
 }
 
-const TYPES: readonly string[] = ['F32', 'BF16', ...QUANT_TYPES];
+const TYPES: readonly string[] = ['F32', 'BF16', ...QUANT_TYPES, 'GDN'];
 
 function typeList(v: string): string[] {
   const out = v.split(',').map((s) => s.trim().toUpperCase()).filter((s) => s.length > 0);
@@ -68,7 +71,7 @@ interface Options {
 function parseOptions(argv: string[]): Options {
   const program = new Command('kernel-bench')
     .exitOverride()
-    .option('--types <list>', `weight types, comma-separated (${TYPES.join(', ')})`, typeList, typeList('Q4_K,Q6_K,Q8_0,BF16'))
+    .option('--types <list>', `weight types, comma-separated (${TYPES.join(', ')}; GDN: the DeltaNet decode recurrence over its f32 states)`, typeList, typeList('Q4_K,Q6_K,Q8_0,BF16'))
     .option('--rows <list>', 'activation rows (batch sizes, 1..16), comma-separated', rowList, rowList('1,8'))
     .option('--k <n>', 'row length (a multiple of the type\'s block: 256 for the K-quants and IQ4_XS, 32 for the other quantized types)', countArg('--k', 16, 16384), 1024)
     .option('--mib <n>', 'matrix size in MiB, far beyond the caches (at least 32 panels of 16 rows per thread: the MiB column says what was read)', countArg('--mib', 1, 4096), 256)

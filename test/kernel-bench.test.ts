@@ -49,8 +49,29 @@ describe('kernelBench', () => {
       });
     }
 
+  // GDN: the DeltaNet decode recurrence over 128 x 128 f32 states, --rows tokens per head.
+  for (const rows of [1, 3])
+    it(`GDN, ${rows} token${rows > 1 ? 's' : ''} a head: every head's state read and written, every output written`, () => {
+      const r = addon.kernelBench({ type: 'GDN', rows, mib: 1, threads: 2, pairs: 1 });
+      expect(r.isa).toBe(addon.cpuInfo().isa);
+      expect(r.type).toBe('GDN');
+      expect(r.rows).toBe(rows);
+      expect(r.k).toBe(128);
+      // At least 64 heads a thread, 64 KiB of f32 state each.
+      expect(r.n).toBeGreaterThanOrEqual(128);
+      expect(r.bytes).toBe(r.n * 128 * 128 * 4);
+      expect(r.macPerByte).toBeCloseTo((3 * rows) / 4, 10);
+      for (const v of [r.kernelGBs, r.readGBs, r.kernelOverRead, r.cacheGBs]) {
+        expect(Number.isFinite(v)).toBe(true);
+        expect(v).toBeGreaterThan(0);
+      }
+      expect(r.outputs).toBe(r.n * rows * 128);
+      expect(r.outputsWritten).toBe(r.outputs);
+    });
+
   it('refuses bad options with one-line errors naming the option', () => {
-    expect(() => addon.kernelBench({ type: 'F16' })).toThrow(/type must be F32, BF16 or a block-quantized type.*'F16'/);
+    expect(() => addon.kernelBench({ type: 'F16' })).toThrow(/type must be F32, BF16, a block-quantized type.* or GDN, got 'F16'/);
+    expect(() => addon.kernelBench({ type: 'GDN', rows: 0 })).toThrow(/rows must be an integer from 1 to 16/);
     expect(() => addon.kernelBench({ type: 'Q4_K', rows: 17 })).toThrow(/rows must be an integer from 1 to 16/);
     expect(() => addon.kernelBench({ type: 'Q4_K', k: 1000 })).toThrow(/k must be a multiple of 256 for Q4_K/);
     expect(() => addon.kernelBench({ type: 'Q8_0', k: 1000 })).toThrow(/k must be a multiple of 32 for Q8_0/);

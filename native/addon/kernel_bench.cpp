@@ -24,6 +24,7 @@ namespace lumen {
 namespace {
 
 struct BenchOpts {
+  bool gdn = false;  // the DeltaNet recurrence instead of a matmul (type "GDN")
   DType type = DType::q4_K;
   int rows = 1;
   int64_t k = 1024;
@@ -47,8 +48,17 @@ BenchOpts parse(const Napi::CallbackInfo& info) {
   const Napi::Object o = info[0].As<Napi::Object>();
   BenchOpts b;
   const std::string name = o.Has("type") && o.Get("type").IsString() ? o.Get("type").As<Napi::String>().Utf8Value() : "";
+  b.gdn = name == "GDN";
+  if (b.gdn) {
+    b.type = DType::f32;  // the state's type
+    b.rows = static_cast<int>(int_field(o, "rows", b.rows, 1, 16));
+    b.mib = int_field(o, "mib", b.mib, 1, 4096);
+    b.threads = static_cast<int>(int_field(o, "threads", b.threads, 1, 256));
+    b.pairs = static_cast<int>(int_field(o, "pairs", b.pairs, 1, 1000));
+    return b;
+  }
   if (!dtype_from_name(name.c_str(), b.type) || b.type == DType::f16)
-    throw std::invalid_argument("kernelBench: type must be F32, BF16 or a block-quantized type (Q8_0, Q4_K, Q6_K, ...), got '" +
+    throw std::invalid_argument("kernelBench: type must be F32, BF16, a block-quantized type (Q8_0, Q4_K, Q6_K, ...) or GDN, got '" +
                                 name + "'");
   b.rows = static_cast<int>(int_field(o, "rows", b.rows, 1, 16));
   const int64_t block = dtype_info(b.type).block;  // 1 for F32 / BF16 (any row length)
@@ -144,12 +154,139 @@ struct Product {
   }
 };
 
+// The DeltaNet decode recurrence (gdn_recurrent) over per-head f32 states of 128 x 128 (every
+// Qwen3.5 size's linear-attention head), rows = tokens per head (1: a decode step), far beyond the
+// caches, dealt as the backend's gdn_decode deals them: runs of 8 adjacent heads from a shared
+// counter, each head's pass asking for the next head of its run. Each pass reads and writes every
+// state once: the bytes reported are the state's (its traffic is twice that).
+Napi::Object gdn_bench(Napi::Env env, const BenchOpts& o) {
+  const cpu::Kernels& K = cpu::kernels();
+  constexpr int dk = 128, dv = 128, kRun = 8;
+  constexpr int64_t head_floats = int64_t{dk} * dv;
+  const int64_t heads = std::max<int64_t>(64 * o.threads, (o.mib << 20) / (head_floats * 4));
+  if (heads * head_floats * 4 > (int64_t{4096} << 20))
+    throw std::invalid_argument("kernelBench: GDN with " + std::to_string(o.threads) + " threads needs over 4096 MiB of state");
+  const int T = o.rows;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  AlignedBuffer state(static_cast<size_t>(heads * head_floats) * 4, false);
+  float* S = state.as<float>();
+  for (int64_t i = 0; i < heads * head_floats; ++i) S[i] = 0.01f * u(rng);
+  // One token's q, k (l2-normalised; q also by 1/sqrt(dk)), v and gates, shared by every head (the
+  // engine's are in L1 too: the conv just wrote them).
+  std::vector<float> q(static_cast<size_t>(T) * dk), k(static_cast<size_t>(T) * dk), v(static_cast<size_t>(T) * dv);
+  std::vector<float> beta(static_cast<size_t>(T), 0.5f), g(static_cast<size_t>(T), std::log(0.95f));
+  for (int t = 0; t < T; ++t) {
+    double nq = 0, nk = 0;
+    for (int i = 0; i < dk; ++i) {
+      q[t * dk + i] = u(rng);
+      k[t * dk + i] = u(rng);
+      nq += q[t * dk + i] * q[t * dk + i];
+      nk += k[t * dk + i] * k[t * dk + i];
+    }
+    for (int i = 0; i < dk; ++i) {
+      q[t * dk + i] = static_cast<float>(q[t * dk + i] / std::sqrt(nq) / std::sqrt(static_cast<double>(dk)));
+      k[t * dk + i] = static_cast<float>(k[t * dk + i] / std::sqrt(nk));
+    }
+    for (int i = 0; i < dv; ++i) v[t * dv + i] = u(rng);
+  }
+  // NaN until written (every head's outputs must be).
+  std::vector<float> out(static_cast<size_t>(heads) * T * dv, std::numeric_limits<float>::quiet_NaN());
+  auto io_of = [&](int64_t h, const float* next) {
+    cpu::GdnHeadIO io{q.data(), k.data(), v.data(), beta.data(), g.data(), out.data() + h * T * dv, dk, dk, dv, 1, dv, next};
+    return io;
+  };
+  auto run_heads = [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h)
+      K.gdn_recurrent(S + h * head_floats, io_of(h, h + 1 < h1 ? S + (h + 1) * head_floats : nullptr), T, dk, dv);
+  };
+  ThreadPool pool(o.threads);
+  const auto& probes = cpu::probes();
+  std::vector<float> sinks(static_cast<size_t>(o.threads));
+  const int64_t floats = heads * head_floats;
+  const auto kernel_pass = [&] {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);  // FTZ | DAZ, as the engine's threads run
+    const int64_t t0 = now_ns();
+    pool.parallel_dealt(heads, kRun, run_heads);
+    const double s = static_cast<double>(now_ns() - t0) / 1e9;
+    _mm_setcsr(csr);
+    return s;
+  };
+  const auto read_pass = [&] {
+    const int64_t t0 = now_ns();
+    pool.run([&](int tid, int nth) {
+      const int64_t per = floats / nth;
+      const int64_t len = tid == nth - 1 ? floats - per * tid : per;
+      sinks[static_cast<size_t>(tid)] += probes.stream_sum(S + per * tid, len, 4);
+    });
+    return static_cast<double>(now_ns() - t0) / 1e9;
+  };
+  kernel_pass();
+  const int64_t written = std::count_if(out.begin(), out.end(), [](float x) { return !std::isnan(x); });
+  read_pass();
+  std::vector<double> tk, tr, ratio;
+  for (int i = 0; i < o.pairs; ++i) {
+    double a, b;
+    if (i % 2 == 0) {
+      a = kernel_pass();
+      b = read_pass();
+    } else {
+      b = read_pass();
+      a = kernel_pass();
+    }
+    tk.push_back(a);
+    tr.push_back(b);
+    ratio.push_back(b / a);
+  }
+  // In L2: one thread over 4 heads (256 KiB), repeated.
+  constexpr int64_t small_heads = 4;
+  std::vector<double> tc;
+  const int reps = 64;
+  {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);
+    for (int r = 0; r < 5; ++r) {
+      const int64_t t0 = now_ns();
+      for (int i = 0; i < reps; ++i) run_heads(0, small_heads);
+      tc.push_back(static_cast<double>(now_ns() - t0) / 1e9 / reps);
+    }
+    _mm_setcsr(csr);
+  }
+  const double bytes = static_cast<double>(state.size()), small_bytes = static_cast<double>(small_heads * head_floats * 4);
+  auto res = Napi::Object::New(env);
+  res.Set("isa", active_isa_name());
+  res.Set("type", "GDN");
+  res.Set("layout", "f32 state, 128 x 128 a head, read and written once a pass");
+  res.Set("rows", T);
+  res.Set("k", static_cast<double>(dk));
+  res.Set("n", static_cast<double>(heads));
+  res.Set("bytes", bytes);
+  res.Set("storedBytes", bytes);
+  res.Set("threads", o.threads);
+  res.Set("pairs", o.pairs);
+  res.Set("kernelGBs", bytes / median(tk) / 1e9);
+  res.Set("readGBs", bytes / median(tr) / 1e9);
+  res.Set("kernelOverRead", median(ratio));
+  res.Set("kernelGBsBest", bytes / *std::min_element(tk.begin(), tk.end()) / 1e9);
+  res.Set("readGBsBest", bytes / *std::min_element(tr.begin(), tr.end()) / 1e9);
+  res.Set("cacheGBs", small_bytes / median(tc) / 1e9);
+  res.Set("cacheBytes", small_bytes);
+  res.Set("outputs", static_cast<double>(out.size()));
+  res.Set("outputsWritten", static_cast<double>(written));
+  // Per state value and token: two multiply-adds (e, u) and a multiply and a multiply-add (the write).
+  res.Set("macPerByte", 3.0 * T / 4.0);
+  res.Set("sink", static_cast<double>(sinks[0]) + static_cast<double>(S[0]) + static_cast<double>(out[0]));
+  return res;
+}
+
 }  // namespace
 
 Napi::Value KernelBench(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   try {
     const BenchOpts o = parse(info);
+    if (o.gdn) return gdn_bench(env, o);
     const cpu::Kernels& K = cpu::kernels();
     const DType t = o.type;
     const size_t wrow = row_bytes(t, o.k);

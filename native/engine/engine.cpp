@@ -688,7 +688,13 @@ void Engine::step_once() {
     stats_.graph_misses = g.misses - graph_base_.graph_misses;
     stats_.graph_capture_ms = g.capture_ms - graph_base_.graph_capture_ms;
   }
-  if (!evs.empty() && notify_) notify_();
+  // kStep alone is a progress count: it waits (kStepNotifyNs); a streamed token does not. A finished
+  // request's kDone (finish -> push) wakes the caller at once and delivers the counts before it.
+  const bool streamed = evs.size() > (step_tokens > 0 ? 1u : 0u);
+  if (!evs.empty() && notify_ && (streamed || t_emit - last_step_notify_ns_ >= kStepNotifyNs)) {
+    notify_();
+    last_step_notify_ns_ = t_emit;
+  }
   for (Sequence* s : finished) finish(*s, s->stop_hit ? "stop" : "length");
 }
 

@@ -203,6 +203,13 @@ class Engine : private CounterSink {
   std::vector<TensorEntry> tensors_;
   EngineConfig ec_;
   std::function<void()> notify_;
+  // Wakes of the caller's thread for a step's events: a step whose only event is its kStep count
+  // (no streamed token) wakes it at most every kStepNotifyNs; a streamed token and a finished
+  // request (push) wake it at once. Each wake ran the JS thread on one of the cores the step's
+  // threads were using, ~0.1 ms of the worker's time a step (docs/performance.md, twenty-seventh
+  // session); the counts wait in events_ for the next drain.
+  static constexpr int64_t kStepNotifyNs = 50'000'000;
+  int64_t last_step_notify_ns_ = 0;
 
   std::unique_ptr<HostWeights> weights_;
   std::unique_ptr<Backend> backend_;
