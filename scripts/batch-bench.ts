@@ -81,8 +81,9 @@ async function main(): Promise<void> {
     profile: opt.profile ?? false,
   }, {}, a ? { addonPath: a } : {});
   // Every build's module loaded before any engine: two copies of one build ran ×1.02–1.29 apart at
-  // c=8 when the second module was loaded after the first engine's memory, and level when both
-  // were loaded first (docs/performance.md, twenty-sixth session).
+  // c=8 when the second module was loaded after the first engine's memory; loaded first, they
+  // still ran up to ×1.08 apart (docs/performance.md, twenty-sixth and twenty-seventh sessions),
+  // so an A/B lists a copy of its baseline as a control.
   for (const a of addons) loadAddon(a);
   const total = opt.reloads * opt.rounds;
   for (let l = 0; l < opt.reloads; l++) {
