@@ -48,10 +48,12 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   auto obj = Napi::Object::New(env);
 
-  // argmax: random rows (odd lengths reach the scalar tails), planted ties, NaNs, signed zeros.
+  // argmax: random rows (odd lengths reach the scalar tails), planted ties, NaNs, signed zeros;
+  // the kernel keeps a first index per vector lane: ties within one lane (32 apart), across lanes,
+  // between the vector part and the tail, and a maximum that moves every step.
   int mismatches = 0, cases = 0;
-  for (int n : {1, 7, 16, 33, 1000, 248077}) {
-    for (int variant = 0; variant < 6; ++variant) {
+  for (int n : {1, 7, 16, 33, 64, 1000, 248077}) {
+    for (int variant = 0; variant < 11; ++variant) {
       std::vector<float> x(n);
       for (auto& v : x) v = u(rng);
       if (variant == 1 && n > 2) x[n - 1] = x[n / 2] = 5.f;                       // tie: first wins
@@ -59,6 +61,15 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
       if (variant == 3) x[0] = std::numeric_limits<float>::quiet_NaN();           // NaN at 0 wins
       if (variant == 4) for (auto& v : x) v = -std::fabs(v) - 1.f;                // all negative
       if (variant == 5 && n > 2) { for (auto& v : x) v = -1.f; x[n - 1] = 0.f; x[n / 2] = -0.f; }
+      if (variant == 6 && n > 40) x[3] = x[35] = 5.f;                              // one lane twice
+      if (variant == 7 && n > 40) x[20] = x[4] = 5.f;                               // two lanes
+      if (variant == 8 && n > 2) x[0] = x[n - 1] = 5.f;                             // x[0] and the tail
+      if (variant == 9) for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i);  // rising: n - 1
+      if (variant == 10 && n > 2) {                                                  // NaN but x[0]
+        for (auto& v : x) v = std::numeric_limits<float>::quiet_NaN();
+        x[0] = -2.f;
+        x[n / 2] = std::numeric_limits<float>::infinity();
+      }
       mismatches += K.argmax(x.data(), n) != argmax_scalar(x.data(), n);
       ++cases;
     }

@@ -81,30 +81,82 @@ float exp_shift_sum(float* x, int64_t n, float shift) {
   return s;
 }
 
+namespace {
+// Per lane the largest value so far and the index it was first seen at (a lane keeps its first
+// index of a tie: it takes a value only when strictly greater, and NaN never is).
+#if defined(__AVX512F__)
+struct ArgLanes {
+  __m512 v;
+  __m512i i;
+};
+inline ArgLanes arg_start(float x0) { return {_mm512_set1_ps(x0), _mm512_setzero_si512()}; }
+inline void arg_step(ArgLanes& a, const float* x, __m512i idx) {
+  const __m512 v = _mm512_loadu_ps(x);
+  const __mmask16 gt = _mm512_cmp_ps_mask(v, a.v, _CMP_GT_OQ);
+  a.v = _mm512_mask_mov_ps(a.v, gt, v);
+  a.i = _mm512_mask_mov_epi32(a.i, gt, idx);
+}
+inline __m512i arg_lanes_from(int64_t i) { return _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)); }
+inline __m512i arg_add(__m512i i, int d) { return _mm512_add_epi32(i, _mm512_set1_epi32(d)); }
+inline void arg_store(const ArgLanes& a, float* v, int32_t* i) {
+  _mm512_storeu_ps(v, a.v);
+  _mm512_storeu_si512(i, a.i);
+}
+#else
+struct ArgLanes {
+  __m256 v;
+  __m256i i;
+};
+inline ArgLanes arg_start(float x0) { return {_mm256_set1_ps(x0), _mm256_setzero_si256()}; }
+inline void arg_step(ArgLanes& a, const float* x, __m256i idx) {
+  const __m256 v = _mm256_loadu_ps(x);
+  const __m256 gt = _mm256_cmp_ps(v, a.v, _CMP_GT_OQ);
+  a.v = _mm256_blendv_ps(a.v, v, gt);
+  a.i = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a.i), _mm256_castsi256_ps(idx), gt));
+}
+inline __m256i arg_lanes_from(int64_t i) { return _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+inline __m256i arg_add(__m256i i, int d) { return _mm256_add_epi32(i, _mm256_set1_epi32(d)); }
+inline void arg_store(const ArgLanes& a, float* v, int32_t* i) {
+  _mm256_storeu_ps(v, a.v);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(i), a.i);
+}
+#endif
+}  // namespace
+
 int32_t argmax(const float* x, int64_t n) {
-  // Pass 1: the maximum (max(x, acc) keeps acc when x is NaN); pass 2: its first index. x[0]
-  // seeds the maximum, as in the scalar version (so a NaN there is returned, like there).
+  // One pass (the logits row is read once: a decode step's picks read rows of ~1 MB that the head
+  // just wrote): per lane the first index of its largest value, then the largest value over the
+  // lanes and the lowest index holding it, then the tail in order. As argmax_scalar: the lowest
+  // index of a tie, and NaN never wins unless it is x[0] (then every lane keeps x[0]).
   if (n <= 0) return 0;
-  vf m0 = vset1(x[0]), m1 = m0;
+  if (x[0] != x[0]) return 0;
+  ArgLanes a0 = arg_start(x[0]), a1 = a0;
   int64_t i = 0;
-  for (; i + 2 * VW <= n; i += 2 * VW) {
-    m0 = vmax(vload(x + i), m0);
-    m1 = vmax(vload(x + i + VW), m1);
+  if (n >= 2 * VW && n <= 0x7fffffff) {
+    auto idx = arg_lanes_from(0);
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+      arg_step(a0, x + i, idx);
+      arg_step(a1, x + i + VW, arg_add(idx, VW));
+      idx = arg_add(idx, 2 * VW);
+    }
   }
-  alignas(64) float lanes[2 * VW];
-  vstore(lanes, m0);
-  vstore(lanes + VW, m1);
-  float mx = x[0];
-  for (int l = 0; l < 2 * VW; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
-  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  if (!(x[0] < mx)) return 0;  // x[0] is the maximum (or NaN)
-  const vf mv = vset1(mx);
-  int64_t j = 0;
-  for (; j + VW <= n; j += VW)
-    if (const unsigned m = veq_mask(vload(x + j), mv)) return static_cast<int32_t>(j + __builtin_ctz(m));
-  for (; j < n; ++j)
-    if (x[j] == mx) return static_cast<int32_t>(j);
-  return 0;
+  alignas(64) float v[2 * VW];
+  alignas(64) int32_t ix[2 * VW];
+  arg_store(a0, v, ix);
+  arg_store(a1, v + VW, ix + VW);
+  float best = x[0];
+  int64_t at = 0;
+  for (int l = 0; l < 2 * VW; ++l)
+    if (v[l] > best || (v[l] == best && ix[l] < at)) {
+      best = v[l];
+      at = ix[l];
+    }
+  for (; i < n; ++i)
+    if (x[i] > best) {
+      best = x[i];
+      at = i;
+    }
+  return static_cast<int32_t>(at);
 }
 
 }  // namespace lumen::cpu::LUMEN_ISA
