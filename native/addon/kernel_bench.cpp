@@ -108,6 +108,61 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// A plain read of `floats` floats at data, each thread its share as 4 streams (the bandwidth
+// probe's read), summed into sinks[tid]; seconds. The bytes are summed as floats (random patterns
+// for the quantized types) with subnormals flushed, so no microcode assist slows the read.
+double read_pass(ThreadPool& pool, const float* data, int64_t floats, std::vector<float>& sinks) {
+  const auto& probes = cpu::probes();
+  const int64_t t0 = now_ns();
+  pool.run([&](int tid, int nth) {
+    const int64_t per = floats / nth;
+    const int64_t len = tid == nth - 1 ? floats - per * tid : per;
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
+    sinks[static_cast<size_t>(tid)] += probes.stream_sum(data + per * tid, len, 4);
+    _mm_setcsr(csr);
+  });
+  return static_cast<double>(now_ns() - t0) / 1e9;
+}
+
+// Seconds per kernel pass and per read pass over the same bytes, measured in pairs of alternating
+// order (A B, B A, ...): both see the same machine, whatever the neighbours do to the bandwidth
+// meanwhile. Each pass was warmed up once by the caller.
+struct Pairs {
+  std::vector<double> kernel, read, ratio;
+};
+template <typename KernelPass, typename ReadPass>
+Pairs alternate(int pairs, KernelPass&& kernel_pass, ReadPass&& read) {
+  Pairs p;
+  for (int i = 0; i < pairs; ++i) {
+    double a, b;
+    if (i % 2 == 0) {
+      a = kernel_pass();
+      b = read();
+    } else {
+      b = read();
+      a = kernel_pass();
+    }
+    p.kernel.push_back(a);
+    p.read.push_back(b);
+    p.ratio.push_back(b / a);
+  }
+  return p;
+}
+
+// The rates every kernelBench result reports: `bytes` over the pairs' passes (medians and bests),
+// and `small_bytes` over the in-L2 passes `tc` (seconds).
+void set_rates(Napi::Object& res, double bytes, const Pairs& p, double small_bytes, const std::vector<double>& tc) {
+  res.Set("bytes", bytes);
+  res.Set("kernelGBs", bytes / median(p.kernel) / 1e9);
+  res.Set("readGBs", bytes / median(p.read) / 1e9);
+  res.Set("kernelOverRead", median(p.ratio));
+  res.Set("kernelGBsBest", bytes / *std::min_element(p.kernel.begin(), p.kernel.end()) / 1e9);
+  res.Set("readGBsBest", bytes / *std::min_element(p.read.begin(), p.read.end()) / 1e9);
+  res.Set("cacheGBs", small_bytes / median(tc) / 1e9);
+  res.Set("cacheBytes", small_bytes);
+}
+
 // The kernel over weight rows [0, N) as the backend splits a product (cpu/matmul.cpp): 1..3 rows
 // (and the row-major and packed bf16 matrices at every decode size) as four streams a quarter of
 // the matrix apart (packed bf16 at 7..16 rows: three, a third apart), each thread its share of
@@ -201,7 +256,6 @@ Napi::Object gdn_bench(Napi::Env env, const BenchOpts& o) {
       K.gdn_recurrent(S + h * head_floats, io_of(h, h + 1 < h1 ? S + (h + 1) * head_floats : nullptr), T, dk, dv);
   };
   ThreadPool pool(o.threads);
-  const auto& probes = cpu::probes();
   std::vector<float> sinks(static_cast<size_t>(o.threads));
   const int64_t floats = heads * head_floats;
   const auto kernel_pass = [&] {
@@ -213,32 +267,11 @@ Napi::Object gdn_bench(Napi::Env env, const BenchOpts& o) {
     _mm_setcsr(csr);
     return s;
   };
-  const auto read_pass = [&] {
-    const int64_t t0 = now_ns();
-    pool.run([&](int tid, int nth) {
-      const int64_t per = floats / nth;
-      const int64_t len = tid == nth - 1 ? floats - per * tid : per;
-      sinks[static_cast<size_t>(tid)] += probes.stream_sum(S + per * tid, len, 4);
-    });
-    return static_cast<double>(now_ns() - t0) / 1e9;
-  };
+  const auto read = [&] { return read_pass(pool, S, floats, sinks); };
   kernel_pass();
   const int64_t written = std::count_if(out.begin(), out.end(), [](float x) { return !std::isnan(x); });
-  read_pass();
-  std::vector<double> tk, tr, ratio;
-  for (int i = 0; i < o.pairs; ++i) {
-    double a, b;
-    if (i % 2 == 0) {
-      a = kernel_pass();
-      b = read_pass();
-    } else {
-      b = read_pass();
-      a = kernel_pass();
-    }
-    tk.push_back(a);
-    tr.push_back(b);
-    ratio.push_back(b / a);
-  }
+  read();
+  const Pairs pairs = alternate(o.pairs, kernel_pass, read);
   // In L2: one thread over 4 heads (256 KiB), repeated.
   constexpr int64_t small_heads = 4;
   std::vector<double> tc;
@@ -261,17 +294,10 @@ Napi::Object gdn_bench(Napi::Env env, const BenchOpts& o) {
   res.Set("rows", T);
   res.Set("k", static_cast<double>(dk));
   res.Set("n", static_cast<double>(heads));
-  res.Set("bytes", bytes);
   res.Set("storedBytes", bytes);
   res.Set("threads", o.threads);
   res.Set("pairs", o.pairs);
-  res.Set("kernelGBs", bytes / median(tk) / 1e9);
-  res.Set("readGBs", bytes / median(tr) / 1e9);
-  res.Set("kernelOverRead", median(ratio));
-  res.Set("kernelGBsBest", bytes / *std::min_element(tk.begin(), tk.end()) / 1e9);
-  res.Set("readGBsBest", bytes / *std::min_element(tr.begin(), tr.end()) / 1e9);
-  res.Set("cacheGBs", small_bytes / median(tc) / 1e9);
-  res.Set("cacheBytes", small_bytes);
+  set_rates(res, bytes, pairs, small_bytes, tc);
   res.Set("outputs", static_cast<double>(out.size()));
   res.Set("outputsWritten", static_cast<double>(written));
   // Per state value and token: two multiply-adds (e, u) and a multiply and a multiply-add (the write).
@@ -351,47 +377,17 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     const Product prod{K, t, quant, panel_type, packed_bf16, o.rows, o.k, n, mat.data(), act, xa.size() ? xa.data() : nullptr, y.data()};
 
     ThreadPool pool(o.threads);
-    const auto& probes = cpu::probes();
     std::vector<float> sinks(static_cast<size_t>(o.threads));
-    const int64_t floats = static_cast<int64_t>(mat.size() / sizeof(float));
     const auto kernel_pass = [&] {
       const int64_t t0 = now_ns();
       pool.run([&](int tid, int nth) { prod.run(tid, nth); });
       return static_cast<double>(now_ns() - t0) / 1e9;
     };
-    const auto read_pass = [&] {
-      const int64_t t0 = now_ns();
-      pool.run([&](int tid, int nth) {
-        const int64_t per = floats / nth;
-        const int64_t len = tid == nth - 1 ? floats - per * tid : per;
-        // The bytes summed as floats (random patterns for the quantized types): with subnormals
-        // flushed, so no microcode assist slows the read.
-        const unsigned csr = _mm_getcsr();
-        _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
-        sinks[static_cast<size_t>(tid)] += probes.stream_sum(mat.as<float>() + per * tid, len, 4);
-        _mm_setcsr(csr);
-      });
-      return static_cast<double>(now_ns() - t0) / 1e9;
-    };
-    // A warm-up of each, then pairs in alternating order (A B, B A, ...): both see the same
-    // machine, whatever the neighbours do to the bandwidth meanwhile.
+    const auto read = [&] { return read_pass(pool, mat.as<float>(), static_cast<int64_t>(mat.size() / sizeof(float)), sinks); };
     kernel_pass();
     const int64_t written = std::count_if(y.begin(), y.end(), [](float v) { return !std::isnan(v); });
-    read_pass();
-    std::vector<double> tk, tr, ratio;
-    for (int i = 0; i < o.pairs; ++i) {
-      double a, b;
-      if (i % 2 == 0) {
-        a = kernel_pass();
-        b = read_pass();
-      } else {
-        b = read_pass();
-        a = kernel_pass();
-      }
-      tk.push_back(a);
-      tr.push_back(b);
-      ratio.push_back(b / a);
-    }
+    read();
+    const Pairs pairs = alternate(o.pairs, kernel_pass, read);
     const double bytes = static_cast<double>(mat.size());
     // In L2: one thread over the first ~256 KiB of the matrix (at least one panel: more for long
     // rows, reported as cacheBytes), repeated.
@@ -416,17 +412,10 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     res.Set("rows", o.rows);
     res.Set("k", static_cast<double>(o.k));
     res.Set("n", static_cast<double>(n));
-    res.Set("bytes", bytes);
     res.Set("storedBytes", static_cast<double>(n) * static_cast<double>(wrow));
     res.Set("threads", o.threads);
     res.Set("pairs", o.pairs);
-    res.Set("kernelGBs", bytes / median(tk) / 1e9);
-    res.Set("readGBs", bytes / median(tr) / 1e9);
-    res.Set("kernelOverRead", median(ratio));
-    res.Set("kernelGBsBest", bytes / *std::min_element(tk.begin(), tk.end()) / 1e9);
-    res.Set("readGBsBest", bytes / *std::min_element(tr.begin(), tr.end()) / 1e9);
-    res.Set("cacheGBs", small_bytes / median(tc) / 1e9);
-    res.Set("cacheBytes", small_bytes);
+    set_rates(res, bytes, pairs, small_bytes, tc);
     res.Set("outputs", static_cast<double>(y.size()));
     res.Set("outputsWritten", static_cast<double>(written));
     res.Set("macPerByte", macs_per_byte);

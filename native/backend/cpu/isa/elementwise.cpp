@@ -81,76 +81,43 @@ float exp_shift_sum(float* x, int64_t n, float shift) {
   return s;
 }
 
-namespace {
-// Per lane the largest value so far and the index it was first seen at (a lane keeps its first
-// index of a tie: it takes a value only when strictly greater, and NaN never is).
-#if defined(__AVX512F__)
-struct ArgLanes {
-  __m512 v;
-  __m512i i;
-};
-inline ArgLanes arg_start(float x0) { return {_mm512_set1_ps(x0), _mm512_setzero_si512()}; }
-inline void arg_step(ArgLanes& a, const float* x, __m512i idx) {
-  const __m512 v = _mm512_loadu_ps(x);
-  const __mmask16 gt = _mm512_cmp_ps_mask(v, a.v, _CMP_GT_OQ);
-  a.v = _mm512_mask_mov_ps(a.v, gt, v);
-  a.i = _mm512_mask_mov_epi32(a.i, gt, idx);
-}
-inline __m512i arg_lanes_from(int64_t i) { return _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)); }
-inline __m512i arg_add(__m512i i, int d) { return _mm512_add_epi32(i, _mm512_set1_epi32(d)); }
-inline void arg_store(const ArgLanes& a, float* v, int32_t* i) {
-  _mm512_storeu_ps(v, a.v);
-  _mm512_storeu_si512(i, a.i);
-}
-#else
-struct ArgLanes {
-  __m256 v;
-  __m256i i;
-};
-inline ArgLanes arg_start(float x0) { return {_mm256_set1_ps(x0), _mm256_setzero_si256()}; }
-inline void arg_step(ArgLanes& a, const float* x, __m256i idx) {
-  const __m256 v = _mm256_loadu_ps(x);
-  const __m256 gt = _mm256_cmp_ps(v, a.v, _CMP_GT_OQ);
-  a.v = _mm256_blendv_ps(a.v, v, gt);
-  a.i = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a.i), _mm256_castsi256_ps(idx), gt));
-}
-inline __m256i arg_lanes_from(int64_t i) { return _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
-inline __m256i arg_add(__m256i i, int d) { return _mm256_add_epi32(i, _mm256_set1_epi32(d)); }
-inline void arg_store(const ArgLanes& a, float* v, int32_t* i) {
-  _mm256_storeu_ps(v, a.v);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(i), a.i);
-}
-#endif
-}  // namespace
-
 int32_t argmax(const float* x, int64_t n) {
   // One pass (the logits row is read once: a decode step's picks read rows of ~1 MB that the head
-  // just wrote): per lane the first index of its largest value, then the largest value over the
-  // lanes and the lowest index holding it, then the tail in order. As argmax_scalar: the lowest
-  // index of a tie, and NaN never wins unless it is x[0] (then every lane keeps x[0]).
+  // just wrote): per lane the largest value and the index it was first seen at (a lane takes a
+  // value only when strictly greater; NaN never is; indices as floats, exact below 2^24), then the
+  // largest value over the lanes and the lowest index holding it, then the tail in order. As
+  // argmax_scalar: the lowest index of a tie, and NaN never wins unless it is x[0].
   if (n <= 0) return 0;
   if (x[0] != x[0]) return 0;
-  ArgLanes a0 = arg_start(x[0]), a1 = a0;
+  vf v0 = vset1(x[0]), v1 = v0, i0 = vzero(), i1 = i0;
   int64_t i = 0;
-  if (n >= 2 * VW && n <= 0x7fffffff) {
-    auto idx = arg_lanes_from(0);
+  if (n < (int64_t{1} << 24)) {
+    alignas(64) static constexpr float kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    vf idx = vload(kLanes);
+    const vf half = vset1(static_cast<float>(VW)), step = vset1(static_cast<float>(2 * VW));
     for (; i + 2 * VW <= n; i += 2 * VW) {
-      arg_step(a0, x + i, idx);
-      arg_step(a1, x + i + VW, arg_add(idx, VW));
-      idx = arg_add(idx, 2 * VW);
+      const vf a = vload(x + i), b = vload(x + i + VW);
+      i0 = vgt_select(a, v0, idx, i0);
+      v0 = vgt_select(a, v0, a, v0);
+      i1 = vgt_select(b, v1, vadd(idx, half), i1);
+      v1 = vgt_select(b, v1, b, v1);
+      idx = vadd(idx, step);
     }
   }
-  alignas(64) float v[2 * VW];
-  alignas(64) int32_t ix[2 * VW];
-  arg_store(a0, v, ix);
-  arg_store(a1, v + VW, ix + VW);
+  alignas(64) float v[2 * VW], ix[2 * VW];
+  vstore(v, v0);
+  vstore(v + VW, v1);
+  vstore(ix, i0);
+  vstore(ix + VW, i1);
   float best = x[0];
   int64_t at = 0;
-  for (int l = 0; l < 2 * VW; ++l)
-    if (v[l] > best || (v[l] == best && ix[l] < at)) {
+  for (int l = 0; l < 2 * VW; ++l) {
+    const auto li = static_cast<int64_t>(ix[l]);
+    if (v[l] > best || (v[l] == best && li < at)) {
       best = v[l];
-      at = ix[l];
+      at = li;
     }
+  }
   for (; i < n; ++i)
     if (x[i] > best) {
       best = x[i];

@@ -71,6 +71,8 @@ inline vf vbf16_odd(const uint16_t* p) {
 }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 inline unsigned veq_mask(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+// Per lane: if_gt where x > m (ordered: never for NaN), else otherwise.
+inline vf vgt_select(vf x, vf m, vf if_gt, vf otherwise) { return _mm512_mask_mov_ps(otherwise, _mm512_cmp_ps_mask(x, m, _CMP_GT_OQ), if_gt); }
 inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
@@ -102,6 +104,7 @@ inline vf vbf16_odd(const uint16_t* p) {
 }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 inline unsigned veq_mask(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ))); }
+inline vf vgt_select(vf x, vf m, vf if_gt, vf otherwise) { return _mm256_blendv_ps(otherwise, if_gt, _mm256_cmp_ps(x, m, _CMP_GT_OQ)); }
 inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
