@@ -7,10 +7,10 @@
 // `--addons A,B` loads two builds of the native addon into this process and interleaves them in
 // every round (A/B of a kernel change on a noisy machine); `--reloads N` loads every build's engine
 // afresh N times (the load order alternated), `--rounds` rounds each time. Two byte-identical
-// copies of one build, listed as two addons, ran several per cent apart in most processes until
-// every module was loaded before the first engine (cause unknown; docs/performance.md,
-// twenty-sixth session): list a copy of the baseline as a third build, an A/A control, and read
-// a change against it.
+// copies of one build, listed as two addons, ran several per cent apart in most processes, and
+// still up to ×1.08 with every module loaded before the first engine (cause unknown;
+// docs/performance.md, twenty-sixth and twenty-seventh sessions): list a copy of the baseline as
+// a third build, an A/A control, and read a change against it.
 // `--gguf FILE` measures a GGUF file instead of the synthetic preset. Usage: npm run bench:batch -- [flags]
 import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';

@@ -49,22 +49,18 @@ BenchOpts parse(const Napi::CallbackInfo& info) {
   BenchOpts b;
   const std::string name = o.Has("type") && o.Get("type").IsString() ? o.Get("type").As<Napi::String>().Utf8Value() : "";
   b.gdn = name == "GDN";
-  if (b.gdn) {
+  if (b.gdn)
     b.type = DType::f32;  // the state's type
-    b.rows = static_cast<int>(int_field(o, "rows", b.rows, 1, 16));
-    b.mib = int_field(o, "mib", b.mib, 1, 4096);
-    b.threads = static_cast<int>(int_field(o, "threads", b.threads, 1, 256));
-    b.pairs = static_cast<int>(int_field(o, "pairs", b.pairs, 1, 1000));
-    return b;
-  }
-  if (!dtype_from_name(name.c_str(), b.type) || b.type == DType::f16)
+  else if (!dtype_from_name(name.c_str(), b.type) || b.type == DType::f16)
     throw std::invalid_argument("kernelBench: type must be F32, BF16, a block-quantized type (Q8_0, Q4_K, Q6_K, ...) or GDN, got '" +
                                 name + "'");
   b.rows = static_cast<int>(int_field(o, "rows", b.rows, 1, 16));
-  const int64_t block = dtype_info(b.type).block;  // 1 for F32 / BF16 (any row length)
-  b.k = int_field(o, "k", b.k, std::max<int64_t>(block, 16), 16384);
-  if (b.k % block != 0)
-    throw std::invalid_argument("kernelBench: k must be a multiple of " + std::to_string(block) + " for " + dtype_info(b.type).name);
+  if (!b.gdn) {  // GDN's heads are 128 x 128 whatever k says
+    const int64_t block = dtype_info(b.type).block;  // 1 for F32 / BF16 (any row length)
+    b.k = int_field(o, "k", b.k, std::max<int64_t>(block, 16), 16384);
+    if (b.k % block != 0)
+      throw std::invalid_argument("kernelBench: k must be a multiple of " + std::to_string(block) + " for " + dtype_info(b.type).name);
+  }
   b.mib = int_field(o, "mib", b.mib, 1, 4096);
   b.threads = static_cast<int>(int_field(o, "threads", b.threads, 1, 256));
   b.pairs = static_cast<int>(int_field(o, "pairs", b.pairs, 1, 1000));
@@ -108,6 +104,29 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// Subnormals flushed (FTZ | DAZ) on this thread while in scope, as the engine's threads run.
+struct FlushDenormals {
+  unsigned csr = _mm_getcsr();
+  FlushDenormals() { _mm_setcsr(csr | 0x8040); }
+  ~FlushDenormals() { _mm_setcsr(csr); }
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+};
+
+// Seconds per call of `pass` over a slice that stays in L2 on this thread: 5 measurements of 64
+// calls each.
+template <typename Pass>
+std::vector<double> cache_passes(Pass&& pass) {
+  constexpr int kReps = 64;
+  std::vector<double> tc;
+  for (int r = 0; r < 5; ++r) {
+    const int64_t t0 = now_ns();
+    for (int i = 0; i < kReps; ++i) pass();
+    tc.push_back(static_cast<double>(now_ns() - t0) / 1e9 / kReps);
+  }
+  return tc;
+}
+
 // A plain read of `floats` floats at data, each thread its share as 4 streams (the bandwidth
 // probe's read), summed into sinks[tid]; seconds. The bytes are summed as floats (random patterns
 // for the quantized types) with subnormals flushed, so no microcode assist slows the read.
@@ -117,10 +136,8 @@ double read_pass(ThreadPool& pool, const float* data, int64_t floats, std::vecto
   pool.run([&](int tid, int nth) {
     const int64_t per = floats / nth;
     const int64_t len = tid == nth - 1 ? floats - per * tid : per;
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
+    const FlushDenormals ftz;
     sinks[static_cast<size_t>(tid)] += probes.stream_sum(data + per * tid, len, 4);
-    _mm_setcsr(csr);
   });
   return static_cast<double>(now_ns() - t0) / 1e9;
 }
@@ -259,13 +276,10 @@ Napi::Object gdn_bench(Napi::Env env, const BenchOpts& o) {
   std::vector<float> sinks(static_cast<size_t>(o.threads));
   const int64_t floats = heads * head_floats;
   const auto kernel_pass = [&] {
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040);  // FTZ | DAZ, as the engine's threads run
+    const FlushDenormals ftz;  // the caller's share (the pool's workers flush already)
     const int64_t t0 = now_ns();
     pool.parallel_dealt(heads, kRun, run_heads);
-    const double s = static_cast<double>(now_ns() - t0) / 1e9;
-    _mm_setcsr(csr);
-    return s;
+    return static_cast<double>(now_ns() - t0) / 1e9;
   };
   const auto read = [&] { return read_pass(pool, S, floats, sinks); };
   kernel_pass();
@@ -275,16 +289,9 @@ Napi::Object gdn_bench(Napi::Env env, const BenchOpts& o) {
   // In L2: one thread over 4 heads (256 KiB), repeated.
   constexpr int64_t small_heads = 4;
   std::vector<double> tc;
-  const int reps = 64;
   {
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040);
-    for (int r = 0; r < 5; ++r) {
-      const int64_t t0 = now_ns();
-      for (int i = 0; i < reps; ++i) run_heads(0, small_heads);
-      tc.push_back(static_cast<double>(now_ns() - t0) / 1e9 / reps);
-    }
-    _mm_setcsr(csr);
+    const FlushDenormals ftz;
+    tc = cache_passes([&] { run_heads(0, small_heads); });
   }
   const double bytes = static_cast<double>(state.size()), small_bytes = static_cast<double>(small_heads * head_floats * 4);
   auto res = Napi::Object::New(env);
@@ -393,13 +400,7 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     // rows, reported as cacheBytes), repeated.
     const int64_t small_panels = std::clamp<int64_t>((int64_t{256} << 10) / panel_bytes, 1, panels);
     const Product small{K, t, quant, panel_type, packed_bf16, o.rows, o.k, small_panels * cpu::kPanel, mat.data(), act, prod.xa, y.data()};
-    std::vector<double> tc;
-    const int reps = 64;
-    for (int r = 0; r < 5; ++r) {
-      const int64_t t0 = now_ns();
-      for (int i = 0; i < reps; ++i) small.run(0, 1);
-      tc.push_back(static_cast<double>(now_ns() - t0) / 1e9 / reps);
-    }
+    const std::vector<double> tc = cache_passes([&] { small.run(0, 1); });
     const double small_bytes = static_cast<double>(small_panels * panel_bytes);
     // Multiply-adds per weight byte: rows x elements per byte of the stored type.
     const double macs_per_byte = static_cast<double>(o.rows) * static_cast<double>(o.k) / static_cast<double>(wrow);

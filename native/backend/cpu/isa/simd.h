@@ -70,7 +70,6 @@ inline vf vbf16_odd(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(p), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
-inline unsigned veq_mask(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 // Per lane: if_gt where x > m (ordered: never for NaN), else otherwise.
 inline vf vgt_select(vf x, vf m, vf if_gt, vf otherwise) { return _mm512_mask_mov_ps(otherwise, _mm512_cmp_ps_mask(x, m, _CMP_GT_OQ), if_gt); }
 inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
@@ -103,7 +102,6 @@ inline vf vbf16_odd(const uint16_t* p) {
       _mm256_and_si256(_mm256_loadu_si256((const __m256i*)p), _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
-inline unsigned veq_mask(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ))); }
 inline vf vgt_select(vf x, vf m, vf if_gt, vf otherwise) { return _mm256_blendv_ps(otherwise, if_gt, _mm256_cmp_ps(x, m, _CMP_GT_OQ)); }
 inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
