@@ -110,7 +110,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
       std::vector<float> x(static_cast<size_t>(T) * cd), y(x.size(), 0.f);
       for (auto& v : x) v = u(rng);
       const std::vector<float> st0 = state;
-      K.conv_silu(x.data(), cd, T, state.data(), wT.data(), kc, cd, c0, c1, y.data(), cd);
+      K.conv_silu(x.data(), cd, T, state.data(), wT.data(), kc, cd, c0, c1, y.data() + c0, cd);  // channel c at y[t cd + c]
       for (int c = 0; c < cd; ++c) {
         if (c < c0 || c >= c1) {  // outside the range: neither output nor state written
           for (int t = 0; t < T; ++t) conv_err = std::max(conv_err, static_cast<double>(std::fabs(y[t * cd + c])));

@@ -116,9 +116,12 @@ class CpuBackend final : public Backend {
     if (conv_buf_.size() < n * sizeof(float)) conv_buf_.resize(n * sizeof(float), false);
     return conv_buf_.as<float>();
   }
-  GdnBuffers gdn_buffers(int T, int64_t cd, int nv) {
+  // The gates of T tokens, and with `conv` the conv output [T, cd] (gdn_decode's; the general path
+  // keeps each item's conv rows in PerThread::gdn_rows).
+  GdnBuffers gdn_buffers(int T, int64_t cd, int nv, bool conv) {
     if (gate_buf_.size() < static_cast<size_t>(2) * T * nv) gate_buf_.resize(static_cast<size_t>(2) * T * nv);
-    return {conv_buf(static_cast<size_t>(T) * cd), gate_buf_.data(), gate_buf_.data() + static_cast<size_t>(T) * nv, cd};
+    return {conv ? conv_buf(static_cast<size_t>(T) * cd) : nullptr, gate_buf_.data(),
+            gate_buf_.data() + static_cast<size_t>(T) * nv, cd};
   }
   // l2-normalise one q or k head of the conv output, times `scale` (1/sqrt(dk) for q, 1 for k).
   void l2norm_head(float* x, int dk, float scale) const {
@@ -130,6 +133,7 @@ class CpuBackend final : public Backend {
     std::vector<float> scores;
     std::vector<const float*> kblk, vblk, kblk_next;  // an attention item's KV block addresses
     std::vector<float> gdn_scratch;
+    AlignedBuffer gdn_rows;  // a general-path DeltaNet item's conv output, 2 dk + r dv floats a token
   };
 
   // Batches of up to this many rows of x are decode-sized: stealable regions of weight streams.

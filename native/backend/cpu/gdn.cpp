@@ -3,7 +3,6 @@
 // The kernels are in isa/gdn.cpp.
 #include <algorithm>
 #include <cmath>
-#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 
@@ -30,7 +29,14 @@ GdnHeadIO gdn_head_io(const ModelConfig& c, const GdnBuffers& g, int64_t t0, int
 
 }  // namespace
 
-// The general path (prefill or mixed steps): four parallel regions, one per phase.
+// The general path (prefill or mixed steps) in one parallel region: an item is a key head of one
+// segment with its value heads, taken end to end as in gdn_decode: the conv + SiLU of its q, k and
+// v channels over the segment into the thread's own rows (2 dk + r dv floats a token), the l2
+// norms and gates, then per value head the delta rule (chunked (WY, blocks of kGdnBlock tokens; as
+// GEMMs for the Qwen3.5 head) for long segments, the recurrence otherwise) and the gated RMSNorm of
+// its output rows. Each element sees the same operations in the same order as in separate passes
+// over the whole layer (conv, norms, rule, norm), so the same bits; the conv output no longer goes
+// to memory and back between passes (figures: docs/performance.md, twenty-eighth session).
 void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* beta_in,
                      const float* decay_in, float* out) {
   const StepBatch& b = *step_;
@@ -38,59 +44,70 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
     gdn_decode(c, L, qkv, z, beta_in, decay_in, out);
     return;
   }
-  std::optional<ScopedOp> op(std::in_place, profiling_, stats_, "gdn_conv", "gdn");  // phases 1-2
-  const int cd = c.conv_dim(), kc = c.conv_kernel;
-  const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv;
-  const int T = b.n_tokens;
-  const GdnBuffers g = gdn_buffers(T, cd, nv);
-  float* conv_out = g.conv_out;
-  // 1) causal depthwise conv over q|k|v channels with the per-sequence window, then SiLU.
+  ScopedOp op(profiling_, stats_, "gdn_segments", "gdn");
+  const int64_t cd = c.conv_dim();
+  const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
+  const int r = nv / nk;
+  const GdnBuffers g = gdn_buffers(b.n_tokens, cd, nv, false);
   const float* wT = conv_taps_.at(L.conv)->as<float>();
-  pool_.parallel_for(cd, [&](int64_t c0, int64_t c1) {
-    for (const auto& s : b.segs)
-      kernels_.conv_silu(qkv + static_cast<int64_t>(s.start) * cd, cd, s.len, conv_state(s.state_slot, L.gdn_index), wT,
-                         kc, cd, c0, c1, conv_out + static_cast<int64_t>(s.start) * cd, cd);
-  }, 64);
-  // 2) l2-normalise q and k per head (q also scaled by 1/sqrt(dk)); beta, decay per value head.
   const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
-  pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* row = conv_out + t * cd;
-      for (int h = 0; h < 2 * nk; ++h) l2norm_head(row + h * dk, dk, h < nk ? qscale : 1.f);
-      for (int j = 0; j < nv; ++j) gdn_gates(L, beta_in, decay_in, t * nv + j, j, g);
-    }
-  });
-  // 3) delta rule per (segment, value head): chunked (WY, blocks of kGdnBlock tokens; as GEMMs
-  //    for the Qwen3.5 head) for long segments, the recurrence otherwise.
-  op.reset();
-  op.emplace(profiling_, stats_, "gdn_rule", "gdn");
-  const int n_items = static_cast<int>(b.segs.size()) * nv;
-  // Items are dealt in runs of adjacent heads (up to 8) from a shared counter: a sequence's heads
-  // are adjacent in memory, so a run is one long stream of state for the prefetchers (one head at
-  // a time, round-robin, restarted the stream every 64 KiB), and a slower core takes fewer runs
-  // (figures: docs/performance.md, v16).
+  const int64_t W = 2 * static_cast<int64_t>(dk) + static_cast<int64_t>(r) * dv;  // an item's floats a token
+  const int n_items = static_cast<int>(b.segs.size()) * nk;
+  auto value_head = [&](int kh, int u) { return c.v_heads_tiled ? kh + u * nk : kh * r + u; };
+  // Items are dealt in runs of adjacent key heads (up to 8) from a shared counter: a sequence's
+  // heads are adjacent in the state, so a run is one long stream of it for the prefetchers (one
+  // head at a time, round-robin, restarted the stream every 64 KiB), and a slower core takes fewer
+  // runs (figures: docs/performance.md, v16).
   const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
   pool_.parallel_dealt(n_items, run_len, [&](int tid, int64_t first, int64_t last) {
-    for (int it = static_cast<int>(first); it < static_cast<int>(last); ++it) {
-      const auto& s = b.segs[it / nv];
-      const int j = it % nv, kh = c.key_head_of(j);  // grouped (HF) or tiled (GGUF) order
-      float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
-      const GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
-      auto& scratch = per_thread_[tid].gdn_scratch;
-      if (s.len < gdn_chunk_min_)
-        kernels_.gdn_recurrent(S, io, s.len, dk, dv);
-      else if (dk == 128 && dv == 128)
-        kernels_.gdn_chunked_128(S, io, s.len, scratch);
-      else
-        kernels_.gdn_chunked(S, io, s.len, dk, dv, kGdnBlock, scratch);
+    PerThread& pt = per_thread_[tid];
+    for (int64_t it = first; it < last; ++it) {
+      const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
+      const int kh = static_cast<int>(it % nk);
+      const size_t need = static_cast<size_t>(s.len) * W * sizeof(float);
+      if (pt.gdn_rows.size() < need) pt.gdn_rows.resize(need, false);
+      float* X = pt.gdn_rows.as<float>();
+      const float* x = qkv + static_cast<int64_t>(s.start) * cd;
+      float* cstate = conv_state(s.state_slot, L.gdn_index);
+      // 1) conv + SiLU of the item's channels: q | k | its value heads' v, in that order.
+      const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0;
+      kernels_.conv_silu(x, cd, s.len, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, X, W);
+      kernels_.conv_silu(x, cd, s.len, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, X + dk, W);
+      if (c.v_heads_tiled) {
+        for (int u = 0; u < r; ++u) {
+          const int64_t v0 = 2 * kd + static_cast<int64_t>(value_head(kh, u)) * dv;
+          kernels_.conv_silu(x, cd, s.len, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, X + 2 * dk + u * dv, W);
+        }
+      } else {
+        const int64_t v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
+        kernels_.conv_silu(x, cd, s.len, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, X + 2 * dk, W);
+      }
+      // 2) l2-normalise q and k per token (q also scaled by 1/sqrt(dk)).
+      for (int t = 0; t < s.len; ++t) {
+        l2norm_head(X + t * W, dk, qscale);
+        l2norm_head(X + t * W + dk, dk, 1.f);
+      }
+      for (int u = 0; u < r; ++u) {
+        // 3) beta and decay of value head j, then its delta rule.
+        const int j = value_head(kh, u);
+        for (int t = 0; t < s.len; ++t) gdn_gates(L, beta_in, decay_in, (s.start + t) * static_cast<int64_t>(nv) + j, j, g);
+        float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+        float* o = out + static_cast<int64_t>(s.start) * nv * dv + static_cast<int64_t>(j) * dv;
+        const GdnHeadIO io{X, X + dk, X + 2 * dk + static_cast<int64_t>(u) * dv, g.beta + s.start * nv + j,
+                           g.log_decay + s.start * nv + j, o, W, W, W, nv, static_cast<int64_t>(nv) * dv};
+        if (s.len < gdn_chunk_min_)
+          kernels_.gdn_recurrent(S, io, s.len, dk, dv);
+        else if (dk == 128 && dv == 128)
+          kernels_.gdn_chunked_128(S, io, s.len, pt.gdn_scratch);
+        else
+          kernels_.gdn_chunked(S, io, s.len, dk, dv, kGdnBlock, pt.gdn_scratch);
+        // 4) gated RMSNorm of its output rows: norm(o) * w * silu(z).
+        const float* zj = z + static_cast<int64_t>(s.start) * nv * dv + static_cast<int64_t>(j) * dv;
+        for (int t = 0; t < s.len; ++t)
+          kernels_.gated_rmsnorm(o + static_cast<int64_t>(t) * nv * dv, zj + static_cast<int64_t>(t) * nv * dv, L.gdn_norm, dv, c.eps);
+      }
     }
   });
-  // 4) gated RMSNorm per value head: norm(o) * w * silu(z).
-  op.reset();
-  op.emplace(profiling_, stats_, "gdn_gate", "gdn");
-  pool_.parallel_for(static_cast<int64_t>(T) * nv, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) kernels_.gated_rmsnorm(out + i * dv, z + i * dv, L.gdn_norm, dv, c.eps);
-  }, 4);
 }
 
 // A decode step's DeltaNet layer (one token per sequence) in one parallel region: an item is a
@@ -104,7 +121,7 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
   const int64_t cd = c.conv_dim();
   const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
   const int r = nv / nk;
-  const GdnBuffers g = gdn_buffers(b.n_tokens, cd, nv);
+  const GdnBuffers g = gdn_buffers(b.n_tokens, cd, nv, true);
   const float* wT = conv_taps_.at(L.conv)->as<float>();
   const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
   const int n_items = static_cast<int>(b.segs.size()) * nk;
@@ -133,17 +150,17 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
       float* crow = g.conv_out + t * cd;
       float* cstate = conv_state(s.state_slot, L.gdn_index);
       const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0;
-      kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, crow, cd);
-      kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, crow, cd);
+      kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, crow + q0, cd);
+      kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, crow + k0, cd);
       // The key head's value heads (value_head): one run of channels in grouped order.
       if (c.v_heads_tiled) {
         for (int u = 0; u < r; ++u) {
           const int64_t v0 = 2 * kd + static_cast<int64_t>(value_head(kh, u)) * dv;
-          kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, crow, cd);
+          kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, crow + v0, cd);
         }
       } else {
         const int64_t v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
-        kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, crow, cd);
+        kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, crow + v0, cd);
       }
       l2norm_head(crow + q0, dk, qscale);
       l2norm_head(crow + k0, dk, 1.f);

@@ -83,8 +83,8 @@ struct Kernels {
   // Elementwise ops with a vectorised exp (within 2 ulp of std::exp).
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);  // silu(gate) * up
   // Causal depthwise conv (kc <= 8 taps) then SiLU for one sequence's T rows (row strides xs, os),
-  // channels [c0, c1). wT is tap-major [kc][cd]; state [kc-1][cd] holds the previous inputs and is
-  // advanced by T rows.
+  // channels [c0, c1): channel c of row t from x[t xs + c], written to out[t os + c - c0]. wT is
+  // tap-major [kc][cd]; state [kc-1][cd] holds the previous inputs and is advanced by T rows.
   void (*conv_silu)(const float* x, int64_t xs, int T, float* state, const float* wT, int kc, int64_t cd, int64_t c0,
                     int64_t c1, float* out, int64_t os);
   // o = o / rms(o) * w * silu(z) over n elements.

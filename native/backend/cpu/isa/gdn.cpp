@@ -465,7 +465,7 @@ void conv_silu_t(const float* x, int64_t xs, int T, float* state, const float* w
       const float* src[H > 0 ? H : 1];  // rows t-H .. t-1, from the state before row 0
       for (int r = 0; r < H; ++r) src[r] = t - H + r >= 0 ? x + (t - H + r) * xs : state + (t + r) * cd;
       const float* xt = x + t * xs;
-      float* ot = out + t * os;
+      float* ot = out + t * os;  // channel c at ot[c - c0]
       // The row kConvAhead on: its piece of x and of the output, a line at a time (the rows are a
       // stride apart, and one row's piece is too short a run for the hardware prefetchers).
       const bool ahead = t + kConvAhead < T;
@@ -475,16 +475,16 @@ void conv_silu_t(const float* x, int64_t xs, int T, float* state, const float* w
       for (; c + VW <= b; c += VW) {
         if (ahead && c % 16 == 0) {  // a line per 16 floats
           _mm_prefetch(reinterpret_cast<const char*>(xa + c), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(oa + c), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(oa + (c - c0)), _MM_HINT_T0);
         }
         vf acc = vmul(vload(wT + H * cd + c), vload(xt + c));
         for (int r = 0; r < H; ++r) acc = vfma(vload(wT + r * cd + c), vload(src[r] + c), acc);
-        vstore(ot + c, vsilu(acc));
+        vstore(ot + (c - c0), vsilu(acc));
       }
       for (; c < b; ++c) {
         float acc = wT[H * cd + c] * xt[c];
         for (int r = 0; r < H; ++r) acc += wT[r * cd + c] * src[r][c];
-        ot[c] = silu1(acc);
+        ot[c - c0] = silu1(acc);
       }
     }
     // The state becomes the last H inputs: position T-H+r, from x, or from the old state when the
