@@ -59,52 +59,60 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
   // head at a time, round-robin, restarted the stream every 64 KiB), and a slower core takes fewer
   // runs (figures: docs/performance.md, v16).
   const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
+  // A segment is taken a span of P tokens at a time (a multiple of the chunked form's blocks, so the
+  // same blocks, the same bits): the span's rows stay in L2 from the conv through the rule.
+  const int64_t P = std::max<int64_t>(kGdnBlock, kGdnSpanBytes / (W * static_cast<int64_t>(sizeof(float))) / kGdnBlock * kGdnBlock);
   pool_.parallel_dealt(n_items, run_len, [&](int tid, int64_t first, int64_t last) {
     PerThread& pt = per_thread_[tid];
     for (int64_t it = first; it < last; ++it) {
       const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
       const int kh = static_cast<int>(it % nk);
-      const size_t need = static_cast<size_t>(s.len) * W * sizeof(float);
-      if (pt.gdn_rows.size() < need) pt.gdn_rows.resize(need, false);
-      float* X = pt.gdn_rows.as<float>();
-      const float* x = qkv + static_cast<int64_t>(s.start) * cd;
-      float* cstate = conv_state(s.state_slot, L.gdn_index);
-      // 1) conv + SiLU of the item's channels: q | k | its value heads' v, in that order.
+      const bool chunked = s.len >= gdn_chunk_min_;
       const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0;
-      kernels_.conv_silu(x, cd, s.len, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, X, W);
-      kernels_.conv_silu(x, cd, s.len, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, X + dk, W);
-      if (c.v_heads_tiled) {
-        for (int u = 0; u < r; ++u) {
-          const int64_t v0 = 2 * kd + static_cast<int64_t>(value_head(kh, u)) * dv;
-          kernels_.conv_silu(x, cd, s.len, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, X + 2 * dk + u * dv, W);
+      float* cstate = conv_state(s.state_slot, L.gdn_index);
+      for (int64_t t0 = 0; t0 < s.len; t0 += P) {
+        const int n = static_cast<int>(std::min<int64_t>(P, s.len - t0));
+        const int64_t row0 = s.start + t0;  // the span's first step row
+        const size_t need = static_cast<size_t>(n) * W * sizeof(float);
+        if (pt.gdn_rows.size() < need) pt.gdn_rows.resize(need, false);
+        float* X = pt.gdn_rows.as<float>();
+        const float* x = qkv + row0 * cd;
+        // 1) conv + SiLU of the item's channels: q | k | its value heads' v, in that order.
+        kernels_.conv_silu(x, cd, n, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, X, W);
+        kernels_.conv_silu(x, cd, n, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, X + dk, W);
+        if (c.v_heads_tiled) {
+          for (int u = 0; u < r; ++u) {
+            const int64_t v0 = 2 * kd + static_cast<int64_t>(value_head(kh, u)) * dv;
+            kernels_.conv_silu(x, cd, n, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, X + 2 * dk + u * dv, W);
+          }
+        } else {
+          const int64_t v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
+          kernels_.conv_silu(x, cd, n, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, X + 2 * dk, W);
         }
-      } else {
-        const int64_t v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
-        kernels_.conv_silu(x, cd, s.len, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, X + 2 * dk, W);
-      }
-      // 2) l2-normalise q and k per token (q also scaled by 1/sqrt(dk)).
-      for (int t = 0; t < s.len; ++t) {
-        l2norm_head(X + t * W, dk, qscale);
-        l2norm_head(X + t * W + dk, dk, 1.f);
-      }
-      for (int u = 0; u < r; ++u) {
-        // 3) beta and decay of value head j, then its delta rule.
-        const int j = value_head(kh, u);
-        for (int t = 0; t < s.len; ++t) gdn_gates(L, beta_in, decay_in, (s.start + t) * static_cast<int64_t>(nv) + j, j, g);
-        float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
-        float* o = out + static_cast<int64_t>(s.start) * nv * dv + static_cast<int64_t>(j) * dv;
-        const GdnHeadIO io{X, X + dk, X + 2 * dk + static_cast<int64_t>(u) * dv, g.beta + s.start * nv + j,
-                           g.log_decay + s.start * nv + j, o, W, W, W, nv, static_cast<int64_t>(nv) * dv};
-        if (s.len < gdn_chunk_min_)
-          kernels_.gdn_recurrent(S, io, s.len, dk, dv);
-        else if (dk == 128 && dv == 128)
-          kernels_.gdn_chunked_128(S, io, s.len, pt.gdn_scratch);
-        else
-          kernels_.gdn_chunked(S, io, s.len, dk, dv, kGdnBlock, pt.gdn_scratch);
-        // 4) gated RMSNorm of its output rows: norm(o) * w * silu(z).
-        const float* zj = z + static_cast<int64_t>(s.start) * nv * dv + static_cast<int64_t>(j) * dv;
-        for (int t = 0; t < s.len; ++t)
-          kernels_.gated_rmsnorm(o + static_cast<int64_t>(t) * nv * dv, zj + static_cast<int64_t>(t) * nv * dv, L.gdn_norm, dv, c.eps);
+        // 2) l2-normalise q and k per token (q also scaled by 1/sqrt(dk)).
+        for (int t = 0; t < n; ++t) {
+          l2norm_head(X + t * W, dk, qscale);
+          l2norm_head(X + t * W + dk, dk, 1.f);
+        }
+        for (int u = 0; u < r; ++u) {
+          // 3) beta and decay of value head j, then its delta rule.
+          const int j = value_head(kh, u);
+          for (int t = 0; t < n; ++t) gdn_gates(L, beta_in, decay_in, (row0 + t) * nv + j, j, g);
+          float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
+          float* o = out + row0 * nv * dv + static_cast<int64_t>(j) * dv;
+          const GdnHeadIO io{X, X + dk, X + 2 * dk + static_cast<int64_t>(u) * dv, g.beta + row0 * nv + j,
+                             g.log_decay + row0 * nv + j, o, W, W, W, nv, static_cast<int64_t>(nv) * dv};
+          if (!chunked)
+            kernels_.gdn_recurrent(S, io, n, dk, dv);
+          else if (dk == 128 && dv == 128)
+            kernels_.gdn_chunked_128(S, io, n, pt.gdn_scratch);
+          else
+            kernels_.gdn_chunked(S, io, n, dk, dv, kGdnBlock, pt.gdn_scratch);
+          // 4) gated RMSNorm of its output rows: norm(o) * w * silu(z).
+          const float* zj = z + row0 * nv * dv + static_cast<int64_t>(j) * dv;
+          for (int t = 0; t < n; ++t)
+            kernels_.gated_rmsnorm(o + static_cast<int64_t>(t) * nv * dv, zj + static_cast<int64_t>(t) * nv * dv, L.gdn_norm, dv, c.eps);
+        }
       }
     }
   });

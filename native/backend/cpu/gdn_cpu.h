@@ -9,6 +9,10 @@ namespace lumen::cpu {
 // Tokens per block of the chunked (WY) form; segments of at least the backend's gdn_chunk_min
 // tokens take that form, shorter ones the recurrence.
 constexpr int kGdnBlock = 64;
+// The general path's rows of one key head (conv output of its q, k and v channels) per span of
+// tokens, at most this many bytes (whole blocks; at least one): kept in L2 from the conv through
+// the rule (figures: docs/performance.md, twenty-eighth session).
+constexpr int64_t kGdnSpanBytes = int64_t{384} << 10;
 
 struct GdnHeadIO {
   const float* q;     // row i at q + i*q_stride (l2-normalised, scaled by 1/sqrt(dk))
