@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { loadAddon } from '../src/engine/native.js';
 
 interface TableCheck {
-  argmaxCases: number; argmaxMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
+  argmaxCases: number; argmaxMismatches: number; maxValueMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
@@ -39,6 +39,7 @@ describe('CPU kernels against scalar references', () => {
       const r = res[isa]!;
       expect(r.argmaxCases).toBeGreaterThan(30);
       expect(r.argmaxMismatches).toBe(0); // first index of the maximum, NaN ignored, as the scalar pick
+      expect(r.maxValueMismatches).toBe(0); // the largest value, NaN ignored, as std::max in order
       expect(r.swigluMaxRelErr).toBeLessThan(2e-6); // vectorised exp within a few ulp over [-100, 100]
       expect(r.swigluNanPropagates).toBe(true);
       expect(r.convMaxRelErr).toBeLessThan(1e-5);

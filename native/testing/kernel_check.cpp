@@ -50,8 +50,10 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
 
   // argmax: random rows (odd lengths reach the scalar tails), planted ties, NaNs, signed zeros;
   // the kernel keeps a first index per vector lane: ties within one lane (32 apart), across lanes,
-  // between the vector part and the tail, and a maximum that moves every step.
-  int mismatches = 0, cases = 0;
+  // between the vector part and the tail, and a maximum that moves every step. max_value on the
+  // same rows against std::max in order (and n = 0: -inf).
+  int mismatches = 0, cases = 0, max_mismatches = 0;
+  max_mismatches += K.max_value(nullptr, 0) != -std::numeric_limits<float>::infinity();
   for (int n : {1, 7, 16, 33, 64, 1000, 248077}) {
     for (int variant = 0; variant < 11; ++variant) {
       std::vector<float> x(n);
@@ -71,11 +73,15 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         x[n / 2] = std::numeric_limits<float>::infinity();
       }
       mismatches += K.argmax(x.data(), n) != argmax_scalar(x.data(), n);
+      float mx = -std::numeric_limits<float>::infinity();
+      for (float v : x) mx = std::max(mx, v);
+      max_mismatches += K.max_value(x.data(), n) != mx;
       ++cases;
     }
   }
   obj.Set("argmaxCases", cases);
   obj.Set("argmaxMismatches", mismatches);
+  obj.Set("maxValueMismatches", max_mismatches);
 
   // SwiGLU over a wide input range (exp clamps at both ends), and NaN propagation.
   std::vector<float> g(4099), up(4099), out(4099);

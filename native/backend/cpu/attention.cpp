@@ -147,8 +147,7 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
         for (int hh = 0; hh < group; ++hh) {
           float* row = sc(t) + hh * ctx_max;
           const int ctx = ctx_of(t);
-          float mx = -INFINITY;
-          for (int j = 0; j < ctx; ++j) mx = std::max(mx, row[j]);
+          const float mx = kernels_.max_value(row, ctx);
           kernels_.scale(row, 1.f / kernels_.exp_shift_sum(row, ctx, mx), ctx);  // probabilities
         }
       for (int t = 0; t < n; ++t) std::fill(o(t), o(t) + static_cast<size_t>(group) * hd, 0.f);

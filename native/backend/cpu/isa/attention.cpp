@@ -46,6 +46,18 @@ inline void scores_step(const float* q, int64_t qs, const float* const* rows, in
       for (int r = 0; r < S; ++r) acc[r][h] = vfma(qv, kv[r], acc[r][h]);
     }
   }
+  if constexpr (S * NQ <= VW) {
+    if (i == n) {
+      // All S x NQ sums in one tree (vsum_lanes: the same bits as a vsum each), scaled as a vector.
+      vf in[VW];
+      for (int l = 0; l < VW; ++l) in[l] = l < S * NQ ? acc[l / NQ][l % NQ] : vzero();
+      alignas(64) float sums[VW];
+      vstore(sums, vmul(vsum_lanes(in), vset1(scale)));
+      for (int r = 0; r < S; ++r)
+        for (int h = 0; h < NQ; ++h) out[h * os + js[r]] = sums[r * NQ + h];
+      return;
+    }
+  }
   for (int h = 0; h < NQ; ++h)
     for (int r = 0; r < S; ++r) {
       float sum = vsum(acc[r][h]);

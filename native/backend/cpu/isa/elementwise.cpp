@@ -67,6 +67,22 @@ void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float ep
   for (; i < n; ++i) o[i] = o[i] * inv * w[i] * silu1(z[i]);
 }
 
+float max_value(const float* x, int64_t n) {
+  // Four lanes' worth of running maxima (one chain of max latency per 4 vectors, not per element),
+  // each lane as std::max(m, x) keeps it: x only when m < x, so NaN is never taken.
+  vf m[4] = {vset1(-INFINITY), vset1(-INFINITY), vset1(-INFINITY), vset1(-INFINITY)};
+  int64_t i = 0;
+  for (; i + 4 * VW <= n; i += 4 * VW)
+    for (int u = 0; u < 4; ++u) m[u] = vmax(vload(x + i + u * VW), m[u]);
+  for (; i + VW <= n; i += VW) m[0] = vmax(vload(x + i), m[0]);
+  alignas(64) float lanes[4 * VW];
+  for (int u = 0; u < 4; ++u) vstore(lanes + u * VW, m[u]);
+  float r = -INFINITY;
+  for (float v : lanes) r = std::max(r, v);
+  for (; i < n; ++i) r = std::max(r, x[i]);
+  return r;
+}
+
 float exp_shift_sum(float* x, int64_t n, float shift) {
   const vf sh = vset1(shift);
   vf acc = vzero();

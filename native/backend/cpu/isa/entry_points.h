@@ -64,6 +64,7 @@ void row_to_f32(const void* w, DType wt, int64_t row, int64_t cols, float* out);
 void mul_sigmoid(float* o, const float* gate, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void gated_rmsnorm(float* o, const float* z, const float* w, int64_t n, float eps);
+float max_value(const float* x, int64_t n);
 float exp_shift_sum(float* x, int64_t n, float shift);
 int32_t argmax(const float* x, int64_t n);
 
