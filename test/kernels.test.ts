@@ -6,7 +6,7 @@ import { loadAddon } from '../src/engine/native.js';
 interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; maxValueMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
-  gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number;
+  gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number; gdnSpanCases: number; gdnSpanMismatches: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; packedRowCases?: number; packedRowMismatches?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
@@ -52,6 +52,9 @@ describe('CPU kernels against scalar references', () => {
       // The Qwen3.5 head's GEMM-shaped chunked form sums in the general form's order: the same bits.
       expect(r.gdnGemmFormCases).toBe(5);
       expect(r.gdnGemmFormMismatches).toBe(0);
+      // the backend's prefill spans: a chunked form called a block at a time gives one call's bits
+      expect(r.gdnSpanCases).toBe(6);
+      expect(r.gdnSpanMismatches).toBe(0);
       expect(r.sigmoidMaxRelErr).toBeLessThan(2e-6);
       expect(r.streamSumMaxRelErr).toBeLessThan(1e-6); // small integers: exact in fp32
     });

@@ -254,6 +254,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   {
     double rec_err = 0, chunk_err = 0;
     int gemm_cases = 0, gemm_mismatches = 0;  // the GEMM form (dk = dv = 128) against the general one, bit for bit
+    int span_cases = 0, span_mismatches = 0;  // each chunked form over blocks in separate calls against one call
     std::vector<float> scratch;
     for (int dk : {128, 32})
       for (int n : {1, 17, 64, 65, 150}) {
@@ -311,6 +312,23 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
           for (size_t i = 0; i < o.size(); ++i) err = std::max(err, std::isnan(o[i]) ? 1.0 : std::fabs(o[i] - orf[i]) / omax);
           for (size_t i = 0; i < S.size(); ++i) err = std::max(err, std::fabs(S[i] - Sr[i]) / smax);
           (form == 0 ? rec_err : chunk_err) = std::max(form == 0 ? rec_err : chunk_err, err);
+          if (form >= 1 && n > cpu::kGdnBlock) {
+            // A block at a time (the backend's spans): the chunked forms' own blocks, so the same bits.
+            std::vector<float> S2 = S0, o2(o.size(), std::numeric_limits<float>::quiet_NaN());
+            for (int t0 = 0; t0 < n; t0 += cpu::kGdnBlock) {
+              const int m = std::min(cpu::kGdnBlock, n - t0);
+              const cpu::GdnHeadIO span{q.data() + t0 * dk, k.data() + t0 * dk, v.data() + t0 * dv, beta.data() + t0, g.data() + t0,
+                                        o2.data() + t0 * dv, dk, dk, dv, 1, dv};
+              if (form == 1)
+                K.gdn_chunked(S2.data(), span, m, dk, dv, cpu::kGdnBlock, scratch);
+              else
+                K.gdn_chunked_128(S2.data(), span, m, scratch);
+            }
+            ++span_cases;
+            if (std::memcmp(S2.data(), S.data(), S.size() * sizeof(float)) != 0 ||
+                std::memcmp(o2.data(), o.data(), o.size() * sizeof(float)) != 0)
+              ++span_mismatches;
+          }
           if (form == 1) {
             chunked_so = S;
             chunked_so.insert(chunked_so.end(), o.begin(), o.end());
@@ -325,6 +343,8 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
     obj.Set("gdnChunkedMaxErr", chunk_err);
     obj.Set("gdnGemmFormCases", gemm_cases);
     obj.Set("gdnGemmFormMismatches", gemm_mismatches);
+    obj.Set("gdnSpanCases", span_cases);
+    obj.Set("gdnSpanMismatches", span_mismatches);
   }
 
   // Row-major f32 / bf16 products: the decode stream tiles (whole panel ranges, odd chunks, the
