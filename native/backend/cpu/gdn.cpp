@@ -1,5 +1,6 @@
 // The Gated DeltaNet mixer on the CPU: causal conv + SiLU, l2 norms, gates, the delta rule per
-// (sequence, value head) and the gated RMSNorm; a decode step's layer as one parallel region.
+// (sequence, value head) and the gated RMSNorm; a step's layer as one parallel region (prefill and
+// mixed steps: gdn; decode steps: gdn_decode).
 // The kernels are in isa/gdn.cpp.
 #include <algorithm>
 #include <cmath>
@@ -30,13 +31,14 @@ GdnHeadIO gdn_head_io(const ModelConfig& c, const GdnBuffers& g, int64_t t0, int
 }  // namespace
 
 // The general path (prefill or mixed steps) in one parallel region: an item is a key head of one
-// segment with its value heads, taken end to end as in gdn_decode: the conv + SiLU of its q, k and
-// v channels over the segment into the thread's own rows (2 dk + r dv floats a token), the l2
-// norms and gates, then per value head the delta rule (chunked (WY, blocks of kGdnBlock tokens; as
-// GEMMs for the Qwen3.5 head) for long segments, the recurrence otherwise) and the gated RMSNorm of
-// its output rows. Each element sees the same operations in the same order as in separate passes
-// over the whole layer (conv, norms, rule, norm), so the same bits; the conv output no longer goes
-// to memory and back between passes (figures: docs/performance.md, twenty-eighth session).
+// segment with its value heads, taken end to end as in gdn_decode, a span of whole blocks at a
+// time: the conv + SiLU of its q, k and v channels into the thread's own rows (2 dk + r dv floats a
+// token), the l2 norms and gates, then per value head the delta rule (chunked (WY, blocks of
+// kGdnBlock tokens; as GEMMs for the Qwen3.5 head) for long segments, the recurrence otherwise) and
+// the gated RMSNorm of its output rows. Each element sees the same operations in the same order as
+// in separate passes over the whole layer (conv, norms, rule, norm), so the same bits; the conv
+// output no longer goes to memory and back between passes (figures: docs/performance.md,
+// twenty-eighth session).
 void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* beta_in,
                      const float* decay_in, float* out) {
   const StepBatch& b = *step_;
