@@ -38,6 +38,8 @@ struct ModelConfig {
   int rot_dim() const { return static_cast<int>(std::lround(head_dim * static_cast<double>(partial_rotary))) / 2 * 2; }
   // The key head value head j reads.
   int key_head_of(int j) const { return v_heads_tiled ? j % lin_k_heads : j / (lin_v_heads / lin_k_heads); }
+  // Value head u (< lin_v_heads / lin_k_heads) of key head kh: its inverse.
+  int value_head_of(int kh, int u) const { return v_heads_tiled ? kh + u * lin_k_heads : kh * (lin_v_heads / lin_k_heads) + u; }
   int key_dim() const { return lin_k_heads * lin_dk; }
   int value_dim() const { return lin_v_heads * lin_dv; }
   int conv_dim() const { return 2 * key_dim() + value_dim(); }

@@ -102,6 +102,11 @@ class CpuBackend final : public Backend {
   void matmul_quantized(const float* x, int rows, const WMat* const* ws, float* const* ys, int n);
   void gdn_decode(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* beta_in,
                   const float* decay_in, float* out);
+  // Key head kh's inputs for n rows of x (row stride xs): the conv + SiLU of its q, k and value
+  // heads' v channels (advancing the conv state), then q and k l2-normalised per row (q also by
+  // 1/sqrt(dk)); to q_out, k_out and v_out (value head u at v_out + u v_step), row stride os.
+  void gdn_item_inputs(const ModelConfig& c, const float* wT, const float* x, int64_t xs, int n, float* cstate, int kh,
+                       float* q_out, float* k_out, float* v_out, int64_t v_step, int64_t os);
 
   void rms_row(const float* x, const float* w, float* y, int dim, float eps) const {
     const float inv = 1.f / std::sqrt(kernels_.sumsq(x, dim) / dim + eps);

@@ -30,6 +30,29 @@ GdnHeadIO gdn_head_io(const ModelConfig& c, const GdnBuffers& g, int64_t t0, int
 
 }  // namespace
 
+void CpuBackend::gdn_item_inputs(const ModelConfig& c, const float* wT, const float* x, int64_t xs, int n, float* cstate,
+                                 int kh, float* q_out, float* k_out, float* v_out, int64_t v_step, int64_t os) {
+  const int64_t cd = c.conv_dim(), kd = c.key_dim(), dk = c.lin_dk, dv = c.lin_dv;
+  const int r = c.lin_v_heads / c.lin_k_heads;
+  const int64_t q0 = kh * dk, k0 = kd + q0;
+  kernels_.conv_silu(x, xs, n, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, q_out, os);
+  kernels_.conv_silu(x, xs, n, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, k_out, os);
+  if (c.v_heads_tiled) {
+    for (int u = 0; u < r; ++u) {
+      const int64_t v0 = 2 * kd + static_cast<int64_t>(c.value_head_of(kh, u)) * dv;
+      kernels_.conv_silu(x, xs, n, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, v_out + u * v_step, os);
+    }
+  } else {  // the value heads' channels are one run (v_step = dv)
+    const int64_t v0 = 2 * kd + static_cast<int64_t>(c.value_head_of(kh, 0)) * dv;
+    kernels_.conv_silu(x, xs, n, cstate, wT, c.conv_kernel, cd, v0, v0 + r * dv, v_out, os);
+  }
+  const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
+  for (int t = 0; t < n; ++t) {
+    l2norm_head(q_out + t * os, static_cast<int>(dk), qscale);
+    l2norm_head(k_out + t * os, static_cast<int>(dk), 1.f);
+  }
+}
+
 // The general path (prefill or mixed steps) in one parallel region: an item is a key head of one
 // segment with its value heads, taken end to end as in gdn_decode, a span of whole blocks at a
 // time: the conv + SiLU of its q, k and v channels into the thread's own rows (2 dk + r dv floats a
@@ -48,14 +71,12 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
   }
   ScopedOp op(profiling_, stats_, "gdn_segments", "gdn");
   const int64_t cd = c.conv_dim();
-  const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv, kd = c.key_dim();
+  const int nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_dk, dv = c.lin_dv;
   const int r = nv / nk;
   const GdnBuffers g = gdn_buffers(b.n_tokens, cd, nv, false);
   const float* wT = conv_taps_.at(L.conv)->as<float>();
-  const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
   const int64_t W = 2 * static_cast<int64_t>(dk) + static_cast<int64_t>(r) * dv;  // an item's floats a token
   const int n_items = static_cast<int>(b.segs.size()) * nk;
-  auto value_head = [&](int kh, int u) { return c.v_heads_tiled ? kh + u * nk : kh * r + u; };
   // Items are dealt in runs of adjacent key heads (up to 8) from a shared counter: a sequence's
   // heads are adjacent in the state, so a run is one long stream of it for the prefetchers (one
   // head at a time, round-robin, restarted the stream every 64 KiB), and a slower core takes fewer
@@ -70,7 +91,6 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
       const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
       const int kh = static_cast<int>(it % nk);
       const bool chunked = s.len >= gdn_chunk_min_;
-      const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0;
       float* cstate = conv_state(s.state_slot, L.gdn_index);
       for (int64_t t0 = 0; t0 < s.len; t0 += P) {
         const int n = static_cast<int>(std::min<int64_t>(P, s.len - t0));
@@ -78,27 +98,11 @@ void CpuBackend::gdn(const ModelConfig& c, const BLayer& L, const float* qkv, co
         const size_t need = static_cast<size_t>(n) * W * sizeof(float);
         if (pt.gdn_rows.size() < need) pt.gdn_rows.resize(need, false);
         float* X = pt.gdn_rows.as<float>();
-        const float* x = qkv + row0 * cd;
-        // 1) conv + SiLU of the item's channels: q | k | its value heads' v, in that order.
-        kernels_.conv_silu(x, cd, n, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, X, W);
-        kernels_.conv_silu(x, cd, n, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, X + dk, W);
-        if (c.v_heads_tiled) {
-          for (int u = 0; u < r; ++u) {
-            const int64_t v0 = 2 * kd + static_cast<int64_t>(value_head(kh, u)) * dv;
-            kernels_.conv_silu(x, cd, n, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, X + 2 * dk + u * dv, W);
-          }
-        } else {
-          const int64_t v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
-          kernels_.conv_silu(x, cd, n, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, X + 2 * dk, W);
-        }
-        // 2) l2-normalise q and k per token (q also scaled by 1/sqrt(dk)).
-        for (int t = 0; t < n; ++t) {
-          l2norm_head(X + t * W, dk, qscale);
-          l2norm_head(X + t * W + dk, dk, 1.f);
-        }
+        // 1-2) conv + SiLU of the item's channels (q | k | its value heads' v), l2 norms.
+        gdn_item_inputs(c, wT, qkv + row0 * cd, cd, n, cstate, kh, X, X + dk, X + 2 * dk, dv, W);
         for (int u = 0; u < r; ++u) {
           // 3) beta and decay of value head j, then its delta rule.
-          const int j = value_head(kh, u);
+          const int j = c.value_head_of(kh, u);
           for (int t = 0; t < n; ++t) gdn_gates(L, beta_in, decay_in, (row0 + t) * nv + j, j, g);
           float* S = ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(j) * dk * dv;
           float* o = out + row0 * nv * dv + static_cast<int64_t>(j) * dv;
@@ -133,17 +137,15 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
   const int r = nv / nk;
   const GdnBuffers g = gdn_buffers(b.n_tokens, cd, nv, true);
   const float* wT = conv_taps_.at(L.conv)->as<float>();
-  const float qscale = 1.f / std::sqrt(static_cast<float>(dk));
   const int n_items = static_cast<int>(b.segs.size()) * nk;
   // Runs of adjacent items from a shared counter, as in the general path (a sequence's heads are
   // adjacent in the state, so a run is one long stream of it).
   const int run_len = std::clamp(n_items / (2 * pool_.size()), 1, 8);
-  // Value head u of key head kh: adjacent in grouped order (kh r .. kh r + r - 1), every nk-th in
-  // tiled order (kh, kh + nk, ...); and that head's state for item `it` (a sequence's key head).
-  auto value_head = [&](int kh, int u) { return c.v_heads_tiled ? kh + u * nk : kh * r + u; };
+  // Value head u's state for item `it` (a sequence's key head; c.value_head_of: adjacent in grouped
+  // order, every nk-th in tiled order).
   auto head_state = [&](int64_t it, int u) {
     const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
-    return ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(value_head(static_cast<int>(it % nk), u)) * dk * dv;
+    return ssm_state(s.state_slot, L.gdn_index) + static_cast<int64_t>(c.value_head_of(static_cast<int>(it % nk), u)) * dk * dv;
   };
   // The state the thread updates after value head u of item it, within its run ending at item i1
   // (the next value head of the item, else the next item's first), else null.
@@ -156,26 +158,14 @@ void CpuBackend::gdn_decode(const ModelConfig& c, const BLayer& L, const float* 
       const SeqSegment& s = b.segs[static_cast<size_t>(it / nk)];
       const int kh = static_cast<int>(it % nk);
       const int64_t t = s.start;
-      const float* xrow = qkv + t * cd;
       float* crow = g.conv_out + t * cd;
       float* cstate = conv_state(s.state_slot, L.gdn_index);
-      const int64_t q0 = static_cast<int64_t>(kh) * dk, k0 = kd + q0;
-      kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, q0, q0 + dk, crow + q0, cd);
-      kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, k0, k0 + dk, crow + k0, cd);
-      // The key head's value heads (value_head): one run of channels in grouped order.
-      if (c.v_heads_tiled) {
-        for (int u = 0; u < r; ++u) {
-          const int64_t v0 = 2 * kd + static_cast<int64_t>(value_head(kh, u)) * dv;
-          kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + dv, crow + v0, cd);
-        }
-      } else {
-        const int64_t v0 = 2 * kd + static_cast<int64_t>(kh) * r * dv;
-        kernels_.conv_silu(xrow, cd, 1, cstate, wT, c.conv_kernel, cd, v0, v0 + static_cast<int64_t>(r) * dv, crow + v0, cd);
-      }
-      l2norm_head(crow + q0, dk, qscale);
-      l2norm_head(crow + k0, dk, 1.f);
+      // Into the conv row at the channels' own places (gdn_head_io reads them there).
+      const int64_t q0 = static_cast<int64_t>(kh) * dk;
+      gdn_item_inputs(c, wT, qkv + t * cd, cd, 1, cstate, kh, crow + q0, crow + kd + q0,
+                      crow + 2 * kd + static_cast<int64_t>(c.value_head_of(kh, 0)) * dv, c.v_heads_tiled ? static_cast<int64_t>(nk) * dv : dv, cd);
       for (int u = 0; u < r; ++u) {
-        const int j = value_head(kh, u);
+        const int j = c.value_head_of(kh, u);
         gdn_gates(L, beta_in, decay_in, t * nv + j, j, g);
         float* S = head_state(it, u);
         GdnHeadIO io = gdn_head_io(c, g, s.start, j, kh, out);
