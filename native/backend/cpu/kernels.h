@@ -91,10 +91,10 @@ struct Kernels {
   void (*gated_rmsnorm)(float* o, const float* z, const float* w, int64_t n, float eps);
   // Same result as core/argmax.h's argmax_scalar (first index of the maximum, NaN ignored).
   int32_t (*argmax)(const float* x, int64_t n);
-  // x[i] = exp(x[i] - shift) in place; returns the sum (softmax numerators).
   // The largest of x[0, n): what std::max over the elements in order gives (NaN never taken; -inf
   // for n = 0 or all NaN), the same value in any order (±0 aside, equal for every use here).
   float (*max_value)(const float* x, int64_t n);
+  // x[i] = exp(x[i] - shift) in place; returns the sum (softmax numerators).
   float (*exp_shift_sum)(float* x, int64_t n, float shift);
   // Attention for the nq query heads of one GQA group over a paged run of rows: rows j < ctx in
   // order, row j at blk[j / bs] + (j % bs) * n (n floats; a KV head's rows in a block contiguous).
