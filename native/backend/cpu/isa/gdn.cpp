@@ -69,7 +69,9 @@ void gemm_strips(const float* A, int64_t lda, int M, const float* B, int64_t ldb
 
 // The GEMM shapes of the chunked form: C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r][0:NC] for i < M, in
 // register blocks of rows (as many as the ISA's registers hold beside a row of B;
-// 256-bit vectors with 4 rows or more: gemm_strips).
+// 256-bit vectors with 4 rows or more: gemm_strips; 512-bit ones: strips of 64 columns, 4 rows a
+// block, as 2 rows of 128 columns read twice the B vectors per FMA and ran at half the rate).
+// Every output's sum runs over r in order either way.
 template <int NC, bool ZERO = false, Sum SUM = Sum::Fused>
 void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
   static_assert(NC % VW == 0);
@@ -77,7 +79,14 @@ void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, 
   if constexpr (VW == 8 && NC % 16 == 0) {
     if (M >= 4) return gemm_strips<NC, ZERO, SUM>(A, lda, M, B, ldb, K, C, ldc);
   }
-  constexpr int R = VW == 16 ? (NV <= 4 ? 4 : 2) : (NV <= 4 ? 2 : 1);
+  if constexpr (VW == 16 && NC > 64 && NC % 64 == 0) {
+    if (M >= 4) {
+      for (int c = 0; c < NC; c += 64) gemm_rows<64, ZERO, SUM>(A, lda, M, B + c, ldb, K, C + c, ldc);
+      return;
+    }
+  }
+X
+  constexpr int R = VW == 16 ? (NV == 4 ? 4 : (NV <= 2 ? 8 : 2)) : (NV <= 4 ? 2 : 1);
   int i = 0;
   for (; i + R <= M; i += R) gemm_block<NC, R, ZERO, SUM>(A + i * lda, lda, B, ldb, K, C + i * ldc, ldc);
   for (; i < M; ++i) gemm_block<NC, 1, ZERO, SUM>(A + i * lda, lda, B, ldb, K, C + i * ldc, ldc);
@@ -240,10 +249,14 @@ inline void block_rows(const lumen::cpu::GdnHeadIO& io, int c0, int L, int dk, f
 // operations in the same order as the general form, so the same bits (kernelCheck compares the
 // two).
 void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vector<float>& scratch) {
-  constexpr int D = 128, CB = lumen::cpu::kGdnBlock, UWD = 2 * D;
+  // The row strides of U | W' and of S's working copy are a line past a multiple of 8 lines: at
+  // 1 KiB and 512 B, the rows of a column strip fell in a quarter or half of L1's sets, more than
+  // its 12 ways held, and every GEMM pass over them missed L1 (docs/performance.md, twenty-ninth
+  // session). S is copied in once and back once per call.
+  constexpr int D = 128, CB = lumen::cpu::kGdnBlock, UWD = 2 * D + 16, SD = D + 16;
   static_assert(CB % VW == 0 && CB == 64);
   const size_t need = 2 * CB + 2 * static_cast<size_t>(CB) * D + static_cast<size_t>(D) * CB + 2 * static_cast<size_t>(CB) * CB +
-                      static_cast<size_t>(CB) * UWD;
+                      static_cast<size_t>(CB) * UWD + static_cast<size_t>(D) * SD;
   if (scratch.size() < need) scratch.resize(need);
   float* G = scratch.data();                   // [CB] cumulative log decay (zero past L)
   float* wdec = G + CB;                        // [CB] e^{G_L - G_j} (zero past L)
@@ -252,7 +265,10 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
   float* KT = Qc + CB * D;                     // [D][CB] the keys transposed (later scaled by wdec)
   float* A = KT + D * CB;                      // [CB][CB] -β(KKᵀ)⊙D, strictly lower
   float* QK = A + CB * CB;                     // [CB][CB] (QKᵀ)⊙D, lower
-  float* UW = QK + CB * CB;                    // [CB][2D] U | W' per row
+  float* UW = QK + CB * CB;                    // [CB][UWD] U | W' per row
+  float* Sp = UW + CB * UWD;                   // [D][SD] S, for the whole call
+  for (int r = 0; r < D; ++r)
+    for (int c = 0; c < D; c += VW) vstore(Sp + r * SD + c, vload(S + r * D + c));
   for (int c0 = 0; c0 < n; c0 += CB) {
     const int L = n - c0 < CB ? n - c0 : CB;
     block_rows(io, c0, L, D, G, Kc, Qc);
@@ -305,8 +321,7 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
       }
       float* Ub = UW + i0 * UWD;
       if (i0 > 0) {
-        gemm_rows<D>(A + i0 * CB, CB, i1 - i0, UW, UWD, i0, Ub, UWD);
-        gemm_rows<D>(A + i0 * CB, CB, i1 - i0, UW + D, UWD, i0, Ub + D, UWD);
+        gemm_rows<2 * D>(A + i0 * CB, CB, i1 - i0, UW, UWD, i0, Ub, UWD);
       }
       for (int i = i0 + 1; i < i1; ++i) {
         gemm_rows<D>(A + i * CB + i0, CB, 1, Ub, UWD, i - i0, UW + i * UWD, UWD);
@@ -317,22 +332,25 @@ void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vect
       const vf eg = vset1(std::exp(G[i]));
       for (int r = 0; r < D; r += VW) vstore(Qc + i * D + r, vmul(vload(Qc + i * D + r), eg));
     }
-    // The products with S (64 KiB) by halves of its columns, so the half they read stays in L1.
+    // The products with S by halves of its columns, so the half they read (36 KiB) stays in L1.
     float* o = io.o + c0 * io.o_stride;
     for (int h = 0; h < D; h += D / 2) {
-      gemm_rows<D / 2>(UW + D, UWD, L, S + h, D, D, UW + h, UWD);       // V' = U + W'S (over U)
-      gemm_rows<D / 2, true>(Qc, D, L, S + h, D, D, o + h, io.o_stride);  // O = (e^G ⊙ Q) S
+      gemm_rows<D / 2>(UW + D, UWD, L, Sp + h, SD, D, UW + h, UWD);       // V' = U + W'S (over U)
+      gemm_rows<D / 2, true>(Qc, D, L, Sp + h, SD, D, o + h, io.o_stride);  // O = (e^G ⊙ Q) S
       lower_rows<D / 2>(QK, CB, L, UW + h, UWD, o + h, io.o_stride);      // O += ((QKᵀ)⊙D) V'
     }
     // State update: S <- e^{G_L} S + (e^{G_L - G} ⊙ K)ᵀ V'.
     const float gl = G[L - 1];
     const vf egl = vset1(std::exp(gl));
-    for (int e = 0; e < D * D; e += VW) vstore(S + e, vmul(vload(S + e), egl));
+    for (int r = 0; r < D; ++r)
+      for (int c = 0; c < D; c += VW) vstore(Sp + r * SD + c, vmul(vload(Sp + r * SD + c), egl));
     for (int j = 0; j < CB; ++j) wdec[j] = j < L ? std::exp(gl - G[j]) : 0.f;
     for (int r = 0; r < D; ++r)
       for (int j = 0; j < CB; j += VW) vstore(KT + r * CB + j, vmul(vload(wdec + j), vload(KT + r * CB + j)));
-    for (int h = 0; h < D; h += D / 2) gemm_rows<D / 2>(KT, CB, D, UW + h, UWD, L, S + h, D);
+    for (int h = 0; h < D; h += D / 2) gemm_rows<D / 2>(KT, CB, D, UW + h, UWD, L, Sp + h, SD);
   }
+  for (int r = 0; r < D; ++r)
+    for (int c = 0; c < D; c += VW) vstore(S + r * D + c, vload(Sp + r * SD + c));
 }
 
 
