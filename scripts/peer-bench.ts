@@ -86,8 +86,14 @@ function decodeRate(streams: number[][]): number {
 // and put the decode above 100 % of its roofline. The same for the multiply-add peak around the
 // prefill, where it is the prefill's limit (float weights): the peak probed once at the start moved
 // between runs more than the code between them did (docs/performance.md, twenty-fourth session).
+//
+// Each timed prefill follows an untimed one of the same engine, as llama-bench's warm-up pass precedes
+// its timed one in the same process: the first prefill after another process (a llama.cpp tool, or
+// only `cat` of a 1.5 GB file) has run on the cores read 5-35 % slower, and the next one did not
+// (docs/performance.md, twenty-ninth session).
 async function oursRound(opt: Options, e: EngineHandle, round: number, probes?: Probes): Promise<Figures & { bw: Bandwidth; peakGflops: number }> {
   const ids = benchIds;
+  await e.submit({ prompt: ids(opt.isl, 500 + round), maxTokens: 1, ignoreEos: true }).done;
   const peakBefore = probes?.peak?.().peakGflops ?? NaN;
   const p = await e.submit({ prompt: ids(opt.isl, 1000 + round), maxTokens: 1, ignoreEos: true }).done;
   const prefill = opt.isl / ((p.tokenMs[0]! - p.enqueueMs) / 1000);
@@ -184,7 +190,7 @@ async function main(): Promise<void> {
   const out: string[] = [];
   out.push(`CPU: ${cpu}; our ISA path: ${isa}; llama.cpp: ${shared.describe}`);
   out.push(`machine: ${opt.threads} threads, read bandwidth ${median(allGBs).toFixed(1)} GB/s sustained (median pass of the best of 1, 4 and 8 read streams per thread, 4 passes of 1 GiB before and after each of our c=1 decodes; the median of all those limits), one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start; peak ${machine.peakGflops.toFixed(0)} GFLOP/s at start (${machine.peakKind}; float weights' prefill is set against the higher of the peaks probed just before and just after it, per round)`);
-  out.push(`rounds: ${opt.rounds}, interleaved (round r: for each of ${entries.map((e) => label(e.files.quant)).join(', ')}: ours, then llama.cpp), after one warm-up round of each; medians; prefill ${opt.isl} tokens, decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
+  out.push(`rounds: ${opt.rounds}, interleaved (round r: for each of ${entries.map((e) => label(e.files.quant)).join(', ')}: ours, then llama.cpp), after one warm-up round of each; medians; prefill ${opt.isl} tokens (each engine's timed prefill after an untimed one of its own), decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
   out.push(`decode bytes per step: ${DECODE_BYTES_RULE}`);
   out.push(`prefill FLOPs per token: ${PREFILL_FLOPS_RULE}`);
   const results = entries.map((e) => report(opt, e, machine, out));
@@ -333,6 +339,9 @@ async function referenceLlama(opt: Options, shared: SharedLlama, gguf: string, c
   return {
     async round(round: number): Promise<Figures> {
       const s1 = ctx1.getSequence();
+      // Untimed, as ours (see oursRound) and llama-bench's own warm-up pass.
+      await s1.evaluateWithoutGeneratingNewTokens(ids(opt.isl, 500 + round) as never);
+      await s1.clearHistory();
       const t0 = performance.now();
       await s1.evaluateWithoutGeneratingNewTokens(ids(opt.isl, 1000 + round) as never);
       const prefill = opt.isl / ((performance.now() - t0) / 1000);
