@@ -70,7 +70,8 @@ void gemm_strips(const float* A, int64_t lda, int M, const float* B, int64_t ldb
 // The GEMM shapes of the chunked form: C[i][0:NC] (+)= Σ_r A[i*lda + r] * B[r][0:NC] for i < M, in
 // register blocks of rows (as many as the ISA's registers hold beside a row of B;
 // 256-bit vectors with 4 rows or more: gemm_strips; 512-bit ones: strips of 64 columns, 4 rows a
-// block, as 2 rows of 128 columns read twice the B vectors per FMA and ran at half the rate).
+// block, as 2 rows of 128 columns read twice the B vectors per FMA and ran at half the rate; and
+// always for more than 128 columns, whose blocks would not fit the registers at any row count).
 // Every output's sum runs over r in order either way.
 template <int NC, bool ZERO = false, Sum SUM = Sum::Fused>
 void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, int K, float* C, int64_t ldc) {
@@ -80,7 +81,7 @@ void gemm_rows(const float* A, int64_t lda, int M, const float* B, int64_t ldb, 
     if (M >= 4) return gemm_strips<NC, ZERO, SUM>(A, lda, M, B, ldb, K, C, ldc);
   }
   if constexpr (VW == 16 && NC > 64 && NC % 64 == 0) {
-    if (M >= 4) {
+    if (M >= 4 || NC > 128) {
       for (int c = 0; c < NC; c += 64) gemm_rows<64, ZERO, SUM>(A, lda, M, B + c, ldb, K, C + c, ldc);
       return;
     }
