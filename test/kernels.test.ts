@@ -5,7 +5,7 @@ import { loadAddon } from '../src/engine/native.js';
 
 interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; maxValueMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
-  convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; sigmoidMaxRelErr: number;
+  convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; attnTileMaxErr: number; attnTileOrderDiffs: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number; gdnSpanCases: number; gdnSpanMismatches: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; packedRowCases?: number; packedRowMismatches?: number; // AVX-512 BF16 only
@@ -46,6 +46,10 @@ describe('CPU kernels against scalar references', () => {
       expect(r.gatedNormMaxRelErr).toBeLessThan(1e-5);
       expect(r.expMaxRelErr).toBeLessThan(2e-6);
       expect(r.attnRowsMaxErr).toBeLessThan(1e-5); // fp32 sums, relative to the sum of |terms|
+      // A prefill tile's whole attention (scores, causal softmax, values) against double, and each
+      // query row alone in a call giving the same bits as in its tile (the order does not depend on it)
+      expect(r.attnTileMaxErr).toBeLessThan(1e-5);
+      expect(r.attnTileOrderDiffs).toBe(0);
       // Gated DeltaNet against its recurrence in double (measured ~1e-6: the f32 cumulative decay)
       expect(r.gdnRecurrentMaxErr).toBeLessThan(1e-5);
       expect(r.gdnChunkedMaxErr).toBeLessThan(1e-5);

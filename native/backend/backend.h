@@ -56,6 +56,9 @@ struct SeqSegment {
   int state_slot = 0;   // recurrent-state slot
   int table_offset = 0; // into StepBatch::block_tables
   int n_blocks = 0;     // blocks covering positions [0, pos0 + len)
+  // The first generated token's position (the prompt's length): tokens from here on are generated
+  // ones, which a backend may compute in its decode form (the CPU attention does).
+  int decode_from = 0;
 };
 
 struct StepBatch {

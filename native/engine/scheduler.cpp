@@ -156,6 +156,7 @@ bool Scheduler::schedule(StepBatch& b, std::vector<Sequence*>& order) {
     seg.state_slot = s->slot;
     seg.table_offset = static_cast<int>(b.block_tables.size());
     seg.n_blocks = (s->n_computed + len + cfg_.block_size - 1) / cfg_.block_size;
+    seg.decode_from = s->prompt_len;
     b.block_tables.insert(b.block_tables.end(), s->block_table.begin(), s->block_table.begin() + seg.n_blocks);
     for (int i = 0; i < len; ++i) {
       b.tokens.push_back(s->tokens[s->n_computed + i]);

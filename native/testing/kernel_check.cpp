@@ -218,6 +218,71 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
       }
   obj.Set("attnRowsMaxErr", rows_err);
 
+  // A prefill tile's attention (attn_tile) against a double-precision causal softmax: query rows
+  // of 1..9 tokens x group sizes 1, 2, 4 and 8 (lane counts below, at and past a vector and two),
+  // contexts from one key to several blocks (ending inside and on a block boundary), scattered
+  // blocks, row lengths 256 and off the vector width. Error relative to the sum of |terms| of
+  // each output (the values' weights are probabilities, so this is also a bound on the absolute
+  // error over max |v|). Then the order independence: each query row alone in a call gives the
+  // same bits as in the tile.
+  double tile_err = 0;
+  int tile_order_diffs = 0;
+  for (int group : {1, 2, 4, 8})
+    for (int ntok : {1, 3, 8, 9})
+      for (int pos0 : {0, 5, 16, 70})
+        for (int n : {256, 40}) {
+          if ((group + ntok + pos0) % 3 == 0 && n == 256) continue;  // thin the grid a little
+          const int bs = 16, ctx_max = pos0 + ntok, nblk = (ctx_max + bs - 1) / bs, nr = ntok * group;
+          std::vector<float> pool(static_cast<size_t>(2 * nblk) * bs * n);
+          for (auto& e : pool) e = 2.f * u(rng);
+          std::vector<const float*> kb(nblk), vb(nblk);
+          for (int b = 0; b < nblk; ++b) {
+            const int slot = (b * 5 + 1) % nblk;
+            kb[b] = pool.data() + static_cast<size_t>(2 * slot) * bs * n;
+            vb[b] = kb[b] + static_cast<size_t>(bs) * n;
+          }
+          auto row = [&](const std::vector<const float*>& blk, int j) { return blk[j / bs] + (j % bs) * n; };
+          std::vector<float> qs(static_cast<size_t>(nr) * n), os(static_cast<size_t>(nr) * n, NAN);
+          for (auto& e : qs) e = u(rng);
+          std::vector<const float*> qp(nr);
+          std::vector<float*> op(nr);
+          std::vector<int32_t> cx(nr);
+          for (int i = 0; i < nr; ++i) {
+            qp[i] = qs.data() + static_cast<size_t>(i) * n;
+            op[i] = os.data() + static_cast<size_t>(i) * n;
+            cx[i] = pos0 + i / group + 1;
+          }
+          std::vector<float> scratch;
+          const float scale = 1.f / std::sqrt(static_cast<float>(n));
+          K.attn_tile(qp.data(), cx.data(), nr, kb.data(), vb.data(), bs, n, scale, op.data(), scratch);
+          for (int i = 0; i < nr; ++i) {
+            std::vector<double> p(cx[i]);
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < cx[i]; ++j) {
+              double dot = 0;
+              for (int d = 0; d < n; ++d) dot += static_cast<double>(qp[i][d]) * row(kb, j)[d];
+              p[j] = dot * scale;
+              mx = std::max(mx, p[j]);
+            }
+            for (auto& e : p) sum += e = std::exp(e - mx);
+            for (int d = 0; d < n; ++d) {
+              double ref = 0, mag = 0;
+              for (int j = 0; j < cx[i]; ++j) {
+                ref += p[j] / sum * row(vb, j)[d];
+                mag += std::fabs(p[j] / sum * row(vb, j)[d]);
+              }
+              const double got = op[i][d];
+              tile_err = std::max(tile_err, std::isnan(got) ? 1.0 : std::fabs(got - ref) / std::max(mag, 1e-30));
+            }
+            std::vector<float> alone(n, NAN);
+            float* ao = alone.data();
+            K.attn_tile(&qp[i], &cx[i], 1, kb.data(), vb.data(), bs, n, scale, &ao, scratch);
+            tile_order_diffs += std::memcmp(alone.data(), op[i], sizeof(float) * n) != 0;
+          }
+        }
+  obj.Set("attnTileMaxErr", tile_err);
+  obj.Set("attnTileOrderDiffs", tile_order_diffs);
+
   // o *= sigmoid(gate) over a wide gate range (37 elements: a vector tail).
   std::vector<float> og(37), gg(37), og0;
   for (size_t i = 0; i < og.size(); ++i) {

@@ -83,13 +83,27 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
   // per tile rather than once per token. The kernels read several blocks side by side and
   // prefetch the blocks after them (blocks are scattered, so the hardware prefetchers restart at
   // each). Items are dealt round-robin so the threads get alike mixes of short and long contexts.
+  //
+  // Prompt tokens (positions before the segment's decode_from) go through attn_tile instead: the
+  // tile's queries as vector lanes, every key and value read once for all of them with no
+  // horizontal sums, and sums in an order that does not depend on the tile, so a prompt token's
+  // result is the same in any prefill chunk or batch. Generated tokens keep the row kernels (a
+  // lone query gains nothing from the transposition), so a recomputed one (after a preemption)
+  // gets its first bits again.
   constexpr int kTile = 8, kKvSpan = 16;
-  struct Item { int seg, i, n, g; };
+  struct Item { int seg, i, n, g; bool tile; };
   std::vector<Item> items;
   items.reserve(static_cast<size_t>(b.n_tokens) * nkv);
-  for (int si = 0; si < static_cast<int>(b.segs.size()); ++si)
-    for (int i = 0; i < b.segs[si].len; i += kTile)
-      for (int g = 0; g < nkv; ++g) items.push_back({si, i, std::min(kTile, b.segs[si].len - i), g});
+  for (int si = 0; si < static_cast<int>(b.segs.size()); ++si) {
+    const auto& s = b.segs[si];
+    const int n_prompt = std::clamp(s.decode_from - s.pos0, 0, s.len);
+    for (int i = 0; i < s.len;) {
+      const bool tile = i < n_prompt;
+      const int n = std::min(kTile, (tile ? n_prompt : s.len) - i);
+      for (int g = 0; g < nkv; ++g) items.push_back({si, i, n, g, tile});
+      i += n;
+    }
+  }
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int group = nh / nkv;
   // The blocks holding an item's context (up to its last token), from the cache's base.
@@ -116,11 +130,28 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
       // (probabilities) at sc(t) + hh*ctx_max.
       auto q = [&](int t) { return qg + (s.start + item.i + t) * (2 * nh * hd) + item.g * group * 2 * hd; };
       auto o = [&](int t) { return out + (s.start + item.i + t) * (nh * hd) + item.g * group * hd; };
+      const int nblk = blocks(item, kc, pt.kblk);
+      blocks(item, vc, pt.vblk);
+      if (item.tile) {
+        const int nr = n * group;
+        pt.tile_q.resize(static_cast<size_t>(nr));
+        pt.tile_o.resize(static_cast<size_t>(nr));
+        pt.tile_ctx.resize(static_cast<size_t>(nr));
+        for (int t = 0; t < n; ++t)
+          for (int hh = 0; hh < group; ++hh) {
+            pt.tile_q[t * group + hh] = q(t) + hh * 2 * hd;
+            pt.tile_o[t * group + hh] = o(t) + hh * hd;
+            pt.tile_ctx[t * group + hh] = ctx_of(t);
+          }
+        kernels_.attn_tile(pt.tile_q.data(), pt.tile_ctx.data(), nr, pt.kblk.data(), pt.vblk.data(), bs, hd, scale,
+                           pt.tile_o.data(), pt.tile_scratch);
+        for (int t = 0; t < n; ++t)
+          for (int hh = 0; hh < group; ++hh) kernels_.mul_sigmoid(o(t) + hh * hd, q(t) + hh * 2 * hd + hd, hd);
+        continue;
+      }
       const size_t need = static_cast<size_t>(n) * group * ctx_max;
       if (scores.size() < need) scores.resize(need);
       auto sc = [&](int t) { return scores.data() + static_cast<size_t>(t) * group * ctx_max; };
-      const int nblk = blocks(item, kc, pt.kblk);
-      blocks(item, vc, pt.vblk);
       int n_after = 0;
       if (it + nth < items.size()) n_after = std::min(kAhead, blocks(items[it + nth], kc, pt.kblk_next));
       // The span of blocks [s0, s1): the first token that reads it (from memory; the others find

@@ -137,6 +137,10 @@ class CpuBackend final : public Backend {
   struct PerThread {
     std::vector<float> scores;
     std::vector<const float*> kblk, vblk, kblk_next;  // an attention item's KV block addresses
+    std::vector<const float*> tile_q;  // a prompt tile's query rows, token-major (attn_tile)
+    std::vector<float*> tile_o;
+    std::vector<int32_t> tile_ctx;
+    std::vector<float> tile_scratch;
     std::vector<float> gdn_scratch;
     AlignedBuffer gdn_rows;  // a general-path DeltaNet item's conv output, 2 dk + r dv floats a token
   };

@@ -108,6 +108,16 @@ struct Kernels {
                       float scale, float* out, int64_t out_stride, const float* const* next, int n_next);
   void (*attn_values)(const float* w, int64_t w_stride, int nq, const float* const* blk, int bs, int ctx, int64_t n,
                       float* o, int64_t o_stride, const float* const* next, int n_next);
+  // A prefill tile's causal attention in one call: nr query rows q[i] (n floats each) over keys and
+  // values j < ctx[i] (paged as above, the rows of kblk / vblk), o[i] = softmax(scale * q_i · k_j)
+  // · v_j (o[i] written, not added to). The queries are transposed so every key is read once for
+  // all of them, and every sum keeps an order that does not depend on nr or on which rows share
+  // the call: a score over the n elements in order, the softmax's max and sum and each output
+  // element over the keys in order (a token's result is the same in any tile or prefill chunk).
+  // scratch: the caller's, grown as needed (n + max ctx) * round_up(nr, vector width) floats.
+  void (*attn_tile)(const float* const* q, const int32_t* ctx, int nr, const float* const* kblk,
+                    const float* const* vblk, int bs, int64_t n, float scale, float* const* o,
+                    std::vector<float>& scratch);
   void (*mul_sigmoid)(float* o, const float* gate, int64_t n);  // o *= sigmoid(gate)
 };
 

@@ -1,6 +1,8 @@
 // Paged attention rows for one ISA: scores and weighted values of a GQA group's query heads over
 // a sequence's scattered KV blocks, several blocks read side by side, the next ones prefetched.
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "backend/cpu/isa/entry_points.h"
 #include "backend/cpu/isa/simd.h"
@@ -169,7 +171,180 @@ void attn_dispatch(const float* x, int64_t xs, int nq, const float* const* blk, 
   }
 }
 
+// ---- A prefill tile's attention with the queries as vector lanes (attn_tile, kernels.h) ----
+// Query row i of the tile is lane i % VW of vector i / VW: qt[d * ldq + i] = q_i[d]. A key's
+// scores against every query then come from one broadcast of each of its elements, with no
+// horizontal sums, and the probabilities come out as pt[j * ldq + i] (key j's row of lanes), which
+// the softmax walks down the keys lane-wise and the values read as broadcasts. Every sum runs in a
+// fixed order that does not depend on the tile: a score over d = 0 .. n-1, the softmax's max and
+// sum over the keys in order, an output element over the keys in order.
+
+#if defined(__AVX512F__)
+constexpr int kTileKeys = 8, kTileQv = 2, kValQ = 8, kValDv = 2;
+#else
+constexpr int kTileKeys = 4, kTileQv = 2, kValQ = 4, kValDv = 2;
+#endif
+
+// Scores of KJ consecutive rows at k (stride n) against NV query vectors, scaled, into pt rows;
+// pf: the rows to prefetch meanwhile (the same span of the next block), or null.
+template <int NV, int KJ, bool PF>
+inline void tile_scores_keys(const float* qt, int64_t ldq, const float* k, int64_t n, float scale, float* pt,
+                             const float* pf) {
+  vf acc[KJ][NV];
+  for (int j = 0; j < KJ; ++j)
+    for (int v = 0; v < NV; ++v) acc[j][v] = vzero();
+  for (int64_t d = 0; d < n; ++d) {
+    if constexpr (PF)
+      if (d % VW == 0)
+        for (int j = 0; j < KJ; ++j) _mm_prefetch(reinterpret_cast<const char*>(pf + j * n + d), _MM_HINT_T0);
+    vf qv[NV];
+    for (int v = 0; v < NV; ++v) qv[v] = vload(qt + d * ldq + v * VW);
+    for (int j = 0; j < KJ; ++j) {
+      const vf kb = vset1(k[j * n + d]);
+      for (int v = 0; v < NV; ++v) acc[j][v] = vfma(qv[v], kb, acc[j][v]);
+    }
+  }
+  const vf sc = vset1(scale);
+  for (int j = 0; j < KJ; ++j)
+    for (int v = 0; v < NV; ++v) vstore(pt + j * ldq + v * VW, vmul(acc[j][v], sc));
+}
+
+// Scores of rows [r0, r1) of one block (row r at k + r * n) against query vectors [v0, v0 + NV).
+template <int NV>
+inline void tile_scores_block(const float* qt, int64_t ldq, const float* k, const float* next, int r0, int r1, int64_t n,
+                              float scale, float* pt) {
+  int r = r0;
+  for (; r + kTileKeys <= r1; r += kTileKeys) {
+    if (next)
+      tile_scores_keys<NV, kTileKeys, true>(qt, ldq, k + r * n, n, scale, pt + r * ldq, next + r * n);
+    else
+      tile_scores_keys<NV, kTileKeys, false>(qt, ldq, k + r * n, n, scale, pt + r * ldq, nullptr);
+  }
+  for (; r < r1; ++r) tile_scores_keys<NV, 1, false>(qt, ldq, k + r * n, n, scale, pt + r * ldq, nullptr);
+}
+
+// Per lane i: x where key j < lim[i], else `otherwise`.
+inline vf lane_keep(vf x, const int32_t* lim, int j, vf otherwise) {
+#if defined(__AVX512F__)
+  const __mmask16 m = _mm512_cmpgt_epi32_mask(_mm512_loadu_si512(lim), _mm512_set1_epi32(j));
+  return _mm512_mask_mov_ps(otherwise, m, x);
+#else
+  const __m256 m = _mm256_castsi256_ps(
+      _mm256_cmpgt_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lim)), _mm256_set1_epi32(j)));
+  return _mm256_blendv_ps(otherwise, x, m);
+#endif
+}
+
+// o_i[d0 .. d0 + DV*VW) (+)= Σ_{j in [j0, j1)} pt[j * ldq + i] v_j for QB query rows i0 ..; v_j
+// at vrow(j). `first`: the outputs start at zero instead of their stored values.
+template <int QB, int DV>
+inline void tile_values_rows(const float* pt, int64_t ldq, int i0, const float* const* vblk, int bs, int j0, int j1,
+                             int64_t n, int64_t d0, float* const* o, bool first) {
+  vf acc[QB][DV];
+  for (int q = 0; q < QB; ++q)
+    for (int v = 0; v < DV; ++v) acc[q][v] = first ? vzero() : vload(o[i0 + q] + d0 + v * VW);
+  const float* p = pt + static_cast<int64_t>(j0) * ldq + i0;
+  for (int j = j0, b = j0 / bs; j < j1; ++b) {
+    const int r1 = std::min(j1, (b + 1) * bs);
+    const float* vr = vblk[b] + static_cast<int64_t>(j - b * bs) * n + d0;
+    for (; j < r1; ++j, vr += n, p += ldq) {
+      vf vv[DV];
+      for (int v = 0; v < DV; ++v) vv[v] = vload(vr + v * VW);
+      for (int q = 0; q < QB; ++q) {
+        const vf w = vset1(p[q]);
+        for (int v = 0; v < DV; ++v) acc[q][v] = vfma(w, vv[v], acc[q][v]);
+      }
+    }
+  }
+  for (int q = 0; q < QB; ++q)
+    for (int v = 0; v < DV; ++v) vstore(o[i0 + q] + d0 + v * VW, acc[q][v]);
+}
+
+// Query rows [0, nr) in groups of QB, output elements [d, d + DV*VW).
+template <int DV>
+inline void tile_values_d(const float* pt, int64_t ldq, int nr, const float* const* vblk, int bs, int j0, int j1,
+                          int64_t n, int64_t d, float* const* o, bool first) {
+  int i = 0;
+  for (; i + kValQ <= nr; i += kValQ) tile_values_rows<kValQ, DV>(pt, ldq, i, vblk, bs, j0, j1, n, d, o, first);
+  if constexpr (kValQ > 4)
+    for (; i + 4 <= nr; i += 4) tile_values_rows<4, DV>(pt, ldq, i, vblk, bs, j0, j1, n, d, o, first);
+  for (; i < nr; ++i) tile_values_rows<1, DV>(pt, ldq, i, vblk, bs, j0, j1, n, d, o, first);
+}
+
 }  // namespace
+
+void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* const* kblk,
+               const float* const* vblk, int bs, int64_t n, float scale, float* const* o, std::vector<float>& scratch) {
+  const int nv = (nr + VW - 1) / VW;
+  const int64_t ldq = static_cast<int64_t>(nv) * VW;
+  int ctx_max = 0;
+  for (int i = 0; i < nr; ++i) ctx_max = std::max(ctx_max, ctx[i]);
+  const size_t qt_elems = static_cast<size_t>(n) * ldq, pt_elems = static_cast<size_t>(ctx_max) * ldq;
+  if (scratch.size() < qt_elems + pt_elems + 2 * ldq) scratch.resize(qt_elems + pt_elems + 2 * ldq);
+  float* qt = scratch.data();
+  float* pt = qt + qt_elems;
+  int32_t* lim = reinterpret_cast<int32_t*>(pt + pt_elems);  // per lane: its context (padding lanes: 1)
+  float* inv_sum = pt + pt_elems + ldq;                        // per lane: 1 / its softmax sum
+  static_assert(sizeof(int32_t) == sizeof(float));
+  for (int64_t d = 0; d < n; ++d) {
+    float* row = qt + d * ldq;
+    for (int i = 0; i < nr; ++i) row[i] = q[i][d];
+    for (int64_t i = nr; i < ldq; ++i) row[i] = 0.f;
+  }
+  for (int64_t i = 0; i < ldq; ++i) lim[i] = i < nr ? ctx[i] : 1;
+
+  // Scores, a block at a time (its rows contiguous), the next block prefetched alongside.
+  const int nblk = (ctx_max + bs - 1) / bs;
+  for (int b = 0; b < nblk; ++b) {
+    const int r1 = std::min(bs, ctx_max - b * bs);
+    const float* next = b + 1 < nblk ? kblk[b + 1] : vblk[0];
+    float* ptb = pt + static_cast<int64_t>(b) * bs * ldq;
+    int v = 0;
+    for (; v + kTileQv <= nv; v += kTileQv)
+      tile_scores_block<kTileQv>(qt + v * VW, ldq, kblk[b], v == 0 ? next : nullptr, 0, r1, n, scale, ptb + v * VW);
+    for (; v < nv; ++v) tile_scores_block<1>(qt + v * VW, ldq, kblk[b], v == 0 ? next : nullptr, 0, r1, n, scale, ptb + v * VW);
+  }
+
+  // Softmax down the keys, lane-wise: the largest score, then exp(x - max) and their sum in key
+  // order (keys at or past a lane's context: 0); the outputs are divided by the sum at the end.
+  const vf ninf = vset1(-INFINITY), zero = vzero();
+  for (int v = 0; v < nv; ++v) {
+    const int32_t* lv = lim + v * VW;
+    float* col = pt + v * VW;
+    vf mx = ninf;
+    for (int j = 0; j < ctx_max; ++j) mx = vmax(lane_keep(vload(col + j * ldq), lv, j, ninf), mx);
+    vf sum = zero;
+    for (int j = 0; j < ctx_max; ++j) {
+      const vf e = lane_keep(vexp(vsub(vload(col + j * ldq), mx)), lv, j, zero);
+      vstore(col + j * ldq, e);
+      sum = vadd(sum, e);
+    }
+    vstore(inv_sum + v * VW, vdiv(vset1(1.f), sum));
+  }
+
+  // Values over spans of keys (a span's rows stay in cache while every query group passes them).
+  constexpr int kSpan = 128;
+  for (int j0 = 0; j0 < ctx_max; j0 += kSpan) {
+    const int j1 = std::min(ctx_max, j0 + kSpan);
+    const bool first = j0 == 0;
+    // Each slice of the values' elements serves every query group while it is in L1.
+    int64_t d = 0;
+    for (; d + kValDv * VW <= n; d += kValDv * VW) tile_values_d<kValDv>(pt, ldq, nr, vblk, bs, j0, j1, n, d, o, first);
+    for (; d + VW <= n; d += VW) tile_values_d<1>(pt, ldq, nr, vblk, bs, j0, j1, n, d, o, first);
+    for (; d < n; ++d)  // a row length off the vector width: the last elements one by one, keys in order
+      for (int i = 0; i < nr; ++i) {
+        float acc = first ? 0.f : o[i][d];
+        for (int j = j0; j < j1; ++j) acc += pt[static_cast<int64_t>(j) * ldq + i] * vblk[j / bs][(j % bs) * n + d];
+        o[i][d] = acc;
+      }
+  }
+  for (int i = 0; i < nr; ++i) {
+    const vf inv = vset1(inv_sum[i]);
+    int64_t d = 0;
+    for (; d + VW <= n; d += VW) vstore(o[i] + d, vmul(vload(o[i] + d), inv));
+    for (; d < n; ++d) o[i][d] *= inv_sum[i];
+  }
+}
 
 void attn_scores(const float* q, int64_t qs, int nq, const float* const* blk, int bs, int ctx, int64_t n, float scale,
                  float* out, int64_t os, const float* const* next, int n_next) {

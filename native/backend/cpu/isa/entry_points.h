@@ -73,6 +73,8 @@ void attn_scores(const float* q, int64_t qs, int nq, const float* const* blk, in
                  float* out, int64_t os, const float* const* next, int n_next);
 void attn_values(const float* w, int64_t ws, int nq, const float* const* blk, int bs, int ctx, int64_t n, float* o,
                  int64_t os, const float* const* next, int n_next);
+void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* const* kblk, const float* const* vblk,
+               int bs, int64_t n, float scale, float* const* o, std::vector<float>& scratch);
 
 // gdn.cpp
 void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv);
