@@ -108,7 +108,10 @@ describe.each(SHAPES)('GGUF on our engine: $name', (shape) => {
     const b = await ourLogSoftmax(f32File, prompt.slice(0, n), work);
     const d = logSoftmaxDiff(a, b, n);
     if ((shape.overrides.linearNumValueHeads ?? 2) === 2) expect(d.max).toBe(0);
-    else expect(d.max).toBeLessThan(1e-4);
+    // The 4B layout's ssm_out sums the value channels in the GGUF's tiled order: f32 rounding,
+    // grown through 8 random layers to ~1e-4 of log-softmax (8.8e-5 with the row attention
+    // kernels, 1.0e-4 since prompt tokens take attn_tile); a wrong tiling changes the logits outright.
+    else expect(d.max).toBeLessThan(5e-4);
     expect(d.argmaxAgree).toBe(1);
   }, 120_000);
 
