@@ -223,15 +223,12 @@ inline void tile_scores_block(const float* qt, int64_t ldq, const float* k, cons
   for (; r < r1; ++r) tile_scores_keys<NV, 1, false>(qt, ldq, k + r * n, n, scale, pt + r * ldq, nullptr);
 }
 
-// Per lane i: x where key j < lim[i], else `otherwise`.
-inline vf lane_keep(vf x, const int32_t* lim, int j, vf otherwise) {
+// Per lane i: x where key j < lim[i] (contexts held as floats, exact below 2^24), else `otherwise`.
+inline vf lane_keep(vf x, vf lim, float j, vf otherwise) {
 #if defined(__AVX512F__)
-  const __mmask16 m = _mm512_cmpgt_epi32_mask(_mm512_loadu_si512(lim), _mm512_set1_epi32(j));
-  return _mm512_mask_mov_ps(otherwise, m, x);
+  return _mm512_mask_mov_ps(otherwise, _mm512_cmp_ps_mask(vset1(j), lim, _CMP_LT_OQ), x);
 #else
-  const __m256 m = _mm256_castsi256_ps(
-      _mm256_cmpgt_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lim)), _mm256_set1_epi32(j)));
-  return _mm256_blendv_ps(otherwise, x, m);
+  return _mm256_blendv_ps(otherwise, x, _mm256_cmp_ps(vset1(j), lim, _CMP_LT_OQ));
 #endif
 }
 
@@ -283,15 +280,14 @@ void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* c
   if (scratch.size() < qt_elems + pt_elems + 2 * ldq) scratch.resize(qt_elems + pt_elems + 2 * ldq);
   float* qt = scratch.data();
   float* pt = qt + qt_elems;
-  int32_t* lim = reinterpret_cast<int32_t*>(pt + pt_elems);  // per lane: its context (padding lanes: 1)
-  float* inv_sum = pt + pt_elems + ldq;                        // per lane: 1 / its softmax sum
-  static_assert(sizeof(int32_t) == sizeof(float));
+  float* lim = pt + pt_elems;            // per lane: its context (padding lanes: 1)
+  float* inv_sum = pt + pt_elems + ldq;  // per lane: 1 / its softmax sum
   for (int64_t d = 0; d < n; ++d) {
     float* row = qt + d * ldq;
     for (int i = 0; i < nr; ++i) row[i] = q[i][d];
     for (int64_t i = nr; i < ldq; ++i) row[i] = 0.f;
   }
-  for (int64_t i = 0; i < ldq; ++i) lim[i] = i < nr ? ctx[i] : 1;
+  for (int64_t i = 0; i < ldq; ++i) lim[i] = static_cast<float>(i < nr ? ctx[i] : 1);
 
   // Scores, a block at a time (its rows contiguous), the next block prefetched alongside.
   const int nblk = (ctx_max + bs - 1) / bs;
@@ -309,13 +305,13 @@ void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* c
   // order (keys at or past a lane's context: 0); the outputs are divided by the sum at the end.
   const vf ninf = vset1(-INFINITY), zero = vzero();
   for (int v = 0; v < nv; ++v) {
-    const int32_t* lv = lim + v * VW;
+    const vf lv = vload(lim + v * VW);
     float* col = pt + v * VW;
     vf mx = ninf;
-    for (int j = 0; j < ctx_max; ++j) mx = vmax(lane_keep(vload(col + j * ldq), lv, j, ninf), mx);
+    for (int j = 0; j < ctx_max; ++j) mx = vmax(lane_keep(vload(col + j * ldq), lv, static_cast<float>(j), ninf), mx);
     vf sum = zero;
     for (int j = 0; j < ctx_max; ++j) {
-      const vf e = lane_keep(vexp(vsub(vload(col + j * ldq), mx)), lv, j, zero);
+      const vf e = lane_keep(vexp(vsub(vload(col + j * ldq), mx)), lv, static_cast<float>(j), zero);
       vstore(col + j * ldq, e);
       sum = vadd(sum, e);
     }
