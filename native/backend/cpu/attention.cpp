@@ -130,6 +130,11 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
       // (probabilities) at sc(t) + hh*ctx_max.
       auto q = [&](int t) { return qg + (s.start + item.i + t) * (2 * nh * hd) + item.g * group * 2 * hd; };
       auto o = [&](int t) { return out + (s.start + item.i + t) * (nh * hd) + item.g * group * hd; };
+      // The output gate, o *= sigmoid(gate half of q), for every query row of the item.
+      auto gate = [&] {
+        for (int t = 0; t < n; ++t)
+          for (int hh = 0; hh < group; ++hh) kernels_.mul_sigmoid(o(t) + hh * hd, q(t) + hh * 2 * hd + hd, hd);
+      };
       const int nblk = blocks(item, kc, pt.kblk);
       blocks(item, vc, pt.vblk);
       if (item.tile) {
@@ -145,8 +150,7 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
           }
         kernels_.attn_tile(pt.tile_q.data(), pt.tile_ctx.data(), nr, pt.kblk.data(), pt.vblk.data(), bs, hd, scale,
                            pt.tile_o.data(), pt.tile_scratch);
-        for (int t = 0; t < n; ++t)
-          for (int hh = 0; hh < group; ++hh) kernels_.mul_sigmoid(o(t) + hh * hd, q(t) + hh * 2 * hd + hd, hd);
+        gate();
         continue;
       }
       const size_t need = static_cast<size_t>(n) * group * ctx_max;
@@ -186,8 +190,7 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
            [&](int t, const float* const* blk, int p0, int len, const float* const* next, int n_next) {
              kernels_.attn_values(sc(t) + p0, ctx_max, group, blk, bs, len, hd, o(t), hd, next, n_next);
            });
-      for (int t = 0; t < n; ++t)
-        for (int hh = 0; hh < group; ++hh) kernels_.mul_sigmoid(o(t) + hh * hd, q(t) + hh * 2 * hd + hd, hd);
+      gate();
     }
   });
 }

@@ -114,7 +114,7 @@ struct Kernels {
   // all of them, and every sum keeps an order that does not depend on nr or on which rows share
   // the call: a score over the n elements in order, the softmax's max and sum and each output
   // element over the keys in order (a token's result is the same in any tile or prefill chunk).
-  // scratch: the caller's, grown as needed (n + max ctx) * round_up(nr, vector width) floats.
+  // scratch: the caller's, grown as needed to (n + max ctx + 2) * round_up(nr, vector width) floats.
   void (*attn_tile)(const float* const* q, const int32_t* ctx, int nr, const float* const* kblk,
                     const float* const* vblk, int bs, int64_t n, float scale, float* const* o,
                     std::vector<float>& scratch);

@@ -209,11 +209,12 @@ inline void tile_scores_keys(const float* qt, int64_t ldq, const float* k, int64
     for (int v = 0; v < NV; ++v) vstore(pt + j * ldq + v * VW, vmul(acc[j][v], sc));
 }
 
-// Scores of rows [r0, r1) of one block (row r at k + r * n) against query vectors [v0, v0 + NV).
+// Scores of rows [0, r1) of one block (row r at k + r * n) against the NV query vectors at qt;
+// next: the block whose rows to prefetch alongside, or null.
 template <int NV>
-inline void tile_scores_block(const float* qt, int64_t ldq, const float* k, const float* next, int r0, int r1, int64_t n,
+inline void tile_scores_block(const float* qt, int64_t ldq, const float* k, const float* next, int r1, int64_t n,
                               float scale, float* pt) {
-  int r = r0;
+  int r = 0;
   for (; r + kTileKeys <= r1; r += kTileKeys) {
     if (next)
       tile_scores_keys<NV, kTileKeys, true>(qt, ldq, k + r * n, n, scale, pt + r * ldq, next + r * n);
@@ -221,15 +222,6 @@ inline void tile_scores_block(const float* qt, int64_t ldq, const float* k, cons
       tile_scores_keys<NV, kTileKeys, false>(qt, ldq, k + r * n, n, scale, pt + r * ldq, nullptr);
   }
   for (; r < r1; ++r) tile_scores_keys<NV, 1, false>(qt, ldq, k + r * n, n, scale, pt + r * ldq, nullptr);
-}
-
-// Per lane i: x where key j < lim[i] (contexts held as floats, exact below 2^24), else `otherwise`.
-inline vf lane_keep(vf x, vf lim, float j, vf otherwise) {
-#if defined(__AVX512F__)
-  return _mm512_mask_mov_ps(otherwise, _mm512_cmp_ps_mask(vset1(j), lim, _CMP_LT_OQ), x);
-#else
-  return _mm256_blendv_ps(otherwise, x, _mm256_cmp_ps(vset1(j), lim, _CMP_LT_OQ));
-#endif
 }
 
 // o_i[d0 .. d0 + DV*VW) (+)= Σ_{j in [j0, j1)} pt[j * ldq + i] v_j for QB query rows i0 ..; v_j
@@ -280,7 +272,7 @@ void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* c
   if (scratch.size() < qt_elems + pt_elems + 2 * ldq) scratch.resize(qt_elems + pt_elems + 2 * ldq);
   float* qt = scratch.data();
   float* pt = qt + qt_elems;
-  float* lim = pt + pt_elems;            // per lane: its context (padding lanes: 1)
+  float* lim = pt + pt_elems;            // per lane: its context as a float, exact below 2^24 (padding: 1)
   float* inv_sum = pt + pt_elems + ldq;  // per lane: 1 / its softmax sum
   for (int64_t d = 0; d < n; ++d) {
     float* row = qt + d * ldq;
@@ -297,21 +289,22 @@ void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* c
     float* ptb = pt + static_cast<int64_t>(b) * bs * ldq;
     int v = 0;
     for (; v + kTileQv <= nv; v += kTileQv)
-      tile_scores_block<kTileQv>(qt + v * VW, ldq, kblk[b], v == 0 ? next : nullptr, 0, r1, n, scale, ptb + v * VW);
-    for (; v < nv; ++v) tile_scores_block<1>(qt + v * VW, ldq, kblk[b], v == 0 ? next : nullptr, 0, r1, n, scale, ptb + v * VW);
+      tile_scores_block<kTileQv>(qt + v * VW, ldq, kblk[b], v == 0 ? next : nullptr, r1, n, scale, ptb + v * VW);
+    for (; v < nv; ++v) tile_scores_block<1>(qt + v * VW, ldq, kblk[b], v == 0 ? next : nullptr, r1, n, scale, ptb + v * VW);
   }
 
   // Softmax down the keys, lane-wise: the largest score, then exp(x - max) and their sum in key
-  // order (keys at or past a lane's context: 0); the outputs are divided by the sum at the end.
+  // order (keys at or past a lane's context, lim > j false: 0); the outputs are divided by the sum
+  // at the end.
   const vf ninf = vset1(-INFINITY), zero = vzero();
   for (int v = 0; v < nv; ++v) {
     const vf lv = vload(lim + v * VW);
     float* col = pt + v * VW;
     vf mx = ninf;
-    for (int j = 0; j < ctx_max; ++j) mx = vmax(lane_keep(vload(col + j * ldq), lv, static_cast<float>(j), ninf), mx);
+    for (int j = 0; j < ctx_max; ++j) mx = vmax(vgt_select(lv, vset1(static_cast<float>(j)), vload(col + j * ldq), ninf), mx);
     vf sum = zero;
     for (int j = 0; j < ctx_max; ++j) {
-      const vf e = lane_keep(vexp(vsub(vload(col + j * ldq), mx)), lv, static_cast<float>(j), zero);
+      const vf e = vgt_select(lv, vset1(static_cast<float>(j)), vexp(vsub(vload(col + j * ldq), mx)), zero);
       vstore(col + j * ldq, e);
       sum = vadd(sum, e);
     }
