@@ -580,6 +580,12 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
 // than 1 (twenty-fifth session).
 template <int R>
 constexpr int kQ8Ahead = R >= 4 ? 4 : 1;
+// Tiles of 4+ rows also ask for 2 lines of each pair 48 KiB further on, to L2: with the stream's
+// far end already requested, the tile from memory ran ~5 % faster (24, 48 and 96 KiB, 1, 2, 4, 8
+// and 17 lines measured); at 1..3 rows, where the tiles are bound by the read alone, it ran
+// slower (docs/performance.md, thirty-first session).
+constexpr size_t kQ8FarBytes = size_t{48} << 10;
+constexpr int kQ8FarLines = 2;
 // S panels (pp[s]) against R activation rows (a: their records of block 0, the first of the tile's
 // group, bstride records per block): ys[s][m * ldy + i] for the first nvalid[s] rows i of panel s.
 // Per row and block one chain of 8 vpdpbusd from the correction, each by its 4 activation bytes
@@ -601,6 +607,9 @@ void tile_q8(const uint8_t* const* pp, const Q8ActRec* a, int64_t bstride, int64
       const uint8_t* ch = pair + 64 + 512 * h;
       for (int l = 0; l < (h ? 9 : 8); ++l)
         _mm_prefetch(reinterpret_cast<const char*>(pair + kQ8Ahead<R> * kQ8Pair + 64 * (8 * h + l)), _MM_HINT_T0);
+      if constexpr (R >= 4)
+        if (h == 0)
+          for (int l = 0; l < kQ8FarLines; ++l) _mm_prefetch(reinterpret_cast<const char*>(pair + kQ8FarBytes + 64 * l), _MM_HINT_T2);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + 32 * h)));
       __m512i w[8];
       for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(ch + 64 * j);
