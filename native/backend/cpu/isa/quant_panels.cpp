@@ -577,13 +577,15 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
 // Pairs ahead that a tile of R activation rows asks for in each stream: for 1..3 rows (the decode
 // streams) the next pair (0, 2, 3, 4 and 6 measured no faster: docs/performance.md, seventeenth
 // session); 4+ rows spend 4+ times as long on a pair, and read from memory faster 2..6 pairs ahead
-// than 1 (twenty-fifth session).
+// than 1 (twenty-fifth session); 8 rows, with the far lines below, 8 pairs ahead (4 and 6 slower,
+// 12 and 16 no faster; 8 at 4 rows slower: thirty-first session).
 template <int R>
-constexpr int kQ8Ahead = R >= 4 ? 4 : 1;
+constexpr int kQ8Ahead = R >= 8 ? 8 : R >= 4 ? 4 : 1;
 // Tiles of 4+ rows also ask for 2 lines of each pair 48 KiB further on, to L2: with the stream's
-// far end already requested, the tile from memory ran ~5 % faster (24, 48 and 96 KiB, 1, 2, 4, 8
-// and 17 lines measured); at 1..3 rows, where the tiles are bound by the read alone, it ran
-// slower (docs/performance.md, thirty-first session).
+// far end already requested, the tiles from memory ran faster at 4 and 8 rows (24, 48 and 96 KiB
+// and 1..17 lines a pair measured; without them the 8-row tile 8 pairs ahead was no faster than
+// 4); at 1..3 rows, where the tiles are bound by the read alone, they ran slower (docs/performance.md,
+// thirty-first session).
 constexpr size_t kQ8FarBytes = size_t{48} << 10;
 constexpr int kQ8FarLines = 2;
 // S panels (pp[s]) against R activation rows (a: their records of block 0, the first of the tile's
