@@ -582,10 +582,10 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
 template <int R>
 constexpr int kQ8Ahead = R >= 8 ? 8 : R >= 4 ? 4 : 1;
 // Tiles of 4+ rows also ask for 2 lines of each pair 48 KiB further on, to L2: with the stream's
-// far end already requested, the tiles from memory ran faster at 4 and 8 rows (24, 48 and 96 KiB
-// and 1..17 lines a pair measured; without them the 8-row tile 8 pairs ahead was no faster than
-// 4); at 1..3 rows, where the tiles are bound by the read alone, they ran slower (docs/performance.md,
-// thirty-first session).
+// far end already requested, the tiles from memory ran faster at 4 and 8 rows (8 to 192 KiB and
+// 1..17 lines a pair measured; without them the 8-row tile 8 pairs ahead was no faster than 4); at
+// 1..3 rows, where the tiles are bound by the read alone, they ran slower (docs/performance.md,
+// thirty-first session). Near a matrix's end they point past it: prefetches never fault.
 constexpr size_t kQ8FarBytes = size_t{48} << 10;
 constexpr int kQ8FarLines = 2;
 // S panels (pp[s]) against R activation rows (a: their records of block 0, the first of the tile's
