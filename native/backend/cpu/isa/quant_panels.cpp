@@ -90,6 +90,62 @@ inline __m512i bcast4(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
+// A Q4_K panel block's group scales (k_scale_min's values, one row per dword): those of groups
+// 0..3 and of groups 4..7.
+struct Q4Scales {
+  __m512i sc03, sc47;
+};
+inline Q4Scales q4_scales(const uint8_t* blk) {
+  const __m512i k3f = _mm512_set1_epi8(0x3F), k0f = _mm512_set1_epi8(0x0F), k03 = _mm512_set1_epi8(0x03);
+  const __m512i u0 = _mm512_loadu_si512(blk + 64), u2 = _mm512_loadu_si512(blk + 192);
+  return {_mm512_and_si512(u0, k3f),
+          _mm512_or_si512(_mm512_and_si512(u2, k0f), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4))};
+}
+
+// Group g's 32 values of the 16 rows as 8 steps of 4 (w[j]: values 4 j .. 4 j + 3 of every row).
+inline void q4_values(const uint8_t* blk, int g, __m512i (&w)[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v = _mm512_loadu_si512(blk + kQ4Values + (4 * g + j) * 64);
+    w[j] = _mm512_and_si512(v, m4);
+    w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  }
+}
+
+// Group g's scale sum of one activation row (x: its bytes of the block) added to is.
+inline __m512i q4_group_sum(const __m512i (&w)[8], const int8_t* x, int g, __m512i sc, __m512i is) {
+  x += 32 * g;
+  __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(x));
+  for (int j = 1; j < 8; ++j) t = _mm512_dpbusd_epi32(t, w[j], bcast4(x + 4 * j));
+  __m512i r = _mm512_add_epi32(is, _mm512_mullo_epi32(t, sc));
+  // Added now: GCC otherwise kept the groups' products and scaled them at the block's end (spilled).
+  asm volatile("" : "+v"(r));
+  return r;
+}
+
+// Block b's mins part and the f32 steps of R activation rows (is: each row's scale sum).
+template <int R>
+inline void q4_finish(const uint8_t* blk, const __m512i* is, const float* xd, const int16_t* xg, int64_t nb,
+                      int64_t b, float (&acc)[R][NP], float (&accm)[R][NP]) {
+  const __m512i k3f = _mm512_set1_epi8(0x3F), k0f = _mm512_set1_epi8(0x0F), k03 = _mm512_set1_epi8(0x03);
+  const __m512i u1 = _mm512_loadu_si512(blk + 128), u2 = _mm512_loadu_si512(blk + 192);
+  const __m512i mn03 = _mm512_and_si512(u1, k3f);
+  const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+  const __m512i mp[4] = {dword_pair(mn03, 0), dword_pair(mn03, 1), dword_pair(mn47, 0), dword_pair(mn47, 1)};
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+#pragma GCC unroll 8
+  for (int m = 0; m < R; ++m) {
+    const int16_t* g2 = xg + (m * nb + b) * 8;
+    __m512i ms = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[0], bcast4(g2));
+    for (int j = 1; j < 4; ++j) ms = _mm512_dpwssd_epi32(ms, mp[j], bcast4(g2 + 2 * j));
+    const __m512 x = _mm512_set1_ps(xd[m * nb + b]);
+    _mm512_store_ps(acc[m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[m]), _mm512_mul_ps(dw, x), _mm512_load_ps(acc[m])));
+    _mm512_store_ps(accm[m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dm, x), _mm512_load_ps(accm[m])));
+  }
+}
+
 // Q4_K: S panels (pp[s], each from block 0) against R activation rows (xs[m]; their scales
 // xd[m * nb] and group sums xg[m * 8 nb]): ys[s][m * ldy + i] for the first nvalid[s] rows i of
 // panel s.
@@ -99,16 +155,46 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
   // The f32 sums wait in memory between blocks (touched once per block; in registers they left
   // too few for a block's integer work at 8 rows).
   alignas(64) float acc[S][R][NP] = {}, accm[S][R][NP] = {};
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i k3f = _mm512_set1_epi8(0x3F), k0f = _mm512_set1_epi8(0x0F), k03 = _mm512_set1_epi8(0x03);
   for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (R == 1 && S > 1) {
+      // Decode streams at one row: the S panels' blocks a group of each in turn (as the AVX2 tile
+      // does), so each group's 8 activation broadcasts serve all S panels, where a block of each
+      // in turn built them once per panel; the next block's bytes asked for a group's share at a
+      // time as below. Each block's groups are summed in the same order, so the same bits.
+      // (Measured: docs/performance.md, thirty-second session.)
+      const int8_t* x = xs[0][b].qs;
+      asm("" : "+r"(x));
+      const uint8_t* blk[S];
+      __m512i sc03[S], sc47[S], is[S];
+      for (int s = 0; s < S; ++s) {
+        blk[s] = pp[s] + static_cast<size_t>(b) * kQ4Block;
+        const Q4Scales sc = q4_scales(blk[s]);
+        sc03[s] = sc.sc03;
+        sc47[s] = sc.sc47;
+        is[s] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 4
+        for (int s = 0; s < S; ++s) {
+          for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk[s] + kQ4Block + 256 * g + 64 * l), _MM_HINT_T0);
+          __m512i w[8];
+          q4_values(blk[s], g, w);
+          is[s] = q4_group_sum(w, x, g, dword_byte(g < 4 ? sc03[s] : sc47[s], g % 4), is[s]);
+        }
+        // Keeps GCC from loading and unpacking later groups' values ahead (spilled).
+        asm volatile("" ::: "memory");
+      }
+      for (int s = 0; s < S; ++s) {
+        const __m512i one = is[s];
+        q4_finish<1>(blk[s], &one, xd, xg, nb, b, acc[s], accm[s]);
+      }
+      continue;
+    }
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
       const uint8_t* blk = pp[s] + static_cast<size_t>(b) * kQ4Block;
-      // The scales and mins of the 16 rows (k_scale_min, one row per dword).
-      const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128), u2 = _mm512_loadu_si512(blk + 192);
-      const __m512i sc03 = _mm512_and_si512(u0, k3f);
-      const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k0f), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
+      const Q4Scales sc = q4_scales(blk);
       __m512i is[R];
       // The activation bytes as broadcast memory operands of the vpdpbusd: the empty asm keeps GCC
       // from loading each broadcast once for the S panels (64 vectors per row: spilled).
@@ -120,40 +206,17 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
       }
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
-        const __m512i sc = dword_byte(g < 4 ? sc03 : sc47, g % 4);
+        const __m512i scg = dword_byte(g < 4 ? sc.sc03 : sc.sc47, g % 4);
         // The stream's bytes a block ahead, a group's share (the block's last 4 lines with group 7).
         for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + 256 * g + 64 * l), _MM_HINT_T0);
         __m512i w[8];
-        for (int j = 0; j < 4; ++j) {
-          const __m512i v = _mm512_loadu_si512(blk + kQ4Values + (4 * g + j) * 64);
-          w[j] = _mm512_and_si512(v, m4);
-          w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        }
+        q4_values(blk, g, w);
 #pragma GCC unroll 8
-        for (int m = 0; m < R; ++m) {
-          const int8_t* x = xq[m] + 32 * g;
-          __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(x));
-          for (int j = 1; j < 8; ++j) t = _mm512_dpbusd_epi32(t, w[j], bcast4(x + 4 * j));
-          is[m] = _mm512_add_epi32(is[m], _mm512_mullo_epi32(t, sc));
-        }
+        for (int m = 0; m < R; ++m) is[m] = q4_group_sum(w, xq[m], g, scg, is[m]);
         // Keeps GCC from loading and unpacking later groups' values ahead (spilled).
         asm volatile("" ::: "memory");
       }
-      const __m512i mn03 = _mm512_and_si512(u1, k3f);
-      const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
-                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
-      const __m512i mp[4] = {dword_pair(mn03, 0), dword_pair(mn03, 1), dword_pair(mn47, 0), dword_pair(mn47, 1)};
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-      const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
-#pragma GCC unroll 8
-      for (int m = 0; m < R; ++m) {
-        const int16_t* g2 = xg + (m * nb + b) * 8;
-        __m512i ms = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[0], bcast4(g2));
-        for (int j = 1; j < 4; ++j) ms = _mm512_dpwssd_epi32(ms, mp[j], bcast4(g2 + 2 * j));
-        const __m512 x = _mm512_set1_ps(xd[m * nb + b]);
-        _mm512_store_ps(acc[s][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[m]), _mm512_mul_ps(dw, x), _mm512_load_ps(acc[s][m])));
-        _mm512_store_ps(accm[s][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dm, x), _mm512_load_ps(accm[s][m])));
-      }
+      q4_finish<R>(blk, is, xd, xg, nb, b, acc[s], accm[s]);
     }
   }
   for (int s = 0; s < S; ++s) {
