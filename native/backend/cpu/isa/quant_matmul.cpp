@@ -22,6 +22,7 @@
 #include "backend/cpu/isa/quant_simd.h"
 #include "backend/cpu/isa/simd.h"
 #include "backend/cpu/kernels.h"
+#include "core/aligned.h"
 #include "core/quant_ref.h"
 
 namespace lumen::cpu::LUMEN_ISA {
@@ -532,6 +533,23 @@ inline void dot_q45_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int6
 // vec_dot_q6_K_q8_K's order: 8 int32 lanes per block (lane l: bytes 4l .. 4l + 3 of each 32-byte
 // chunk), per block fma(dx dw, lanes, acc), the 8 lanes summed at the end.
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// A Q6_K block's 256 values (0..63) as 4 vectors: vector c holds the chunk pair 2 c, 2 c + 1, the
+// low (c = 0, 2) or high (c = 1, 3) nibbles of ql[64 (c / 2) ..] with the qh bits of both chunks
+// from qh[32 (c / 2) ..] in both halves, shifted per half to bits 4..5 (chunks 0 | 1 left by 4 | 2,
+// chunks 2 | 3 right by 0 | 2).
+inline void q6_values(const uint8_t* w, __m512i (&v)[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  const __m512i ql0 = _mm512_loadu_si512(w), ql1 = _mm512_loadu_si512(w + 64);
+  const __m512i qh0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128)));
+  const __m512i qh1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 160)));
+  v[0] = _mm512_or_si512(_mm512_and_si512(ql0, m4), _mm512_and_si512(_mm512_sllv_epi16(qh0, shl), m30));
+  v[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh0, shr), m30));
+  v[2] = _mm512_or_si512(_mm512_and_si512(ql1, m4), _mm512_and_si512(_mm512_sllv_epi16(qh1, shl), m30));
+  v[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh1, shr), m30));
+}
+
 // AVX-512: a 64-byte vector holds two 32-byte chunks, whose lanes l and l + 8 are added to make
 // llama.cpp's lane l. Chunk pair c: low (c = 0, 2) or high (c = 1, 3) nibbles of ql[64 (c / 2) ..],
 // and the qh bits of both chunks from qh[32 (c / 2) ..] in both halves, shifted per half.
@@ -540,10 +558,6 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   __m256 acc[NW][R];
   for (int i = 0; i < NW; ++i)
     for (int m = 0; m < R; ++m) acc[i][m] = _mm256_setzero_ps();
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  // qh bits to bits 4..5: chunks 0 | 1 shift left by 4 | 2, chunks 2 | 3 right by 0 | 2.
-  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-  const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
   // Word k of vector c takes scale 4c + k / 8.
   __m512i sel[4];
   for (int c = 0; c < 4; ++c) {
@@ -558,14 +572,8 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
       uint16_t dh;
       std::memcpy(&dh, w + 208, 2);
       const float dw = h2f(dh);
-      const __m512i ql0 = _mm512_loadu_si512(w), ql1 = _mm512_loadu_si512(w + 64);
-      const __m512i qh0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128)));
-      const __m512i qh1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 160)));
-      const __m512i v[4] = {
-          _mm512_or_si512(_mm512_and_si512(ql0, m4), _mm512_and_si512(_mm512_sllv_epi16(qh0, shl), m30)),
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh0, shr), m30)),
-          _mm512_or_si512(_mm512_and_si512(ql1, m4), _mm512_and_si512(_mm512_sllv_epi16(qh1, shl), m30)),
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh1, shr), m30))};
+      __m512i v[4];
+      q6_values(w, v);
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192)));
       // -32 sc (|sc| <= 128: int16 is ample), so each row's offset is one madd that starts its sums.
       const __m256i neg32 = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc16), 5);
@@ -585,6 +593,75 @@ inline void dot_q6_K(const uint8_t* const* wr, const BlockQ8_K* const* xs, int64
   }
   const float zero[R] = {};
   for (int i = 0; i < NW; ++i) store<R>(acc[i], zero, ys[i], ldy);
+}
+
+// 8 activation rows as 4 pairs for dot_q6_K_pairs: per block and pair a record of 10 vectors,
+// vector j < 8 holding chunk j (values 32 j .. 32 j + 31) of the pair's first row in its low half
+// and of its second row in its high half, vector 8 the pair's bsums the same way, vector 9 their
+// scales d (8 lanes each). Built once per call for all the weight rows the pairs meet.
+constexpr int kQ6PairVecs = 10;
+void q6_pairs_act(const BlockQ8_K* const* xs, int64_t nb, __m512i* out) {
+  for (int64_t b = 0; b < nb; ++b)
+    for (int p = 0; p < 4; ++p) {
+      const BlockQ8_K& lo = xs[2 * p][b];
+      const BlockQ8_K& hi = xs[2 * p + 1][b];
+      __m512i* rec = out + (b * 4 + p) * kQ6PairVecs;
+      const auto pair = [](const void* a, const void* c) {
+        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(a))),
+                                  _mm256_loadu_si256(static_cast<const __m256i*>(c)), 1);
+      };
+      for (int j = 0; j < 8; ++j) rec[j] = pair(lo.qs + 32 * j, hi.qs + 32 * j);
+      rec[8] = pair(lo.bsums, hi.bsums);
+      rec[9] = _mm512_castps_si512(_mm512_insertf32x8(_mm512_set1_ps(lo.d), _mm256_set1_ps(hi.d), 1));
+    }
+}
+
+// Q6_K, one weight row against 8 activation rows (act: q6_pairs_act's records), two rows to a
+// vector: each 32-byte chunk of the unpacked weights in both halves, so a pair's maddubs, vpdpwssd,
+// conversion, scale product and FMA serve both rows, and no fold of two halves is needed (the tile
+// above pays that fold and those f32 steps per row). Lane l of each half is llama.cpp's lane l,
+// so the same integer sums and f32 operations per output as dot_q6_K: the same bits.
+inline void dot_q6_K_pairs(const uint8_t* wrow, const __m512i* act, int64_t nb, float* y, int64_t ldy) {
+  __m512 acc[4];
+  for (int p = 0; p < 4; ++p) acc[p] = _mm512_setzero_ps();
+  // Word k of chunk j's scale vector (both halves): scale 2 j + (k % 16) / 8.
+  __m512i sel[8];
+  for (int j = 0; j < 8; ++j) {
+    alignas(64) int16_t idx[32];
+    for (int k = 0; k < 32; ++k) idx[k] = static_cast<int16_t>(2 * j + (k % 16) / 8);
+    sel[j] = _mm512_load_si512(idx);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* w = wrow + static_cast<size_t>(b) * sizeof(BlockQ6_K);
+    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + PF + 64 * l), _MM_HINT_T0);
+    uint16_t dh;
+    std::memcpy(&dh, w + 208, 2);
+    const __m512 dw = _mm512_set1_ps(h2f(dh));
+    // Vector c holds chunks 2 c (low half) and 2 c + 1 (high half).
+    __m512i v[4];
+    q6_values(w, v);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192)));
+    const __m512i neg32 = _mm512_broadcast_i64x4(_mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc16), 5));
+    const __m512i sc512 = _mm512_castsi256_si512(sc16);
+    __m512i t[4];
+    const __m512i* rec = act + b * 4 * kQ6PairVecs;
+    for (int p = 0; p < 4; ++p) t[p] = _mm512_madd_epi16(neg32, rec[p * kQ6PairVecs + 8]);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m512i wj = _mm512_shuffle_i64x2(v[j / 2], v[j / 2], j % 2 ? 0xEE : 0x44);
+      const __m512i sv = _mm512_permutexvar_epi16(sel[j], sc512);
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) t[p] = _mm512_dpwssd_epi32(t[p], _mm512_maddubs_epi16(wj, rec[p * kQ6PairVecs + j]), sv);
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p)
+      acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_castsi512_ps(rec[p * kQ6PairVecs + 9]), dw), _mm512_cvtepi32_ps(t[p]), acc[p]);
+  }
+  for (int p = 0; p < 4; ++p) {
+    const __m256 two[2] = {_mm512_castps512_ps256(acc[p]), _mm512_extractf32x8_ps(acc[p], 1)};
+    const float zero[2] = {};
+    store<2>(two, zero, y + 2 * p * ldy, ldy);
+  }
 }
 #else
 // A Q6_K block's parts for the AVX2 tiles below, with the stream's bytes ~5 blocks ahead asked for
@@ -975,6 +1052,22 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
     return;
   }
 #endif
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  // Q6_K's groups of 8 activation rows as row pairs, once for every weight row of the call.
+  thread_local AlignedBuffer q6_pairs;
+  const __m512i* q6_act = nullptr;
+  if (wt == DType::q6_K && M >= 8) {
+    const int64_t groups = M / 8, nb = K / QK_K;
+    const size_t bytes = static_cast<size_t>(groups * nb * 4 * kQ6PairVecs) * sizeof(__m512i);
+    if (q6_pairs.size() < bytes) q6_pairs.resize(bytes, false);
+    for (int64_t g = 0; g < groups; ++g) {
+      const BlockQ8_K* xs[8];
+      for (int r = 0; r < 8; ++r) xs[r] = reinterpret_cast<const BlockQ8_K*>(xb + static_cast<size_t>(8 * g + r) * xrow);
+      q6_pairs_act(xs, nb, q6_pairs.as<__m512i>() + g * nb * 4 * kQ6PairVecs);
+    }
+    q6_act = q6_pairs.as<__m512i>();
+  }
+#endif
   // Panels of 16 weight rows that stay in cache while every activation row passes them, in tiles
   // of MR rows (each weight block unpacked once per tile).
   for (int64_t p = n0; p < n1; p += kPanelRows) {
@@ -989,18 +1082,23 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
     // Q6_K: tiles of 8 rows (each weight block unpacked once for 8; AVX-512's registers fit them,
     // AVX2 has a tile of its own).
     if (wt == DType::q6_K)
-      for (; m + 8 <= M; m += 8)
+      for (; m + 8 <= M; m += 8) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+        const __m512i* act = q6_act + (m / 8) * (K / QK_K) * 4 * kQ6PairVecs;
+#else
+        const BlockQ8_K* xs[8];
+        for (int r = 0; r < 8; ++r) xs[r] = reinterpret_cast<const BlockQ8_K*>(xb + static_cast<size_t>(m + r) * xrow);
+#endif
         for (int64_t n = p; n < pe; ++n) {
           const uint8_t* wr = wb + static_cast<size_t>(n) * wrow;
-          const BlockQ8_K* xs[8];
-          for (int r = 0; r < 8; ++r) xs[r] = reinterpret_cast<const BlockQ8_K*>(xb + static_cast<size_t>(m + r) * xrow);
           float* ys = y + m * ldy + n;
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-          dot_q6_K<8, 1>(&wr, xs, K / QK_K, &ys, ldy);
+          dot_q6_K_pairs(wr, act, K / QK_K, ys, ldy);
 #else
           dot_q6_K_r8(wr, xs, K / QK_K, ys, ldy);
 #endif
         }
+      }
     for (; m + MR <= M; m += MR) {
       int64_t n = p;
       if (nw == 2)
