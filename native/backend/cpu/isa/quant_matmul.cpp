@@ -1079,8 +1079,8 @@ void matmul_quant(const void* xq, int64_t M, int64_t K, const void* w, DType wt,
     // takes the 32-value types to q32_tiles above.)
     const bool q32 = wt == DType::q8_0 || wt == DType::q4_0 || wt == DType::q5_0 || wt == DType::iq4_nl;
     const int nw = q32 && M > 16 ? 2 : 1;
-    // Q6_K: tiles of 8 rows (each weight block unpacked once for 8; AVX-512's registers fit them,
-    // AVX2 has a tile of its own).
+    // Q6_K: tiles of 8 rows (each weight block unpacked once for 8): on AVX-512 as 4 row pairs,
+    // two rows to a vector (dot_q6_K_pairs, on the records built above), AVX2 a tile of its own.
     if (wt == DType::q6_K)
       for (; m + 8 <= M; m += 8) {
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)

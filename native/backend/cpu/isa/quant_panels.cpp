@@ -185,10 +185,7 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
         // Keeps GCC from loading and unpacking later groups' values ahead (spilled).
         asm volatile("" ::: "memory");
       }
-      for (int s = 0; s < S; ++s) {
-        const __m512i one = is[s];
-        q4_finish<1>(blk[s], &one, xd, xg, nb, b, acc[s], accm[s]);
-      }
+      for (int s = 0; s < S; ++s) q4_finish<1>(blk[s], &is[s], xd, xg, nb, b, acc[s], accm[s]);
       continue;
     }
 #pragma GCC unroll 4
