@@ -16,6 +16,7 @@ interface QuantCheck {
   dequantElements: number; dequantMismatches: number; actBytes: number; actMismatches: number;
   dotCases: number; batchRows: number; batchRowMismatches: number; refExactRows: number; refExactMismatches: number; dotMaxErr: number; refDotMaxErr: number; actBoundViolations: number; actBoundMaxRatio: number;
   panelRows: number; panelMismatches: number; // Q4_K repacked into 16-row panels
+  actPanelBytes: number; actPanelMismatches: number; // quantize_act_panels against quantize_act + panel_act
 }
 
 const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K', 'IQ4_NL', 'IQ4_XS'];
@@ -102,6 +103,10 @@ describe('CPU kernels against scalar references', () => {
       if (type === 'Q4_K' || type === 'Q8_0') expect(r.panelRows).toBeGreaterThan(10000);
       else expect(r.panelRows).toBe(0);
       expect(r.panelMismatches).toBe(0);
+      // The decode products quantize x and build the panels' side of it in one pass
+      // (quantize_act_panels): the same bytes as quantize_act then panel_act.
+      if (type === 'Q4_K' || type === 'Q8_0') expect(r.actPanelBytes).toBeGreaterThan(10000);
+      expect(r.actPanelMismatches).toBe(0);
     });
   }
 

@@ -124,7 +124,11 @@ std::vector<float> activation_row(int64_t K, std::mt19937& rng) {
   for (int64_t b = 0; b < K / 32; ++b) {
     float* blk = x.data() + b * 32;
     if (b % 7 == 3) { std::fill(blk, blk + 32, 0.f); continue; }
-    blk[5] = b % 2 ? -1.27f : 1.27f;  // amax = 1.27: 127 / amax = 100
+    if (b % 2) {  // a scale of the block's own (the kernels take 8 blocks' scales at once)
+      for (int j = 0; j < 32; ++j) blk[j] *= 0.25f * static_cast<float>(1 + b % 5);
+      continue;
+    }
+    blk[5] = b % 4 ? -1.27f : 1.27f;  // amax = 1.27: 127 / amax = 100
     blk[9] = 0.005f * 3;              // x * 100 = 1.5: a tie
     blk[11] = -0.025f;                // -2.5: a tie
   }
@@ -189,6 +193,7 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     double dot_err = 0, ref_err = 0, bound_ratio = 0;
     int64_t cases = 0, bound_violations = 0, batch_rows = 0, batch_mismatch = 0, ref_exact_rows = 0, ref_exact_mismatch = 0;
     int64_t panel_rows = 0, panel_mismatch = 0;
+    int64_t act_panel_bytes = 0, act_panel_mismatch = 0;
     // The 32-value types also at K = 288: an odd number of blocks (Q8_0's panels end on a half pair).
     std::vector<int64_t> dot_ks = {256, 1024};
     if (info.block == QK) dot_ks.push_back(288);
@@ -297,6 +302,14 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
             std::vector<unsigned char> xa(Kt.panel_act_bytes(act, M, K));
             if (!xa.empty()) Kt.panel_act(act, xq.data(), M, K, xa.data());
             const void* xap = xa.empty() ? nullptr : xa.data();
+            // The one-pass form the decode products take (quantize_act_panels): the same bytes.
+            if (mode == 0) {
+              std::vector<unsigned char> xq1(xq.size()), xa1(xa.size());
+              Kt.quantize_act_panels(act, x.data(), M, K, xq1.data(), xa.empty() ? nullptr : xa1.data());
+              act_panel_bytes += static_cast<int64_t>(xq1.size() + xa1.size());
+              for (size_t i = 0; i < xq1.size(); ++i) act_panel_mismatch += xq1[i] != xq[i];
+              for (size_t i = 0; i < xa1.size(); ++i) act_panel_mismatch += xa1[i] != xa[i];
+            }
             std::vector<float> yp(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
             if (mode == 0)
               Kt.matmul_quant_panels(t, xq.data(), xap, M, K, packed.data(), N, 0, P, yp.data(), N, 0);
@@ -352,6 +365,8 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
     r.Set("refExactMismatches", ref_exact_mismatch);
     r.Set("panelRows", panel_rows);
     r.Set("panelMismatches", panel_mismatch);
+    r.Set("actPanelBytes", act_panel_bytes);
+    r.Set("actPanelMismatches", act_panel_mismatch);
     r.Set("dotCases", cases);
     r.Set("dotMaxErr", dot_err);
     r.Set("refDotMaxErr", ref_err);

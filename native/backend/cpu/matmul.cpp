@@ -234,23 +234,27 @@ void CpuBackend::matmul_quantized(const float* x, int rows, const WMat* const* w
     AlignedBuffer& buf = x_quant_[ai];
     if (buf.size() < rb * static_cast<size_t>(rows)) buf.resize(rb * static_cast<size_t>(rows), false);
     unsigned char* dst = buf.as<unsigned char>();
-    // A decode batch's rows take microseconds to quantize: less than waking the pool for them.
-    if (static_cast<int64_t>(rows) * K <= 65536)
-      kernels_.quantize_act(a, x, rows, K, dst);
-    else
-      pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        kernels_.quantize_act(a, x + r0 * K, r1 - r0, K, dst + static_cast<size_t>(r0) * rb);
-      });
     xq[ai] = dst;
     // The panels' side of the activations (kernels.h), once for every piece of the product.
     const size_t ab = kernels_.panel_act_bytes(a, rows, K);
     bool panels = false;
     for (int j = 0; j < n; ++j) panels = panels || (ws[j]->aux && dtype_info(ws[j]->dtype).act == a);
+    void* side = nullptr;
     if (ab > 0 && panels) {
-      AlignedBuffer& side = x_act_[ai];
-      if (side.size() < ab) side.resize(ab, false);
-      kernels_.panel_act(a, dst, rows, K, side.data());
-      xa[ai] = side.data();
+      AlignedBuffer& sb = x_act_[ai];
+      if (sb.size() < ab) sb.resize(ab, false);
+      side = sb.data();
+      xa[ai] = side;
+    }
+    // A decode batch's rows take microseconds to quantize (the panels' side in the same pass):
+    // less than waking the pool for them.
+    if (static_cast<int64_t>(rows) * K <= 65536) {
+      kernels_.quantize_act_panels(a, x, rows, K, dst, side);
+    } else {
+      pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        kernels_.quantize_act(a, x + r0 * K, r1 - r0, K, dst + static_cast<size_t>(r0) * rb);
+      });
+      if (side) kernels_.panel_act(a, dst, rows, K, side);
     }
   }
   // Batches of 1..3 rows: one stealable region of far-apart weight streams, as for bf16.

@@ -52,6 +52,7 @@ void pack_quant_panels(DType t, const void* w, int64_t N, int64_t K, int64_t p0,
 bool quant_panel_row(DType t, const void* packed, int64_t K, int64_t row, float* out);
 size_t panel_act_bytes(ActQuant a, int64_t M, int64_t K);
 void panel_act(ActQuant a, const void* xq, int64_t M, int64_t K, void* out);
+void quantize_act_panels(ActQuant a, const float* x, int64_t M, int64_t K, void* xq, void* xa);
 void matmul_quant_panels(DType t, const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N,
                          int64_t p0, int64_t p1, float* y, int64_t ldy, int64_t slice);
 

@@ -30,14 +30,6 @@ namespace {
 
 using namespace lumen::quant;
 
-inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
-
-inline int hsum_i32_8(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
 
 // Sums of 4 adjacent products of unsigned a (0..255) and signed b, as 8 int32 lanes.
 inline __m256i dot_us8(__m256i a, __m256i b) {
@@ -71,41 +63,9 @@ inline __m256i bits32(const uint8_t* qh) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Activation quantization (bit-identical to core/quant_ref.cpp).
+// Activation quantization (bit-identical to core/quant_ref.cpp; the shared steps in quant_simd.h).
 
-// max |x| of 32 floats.
-inline float amax32(const float* x) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
-  for (int i = 8; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
-  __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  return _mm_cvtss_f32(m4);
-}
-
-// 32 floats times `mul`, rounded half to even, as int8 in order; returns their int32 sum.
-inline int round32(const float* x, float mul, int8_t* out) {
-  const __m256 vm = _mm256_set1_ps(mul);
-  __m256i i[4];
-  for (int k = 0; k < 4; ++k)
-    i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vm), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  const int sum = hsum_i32_8(_mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3])));
-  __m256i a = _mm256_packs_epi32(i[0], i[1]);
-  __m256i b = _mm256_packs_epi32(i[2], i[3]);
-  a = _mm256_packs_epi16(a, b);
-  a = _mm256_permutevar8x32_epi32(a, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), a);
-  return sum;
-}
-
-void quantize_q8_0_row(const float* x, BlockQ8_0* y, int64_t k) {
-  for (int64_t i = 0; i < k / QK; ++i, x += QK) {
-    const float amax = amax32(x);
-    y[i].d = f2h(amax / 127.f);
-    round32(x, amax != 0.f ? 127.f / amax : 0.f, y[i].qs);
-  }
-}
+void quantize_q8_0_row(const float* x, BlockQ8_0* y, int64_t k) { q8_0_blocks(x, y, k / QK, nullptr); }
 
 void quantize_q8_1_row(const float* x, BlockQ8_1* y, int64_t k) {
   for (int64_t i = 0; i < k / QK; ++i, x += QK) {

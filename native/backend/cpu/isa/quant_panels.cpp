@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/isa/quant_simd.h"
 #include "backend/cpu/isa/simd.h"
 #include "backend/cpu/kernels.h"
 #include "core/aligned.h"
@@ -601,24 +602,53 @@ size_t q8_act_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * (K / 
 inline int64_t q8_group_start(int64_t nb, int64_t m) { return m / 8 * 8 * nb; }
 inline int64_t q8_group_rows(int64_t M, int64_t m) { return std::min<int64_t>(8, M - m / 8 * 8); }
 
+// A block's record from its 32 int8 values q and its widened scale dx.
+inline void put_rec(Q8ActRec& rec, __m256i q, float dx) {
+  // The sum of (q + 128) as unsigned bytes, 4 partial sums of 8; minus 32 x 128.
+  const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(kQ8Bias))), _mm256_setzero_si256());
+  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+  const int sum = static_cast<int>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) - 32 * 128;
+  rec.corr = -128 * sum;
+  rec.dx = dx;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(rec.qs), q);
+}
+
 void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
   const int64_t nb = K / QK;
   const auto* x = static_cast<const BlockQ8_0*>(xq);
-  const __m256i bias = _mm256_set1_epi8(static_cast<char>(kQ8Bias));
   for (int64_t m = 0; m < M; ++m) {
     Q8ActRec* g = static_cast<Q8ActRec*>(out) + q8_group_start(nb, m);
     const int64_t G = q8_group_rows(M, m), r = m % 8;
     for (int64_t b = 0; b < nb; ++b) {
       const BlockQ8_0& xb = x[m * nb + b];
-      Q8ActRec& rec = g[b * G + r];
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
-      // The sum of (q + 128) as unsigned bytes, 4 partial sums of 8; minus 32 x 128.
-      const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, bias), _mm256_setzero_si256());
-      const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-      const int sum = static_cast<int>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) - 32 * 128;
-      rec.corr = -128 * sum;
-      rec.dx = h2f(xb.d);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(rec.qs), q);
+      put_rec(g[b * G + r], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)), h2f(xb.d));
+    }
+  }
+}
+
+// quantize_act's q8_0 rows (xq) and q8_act's records (out) in one pass over x: the same bytes as
+// the two passes (kernelCheck), without reading the quantized rows back.
+void q8_quantize_act(const float* x, int64_t M, int64_t K, void* xq, void* out) {
+  const int64_t nb = K / QK;
+  auto* y = static_cast<BlockQ8_0*>(xq);
+  alignas(32) float dx[8], id[8];
+  alignas(16) uint16_t dh[8];
+  for (int64_t m = 0; m < M; ++m) {
+    Q8ActRec* g = static_cast<Q8ActRec*>(out) + q8_group_start(nb, m);
+    const int64_t G = q8_group_rows(M, m), r = m % 8;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {  // the scales of 8 blocks at a time
+      const int n = static_cast<int>(std::min<int64_t>(8, nb - b0));
+      q8_0_scales(x + m * K + b0 * QK, n, dh, dx, id);
+      for (int j = 0; j < n; ++j) {
+        const int64_t b = b0 + j;
+        BlockQ8_0& yb = y[m * nb + b];
+        yb.d = dh[j];
+        __m256i i[4];
+        round32_i32(x + m * K + b * QK, id[j], i);
+        const __m256i q = pack32(i);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb.qs), q);
+        put_rec(g[b * G + r], q, dx[j]);
+      }
     }
   }
 }
@@ -630,6 +660,12 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
   const auto* x = static_cast<const BlockQ8_0*>(xq);
   auto* dx = static_cast<float*>(out);
   for (int64_t i = 0; i < n; ++i) dx[i] = h2f(x[i].d);
+}
+
+// quantize_act's q8_0 rows (xq) and q8_act's scales (out) in one pass over x (blocks of
+// consecutive rows are consecutive in x).
+void q8_quantize_act(const float* x, int64_t M, int64_t K, void* xq, void* out) {
+  q8_0_blocks(x, static_cast<BlockQ8_0*>(xq), M * (K / QK), static_cast<float*>(out));
 }
 #endif
 
@@ -881,6 +917,12 @@ size_t panel_act_bytes(ActQuant a, int64_t M, int64_t K) { return a == ActQuant:
 
 void panel_act(ActQuant a, const void* xq, int64_t M, int64_t K, void* out) {
   if (a == ActQuant::q8_0) q8_act(xq, M, K, out);
+}
+
+void quantize_act_panels(ActQuant a, const float* x, int64_t M, int64_t K, void* xq, void* xa) {
+  if (a == ActQuant::q8_0 && xa) return q8_quantize_act(x, M, K, xq, xa);
+  quantize_act(a, x, M, K, xq);
+  if (xa) panel_act(a, xq, M, K, xa);
 }
 
 void matmul_quant_panels(DType t, const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N,

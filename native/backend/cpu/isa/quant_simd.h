@@ -1,11 +1,108 @@
 #pragma once
 // Block-quantized values unpacked to bytes with 256-bit vectors, shared by the kernel files that
-// read the same block layout (quant_matmul.cpp's tiles, quant_gemm.cpp's panels). The layouts and
-// the scalar reference: core/quant_ref.h.
+// read the same block layout (quant_matmul.cpp's tiles, quant_gemm.cpp's panels), and the steps of
+// the activations' quantization (quant_matmul.cpp's quantize_act, quant_panels.cpp's q8_0 records).
+// The layouts and the scalar reference: core/quant_ref.h.
 #include "backend/cpu/isa/simd.h"
+#include "core/quant_ref.h"
 
 namespace lumen::cpu::LUMEN_ISA {
 namespace {
+
+inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
+
+inline int hsum_i32_8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// max |x| of 32 floats.
+inline float amax32(const float* x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+  for (int i = 8; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
+// amax32 of 8 consecutive blocks of 32 floats at once, block j's in lane j (the same values:
+// max is exact in any order).
+inline __m256 amax32x8(const float* x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[8];
+  for (int j = 0; j < 8; ++j) {
+    const float* p = x + 32 * j;
+    __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(p));
+    for (int i = 8; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p + i)));
+    v[j] = m;
+  }
+  // Per 128-bit half: pairs of vectors interleaved and folded, then quads, then the two halves.
+  __m256 t[4];
+  for (int j = 0; j < 4; ++j)
+    t[j] = _mm256_max_ps(_mm256_unpacklo_ps(v[2 * j], v[2 * j + 1]), _mm256_unpackhi_ps(v[2 * j], v[2 * j + 1]));
+  const __m256 u0 = _mm256_max_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 u1 = _mm256_max_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm256_max_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// The q8_0 scales of 8 consecutive blocks (quant_ref's quantize_row_q8_0): d = amax / 127 as f16
+// (dh), that f16 widened back (dx), and the rounding multiplier 127 / amax (0 where amax is 0).
+inline void q8_0_scales8(const float* x, uint16_t* dh, float* dx, float* id) {
+  const __m256 amax = amax32x8(x), k127 = _mm256_set1_ps(127.f);
+  const __m128i h = _mm256_cvtps_ph(_mm256_div_ps(amax, k127), _MM_FROUND_TO_NEAREST_INT);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dh), h);
+  _mm256_storeu_ps(dx, _mm256_cvtph_ps(h));
+  _mm256_storeu_ps(id, _mm256_and_ps(_mm256_div_ps(k127, amax), _mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_NEQ_UQ)));
+}
+// The same for the n (<= 8) consecutive blocks at x: 8 at once, fewer one at a time.
+inline void q8_0_scales(const float* x, int n, uint16_t* dh, float* dx, float* id) {
+  if (n == 8) return q8_0_scales8(x, dh, dx, id);
+  for (int j = 0; j < n; ++j) {
+    const float amax = amax32(x + 32 * j);
+    dh[j] = f2h(amax / 127.f);
+    dx[j] = h2f(dh[j]);
+    id[j] = amax != 0.f ? 127.f / amax : 0.f;
+  }
+}
+
+// 32 floats times `mul`, rounded half to even, as int32 (i[0..3], 8 each).
+inline void round32_i32(const float* x, float mul, __m256i* i) {
+  const __m256 vm = _mm256_set1_ps(mul);
+  for (int k = 0; k < 4; ++k)
+    i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vm), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// Those 32 values as saturated int8, in order.
+inline __m256i pack32(const __m256i* i) {
+  const __m256i a = _mm256_packs_epi32(i[0], i[1]);
+  const __m256i b = _mm256_packs_epi32(i[2], i[3]);
+  return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+// 32 floats times `mul`, rounded half to even, as int8 in order; returns their int32 sum.
+inline int round32(const float* x, float mul, int8_t* out) {
+  __m256i i[4];
+  round32_i32(x, mul, i);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), pack32(i));
+  return hsum_i32_8(_mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3])));
+}
+
+// n consecutive blocks of 32 floats quantized to q8_0 (quant_ref's quantize_row_q8_0), their
+// scales 8 at a time; dx (optional): each block's scale widened back to f32.
+inline void q8_0_blocks(const float* x, quant::BlockQ8_0* y, int64_t n, float* dx) {
+  alignas(32) float dxs[8], id[8];
+  alignas(16) uint16_t dh[8];
+  for (int64_t i = 0; i < n; i += 8) {
+    const int c = static_cast<int>(n - i < 8 ? n - i : 8);
+    q8_0_scales(x + i * 32, c, dh, dx ? dx + i : dxs, id);
+    for (int j = 0; j < c; ++j) {
+      y[i + j].d = dh[j];
+      round32(x + (i + j) * 32, id[j], y[i + j].qs);
+    }
+  }
+}
 
 // Group j (< 4) of a Q6_K block half as 32 values 0..63 (the stored 6 bits; the -32 offset left
 // to the caller): value 32 j + e of the half is nibble j / 2 of l[e] (l = l0 for even j, l1 for
