@@ -30,7 +30,6 @@ namespace {
 
 using namespace lumen::quant;
 
-
 // Sums of 4 adjacent products of unsigned a (0..255) and signed b, as 8 int32 lanes.
 inline __m256i dot_us8(__m256i a, __m256i b) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
