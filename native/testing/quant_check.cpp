@@ -115,8 +115,10 @@ float deq_element(DType t, const unsigned char* blk, int i) {
   }
 }
 
-// An activation row: random values, exact rounding ties (x * 127 / amax = k + 0.5), and a planted
-// maximum (negative in odd blocks, so the q8_K sign convention is exercised), some zero blocks.
+// An activation row: some zero blocks; in the other even blocks random values, a planted maximum
+// 1.27 (negative where b % 4 == 2, so the q8_K sign convention is exercised) and exact rounding
+// ties (x * 127 / amax = k + 0.5); the odd blocks random values at a scale of their own (so 8
+// adjacent blocks' scales differ).
 std::vector<float> activation_row(int64_t K, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::vector<float> x(static_cast<size_t>(K));
@@ -171,9 +173,12 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
       r.Set("dequantElements", K);
       r.Set("dequantMismatches", bad);
     }
-    // Activation quantization: the table's against the reference, byte for byte.
+    // Activation quantization: the table's against the reference, byte for byte (the 32-value
+    // activations also at K = 288: 9 blocks a row, so the scales' 8-block steps leave a tail).
     int64_t act_bytes = 0, act_mismatch = 0;
-    for (int64_t K : {256, 1024, 2816}) {
+    std::vector<int64_t> act_ks = {256, 1024, 2816};
+    if (act_block(act) == QK) act_ks.push_back(288);
+    for (int64_t K : act_ks) {
       const int64_t M = 5;
       std::vector<float> x;
       for (int64_t m = 0; m < M; ++m) {
@@ -306,8 +311,10 @@ Napi::Object check_quant_table(Napi::Env env, const cpu::Kernels& Kt) {
             if (mode == 0) {
               std::vector<unsigned char> xq1(xq.size()), xa1(xa.size());
               Kt.quantize_act_panels(act, x.data(), M, K, xq1.data(), xa.empty() ? nullptr : xa1.data());
+              std::vector<unsigned char> xr(xq.size());  // and the rows against the reference
+              for (int64_t m = 0; m < M; ++m) quantize_row(act, x.data() + m * K, xr.data() + m * rb, K);
               act_panel_bytes += static_cast<int64_t>(xq1.size() + xa1.size());
-              for (size_t i = 0; i < xq1.size(); ++i) act_panel_mismatch += xq1[i] != xq[i];
+              for (size_t i = 0; i < xq1.size(); ++i) act_panel_mismatch += (xq1[i] != xq[i]) + (xq1[i] != xr[i]);
               for (size_t i = 0; i < xa1.size(); ++i) act_panel_mismatch += xa1[i] != xa[i];
             }
             std::vector<float> yp(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());

@@ -73,7 +73,7 @@ struct Kernels {
   size_t (*panel_act_bytes)(ActQuant a, int64_t M, int64_t K);
   void (*panel_act)(ActQuant a, const void* xq, int64_t M, int64_t K, void* out);
   // quantize_act into xq and, with xa, panel_act into xa: the same bytes, in one pass over x where
-  // the table has one (q8_0).
+  // the table has one (q8_0). K is a multiple of the activation type's block, as for quantize_act.
   void (*quantize_act_panels)(ActQuant a, const float* x, int64_t M, int64_t K, void* xq, void* xa);
   void (*matmul_quant_panels)(DType t, const void* xq, const void* xa, int64_t M, int64_t K, const void* packed, int64_t N,
                               int64_t p0, int64_t p1, float* y, int64_t ldy, int64_t slice);
