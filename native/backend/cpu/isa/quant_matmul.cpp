@@ -64,7 +64,9 @@ inline __m256i bits32(const uint8_t* qh) {
 // ---------------------------------------------------------------------------------------------
 // Activation quantization (bit-identical to core/quant_ref.cpp; the shared steps in quant_simd.h).
 
-void quantize_q8_0_row(const float* x, BlockQ8_0* y, int64_t k) { q8_0_blocks(x, y, k / QK, nullptr); }
+void quantize_q8_0_row(const float* x, BlockQ8_0* y, int64_t k) {
+  q8_0_blocks(x, y, k / QK, [](int64_t, __m256i, float) {});
+}
 
 void quantize_q8_1_row(const float* x, BlockQ8_1* y, int64_t k) {
   for (int64_t i = 0; i < k / QK; ++i, x += QK) {

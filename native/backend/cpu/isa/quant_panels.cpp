@@ -630,26 +630,11 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
 // the two passes (kernelCheck), without reading the quantized rows back.
 void q8_quantize_act(const float* x, int64_t M, int64_t K, void* xq, void* out) {
   const int64_t nb = K / QK;
-  auto* y = static_cast<BlockQ8_0*>(xq);
-  alignas(32) float dx[8], id[8];
-  alignas(16) uint16_t dh[8];
   for (int64_t m = 0; m < M; ++m) {
     Q8ActRec* g = static_cast<Q8ActRec*>(out) + q8_group_start(nb, m);
     const int64_t G = q8_group_rows(M, m), r = m % 8;
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {  // the scales of 8 blocks at a time
-      const int n = static_cast<int>(std::min<int64_t>(8, nb - b0));
-      q8_0_scales(x + m * K + b0 * QK, n, dh, dx, id);
-      for (int j = 0; j < n; ++j) {
-        const int64_t b = b0 + j;
-        BlockQ8_0& yb = y[m * nb + b];
-        yb.d = dh[j];
-        __m256i i[4];
-        round32_i32(x + m * K + b * QK, id[j], i);
-        const __m256i q = pack32(i);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb.qs), q);
-        put_rec(g[b * G + r], q, dx[j]);
-      }
-    }
+    q8_0_blocks(x + m * K, static_cast<BlockQ8_0*>(xq) + m * nb, nb,
+                [&](int64_t b, __m256i q, float dx) { put_rec(g[b * G + r], q, dx); });
   }
 }
 #else
@@ -665,7 +650,8 @@ void q8_act(const void* xq, int64_t M, int64_t K, void* out) {
 // quantize_act's q8_0 rows (xq) and q8_act's scales (out) in one pass over x (blocks of
 // consecutive rows are consecutive in x).
 void q8_quantize_act(const float* x, int64_t M, int64_t K, void* xq, void* out) {
-  q8_0_blocks(x, static_cast<BlockQ8_0*>(xq), M * (K / QK), static_cast<float*>(out));
+  auto* dx = static_cast<float*>(out);
+  q8_0_blocks(x, static_cast<BlockQ8_0*>(xq), M * (K / QK), [dx](int64_t i, __m256i, float d) { dx[i] = d; });
 }
 #endif
 

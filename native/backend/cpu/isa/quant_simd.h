@@ -90,16 +90,22 @@ inline int round32(const float* x, float mul, int8_t* out) {
 }
 
 // n consecutive blocks of 32 floats quantized to q8_0 (quant_ref's quantize_row_q8_0), their
-// scales 8 at a time; dx (optional): each block's scale widened back to f32.
-inline void q8_0_blocks(const float* x, quant::BlockQ8_0* y, int64_t n, float* dx) {
-  alignas(32) float dxs[8], id[8];
+// scales 8 at a time; after block i is stored, done(i, its 32 int8 values, its scale widened back
+// to f32) (the panels' activation side is built from those).
+template <typename Done>
+inline void q8_0_blocks(const float* x, quant::BlockQ8_0* y, int64_t n, Done&& done) {
+  alignas(32) float dx[8], id[8];
   alignas(16) uint16_t dh[8];
   for (int64_t i = 0; i < n; i += 8) {
     const int c = static_cast<int>(n - i < 8 ? n - i : 8);
-    q8_0_scales(x + i * 32, c, dh, dx ? dx + i : dxs, id);
+    q8_0_scales(x + i * 32, c, dh, dx, id);
     for (int j = 0; j < c; ++j) {
       y[i + j].d = dh[j];
-      round32(x + (i + j) * 32, id[j], y[i + j].qs);
+      __m256i v[4];
+      round32_i32(x + (i + j) * 32, id[j], v);
+      const __m256i q = pack32(v);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i + j].qs), q);
+      done(i + j, q, dx[j]);
     }
   }
 }
