@@ -11,6 +11,7 @@
 // still up to ×1.08 with every module loaded before the first engine (cause unknown;
 // docs/performance.md, twenty-sixth and twenty-seventh sessions): list a copy of the baseline as
 // a third build, an A/A control, and read a change against it.
+// `--kv-cache-dtype f32,f16` runs every build with each KV cache type, interleaved as builds are.
 // `--gguf FILE` measures a GGUF file instead of the synthetic preset. Usage: npm run bench:batch -- [flags]
 import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
@@ -39,13 +40,14 @@ const program = new Command('batch-bench')
   .option('--preset <p>', 'synthetic preset', '0.8b')
   .option('--gguf <file>', 'benchmark this GGUF file instead of the synthetic preset (e.g. one bench:peer --quant made)')
   .option('--addons <list>', 'comma-separated addon builds to compare (default: the installed one)')
+  .option('--kv-cache-dtype <list>', 'KV cache element types, comma-separated (f32, f16); more than one: each build with each, interleaved like builds', 'f32')
   .option('--profile', 'print the per-op profile of each concurrency (decode steps after every stream has started, summed over rounds; prefill only for concurrency 0)')
   .option('--json <file>', 'also write the results as JSON')
   .parse(process.argv);
-const opt = program.opts<{ prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string }>();
+const opt = program.opts<{ prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string; kvCacheDtype: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
-interface Variant { name: string; addon?: string; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
+interface Variant { name: string; addon?: string; kv: 'f32' | 'f16'; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
 
 async function measure(engine: EngineHandle, c: number, seed: number): Promise<number> {
   if (c === 0) {
@@ -74,8 +76,12 @@ async function main(): Promise<void> {
   const addons: (string | undefined)[] = opt.addons ? opt.addons.split(',') : [undefined];
   if (!Number.isInteger(opt.reloads) || opt.reloads < 1) throw new Error(`--reloads: not a positive integer: ${opt.reloads}`);
   if (!Number.isInteger(opt.rounds) || opt.rounds < 1) throw new Error(`--rounds: not a positive integer: ${opt.rounds}`);
-  const variants: Variant[] = addons.map((a) => ({ name: a ?? 'engine', addon: a, rates: new Map(levels.map((c) => [c, []])), profiles: new Map() }));
-  const load = (a: string | undefined): Promise<EngineHandle> => loadEngine(ckpt, {
+  const kvs = opt.kvCacheDtype.split(',').map((k) => choiceArg('--kv-cache-dtype', ['f32', 'f16'] as const)(k));
+  const variants: Variant[] = addons.flatMap((a) => kvs.map((kv) => ({
+    name: `${a ?? 'engine'}${kvs.length > 1 ? ` (KV ${kv})` : ''}`, addon: a, kv, rates: new Map(levels.map((c) => [c, []])), profiles: new Map(),
+  })));
+  const load = (a: string | undefined, kv: 'f32' | 'f16'): Promise<EngineHandle> => loadEngine(ckpt, {
+    kvCacheDtype: kv,
     device, cudaGraphs: opt.cudaGraphs, threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.prompt + opt.tokens, opt.prefillTokens + 1) + 8,
     maxSeqs: Math.max(1, maxC), prefillChunk: Math.max(512, opt.prefillTokens), stepTokenBudget: Math.max(2048, maxC * opt.prompt, opt.prefillTokens), prefixCache: false,
     profile: opt.profile ?? false,
@@ -89,7 +95,7 @@ async function main(): Promise<void> {
   for (let l = 0; l < opt.reloads; l++) {
     // A fresh engine per build, loaded in alternating order.
     for (const v of l % 2 === 0 ? variants : [...variants].reverse()) {
-      v.engine = await load(v.addon);
+      v.engine = await load(v.addon, v.kv);
       v.isa = v.engine.info.isa;
     }
     log(`warm-up${opt.reloads > 1 ? ` (engines loaded ${l + 1}/${opt.reloads})` : ''} ...`);
@@ -120,7 +126,7 @@ async function main(): Promise<void> {
   const out: string[] = [];
   const cpu = machineInfo().cpuModel;
   out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.isa).join(' / ')}; device: ${device}${device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
-  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}`);
+  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; KV cache ${kvs.join(' / ')}; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}`);
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
     const base = median(v.rates.get(1) ?? v.rates.get(levels.find((c) => c > 0) ?? levels[0]!)!);

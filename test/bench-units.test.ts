@@ -1,6 +1,7 @@
 // Unit tests of the sweep's parts: flags, statistics, figures, CSV/JSON output, rendering, and the row runner and
 // whole sweep driven by a simulated engine (the real engine is exercised by test/sweep.test.ts).
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -13,7 +14,9 @@ import { parseKvMemory, resolveEngineFlags } from '../src/cli/engine-flags.js';
 import { registerPrompt } from '../src/cli/cmd-prompt.js';
 import { registerServe } from '../src/cli/cmd-serve.js';
 import { registerSweep } from '../src/cli/cmd-sweep.js';
-import { CUDA_KV_MEMORY_FRACTION } from '../src/engine/options.js';
+import { checkKvCacheDtype, CUDA_KV_MEMORY_FRACTION, engineOptionsFrom } from '../src/engine/options.js';
+import { loadEngine } from '../src/engine/engine.js';
+import { ADDON_ABI } from '../src/engine/native.js';
 import { Command } from 'commander';
 import { makePrompt, promptVocab, type PromptPlan } from '../src/bench/prompts.js';
 import { formatOpsReport, formatPipelineReport, rankGroups } from '../src/bench/profile.js';
@@ -25,7 +28,7 @@ import { percentile, summarize, unionLength } from '../src/bench/stats.js';
 import { engineOptions, runSweep, type SweepIO } from '../src/bench/sweep.js';
 import type { EngineStats, RequestResult } from '../src/engine/types.js';
 import { parseNvidiaSmi, physicalCores } from '../src/util/machine.js';
-import { createFakeEngine, fakeBackend, FAKE_DEVICE_ALLOCS, FAKE_DEVICE_PEAK, FAKE_FREE_BYTES } from './helpers/fake-engine.js';
+import { createFakeEngine, fakeBackend, fakeCheckpoint, FAKE_DEVICE_ALLOCS, FAKE_DEVICE_PEAK, FAKE_FREE_BYTES } from './helpers/fake-engine.js';
 import { usageMessage } from './helpers/usage-error.js';
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'bench-units-'));
@@ -138,6 +141,56 @@ describe('flags', () => {
       register(program, () => {});
       const cmds = program.commands.length > 0 ? program.commands : [program];
       expect(cmds.some((c) => c.options.some((o) => o.long === '--kv-memory')), register.name).toBe(true);
+    }
+  });
+
+  it('--kv-cache-dtype takes f32 (the default) or f16, naming the flag in every bad value', () => {
+    expect(resolveSweepConfig({}).kvCacheDtype).toBe('f32');
+    expect(resolveEngineFlags({}).kvCacheDtype).toBe('f32');
+    expect(resolveEngineFlags({ kvCacheDtype: 'f32' }, 8).kvCacheDtype).toBe('f32');
+    expect(resolveEngineFlags({ kvCacheDtype: 'f16' }, 8).kvCacheDtype).toBe('f16');
+    expect(resolveSweepConfig({ kvCacheDtype: 'f16', device: 'cpu' }).kvCacheDtype).toBe('f16');
+    expect(usageMessage(() => resolveEngineFlags({ kvCacheDtype: 'bf16' }))).toBe("--kv-cache-dtype: 'bf16' is not one of f32, f16");
+    expect(usageMessage(() => resolveSweepConfig({ kvCacheDtype: 'F16x' }))).toBe("--kv-cache-dtype: 'F16x' is not one of f32, f16");
+    for (const bad of ['F16', 'f8', 'fp16', 'half', '', ' f16']) {
+      expect(usageMessage(() => resolveEngineFlags({ kvCacheDtype: bad }, 8)), bad).toMatch(/^--kv-cache-dtype: /);
+    }
+    // With --endpoint the server has its own cache.
+    expect(usageMessage(() => resolveSweepConfig({ endpoint: 'http://127.0.0.1:1', kvCacheDtype: 'f16' }))).toMatch(/^--kv-cache-dtype sets up the in-process engine/);
+  });
+
+  it('--kv-cache-dtype f16 is refused with --device cuda, at resolution (explicit) or once auto resolves to cuda', () => {
+    const cpuOnly = '--kv-cache-dtype f16 is CPU-only for now (the CUDA backend keeps an f32 KV cache)';
+    expect(usageMessage(() => resolveEngineFlags({ kvCacheDtype: 'f16', device: 'cuda' }))).toBe(cpuOnly);
+    expect(usageMessage(() => resolveEngineFlags({ kvCacheDtype: 'f16', device: 'cuda' }, 8))).toBe(cpuOnly);
+    expect(usageMessage(() => resolveSweepConfig({ kvCacheDtype: 'f16', device: 'cuda' }))).toBe(cpuOnly);
+    expect(resolveEngineFlags({ kvCacheDtype: 'f32', device: 'cuda' }).kvCacheDtype).toBe('f32');
+    // auto is not known yet at resolution: the commands check the device they resolved.
+    expect(resolveEngineFlags({ kvCacheDtype: 'f16', device: 'auto' }).kvCacheDtype).toBe('f16');
+    const auto = usageMessage(() => checkKvCacheDtype('f16', 'auto', 'cuda'));
+    expect(auto).toBe(`${cpuOnly}; --device auto chose cuda: give --device cpu`);
+    expect(auto.split('\n').length).toBe(1);
+    expect(() => checkKvCacheDtype('f16', 'auto', 'cpu')).not.toThrow();
+    expect(() => checkKvCacheDtype('f32', 'auto', 'cuda')).not.toThrow();
+  });
+
+  it('--kv-cache-dtype reaches the engine options (always given, f32 by default)', () => {
+    expect(engineOptions(resolveSweepConfig({}), 'cpu').kvCacheDtype).toBe('f32');
+    expect(engineOptions(resolveSweepConfig({}), 'cuda').kvCacheDtype).toBe('f32');
+    expect(engineOptions(resolveSweepConfig({ kvCacheDtype: 'f16' }), 'cpu').kvCacheDtype).toBe('f16');
+    // serve and prompt map their flags with the same function.
+    expect(engineOptionsFrom(resolveEngineFlags({ kvCacheDtype: 'f16' }, 8), 'cpu', 8).kvCacheDtype).toBe('f16');
+    expect(engineOptionsFrom(resolveEngineFlags({}, 8), 'cpu', 8).kvCacheDtype).toBe('f32');
+  });
+
+  it('every command that loads the engine takes --kv-cache-dtype, its help stating the default', () => {
+    for (const register of [registerServe, registerPrompt, registerSweep]) {
+      const program = new Command();
+      register(program, () => {});
+      const cmds = program.commands.length > 0 ? program.commands : [program];
+      const opt = cmds.flatMap((c) => c.options).find((o) => o.long === '--kv-cache-dtype');
+      expect(opt, register.name).toBeDefined();
+      expect(opt!.description).toMatch(/\(default f32\)$/);
     }
   });
 
@@ -549,7 +602,7 @@ describe('sweep on a simulated engine', () => {
     const report = JSON.parse(readFileSync(`${prefix}.json`, 'utf8'));
     const blocks = Math.floor((0.9 * FAKE_FREE_BYTES) / (64 * 1024));
     expect(report.engine.kv_pool).toEqual({
-      blocks, block_bytes: 64 * 1024, bytes: blocks * 64 * 1024, source: 'fraction of free device memory',
+      blocks, block_bytes: 64 * 1024, dtype: 'f32', bytes: blocks * 64 * 1024, source: 'fraction of free device memory',
       fraction: 0.9, free_bytes: FAKE_FREE_BYTES, budget_bytes: Math.floor(0.9 * FAKE_FREE_BYTES),
     });
     expect(report.engine.kv_memory).toEqual({ fraction: 0.9 });
@@ -581,10 +634,101 @@ describe('sweep on a simulated engine', () => {
     const logged: Record<string, unknown>[] = [];
     const log = { info: (o: Record<string, unknown>) => logged.push(o), debug: () => {}, warn: (o: Record<string, unknown>) => logged.push(o), error: () => {} };
     const r = new LogRenderer(log as unknown as Logger);
-    r.loaded({ seconds: 1, backend: 'cuda', isa: 'x', weightBytes: 1, threads: 0, gpu: null, engineLine: '', kvPool: { blocks: 3, block_bytes: 2, bytes: 6, source: 'kv_memory_bytes', fraction: null, free_bytes: null, budget_bytes: null } });
+    r.loaded({ seconds: 1, backend: 'cuda', isa: 'x', weightBytes: 1, threads: 0, gpu: null, engineLine: '', kvPool: { blocks: 3, block_bytes: 2, dtype: 'f32', bytes: 6, source: 'kv_memory_bytes', fraction: null, free_bytes: null, budget_bytes: null } });
     expect(logged[0]!.kv_pool).toMatchObject({ blocks: 3, bytes: 6, source: 'kv_memory_bytes' });
     const row = { ...errorRow(16, 8, 1, ''), status: 'ok', peak_active_bytes: 7, num_allocs: 0 } as SweepRow;
     r.rowEnd('16:8 c=1', { row, figures: null, counters: { graphHits: 5, graphMisses: 1, graphCaptureMs: 0.5, devicePeakBytes: 7, deviceAllocs: 9 } as EngineStats, timed: [], profile: null, timedWallMs: 1, interrupted: false });
     expect(logged[1]).toMatchObject({ event: 'cell_end', peak_active_bytes: 7, num_allocs: 0, graph_hits: 5, graph_misses: 1, graph_capture_ms: 0.5, device_peak_bytes: 7, device_allocs: 9 });
+  });
+
+  it('states the KV cache dtype the engine reports in the header, the JSON report, the -v pool and the memory stages; the CSV keeps its columns', async () => {
+    const prefix = path.join(tmp, 'kv-f16');
+    const stages = path.join(tmp, 'kv-f16-stages.jsonl');
+    writeFileSync(stages, '');
+    const { out, err, io: sio } = io();
+    expect(await runSweep(sweepCfg({ kvCacheDtype: 'f16', output: prefix, memoryStages: stages }), fakeBackend(), sio)).toBe(0);
+    // The fake engine, like the native one, has f16 blocks of half the bytes: 64 blocks x 2 sequences of 32 KiB.
+    expect(err.text()).toMatch(/KV pool\s+128 blocks x 32\.0 KiB = 4\.0 MiB \(max-seq x max-seqs tokens\); KV cache f16\n/);
+    const report = JSON.parse(readFileSync(`${prefix}.json`, 'utf8'));
+    expect(report.engine.kv_cache_dtype).toBe('f16');
+    expect(report.engine.kv_pool).toMatchObject({ blocks: 128, block_bytes: 32 * 1024, dtype: 'f16' });
+    const lines = readFileSync(stages, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.kv_cache_dtype)).toEqual(['f16', 'f16', 'f16']);
+    expect(readFileSync(`${prefix}.csv`, 'utf8').split('\n')[0] + '\n').toBe(csvHeaderLine());
+    expect(out.text().split('\n')[0] + '\n').toBe(csvHeaderLine());
+    // The default says f32, in the same places.
+    const d = io();
+    expect(await runSweep(sweepCfg({ format: 'json' }), fakeBackend(), d.io)).toBe(0);
+    expect(d.err.text()).toMatch(/KV pool\s+.*; KV cache f32\n/);
+    const rep = JSON.parse(d.out.text());
+    expect([rep.engine.kv_cache_dtype, rep.engine.kv_pool.dtype]).toEqual(['f32', 'f32']);
+    // -v: the pool's facts carry the dtype.
+    const logged: Record<string, unknown>[] = [];
+    const log = { info: (o: Record<string, unknown>) => logged.push(o), debug: () => {}, warn: () => {}, error: () => {} };
+    new LogRenderer(log as unknown as Logger).loaded({
+      seconds: 1, backend: 'cpu', isa: 'x', weightBytes: 1, threads: 1, gpu: null, engineLine: '',
+      kvPool: { blocks: 3, block_bytes: 2, dtype: 'f16', bytes: 6, source: 'kv_memory_bytes', fraction: null, free_bytes: null, budget_bytes: null },
+    });
+    expect(logged[0]!.kv_pool).toMatchObject({ dtype: 'f16' });
+  });
+
+  it('refuses --kv-cache-dtype f16 when --device auto resolves to cuda, before loading anything', async () => {
+    const { out, io: sio } = io();
+    const backend = fakeBackend({ cuda: true });
+    await expect(runSweep(sweepCfg({ kvCacheDtype: 'f16', device: 'auto' }), backend, sio))
+      .rejects.toThrow(/^--kv-cache-dtype f16 is CPU-only for now \(the CUDA backend keeps an f32 KV cache\); --device auto chose cuda/);
+    expect(backend.engines.length).toBe(0);
+    expect(out.text()).toBe('');
+    // auto on a machine without a GPU runs it.
+    expect(await runSweep(sweepCfg({ kvCacheDtype: 'f16', device: 'auto', verbosity: -1 }), fakeBackend(), io().io)).toBe(0);
+  });
+});
+
+describe('the KV cache dtype across the addon boundary', () => {
+  // A stand-in for the native addon (the interface loadEngine talks to): it records the options it is
+  // given and reports kvCacheDtype in its info only when built with `reports` (an addon from before
+  // the option says nothing).
+  function fakeAddon(name: string, reports: boolean): string {
+    const file = path.join(tmp, `${name}.cjs`);
+    writeFileSync(file, `
+exports.abiVersion = ${ADDON_ABI};
+exports.options = [];
+exports.cpuInfo = () => ({ cudaBuilt: false });
+exports.Engine = class {
+  constructor(spec, options, onEvents) {
+    exports.options.push(options);
+    this.options = options;
+    setImmediate(() => onEvents([{ type: 'loaded' }]));
+  }
+  info() {
+    return { backend: 'cpu', isa: 'fake', threads: 1, weightBytes: 0, dtype: 'f32', kvBlocksTotal: 4, blockSize: 16, kvBlockBytes: 1024, stateBytes: 0,
+      ${reports ? 'kvCacheDtype: this.options.kvCacheDtype' : ''} };
+  }
+  close() {}
+};
+`);
+    return file;
+  }
+  const opts = { device: 'cpu' as const, threads: 1, blockSize: 16, kvcache: 'paged' as const, maxSeq: 64, maxSeqs: 1, prefillChunk: 16, stepTokenBudget: 16, prefixCache: false };
+  const source = { synthetic: fakeCheckpoint().config };
+
+  it('passes kvCacheDtype to the engine (f32 when not given) and reads it back from the engine info', async () => {
+    const addonPath = fakeAddon('addon-kv-dtype', true);
+    const recorded = (createRequire(import.meta.url)(addonPath) as { options: Array<Record<string, unknown>> }).options;
+    const f16 = await loadEngine(source, { ...opts, kvCacheDtype: 'f16' }, {}, { addonPath });
+    expect(recorded.at(-1)!.kvCacheDtype).toBe('f16');
+    expect(f16.info.kvCacheDtype).toBe('f16');
+    await f16.close();
+    const dflt = await loadEngine(source, opts, {}, { addonPath });
+    expect(recorded.at(-1)!.kvCacheDtype).toBe('f32');
+    expect(dflt.info.kvCacheDtype).toBe('f32');
+    await dflt.close();
+  });
+
+  it('reads an addon that does not report the dtype as f32', async () => {
+    const addonPath = fakeAddon('addon-kv-dtype-old', false);
+    const e = await loadEngine(source, opts, {}, { addonPath });
+    expect(e.info.kvCacheDtype).toBe('f32');
+    await e.close();
   });
 });

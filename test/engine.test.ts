@@ -298,3 +298,46 @@ describe('bf16 weights', () => {
     expect(agree).toBeGreaterThanOrEqual(63);
   });
 });
+
+describe('f16 KV cache', () => {
+  // K and V rounded to nearest-even f16 as they are written (relative error <= 2^-11), widened back
+  // exactly as attention reads them; everything else is the f32 engine's. kernelCheck holds the f16
+  // kernels to the f32 kernels' bits on the same rounded values, so what differs here is the rounding.
+  const prompt = promptIds(150, 77); // 10 blocks of 16 positions: prompt tiles and decode rows
+
+  it('reports its dtype and halves the KV block', async () => {
+    const f16 = await engine({ kvCacheDtype: 'f16' });
+    const f32 = await engine({ kvCacheDtype: 'f32' });
+    expect(f16.info.kvCacheDtype).toBe('f16');
+    expect(f32.info.kvCacheDtype).toBe('f32');
+    expect(f16.info.kvBlockBytes * 2).toBe(f32.info.kvBlockBytes);
+  });
+
+  it('moves the logits by a little against the f32 cache, and the greedy tokens not at all here', async () => {
+    const a = await greedy(await engine({ kvCacheDtype: 'f16' }), prompt, 24, true);
+    const b = await greedy(await engine({ kvCacheDtype: 'f32' }), prompt, 24, true);
+    let worst = 0;
+    for (let r = 0; r < a.logitRows; r++) {
+      const x = logSoftmaxRow(a.logits!, r, V);
+      const y = logSoftmaxRow(b.logits!, r, V);
+      for (let i = 0; i < V; i++) if (y[i] > -30) worst = Math.max(worst, Math.abs(x[i] - y[i]));
+    }
+    expect(worst).toBeGreaterThan(0); // the cache really is f16
+    expect(worst).toBeLessThan(1e-2); // measured 1.8e-3 (docs/parity.md, "The f16 KV cache")
+    expect(a.tokens).toEqual(b.tokens);
+  });
+
+  it('gives a sequence the same logits alone and batched, paged or continuous, and from the prefix cache', async () => {
+    const alone = await greedy(await engine({ kvCacheDtype: 'f16' }), prompt, 16, true);
+    const cont = await greedy(await engine({ kvCacheDtype: 'f16', kvcache: 'continuous' }), prompt, 16, true);
+    expect(maxAbsDiff(alone.logits!, cont.logits!)).toBe(0);
+    const e = await engine({ kvCacheDtype: 'f16', prefillChunk: 64, stepTokenBudget: 256, prefixCache: true });
+    const others = [5, 40, 130].map((n, i) => e.submit({ prompt: promptIds(n, 900 + i), maxTokens: 12, ignoreEos: true }).done);
+    const [batched] = await Promise.all([greedy(e, prompt, 16, true), ...others]);
+    expect(batched.tokens).toEqual(alone.tokens);
+    // The same prompt again: its blocks (f16) come from the prefix cache.
+    const again = await greedy(e, prompt, 16, true);
+    expect(again.tokens).toEqual(alone.tokens);
+    expect(e.stats().prefixHitTokens).toBeGreaterThan(0);
+  });
+});

@@ -5,7 +5,7 @@ import { loadAddon } from '../src/engine/native.js';
 
 interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; maxValueMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
-  convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; attnTileMaxErr: number; attnTileOrderDiffs: number; sigmoidMaxRelErr: number;
+  convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; attnTileMaxErr: number; attnTileOrderDiffs: number; attnF16Diffs: number; toF16Diffs: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number; gdnSpanCases: number; gdnSpanMismatches: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; packedRowCases?: number; packedRowMismatches?: number; // AVX-512 BF16 only
@@ -51,6 +51,10 @@ describe('CPU kernels against scalar references', () => {
       // query row alone in a call giving the same bits as in its tile (the order does not depend on it)
       expect(r.attnTileMaxErr).toBeLessThan(1e-5);
       expect(r.attnTileOrderDiffs).toBe(0);
+      // The f16 KV cache's kernels give the f32 kernels' bits on the same f16-rounded keys and
+      // values (so the bounds above hold for them), and to_f16 rounds as core/dtype.h's reference.
+      expect(r.attnF16Diffs).toBe(0);
+      expect(r.toF16Diffs).toBe(0);
       // Gated DeltaNet against its recurrence in double (measured ~1e-6: the f32 cumulative decay)
       expect(r.gdnRecurrentMaxErr).toBeLessThan(1e-5);
       expect(r.gdnChunkedMaxErr).toBeLessThan(1e-5);

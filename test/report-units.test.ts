@@ -2,6 +2,7 @@
 // samples, where the answer is known: no sweep, no browser.
 import { describe, expect, it } from 'vitest';
 import { compareReports } from '../src/report/compare.js';
+import { renderHtml } from '../src/report/html.js';
 import { checkReport } from '../src/report/report-file.js';
 import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
 import { combinedFloor, logHalfWidth, medianInterval, percentileInterval, type MedianInterval } from '../src/report/noise.js';
@@ -118,6 +119,13 @@ describe('compareReports', () => {
       { field: 'model.dtype', base: 'BF16', next: 'F32' },
       { field: 'tool.git_commit', base: 'a', next: 'b' },
     ]);
+  });
+
+  it('lists a KV cache dtype change among the engine differences, and the page states the dtype', async () => {
+    const a = report([], { engine: { isa: 'avx2', threads: 2, kv_cache_dtype: 'f32' } });
+    const b = report([], { engine: { isa: 'avx2', threads: 2, kv_cache_dtype: 'f16' } });
+    expect(compareReports(a, b).provenance).toEqual([{ field: 'engine.kv_cache_dtype', base: 'f32', next: 'f16' }]);
+    expect(await renderHtml(b)).toContain('<dt>KV cache dtype</dt><dd>f16</dd>');
   });
 });
 

@@ -50,7 +50,7 @@ Napi::Value CudaDeviceCount(const Napi::CallbackInfo& info) {
 
 // Bumped whenever the JS-facing interface changes, so a stale build is refused with a clear
 // message instead of failing later with "x is not a function".
-constexpr int kAbiVersion = 6;
+constexpr int kAbiVersion = 7;
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));

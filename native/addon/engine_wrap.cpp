@@ -154,6 +154,10 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       ec.max_seqs = req_int(opt, "maxSeqs", "options");
       ec.prefill_chunk = req_int(opt, "prefillChunk", "options");
       ec.step_token_budget = req_int(opt, "stepTokenBudget", "options");
+      const std::string kvd = get_str(opt, "kvCacheDtype", "f32");
+      if (kvd != "f32" && kvd != "f16")
+        throw std::invalid_argument("options.kvCacheDtype: '" + kvd + "' is not f32 or f16");
+      ec.kv_dtype = kvd == "f16" ? DType::f16 : DType::f32;
       ec.prefix_cache = get_bool(opt, "prefixCache", ec.prefix_cache);
       ec.snapshot_interval = get_int(opt, "snapshotInterval", ec.snapshot_interval);
       ec.max_snapshots = get_int(opt, "maxSnapshots", ec.max_snapshots);
@@ -385,6 +389,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       o.Set("kvBlocksTotal", i.kv_blocks);
       o.Set("blockSize", i.block_size);
       o.Set("kvBlockBytes", static_cast<double>(i.kv_block_bytes));
+      o.Set("kvCacheDtype", i.kv_dtype);
       o.Set("stateBytes", static_cast<double>(i.state_bytes));
       o.Set("kvPoolBytes", static_cast<double>(i.kv_pool_bytes));
       o.Set("kvPoolSource", i.kv_pool_source);

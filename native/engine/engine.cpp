@@ -83,7 +83,9 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
                                 ") must be at least the number of sequences (" + std::to_string(ec_.max_seqs) + ")");
   if (ec_.snapshot_interval % ec_.block_size != 0) ec_.snapshot_interval = (ec_.snapshot_interval / ec_.block_size + 1) * ec_.block_size;
   if (!ec_.paged) ec_.prefix_cache = false;
-  block_bytes_ = static_cast<size_t>(ec_.block_size) * cfg_.n_kv_heads * cfg_.head_dim * 2 * sizeof(float) *
+  if (ec_.kv_dtype != DType::f32 && ec_.kv_dtype != DType::f16)
+    throw std::invalid_argument(std::string("KV cache dtype ") + dtype_name(ec_.kv_dtype) + " is not supported (f32 or f16)");
+  block_bytes_ = static_cast<size_t>(ec_.block_size) * cfg_.n_kv_heads * cfg_.head_dim * 2 * dtype_size(ec_.kv_dtype) *
                  cfg_.n_full_layers();
   state_bytes_ = cfg_.state_bytes();
   if (ec_.kv_memory_bytes < 0) throw std::invalid_argument("KV memory bytes must be >= 0");
@@ -182,6 +184,7 @@ void Engine::load() {
   spec.conv_rows = cfg_.conv_kernel - 1;
   spec.conv_dim = cfg_.conv_dim();
   spec.ssm_elems = cfg_.lin_v_heads * cfg_.lin_dk * cfg_.lin_dv;
+  spec.kv_dtype = ec_.kv_dtype;
   backend_->init_caches(spec, ec_.step_token_budget, kLogitGroup);
   if (ec_.prefix_cache) backend_->init_snapshots(n_snapshots);
   CounterSink& counters = *this;
@@ -213,6 +216,7 @@ void Engine::load() {
   stats_.state_slots_total = ec_.max_seqs;
   stats_.snapshots_total = prefix_->snapshots_total();
   info_.kv_block_bytes = static_cast<int64_t>(block_bytes_);
+  info_.kv_dtype = dtype_name(ec_.kv_dtype);
   info_.state_bytes = static_cast<int64_t>(state_bytes_);
   sync_pool_stats();
   if (w) weights_ = std::move(w);  // the CPU backend reads the host copy

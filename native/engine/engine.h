@@ -48,6 +48,8 @@ struct EngineConfig {
   int max_seqs = 0;
   int prefill_chunk = 0;
   int step_token_budget = 0;
+  // The KV cache's elements: f32, or f16 (half the bytes; the CPU backend only).
+  DType kv_dtype = DType::f32;
   // Internal knobs (not CLI flags); their defaults are these.
   bool prefix_cache = true;
   int snapshot_interval = 256;  // recurrent-state snapshot points (tokens), plus each prompt's last full block
@@ -135,6 +137,7 @@ struct EngineInfo {
   int kv_blocks = 0;
   int block_size = 0;
   int64_t kv_block_bytes = 0;  // one KV block over every full-attention layer
+  std::string kv_dtype = "f32";  // the KV cache's element type (EngineConfig::kv_dtype)
   int64_t state_bytes = 0;     // one sequence's recurrent state (a slot or a snapshot)
   int64_t device_memory = 0;
   // The KV pool as sized at load: its bytes (kv_blocks x kv_block_bytes), what sized it

@@ -283,6 +283,111 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   obj.Set("attnTileMaxErr", tile_err);
   obj.Set("attnTileOrderDiffs", tile_order_diffs);
 
+  // The f16 KV cache's kernels: on keys and values rounded to f16, the f16 kernels (widening as
+  // they read) against the f32 kernels fed the same rounded values as f32 must give the same bits
+  // (the widening is exact and every sum keeps its order), so the f32 kernels' accuracy checks
+  // above carry over. Rows (every group size, contexts inside and past the side-by-side groups,
+  // with and without prefetching, row lengths 256 and off the vector width) and prompt tiles.
+  // Then to_f16 against core/dtype.h's f32_to_f16 (nearest-even; halfway cases, subnormals,
+  // overflow to inf, NaN kept NaN) over lengths off the vector width.
+  int f16_diffs = 0;
+  {
+    auto round_pool = [&](size_t elems, float amp, std::vector<float>& p32, std::vector<uint16_t>& p16) {
+      p32.resize(elems);
+      p16.resize(elems);
+      for (size_t i = 0; i < elems; ++i) {
+        p16[i] = f32_to_f16(amp * u(rng));
+        p32[i] = f16_to_f32(p16[i]);
+      }
+    };
+    auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
+    };
+    for (int nq : {1, 2, 3, 4, 8})
+      for (int ctx : {1, 23, 80, 141})
+        for (int n : {256, 37}) {
+          const int bs = 16, nblk = (ctx + bs - 1) / bs;
+          const int64_t qs = 2 * n + 3, os = ctx + 2;
+          std::vector<float> p32;
+          std::vector<uint16_t> p16;
+          round_pool(static_cast<size_t>(2 * nblk) * bs * n, 1.f, p32, p16);
+          std::vector<const float*> kb(nblk), vb(nblk);
+          std::vector<const uint16_t*> kh(nblk), vh(nblk);
+          for (int b = 0; b < nblk; ++b) {
+            const size_t off = static_cast<size_t>(2 * ((b * 7) % nblk)) * bs * n;
+            kb[b] = p32.data() + off;
+            vb[b] = kb[b] + static_cast<size_t>(bs) * n;
+            kh[b] = p16.data() + off;
+            vh[b] = kh[b] + static_cast<size_t>(bs) * n;
+          }
+          std::vector<float> q(nq * qs), wgt(nq * os), s32(nq * os, 0.f), s16(nq * os, 0.f), o32(nq * n);
+          for (auto* vec : {&q, &wgt, &o32})
+            for (auto& e : *vec) e = u(rng);
+          std::vector<float> o16 = o32;
+          const bool pf = (nq + ctx + n) % 2 == 0;
+          K.attn_scores(q.data(), qs, nq, kb.data(), bs, ctx, n, 0.5f, s32.data(), os, vb.data(), pf ? 1 : -1);
+          K.attn_scores_f16(q.data(), qs, nq, kh.data(), bs, ctx, n, 0.5f, s16.data(), os, vh.data(), pf ? 1 : -1);
+          K.attn_values(wgt.data(), os, nq, vb.data(), bs, ctx, n, o32.data(), n, nullptr, pf ? 0 : -1);
+          K.attn_values_f16(wgt.data(), os, nq, vh.data(), bs, ctx, n, o16.data(), n, nullptr, pf ? 0 : -1);
+          f16_diffs += differ(s32, s16) + differ(o32, o16);
+        }
+    for (int group : {1, 4, 8})
+      for (int ntok : {1, 9})
+        for (int pos0 : {0, 16, 70})
+          for (int n : {256, 40}) {
+            const int bs = 16, ctx_max = pos0 + ntok, nblk = (ctx_max + bs - 1) / bs, nr = ntok * group;
+            std::vector<float> p32;
+            std::vector<uint16_t> p16;
+            round_pool(static_cast<size_t>(2 * nblk) * bs * n, 2.f, p32, p16);
+            std::vector<const float*> kb(nblk), vb(nblk);
+            std::vector<const uint16_t*> kh(nblk), vh(nblk);
+            for (int b = 0; b < nblk; ++b) {
+              const size_t off = static_cast<size_t>(2 * ((b * 5 + 1) % nblk)) * bs * n;
+              kb[b] = p32.data() + off;
+              vb[b] = kb[b] + static_cast<size_t>(bs) * n;
+              kh[b] = p16.data() + off;
+              vh[b] = kh[b] + static_cast<size_t>(bs) * n;
+            }
+            std::vector<float> qs(static_cast<size_t>(nr) * n), o32(static_cast<size_t>(nr) * n, NAN), o16 = o32;
+            for (auto& e : qs) e = u(rng);
+            std::vector<const float*> qp(nr);
+            std::vector<float*> op32(nr), op16(nr);
+            std::vector<int32_t> cx(nr);
+            for (int i = 0; i < nr; ++i) {
+              qp[i] = qs.data() + static_cast<size_t>(i) * n;
+              op32[i] = o32.data() + static_cast<size_t>(i) * n;
+              op16[i] = o16.data() + static_cast<size_t>(i) * n;
+              cx[i] = pos0 + i / group + 1;
+            }
+            std::vector<float> scratch;
+            const float scale = 1.f / std::sqrt(static_cast<float>(n));
+            K.attn_tile(qp.data(), cx.data(), nr, kb.data(), vb.data(), bs, n, scale, op32.data(), scratch);
+            K.attn_tile_f16(qp.data(), cx.data(), nr, kh.data(), vh.data(), bs, n, scale, op16.data(), scratch);
+            f16_diffs += differ(o32, o16);
+          }
+  }
+  obj.Set("attnF16Diffs", f16_diffs);
+  int to_f16_diffs = 0;
+  {
+    std::vector<float> xs;
+    for (int i = 0; i < 300; ++i) xs.push_back(8.f * u(rng));
+    // halfway between two f16 values (ties to even both ways), subnormal halves, overflow, NaN.
+    for (float f : {1.f + 1.f / 2048.f, 1.f + 3.f / 2048.f, -1.f - 1.f / 2048.f, 3e-5f, -6.1e-6f, 1e-8f, 65504.f,
+                    65520.f, 1e6f, -1e6f, 0.f, -0.f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+      xs.push_back(f);
+    for (size_t len : {xs.size(), xs.size() - 3, size_t{5}}) {
+      std::vector<uint16_t> got(len, 0xFFFF);
+      K.to_f16(xs.data() + (xs.size() - len), got.data(), static_cast<int64_t>(len));
+      for (size_t i = 0; i < len; ++i) {
+        const float x = xs[xs.size() - len + i];
+        const uint16_t want = f32_to_f16(x);
+        const bool both_nan = std::isnan(x) && (got[i] & 0x7C00) == 0x7C00 && (got[i] & 0x3FF) != 0;
+        to_f16_diffs += !both_nan && got[i] != want;
+      }
+    }
+  }
+  obj.Set("toF16Diffs", to_f16_diffs);
+
   // o *= sigmoid(gate) over a wide gate range (37 elements: a vector tail).
   std::vector<float> og(37), gg(37), og0;
   for (size_t i = 0; i < og.size(); ++i) {

@@ -22,6 +22,8 @@ export interface MemoryStageRow {
   /** The KV pool as sized at load (bytes) and what sized it (EngineInfo.kvPool). */
   kv_pool_bytes: number;
   kv_pool_source: string;
+  /** The KV cache's element type (EngineInfo.kvCacheDtype), which kv_pool_bytes counts in. */
+  kv_cache_dtype: string;
   /** The device allocator (CUDA; 0 on the CPU): bytes now, high-water mark since load. */
   device_bytes: number;
   device_peak_bytes: number;
@@ -63,6 +65,7 @@ export function memoryStageRows(stage: MemoryStage, engine: EngineHandle, ckpt: 
     kv_block_size: info.blockSize,
     kv_pool_bytes: info.kvPoolBytes ?? s.kvBlocksTotal * info.kvBlockBytes,
     kv_pool_source: info.kvPool ?? 'max_seq x max_seqs',
+    kv_cache_dtype: info.kvCacheDtype,
     device_bytes: s.deviceBytes ?? 0,
     device_peak_bytes: s.devicePeakBytes ?? 0,
     process_rss_bytes: process.memoryUsage.rss(),

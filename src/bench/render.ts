@@ -4,7 +4,7 @@
 import { Chalk, type ChalkInstance } from 'chalk';
 import cliProgress from 'cli-progress';
 import { performance } from 'node:perf_hooks';
-import type { EngineInfo, EngineOptions } from '../engine/types.js';
+import type { EngineInfo, EngineOptions, KvCacheDtype } from '../engine/types.js';
 import { describeSynthetic } from '../model/synthetic-model.js';
 import type { SyntheticWeights } from '../model/types.js';
 import type { Logger } from './logger.js';
@@ -44,6 +44,8 @@ export function engineLine(opts: EngineOptions, info: EngineInfo): string {
 export interface KvPoolFacts {
   blocks: number;
   block_bytes: number;
+  /** The KV cache's element type (f32 | f16), which block_bytes and bytes count in. */
+  dtype: KvCacheDtype;
   bytes: number;
   /** What sized it: max_seq x max_seqs, kv_memory_bytes, fraction of free device memory, fraction of available host memory. */
   source: string;
@@ -57,6 +59,7 @@ export function kvPoolFacts(info: EngineInfo): KvPoolFacts {
   return {
     blocks: info.kvBlocksTotal,
     block_bytes: info.kvBlockBytes,
+    dtype: info.kvCacheDtype,
     bytes: info.kvPoolBytes ?? info.kvBlocksTotal * info.kvBlockBytes,
     source: info.kvPool ?? 'max_seq x max_seqs',
     fraction: info.kvMemoryFraction ?? null,
@@ -65,7 +68,7 @@ export function kvPoolFacts(info: EngineInfo): KvPoolFacts {
   };
 }
 
-/** The header's KV pool line: blocks, bytes, and where the size came from. */
+/** The header's KV pool line: blocks, bytes, where the size came from, and the element type. */
 export function kvPoolLine(k: KvPoolFacts): string {
   let why: string;
   if (k.source === 'kv_memory_bytes') why = '--kv-memory';
@@ -73,7 +76,7 @@ export function kvPoolLine(k: KvPoolFacts): string {
     const of = k.source === 'fraction of available host memory' ? 'available host memory (MemAvailable)' : 'free device memory';
     why = `${k.fraction} of ${bytesText(k.free_bytes)} ${of} after the weights, with the recurrent states`;
   } else why = 'max-seq x max-seqs tokens';
-  return `${k.blocks} blocks x ${bytesText(k.block_bytes)} = ${bytesText(k.bytes)} (${why})`;
+  return `${k.blocks} blocks x ${bytesText(k.block_bytes)} = ${bytesText(k.bytes)} (${why}); KV cache ${k.dtype}`;
 }
 
 /** The header of an endpoint sweep: the server, its model and what it says of itself. */

@@ -169,6 +169,8 @@ export class Report {
         threads: this.engine.threads,
         dtype: this.engine.dtype,
         kvcache: this.engine.options.kvcache,
+        // What the engine says it built, not what was asked (an addon without the choice keeps f32).
+        kv_cache_dtype: this.engine.kvCacheDtype,
         block_size: this.engine.blockSize,
         kv_blocks_total: this.engine.kvBlocksTotal,
         kv_pool: kvPoolFacts(this.engine),

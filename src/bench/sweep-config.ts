@@ -1,7 +1,7 @@
 // What a sweep runs: the cells, the concurrency ladder, the passes, the engine's serving options and
 // the outputs, resolved from the command line by src/cli/sweep-options.ts.
 import type { DeviceChoice, KvMemory } from '../engine/options.js';
-import type { KvLayout } from '../engine/types.js';
+import type { KvCacheDtype, KvLayout } from '../engine/types.js';
 import type { GoodputBounds } from './load-figures.js';
 
 export interface Cell {
@@ -61,6 +61,8 @@ export interface SweepConfig {
   cudaGraphs: boolean;
   /** --kv-memory; null: the default (a fraction of free device memory on CUDA, max-seq x max-seqs on the CPU). */
   kvMemory: KvMemory | null;
+  /** --kv-cache-dtype: the KV cache's element type (f16 on the CPU only). */
+  kvCacheDtype: KvCacheDtype;
   memoryStages: string | null;
   output: string | null;
   format: OutputFormat;

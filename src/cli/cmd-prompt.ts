@@ -9,7 +9,7 @@ import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
-import { engineOptionsFrom } from '../engine/options.js';
+import { checkKvCacheDtype, engineOptionsFrom } from '../engine/options.js';
 import { ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
 import { UsageError } from '../util/usage-error.js';
@@ -54,6 +54,7 @@ export function registerPrompt(program: Command, setResult: (code: number) => vo
     .addOption(ENGINE_FLAGS.stepTokenBudget())
     .addOption(ENGINE_FLAGS.cudaGraphs())
     .addOption(ENGINE_FLAGS.kvMemory())
+    .addOption(ENGINE_FLAGS.kvCacheDtype())
     .option('--temperature <t>', 'sampling temperature (0 = greedy)', numberArg('--temperature', 0, 100), 0)
     .option('--top-k <k>', 'top-k sampling (0 = off)', countArg('--top-k', 0), 0)
     .option('--top-p <p>', 'top-p sampling (1 = off)', numberArg('--top-p', 0, 1), 1)
@@ -78,6 +79,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   const { modelPath, quant } = resolveModelPathFlags(opts);
   const flags = resolveEngineFlags(opts);
   const device = resolveDevice(flags.device);
+  checkKvCacheDtype(flags.kvCacheDtype, flags.device, device);
   let dir: string;
   if (modelPath === null) {
     dir = await ensureEmbeddedModel();

@@ -2,6 +2,7 @@
 // sweep's engine flags (src/cli/engine-flags.ts). Routes and fields: docs/serve.md.
 import { Command, Option } from 'commander';
 import { resolveDevice } from '../engine/device.js';
+import { checkKvCacheDtype } from '../engine/options.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { startServer, type RunningServer } from '../serve/server.js';
@@ -50,6 +51,7 @@ export function registerServe(program: Command, setResult: (code: number) => voi
     .addOption(ENGINE_FLAGS.maxSeq())
     .addOption(ENGINE_FLAGS.cudaGraphs())
     .addOption(ENGINE_FLAGS.kvMemory())
+    .addOption(ENGINE_FLAGS.kvCacheDtype())
     .addOption(ENGINE_FLAGS.maxSeqs(DEFAULT_MAX_SEQS))
     .option('-v, --verbose', 'pino JSON lines on stderr (one per request) instead of the human header; -vv adds debug', count, 0)
     .option('-q, --quiet', 'no header on stderr (errors still)')
@@ -76,6 +78,7 @@ async function runServe(raw: RawServeOptions): Promise<number> {
   const embedded = modelPath === null;
   const modelDir = modelPath ?? (await ensureEmbeddedModel());
   const device = resolveDevice(engine.device);
+  checkKvCacheDtype(engine.kvCacheDtype, engine.device, device);
 
   let server: RunningServer | null = null;
   let signalled: NodeJS.Signals | null = null;

@@ -68,6 +68,7 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
     .addOption(ENGINE_FLAGS.maxSeq())
     .addOption(ENGINE_FLAGS.cudaGraphs())
     .addOption(ENGINE_FLAGS.kvMemory())
+    .addOption(ENGINE_FLAGS.kvCacheDtype())
     .option('--memory-stages <file>', "append the engine's memory counters at each stage of the model's life (JSON lines)")
     .option('--output <prefix>', 'also write PREFIX.csv, PREFIX.json and PREFIX.jsonl as rows complete, and PREFIX.html at the end')
     .option('--format <format>', 'stdout format: csv | json | md (default csv)')

@@ -5,8 +5,8 @@
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { Option } from 'commander';
-import { CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
-import type { KvLayout } from '../engine/types.js';
+import { checkKvCacheDtype, CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
+import type { KvCacheDtype, KvLayout } from '../engine/types.js';
 import { PRESET_NAMES } from '../model/presets.js';
 import { isSyntheticModelPath, syntheticName, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError } from '../model/types.js';
@@ -24,6 +24,7 @@ export const ENGINE_DEFAULTS = {
   stepTokenBudget: 2048,
   maxSeq: 4096,
   cudaGraphs: 'on' as 'on' | 'off',
+  kvCacheDtype: 'f32' as KvCacheDtype,
   /**
    * --kv-memory when not given: on CUDA (paged) this share of the device memory free once the
    * weights are bound; on the CPU the pool holds max-seq x max-seqs tokens (no default size).
@@ -44,6 +45,7 @@ export interface RawEngineFlags {
   maxSeqs?: string;
   cudaGraphs?: string;
   kvMemory?: string;
+  kvCacheDtype?: string;
   modelPath?: string;
   quant?: string;
 }
@@ -70,6 +72,8 @@ export const ENGINE_FLAGS = {
   kvMemory: () => new Option('--kv-memory <bytes|fraction>', 'size of the paged KV pool: bytes (4294967296, 512MiB, 8GiB, 8GB; KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000), ' +
     'or a fraction 0 < f <= 1 (0.9, 90%) of the memory free once the weights are bound (CUDA: device memory; CPU: MemAvailable), ' +
     `which the pool shares with the recurrent states (default: ${ENGINE_DEFAULTS.kvMemoryCudaFraction} on CUDA, max-seq x max-seqs tokens on the CPU)`),
+  kvCacheDtype: () => new Option('--kv-cache-dtype <f32|f16>', 'element type of the KV cache: f16 halves its bytes (K and V rounded to f16 when written; ' +
+    `the attention arithmetic stays f32); f16 is CPU-only for now (default ${ENGINE_DEFAULTS.kvCacheDtype})`),
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
 
@@ -158,7 +162,10 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     maxSeq: num('--max-seq', raw.maxSeq, ENGINE_DEFAULTS.maxSeq, 2),
     cudaGraphs: oneOf('--cuda-graphs', raw.cudaGraphs ?? ENGINE_DEFAULTS.cudaGraphs, ['on', 'off'] as const) === 'on',
     kvMemory: raw.kvMemory === undefined ? null : parseKvMemory('--kv-memory', raw.kvMemory),
+    kvCacheDtype: oneOf('--kv-cache-dtype', raw.kvCacheDtype ?? ENGINE_DEFAULTS.kvCacheDtype, ['f32', 'f16'] as const),
   };
+  // --device cuda is known here; auto only once it is resolved (the commands check it again there).
+  if (device === 'cuda') checkKvCacheDtype(flags.kvCacheDtype, device, device);
   if (flags.kvMemory !== null && kvcache !== 'paged') {
     throw new UsageError('--kv-memory sizes the paged KV pool; --kvcache continuous holds max-seq x max-seqs tokens');
   }

@@ -72,7 +72,7 @@ export interface RawSweepOptions extends Omit<RawEngineFlags, 'maxSeqs'> {
 const IN_PROCESS_FLAGS: readonly [keyof RawSweepOptions, string][] = [
   ['modelPath', '--model-path'], ['quant', '--quant'], ['device', '--device'], ['threads', '--threads'], ['kvcache', '--kvcache'], ['paged', '--paged'],
   ['blockSize', '--block-size'], ['prefillChunk', '--prefill-chunk'], ['stepTokenBudget', '--step-token-budget'], ['maxSeq', '--max-seq'], ['cudaGraphs', '--cuda-graphs'], ['kvMemory', '--kv-memory'],
-  ['memoryStages', '--memory-stages'], ['profile', '--profile'], ['profilePipeline', '--profile-pipeline'],
+  ['kvCacheDtype', '--kv-cache-dtype'], ['memoryStages', '--memory-stages'], ['profile', '--profile'], ['profilePipeline', '--profile-pipeline'],
 ];
 
 /** Flags that only mean something with --endpoint. */
@@ -245,6 +245,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     maxSeq: engine.maxSeq,
     cudaGraphs: engine.cudaGraphs,
     kvMemory: engine.kvMemory,
+    kvCacheDtype: engine.kvCacheDtype,
     memoryStages: raw.memoryStages !== undefined ? path.resolve(raw.memoryStages) : null,
     output: raw.output !== undefined ? raw.output : null,
     format,

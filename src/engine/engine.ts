@@ -61,6 +61,8 @@ class Engine implements EngineHandle {
       kvBlocksTotal: Number(i.kvBlocksTotal),
       blockSize: Number(i.blockSize),
       kvBlockBytes: Number(i.kvBlockBytes),
+      // An addon built before the KV cache had an element type to choose keeps it f32 (and says nothing).
+      kvCacheDtype: (i.kvCacheDtype !== undefined ? String(i.kvCacheDtype) : 'f32') as EngineInfo['kvCacheDtype'],
       stateBytes: Number(i.stateBytes),
       ...(i.kvPoolSource !== undefined ? { kvPoolBytes: Number(i.kvPoolBytes), kvPool: String(i.kvPoolSource) as EngineInfo['kvPool'] } : {}),
       ...(i.kvMemoryFraction !== undefined
@@ -221,7 +223,7 @@ export function loadEngine(
     device: opts.device, threads: opts.threads, blockSize: opts.blockSize, kvcache: opts.kvcache,
     kvMemoryBytes: opts.kvMemoryBytes ?? 0, kvMemoryFraction: opts.kvMemoryFraction ?? 0, maxSeq: opts.maxSeq, maxSeqs: opts.maxSeqs,
     prefillChunk: opts.prefillChunk, stepTokenBudget: opts.stepTokenBudget, prefixCache: opts.prefixCache,
-    cudaGraphs: opts.cudaGraphs ?? true, profile: opts.profile ?? false, ...nativeInternals,
+    cudaGraphs: opts.cudaGraphs ?? true, kvCacheDtype: opts.kvCacheDtype ?? 'f32', profile: opts.profile ?? false, ...nativeInternals,
     ...(generated ? { syntheticDtype: generated.dtype, syntheticSeed: generated.seed } : {}),
   };
   return new Promise<EngineHandle>((resolve, reject) => {

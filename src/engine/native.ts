@@ -57,7 +57,7 @@ export interface NativeAddon {
 
 const cached = new Map<string, NativeAddon>();
 /** The native interface version this code expects (kAbiVersion in native/addon/addon.cpp). */
-const ADDON_ABI = 6;
+export const ADDON_ABI = 7;
 
 /** The native addon: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
 export function loadAddon(file?: string): NativeAddon {

@@ -2,6 +2,8 @@
 
 export type Device = 'cpu' | 'cuda';
 export type KvLayout = 'paged' | 'continuous';
+/** Element type of the KV cache (--kv-cache-dtype). */
+export type KvCacheDtype = 'f32' | 'f16';
 
 export interface EngineOptions {
   device: Device;
@@ -27,6 +29,12 @@ export interface EngineOptions {
   stepTokenBudget: number;
   prefixCache: boolean;
   cudaGraphs?: boolean;
+  /**
+   * Element type of the paged KV cache; f16 halves its bytes (K and V rounded to nearest-even f16
+   * when written; the attention arithmetic stays f32). The CPU backend only: CUDA refuses f16.
+   * Absent: f32.
+   */
+  kvCacheDtype?: KvCacheDtype;
   profile?: boolean;
 }
 
@@ -164,6 +172,8 @@ export interface EngineInfo {
   blockSize: number;
   /** Bytes of one KV block (every full-attention layer) and of one recurrent state. */
   kvBlockBytes: number;
+  /** Element type of the KV cache, which kvBlockBytes counts in (f32 from an addon that does not say). */
+  kvCacheDtype: KvCacheDtype;
   stateBytes: number;
   /** The KV pool as sized at load: kvBlocksTotal x kvBlockBytes, and what sized it. */
   kvPoolBytes?: number;

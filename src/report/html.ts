@@ -42,7 +42,7 @@ function header(r: SavedReport): string {
     parts.push(facts('Endpoint', [['URL', ep.url], ['API', ep.api], ['model', ep.model], ['server', ep.server], ['tokenizer', ep.tokenizer], ['metrics', ep.metrics]]));
   } else {
     parts.push(facts('Engine', [['backend', e.backend], ['ISA', e.isa], ['threads', e.threads], ['weights', e.dtype], ['KV cache', e.kvcache],
-      ['block size', e.block_size], ['KV blocks', e.kv_blocks_total], ['max seq', e.max_seq], ['max seqs', e.max_seqs], ['prefill chunk', e.prefill_chunk],
+      ['KV cache dtype', e.kv_cache_dtype], ['block size', e.block_size], ['KV blocks', e.kv_blocks_total], ['max seq', e.max_seq], ['max seqs', e.max_seqs], ['prefill chunk', e.prefill_chunk],
       ['step token budget', e.step_token_budget], ['prefix cache', e.prefix_cache], ['CUDA graphs', e.cuda_graphs], ['GPU', e.gpu_name]]));
     const wf = (md.weight_format ?? {}) as Record<string, unknown>;
     const synthetic = wf.synthetic === true

@@ -57,11 +57,14 @@ function zeroStats(): EngineStats {
 export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): EngineHandle {
   const baseMs = tune.baseMs ?? 1;
   const perTokenMs = tune.perTokenMs ?? 0.01;
-  // The KV pool as the native engine sizes it: bytes, a fraction of FAKE_FREE_BYTES, or max-seq x max-seqs.
+  // The KV pool as the native engine sizes it: bytes, a fraction of FAKE_FREE_BYTES, or max-seq x max-seqs;
+  // an f16 cache has blocks of half the bytes.
+  const kvCacheDtype = opts.kvCacheDtype ?? 'f32';
+  const blockBytes = kvCacheDtype === 'f16' ? BLOCK_BYTES / 2 : BLOCK_BYTES;
   const fraction = opts.kvMemoryBytes === undefined ? opts.kvMemoryFraction : undefined;
   const blocksTotal = opts.kvMemoryBytes !== undefined
-    ? Math.floor(opts.kvMemoryBytes / BLOCK_BYTES)
-    : fraction !== undefined ? Math.floor((fraction * FAKE_FREE_BYTES) / BLOCK_BYTES) : Math.ceil(opts.maxSeq / opts.blockSize) * opts.maxSeqs;
+    ? Math.floor(opts.kvMemoryBytes / blockBytes)
+    : fraction !== undefined ? Math.floor((fraction * FAKE_FREE_BYTES) / blockBytes) : Math.ceil(opts.maxSeq / opts.blockSize) * opts.maxSeqs;
   const cuda = opts.device === 'cuda';
   let nextId = 1;
   const waiting: Seq[] = [];
@@ -75,13 +78,13 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
   const stepListeners = new Set<(tokens: number) => void>();
   let closed = false;
 
-  const activeBytes = () => WEIGHT_BYTES + blocksUsed * BLOCK_BYTES;
+  const activeBytes = () => WEIGHT_BYTES + blocksUsed * blockBytes;
   const now = () => performance.now();
 
   const info: EngineInfo = {
     backend: cuda ? 'cuda' : 'cpu', isa: 'fake', threads: cuda ? 0 : opts.threads || 2, weightBytes: WEIGHT_BYTES, dtype: 'f32',
-    kvBlocksTotal: blocksTotal, blockSize: opts.blockSize, kvBlockBytes: BLOCK_BYTES, stateBytes: 0,
-    kvPoolBytes: blocksTotal * BLOCK_BYTES,
+    kvBlocksTotal: blocksTotal, blockSize: opts.blockSize, kvBlockBytes: blockBytes, kvCacheDtype, stateBytes: 0,
+    kvPoolBytes: blocksTotal * blockBytes,
     kvPool: opts.kvMemoryBytes !== undefined ? 'kv_memory_bytes'
       : fraction !== undefined ? (cuda ? 'fraction of free device memory' : 'fraction of available host memory') : 'max_seq x max_seqs',
     ...(fraction !== undefined ? { kvMemoryFraction: fraction, kvFreeBytes: FAKE_FREE_BYTES, kvBudgetBytes: Math.floor(fraction * FAKE_FREE_BYTES) } : {}),

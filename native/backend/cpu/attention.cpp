@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -11,12 +12,23 @@
 namespace lumen::cpu {
 
 void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v, float* out) {
+  if (spec_.kv_dtype == DType::f16)
+    attention_kv<uint16_t>(c, L, qg, k, v, out);
+  else
+    attention_kv<float>(c, L, qg, k, v, out);
+}
+
+// KV: the cache's element type, float or uint16_t (f16 bits: K and V rounded to nearest-even as
+// they are written, widened back to f32 as the kernels read them).
+template <typename KV>
+void CpuBackend::attention_kv(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v, float* out) {
+  constexpr bool kF16 = std::is_same_v<KV, uint16_t>;
   const StepBatch& b = *step_;
   std::optional<ScopedOp> op(std::in_place, profiling_, stats_, "attn_rope", "attention");  // norms, RoPE, KV write
   const int hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, rot = c.rot_dim(), half = rot / 2;
   const int bs = spec_.block_size;
-  float* kc = k_cache_.as<float>() + L.kv_index * kv_layer_elems_;
-  float* vc = v_cache_.as<float>() + L.kv_index * kv_layer_elems_;
+  KV* kc = k_cache_.as<KV>() + L.kv_index * kv_layer_elems_;
+  KV* vc = v_cache_.as<KV>() + L.kv_index * kv_layer_elems_;
   // cos | sin of pos * inv_freq_j (inv_freq_j = theta^(-2j/rot), all in double for accuracy) per
   // token: the same for every attention layer of the step, so computed by the first one.
   if (rope_rows_ != b.n_tokens) {
@@ -69,8 +81,13 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
     for (int i = 0; i < s.len; ++i)
       for (int g = 0; g < nkv; ++g) {
         const size_t src = (static_cast<size_t>(s.start + i) * nkv + g) * hd, dst = row_at(table, s.pos0 + i, g);
-        std::copy(k + src, k + src + hd, kc + dst);
-        std::copy(v + src, v + src + hd, vc + dst);
+        if constexpr (kF16) {
+          kernels_.to_f16(k + src, kc + dst, hd);
+          kernels_.to_f16(v + src, vc + dst, hd);
+        } else {
+          std::copy(k + src, k + src + hd, kc + dst);
+          std::copy(v + src, v + src + hd, vc + dst);
+        }
       }
   }
   op.reset();
@@ -107,7 +124,7 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int group = nh / nkv;
   // The blocks holding an item's context (up to its last token), from the cache's base.
-  auto blocks = [&](const Item& item, const float* cache, std::vector<const float*>& out) {
+  auto blocks = [&](const Item& item, const KV* cache, std::vector<const KV*>& out) {
     const auto& s = b.segs[item.seg];
     const int32_t* table = b.block_tables.data() + s.table_offset;
     const int nblk = (s.pos0 + item.i + item.n + bs - 1) / bs;
@@ -119,6 +136,7 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
   pool_.run([&](int tid, int nth) {
     PerThread& pt = per_thread_[tid];
     auto& scores = pt.scores;
+    auto& kb = pt.kv_blocks<KV>();
     // A thread's items are it = tid, tid + nth, ...: the last value span of one prefetches the
     // first key blocks of the next.
     for (size_t it = tid; it < items.size(); it += nth) {
@@ -135,8 +153,8 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
         for (int t = 0; t < n; ++t)
           for (int hh = 0; hh < group; ++hh) kernels_.mul_sigmoid(o(t) + hh * hd, q(t) + hh * 2 * hd + hd, hd);
       };
-      const int nblk = blocks(item, kc, pt.kblk);
-      blocks(item, vc, pt.vblk);
+      const int nblk = blocks(item, kc, kb.k);
+      blocks(item, vc, kb.v);
       if (item.tile) {
         const int nr = n * group;
         pt.tile_q.resize(static_cast<size_t>(nr));
@@ -148,8 +166,12 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
             pt.tile_o[t * group + hh] = o(t) + hh * hd;
             pt.tile_ctx[t * group + hh] = ctx_of(t);
           }
-        kernels_.attn_tile(pt.tile_q.data(), pt.tile_ctx.data(), nr, pt.kblk.data(), pt.vblk.data(), bs, hd, scale,
-                           pt.tile_o.data(), pt.tile_scratch);
+        if constexpr (kF16)
+          kernels_.attn_tile_f16(pt.tile_q.data(), pt.tile_ctx.data(), nr, kb.k.data(), kb.v.data(), bs, hd, scale,
+                                 pt.tile_o.data(), pt.tile_scratch);
+        else
+          kernels_.attn_tile(pt.tile_q.data(), pt.tile_ctx.data(), nr, kb.k.data(), kb.v.data(), bs, hd, scale,
+                             pt.tile_o.data(), pt.tile_scratch);
         gate();
         continue;
       }
@@ -157,13 +179,13 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
       if (scores.size() < need) scores.resize(need);
       auto sc = [&](int t) { return scores.data() + static_cast<size_t>(t) * group * ctx_max; };
       int n_after = 0;
-      if (it + nth < items.size()) n_after = std::min(kAhead, blocks(items[it + nth], kc, pt.kblk_next));
+      if (it + nth < items.size()) n_after = std::min(kAhead, blocks(items[it + nth], kc, kb.k_next));
       // The span of blocks [s0, s1): the first token that reads it (from memory; the others find
       // it in L2) also prefetches what comes after: the next span, else `after`.
-      auto walk = [&](const std::vector<const float*>& blk, const float* const* after, int n_after_blocks, auto&& fn) {
+      auto walk = [&](const std::vector<const KV*>& blk, const KV* const* after, int n_after_blocks, auto&& fn) {
         for (int s0 = 0; s0 < nblk; s0 += kKvSpan) {
           const int s1 = std::min(nblk, s0 + kKvSpan);
-          const float* const* next = s1 < nblk ? blk.data() + s1 : after;
+          const KV* const* next = s1 < nblk ? blk.data() + s1 : after;
           const int n_next = s1 < nblk ? std::min(kAhead, nblk - s1) : n_after_blocks;
           bool first = true;
           for (int t = 0; t < n; ++t) {
@@ -174,9 +196,12 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
           }
         }
       };
-      walk(pt.kblk, pt.vblk.data(), std::min(kAhead, nblk),
-           [&](int t, const float* const* blk, int p0, int len, const float* const* next, int n_next) {
-             kernels_.attn_scores(q(t), 2 * hd, group, blk, bs, len, hd, scale, sc(t) + p0, ctx_max, next, n_next);
+      walk(kb.k, kb.v.data(), std::min(kAhead, nblk),
+           [&](int t, const KV* const* blk, int p0, int len, const KV* const* next, int n_next) {
+             if constexpr (kF16)
+               kernels_.attn_scores_f16(q(t), 2 * hd, group, blk, bs, len, hd, scale, sc(t) + p0, ctx_max, next, n_next);
+             else
+               kernels_.attn_scores(q(t), 2 * hd, group, blk, bs, len, hd, scale, sc(t) + p0, ctx_max, next, n_next);
            });
       for (int t = 0; t < n; ++t)
         for (int hh = 0; hh < group; ++hh) {
@@ -186,9 +211,12 @@ void CpuBackend::attention(const ModelConfig& c, const BLayer& L, float* qg, flo
           kernels_.scale(row, 1.f / kernels_.exp_shift_sum(row, ctx, mx), ctx);  // probabilities
         }
       for (int t = 0; t < n; ++t) std::fill(o(t), o(t) + static_cast<size_t>(group) * hd, 0.f);
-      walk(pt.vblk, pt.kblk_next.data(), n_after,
-           [&](int t, const float* const* blk, int p0, int len, const float* const* next, int n_next) {
-             kernels_.attn_values(sc(t) + p0, ctx_max, group, blk, bs, len, hd, o(t), hd, next, n_next);
+      walk(kb.v, kb.k_next.data(), n_after,
+           [&](int t, const KV* const* blk, int p0, int len, const KV* const* next, int n_next) {
+             if constexpr (kF16)
+               kernels_.attn_values_f16(sc(t) + p0, ctx_max, group, blk, bs, len, hd, o(t), hd, next, n_next);
+             else
+               kernels_.attn_values(sc(t) + p0, ctx_max, group, blk, bs, len, hd, o(t), hd, next, n_next);
            });
       gate();
     }

@@ -3,6 +3,8 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "core/cpu_features.h"
 
@@ -19,8 +21,11 @@ std::string CpuBackend::device_desc() const { return active_isa_name(); }
 size_t CpuBackend::init_caches(const CacheSpec& spec, int max_step_tokens, int max_logit_rows) {
   spec_ = spec;
   kv_layer_elems_ = static_cast<size_t>(spec.n_blocks) * spec.block_size * spec.n_kv_heads * spec.head_dim;
-  k_cache_.resize(kv_layer_elems_ * spec.n_kv_layers * sizeof(float));
-  v_cache_.resize(kv_layer_elems_ * spec.n_kv_layers * sizeof(float));
+  if (spec.kv_dtype != DType::f32 && spec.kv_dtype != DType::f16)
+    throw std::runtime_error(std::string("KV cache dtype ") + dtype_name(spec.kv_dtype) + " is not supported (f32 or f16)");
+  const size_t elem = dtype_size(spec.kv_dtype);
+  k_cache_.resize(kv_layer_elems_ * spec.n_kv_layers * elem);
+  v_cache_.resize(kv_layer_elems_ * spec.n_kv_layers * elem);
   layer_state_elems_ = static_cast<size_t>(spec.conv_rows) * spec.conv_dim + spec.ssm_elems;
   slot_elems_ = layer_state_elems_ * spec.n_gdn_layers;
   state_.resize(slot_elems_ * spec.n_state_slots * sizeof(float));

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/backend.h"
@@ -100,6 +101,9 @@ class CpuBackend final : public Backend {
  private:
   void matmul_impl(const float* x, int rows, const WMat* const* ws, float* const* ys, int n);
   void matmul_quantized(const float* x, int rows, const WMat* const* ws, float* const* ys, int n);
+  // attention() for the cache's element type: float, or uint16_t (f16 bits); attention.cpp.
+  template <typename KV>
+  void attention_kv(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v, float* out);
   void gdn_decode(const ModelConfig& c, const BLayer& L, const float* qkv, const float* z, const float* beta_in,
                   const float* decay_in, float* out);
   // Key head kh's inputs for n rows of x (row stride xs): the conv + SiLU of its q, k and value
@@ -136,7 +140,20 @@ class CpuBackend final : public Backend {
 
   struct PerThread {
     std::vector<float> scores;
-    std::vector<const float*> kblk, vblk, kblk_next;  // an attention item's KV block addresses
+    // An attention item's KV block addresses (keys, values, the next item's keys), per cache type.
+    template <typename KV>
+    struct KvBlocks {
+      std::vector<const KV*> k, v, k_next;
+    };
+    KvBlocks<float> kv32;
+    KvBlocks<uint16_t> kv16;  // an f16 cache's
+    template <typename KV>
+    KvBlocks<KV>& kv_blocks() {
+      if constexpr (std::is_same_v<KV, float>)
+        return kv32;
+      else
+        return kv16;
+    }
     std::vector<const float*> tile_q;  // a prompt tile's query rows, token-major (attn_tile)
     std::vector<float*> tile_o;
     std::vector<int32_t> tile_ctx;

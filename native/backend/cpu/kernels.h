@@ -121,6 +121,17 @@ struct Kernels {
   void (*attn_tile)(const float* const* q, const int32_t* ctx, int nr, const float* const* kblk,
                     const float* const* vblk, int bs, int64_t n, float scale, float* const* o,
                     std::vector<float>& scratch);
+  // The same three over an f16 KV cache (rows of n IEEE half values, widened to f32 as they are
+  // read; every sum in the same order, in f32, as the f32 kernels'), and the rounding that fills
+  // it: out[i] = x[i] to nearest-even f16 (F16C's vcvtps2ph).
+  void (*attn_scores_f16)(const float* q, int64_t q_stride, int nq, const uint16_t* const* blk, int bs, int ctx,
+                          int64_t n, float scale, float* out, int64_t out_stride, const uint16_t* const* next, int n_next);
+  void (*attn_values_f16)(const float* w, int64_t w_stride, int nq, const uint16_t* const* blk, int bs, int ctx,
+                          int64_t n, float* o, int64_t o_stride, const uint16_t* const* next, int n_next);
+  void (*attn_tile_f16)(const float* const* q, const int32_t* ctx, int nr, const uint16_t* const* kblk,
+                        const uint16_t* const* vblk, int bs, int64_t n, float scale, float* const* o,
+                        std::vector<float>& scratch);
+  void (*to_f16)(const float* x, uint16_t* out, int64_t n);
   void (*mul_sigmoid)(float* o, const float* gate, int64_t n);  // o *= sigmoid(gate)
 };
 

@@ -105,6 +105,9 @@ class CudaBackend final : public Backend {
 
   size_t init_caches(const CacheSpec& spec, int max_step_tokens, int max_logit_rows) override {
     if (!have_cfg_) throw std::runtime_error("CUDA backend: init_caches before bind_weights");
+    if (spec.kv_dtype != DType::f32)
+      throw std::runtime_error(std::string("KV cache dtype ") + dtype_name(spec.kv_dtype) +
+                               " is not supported on cuda (the CUDA backend keeps an f32 KV cache)");
     if (max_step_tokens <= 0) throw std::runtime_error("CUDA backend: max_step_tokens must be positive");
     spec_ = spec;
     max_tokens_ = max_step_tokens;

@@ -76,6 +76,13 @@ void attn_values(const float* w, int64_t ws, int nq, const float* const* blk, in
                  int64_t os, const float* const* next, int n_next);
 void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* const* kblk, const float* const* vblk,
                int bs, int64_t n, float scale, float* const* o, std::vector<float>& scratch);
+void attn_scores_f16(const float* q, int64_t qs, int nq, const uint16_t* const* blk, int bs, int ctx, int64_t n,
+                     float scale, float* out, int64_t os, const uint16_t* const* next, int n_next);
+void attn_values_f16(const float* w, int64_t ws, int nq, const uint16_t* const* blk, int bs, int ctx, int64_t n, float* o,
+                     int64_t os, const uint16_t* const* next, int n_next);
+void attn_tile_f16(const float* const* q, const int32_t* ctx, int nr, const uint16_t* const* kblk,
+                   const uint16_t* const* vblk, int bs, int64_t n, float scale, float* const* o, std::vector<float>& scratch);
+void to_f16(const float* x, uint16_t* out, int64_t n);
 
 // gdn.cpp
 void gdn_recurrent(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int dv);
