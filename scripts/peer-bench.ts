@@ -45,7 +45,7 @@ const LLAMA_KINDS = ['auto', 'native', 'prebuilt'] as const;
 
 interface Options {
   threads: number; rounds: number; isl: number; decodePrompt: number; decodeTokens: number; preset: string;
-  llama: (typeof LLAMA_KINDS)[number]; quant: OutDtype[]; json?: string; prepare?: boolean;
+  llama: (typeof LLAMA_KINDS)[number]; quant: OutDtype[]; json?: string; prepare?: boolean; kvCacheDtype: 'f32' | 'f16';
 }
 
 function parseOptions(argv: string[]): Options {
@@ -62,6 +62,10 @@ function parseOptions(argv: string[]): Options {
     .option('--decode-tokens <n>', 'tokens generated per decode measurement', countArg('--decode-tokens', 2, 65536), 48)
     .option('--preset <p>', `synthetic preset: ${PRESET_NAMES.join(' | ')}`, choiceArg('--preset', PRESET_NAMES), '0.8b')
     .option('--llama <which>', 'auto (the native build when present) | native | prebuilt', choiceArg('--llama', LLAMA_KINDS), 'auto')
+    // f16 by default: llama.cpp's own default cache (llama-bench's and the prebuilt library's
+    // contexts here keep it), so both engines read the same KV bytes (before the thirty-fifth
+    // session ours ran f32 against it: docs/performance.md).
+    .option('--kv-cache-dtype <t>', 'our KV cache: f16 (as llama.cpp\'s F16 default) | f32', choiceArg('--kv-cache-dtype', ['f32', 'f16'] as const), 'f16')
     .option('--prepare', 'only make (or find) the weight files of --quant, print them and exit')
     .option('--json <file>', 'also write the results as JSON');
   program.parse(argv);
@@ -152,7 +156,7 @@ async function main(): Promise<void> {
     // vdpbf16ps, its packed copy; Q8_0 0.8 GB and Q4_K_M 0.5 GB, mapped in place).
     const engine = await loadEngine(ourModel, {
       device: 'cpu', threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.isl + 8, ctxLen),
-      maxSeqs: 8, prefillChunk: 512, stepTokenBudget: Math.max(512, opt.isl), prefixCache: false,
+      maxSeqs: 8, prefillChunk: 512, stepTokenBudget: Math.max(512, opt.isl), prefixCache: false, kvCacheDtype: opt.kvCacheDtype,
     });
     const ref = await referenceLlama(opt, shared, f.llama, ctxLen);
     entries.push({
@@ -190,6 +194,7 @@ async function main(): Promise<void> {
   const out: string[] = [];
   out.push(`CPU: ${cpu}; our ISA path: ${isa}; llama.cpp: ${shared.describe}`);
   out.push(`machine: ${opt.threads} threads, read bandwidth ${median(allGBs).toFixed(1)} GB/s sustained (median pass of the best of 1, 4 and 8 read streams per thread, 4 passes of 1 GiB before and after each of our c=1 decodes; the median of all those limits), one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start; peak ${machine.peakGflops.toFixed(0)} GFLOP/s at start (${machine.peakKind}; float weights' prefill is set against the higher of the peaks probed just before and just after it, per round)`);
+  out.push(`KV cache: ours ${entries[0]!.engine.info.kvCacheDtype}; llama.cpp F16 (its default)`);
   out.push(`rounds: ${opt.rounds}, interleaved (round r: for each of ${entries.map((e) => label(e.files.quant)).join(', ')}: ours, then llama.cpp), after one warm-up round of each; medians; prefill ${opt.isl} tokens (each engine's timed prefill after an untimed one of its own), decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
   out.push(`decode bytes per step: ${DECODE_BYTES_RULE}`);
   out.push(`prefill FLOPs per token: ${PREFILL_FLOPS_RULE}`);
@@ -197,7 +202,7 @@ async function main(): Promise<void> {
   process.stdout.write(`${out.join('\n')}\n`);
   if (opt.json) {
     writeFileSync(opt.json, JSON.stringify({
-      cpu, isa, llama: shared.describe, llamaKind: shared.kind, preset: opt.preset, threads: opt.threads, rounds: opt.rounds,
+      cpu, isa, llama: shared.describe, llamaKind: shared.kind, kvCache: { ours: entries[0]!.engine.info.kvCacheDtype, llama: 'f16' }, preset: opt.preset, threads: opt.threads, rounds: opt.rounds,
       isl: opt.isl, decodePrompt: opt.decodePrompt, decodeTokens: opt.decodeTokens, machine,
       decodeBytesRule: DECODE_BYTES_RULE, prefillFlopsRule: PREFILL_FLOPS_RULE, quants: results,
     }, null, 2));
