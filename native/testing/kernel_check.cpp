@@ -227,6 +227,19 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   // same bits as in the tile.
   double tile_err = 0;
   int tile_order_diffs = 0;
+  // A tile's nr = ntok x group query rows of n random values (row i at qp[i]) and their contexts
+  // (token i / group sees pos0 + i / group + 1 keys).
+  auto tile_queries = [&](int nr, int n, int group, int pos0, std::vector<float>& qs, std::vector<const float*>& qp,
+                          std::vector<int32_t>& cx) {
+    qs.resize(static_cast<size_t>(nr) * n);
+    for (auto& e : qs) e = u(rng);
+    qp.resize(nr);
+    cx.resize(nr);
+    for (int i = 0; i < nr; ++i) {
+      qp[i] = qs.data() + static_cast<size_t>(i) * n;
+      cx[i] = pos0 + i / group + 1;
+    }
+  };
   for (int group : {1, 2, 4, 8})
     for (int ntok : {1, 3, 8, 9})
       for (int pos0 : {0, 5, 16, 70})
@@ -242,16 +255,12 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
             vb[b] = kb[b] + static_cast<size_t>(bs) * n;
           }
           auto row = [&](const std::vector<const float*>& blk, int j) { return blk[j / bs] + (j % bs) * n; };
-          std::vector<float> qs(static_cast<size_t>(nr) * n), os(static_cast<size_t>(nr) * n, NAN);
-          for (auto& e : qs) e = u(rng);
-          std::vector<const float*> qp(nr);
+          std::vector<float> qs, os(static_cast<size_t>(nr) * n, NAN);
+          std::vector<const float*> qp;
+          std::vector<int32_t> cx;
+          tile_queries(nr, n, group, pos0, qs, qp, cx);
           std::vector<float*> op(nr);
-          std::vector<int32_t> cx(nr);
-          for (int i = 0; i < nr; ++i) {
-            qp[i] = qs.data() + static_cast<size_t>(i) * n;
-            op[i] = os.data() + static_cast<size_t>(i) * n;
-            cx[i] = pos0 + i / group + 1;
-          }
+          for (int i = 0; i < nr; ++i) op[i] = os.data() + static_cast<size_t>(i) * n;
           std::vector<float> scratch;
           const float scale = 1.f / std::sqrt(static_cast<float>(n));
           K.attn_tile(qp.data(), cx.data(), nr, kb.data(), vb.data(), bs, n, scale, op.data(), scratch);
@@ -292,13 +301,31 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   // overflow to inf, NaN kept NaN) over lengths off the vector width.
   int f16_diffs = 0;
   {
-    auto round_pool = [&](size_t elems, float amp, std::vector<float>& p32, std::vector<uint16_t>& p16) {
-      p32.resize(elems);
-      p16.resize(elems);
+    // nblk K and V blocks of bs rows of n values, f16-rounded, held both as f16 and as the same
+    // values in f32; block b of the run at pool slot (b * mul + add) % nblk (scattered).
+    struct HalfPool {
+      std::vector<float> p32;
+      std::vector<uint16_t> p16;
+      std::vector<const float*> kb, vb;
+      std::vector<const uint16_t*> kh, vh;
+    };
+    auto half_pool = [&](int nblk, int bs, int n, float amp, int mul, int add) {
+      HalfPool h;
+      const size_t elems = static_cast<size_t>(2 * nblk) * bs * n;
+      h.p32.resize(elems);
+      h.p16.resize(elems);
       for (size_t i = 0; i < elems; ++i) {
-        p16[i] = f32_to_f16(amp * u(rng));
-        p32[i] = f16_to_f32(p16[i]);
+        h.p16[i] = f32_to_f16(amp * u(rng));
+        h.p32[i] = f16_to_f32(h.p16[i]);
       }
+      for (int b = 0; b < nblk; ++b) {
+        const size_t off = static_cast<size_t>(2 * ((b * mul + add) % nblk)) * bs * n;
+        h.kb.push_back(h.p32.data() + off);
+        h.vb.push_back(h.kb.back() + static_cast<size_t>(bs) * n);
+        h.kh.push_back(h.p16.data() + off);
+        h.vh.push_back(h.kh.back() + static_cast<size_t>(bs) * n);
+      }
+      return h;
     };
     auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
       return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
@@ -308,18 +335,9 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         for (int n : {256, 37}) {
           const int bs = 16, nblk = (ctx + bs - 1) / bs;
           const int64_t qs = 2 * n + 3, os = ctx + 2;
-          std::vector<float> p32;
-          std::vector<uint16_t> p16;
-          round_pool(static_cast<size_t>(2 * nblk) * bs * n, 1.f, p32, p16);
-          std::vector<const float*> kb(nblk), vb(nblk);
-          std::vector<const uint16_t*> kh(nblk), vh(nblk);
-          for (int b = 0; b < nblk; ++b) {
-            const size_t off = static_cast<size_t>(2 * ((b * 7) % nblk)) * bs * n;
-            kb[b] = p32.data() + off;
-            vb[b] = kb[b] + static_cast<size_t>(bs) * n;
-            kh[b] = p16.data() + off;
-            vh[b] = kh[b] + static_cast<size_t>(bs) * n;
-          }
+          const HalfPool h = half_pool(nblk, bs, n, 1.f, 7, 0);
+          const auto &kb = h.kb, &vb = h.vb;
+          const auto &kh = h.kh, &vh = h.vh;
           std::vector<float> q(nq * qs), wgt(nq * os), s32(nq * os, 0.f), s16(nq * os, 0.f), o32(nq * n);
           for (auto* vec : {&q, &wgt, &o32})
             for (auto& e : *vec) e = u(rng);
@@ -336,28 +354,17 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         for (int pos0 : {0, 16, 70})
           for (int n : {256, 40}) {
             const int bs = 16, ctx_max = pos0 + ntok, nblk = (ctx_max + bs - 1) / bs, nr = ntok * group;
-            std::vector<float> p32;
-            std::vector<uint16_t> p16;
-            round_pool(static_cast<size_t>(2 * nblk) * bs * n, 2.f, p32, p16);
-            std::vector<const float*> kb(nblk), vb(nblk);
-            std::vector<const uint16_t*> kh(nblk), vh(nblk);
-            for (int b = 0; b < nblk; ++b) {
-              const size_t off = static_cast<size_t>(2 * ((b * 5 + 1) % nblk)) * bs * n;
-              kb[b] = p32.data() + off;
-              vb[b] = kb[b] + static_cast<size_t>(bs) * n;
-              kh[b] = p16.data() + off;
-              vh[b] = kh[b] + static_cast<size_t>(bs) * n;
-            }
-            std::vector<float> qs(static_cast<size_t>(nr) * n), o32(static_cast<size_t>(nr) * n, NAN), o16 = o32;
-            for (auto& e : qs) e = u(rng);
-            std::vector<const float*> qp(nr);
+            const HalfPool h = half_pool(nblk, bs, n, 2.f, 5, 1);
+            const auto &kb = h.kb, &vb = h.vb;
+            const auto &kh = h.kh, &vh = h.vh;
+            std::vector<float> qs, o32(static_cast<size_t>(nr) * n, NAN), o16 = o32;
+            std::vector<const float*> qp;
+            std::vector<int32_t> cx;
+            tile_queries(nr, n, group, pos0, qs, qp, cx);
             std::vector<float*> op32(nr), op16(nr);
-            std::vector<int32_t> cx(nr);
             for (int i = 0; i < nr; ++i) {
-              qp[i] = qs.data() + static_cast<size_t>(i) * n;
               op32[i] = o32.data() + static_cast<size_t>(i) * n;
               op16[i] = o16.data() + static_cast<size_t>(i) * n;
-              cx[i] = pos0 + i / group + 1;
             }
             std::vector<float> scratch;
             const float scale = 1.f / std::sqrt(static_cast<float>(n));
