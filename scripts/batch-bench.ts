@@ -21,7 +21,7 @@ import { choiceArg } from '../src/cli/flag-values.js';
 import { resolveDevice } from '../src/engine/device.js';
 import { loadEngine } from '../src/engine/engine.js';
 import { loadAddon } from '../src/engine/native.js';
-import type { EngineHandle, ProfileReport, TokenEvent } from '../src/engine/types.js';
+import { KV_CACHE_DTYPES, type EngineHandle, type KvCacheDtype, type ProfileReport, type TokenEvent } from '../src/engine/types.js';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { formatOpsReport } from '../src/bench/profile.js';
 import { machineInfo } from '../src/util/machine.js';
@@ -47,7 +47,7 @@ const program = new Command('batch-bench')
 const opt = program.opts<{ prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string; kvCacheDtype: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
-interface Variant { name: string; addon?: string; kv: 'f32' | 'f16'; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
+interface Variant { name: string; addon?: string; kv: KvCacheDtype; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
 
 async function measure(engine: EngineHandle, c: number, seed: number): Promise<number> {
   if (c === 0) {
@@ -76,11 +76,11 @@ async function main(): Promise<void> {
   const addons: (string | undefined)[] = opt.addons ? opt.addons.split(',') : [undefined];
   if (!Number.isInteger(opt.reloads) || opt.reloads < 1) throw new Error(`--reloads: not a positive integer: ${opt.reloads}`);
   if (!Number.isInteger(opt.rounds) || opt.rounds < 1) throw new Error(`--rounds: not a positive integer: ${opt.rounds}`);
-  const kvs = opt.kvCacheDtype.split(',').map((k) => choiceArg('--kv-cache-dtype', ['f32', 'f16'] as const)(k));
+  const kvs = opt.kvCacheDtype.split(',').map((k) => choiceArg('--kv-cache-dtype', KV_CACHE_DTYPES)(k));
   const variants: Variant[] = addons.flatMap((a) => kvs.map((kv) => ({
     name: `${a ?? 'engine'}${kvs.length > 1 ? ` (KV ${kv})` : ''}`, addon: a, kv, rates: new Map(levels.map((c) => [c, []])), profiles: new Map(),
   })));
-  const load = (a: string | undefined, kv: 'f32' | 'f16'): Promise<EngineHandle> => loadEngine(ckpt, {
+  const load = (a: string | undefined, kv: KvCacheDtype): Promise<EngineHandle> => loadEngine(ckpt, {
     kvCacheDtype: kv,
     device, cudaGraphs: opt.cudaGraphs, threads: opt.threads, blockSize: 16, kvcache: 'paged', maxSeq: Math.max(opt.prompt + opt.tokens, opt.prefillTokens + 1) + 8,
     maxSeqs: Math.max(1, maxC), prefillChunk: Math.max(512, opt.prefillTokens), stepTokenBudget: Math.max(2048, maxC * opt.prompt, opt.prefillTokens), prefixCache: false,

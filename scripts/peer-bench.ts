@@ -18,7 +18,7 @@ import { ConvertError, type OutDtype } from '../src/convert/convert.js';
 import { isQuantDtype } from '../src/convert/quant-mix.js';
 import { loadEngine } from '../src/engine/engine.js';
 import { loadAddon, usableCpus } from '../src/engine/native.js';
-import type { EngineHandle } from '../src/engine/types.js';
+import { KV_CACHE_DTYPES, type EngineHandle, type KvCacheDtype } from '../src/engine/types.js';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
 import { PRESET_NAMES } from '../src/model/presets.js';
@@ -45,7 +45,7 @@ const LLAMA_KINDS = ['auto', 'native', 'prebuilt'] as const;
 
 interface Options {
   threads: number; rounds: number; isl: number; decodePrompt: number; decodeTokens: number; preset: string;
-  llama: (typeof LLAMA_KINDS)[number]; quant: OutDtype[]; json?: string; prepare?: boolean; kvCacheDtype: 'f32' | 'f16';
+  llama: (typeof LLAMA_KINDS)[number]; quant: OutDtype[]; json?: string; prepare?: boolean; kvCacheDtype: KvCacheDtype;
 }
 
 function parseOptions(argv: string[]): Options {
@@ -65,7 +65,7 @@ function parseOptions(argv: string[]): Options {
     // f16 by default: llama.cpp's own default cache (llama-bench's and the prebuilt library's
     // contexts here keep it), so both engines read the same KV bytes (before the thirty-fifth
     // session ours ran f32 against it: docs/performance.md).
-    .option('--kv-cache-dtype <t>', 'our KV cache: f16 (as llama.cpp\'s F16 default) | f32', choiceArg('--kv-cache-dtype', ['f32', 'f16'] as const), 'f16')
+    .option('--kv-cache-dtype <t>', 'our KV cache: f16 (as llama.cpp\'s F16 default) | f32', choiceArg('--kv-cache-dtype', KV_CACHE_DTYPES), 'f16')
     .option('--prepare', 'only make (or find) the weight files of --quant, print them and exit')
     .option('--json <file>', 'also write the results as JSON');
   program.parse(argv);

@@ -686,9 +686,8 @@ describe('sweep on a simulated engine', () => {
 
 describe('the KV cache dtype across the addon boundary', () => {
   // A stand-in for the native addon (the interface loadEngine talks to): it records the options it is
-  // given and reports kvCacheDtype in its info only when built with `reports` (an addon from before
-  // the option says nothing).
-  function fakeAddon(name: string, reports: boolean): string {
+  // given and reports the kvCacheDtype it was given in its info.
+  function fakeAddon(name: string): string {
     const file = path.join(tmp, `${name}.cjs`);
     writeFileSync(file, `
 exports.abiVersion = ${ADDON_ABI};
@@ -702,7 +701,7 @@ exports.Engine = class {
   }
   info() {
     return { backend: 'cpu', isa: 'fake', threads: 1, weightBytes: 0, dtype: 'f32', kvBlocksTotal: 4, blockSize: 16, kvBlockBytes: 1024, stateBytes: 0,
-      ${reports ? 'kvCacheDtype: this.options.kvCacheDtype' : ''} };
+      kvCacheDtype: this.options.kvCacheDtype };
   }
   close() {}
 };
@@ -713,7 +712,7 @@ exports.Engine = class {
   const source = { synthetic: fakeCheckpoint().config };
 
   it('passes kvCacheDtype to the engine (f32 when not given) and reads it back from the engine info', async () => {
-    const addonPath = fakeAddon('addon-kv-dtype', true);
+    const addonPath = fakeAddon('addon-kv-dtype');
     const recorded = (createRequire(import.meta.url)(addonPath) as { options: Array<Record<string, unknown>> }).options;
     const f16 = await loadEngine(source, { ...opts, kvCacheDtype: 'f16' }, {}, { addonPath });
     expect(recorded.at(-1)!.kvCacheDtype).toBe('f16');
@@ -725,10 +724,4 @@ exports.Engine = class {
     await dflt.close();
   });
 
-  it('reads an addon that does not report the dtype as f32', async () => {
-    const addonPath = fakeAddon('addon-kv-dtype-old', false);
-    const e = await loadEngine(source, opts, {}, { addonPath });
-    expect(e.info.kvCacheDtype).toBe('f32');
-    await e.close();
-  });
 });

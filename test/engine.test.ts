@@ -303,19 +303,29 @@ describe('f16 KV cache', () => {
   // K and V rounded to nearest-even f16 as they are written (relative error <= 2^-11), widened back
   // exactly as attention reads them; everything else is the f32 engine's. kernelCheck holds the f16
   // kernels to the f32 kernels' bits on the same rounded values, so what differs here is the rounding.
+  // Each test closes its engines (about 130 MB each) before it ends.
   const prompt = promptIds(150, 77); // 10 blocks of 16 positions: prompt tiles and decode rows
 
   it('reports its dtype and halves the KV block', async () => {
-    const f16 = await engine({ kvCacheDtype: 'f16' });
-    const f32 = await engine({ kvCacheDtype: 'f32' });
-    expect(f16.info.kvCacheDtype).toBe('f16');
-    expect(f32.info.kvCacheDtype).toBe('f32');
-    expect(f16.info.kvBlockBytes * 2).toBe(f32.info.kvBlockBytes);
+    const f16 = await tinyEngine({ kvCacheDtype: 'f16' });
+    const f32 = await tinyEngine({ kvCacheDtype: 'f32' });
+    try {
+      expect(f16.info.kvCacheDtype).toBe('f16');
+      expect(f32.info.kvCacheDtype).toBe('f32');
+      expect(f16.info.kvBlockBytes * 2).toBe(f32.info.kvBlockBytes);
+    } finally {
+      await f16.close();
+      await f32.close();
+    }
   });
 
   it('moves the logits by a little against the f32 cache, and the greedy tokens not at all here', async () => {
-    const a = await greedy(await engine({ kvCacheDtype: 'f16' }), prompt, 24, true);
-    const b = await greedy(await engine({ kvCacheDtype: 'f32' }), prompt, 24, true);
+    const run = async (kv: 'f16' | 'f32') => {
+      const e = await tinyEngine({ kvCacheDtype: kv });
+      try { return await greedy(e, prompt, 24, true); } finally { await e.close(); }
+    };
+    const a = await run('f16');
+    const b = await run('f32');
     let worst = 0;
     for (let r = 0; r < a.logitRows; r++) {
       const x = logSoftmaxRow(a.logits!, r, V);
@@ -327,17 +337,29 @@ describe('f16 KV cache', () => {
     expect(a.tokens).toEqual(b.tokens);
   });
 
-  it('gives a sequence the same logits alone and batched, paged or continuous, and from the prefix cache', async () => {
-    const alone = await greedy(await engine({ kvCacheDtype: 'f16' }), prompt, 16, true);
-    const cont = await greedy(await engine({ kvCacheDtype: 'f16', kvcache: 'continuous' }), prompt, 16, true);
-    expect(maxAbsDiff(alone.logits!, cont.logits!)).toBe(0);
-    const e = await engine({ kvCacheDtype: 'f16', prefillChunk: 64, stepTokenBudget: 256, prefixCache: true });
-    const others = [5, 40, 130].map((n, i) => e.submit({ prompt: promptIds(n, 900 + i), maxTokens: 12, ignoreEos: true }).done);
-    const [batched] = await Promise.all([greedy(e, prompt, 16, true), ...others]);
-    expect(batched.tokens).toEqual(alone.tokens);
-    // The same prompt again: its blocks (f16) come from the prefix cache.
-    const again = await greedy(e, prompt, 16, true);
-    expect(again.tokens).toEqual(alone.tokens);
-    expect(e.stats().prefixHitTokens).toBeGreaterThan(0);
+  it('gives a sequence the same logits paged or continuous, and the same tokens batched and from the prefix cache', async () => {
+    const paged = await tinyEngine({ kvCacheDtype: 'f16' });
+    const cont = await tinyEngine({ kvCacheDtype: 'f16', kvcache: 'continuous' });
+    let alone;
+    try {
+      alone = await greedy(paged, prompt, 16, true);
+      const c = await greedy(cont, prompt, 16, true);
+      expect(maxAbsDiff(alone.logits!, c.logits!)).toBe(0);
+    } finally {
+      await paged.close();
+      await cont.close();
+    }
+    const e = await tinyEngine({ kvCacheDtype: 'f16', prefillChunk: 64, stepTokenBudget: 256, prefixCache: true });
+    try {
+      const others = [5, 40, 130].map((n, i) => e.submit({ prompt: promptIds(n, 900 + i), maxTokens: 12, ignoreEos: true }).done);
+      const [batched] = await Promise.all([greedy(e, prompt, 16, true), ...others]);
+      expect(batched.tokens).toEqual(alone.tokens);
+      // The same prompt again: its blocks (f16) come from the prefix cache.
+      const again = await greedy(e, prompt, 16, true);
+      expect(again.tokens).toEqual(alone.tokens);
+      expect(e.stats().prefixHitTokens).toBeGreaterThan(0);
+    } finally {
+      await e.close();
+    }
   });
 });

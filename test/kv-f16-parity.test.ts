@@ -6,8 +6,10 @@
 // Both engines round K and V to f16 the same way (nearest-even). llama.cpp's F16 path also rounds
 // the query to f16 for the scores and the softmax probabilities to f16 for the values (its matmul
 // converts the f32 operand to the cache's type), which ours does not (its attention stays f32 after
-// widening K and V). So ours with f16 must sit closer to llama.cpp's F16 run than llama.cpp's F16
-// run sits to its own F32 run (the f16 cache's whole effect), and our f32 and f16 runs must differ.
+// widening K and V). So, over the log-softmax entries above -30 (root mean squares: one row's extreme
+// does not decide): ours with f16 sits closer to llama.cpp's F16 run than llama.cpp's F16 run sits
+// to its own F32 run (the f16 cache's whole effect there), and closer to it than ours with f32 does;
+// the two engines' f16 effects point the same way; and our f32 and f16 runs differ.
 // Measured figures and the reasoning: docs/parity.md, "The f16 KV cache".
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -18,7 +20,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { convertCheckpoint } from '../src/convert/convert.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
-import { closeAllRefs, compareLogSoftmax, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
+import { closeAllRefs, compareLogSoftmax, logSoftmax, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
 
 const execFileP = promisify(execFile);
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
@@ -33,26 +35,37 @@ const rows: Record<'llama32' | 'llama16' | 'ours32' | 'ours16', Float32Array> = 
   llama32: new Float32Array(0), llama16: new Float32Array(0), ours32: new Float32Array(0), ours16: new Float32Array(0),
 };
 
+/** Our log-softmax rows (bench prompt --max-new-tokens 0 --logits-out), with the CLI's error on failure. */
 async function ours(kv: 'f32' | 'f16'): Promise<Float32Array> {
   const file = join(work, `logits-${kv}.f32`);
-  await execFileP(process.execPath, [BENCH, 'prompt', '--model-path', dir, '--prompt-ids', prompt.join(','),
-    '--max-new-tokens', '0', '--logits-out', file, '--device', 'cpu', '--threads', '2', '--kv-cache-dtype', kv],
-  { cwd: ROOT, maxBuffer: 64 << 20, timeout: 100_000, killSignal: 'SIGKILL' });
+  const args = [BENCH, 'prompt', '--model-path', dir, '--prompt-ids', prompt.join(','), '--max-new-tokens', '0',
+    '--logits-out', file, '--device', 'cpu', '--threads', '2', '--kv-cache-dtype', kv];
+  try {
+    await execFileP(process.execPath, args, { cwd: ROOT, maxBuffer: 64 << 20, timeout: 100_000, killSignal: 'SIGKILL' });
+  } catch (err) {
+    const e = err as { stderr?: string; message: string; killed?: boolean };
+    throw new Error(`bench prompt --kv-cache-dtype ${kv} failed: ${e.killed ? 'killed after 100 s' : (e.stderr ?? '').trim() || e.message}`);
+  }
   const buf = readFileSync(file);
+  rmSync(file, { force: true });
   expect(buf.length, 'logits file size').toBe(LEN * V * 4);
-  // Raw logits -> log-softmax per row (llama.cpp's rows are log-softmax).
   const logits = new Float32Array(buf.buffer, buf.byteOffset, LEN * V);
   const out = new Float32Array(LEN * V);
-  for (let r = 0; r < LEN; r++) {
-    const row = logits.subarray(r * V, (r + 1) * V);
-    let mx = -Infinity;
-    for (const v of row) mx = Math.max(mx, v);
-    let sum = 0;
-    for (const v of row) sum += Math.exp(v - mx);
-    const lse = mx + Math.log(sum);
-    for (let i = 0; i < V; i++) out[r * V + i] = row[i]! - lse;
-  }
+  for (let r = 0; r < LEN; r++) logSoftmax(logits.subarray(r * V, (r + 1) * V), out.subarray(r * V, (r + 1) * V));
   return out;
+}
+
+/** Root mean square of a - b over the entries where ref is above -30 (below, precision thins out). */
+function rmsDiff(a: Float32Array, b: Float32Array, ref: Float32Array): number {
+  let sum = 0;
+  let n = 0;
+  for (let i = 0; i < ref.length; i++) {
+    if (ref[i]! < -30) continue;
+    const d = a[i]! - b[i]!;
+    sum += d * d;
+    n++;
+  }
+  return Math.sqrt(sum / n);
 }
 
 beforeAll(async () => {
@@ -64,8 +77,11 @@ beforeAll(async () => {
   });
   const gguf = join(work, 'model.gguf');
   await convertCheckpoint(dir, gguf, { dtype: 'f32' });
+  // One llama.cpp context at a time (each holds the model and its logits).
   rows.llama32 = (await (await openRef(gguf, { contextSize: 512, kvCacheType: 'F32' })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
+  await closeAllRefs();
   rows.llama16 = (await (await openRef(gguf, { contextSize: 512, kvCacheType: 'F16' })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
+  await closeAllRefs();
   rows.ours32 = await ours('f32');
   rows.ours16 = await ours('f16');
 }, 600_000);
@@ -77,29 +93,33 @@ afterAll(async () => {
 
 describe('f16 KV cache against llama.cpp', () => {
   it("ours with f16 moves as llama.cpp's F16 cache does, and sits closer to it than llama.cpp's own F32 run", () => {
-    const effect = compareLogSoftmax(rows.llama16, rows.llama32, V);
-    const cmp = compareLogSoftmax(rows.ours16, rows.llama16, V);
-    const own = compareLogSoftmax(rows.ours16, rows.ours32, V);
-    const base = compareLogSoftmax(rows.ours32, rows.llama32, V);
+    const { llama32, llama16, ours32, ours16 } = rows;
+    const effect = rmsDiff(llama16, llama32, llama32); // the F16 cache's whole effect in llama.cpp
+    const toLlama16 = rmsDiff(ours16, llama16, llama32);
+    const f32ToLlama16 = rmsDiff(ours32, llama16, llama32);
+    const own = rmsDiff(ours16, ours32, llama32);
     // The two caches' effects (each engine's f16 rows minus its f32 rows) point the same way: the
-    // shared rounding of K and V is most of llama.cpp's effect (measured cosine 0.71; the rest is its
-    // f16 query and probabilities). A cache rounded otherwise (truncated, or only K) or not at all
-    // would not correlate so.
+    // shared rounding of K and V is much of llama.cpp's effect (the rest is its f16 query and
+    // probabilities); effects that did not share it (a cache not rounded, or rounded another way)
+    // would not correlate.
     let dot = 0, na = 0, nb = 0;
-    for (let i = 0; i < rows.ours16.length; i++) {
-      if (rows.llama32[i]! < -30) continue;
-      const a = rows.ours16[i]! - rows.ours32[i]!, b = rows.llama16[i]! - rows.llama32[i]!;
+    for (let i = 0; i < ours16.length; i++) {
+      if (llama32[i]! < -30) continue;
+      const a = ours16[i]! - ours32[i]!, b = llama16[i]! - llama32[i]!;
       dot += a * b; na += a * a; nb += b * b;
     }
     const cosine = dot / Math.sqrt(na * nb);
-    const msg = `llama F16 vs F32 ${effect.maxAbs.toExponential(3)}; ours f16 vs llama F16 ${cmp.maxAbs.toExponential(3)}; ` +
-      `ours f16 vs f32 ${own.maxAbs.toExponential(3)}; ours f32 vs llama F32 ${base.maxAbs.toExponential(3)}; cosine of the effects ${cosine.toFixed(3)}`;
-    expect(effect.maxAbs, msg).toBeGreaterThan(1e-4); // the F16 cache really moves llama.cpp's rows
-    expect(own.maxAbs, msg).toBeGreaterThan(0); // and ours
+    const maxes = [compareLogSoftmax(llama16, llama32, V), compareLogSoftmax(ours16, llama16, V), compareLogSoftmax(ours16, ours32, V)];
+    const base = compareLogSoftmax(ours32, llama32, V);
+    const msg = `rms: llama F16 vs F32 ${effect.toExponential(3)}, ours f16 vs llama F16 ${toLlama16.toExponential(3)}, ` +
+      `ours f32 vs llama F16 ${f32ToLlama16.toExponential(3)}, ours f16 vs f32 ${own.toExponential(3)}; cosine of the effects ` +
+      `${cosine.toFixed(3)}; max: ${maxes.map((m) => m.maxAbs.toExponential(3)).join(', ')}; ours f32 vs llama F32 ${base.maxAbs.toExponential(3)}`;
+    expect(effect, msg).toBeGreaterThan(1e-5); // the F16 cache really moves llama.cpp's rows
+    expect(own, msg).toBeGreaterThan(0); // and ours
     expect(base.maxAbs, msg).toBeLessThanOrEqual(1e-3); // the f32 engines agree (as test/parity.test.ts)
-    expect(cmp.maxAbs, msg).toBeLessThan(effect.maxAbs);
-    expect(cmp.floorViolations, msg).toBe(0);
-    expect(cmp.argmaxMismatches, msg).toBe(0);
+    expect(toLlama16, msg).toBeLessThan(0.9 * effect);
+    expect(toLlama16, msg).toBeLessThan(f32ToLlama16);
     expect(cosine, msg).toBeGreaterThan(0.5);
+    expect(maxes[1]!.floorViolations, msg).toBe(0);
   });
 });

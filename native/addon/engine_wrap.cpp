@@ -154,7 +154,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       ec.max_seqs = req_int(opt, "maxSeqs", "options");
       ec.prefill_chunk = req_int(opt, "prefillChunk", "options");
       ec.step_token_budget = req_int(opt, "stepTokenBudget", "options");
-      const std::string kvd = get_str(opt, "kvCacheDtype", "f32");
+      const std::string kvd = req_str(opt, "kvCacheDtype", "options");
       if (kvd != "f32" && kvd != "f16")
         throw std::invalid_argument("options.kvCacheDtype: '" + kvd + "' is not f32 or f16");
       ec.kv_dtype = kvd == "f16" ? DType::f16 : DType::f32;

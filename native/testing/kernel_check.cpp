@@ -250,7 +250,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
           for (auto& e : pool) e = 2.f * u(rng);
           std::vector<const float*> kb(nblk), vb(nblk);
           for (int b = 0; b < nblk; ++b) {
-            const int slot = (b * 5 + 1) % nblk;
+            const int slot = (b * 7 + 1) % nblk;  // 7: coprime to every nblk here (1, 2, 5), so a permutation
             kb[b] = pool.data() + static_cast<size_t>(2 * slot) * bs * n;
             vb[b] = kb[b] + static_cast<size_t>(bs) * n;
           }
@@ -354,7 +354,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         for (int pos0 : {0, 16, 70})
           for (int n : {256, 40}) {
             const int bs = 16, ctx_max = pos0 + ntok, nblk = (ctx_max + bs - 1) / bs, nr = ntok * group;
-            const HalfPool h = half_pool(nblk, bs, n, 2.f, 5, 1);
+            const HalfPool h = half_pool(nblk, bs, n, 2.f, 7, 1);
             const auto &kb = h.kb, &vb = h.vb;
             const auto &kh = h.kh, &vh = h.vh;
             std::vector<float> qs, o32(static_cast<size_t>(nr) * n, NAN), o16 = o32;

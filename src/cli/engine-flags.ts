@@ -6,7 +6,7 @@ import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { Option } from 'commander';
 import { checkKvCacheDtype, CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
-import type { KvCacheDtype, KvLayout } from '../engine/types.js';
+import { KV_CACHE_DTYPES, type KvCacheDtype, type KvLayout } from '../engine/types.js';
 import { PRESET_NAMES } from '../model/presets.js';
 import { isSyntheticModelPath, syntheticName, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError } from '../model/types.js';
@@ -162,7 +162,7 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     maxSeq: num('--max-seq', raw.maxSeq, ENGINE_DEFAULTS.maxSeq, 2),
     cudaGraphs: oneOf('--cuda-graphs', raw.cudaGraphs ?? ENGINE_DEFAULTS.cudaGraphs, ['on', 'off'] as const) === 'on',
     kvMemory: raw.kvMemory === undefined ? null : parseKvMemory('--kv-memory', raw.kvMemory),
-    kvCacheDtype: oneOf('--kv-cache-dtype', raw.kvCacheDtype ?? ENGINE_DEFAULTS.kvCacheDtype, ['f32', 'f16'] as const),
+    kvCacheDtype: oneOf('--kv-cache-dtype', raw.kvCacheDtype ?? ENGINE_DEFAULTS.kvCacheDtype, KV_CACHE_DTYPES),
   };
   // --device cuda is known here; auto only once it is resolved (the commands check it again there).
   if (device === 'cuda') checkKvCacheDtype(flags.kvCacheDtype, device, device);

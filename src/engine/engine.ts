@@ -61,8 +61,7 @@ class Engine implements EngineHandle {
       kvBlocksTotal: Number(i.kvBlocksTotal),
       blockSize: Number(i.blockSize),
       kvBlockBytes: Number(i.kvBlockBytes),
-      // An addon built before the KV cache had an element type to choose keeps it f32 (and says nothing).
-      kvCacheDtype: (i.kvCacheDtype !== undefined ? String(i.kvCacheDtype) : 'f32') as EngineInfo['kvCacheDtype'],
+      kvCacheDtype: String(i.kvCacheDtype) as EngineInfo['kvCacheDtype'],
       stateBytes: Number(i.stateBytes),
       ...(i.kvPoolSource !== undefined ? { kvPoolBytes: Number(i.kvPoolBytes), kvPool: String(i.kvPoolSource) as EngineInfo['kvPool'] } : {}),
       ...(i.kvMemoryFraction !== undefined

@@ -2,8 +2,9 @@
 
 export type Device = 'cpu' | 'cuda';
 export type KvLayout = 'paged' | 'continuous';
-/** Element type of the KV cache (--kv-cache-dtype). */
-export type KvCacheDtype = 'f32' | 'f16';
+/** The KV cache's element types (EngineOptions.kvCacheDtype, --kv-cache-dtype). */
+export const KV_CACHE_DTYPES = ['f32', 'f16'] as const;
+export type KvCacheDtype = (typeof KV_CACHE_DTYPES)[number];
 
 export interface EngineOptions {
   device: Device;

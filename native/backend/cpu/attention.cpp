@@ -72,7 +72,7 @@ void CpuBackend::attention_kv(const ModelConfig& c, const BLayer& L, float* qg, 
     }
   });
   // Cache layout per layer: [block][kv head][position in block][hd], so one KV head's rows in a
-  // block are one contiguous run (bs * hd floats) that the attention below streams.
+  // block are one contiguous run (bs * hd elements) that the attention below streams.
   auto row_at = [&](const int32_t* table, int pos, int g) {
     return ((static_cast<size_t>(table[pos / bs]) * nkv + g) * bs + pos % bs) * hd;
   };
@@ -95,7 +95,7 @@ void CpuBackend::attention_kv(const ModelConfig& c, const BLayer& L, float* qg, 
   // 2) causal attention through the block table, then the sigmoid gate. An item is up to kTile
   // consecutive tokens of one segment and one KV head; the query heads of the group, and the
   // tokens of the tile, share each key and value read. The context is walked in KV spans of
-  // kKvSpan blocks (256 KiB per KV head at hd 256, so a span stays in L2), each span serving
+  // kKvSpan blocks (256 KiB per KV head at hd 256 in f32, 128 KiB in f16, so a span stays in L2), each span serving
   // every token of the tile before the next is read, so a long prefill reads its context once
   // per tile rather than once per token. The kernels read several blocks side by side and
   // prefetch the blocks after them (blocks are scattered, so the hardware prefetchers restart at

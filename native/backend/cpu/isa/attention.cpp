@@ -31,7 +31,7 @@ struct PagedRun {
 
 // Scores of NQ heads against S rows (any addresses); out index js[s]; with PF, pf[s] is a row to
 // prefetch, a line per line consumed (never null: without a row to fetch it repeats rows[s]).
-// T: the rows' element type, float or Half (an f16 KV cache, widened exactly as it is read). The
+// T: the rows' element type, float or uint16_t (an f16 KV cache, widened exactly as it is read). The
 // scalar tails (row lengths off the vector width) use std::fma, so both types give the same bits
 // whatever the compiler contracts.
 template <int NQ, int S, bool PF, typename T>
@@ -338,8 +338,6 @@ void attn_tile_kv(const float* const* q, const int32_t* ctx, int nr, const T* co
   }
 }
 
-inline const Half* const* halves(const uint16_t* const* p) { return reinterpret_cast<const Half* const*>(p); }
-
 }  // namespace
 
 void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* const* kblk, const float* const* vblk,
@@ -348,7 +346,7 @@ void attn_tile(const float* const* q, const int32_t* ctx, int nr, const float* c
 }
 void attn_tile_f16(const float* const* q, const int32_t* ctx, int nr, const uint16_t* const* kblk,
                    const uint16_t* const* vblk, int bs, int64_t n, float scale, float* const* o, std::vector<float>& scratch) {
-  attn_tile_kv(q, ctx, nr, halves(kblk), halves(vblk), bs, n, scale, o, scratch);
+  attn_tile_kv(q, ctx, nr, kblk, vblk, bs, n, scale, o, scratch);
 }
 
 void attn_scores(const float* q, int64_t qs, int nq, const float* const* blk, int bs, int ctx, int64_t n, float scale,
@@ -357,7 +355,7 @@ void attn_scores(const float* q, int64_t qs, int nq, const float* const* blk, in
 }
 void attn_scores_f16(const float* q, int64_t qs, int nq, const uint16_t* const* blk, int bs, int ctx, int64_t n,
                      float scale, float* out, int64_t os, const uint16_t* const* next, int n_next) {
-  attn_dispatch<false>(q, qs, nq, halves(blk), bs, ctx, n, scale, out, os, halves(next), n_next);
+  attn_dispatch<false>(q, qs, nq, blk, bs, ctx, n, scale, out, os, next, n_next);
 }
 
 void attn_values(const float* w, int64_t ws, int nq, const float* const* blk, int bs, int ctx, int64_t n, float* o,
@@ -366,7 +364,7 @@ void attn_values(const float* w, int64_t ws, int nq, const float* const* blk, in
 }
 void attn_values_f16(const float* w, int64_t ws, int nq, const uint16_t* const* blk, int bs, int ctx, int64_t n, float* o,
                      int64_t os, const uint16_t* const* next, int n_next) {
-  attn_dispatch<true>(w, ws, nq, halves(blk), bs, ctx, n, 1.f, o, os, halves(next), n_next);
+  attn_dispatch<true>(w, ws, nq, blk, bs, ctx, n, 1.f, o, os, next, n_next);
 }
 
 void to_f16(const float* x, uint16_t* out, int64_t n) {

@@ -28,18 +28,11 @@ inline float hsum8(__m256 v) {
 /** An f16 value (a block scale) as f32. */
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/** An f16 KV cache element (IEEE half bits): a type of its own, so the attention kernels' loads
- *  (kvload, kvscalar) pick the widening by overload, where uint16_t would mean bf16. */
-struct Half {
-  uint16_t bits;
-};
-static_assert(sizeof(Half) == 2);
+// The KV cache's elements for the attention kernels (kvload, kvscalar): float, or uint16_t holding
+// IEEE half bits (an f16 cache, widened exactly). Here uint16_t means f16; the bf16 weights' loads
+// are wload's.
 inline float kvscalar(const float* p) { return *p; }
-inline float kvscalar(const Half* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
+inline float kvscalar(const uint16_t* p) { return _cvtsh_ss(*p); }
 
 /** 8 x 8 transpose of 32-bit elements: out[j] = element j of in[0..7]. */
 inline void transpose8(const __m256* in, __m256* out) {
@@ -67,7 +60,7 @@ constexpr int VW = 16;
 inline vf vzero() { return _mm512_setzero_ps(); }
 inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
 inline vf kvload(const float* p) { return vload(p); }
-inline vf kvload(const Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline vf kvload(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 inline void vstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
 inline vf vset1(float a) { return _mm512_set1_ps(a); }
 inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
@@ -117,7 +110,7 @@ constexpr int VW = 8;
 inline vf vzero() { return _mm256_setzero_ps(); }
 inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
 inline vf kvload(const float* p) { return vload(p); }
-inline vf kvload(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline vf kvload(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline void vstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
 inline vf vset1(float a) { return _mm256_set1_ps(a); }
 inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
