@@ -2,6 +2,7 @@
 // a sequence's scattered KV blocks, several blocks read side by side, the next ones prefetched.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/isa/entry_points.h"
@@ -197,7 +198,28 @@ inline void tile_scores_keys(const float* qt, int64_t ldq, const T* k, int64_t n
   vf acc[KJ][NV];
   for (int j = 0; j < KJ; ++j)
     for (int v = 0; v < NV; ++v) acc[j][v] = vzero();
-  for (int64_t d = 0; d < n; ++d) {
+  // Key element d of row j broadcast against the query vectors, d in order. f16 keys are widened
+  // VW elements of each row at a time into kw (one conversion per vector, not per element), then
+  // broadcast from there: the same values in the same order, so the same bits.
+  int64_t d = 0;
+  if constexpr (!std::is_same_v<T, float>) {
+    alignas(64) float kw[KJ][VW];
+    for (; d + VW <= n; d += VW) {
+      for (int j = 0; j < KJ; ++j) {
+        if constexpr (PF) _mm_prefetch(reinterpret_cast<const char*>(pf + j * n + d), _MM_HINT_T0);
+        vstore(kw[j], kvload(k + j * n + d));
+      }
+      for (int e = 0; e < VW; ++e) {
+        vf qv[NV];
+        for (int v = 0; v < NV; ++v) qv[v] = vload(qt + (d + e) * ldq + v * VW);
+        for (int j = 0; j < KJ; ++j) {
+          const vf kb = vset1(kw[j][e]);
+          for (int v = 0; v < NV; ++v) acc[j][v] = vfma(qv[v], kb, acc[j][v]);
+        }
+      }
+    }
+  }
+  for (; d < n; ++d) {
     if constexpr (PF)
       if (d % VW == 0)
         for (int j = 0; j < KJ; ++j) _mm_prefetch(reinterpret_cast<const char*>(pf + j * n + d), _MM_HINT_T0);
