@@ -11,21 +11,15 @@
 // to its own F32 run (the f16 cache's whole effect there), and closer to it than ours with f32 does;
 // the two engines' f16 effects point the same way; and our f32 and f16 runs differ.
 // Measured figures and the reasoning: docs/parity.md, "The f16 KV cache".
-import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { convertCheckpoint } from '../src/convert/convert.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
-import { closeAllRefs, compareLogSoftmax, logSoftmax, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
+import { closeAllRefs, compareLogSoftmax, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
+import { ourLogSoftmax, VOCAB as V } from './helpers/quant-logits.js';
 
-const execFileP = promisify(execFile);
-const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
-const BENCH = join(ROOT, 'bin', 'bench.js');
-const V = 248320;
 const LEN = 150;
 const prompt = pseudoRandomIds(LEN, 4242, 0, 248044);
 
@@ -34,26 +28,6 @@ let dir: string;
 const rows: Record<'llama32' | 'llama16' | 'ours32' | 'ours16', Float32Array> = {
   llama32: new Float32Array(0), llama16: new Float32Array(0), ours32: new Float32Array(0), ours16: new Float32Array(0),
 };
-
-/** Our log-softmax rows (bench prompt --max-new-tokens 0 --logits-out), with the CLI's error on failure. */
-async function ours(kv: 'f32' | 'f16'): Promise<Float32Array> {
-  const file = join(work, `logits-${kv}.f32`);
-  const args = [BENCH, 'prompt', '--model-path', dir, '--prompt-ids', prompt.join(','), '--max-new-tokens', '0',
-    '--logits-out', file, '--device', 'cpu', '--threads', '2', '--kv-cache-dtype', kv];
-  try {
-    await execFileP(process.execPath, args, { cwd: ROOT, maxBuffer: 64 << 20, timeout: 100_000, killSignal: 'SIGKILL' });
-  } catch (err) {
-    const e = err as { stderr?: string; message: string; killed?: boolean };
-    throw new Error(`bench prompt --kv-cache-dtype ${kv} failed: ${e.killed ? 'killed after 100 s' : (e.stderr ?? '').trim() || e.message}`);
-  }
-  const buf = readFileSync(file);
-  rmSync(file, { force: true });
-  expect(buf.length, 'logits file size').toBe(LEN * V * 4);
-  const logits = new Float32Array(buf.buffer, buf.byteOffset, LEN * V);
-  const out = new Float32Array(LEN * V);
-  for (let r = 0; r < LEN; r++) logSoftmax(logits.subarray(r * V, (r + 1) * V), out.subarray(r * V, (r + 1) * V));
-  return out;
-}
 
 /** Root mean square of a - b over the entries where ref is above -30 (below, precision thins out). */
 function rmsDiff(a: Float32Array, b: Float32Array, ref: Float32Array): number {
@@ -82,8 +56,8 @@ beforeAll(async () => {
   await closeAllRefs();
   rows.llama16 = (await (await openRef(gguf, { contextSize: 512, kvCacheType: 'F16' })).evaluate(prompt, { logSoftmax: 'all' })).logSoftmax;
   await closeAllRefs();
-  rows.ours32 = await ours('f32');
-  rows.ours16 = await ours('f16');
+  rows.ours32 = await ourLogSoftmax(dir, prompt, work, ['--kv-cache-dtype', 'f32']);
+  rows.ours16 = await ourLogSoftmax(dir, prompt, work, ['--kv-cache-dtype', 'f16']);
 }, 600_000);
 
 afterAll(async () => {

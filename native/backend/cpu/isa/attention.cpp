@@ -398,7 +398,7 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #endif
   }
-  for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  for (; i < n; ++i) out[i] = f2h(x[i]);
 }
 
 }  // namespace lumen::cpu::LUMEN_ISA

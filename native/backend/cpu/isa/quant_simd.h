@@ -9,8 +9,6 @@
 namespace lumen::cpu::LUMEN_ISA {
 namespace {
 
-inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
-
 inline int hsum_i32_8(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));

@@ -25,8 +25,9 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-/** An f16 value (a block scale) as f32. */
+/** An f16 value (a block scale) as f32, and an f32 rounded to f16 (nearest-even). */
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
 
 // The KV cache's elements for the attention kernels (kvload, kvscalar): float, or uint16_t holding
 // IEEE half bits (an f16 cache, widened exactly). Here uint16_t means f16; the bf16 weights' loads
