@@ -14,7 +14,7 @@ import { parseKvMemory, resolveEngineFlags } from '../src/cli/engine-flags.js';
 import { registerPrompt } from '../src/cli/cmd-prompt.js';
 import { registerServe } from '../src/cli/cmd-serve.js';
 import { registerSweep } from '../src/cli/cmd-sweep.js';
-import { checkKvCacheDtype, CUDA_KV_MEMORY_FRACTION, engineOptionsFrom } from '../src/engine/options.js';
+import { CUDA_KV_MEMORY_FRACTION, engineOptionsFrom } from '../src/engine/options.js';
 import { loadEngine } from '../src/engine/engine.js';
 import { ADDON_ABI } from '../src/engine/native.js';
 import { Command } from 'commander';
@@ -159,19 +159,13 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ endpoint: 'http://127.0.0.1:1', kvCacheDtype: 'f16' }))).toMatch(/^--kv-cache-dtype sets up the in-process engine/);
   });
 
-  it('--kv-cache-dtype f16 is refused with --device cuda, at resolution (explicit) or once auto resolves to cuda', () => {
-    const cpuOnly = '--kv-cache-dtype f16 is CPU-only for now (the CUDA backend keeps an f32 KV cache)';
-    expect(usageMessage(() => resolveEngineFlags({ kvCacheDtype: 'f16', device: 'cuda' }))).toBe(cpuOnly);
-    expect(usageMessage(() => resolveEngineFlags({ kvCacheDtype: 'f16', device: 'cuda' }, 8))).toBe(cpuOnly);
-    expect(usageMessage(() => resolveSweepConfig({ kvCacheDtype: 'f16', device: 'cuda' }))).toBe(cpuOnly);
-    expect(resolveEngineFlags({ kvCacheDtype: 'f32', device: 'cuda' }).kvCacheDtype).toBe('f32');
-    // auto is not known yet at resolution: the commands check the device they resolved.
-    expect(resolveEngineFlags({ kvCacheDtype: 'f16', device: 'auto' }).kvCacheDtype).toBe('f16');
-    const auto = usageMessage(() => checkKvCacheDtype('f16', 'auto', 'cuda'));
-    expect(auto).toBe(`${cpuOnly}; --device auto chose cuda: give --device cpu`);
-    expect(auto.split('\n').length).toBe(1);
-    expect(() => checkKvCacheDtype('f16', 'auto', 'cpu')).not.toThrow();
-    expect(() => checkKvCacheDtype('f32', 'auto', 'cuda')).not.toThrow();
+  it('--kv-cache-dtype f16 is taken with --device cuda as with cpu (both backends have an f16 cache)', () => {
+    for (const device of ['cuda', 'auto', 'cpu']) {
+      expect(resolveEngineFlags({ kvCacheDtype: 'f16', device }).kvCacheDtype, device).toBe('f16');
+      expect(resolveEngineFlags({ kvCacheDtype: 'f16', device }, 8).kvCacheDtype, device).toBe('f16');
+      expect(resolveSweepConfig({ kvCacheDtype: 'f16', device }).kvCacheDtype, device).toBe('f16');
+    }
+    expect(engineOptions(resolveSweepConfig({ kvCacheDtype: 'f16', device: 'cuda' }), 'cuda').kvCacheDtype).toBe('f16');
   });
 
   it('--kv-cache-dtype reaches the engine options (always given, f32 by default)', () => {
@@ -672,15 +666,15 @@ describe('sweep on a simulated engine', () => {
     expect(logged[0]!.kv_pool).toMatchObject({ dtype: 'f16' });
   });
 
-  it('refuses --kv-cache-dtype f16 when --device auto resolves to cuda, before loading anything', async () => {
-    const { out, io: sio } = io();
-    const backend = fakeBackend({ cuda: true });
-    await expect(runSweep(sweepCfg({ kvCacheDtype: 'f16', device: 'auto' }), backend, sio))
-      .rejects.toThrow(/^--kv-cache-dtype f16 is CPU-only for now \(the CUDA backend keeps an f32 KV cache\); --device auto chose cuda/);
-    expect(backend.engines.length).toBe(0);
-    expect(out.text()).toBe('');
-    // auto on a machine without a GPU runs it.
-    expect(await runSweep(sweepCfg({ kvCacheDtype: 'f16', device: 'auto', verbosity: -1 }), fakeBackend(), io().io)).toBe(0);
+  it('--kv-cache-dtype f16 reaches the engine whichever device --device auto resolves to', async () => {
+    for (const cuda of [true, false]) {
+      const backend = fakeBackend({ cuda });
+      const d = io();
+      expect(await runSweep(sweepCfg({ kvCacheDtype: 'f16', device: 'auto', format: 'json', verbosity: -1 }), backend, d.io)).toBe(0);
+      expect(backend.engines.length, `cuda ${cuda}`).toBeGreaterThan(0);
+      const rep = JSON.parse(d.out.text());
+      expect([rep.engine.kv_cache_dtype, rep.engine.kv_pool.dtype], `cuda ${cuda}`).toEqual(['f16', 'f16']);
+    }
   });
 });
 

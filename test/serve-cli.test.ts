@@ -53,7 +53,6 @@ describe('bench serve (process)', () => {
     [['--kv-memory', '2.0'], /--kv-memory: the fraction 2\.0 is not in \(0, 1\]/],
     [['--kv-memory', '8XB'], /--kv-memory: 'XB' is not a unit/],
     [['--kv-cache-dtype', 'bf16'], /--kv-cache-dtype: 'bf16' is not one of f32, f16/],
-    [['--kv-cache-dtype', 'f16', '--device', 'cuda'], /^bench: --kv-cache-dtype f16 is CPU-only for now \(the CUDA backend keeps an f32 KV cache\)\n$/],
   ])('%j exits 2 naming the flag, before any model is loaded', (args, message) => {
     const r = usage(args as string[]);
     expect(r.code, r.stderr).toBe(2);

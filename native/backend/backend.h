@@ -82,7 +82,7 @@ struct CacheSpec {
   int conv_rows = 0;   // kernel - 1
   int conv_dim = 0;
   int ssm_elems = 0;   // nv * dk * dv per layer
-  DType kv_dtype = DType::f32;  // the KV cache's elements: f32, or f16 (the CPU backend only)
+  DType kv_dtype = DType::f32;  // the KV cache's elements: f32, or f16
 };
 
 // Counters of a backend that captures its decode steps as graphs (CUDA); all zero elsewhere.

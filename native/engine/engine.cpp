@@ -85,9 +85,6 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
   if (!ec_.paged) ec_.prefix_cache = false;
   if (ec_.kv_dtype != DType::f32 && ec_.kv_dtype != DType::f16)
     throw std::invalid_argument(std::string("KV cache dtype ") + dtype_name(ec_.kv_dtype) + " is not supported (f32 or f16)");
-  if (ec_.kv_dtype != DType::f32 && ec_.device == "cuda")  // before any weight is uploaded
-    throw std::invalid_argument(std::string("KV cache dtype ") + dtype_name(ec_.kv_dtype) +
-                                " is not supported on cuda (the CUDA backend keeps an f32 KV cache)");
   block_bytes_ = static_cast<size_t>(ec_.block_size) * cfg_.n_kv_heads * cfg_.head_dim * 2 * dtype_size(ec_.kv_dtype) *
                  cfg_.n_full_layers();
   state_bytes_ = cfg_.state_bytes();

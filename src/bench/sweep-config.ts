@@ -61,7 +61,7 @@ export interface SweepConfig {
   cudaGraphs: boolean;
   /** --kv-memory; null: the default (a fraction of free device memory on CUDA, max-seq x max-seqs on the CPU). */
   kvMemory: KvMemory | null;
-  /** --kv-cache-dtype: the KV cache's element type (f16 on the CPU only). */
+  /** --kv-cache-dtype: the KV cache's element type. */
   kvCacheDtype: KvCacheDtype;
   memoryStages: string | null;
   output: string | null;

@@ -2,7 +2,7 @@
 // (sweep-rows.ts), stream each finished row to stdout and to the --output files (row-sinks.ts), stop
 // cleanly on a signal (sweep-signals.ts), and end with a summary. Returns the exit code.
 import type { Device, EngineHandle, EngineOptions, RequestEngine } from '../engine/types.js';
-import { checkKvCacheDtype, engineOptionsFrom } from '../engine/options.js';
+import { engineOptionsFrom } from '../engine/options.js';
 import type { ModelCheckpoint } from '../model/types.js';
 import { gitInfo } from '../util/git.js';
 import { machineInfo, nvidiaGpus } from '../util/machine.js';
@@ -89,7 +89,6 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
 
   // Usage checks that need the engine's word come before anything is loaded (no engine loads for --endpoint).
   const device: Device = cfg.endpoint ? 'cpu' : backend.resolveDevice(cfg.device);
-  checkKvCacheDtype(cfg.kvCacheDtype, cfg.device, device);
 
   const machine = machineInfo();
   const gpus = device === 'cuda' ? nvidiaGpus() : [];

@@ -9,7 +9,7 @@ import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
-import { checkKvCacheDtype, engineOptionsFrom } from '../engine/options.js';
+import { engineOptionsFrom } from '../engine/options.js';
 import { ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
 import { UsageError } from '../util/usage-error.js';
@@ -79,7 +79,6 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   const { modelPath, quant } = resolveModelPathFlags(opts);
   const flags = resolveEngineFlags(opts);
   const device = resolveDevice(flags.device);
-  checkKvCacheDtype(flags.kvCacheDtype, flags.device, device);
   let dir: string;
   if (modelPath === null) {
     dir = await ensureEmbeddedModel();

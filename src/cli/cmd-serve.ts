@@ -2,7 +2,6 @@
 // sweep's engine flags (src/cli/engine-flags.ts). Routes and fields: docs/serve.md.
 import { Command, Option } from 'commander';
 import { resolveDevice } from '../engine/device.js';
-import { checkKvCacheDtype } from '../engine/options.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { startServer, type RunningServer } from '../serve/server.js';
@@ -78,7 +77,6 @@ async function runServe(raw: RawServeOptions): Promise<number> {
   const embedded = modelPath === null;
   const modelDir = modelPath ?? (await ensureEmbeddedModel());
   const device = resolveDevice(engine.device);
-  checkKvCacheDtype(engine.kvCacheDtype, engine.device, device);
 
   let server: RunningServer | null = null;
   let signalled: NodeJS.Signals | null = null;

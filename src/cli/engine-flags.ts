@@ -5,7 +5,7 @@
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { Option } from 'commander';
-import { checkKvCacheDtype, CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
+import { CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
 import { KV_CACHE_DTYPES, type KvCacheDtype, type KvLayout } from '../engine/types.js';
 import { PRESET_NAMES } from '../model/presets.js';
 import { isSyntheticModelPath, syntheticName, syntheticWeightsOf } from '../model/synthetic-model.js';
@@ -73,7 +73,7 @@ export const ENGINE_FLAGS = {
     'or a fraction 0 < f <= 1 (0.9, 90%) of the memory free once the weights are bound (CUDA: device memory; CPU: MemAvailable), ' +
     `which the pool shares with the recurrent states (default: ${ENGINE_DEFAULTS.kvMemoryCudaFraction} on CUDA, max-seq x max-seqs tokens on the CPU)`),
   kvCacheDtype: () => new Option('--kv-cache-dtype <f32|f16>', 'element type of the KV cache: f16 halves its bytes (K and V rounded to f16 when written; ' +
-    `the attention arithmetic stays f32); f16 is CPU-only for now (default ${ENGINE_DEFAULTS.kvCacheDtype})`),
+    `the attention arithmetic stays f32) (default ${ENGINE_DEFAULTS.kvCacheDtype})`),
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
 
@@ -164,8 +164,6 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     kvMemory: raw.kvMemory === undefined ? null : parseKvMemory('--kv-memory', raw.kvMemory),
     kvCacheDtype: oneOf('--kv-cache-dtype', raw.kvCacheDtype ?? ENGINE_DEFAULTS.kvCacheDtype, KV_CACHE_DTYPES),
   };
-  // --device cuda is known here; auto only once it is resolved (the commands check it again there).
-  if (device === 'cuda') checkKvCacheDtype(flags.kvCacheDtype, device, device);
   if (flags.kvMemory !== null && kvcache !== 'paged') {
     throw new UsageError('--kv-memory sizes the paged KV pool; --kvcache continuous holds max-seq x max-seqs tokens');
   }

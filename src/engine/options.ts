@@ -1,6 +1,5 @@
 // The serving options a command resolved from its flags (src/cli/engine-flags.ts), and how they
 // become the engine's options: written once for the sweep and `serve`.
-import { UsageError } from '../util/usage-error.js';
 import type { Device, EngineOptions, KvCacheDtype, KvLayout } from './types.js';
 
 /** --device: a device, or auto (cuda when the build has a usable GPU backend; see device.ts). */
@@ -23,20 +22,8 @@ export interface ServingFlags {
   cudaGraphs: boolean;
   /** --kv-memory; null: the default (CUDA_KV_MEMORY_FRACTION on CUDA, max-seq x max-seqs on the CPU). */
   kvMemory: KvMemory | null;
-  /** --kv-cache-dtype: the KV cache's element type (f16 on the CPU only). */
+  /** --kv-cache-dtype: the KV cache's element type. */
   kvCacheDtype: KvCacheDtype;
-}
-
-/**
- * --kv-cache-dtype against the device the engine will run on, once --device is resolved (auto is
- * known only then): the CUDA backend has no f16 KV cache, so f16 there is a usage error, raised
- * before anything loads rather than as a load failure.
- */
-export function checkKvCacheDtype(kvCacheDtype: KvCacheDtype, requested: DeviceChoice, device: Device): void {
-  if (kvCacheDtype === 'f16' && device === 'cuda') {
-    throw new UsageError('--kv-cache-dtype f16 is CPU-only for now (the CUDA backend keeps an f32 KV cache)' +
-      (requested === 'auto' ? '; --device auto chose cuda: give --device cpu' : ''));
-  }
 }
 
 /** The KV pool options of the engine: --kv-memory, or the device's default (paged pools only). */

@@ -105,19 +105,19 @@ class CudaBackend final : public Backend {
 
   size_t init_caches(const CacheSpec& spec, int max_step_tokens, int max_logit_rows) override {
     if (!have_cfg_) throw std::runtime_error("CUDA backend: init_caches before bind_weights");
-    if (spec.kv_dtype != DType::f32)
-      throw std::runtime_error(std::string("KV cache dtype ") + dtype_name(spec.kv_dtype) +
-                               " is not supported on cuda (the CUDA backend keeps an f32 KV cache)");
+    if (spec.kv_dtype != DType::f32 && spec.kv_dtype != DType::f16)
+      throw std::runtime_error(std::string("KV cache dtype ") + dtype_name(spec.kv_dtype) + " is not supported (f32 or f16)");
     if (max_step_tokens <= 0) throw std::runtime_error("CUDA backend: max_step_tokens must be positive");
     spec_ = spec;
     max_tokens_ = max_step_tokens;
     graphs_.clear();
-    // KV pool (+1 scratch block for padded graph rows), fp32 like the CPU backend.
+    // KV pool (+1 scratch block for padded graph rows), f32 or f16 elements like the CPU backend's.
     kv_layer_elems_ = static_cast<size_t>(spec.n_blocks + 1) * spec.block_size * spec.n_kv_heads * spec.head_dim;
     size_t total = 0;
     if (spec.n_kv_layers > 0) {
-      k_cache_ = alloc_.alloc(kv_layer_elems_ * spec.n_kv_layers * sizeof(float), "K cache");
-      v_cache_ = alloc_.alloc(kv_layer_elems_ * spec.n_kv_layers * sizeof(float), "V cache");
+      const size_t elem = dtype_size(spec.kv_dtype);
+      k_cache_ = alloc_.alloc(kv_layer_elems_ * spec.n_kv_layers * elem, "K cache");
+      v_cache_ = alloc_.alloc(kv_layer_elems_ * spec.n_kv_layers * elem, "V cache");
       total += k_cache_.bytes() + v_cache_.bytes();
     }
     scratch_block_ = spec.n_blocks;
@@ -260,14 +260,17 @@ class CudaBackend final : public Backend {
 
   void attention(const ModelConfig& c, const BLayer& L, float* qg, float* k, const float* v, float* out) override {
     OpTimer op(*this, "attention", "attention");
+    if (L.kv_index < 0 || L.kv_index >= spec_.n_kv_layers) throw std::runtime_error("CUDA backend: bad KV layer index");
     flush_all();
     cuda::AttnArgs a;
     a.qg = qg;
     a.k = k;
     a.v = v;
     a.out = out;
-    a.kc = k_cache_.as<float>() + static_cast<size_t>(L.kv_index) * kv_layer_elems_;
-    a.vc = v_cache_.as<float>() + static_cast<size_t>(L.kv_index) * kv_layer_elems_;
+    a.kv_f16 = spec_.kv_dtype == DType::f16;
+    const size_t layer_bytes = kv_layer_elems_ * dtype_size(spec_.kv_dtype) * static_cast<size_t>(L.kv_index);
+    a.kc = k_cache_.as<unsigned char>() + layer_bytes;
+    a.vc = v_cache_.as<unsigned char>() + layer_bytes;
     a.q_norm = L.q_norm;
     a.k_norm = L.k_norm;
     a.inv_freq = inv_freq_.as<double>();
@@ -280,7 +283,6 @@ class CudaBackend final : public Backend {
     a.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
     a.m = step_meta_.device();
     a.rows = padded_rows_;
-    if (L.kv_index < 0 || L.kv_index >= spec_.n_kv_layers) throw std::runtime_error("CUDA backend: bad KV layer index");
     cuda::launch_qk_rope_kv(a, stream());
     if (decode_path_)
       cuda::launch_attn_decode(a, decode_splits(bucket_), attn_partials_.as<float>(), stream());

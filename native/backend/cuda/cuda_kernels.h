@@ -90,8 +90,9 @@ struct AttnArgs {
   float* k = nullptr;         // [rows][nkv*hd]
   const float* v = nullptr;   // [rows][nkv*hd]
   float* out = nullptr;       // [rows][nh*hd]
-  float* kc = nullptr;        // this layer's K cache [blocks][bs][nkv][hd]
-  float* vc = nullptr;
+  void* kc = nullptr;         // this layer's K cache [blocks][bs][nkv][hd]: float, or f16 bits with kv_f16
+  void* vc = nullptr;
+  bool kv_f16 = false;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   const double* inv_freq = nullptr;  // [rot/2]

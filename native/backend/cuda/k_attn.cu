@@ -1,4 +1,4 @@
-// Gated full attention over the paged KV cache (fp32 cache, fp32 math, like the CPU backend):
+// Gated full attention over the paged KV cache (an f32 or f16 cache, fp32 math, like the CPU backend):
 //  - qk_rope_kv: per-head RMSNorm of q and k ((1+w) already folded), partial NeoX RoPE on the first
 //    rot dims (angles in double, as the CPU does), k and v written into the cache blocks.
 //  - decode: one query token per row; the context is split over `splits` blocks (flash-decoding),
@@ -6,15 +6,29 @@
 //    splits and applies the sigmoid output gate.
 //  - prefill: flash-style causal tiles; a block takes up to 32 (query row, head) vectors of one KV
 //    head and walks 16-key tiles gathered through the block table with an online softmax.
-// Head dim must be 128 or 256 (every Qwen3.5 size uses 256).
+// Head dim must be 128 or 256 (every Qwen3.5 size uses 256). Each kernel is instantiated for the
+// cache's element type KV: float, or uint16_t (f16 bits: K and V rounded to nearest-even as they are
+// written and widened exactly as they are read, with core/dtype.h's conversions, as the CPU
+// backend does; everything else stays fp32).
 #include <cmath>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/dtype.h"
 
 namespace lumen::cuda {
 namespace {
+
+__device__ __forceinline__ void kv_put(float* p, float x) { *p = x; }
+__device__ __forceinline__ void kv_put(uint16_t* p, float x) { *p = f32_to_f16(x); }
+// Four consecutive cache elements (16-byte aligned for float, 8 for f16) as floats.
+__device__ __forceinline__ float4 kv_get4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 kv_get4(const uint16_t* p) {
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+  return make_float4(f16_to_f32(static_cast<uint16_t>(u.x & 0xffffu)), f16_to_f32(static_cast<uint16_t>(u.x >> 16)),
+                     f16_to_f32(static_cast<uint16_t>(u.y & 0xffffu)), f16_to_f32(static_cast<uint16_t>(u.y >> 16)));
+}
 
 constexpr int kMaxHd = 256;
 constexpr int kMaxGroupDecode = 8;
@@ -28,6 +42,7 @@ size_t prefill_smem_bytes(int hd) {
   return (static_cast<size_t>(kQV + 2 * kKT) * ld + kQV * (kKT + 1) + 3 * kQV) * sizeof(float);
 }
 
+template <typename KV>
 __global__ void __launch_bounds__(128) qk_rope_kv_kernel(const AttnArgs a) {
   __shared__ float buf[2 * kMaxHd];
   __shared__ float red[32];
@@ -69,14 +84,17 @@ __global__ void __launch_bounds__(128) qk_rope_kv_kernel(const AttnArgs a) {
     const int blk = a.m.tables[a.m.seg_toff[seg] + pos / a.bs];
     const int64_t base = (static_cast<int64_t>(blk) * a.bs + pos % a.bs) * a.nkv * hd + static_cast<int64_t>(g) * hd;
     const float* vsrc = a.v + static_cast<int64_t>(row) * a.nkv * hd + static_cast<int64_t>(g) * hd;
+    KV* kc = static_cast<KV*>(a.kc);
+    KV* vc = static_cast<KV*>(a.vc);
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-      a.kc[base + i] = buf[i];
-      a.vc[base + i] = vsrc[i];
+      kv_put(kc + base + i, buf[i]);
+      kv_put(vc + base + i, vsrc[i]);
     }
   }
 }
 
 // grid (nkv, rows, splits), kDecWarps warps; part[(row*nh + h)*splits + sp] = {acc[hd], m, l}
+template <typename KV>
 __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(const AttnArgs a, int splits,
                                                                      float* __restrict__ part) {
   __shared__ float sm_acc[kDecWarps][kMaxGroupDecode][kMaxHd];
@@ -99,6 +117,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(const AttnA
     return;
   }
   const int* table = a.m.tables + a.m.seg_toff[a.m.row_seg[row]];
+  const KV* kc = static_cast<const KV*>(a.kc);
+  const KV* vc = static_cast<const KV*>(a.vc);
   const float* qbase = a.qg + static_cast<int64_t>(row) * (2 * a.nh * hd);
 
   float q[kMaxGroupDecode][2][4], acc[kMaxGroupDecode][2][4], mh[kMaxGroupDecode], lh[kMaxGroupDecode];
@@ -128,8 +148,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(const AttnA
     for (int c = 0; c < 2; ++c) {
       float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
       if (c < DC) {
-        k4 = __ldg(reinterpret_cast<const float4*>(a.kc + base + c * 128 + lane * 4));
-        v4 = __ldg(reinterpret_cast<const float4*>(a.vc + base + c * 128 + lane * 4));
+        k4 = kv_get4(kc + base + c * 128 + lane * 4);
+        v4 = kv_get4(vc + base + c * 128 + lane * 4);
       }
       kv[c][0] = k4.x; kv[c][1] = k4.y; kv[c][2] = k4.z; kv[c][3] = k4.w;
       vv[c][0] = v4.x; vv[c][1] = v4.y; vv[c][2] = v4.z; vv[c][3] = v4.w;
@@ -211,6 +231,7 @@ __global__ void __launch_bounds__(128) attn_combine_kernel(const AttnArgs a, int
 }
 
 // grid (items, nkv), kPfThreads threads; dynamic shared memory prefill_smem_bytes(hd)
+template <typename KV>
 __global__ void __launch_bounds__(kPfThreads) attn_prefill_kernel(const AttnArgs a) {
   LUMEN_DYN_SMEM(float, sm);
   const int item = blockIdx.x, g = blockIdx.y;
@@ -222,6 +243,8 @@ __global__ void __launch_bounds__(kPfThreads) attn_prefill_kernel(const AttnArgs
   const int seg = a.m.attn_items[2 * item], q0 = a.m.attn_items[2 * item + 1];
   const int start = a.m.seg_start[seg], len = a.m.seg_len[seg], pos0 = a.m.seg_pos0[seg];
   const int* table = a.m.tables + a.m.seg_toff[seg];
+  const KV* kc = static_cast<const KV*>(a.kc);
+  const KV* vc = static_cast<const KV*>(a.vc);
   const int nrows = min(BQ, len - q0);
   const int n_keys = pos0 + q0 + nrows;
   const int64_t qstride = static_cast<int64_t>(2) * a.nh * hd;
@@ -265,8 +288,8 @@ __global__ void __launch_bounds__(kPfThreads) attn_prefill_kernel(const AttnArgs
       if (kk < n_keys) {
         const int blk = table[kk / a.bs];
         const int64_t base = (static_cast<int64_t>(blk) * a.bs + kk % a.bs) * a.nkv * hd + static_cast<int64_t>(g) * hd + d;
-        kx = __ldg(reinterpret_cast<const float4*>(a.kc + base));
-        vx = __ldg(reinterpret_cast<const float4*>(a.vc + base));
+        kx = kv_get4(kc + base);
+        vx = kv_get4(vc + base);
       }
       *reinterpret_cast<float4*>(Ks + j * ld + d) = kx;
       *reinterpret_cast<float4*>(Vs + j * ld + d) = vx;
@@ -379,7 +402,10 @@ int attn_prefill_rows_per_item(int group) { return group >= kQV ? 1 : kQV / grou
 void launch_qk_rope_kv(const AttnArgs& a, cudaStream_t s) {
   if (a.rows <= 0) return;
   check_shape(a);
-  LUMEN_LAUNCH(qk_rope_kv_kernel, dim3(a.rows, a.nh + a.nkv), 128, 0, s, a);
+  if (a.kv_f16)
+    LUMEN_LAUNCH(qk_rope_kv_kernel<uint16_t>, dim3(a.rows, a.nh + a.nkv), 128, 0, s, a);
+  else
+    LUMEN_LAUNCH(qk_rope_kv_kernel<float>, dim3(a.rows, a.nh + a.nkv), 128, 0, s, a);
   LUMEN_CUDA_LAUNCHED("qk_rope_kv");
 }
 
@@ -388,7 +414,10 @@ void launch_attn_decode(const AttnArgs& a, int splits, float* part, cudaStream_t
   check_shape(a);
   if (a.nh / a.nkv > kMaxGroupDecode)
     throw std::runtime_error("CUDA decode attention supports at most " + std::to_string(kMaxGroupDecode) + " query heads per KV head");
-  LUMEN_LAUNCH(attn_decode_kernel, dim3(a.nkv, a.rows, splits), kDecWarps * 32, 0, s, a, splits, part);
+  if (a.kv_f16)
+    LUMEN_LAUNCH(attn_decode_kernel<uint16_t>, dim3(a.nkv, a.rows, splits), kDecWarps * 32, 0, s, a, splits, part);
+  else
+    LUMEN_LAUNCH(attn_decode_kernel<float>, dim3(a.nkv, a.rows, splits), kDecWarps * 32, 0, s, a, splits, part);
   LUMEN_CUDA_LAUNCHED("attn_decode");
   LUMEN_LAUNCH(attn_combine_kernel, dim3(a.rows, a.nh), 128, 0, s, a, splits, static_cast<const float*>(part));
   LUMEN_CUDA_LAUNCHED("attn_combine");
@@ -398,7 +427,10 @@ void launch_attn_prefill(const AttnArgs& a, int n_items, cudaStream_t s) {
   if (n_items <= 0) return;
   check_shape(a);
   if (a.nh / a.nkv > kQV) throw std::runtime_error("CUDA attention supports at most 32 query heads per KV head");
-  LUMEN_LAUNCH(attn_prefill_kernel, dim3(n_items, a.nkv), kPfThreads, prefill_smem_bytes(a.hd), s, a);
+  if (a.kv_f16)
+    LUMEN_LAUNCH(attn_prefill_kernel<uint16_t>, dim3(n_items, a.nkv), kPfThreads, prefill_smem_bytes(a.hd), s, a);
+  else
+    LUMEN_LAUNCH(attn_prefill_kernel<float>, dim3(n_items, a.nkv), kPfThreads, prefill_smem_bytes(a.hd), s, a);
   LUMEN_CUDA_LAUNCHED("attn_prefill");
 }
 
@@ -409,7 +441,8 @@ void init_attn_kernels(int device) {
   if (static_cast<size_t>(optin) < need)
     throw std::runtime_error("the GPU allows " + std::to_string(optin) + " bytes of shared memory per block; attention needs " +
                              std::to_string(need));
-  LUMEN_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(need)));
+  LUMEN_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(need)));
+  LUMEN_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<uint16_t>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(need)));
 }
 
 }  // namespace lumen::cuda

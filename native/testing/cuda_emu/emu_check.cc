@@ -1043,23 +1043,32 @@ int main(int argc, char** argv) {
     DType dt;
     double tol;
     bool precise;
+    DType kv = DType::f32;  // the KV cache's elements, on both backends
   };
   std::vector<Case2> cases = {
       {"tiny f32 (nv = 2 nk, 2 q heads per kv head)", tiny(), DType::f32, 1e-3, false},
+      // Both backends round K and V to the same f16 values (core/dtype.h's conversion) and compute in
+      // f32: the f32 tolerance holds.
+      {"tiny f32, f16 KV cache", tiny(), DType::f32, 1e-3, false, DType::f16},
       {"tiny bf16, precise GEMM mode", tiny(), DType::bf16, 2e-3, true},
       {"tiny bf16, default (bf16 activations in tensor-core GEMMs)", tiny(), DType::bf16, 0.5, false},
       {"hidden 256, 4 q heads per kv head, nk = nv, untied, f32", tiny(256, 8, 2, 2, 2, 4, false), DType::f32, 1e-3, false},
+      {"hidden 256, 4 q heads per kv head, f32, f16 KV cache", tiny(256, 8, 2, 2, 2, 4, false), DType::f32, 1e-3, false,
+       DType::f16},
   };
-  if (quick) cases.resize(1);
+  if (quick) cases.resize(2);
   for (const auto& c : cases) {
     try {
       // The reference keeps bf16 weights' values but stores them as f32, so the CPU runs its exact
       // fp32 path (its own bf16 path rounds activations to bf16 too).
       auto ref_cfg = base("cpu", c.dt);
       if (c.dt == DType::bf16) ref_cfg.weights = WeightPolicy::f32;
+      ref_cfg.kv_dtype = c.kv;
       const auto ref = run(c.cfg, ref_cfg, batch(300));
       if (c.precise) setenv("LUMEN_CUDA_PRECISE_GEMM", "1", 1);
-      const auto got = run(c.cfg, base("cuda", c.dt), batch(300));
+      auto cuda_cfg = base("cuda", c.dt);
+      cuda_cfg.kv_dtype = c.kv;
+      const auto got = run(c.cfg, cuda_cfg, batch(300));
       unsetenv("LUMEN_CUDA_PRECISE_GEMM");
       double worst = 0;
       bool ok = true;
@@ -1079,6 +1088,27 @@ int main(int argc, char** argv) {
       char buf[200];
       std::snprintf(buf, sizeof buf, "(a) %s: max %.3e (tol %.0e)", c.name.c_str(), worst, c.tol);
       report(ok && worst <= c.tol, buf);
+      if (c.kv == DType::f16) {
+        // The cache's rounding must show, the same size on both backends (a CUDA path that kept f32
+        // values would sit ~4e-5 from the f32 cache; one that rounded differently would move its
+        // own way), and the two f16 runs must sit well within it of each other. Not a tenth: the
+        // backends' k and v differ in their last f32 bits (and CUDA's sums with the batch), so the
+        // few values at an f16 rounding midpoint round a whole f16 step apart (1/8 to 1/7 of the
+        // effect here, the max of rare events).
+        auto f32_cfg = ref_cfg;
+        f32_cfg.kv_dtype = DType::f32;
+        const auto exact = run(c.cfg, f32_cfg, batch(300));
+        double effect = 0, cuda_effect = 0;
+        for (size_t i = 0; i < lens.size(); ++i) {
+          int rows = 0;
+          effect = std::max(effect, compare(exact[i], ref[i], NEW, &rows));
+          cuda_effect = std::max(cuda_effect, compare(exact[i], got[i], NEW, &rows));
+        }
+        std::snprintf(buf, sizeof buf,
+                      "(a) %s: f16 rounding's effect %.3e on the CPU, %.3e on CUDA (within 2x); CUDA vs CPU %.3e < half of it",
+                      c.name.c_str(), effect, cuda_effect, worst);
+        report(worst < 0.5 * effect && cuda_effect > 0.5 * effect && cuda_effect < 2 * effect, buf);
+      }
     } catch (const std::exception& e) {
       report(false, "(a) " + c.name + ": " + e.what());
     }
