@@ -16,7 +16,7 @@ import { cudaAvailable, loadEngine } from '../src/engine/engine.js';
 import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
 import { loadAddon } from '../src/engine/native.js';
-import type { EngineHandle, EngineOptions, RequestResult } from '../src/engine/types.js';
+import type { EngineHandle, EngineOptions, KvCacheDtype, RequestResult } from '../src/engine/types.js';
 import type { TextConfig } from '../src/model/types.js';
 import { baseOptions, logSoftmaxRow, promptIds, tinyConfig } from './helpers/engine-fixture.js';
 
@@ -95,10 +95,12 @@ describe('CUDA backend against the CPU backend', () => {
   // weights: prefill products on tensor cores round activations to bf16, the CPU keeps them fp32.
   // The precise GEMM mode (LUMEN_CUDA_PRECISE_GEMM=1: activations split into bf16 hi + lo) must
   // match as tightly as f32; the default mode only gets a bound against gross errors.
-  const cases: { name: string; cfg: TextConfig; dtype: 'f32' | 'bf16'; tol: number; precise?: boolean }[] = [
+  const cases: { name: string; cfg: TextConfig; dtype: 'f32' | 'bf16'; tol: number; precise?: boolean; kv?: KvCacheDtype }[] = [
     { name: 'tiny f32 (value heads = 2 key heads)', cfg: tinyConfig(), dtype: 'f32', tol: 1e-3 },
     { name: 'tiny bf16, precise GEMM mode', cfg: tinyConfig(), dtype: 'bf16', tol: 2e-3, precise: true },
     { name: 'tiny bf16, default mode', cfg: tinyConfig(), dtype: 'bf16', tol: 0.5 },
+    // Both backends round K and V to the same f16 values and compute in fp32 (docs/gpu.md).
+    { name: 'tiny f32, f16 KV cache on both sides', cfg: tinyConfig(), dtype: 'f32', tol: 1e-3, kv: 'f16' },
     {
       name: 'hidden 256, 4 query heads per KV head, untied, f32',
       cfg: tinyConfig({ hiddenSize: 256, numHeads: 8, numKvHeads: 2, intermediateSize: 512, tieWordEmbeddings: false }),
@@ -108,14 +110,16 @@ describe('CUDA backend against the CPU backend', () => {
   for (const c of cases) {
     it.skipIf(!gpu)(`${c.name}: 8 batched sequences, prompts 1/65/150, within ${c.tol}${why}`, async () => {
       // bf16: the CPU reference stores the bf16 values as f32 and runs its exact fp32 path.
-      const cpu = await batch(await open('cpu', c.cfg, c.dtype, {}, c.dtype === 'bf16' ? { weightDtype: 'f32' } : {}));
+      const kv = { kvCacheDtype: c.kv ?? 'f32' } as const;
+      const cpu = await batch(await open('cpu', c.cfg, c.dtype, kv, c.dtype === 'bf16' ? { weightDtype: 'f32' } : {}));
       if (c.precise) process.env.LUMEN_CUDA_PRECISE_GEMM = '1';
       let devEngine: EngineHandle;
       try {
-        devEngine = await open('cuda', c.cfg, c.dtype);
+        devEngine = await open('cuda', c.cfg, c.dtype, kv);
       } finally {
         delete process.env.LUMEN_CUDA_PRECISE_GEMM;
       }
+      expect(devEngine.info.kvCacheDtype).toBe(kv.kvCacheDtype);
       const dev = await batch(devEngine);
       for (let i = 0; i < LENS.length; i++) {
         expect(dev[i]!.finishReason).toBe('length');

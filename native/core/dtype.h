@@ -7,14 +7,6 @@
 #include <cstdint>
 #include <cstring>
 
-// The f16 conversions below also run in CUDA kernels (an f16 KV cache, backend/cuda/k_attn.cu):
-// one definition for both sides, so both caches hold the same bits.
-#if defined(__CUDACC__)
-#define LUMEN_HOST_DEVICE __host__ __device__
-#else
-#define LUMEN_HOST_DEVICE
-#endif
-
 namespace lumen {
 
 enum class DType : uint8_t { f32, bf16, f16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs };
@@ -92,7 +84,7 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-LUMEN_HOST_DEVICE inline float f16_to_f32(uint16_t h) {
+inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t man = h & 0x3ffu;
@@ -118,7 +110,7 @@ LUMEN_HOST_DEVICE inline float f16_to_f32(uint16_t h) {
 
 // f32 -> f16 bits, round to nearest even (as F16C's vcvtps2ph with rounding 0), subnormals kept,
 // overflow to infinity, NaN stays NaN.
-LUMEN_HOST_DEVICE inline uint16_t f32_to_f16(float f) {
+inline uint16_t f32_to_f16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   const uint32_t sign = (u >> 16) & 0x8000u;

@@ -72,8 +72,8 @@ export const ENGINE_FLAGS = {
   kvMemory: () => new Option('--kv-memory <bytes|fraction>', 'size of the paged KV pool: bytes (4294967296, 512MiB, 8GiB, 8GB; KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000), ' +
     'or a fraction 0 < f <= 1 (0.9, 90%) of the memory free once the weights are bound (CUDA: device memory; CPU: MemAvailable), ' +
     `which the pool shares with the recurrent states (default: ${ENGINE_DEFAULTS.kvMemoryCudaFraction} on CUDA, max-seq x max-seqs tokens on the CPU)`),
-  kvCacheDtype: () => new Option('--kv-cache-dtype <f32|f16>', 'element type of the KV cache: f16 halves its bytes (K and V rounded to f16 when written; ' +
-    `the attention arithmetic stays f32) (default ${ENGINE_DEFAULTS.kvCacheDtype})`),
+  kvCacheDtype: () => new Option('--kv-cache-dtype <f32|f16>', 'element type of the KV cache: f16 halves its bytes, K and V rounded to f16 when written, ' +
+    `the attention arithmetic f32 (default ${ENGINE_DEFAULTS.kvCacheDtype})`),
   maxSeqs: (dflt: number) => new Option('--max-seqs <n>', `most sequences running at once (recurrent-state slots); more wait (default ${dflt})`),
 } as const;
 

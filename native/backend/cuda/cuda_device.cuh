@@ -7,11 +7,13 @@
 #include <cstdint>
 
 #if defined(LUMEN_CUDA_EMU)
+#include "core/dtype.h"
 #include "emu_device.h"  // native/testing/cuda_emu/include, on the emulation build's path
 #define LUMEN_LAUNCH(kernel, grid, block, smem, stream, ...) \
   ::lumen::emu::launch(#kernel, kernel, grid, block, smem, stream, __VA_ARGS__)
 #define LUMEN_DYN_SMEM(T, name) T* name = ::lumen::emu::dyn_smem<T>()
 #else
+#include <cuda_fp16.h>
 #define LUMEN_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
 #define LUMEN_DYN_SMEM(T, name) extern __shared__ __align__(16) T name[]
 #endif
@@ -44,6 +46,18 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
+
+// f16 bits <-> f32 (an f16 KV cache). On a GPU its conversion instructions: widening is exact, and
+// narrowing rounds to nearest-even with subnormals kept and overflow to infinity, as the CPU's F16C
+// conversion and core/dtype.h's f32_to_f16 do (the same bits for every value but NaN payloads). The
+// emulation runs core/dtype.h's scalar conversions in their place.
+#if defined(LUMEN_CUDA_EMU)
+__device__ __forceinline__ float f16_bits_to_f32(uint32_t h) { return ::lumen::f16_to_f32(static_cast<uint16_t>(h)); }
+__device__ __forceinline__ uint16_t f32_to_f16_bits(float f) { return ::lumen::f32_to_f16(f); }
+#else
+__device__ __forceinline__ float f16_bits_to_f32(uint32_t h) { return __half2float(__ushort_as_half(static_cast<unsigned short>(h))); }
+__device__ __forceinline__ uint16_t f32_to_f16_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+#endif
 
 __device__ __forceinline__ float siluf_d(float x) { return x / (1.f + expf(-x)); }
 __device__ __forceinline__ float sigmoidf_d(float x) { return 1.f / (1.f + expf(-x)); }

@@ -8,26 +8,25 @@
 //    head and walks 16-key tiles gathered through the block table with an online softmax.
 // Head dim must be 128 or 256 (every Qwen3.5 size uses 256). Each kernel is instantiated for the
 // cache's element type KV: float, or uint16_t (f16 bits: K and V rounded to nearest-even as they are
-// written and widened exactly as they are read, with core/dtype.h's conversions, as the CPU
-// backend does; everything else stays fp32).
+// written and widened exactly as they are read, the CPU backend's values; everything else stays
+// fp32).
 #include <cmath>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
-#include "core/dtype.h"
 
 namespace lumen::cuda {
 namespace {
 
 __device__ __forceinline__ void kv_put(float* p, float x) { *p = x; }
-__device__ __forceinline__ void kv_put(uint16_t* p, float x) { *p = f32_to_f16(x); }
+__device__ __forceinline__ void kv_put(uint16_t* p, float x) { *p = f32_to_f16_bits(x); }
 // Four consecutive cache elements (16-byte aligned for float, 8 for f16) as floats.
 __device__ __forceinline__ float4 kv_get4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ float4 kv_get4(const uint16_t* p) {
   const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-  return make_float4(f16_to_f32(static_cast<uint16_t>(u.x & 0xffffu)), f16_to_f32(static_cast<uint16_t>(u.x >> 16)),
-                     f16_to_f32(static_cast<uint16_t>(u.y & 0xffffu)), f16_to_f32(static_cast<uint16_t>(u.y >> 16)));
+  return make_float4(f16_bits_to_f32(u.x & 0xffffu), f16_bits_to_f32(u.x >> 16), f16_bits_to_f32(u.y & 0xffffu),
+                     f16_bits_to_f32(u.y >> 16));
 }
 
 constexpr int kMaxHd = 256;
@@ -389,6 +388,15 @@ __global__ void __launch_bounds__(kPfThreads) attn_prefill_kernel(const AttnArgs
   }
 }
 
+// Calls f with a value of the cache's element type: float, or uint16_t (f16 bits).
+template <typename F>
+void with_kv_type(bool f16, F&& f) {
+  if (f16)
+    f(uint16_t{});
+  else
+    f(float{});
+}
+
 void check_shape(const AttnArgs& a) {
   if (a.hd != 128 && a.hd != 256) throw std::runtime_error("CUDA attention supports head_dim 128 or 256, not " + std::to_string(a.hd));
   if (a.nkv <= 0 || a.nh % a.nkv != 0) throw std::runtime_error("CUDA attention: heads must divide evenly");
@@ -402,10 +410,7 @@ int attn_prefill_rows_per_item(int group) { return group >= kQV ? 1 : kQV / grou
 void launch_qk_rope_kv(const AttnArgs& a, cudaStream_t s) {
   if (a.rows <= 0) return;
   check_shape(a);
-  if (a.kv_f16)
-    LUMEN_LAUNCH(qk_rope_kv_kernel<uint16_t>, dim3(a.rows, a.nh + a.nkv), 128, 0, s, a);
-  else
-    LUMEN_LAUNCH(qk_rope_kv_kernel<float>, dim3(a.rows, a.nh + a.nkv), 128, 0, s, a);
+  with_kv_type(a.kv_f16, [&](auto kv) { LUMEN_LAUNCH(qk_rope_kv_kernel<decltype(kv)>, dim3(a.rows, a.nh + a.nkv), 128, 0, s, a); });
   LUMEN_CUDA_LAUNCHED("qk_rope_kv");
 }
 
@@ -414,10 +419,9 @@ void launch_attn_decode(const AttnArgs& a, int splits, float* part, cudaStream_t
   check_shape(a);
   if (a.nh / a.nkv > kMaxGroupDecode)
     throw std::runtime_error("CUDA decode attention supports at most " + std::to_string(kMaxGroupDecode) + " query heads per KV head");
-  if (a.kv_f16)
-    LUMEN_LAUNCH(attn_decode_kernel<uint16_t>, dim3(a.nkv, a.rows, splits), kDecWarps * 32, 0, s, a, splits, part);
-  else
-    LUMEN_LAUNCH(attn_decode_kernel<float>, dim3(a.nkv, a.rows, splits), kDecWarps * 32, 0, s, a, splits, part);
+  with_kv_type(a.kv_f16, [&](auto kv) {
+    LUMEN_LAUNCH(attn_decode_kernel<decltype(kv)>, dim3(a.nkv, a.rows, splits), kDecWarps * 32, 0, s, a, splits, part);
+  });
   LUMEN_CUDA_LAUNCHED("attn_decode");
   LUMEN_LAUNCH(attn_combine_kernel, dim3(a.rows, a.nh), 128, 0, s, a, splits, static_cast<const float*>(part));
   LUMEN_CUDA_LAUNCHED("attn_combine");
@@ -427,10 +431,9 @@ void launch_attn_prefill(const AttnArgs& a, int n_items, cudaStream_t s) {
   if (n_items <= 0) return;
   check_shape(a);
   if (a.nh / a.nkv > kQV) throw std::runtime_error("CUDA attention supports at most 32 query heads per KV head");
-  if (a.kv_f16)
-    LUMEN_LAUNCH(attn_prefill_kernel<uint16_t>, dim3(n_items, a.nkv), kPfThreads, prefill_smem_bytes(a.hd), s, a);
-  else
-    LUMEN_LAUNCH(attn_prefill_kernel<float>, dim3(n_items, a.nkv), kPfThreads, prefill_smem_bytes(a.hd), s, a);
+  with_kv_type(a.kv_f16, [&](auto kv) {
+    LUMEN_LAUNCH(attn_prefill_kernel<decltype(kv)>, dim3(n_items, a.nkv), kPfThreads, prefill_smem_bytes(a.hd), s, a);
+  });
   LUMEN_CUDA_LAUNCHED("attn_prefill");
 }
 

@@ -1089,12 +1089,12 @@ int main(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, "(a) %s: max %.3e (tol %.0e)", c.name.c_str(), worst, c.tol);
       report(ok && worst <= c.tol, buf);
       if (c.kv == DType::f16) {
-        // The cache's rounding must show, the same size on both backends (a CUDA path that kept f32
-        // values would sit ~4e-5 from the f32 cache; one that rounded differently would move its
-        // own way), and the two f16 runs must sit well within it of each other. Not a tenth: the
-        // backends' k and v differ in their last f32 bits (and CUDA's sums with the batch), so the
-        // few values at an f16 rounding midpoint round a whole f16 step apart (1/8 to 1/7 of the
-        // effect here, the max of rare events).
+        // The two f16 runs must sit well within the f16 rounding's own effect of each other (a CUDA
+        // path that kept f32 values would sit about the whole effect away, one that rounded
+        // otherwise its own way; and by the triangle inequality CUDA's effect is then within half
+        // of the CPU's). Not a tenth: the backends' k and v differ in their last f32 bits (and
+        // CUDA's sums with the batch), so the few values at an f16 rounding midpoint round a whole
+        // f16 step apart (1/8 to 1/7 of the effect here, the max of rare events).
         auto f32_cfg = ref_cfg;
         f32_cfg.kv_dtype = DType::f32;
         const auto exact = run(c.cfg, f32_cfg, batch(300));
@@ -1105,9 +1105,9 @@ int main(int argc, char** argv) {
           cuda_effect = std::max(cuda_effect, compare(exact[i], got[i], NEW, &rows));
         }
         std::snprintf(buf, sizeof buf,
-                      "(a) %s: f16 rounding's effect %.3e on the CPU, %.3e on CUDA (within 2x); CUDA vs CPU %.3e < half of it",
+                      "(a) %s: f16 rounding's effect %.3e on the CPU (%.3e on CUDA); CUDA vs CPU %.3e < half of it",
                       c.name.c_str(), effect, cuda_effect, worst);
-        report(worst < 0.5 * effect && cuda_effect > 0.5 * effect && cuda_effect < 2 * effect, buf);
+        report(worst < 0.5 * effect, buf);
       }
     } catch (const std::exception& e) {
       report(false, "(a) " + c.name + ": " + e.what());
