@@ -19,8 +19,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { convertCheckpoint } from '../src/convert/convert.js';
+import { loadEngine } from '../src/engine/engine.js';
 import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
+import { loadModel } from '../src/model/model-path.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
+import { baseOptions } from './helpers/engine-fixture.js';
 import { closeAllRefs, openRef, pseudoRandomIds } from './helpers/llama-ref.js';
 import { logSoftmaxDiff, ourLogSoftmax, VOCAB } from './helpers/quant-logits.js';
 import { writeRandomQuantGguf } from './helpers/random-quant-gguf.js';
@@ -99,13 +102,20 @@ describe.each(['Q4_K_M', 'Q6_K'] as const)('a %s-layout GGUF of random valid K-q
     refQ = new Float32Array(0);
   });
 
-  it('loads with its K-quant matrices and names its format', () => {
+  it('loads with its K-quant matrices and names its format', async () => {
     const g = loadGgufCheckpoint(file, { hash: false });
     expect(g.format!.name).toBe(mix);
     expect(g.format!.tensorTypes.Q6_K).toBeGreaterThan(0);
     if (mix === 'Q4_K_M') expect(g.format!.tensorTypes.Q4_K).toBeGreaterThan(0);
     else expect(g.format!.tensorTypes.Q4_K).toBeUndefined();
     expect(g.tensors.get('embed_tokens.weight')!.dtype).toBe('Q6_K');
+    // The engine names every matrix type it runs, the most bytes first (not the embedding's alone).
+    const e = await loadEngine(loadModel(file), { ...baseOptions, maxSeqs: 1 });
+    try {
+      expect(e.info.dtype).toBe(mix === 'Q4_K_M' ? 'q6_k+q4_k' : 'q6_k');
+    } finally {
+      await e.close();
+    }
   });
 
   let effect = 0;

@@ -2,6 +2,7 @@
 
 #include "core/quant_ref.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <map>
@@ -156,7 +157,6 @@ HostWeights::HostWeights(const ModelConfig& cfg, const std::vector<TensorEntry>&
   };
   const int64_t H = cfg.hidden, I = cfg.intermediate, V = cfg.vocab;
   embed_ = bind_mat(get("embed"), policy, V, H);
-  main_dtype_ = embed_.dtype;
   final_norm_ = bind_vec(get("final_norm"), H);
   head_ = cfg.tied ? embed_ : bind_mat(get("lm_head"), policy, V, H);
   layers_.resize(cfg.n_layers);
@@ -193,6 +193,26 @@ HostWeights::HostWeights(const ModelConfig& cfg, const std::vector<TensorEntry>&
 }
 
 size_t HostWeights::total_bytes() const { return matrix_bytes_ + vec_bytes_; }
+
+std::string HostWeights::dtype_label() const {
+  std::map<DType, size_t> bytes;
+  auto add = [&](const HostMat& m) {
+    if (m.data != nullptr) bytes[m.dtype] += m.bytes();
+  };
+  add(embed_);
+  if (head_.data != embed_.data) add(head_);
+  for (const HostLayer& L : layers_)
+    for (const HostMat* m : {&L.gate, &L.up, &L.down, &L.q, &L.k, &L.v, &L.o, &L.qkv, &L.z, &L.b, &L.a, &L.out}) add(*m);
+  std::vector<std::pair<size_t, DType>> order;
+  for (const auto& [d, n] : bytes) order.emplace_back(n, d);
+  std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::string label;
+  for (const auto& entry : order) {
+    if (!label.empty()) label += '+';
+    label += dtype_name(entry.second);
+  }
+  return label;
+}
 
 namespace {
 
@@ -245,7 +265,6 @@ std::unique_ptr<HostWeights> HostWeights::synthetic(const ModelConfig& cfg, DTyp
   const int64_t H = cfg.hidden, I = cfg.intermediate;
   const float proj = 1.0f / std::sqrt(static_cast<float>(H));
   w->embed_ = mat(cfg.vocab, H, 4.0f / std::sqrt(static_cast<float>(H)));
-  w->main_dtype_ = store_f32 ? DType::f32 : dtype;
   w->final_norm_ = vec(H, 1.f, 0.05f);
   w->head_ = cfg.tied ? w->embed_ : mat(cfg.vocab, H, 4.0f / std::sqrt(static_cast<float>(H)));
   w->layers_.resize(cfg.n_layers);

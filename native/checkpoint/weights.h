@@ -82,7 +82,9 @@ class HostWeights {
   const std::vector<HostLayer>& layers() const { return layers_; }
   size_t matrix_bytes() const { return matrix_bytes_; }
   size_t total_bytes() const;
-  DType main_dtype() const { return main_dtype_; }
+  // The matrices' element types, the one holding the most bytes first, joined by '+' ("bf16",
+  // "q8_0", "q4_k+q6_k" for a Q4_K_M file): what the engine reports its weights run in.
+  std::string dtype_label() const;
   // A backend that keeps its own copy of a tensor's bytes hands the file pages back: pages of
   // [p, p + n) inside a checkpoint file's mapping leave the resident set. Memory this object owns
   // (converted or synthetic weights) is left alone, as other backends may still bind it.
@@ -104,7 +106,6 @@ class HostWeights {
   size_t matrix_bytes_ = 0;
   size_t owned_bytes_ = 0;
   size_t vec_bytes_ = 0;
-  DType main_dtype_ = DType::f32;
 };
 
 }  // namespace lumen

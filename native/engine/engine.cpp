@@ -156,7 +156,7 @@ void Engine::load() {
   backend_->set_profiling(ec_.profile);
   model_ = std::make_unique<Qwen35>(*backend_, *w, ec_.step_token_budget, kLogitGroup);
   const int64_t weight_bytes = static_cast<int64_t>(w->total_bytes());
-  const std::string weight_dtype = dtype_name(w->main_dtype());
+  const std::string weight_dtype = w->dtype_label();
   // A device backend holds its own copy of the weights now (the model's BWeights point into it;
   // nothing reads the host copy after bind_weights): the host copy goes before the caches are
   // sized, so a fraction of host memory would see it gone. The CPU backend keeps reading it.

@@ -167,7 +167,7 @@ export interface EngineInfo {
   isa: string;
   threads: number;
   weightBytes: number;
-  /** Dtype the weights run in (bf16 | f32 | mixed). */
+  /** The element types the weight matrices run in, the one holding the most bytes first, joined by "+" (bf16, q8_0, q4_k+q6_k). */
   dtype: string;
   kvBlocksTotal: number;
   blockSize: number;
