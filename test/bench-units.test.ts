@@ -73,6 +73,8 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ uniquePrompts: true, repeatPrompts: true }))).toMatch(/contradict/);
     expect(usageMessage(() => resolveSweepConfig({ paged: true, kvcache: 'continuous' }))).toMatch(/--paged/);
     expect(usageMessage(() => resolveSweepConfig({ latencyOnly: true, concurrency: '4' }))).toMatch(/--latency-only/);
+    expect(usageMessage(() => resolveSweepConfig({ concurrency: '1,8', stepTokenBudget: '4' })))
+      .toBe('--step-token-budget 4 must be at least the largest --concurrency, 8 (one decode token per sequence)');
     expect(usageMessage(() => resolveSweepConfig({ quiet: true, verbose: 1 }))).toMatch(/-q and -v/);
   });
 

@@ -1,9 +1,11 @@
 // Serving-engine behaviour on an in-memory f32 tiny model: isolation under batching, paged ==
 // continuous, prefill chunking, the prefix cache, pool exhaustion, cancellation, and the chunked
 // Gated DeltaNet kernel against the recurrence.
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { EngineHandle } from '../src/engine/types.js';
-import { greedy, logSoftmaxRow, maxAbsDiff, promptIds, tinyEngine } from './helpers/engine-fixture.js';
+import { baseOptions, greedy, logSoftmaxRow, maxAbsDiff, promptIds, tinyEngine } from './helpers/engine-fixture.js';
 
 const V = 248320;
 const baseOptionsMaxSeqs = (e: EngineHandle) => e.stats().stateSlotsTotal;
@@ -165,6 +167,20 @@ describe('memory pressure and cancellation', () => {
     expect(e.info.kvBlocksTotal).toBe(4);
     expect(e.info.kvPool).toBe('kv_memory_bytes');
     expect(e.info.kvPoolBytes).toBe(4 * 16 * 2 * 256 * 4); // 4 blocks of 32 KiB
+  });
+
+  it('an option the engine refuses as it is built is an error, and leaves nothing holding the process open', () => {
+    // In a child process that must end on its own (before the fix, the events function made for
+    // the engine kept Node's event loop alive for ever after the constructor threw).
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const script = `const { loadEngine } = await import(${JSON.stringify(`${root}dist/src/engine/engine.js`)});
+      const { presetConfig } = await import(${JSON.stringify(`${root}dist/src/model/presets.js`)});
+      try { await loadEngine({ synthetic: presetConfig('tiny') }, ${JSON.stringify({ ...baseOptions, maxSeqs: 8, stepTokenBudget: 4 })}); console.log('loaded'); }
+      catch (e) { console.log('refused: ' + e.message); }`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 100_000, killSignal: 'SIGKILL' });
+    expect(r.stdout.trim()).toBe('refused: step token budget (4) must be at least the number of sequences (8)');
+    expect(r.signal).toBeNull(); // not killed at the timeout: it exited by itself
+    expect(r.status).toBe(0);
   });
 
   it('refuses at load a pool too small for one max-seq sequence, naming both sizes', async () => {

@@ -179,6 +179,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       });
       (void)tsfn;
     } catch (const std::exception& e) {
+      // A constructor that threw (a bad option) leaves no engine: the events function made for it
+      // would keep Node's event loop alive for ever.
+      if (!engine_ && tsfn_) tsfn_.Release();
       Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
     }
   }

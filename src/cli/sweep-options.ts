@@ -209,6 +209,12 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     concurrency = raw.concurrency !== undefined ? parseConcurrency('--concurrency', raw.concurrency) : [...DEFAULT_CONCURRENCY];
   }
 
+  // The in-process engine runs max(--concurrency) sequences, each taking a token of every decode step.
+  const maxConc = Math.max(...concurrency);
+  if (endpoint === null && engine.stepTokenBudget < maxConc) {
+    throw new UsageError(`--step-token-budget ${engine.stepTokenBudget} must be at least the largest --concurrency, ${maxConc} (one decode token per sequence)`);
+  }
+
   if (raw.uniquePrompts && raw.repeatPrompts) {
     throw new UsageError('--unique-prompts and --repeat-prompts contradict each other; give one');
   }
