@@ -2,6 +2,7 @@
 // samples, where the answer is known: no sweep, no browser.
 import { describe, expect, it } from 'vitest';
 import { compareReports } from '../src/report/compare.js';
+import { formatMarkdown, verdictLine } from '../src/report/compare-format.js';
 import { renderHtml } from '../src/report/html.js';
 import { checkReport } from '../src/report/report-file.js';
 import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
@@ -77,7 +78,7 @@ function row(isl: number, c: number, decode: number, itl: number, ttft: number, 
 }
 
 function report(rows: unknown[], extra: Record<string, unknown> = {}) {
-  return checkReport({ schema_version: 1, machine: { cpu_model: 'x' }, engine: { isa: 'avx2', threads: 2 }, tool: { git_commit: 'a' }, rows, ...extra }, 'r.json');
+  return checkReport({ schema_version: 1, status: 'complete', machine: { cpu_model: 'x' }, engine: { isa: 'avx2', threads: 2 }, tool: { git_commit: 'a' }, rows, ...extra }, 'r.json');
 }
 
 describe('compareReports', () => {
@@ -109,6 +110,25 @@ describe('compareReports', () => {
     const cross = compareReports(base, ep);
     expect(cross.rows).toEqual([]);
     expect(cross.provenance[0]).toEqual({ field: 'target', base: 'engine', next: 'endpoint' });
+    // Nothing compared is not a pass.
+    expect(cross.not_a_pass).toEqual(['no row of BASE is in NEW: nothing was compared']);
+    expect(cross.exit_code).toBe(5);
+    expect(verdictLine(cross)).toBe('**Not a pass**: no row of BASE is in NEW: nothing was compared (exit 5).');
+    expect(c.not_a_pass).toEqual([]);
+    expect(c.exit_code).toBe(0);
+  });
+
+  it('fails the gate when NEW did not complete, whatever its rows say', () => {
+    const rows = [row(16, 1, 100, 10, 5, 0.02, 3)];
+    for (const status of ['interrupted', 'load_failed', 'running']) {
+      const c = compareReports(report(rows), report(rows, { status }));
+      expect(c.regressions).toBe(0);
+      expect(c.not_a_pass).toEqual([`NEW's run is ${status}, not complete`]);
+      expect(c.exit_code).toBe(5);
+      expect(formatMarkdown(c)).toContain(`**Not a pass**: NEW's run is ${status}, not complete (exit 5).`);
+    }
+    // An interrupted BASE is only a baseline with fewer rows.
+    expect(compareReports(report(rows, { status: 'interrupted' }), report(rows)).exit_code).toBe(0);
   });
 
   it('lists provenance differences field by field', () => {

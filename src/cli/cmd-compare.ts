@@ -1,5 +1,5 @@
 // `bench compare BASE.json NEW.json`: did a figure move beyond the runs' own noise and the threshold?
-// Markdown on stdout by default; exit 0 no regression, 5 a regression, 2 usage error (docs/report.md).
+// Markdown on stdout by default; exit 0 no regression, 5 a regression (or nothing to judge), 2 usage error (docs/report.md).
 import type { Command } from 'commander';
 import { compareReports, DEFAULT_THRESHOLD_PCT } from '../report/compare.js';
 import { COMPARE_FORMATS, formatComparison, type CompareFormat } from '../report/compare-format.js';
@@ -15,13 +15,15 @@ export function registerCompare(program: Command, setResult: (code: number) => v
     .description(
       'Compare two saved sweeps row by row: NEW/BASE per figure, flagged only beyond both the noise floor\n' +
       '(from each run\'s per-request samples) and --threshold; provenance differences first.\n' +
-      'Exit status: 0 no regression, 5 at least one regression, 2 usage error.',
+      'Exit status: 0 no regression, 5 at least one regression (or NEW did not complete, or no row\n' +
+      'was in both), 2 usage error.',
     )
     .option('--threshold <pct>', `smallest change flagged, percent of BASE (default ${DEFAULT_THRESHOLD_PCT})`, numberArg('--threshold', 0, 1e6))
     .option('--format <format>', 'stdout format: md | csv | json (default md)', choiceArg('--format', COMPARE_FORMATS))
     .action((base: string, next: string, opts: { threshold?: number; format?: CompareFormat }) => {
       const c = compareReports(readReport(base), readReport(next), opts.threshold ?? DEFAULT_THRESHOLD_PCT);
       process.stdout.write(formatComparison(c, opts.format ?? 'md'));
+      for (const why of c.not_a_pass) process.stderr.write(`bench compare: not a pass: ${why}\n`);
       setResult(c.exit_code);
     });
 }

@@ -13,6 +13,10 @@ const mdEsc = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 
 /** The headline, as the first line of the verdict. */
 export function verdictLine(c: Comparison): string {
+  if (c.not_a_pass.length > 0) {
+    const also = c.regressions > 0 ? `; ${c.regressions} regression${c.regressions === 1 ? '' : 's'} beyond noise` : '';
+    return `**Not a pass**: ${c.not_a_pass.join('; ')}${also} (exit 5).`;
+  }
   if (c.regressions > 0) return `**${c.regressions} regression${c.regressions === 1 ? '' : 's'}** beyond both the noise floor and the ${c.threshold_pct}% threshold (exit 5).`;
   if (c.improvements > 0) return `**No regression beyond noise** (threshold ${c.threshold_pct}%); ${c.improvements} improvement${c.improvements === 1 ? '' : 's'} beyond noise.`;
   if (c.no_floor.figures > 0) return `**No regression flagged** (threshold ${c.threshold_pct}%; some figures have no noise floor, below).`;

@@ -60,7 +60,10 @@ export interface Comparison {
   unknown_floor: number;
   /** Compared figures without a noise floor, beyond the threshold or not, and the first reason given. */
   no_floor: { figures: number; reason: string | null };
-  /** 0 no regression, 5 at least one. */
+  /** Why the comparison cannot pass whatever its figures say: NEW's run did not complete, or no row of
+   * BASE is in NEW (nothing was compared). Each fails the gate (exit 5) like a regression. */
+  not_a_pass: string[];
+  /** 0 no regression, 5 at least one regression or a reason in not_a_pass. */
   exit_code: 0 | 5;
 }
 
@@ -154,6 +157,9 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
   const onlyNext = b.rows.map((r) => rowKey(r, tb)).filter((k) => !baseKeys.has(k));
   const figs = rows.flatMap((r) => r.figures);
   const regressions = figs.filter((f) => f.verdict === 'regression').length + rows.filter((r) => r.row === 'failed in NEW').length;
+  const notAPass: string[] = [];
+  if (b.status !== 'complete') notAPass.push(`NEW's run is ${b.status}, not complete`);
+  if (rows.length === 0) notAPass.push('no row of BASE is in NEW: nothing was compared');
   return {
     base: a.file,
     next: b.file,
@@ -166,6 +172,7 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     improvements: figs.filter((f) => f.verdict === 'improvement').length + rows.filter((r) => r.row === 'fixed in NEW').length,
     unknown_floor: figs.filter((f) => f.verdict === 'floor unknown').length,
     no_floor: { figures: figs.filter((f) => f.floor_unknown !== null).length, reason: figs.find((f) => f.floor_unknown !== null)?.floor_unknown ?? null },
-    exit_code: regressions > 0 ? EXIT_REGRESSION : 0,
+    not_a_pass: notAPass,
+    exit_code: regressions > 0 || notAPass.length > 0 ? EXIT_REGRESSION : 0,
   };
 }
