@@ -93,6 +93,12 @@ describe('bench serve (process)', () => {
     });
     expect(r.status).toBe(200);
     await r.json();
+    // A streamed request that completes: logged once, by its stream, with its figures.
+    const full = await fetch(`${s.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, temperature: 0, ignore_eos: true, stream: true }),
+    });
+    await readSse(full);
     // A stream that would run for 900 tokens: SIGTERM after its first chunk.
     const res = await fetch(`${s.url}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
@@ -114,5 +120,9 @@ describe('bench serve (process)', () => {
     expect(reqs[0]).toMatchObject({ route: '/v1/completions', status: 200, output_tokens: 5, finish_reason: 'length' });
     for (const k of ['id', 'prompt_tokens', 'cached_tokens', 'ttft_ms', 'duration_ms']) expect(reqs[0]).toHaveProperty(k);
     expect(typeof reqs[0]!.ttft_ms).toBe('number');
+    // One line per request (the stream cut by SIGTERM included), none with empty figures.
+    expect(reqs.map((l) => l.route)).toEqual(['/v1/completions', '/v1/chat/completions', '/v1/completions']);
+    expect(reqs[1]).toMatchObject({ status: 200, output_tokens: 3, finish_reason: 'length' });
+    expect(reqs[2]).toMatchObject({ finish_reason: 'cancelled' });
   });
 });

@@ -110,9 +110,8 @@ export function buildApp(ctx: ServeContext, apiKey: string | undefined, bodyLimi
   });
 
   app.addHook('onResponse', (req, reply, done) => {
-    const r = req as { lumenStart?: number; lumenResult?: GenerationResult; lumenError?: string };
-    const streamed = reply.raw.getHeader('content-type')?.toString().startsWith('text/event-stream'); // streams log themselves
-    if (!streamed && req.url !== '/health' && req.url !== '/metrics') {
+    const r = req as { lumenStart?: number; lumenResult?: GenerationResult; lumenError?: string; lumenStreamed?: boolean };
+    if (!r.lumenStreamed && req.url !== '/health' && req.url !== '/metrics') {
       ctx.logRequest({
         route: req.routeOptions.url ?? req.url, status: reply.statusCode, result: r.lumenResult ?? null,
         startedAt: r.lumenStart ?? performance.now(), ...(r.lumenError ? { error: r.lumenError } : {}),

@@ -10,6 +10,8 @@ export class SseStream {
 
   constructor(reply: FastifyReply) {
     reply.hijack();
+    // A streamed request logs its own line when its stream ends (the server's onResponse hook skips it).
+    (reply.request as { lumenStreamed?: boolean }).lumenStreamed = true;
     this.res = reply.raw;
     this.res.socket?.setNoDelay(true);
     this.res.writeHead(200, {
