@@ -270,7 +270,24 @@ describe('bench serve over the embedded model', () => {
     expect(sm.stop_sequence).toBe(stop);
     expect((sm.content[0] as Anthropic.TextBlock).text).toBe(text.slice(0, text.indexOf(stop)));
     const count = await a.messages.countTokens({ model: 'embedded-tiny-v2', system: 'Be brief.', messages: [{ role: 'user', content: 'Hello!' }] });
-    expect(count.input_tokens).toBe(m.usage.input_tokens);
+    expect(count.input_tokens).toBe(m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0));
+  });
+
+  it('Anthropic usage counts a prefix-cache hit as Anthropic does: input_tokens + cache_read_input_tokens = the prompt', async () => {
+    const a = anthropic(s);
+    // Long enough to reach a prefix-cache snapshot; the second request reads it.
+    const content = Array.from({ length: 120 }, (_, i) => `word${i}`).join(' ');
+    const req = { model: 'embedded-tiny-v2', max_tokens: 2, temperature: 0, messages: [{ role: 'user' as const, content }] };
+    const count = (await a.messages.countTokens({ model: req.model, messages: req.messages })).input_tokens;
+    await a.messages.create(req);
+    const m = await a.messages.create(req);
+    expect(m.usage.cache_read_input_tokens).toBeGreaterThan(0);
+    expect(m.usage.input_tokens + m.usage.cache_read_input_tokens!).toBe(count);
+    // Streamed: the SDK's final message takes message_delta's usage.
+    const st = a.messages.stream(req);
+    const f = await st.finalMessage();
+    expect(f.usage.cache_read_input_tokens).toBe(m.usage.cache_read_input_tokens);
+    expect(f.usage.input_tokens).toBe(m.usage.input_tokens);
   });
 
   it('8 concurrent streamed requests each get exactly their solo greedy tokens', async () => {

@@ -29,9 +29,11 @@ function toolUse(c: ToolCall): Json {
   return { type: 'tool_use', id: c.id, name: c.name, input: JSON.parse(c.arguments) as Json };
 }
 
+/** Anthropic's usage: `input_tokens` counts the prompt tokens not read from the cache, so the prompt is
+ * input + cache_read + cache_creation (OpenAI's `prompt_tokens` counts them all). */
 function usage(r: { promptTokens: number; cachedPromptTokens: number }, outputTokens: number): Json {
   return {
-    input_tokens: r.promptTokens, output_tokens: outputTokens,
+    input_tokens: r.promptTokens - r.cachedPromptTokens, output_tokens: outputTokens,
     cache_creation_input_tokens: 0, cache_read_input_tokens: r.cachedPromptTokens,
   };
 }
@@ -151,7 +153,8 @@ async function messages(ctx: ServeContext, req: FastifyRequest, reply: FastifyRe
     } else {
       if (!blocks) startMessage();
       blocks!.finish();
-      sse.event('message_delta', { type: 'message_delta', delta: stopReason(r), usage: { output_tokens: r.tokens.length } });
+      // The whole message's usage (message_start's went out before the cache hit was known).
+      sse.event('message_delta', { type: 'message_delta', delta: stopReason(r), usage: usage(r, r.tokens.length) });
       sse.event('message_stop', { type: 'message_stop' });
     }
     sse.end();
