@@ -7,6 +7,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'csv-parse/sync';
 import { afterAll, describe, expect, it } from 'vitest';
+import { fmt } from '../src/bench/render.js';
+import { bytesText } from '../src/util/bytes-text.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const BENCH = path.join(ROOT, 'bin', 'bench.js');
@@ -117,8 +119,17 @@ describe('bench sweep on the embedded tiny model', () => {
     }
     // stderr is not a TTY here: plain lines, not a single escape code.
     expect(r.stderr).not.toMatch(/\x1b/);
-    expect(r.stderr).toContain('Model loaded');
+    // The weights' bytes in binary units, as every byte count the header prints.
+    expect(r.stderr).toContain(`(backend: cpu, ${bytesText(report.model_load.weight_bytes)})`);
+    expect(r.stderr).toMatch(/Model loaded\s+[\d.]+s \(backend: cpu, [\d.]+ MiB\)/);
     expect(r.stderr).toContain('Benchmark results');
+    // The summary table's TTFT and Prefill tok/s are the CSV's figures, row for row.
+    const table = r.stderr.slice(r.stderr.indexOf('Benchmark results')).split('\n');
+    for (const row of rows) {
+      const cols = table.map((l) => l.trim().split(/\s+/)).find((c) => c[0] === `${row.isl}:${row.osl}` && c[1] === row.concurrency)!;
+      expect(cols[4]).toBe(Number(row.ttft_ms).toFixed(1));
+      expect(cols[5]).toBe(fmt.rate(Number(row.prefill_tok_s)));
+    }
   });
 
   it('turns an impossible cell into an error row, keeps the others ok, and exits 3', async () => {

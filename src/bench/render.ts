@@ -150,9 +150,6 @@ export const fmt = {
     if (v === null) return '-';
     return v >= 100 ? v.toFixed(0) : v.toFixed(1);
   },
-  mb(bytes: number): string {
-    return `${Math.round(bytes / (1024 * 1024))} MB`;
-  },
 };
 
 /** Rate over the last `windowMs` of (time, count) samples. */
@@ -250,8 +247,8 @@ export class HumanRenderer implements SweepRenderer {
       this.loadBar = null;
     }
     this.flushHeld();
-    if (l.gpu) this.kv('GPU', `${l.gpu.name} (${l.gpu.memoryMb} MB)`);
-    this.kv('Model loaded', `${l.seconds.toFixed(2)}s (backend: ${l.backend}, ${fmt.mb(l.weightBytes)}${l.backend === 'cuda' ? ' VRAM' : ''})`);
+    if (l.gpu) this.kv('GPU', `${l.gpu.name} (${l.gpu.memoryMb} MiB)`);
+    this.kv('Model loaded', `${l.seconds.toFixed(2)}s (backend: ${l.backend}, ${bytesText(l.weightBytes)}${l.backend === 'cuda' ? ' VRAM' : ''})`);
     this.kv('Engine', l.engineLine);
     if (l.kvPool) this.kv('KV pool', kvPoolLine(l.kvPool));
     if (l.sweepLine !== undefined) this.kv('Sweep', l.sweepLine);
@@ -385,13 +382,14 @@ export class HumanRenderer implements SweepRenderer {
   summary(rows: readonly ReportRow[], interrupted: boolean): void {
     if (this.quiet) return;
     this.section(interrupted ? 'Benchmark results (interrupted: finished rows only)' : 'Benchmark results');
-    const head = ['Cell', 'Conc', 'Status', 'Prefill ms', 'Prefill tok/s', 'TTFT ms', 'ITL mean', 'ITL p50', 'ITL p99', 'Decode tok/s', 'Speedup', 'Eff'];
+    // Prefill tok/s is the CSV's prefill_tok_s (isl over TTFT); Prefill ms the prefill steps' compute
+    // alone (the Latency section gives its own rate), so TTFT - Prefill ms is the wait for a first step.
+    const head = ['Cell', 'Conc', 'Status', 'Prefill ms', 'TTFT ms', 'Prefill tok/s', 'ITL mean', 'ITL p50', 'ITL p99', 'Decode tok/s', 'Speedup', 'Eff'];
     const body = rows.map((r) => {
       const lat = r.latency;
       return [
         `${r.isl}:${r.osl}`, String(r.concurrency), r.status,
-        fmt.ms(lat?.prefill_time_ms ?? null), fmt.rate(lat?.prefill_tokens_per_sec ?? null),
-        fmt.ms(r.ttft_ms), fmt.ms(lat?.mean_inter_token_ms ?? null, 2), fmt.ms(r.itl_p50_ms, 2), fmt.ms(r.itl_p99_ms, 2),
+        fmt.ms(lat?.prefill_time_ms ?? null), fmt.ms(r.ttft_ms), fmt.rate(r.prefill_tok_s), fmt.ms(lat?.mean_inter_token_ms ?? null, 2), fmt.ms(r.itl_p50_ms, 2), fmt.ms(r.itl_p99_ms, 2),
         fmt.rate(r.decode_tok_s), r.speedup_vs_c1 === null ? '-' : r.speedup_vs_c1.toFixed(2),
         r.batching_efficiency === null ? '-' : r.batching_efficiency.toFixed(2),
       ];
