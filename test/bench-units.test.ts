@@ -27,7 +27,7 @@ import { runRow, type RowSettings } from '../src/bench/runner.js';
 import { percentile, summarize, unionLength } from '../src/bench/stats.js';
 import { engineOptions, runSweep, type SweepIO } from '../src/bench/sweep.js';
 import type { EngineStats, RequestResult } from '../src/engine/types.js';
-import { parseNvidiaSmi, physicalCores } from '../src/util/machine.js';
+import { cpuWindowStart, otherCpuShare, parseNvidiaSmi, physicalCores } from '../src/util/machine.js';
 import { createFakeEngine, fakeBackend, fakeCheckpoint, FAKE_DEVICE_ALLOCS, FAKE_DEVICE_PEAK, FAKE_FREE_BYTES } from './helpers/fake-engine.js';
 import { usageMessage } from './helpers/usage-error.js';
 
@@ -365,6 +365,20 @@ describe('machine', () => {
     expect(parseNvidiaSmi('')).toEqual([]);
     const cpuinfo = 'processor: 0\nphysical id\t: 0\ncore id\t\t: 0\n\nprocessor: 1\nphysical id\t: 0\ncore id\t\t: 0\n\nprocessor: 2\nphysical id\t: 0\ncore id\t\t: 1\n';
     expect(physicalCores(cpuinfo)).toBe(2);
+  });
+
+  it('measures the other processes\' CPU share over 200 ms at least: a short row with the rows before it', () => {
+    const at = (wallMs: number, busyTicks: number, processUs = 0) => ({ busyTicks, totalTicks: wallMs / 10 * 2, cpus: 2, processUs, wallMs });
+    // 2 CPUs over 400 ms: 80 ticks, 40 busy, of which this process 0.2 s of CPU = 20 ticks: others 25 %.
+    expect(otherCpuShare(at(0, 0), at(400, 40, 200_000))).toBeCloseTo(0.25, 12);
+    expect(otherCpuShare(at(0, 0), at(150, 10))).toBeNull();
+    const marks = [at(0, 0), at(300, 10), at(700, 20)];
+    // A 500 ms row is measured alone.
+    expect(cpuWindowStart(at(800, 30), marks, at(1300, 50))).toEqual(at(800, 30));
+    // A 50 ms row: from the latest earlier start at least 200 ms back (700 is 150 ms back, 300 is 450).
+    expect(cpuWindowStart(at(800, 30), marks, at(850, 31))).toEqual(at(300, 10));
+    expect(cpuWindowStart(at(100, 1), [at(0, 0)], at(150, 2))).toBeNull();
+    expect(cpuWindowStart(null, marks, at(850, 31))).toBeNull();
   });
 });
 

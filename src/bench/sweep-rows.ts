@@ -3,7 +3,7 @@
 // sweep was interrupted.
 import type { EngineHandle, RequestEngine } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
-import { cpuSample, otherCpuShare } from '../util/machine.js';
+import { cpuSample, cpuWindowStart, otherCpuShare, startCpuSample, type CpuSample } from '../util/machine.js';
 import { TOOL_VERSION } from '../util/version.js';
 import type { SweepRow } from './csv.js';
 import { appendMemoryStage, memoryStageRows, type MemoryStage } from './memory-stages.js';
@@ -52,6 +52,10 @@ export async function runRows(
   const open = load.requestRate !== null ? { rate: load.requestRate, burstiness: load.burstiness, numRequests: load.numRequests } : null;
   let sweepFirstToken = false;
   let sweepFirstRequest = false;
+  // The rows' start samples (and the command's), for rows too short to measure the CPU share alone.
+  const cpuMarks: CpuSample[] = [];
+  const commandStart = startCpuSample();
+  if (commandStart) cpuMarks.push(commandStart);
 
   for (const cell of cfg.cells) {
     let c1DecodeTokS: number | null = null;
@@ -78,7 +82,9 @@ export async function runRows(
           tokens: t.result.tokens.length, ttft_ms: ttftOf(t.result),
         }),
       }, target.probe(cell));
-      const otherCpu = otherCpuShare(cpuBefore, cpuSample());
+      const cpuAfter = cpuSample();
+      const otherCpu = otherCpuShare(cpuWindowStart(cpuBefore, cpuMarks, cpuAfter), cpuAfter);
+      if (cpuBefore) cpuMarks.push(cpuBefore);
       if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted) {
         const note = `other processes used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;
         out.row.notes = out.row.notes ? `${out.row.notes}; ${note}` : note;

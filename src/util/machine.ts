@@ -105,6 +105,12 @@ export function parseProcStat(text: string): { busy: number; total: number; cpus
   return { busy: total - idle, total, cpus };
 }
 
+/** A sample taken when this module loaded (the command's start, before any model loads). */
+let startSample: CpuSample | null | undefined;
+export function startCpuSample(): CpuSample | null {
+  return startSample ?? null;
+}
+
 export function cpuSample(): CpuSample | null {
   let text: string;
   try {
@@ -118,6 +124,22 @@ export function cpuSample(): CpuSample | null {
   return { busyTicks: p.busy, totalTicks: p.total, cpus: p.cpus, processUs: u.user + u.system, wallMs: performance.now() };
 }
 
+/** /proc/stat counts 10 ms ticks: a shorter window than this tells nothing. */
+export const MIN_CPU_WINDOW_MS = 200;
+
+/**
+ * The sample a row's CPU share is measured from: the row's own start when the row lasted
+ * MIN_CPU_WINDOW_MS or more, else the latest earlier sample (`earlier`: the starts of the rows before
+ * it, oldest first) at least that far back, so a short row is judged with the rows just before it;
+ * null when there is none.
+ */
+export function cpuWindowStart(rowStart: CpuSample | null, earlier: readonly CpuSample[], now: CpuSample | null): CpuSample | null {
+  if (!rowStart || !now) return null;
+  if (now.wallMs - rowStart.wallMs >= MIN_CPU_WINDOW_MS) return rowStart;
+  for (let i = earlier.length - 1; i >= 0; i--) if (now.wallMs - earlier[i]!.wallMs >= MIN_CPU_WINDOW_MS) return earlier[i]!;
+  return null;
+}
+
 /**
  * Share of the machine's CPU capacity that other processes used between two samples: the system-wide busy
  * fraction minus this process's own CPU time over (wall time x CPUs). Null when it cannot be told.
@@ -126,8 +148,10 @@ export function otherCpuShare(a: CpuSample | null, b: CpuSample | null): number 
   if (!a || !b) return null;
   const dTotal = b.totalTicks - a.totalTicks;
   const dWall = b.wallMs - a.wallMs;
-  if (dTotal <= 0 || dWall < 200) return null; // /proc/stat counts 10 ms ticks: shorter windows are noise
+  if (dTotal <= 0 || dWall < MIN_CPU_WINDOW_MS) return null;
   const busy = (b.busyTicks - a.busyTicks) / dTotal;
   const own = (b.processUs - a.processUs) / 1000 / (dWall * b.cpus);
   return Math.max(0, Math.min(1, busy - own));
 }
+
+startSample = cpuSample();
