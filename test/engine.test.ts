@@ -4,6 +4,7 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { classifyGaps } from '../src/bench/metrics.js';
 import type { EngineHandle } from '../src/engine/types.js';
 import { baseOptions, greedy, logSoftmaxRow, maxAbsDiff, promptIds, tinyEngine } from './helpers/engine-fixture.js';
 
@@ -48,6 +49,12 @@ describe('batched serving', () => {
     expect(e.stats().steps - before).toBe(3);
     // Three steps for six requests of three tokens each: every first token came from the first step.
     for (const r of rs) expect(r.tokens.length).toBe(3);
+    // Tokens of one step share one emission time: the six first tokens, then the six seconds, ...
+    for (let k = 0; k < 3; k++) expect(new Set(rs.map((r) => r.tokenMs[k])).size).toBe(1);
+    // ... so no timed gap counts as overlapping another request's prefill (all ended together).
+    const gaps = classifyGaps(rs);
+    expect(gaps.flatMap((g) => g.mixed)).toEqual([]);
+    expect(gaps.flatMap((g) => g.decode)).toHaveLength(12);
   });
 
   it('paged and continuous KV layouts give identical tokens and logits', async () => {

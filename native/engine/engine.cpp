@@ -607,6 +607,7 @@ void Engine::step_once() {
   std::vector<EngineEvent> evs;
   int step_tokens = 0;
   std::vector<Sequence*> finished;
+  std::vector<Sequence*> stamped;
   for (size_t i = 0; i < order.size(); ++i) {
     Sequence& s = *order[i];
     const SeqSegment& seg = b.segs[i];
@@ -638,8 +639,8 @@ void Engine::step_once() {
     }
     s.tokens.push_back(tok);
     s.generated++;
-    const int64_t t = now_ns();
-    s.token_ns.push_back(t);
+    s.token_ns.push_back(0);  // stamped below with the step's emission time
+    stamped.push_back(&s);
     ++step_tokens;
     if (s.req.stream) {
       EngineEvent e;
@@ -647,7 +648,6 @@ void Engine::step_once() {
       e.id = s.id;
       e.token = tok;
       e.index = s.generated - 1;
-      e.t_ns = t;
       if (s.req.logprobs >= 0) {
         e.has_logprobs = true;
         e.top_ids.resize(s.req.logprobs);
@@ -668,7 +668,13 @@ void Engine::step_once() {
       s.stop_hit = stop;
     }
   }
+  // Every token of a step leaves at the same time (the events are delivered after this loop): one
+  // stamp for all, so two requests whose prompts finished in the same step share their first token's
+  // time and no token's time depends on where its sequence sits in the batch.
   const int64_t t_emit = now_ns();
+  for (Sequence* s : stamped) s->token_ns.back() = t_emit;
+  for (EngineEvent& e : evs)
+    if (e.kind == EngineEvent::kToken) e.t_ns = t_emit;
   if (step_tokens > 0) {
     EngineEvent e;
     e.kind = EngineEvent::kStep;
