@@ -112,6 +112,9 @@ describe('bench sweep on the embedded tiny model', () => {
     expect(report.latency.num_tokens_generated).toBe(8);
     const jsonl = readFileSync(`${prefix}.jsonl`, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
     expect(jsonl.length).toBe(1 + 2 + 1 + 2);
+    // The timed pass from 0 (after --warmup 1), in both files.
+    expect(jsonl.map((q) => q.pass)).toEqual(report.rows.flatMap((x: { samples: { pass: number[] } }) => x.samples.pass));
+    expect(new Set(jsonl.map((q) => q.pass))).toEqual(new Set([0]));
     for (const q of jsonl) {
       expect(q.generated_tokens).toBe(8);
       expect(q.itl_ms.length).toBe(7);

@@ -43,7 +43,7 @@ export function writeFileAtomic(file: string, text: string): void {
 }
 
 /** One PREFIX.jsonl line: a timed request's raw native timings. */
-export function requestLine(isl: number, osl: number, concurrency: number, t: TimedRequest): string {
+export function requestLine(isl: number, osl: number, concurrency: number, t: TimedRequest, firstPass: number): string {
   const r = t.result;
   const gaps: number[] = [];
   for (let k = 1; k < r.tokenMs.length; k++) gaps.push(r.tokenMs[k]! - r.tokenMs[k - 1]!);
@@ -51,7 +51,7 @@ export function requestLine(isl: number, osl: number, concurrency: number, t: Ti
     isl,
     osl,
     concurrency,
-    pass: t.pass,
+    pass: t.pass - firstPass,
     session: t.session,
     request_id: r.id,
     prompt_tokens: r.promptTokens,

@@ -14,10 +14,16 @@ export interface RowSamples {
   itl_p99_ms: Array<number | null>;
 }
 
+/** The runner's number of a row's first timed pass (the warm-up passes come before it): `pass` in the
+ * JSON's samples and in PREFIX.jsonl counts the timed passes from 0. */
+export function firstTimedPass(timed: readonly TimedRequest[]): number {
+  return Math.min(...timed.map((t) => t.pass));
+}
+
 /** The samples of a row's timed requests; null for a row without any. */
 export function rowSamples(timed: readonly TimedRequest[]): RowSamples | null {
   if (timed.length === 0) return null;
-  const first = Math.min(...timed.map((t) => t.pass));
+  const first = firstTimedPass(timed);
   const gaps = classifyGaps(timed.map((t) => t.result));
   return {
     pass: timed.map((t) => t.pass - first),

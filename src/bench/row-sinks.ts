@@ -3,7 +3,7 @@
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
 import { latencyBlock, type Report, type ReportRow } from './report.js';
-import { rowSamples } from './row-samples.js';
+import { firstTimedPass, rowSamples } from './row-samples.js';
 import type { RowOutcome } from './runner.js';
 import type { SweepConfig } from './sweep-config.js';
 
@@ -77,7 +77,8 @@ export class RowSinks {
   /** Request lines and the report first, the CSV row last: a row in PREFIX.csv is a row in PREFIX.json. */
   row(row: SweepRow, out: RowOutcome | null): void {
     if (out && this.jsonlFile && out.timed.length) {
-      this.jsonlFile.append(out.timed.map((t) => requestLine(row.isl, row.osl, row.concurrency, t)).join(''));
+      const first = firstTimedPass(out.timed);
+      this.jsonlFile.append(out.timed.map((t) => requestLine(row.isl, row.osl, row.concurrency, t, first)).join(''));
     }
     this.writeJson();
     const line = csvRowLine(row);
