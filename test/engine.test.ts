@@ -190,6 +190,11 @@ describe('memory pressure and cancellation', () => {
     expect(r.status).toBe(0);
   });
 
+  it('refuses at load a KV pool larger than the host memory left (the kernel would kill the process as it filled it), naming the sizes', async () => {
+    await expect(tinyEngine({ kvMemoryBytes: 2 ** 50 })).rejects.toThrow(
+      /^the KV cache \([\d.]+ MiB: \d+ blocks of 32768 bytes, sized by kv_memory_bytes, and the recurrent states\) exceeds the [\d.]+ MiB of available host memory; give less KV memory$/);
+  });
+
   it('refuses at load a pool too small for one max-seq sequence, naming both sizes', async () => {
     // 4 blocks of 16 tokens; max-seq 1024 needs 64.
     await expect(tinyEngine({ kvMemoryBytes: 4 * 16 * 2 * 256 * 4, maxSeq: 1024 })).rejects.toThrow(

@@ -172,21 +172,12 @@ void Engine::load() {
   }
   int n_snapshots = 0;
   if (ec_.prefix_cache) n_snapshots = ec_.max_snapshots > 0 ? ec_.max_snapshots : 2 * ec_.max_seqs;
-  size_kv_pool(n_snapshots);
-  CacheSpec spec;
-  spec.n_blocks = blocks_->total();
-  spec.block_size = ec_.block_size;
-  spec.n_kv_layers = cfg_.n_full_layers();
-  spec.n_kv_heads = cfg_.n_kv_heads;
-  spec.head_dim = cfg_.head_dim;
-  spec.n_state_slots = ec_.max_seqs;
-  spec.n_gdn_layers = cfg_.n_linear_layers();
-  spec.conv_rows = cfg_.conv_kernel - 1;
-  spec.conv_dim = cfg_.conv_dim();
-  spec.ssm_elems = cfg_.lin_v_heads * cfg_.lin_dk * cfg_.lin_dv;
-  spec.kv_dtype = ec_.kv_dtype;
-  backend_->init_caches(spec, ec_.step_token_budget, kLogitGroup);
-  if (ec_.prefix_cache) backend_->init_snapshots(n_snapshots);
+  try {
+    init_kv_caches(n_snapshots);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error("out of memory allocating the KV cache: " + pool_request_ +
+                             "; give less KV memory (a smaller kv_memory_bytes or max_seq x max_seqs)");
+  }
   CounterSink& counters = *this;
   prefix_ = std::make_unique<PrefixCache>(*blocks_, *backend_, counters, ec_.block_size, ec_.snapshot_interval, n_snapshots);
   SchedulerConfig sc;
@@ -220,6 +211,24 @@ void Engine::load() {
   info_.state_bytes = static_cast<int64_t>(state_bytes_);
   sync_pool_stats();
   if (w) weights_ = std::move(w);  // the CPU backend reads the host copy
+}
+
+void Engine::init_kv_caches(int n_snapshots) {
+  size_kv_pool(n_snapshots);
+  CacheSpec spec;
+  spec.n_blocks = blocks_->total();
+  spec.block_size = ec_.block_size;
+  spec.n_kv_layers = cfg_.n_full_layers();
+  spec.n_kv_heads = cfg_.n_kv_heads;
+  spec.head_dim = cfg_.head_dim;
+  spec.n_state_slots = ec_.max_seqs;
+  spec.n_gdn_layers = cfg_.n_linear_layers();
+  spec.conv_rows = cfg_.conv_kernel - 1;
+  spec.conv_dim = cfg_.conv_dim();
+  spec.ssm_elems = cfg_.lin_v_heads * cfg_.lin_dk * cfg_.lin_dv;
+  spec.kv_dtype = ec_.kv_dtype;
+  backend_->init_caches(spec, ec_.step_token_budget, kLogitGroup);
+  if (ec_.prefix_cache) backend_->init_snapshots(n_snapshots);
 }
 
 void Engine::size_kv_pool(int n_snapshots) {
@@ -268,6 +277,28 @@ void Engine::size_kv_pool(int n_snapshots) {
                              std::to_string(static_cast<int64_t>(blocks_per_seq_) * static_cast<int64_t>(block_bytes_)) +
                              " bytes): give more KV memory or a smaller max_seq");
   n_blocks = std::min<int64_t>(n_blocks, std::numeric_limits<int32_t>::max() / 2);
+  // On the host, a pool larger than the memory left would be granted (overcommit) and then killed by
+  // the kernel as its pages are touched: refuse it here, with the sizes.
+  if (backend_->host_memory() && fraction == 0) {
+    const int64_t avail = host_available_bytes();
+    const double want = static_cast<double>(n_blocks) * static_cast<double>(block_bytes_) +
+                        static_cast<double>(state_bytes_) * (ec_.max_seqs + 1 + n_snapshots);
+    if (avail > 0 && want > static_cast<double>(avail)) {
+      char buf[240];
+      std::snprintf(buf, sizeof buf, "the KV cache (%.1f MiB: %lld blocks of %zu bytes, sized by %s, and the recurrent states) "
+                    "exceeds the %.1f MiB of available host memory; give less KV memory",
+                    want / 1048576.0, static_cast<long long>(n_blocks), block_bytes_, source.c_str(), avail / 1048576.0);
+      throw std::runtime_error(buf);
+    }
+  }
+  {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%lld blocks of %zu bytes (%.1f GiB, sized by %s) and %d state slots of %.1f MiB",
+                  static_cast<long long>(n_blocks), block_bytes_,
+                  static_cast<double>(n_blocks) * static_cast<double>(block_bytes_) / 1073741824.0, source.c_str(),
+                  ec_.max_seqs + 1 + n_snapshots, static_cast<double>(state_bytes_) / 1048576.0);
+    pool_request_ = buf;
+  }
   blocks_ = std::make_unique<BlockPool>(static_cast<int>(n_blocks));
   std::lock_guard<std::mutex> lk(mu_);
   pool_tokens_ = n_blocks * ec_.block_size;

@@ -191,6 +191,7 @@ class Engine : private CounterSink {
   void push(EngineEvent e);
   void sync_pool_stats();  // with mu_ held
   void size_kv_pool(int n_snapshots);  // load(): blocks_ and pool_tokens_, after the weights are bound
+  void init_kv_caches(int n_snapshots);  // load(): size_kv_pool, then the backend's KV, state and snapshot caches
   void sync_device_stats();  // worker: the device allocator's counters into stats_
 
   // CounterSink: what the scheduler and the prefix cache report, published at once under mu_.
@@ -239,6 +240,7 @@ class Engine : private CounterSink {
   EngineInfo info_;
   uint64_t next_id_ = 1;
   int64_t pool_tokens_ = 0;  // set by load(); submit() waits for it
+  std::string pool_request_;  // size_kv_pool(): what the pool asks for, for an out-of-memory error
   enum class LoadState { loading, ready, failed } load_state_ = LoadState::loading;  // guarded by mu_
   std::string load_error_;
   bool device_mem_ = false;  // peak_active_bytes / num_allocs come from the device allocator
