@@ -525,6 +525,8 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
       const b = await res.json() as Json;
       openaiShape(b);
       expect(b.error.message, what).toMatch(msg);
+      // OpenAI's codes: model_not_found only for an unknown model (an unknown URL has none).
+      if (status === 404) expect(b.error.code, what).toBe(what === 'unknown model' ? 'model_not_found' : null);
     }
     // The SDK sees the same errors as its own exception types.
     await expect(client.chat.completions.create(chat({ n: 3 }) as OpenAI.ChatCompletionCreateParamsNonStreaming)).rejects.toBeInstanceOf(OpenAI.BadRequestError);

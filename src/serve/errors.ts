@@ -2,7 +2,8 @@
 // error with a status) and leaves as the API's own shape: OpenAI `{"error": {message, type, param,
 // code}}`, Anthropic `{"type": "error", "error": {type, message}}`.
 
-export type ErrorKind = 'invalid_request' | 'authentication' | 'not_found' | 'too_large' | 'unavailable' | 'server';
+/** `not_found`: no such route (OpenAI's `code` null, as its "Invalid URL"); `model_not_found`: no such model. */
+export type ErrorKind = 'invalid_request' | 'authentication' | 'not_found' | 'model_not_found' | 'too_large' | 'unavailable' | 'server';
 
 export class ApiError extends Error {
   constructor(
@@ -33,6 +34,7 @@ const OPENAI_TYPE: Record<ErrorKind, string> = {
   invalid_request: 'invalid_request_error',
   authentication: 'invalid_request_error',
   not_found: 'invalid_request_error',
+  model_not_found: 'invalid_request_error',
   too_large: 'invalid_request_error',
   unavailable: 'server_error',
   server: 'server_error',
@@ -40,7 +42,7 @@ const OPENAI_TYPE: Record<ErrorKind, string> = {
 
 const OPENAI_CODE: Partial<Record<ErrorKind, string>> = {
   authentication: 'invalid_api_key',
-  not_found: 'model_not_found',
+  model_not_found: 'model_not_found',
   too_large: 'request_too_large',
 };
 
@@ -48,6 +50,7 @@ const ANTHROPIC_TYPE: Record<ErrorKind, string> = {
   invalid_request: 'invalid_request_error',
   authentication: 'authentication_error',
   not_found: 'not_found_error',
+  model_not_found: 'not_found_error',
   too_large: 'request_too_large',
   unavailable: 'overloaded_error',
   server: 'api_error',

@@ -76,5 +76,5 @@ export function makeServeModel(opts: {
 export function checkModel(m: ServeModel, requested: unknown): void {
   if (requested === undefined || requested === null || requested === '') return;
   if (requested === m.name || requested === m.root) return;
-  throw new ApiError(404, `The model \`${String(requested)}\` does not exist (this server serves \`${m.name}\`).`, 'not_found', 'model');
+  throw new ApiError(404, `The model \`${String(requested)}\` does not exist (this server serves \`${m.name}\`).`, 'model_not_found', 'model');
 }
