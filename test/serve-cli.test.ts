@@ -53,6 +53,7 @@ describe('bench serve (process)', () => {
     [['--kv-memory', '2.0'], /--kv-memory: the fraction 2\.0 is not in \(0, 1\]/],
     [['--kv-memory', '8XB'], /--kv-memory: 'XB' is not a unit/],
     [['--kv-cache-dtype', 'bf16'], /--kv-cache-dtype: 'bf16' is not one of f32, f16/],
+    [['--host', '0.0.0.0.0'], /--host: cannot resolve '0\.0\.0\.0\.0'/],
   ])('%j exits 2 naming the flag, before any model is loaded', (args, message) => {
     const r = usage(args as string[]);
     expect(r.code, r.stderr).toBe(2);
@@ -124,5 +125,8 @@ describe('bench serve (process)', () => {
     expect(reqs.map((l) => l.route)).toEqual(['/v1/completions', '/v1/chat/completions', '/v1/completions']);
     expect(reqs[1]).toMatchObject({ status: 200, output_tokens: 3, finish_reason: 'length' });
     expect(reqs[2]).toMatchObject({ finish_reason: 'cancelled' });
+    // Every stderr line is JSON under -v, the shutdown's too.
+    expect(s.stderr().trim().split('\n').every((l) => l.startsWith('{'))).toBe(true);
+    expect(lines.find((l) => l.event === 'shutdown')).toMatchObject({ signal: 'SIGTERM' });
   });
 });

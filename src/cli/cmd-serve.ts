@@ -1,6 +1,7 @@
 // `bench serve`: OpenAI- and Anthropic-compatible HTTP serving over the sweep's engine loop, with the
 // sweep's engine flags (src/cli/engine-flags.ts). Routes and fields: docs/serve.md.
 import { Command, Option } from 'commander';
+import { lookup } from 'node:dns/promises';
 import { resolveDevice } from '../engine/device.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
@@ -64,6 +65,11 @@ async function runServe(raw: RawServeOptions): Promise<number> {
   const engine = resolveEngineFlags(raw, DEFAULT_MAX_SEQS) as ReturnType<typeof resolveEngineFlags> & { maxSeqs: number };
   const port = parseCount('--port', raw.port, 0, 65535);
   if (raw.host.trim() === '') throw new UsageError('--host: empty');
+  try {
+    await lookup(raw.host);
+  } catch (err) {
+    throw new UsageError(`--host: cannot resolve '${raw.host}' (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
   let apiKey: string | undefined = raw.apiKey;
   if (raw.apiKeyEnv !== undefined) {
     apiKey = process.env[raw.apiKeyEnv];
@@ -85,7 +91,9 @@ async function runServe(raw: RawServeOptions): Promise<number> {
   const onSignal = (sig: NodeJS.Signals) => {
     if (signalled !== null) process.exit(0); // a second signal: leave now
     signalled = sig;
-    process.stderr.write(`bench serve: ${sig}: stopping (in-flight requests are cancelled)\n`);
+    // -v: stderr is a stream of JSON lines for log scrapers, this one included.
+    if (server && verbose > 0) server.ctx.log.info({ event: 'shutdown', signal: sig }, 'stopping (in-flight requests are cancelled)');
+    else process.stderr.write(`bench serve: ${sig}: stopping (in-flight requests are cancelled)\n`);
     setTimeout(() => process.exit(0), SHUTDOWN_DEADLINE_MS).unref();
     if (server) void server.close().then(stop, stop);
     else process.exit(0); // still loading: nothing to finish
