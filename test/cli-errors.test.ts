@@ -1,7 +1,8 @@
 // Bad checkpoints through the real CLI: one clear line naming the file or tensor, a non-zero exit,
 // never a crash (signals) or a hang.
 import { execFile } from 'node:child_process';
-import { readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -62,5 +63,38 @@ describe('bench prompt on bad checkpoints', () => {
     expect(Buffer.byteLength(text)).toBe(n);
     writeFileSync(file, Buffer.concat([buf.subarray(0, 8), Buffer.from(text), buf.subarray(8 + n)]));
     expectOneLineError(await prompt(f.dir), /up_proj/);
+  });
+});
+
+async function bench(args: string[]): Promise<{ code: number; stderr: string; signal: string | null }> {
+  try {
+    await run(process.execPath, [BENCH, ...args], { timeout: 60_000, killSignal: 'SIGKILL' });
+    return { code: 0, stderr: '', signal: null };
+  } catch (err) {
+    const e = err as { code?: number; stderr?: string; signal?: string | null };
+    return { code: e.code ?? -1, stderr: e.stderr ?? '', signal: e.signal ?? null };
+  }
+}
+
+describe('output paths and flags that do not apply: exit 2 naming the flag, before any work', () => {
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'lumen-cli-errors-'));
+  afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+  const file = path.join(tmp, 'a-file');
+  writeFileSync(file, 'x');
+
+  it.each([
+    [['synth', '--preset', 'tiny', '--out', file], /^bench: --out: .*a-file is a file, not a directory$/],
+    [['synth', '--preset', 'tiny', '--out', path.join(file, 'sub')], /^bench: --out: .*a-file is a file, not a directory$/],
+    // Node's recursive mkdir spins for ever here; each level is made on its own instead.
+    [['synth', '--preset', 'tiny', '--out', '/proc/lumen-no-such-dir/x'], /^bench: --out: cannot create \/proc\/lumen-no-such-dir /],
+    [['convert', '--model-path', file, '--out', path.join(tmp, 'x.gguf'), '--dtype', 'f32'], /^bench: --model-path .*a-file: a file, not a directory/],
+    [['prompt', '--prompt', 'hi', '--think'], /^bench: --think applies with --chat/],
+    [['prompt', '--prompt', 'hi', '--logits-out', path.join(tmp, 'no-dir', 'x.bin')], /^bench: --logits-out: directory .*no-dir does not exist$/],
+  ])('%j', async (args, message) => {
+    const r = await bench(args as string[]);
+    expect(r.signal).toBeNull();
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr.trim()).toMatch(message as RegExp);
   });
 });

@@ -48,7 +48,10 @@ export function convertCommand(setResult: (code: number) => void): Command {
         throw new UsageError(`--model-path ${raw.modelPath}: synthetic weights exist only in the engine's memory; write a checkpoint with \`bench synth --preset P --out DIR\` and convert that`);
       }
       const dir = resolve(raw.modelPath);
-      if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--model-path ${raw.modelPath}: no such directory`);
+      if (!existsSync(dir)) throw new UsageError(`--model-path ${raw.modelPath}: no such directory`);
+      if (!statSync(dir).isDirectory()) {
+        throw new UsageError(`--model-path ${raw.modelPath}: a file, not a directory (convert reads a safetensors checkpoint directory${dir.toLowerCase().endsWith('.gguf') ? '; a GGUF is already converted' : ''})`);
+      }
       const out = resolve(raw.out);
       if (!existsSync(dirname(out)) || !statSync(dirname(out)).isDirectory()) {
         throw new UsageError(`--out ${raw.out}: directory ${dirname(out)} does not exist`);

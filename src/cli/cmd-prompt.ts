@@ -1,6 +1,7 @@
 // `bench prompt`: greedy (or sampled) generation through the serving engine; the verification
 // interface (generated ids on one line for --prompt-ids, raw float32 logits with --logits-out).
-import { writeFileSync } from 'node:fs';
+import { existsSync, statSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { Command, Option } from 'commander';
 import { loadModel, loadModelTokenizer } from '../model/model-path.js';
 import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
@@ -75,6 +76,11 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     throw new UsageError('prompt: give exactly one of --prompt TEXT or --prompt-ids 1,2,3');
   }
   if (opts.chat && opts.promptIds) throw new UsageError('--chat applies to --prompt TEXT, not --prompt-ids');
+  if (opts.think && !opts.chat) throw new UsageError('--think applies with --chat (it switches the chat template\'s thinking on)');
+  if (opts.logitsOut !== undefined) {
+    const parent = path.dirname(path.resolve(opts.logitsOut));
+    if (!existsSync(parent) || !statSync(parent).isDirectory()) throw new UsageError(`--logits-out: directory ${parent} does not exist`);
+  }
   // The engine flags mean what they mean in the sweep and serve; max-seq is the request's length.
   const { modelPath, quant } = resolveModelPathFlags(opts);
   const flags = resolveEngineFlags(opts);
@@ -133,7 +139,12 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
       return 1;
     }
     if (opts.logitsOut && result.logits) {
-      writeFileSync(opts.logitsOut, Buffer.from(result.logits.buffer, result.logits.byteOffset, result.logits.byteLength));
+      try {
+        writeFileSync(opts.logitsOut, Buffer.from(result.logits.buffer, result.logits.byteOffset, result.logits.byteLength));
+      } catch (err) {
+        process.stderr.write(`bench: --logits-out: cannot write ${opts.logitsOut} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})\n`);
+        return 1;
+      }
     }
     if (opts.promptIds) {
       process.stdout.write(`${result.tokens.join(' ')}\n`);

@@ -1,8 +1,9 @@
 // `bench synth`: write a synthetic Qwen3.5 checkpoint (real layout, random weights).
-import { existsSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { UsageError } from '../util/usage-error.js';
+import { ensureOutputDir } from '../util/output-dir.js';
 import { oneOf, parseCount } from './flag-values.js';
 import { isPresetName, PRESET_NAMES } from '../model/presets.js';
 import { DEFAULT_SYNTH_SEED, resolveSynthConfig, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
@@ -118,7 +119,8 @@ export function registerSynth(program: Command, setResult: (code: number) => voi
       }
 
       const out = path.resolve(raw.out);
-      if (existsSync(out)) {
+      ensureOutputDir('--out', out);
+      {
         const present = readdirSync(out).filter((f) => f === 'config.json' || f.endsWith('.safetensors'));
         if (present.length > 0 && !raw.force) {
           throw new UsageError(`--out: ${out} already holds a checkpoint (${present[0]}); pass --force to overwrite`);
