@@ -166,10 +166,16 @@ describe('stop strings, decode figures, stream summaries', () => {
   });
 
   it('decode figures exclude the first token; null when they cannot be computed', () => {
-    expect(decodeFigures(100, 1100, 11)).toEqual({ ttft_ms: 100, decode_seconds: 1, decode_tokens_per_second: 10 });
+    expect(decodeFigures(100, 1100, 11, { chunks: 10, reads: 10 })).toEqual({ ttft_ms: 100, decode_seconds: 1, decode_tokens_per_second: 10, decode_rate_note: null });
     expect(decodeFigures(100, 1100, 1).decode_tokens_per_second).toBeNull();
-    expect(decodeFigures(100, 1100, null).decode_tokens_per_second).toBeNull();
-    expect(decodeFigures(null, 1100, 11)).toEqual({ ttft_ms: null, decode_seconds: null, decode_tokens_per_second: null });
+    expect(decodeFigures(100, 1100, null).decode_rate_note).toBe('no usage chunk');
+    expect(decodeFigures(null, 1100, 11)).toEqual({ ttft_ms: null, decode_seconds: null, decode_tokens_per_second: null, decode_rate_note: 'no content chunk or no finish chunk' });
+    // Chunks the client read in bursts: no rate (it would time the client, not the server).
+    expect(decodeFigures(100, 1100, 11, { chunks: 10, reads: 0 }).decode_rate_note).toBe('every token arrived in the first content chunk\'s network read');
+    const burst = decodeFigures(100, 100.03, 11, { chunks: 10, reads: 2 });
+    expect(burst.decode_tokens_per_second).toBeNull();
+    expect(burst.decode_rate_note).toBe('the 10 chunks after the first arrived in 2 network reads (fewer than 0.5 a chunk): delivered in bursts');
+    expect(decodeFigures(100, 1100, 11, { chunks: 10, reads: 5 }).decode_tokens_per_second).toBe(10);
     expect(median([3, 1, 2])).toBe(2);
     expect(median([])).toBeNull();
   });
@@ -183,6 +189,14 @@ describe('stop strings, decode figures, stream summaries', () => {
       { atMs: 15, data: { choices: [], usage: { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 } } },
     ]);
     expect(s).toMatchObject({ text: 'Hi there', finishReason: 'length', firstContentMs: 9, finishMs: 14, tokenIds: [1, 2, 3], usage: { completion_tokens: 3 } });
+    // Reads: the chunks after the first content chunk, and the reads past its read through the finish chunk's.
+    const r = summarizeStream([
+      { atMs: 9, read: 0, data: { choices: [{ index: 0, delta: { content: 'a' }, finish_reason: null }] } },
+      { atMs: 9, read: 0, data: { choices: [{ index: 0, delta: { content: 'b' }, finish_reason: null }] } },
+      { atMs: 11, read: 1, data: { choices: [{ index: 0, delta: { content: 'c' }, finish_reason: null }] } },
+      { atMs: 11, read: 1, data: { choices: [{ index: 0, delta: { content: 'd' }, finish_reason: 'length' }] } },
+    ]);
+    expect(r).toMatchObject({ decodeChunks: 3, decodeReads: 1, firstContentMs: 9, finishMs: 11 });
   });
 
   it('base URLs: a trailing /v1 and slashes go', () => {

@@ -17,6 +17,12 @@ export interface DecodeRun {
   /** (completion_tokens − 1) / decode_seconds; null when it cannot be computed (no usage, one token, no finish event). */
   decode_tokens_per_second: number | null;
   decode_seconds: number | null;
+  /** The chunks with text after the first, and the network reads past the first content chunk's that
+   * delivered them through the finish chunk; null when the stream had no finish chunk. */
+  decode_chunks: number;
+  decode_reads: number | null;
+  /** Why decode_tokens_per_second is null when it is (one token, no usage, the tokens in bursts). */
+  decode_rate_note: string | null;
   timing_scope: string;
   finish_reason: string | null;
   chunks: number;
@@ -25,12 +31,27 @@ export interface DecodeRun {
 }
 
 /** The figures of one run from its stream's times and usage. */
-export function decodeFigures(firstContentMs: number | null, finishMs: number | null, completionTokens: number | null): Pick<DecodeRun, 'ttft_ms' | 'decode_seconds' | 'decode_tokens_per_second'> {
+export function decodeFigures(
+  firstContentMs: number | null, finishMs: number | null, completionTokens: number | null,
+  delivery: { chunks: number; reads: number | null } = { chunks: 0, reads: null },
+): Pick<DecodeRun, 'ttft_ms' | 'decode_seconds' | 'decode_tokens_per_second' | 'decode_rate_note'> {
   const decodeSeconds = firstContentMs !== null && finishMs !== null ? (finishMs - firstContentMs) / 1000 : null;
-  const rate = decodeSeconds !== null && decodeSeconds > 0 && completionTokens !== null && completionTokens > 1
-    ? (completionTokens - 1) / decodeSeconds : null;
-  return { ttft_ms: firstContentMs, decode_seconds: decodeSeconds, decode_tokens_per_second: rate };
+  let note: string | null = null;
+  if (firstContentMs === null || finishMs === null) note = 'no content chunk or no finish chunk';
+  else if (completionTokens === null) note = 'no usage chunk';
+  else if (completionTokens <= 1) note = 'one output token';
+  else if (decodeSeconds === null || decodeSeconds <= 0 || delivery.reads === 0) note = 'every token arrived in the first content chunk\'s network read';
+  // Chunks the server sent apart but the client read together: their arrival times measure the
+  // client (a busy event loop) or the network's buffering, not the server's decode.
+  else if (delivery.reads !== null && delivery.reads < MIN_READS_PER_CHUNK * delivery.chunks) {
+    note = `the ${delivery.chunks} chunks after the first arrived in ${delivery.reads} network reads (fewer than ${MIN_READS_PER_CHUNK} a chunk): delivered in bursts`;
+  }
+  const rate = note === null ? (completionTokens! - 1) / decodeSeconds! : null;
+  return { ttft_ms: firstContentMs, decode_seconds: decodeSeconds, decode_tokens_per_second: rate, decode_rate_note: note };
 }
+
+/** A decode rate needs at least this many network reads per chunk after the first (see decodeFigures). */
+export const MIN_READS_PER_CHUNK = 0.5;
 
 export async function timedDecode(s: Session, maxTokens: number, prompt = DECODE_PROMPT): Promise<DecodeRun> {
   const st = await s.client.stream('/v1/chat/completions', s.userBody(prompt, { maxTokens, stream: true, includeUsage: true }));
@@ -41,7 +62,9 @@ export async function timedDecode(s: Session, maxTokens: number, prompt = DECODE
   return {
     text: sum.text,
     usage: sum.usage,
-    ...decodeFigures(sum.firstContentMs, sum.finishMs, n),
+    ...decodeFigures(sum.firstContentMs, sum.finishMs, n, { chunks: sum.decodeChunks, reads: sum.decodeReads }),
+    decode_chunks: sum.decodeChunks,
+    decode_reads: sum.decodeReads,
     timing_scope: TIMING_SCOPE,
     finish_reason: sum.finishReason,
     chunks: st.events.length,

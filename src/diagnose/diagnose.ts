@@ -48,7 +48,10 @@ export const DIAGNOSE_DEFAULTS = {
 };
 
 function failedDecode(error: string): DecodeRun & { error: string } {
-  return { text: '', usage: null, ttft_ms: null, decode_tokens_per_second: null, decode_seconds: null, timing_scope: TIMING_SCOPE, finish_reason: null, chunks: 0, error };
+  return {
+    text: '', usage: null, ttft_ms: null, decode_tokens_per_second: null, decode_seconds: null, decode_chunks: 0, decode_reads: null,
+    decode_rate_note: 'the run failed', timing_scope: TIMING_SCOPE, finish_reason: null, chunks: 0, error,
+  };
 }
 
 async function decodeRun(s: Session, tokens: number): Promise<DecodeRun & { error?: string }> {

@@ -24,8 +24,11 @@ export interface HttpReply {
 
 /** One SSE `data:` event of a stream: its payload (parsed JSON, or the raw text such as `[DONE]`) and when it arrived. */
 export interface StreamEvent {
-  /** ms since the request was sent (monotonic clock). */
+  /** ms since the request was sent (monotonic clock), when the network read that completed it returned:
+   * the events of one read share it. */
   atMs: number;
+  /** That read's number within the stream (0, 1, ...): events delivered together share it. */
+  read?: number;
   data: unknown;
 }
 
@@ -143,6 +146,8 @@ export class DiagnoseClient {
     let buf = '';
     let done = false;
     let cancelled = false;
+    let readAtMs = 0;
+    let reads = -1;
     const handle = (block: string): void => {
       const data: string[] = [];
       for (const line of block.split(/\r?\n/)) {
@@ -154,7 +159,7 @@ export class DiagnoseClient {
       if (payload === '[DONE]') { done = true; return; }
       let parsed: unknown = payload;
       try { parsed = JSON.parse(payload); } catch { /* kept as text: the checks say so */ }
-      const ev = { atMs: performance.now() - t0, data: parsed };
+      const ev = { atMs: readAtMs, read: reads, data: parsed };
       events.push(ev);
       if (onEvent?.(ev, events.length - 1) === 'cancel') {
         cancelled = true;
@@ -165,6 +170,8 @@ export class DiagnoseClient {
       while (!cancelled) {
         const { value, done: end } = await reader.read();
         if (end) break;
+        readAtMs = performance.now() - t0;
+        reads++;
         buf += dec.decode(value, { stream: true });
         let m: RegExpExecArray | null;
         while (!cancelled && (m = /\r?\n\r?\n/.exec(buf)) !== null) {
@@ -199,6 +206,11 @@ export interface StreamSummary {
   firstContentMs: number | null;
   /** ms from the request to the chunk that carried finish_reason. */
   finishMs: number | null;
+  /** Chunks with text after the first one, through the finish chunk, and the network reads that
+   * delivered them (past the first content chunk's read): fewer reads than chunks means the client
+   * received them in bursts, so their times say little about the server's pace. */
+  decodeChunks: number;
+  decodeReads: number | null;
   /** Chunks that were not JSON objects, or error objects inside the stream. */
   errors: unknown[];
 }
@@ -210,6 +222,9 @@ export function summarizeStream(events: readonly StreamEvent[]): StreamSummary {
   let ids: number[] | null = [];
   let firstContentMs: number | null = null;
   let finishMs: number | null = null;
+  let firstRead: number | null = null;
+  let finishRead: number | null = null;
+  let decodeChunks = 0;
   const errors: unknown[] = [];
   for (const ev of events) {
     const d = ev.data as Json | null;
@@ -221,14 +236,23 @@ export function summarizeStream(events: readonly StreamEvent[]): StreamSummary {
     const delta = (c.delta ?? {}) as Json;
     const piece = typeof delta.content === 'string' ? delta.content : typeof c.text === 'string' ? c.text : '';
     const reasoning = typeof delta.reasoning_content === 'string' ? delta.reasoning_content : typeof delta.reasoning === 'string' ? delta.reasoning : '';
-    if ((piece !== '' || reasoning !== '') && firstContentMs === null) firstContentMs = ev.atMs;
+    if (piece !== '' || reasoning !== '') {
+      if (firstContentMs === null) {
+        firstContentMs = ev.atMs;
+        firstRead = ev.read ?? null;
+      } else if (finishReason === null) {
+        decodeChunks++;
+      }
+    }
     text += piece;
     if (Array.isArray(c.token_ids)) { if (ids) ids.push(...(c.token_ids as number[])); }
     else if (piece !== '') ids = null;
     if (c.finish_reason !== null && c.finish_reason !== undefined && finishReason === null) {
       finishReason = String(c.finish_reason);
       finishMs = ev.atMs;
+      finishRead = ev.read ?? null;
     }
   }
-  return { text, finishReason, usage, tokenIds: ids && ids.length > 0 ? ids : null, firstContentMs, finishMs, errors };
+  const decodeReads = firstRead !== null && finishRead !== null ? finishRead - firstRead : null;
+  return { text, finishReason, usage, tokenIds: ids && ids.length > 0 ? ids : null, firstContentMs, finishMs, decodeChunks, decodeReads, errors };
 }
