@@ -128,6 +128,23 @@ describe('prefix cache', () => {
     expect(maxAbsDiff(warm.logits!, cold.logits!.subarray(96 * V))).toBeLessThan(1e-3);
   });
 
+  it('serves an exact repeat of a prompt of whole blocks: its second run snapshots the last boundary before its last token, the third hits it', async () => {
+    // 96 tokens = 6 blocks: the first run snapshots at 96 (for prompts that extend it), which a repeat
+    // cannot use (it must compute at least its last token); the second finds its blocks cached without
+    // a usable snapshot and stops at 80 to take one; from the third on, 80 tokens come from the cache.
+    const e = await engine({ prefixCache: true });
+    const prompt = promptIds(96, 9);
+    const runs = [];
+    for (let i = 0; i < 4; i++) runs.push(await greedy(e, prompt, 6, true));
+    expect(runs.map((r) => r.cachedPromptTokens)).toEqual([0, 0, 80, 80]);
+    // The second run prefilled in two chunks (80 + 16), the first in one.
+    expect(runs.map((r) => r.prefillChunkMs.length)).toEqual([1, 2, 1, 1]);
+    for (const r of runs.slice(1)) expect(r.tokens).toEqual(runs[0]!.tokens);
+    const rows = runs[0]!.logitRows! - 80;
+    expect(maxAbsDiff(runs[3]!.logits!, runs[0]!.logits!.subarray(80 * V))).toBeLessThan(1e-3);
+    expect(runs[3]!.logitRows).toBe(rows);
+  });
+
   it('reuses a shared prefix at a snapshot point', async () => {
     const e = await engine({ prefixCache: true }, { snapshotInterval: 64 });
     const shared = promptIds(64, 6);

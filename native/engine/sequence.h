@@ -34,6 +34,9 @@ struct Sequence {
   std::vector<uint64_t> block_hash;  // chained hash of each full prompt block
   int cached_blocks = 0;        // leading blocks registered in (or taken from) the prefix cache
   int cached_prompt_tokens = 0;
+  // The prompt's blocks were all cached up to its repeat point (the last block boundary before its
+  // last token) but no snapshot sat there: this run stops there and snapshots, so a repeat of it hits.
+  int repeat_point = 0;
   uint64_t admit_order = 0;     // admission order: preemption takes the youngest
   bool parked = false;          // waiting for memory (counted once per wait)
   bool logits_only_step = false;  // the extra evaluation of the last token for logits "all"
