@@ -449,6 +449,17 @@ describe('row runner on a simulated engine', () => {
     await e.close();
   });
 
+  it('says so when unique prompts were served from the cache (a rerun with the same seed on the same engine)', async () => {
+    const e = createFakeEngine(engineOpts);
+    const first = await runRow(e, rowSettings({ concurrency: 2 }), new AbortController().signal);
+    expect(first.figures!.cachedPromptTokens).toBe(0);
+    expect(first.row.notes).not.toMatch(/prefix-cache hits/);
+    const again = await runRow(e, rowSettings({ concurrency: 2 }), new AbortController().signal);
+    expect(again.figures!.cachedPromptTokens).toBeGreaterThan(0);
+    expect(again.row.notes).toMatch(new RegExp(`prefix-cache hits: ${again.figures!.cachedPromptTokens} of 32 prompt tokens came from the prefix cache although the prompts are unique`));
+    await e.close();
+  });
+
   it('turns an impossible cell and an engine failure into error rows', async () => {
     const e = createFakeEngine(engineOpts, { failRequest: (q) => (q.prompt.length > 32 ? 'out of KV memory' : null) });
     const tooLong = await runRow(e, rowSettings({ cell: { isl: 250, osl: 8 } }), new AbortController().signal);

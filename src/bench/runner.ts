@@ -211,6 +211,9 @@ export function errMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** The start of the note a unique-prompt row gets when the cache served it anyway (sweep-rows warns on it). */
+export const UNEXPECTED_CACHE_HITS = 'prefix-cache hits';
+
 /** Notes on how the row was measured, `; `-joined into the notes column. */
 export function promptNote(mode: PromptMode): string {
   return mode === 'repeat'
@@ -325,6 +328,13 @@ export async function runRow(
     }
     if (fig.itlP50Ms === null && osl > 1) notes.push('no decode-only inter-token gap (every gap overlapped another prefill)');
     if (osl === 1) notes.push('osl=1: no decode phase, so no itl or decode_tok_s');
+    // Unique prompts should never hit a prefix cache beyond their shared prefix; a server that kept the
+    // prompts of an earlier run with the same --seed serves them warm.
+    const expectedHits = Math.min(st.sharedPrefix, isl) * timed.length;
+    if (st.prompts === 'unique' && fig.cachedPromptTokens > expectedHits) {
+      notes.push(`${UNEXPECTED_CACHE_HITS}: ${fig.cachedPromptTokens - expectedHits} of ${isl * timed.length} prompt tokens ` +
+        `came from the prefix cache although the prompts are unique (seen before: a rerun with the same --seed against the same server?), so ttft_ms and prefill_tok_s are not cold`);
+    }
     notes.push(...reading.notes);
 
     const speedup = speedupVsC1(fig.decodeTokS, c === 1 ? fig.decodeTokS : st.c1DecodeTokS);

@@ -13,7 +13,7 @@ import type { Report } from './report.js';
 import type { SweepRenderer } from './render.js';
 import { RowSinks, toReportRow } from './row-sinks.js';
 import type { RowProbe } from './row-probe.js';
-import { runRow, type RowOutcome } from './runner.js';
+import { runRow, UNEXPECTED_CACHE_HITS, type RowOutcome } from './runner.js';
 import type { SweepConfig } from './sweep-config.js';
 
 /** What the rows run on: the loaded engine and checkpoint (in-process) or a server (neither); a probe per row. */
@@ -86,10 +86,13 @@ export async function runRows(
       const otherCpu = otherCpuShare(cpuWindowStart(cpuBefore, cpuMarks, cpuAfter), cpuAfter);
       if (cpuBefore) cpuMarks.push(cpuBefore);
       if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted) {
-        const note = `other processes used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;
+        const who = cfg.endpoint !== null ? 'other processes (a server on this machine among them)' : 'other processes';
+        const note = `${who} used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;
         out.row.notes = out.row.notes ? `${out.row.notes}; ${note}` : note;
         renderer.warn(`${label}: ${note}`, { cell: label, cpu_other_share: otherCpu });
       }
+      const hits = out.row.notes.split('; ').find((n) => n.startsWith(UNEXPECTED_CACHE_HITS));
+      if (hits && !out.interrupted) renderer.warn(`${label}: ${hits}`, { cell: label });
       renderer.rowEnd(label, out);
       if (out.interrupted) return true;
       if (c === 1) c1DecodeTokS = out.row.status === 'ok' ? out.row.decode_tok_s : null;
