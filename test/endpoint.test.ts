@@ -248,7 +248,14 @@ describe('against small local servers', () => {
     const io: SweepIO = { stdout: new PassThrough(), stderr: new PassThrough(), stderrIsTTY: false, env: {}, argv: [], handleSignals: false };
     const p = runSweep(cfg, backend, io);
     await expect(p).rejects.toBeInstanceOf(UsageError);
-    await expect(p).rejects.toThrow(/^--tokenizer: required: the server at .* has no usable \/tokenize \(POST \/tokenize answered HTTP 404\)/);
+    await expect(p).rejects.toThrow(/^--tokenizer: required: the server at .* has no usable \/tokenize \(POST \/tokenize answered HTTP 404/);
+  });
+
+  it('a --model the server does not list, whose /tokenize then fails: the usage error names --model and what is served', async () => {
+    const s = await start({ tokenize: false });
+    const cfg = resolveSweepConfig({ endpoint: s.url, cells: '8:2', concurrency: '1', model: 'nosuch' }, {});
+    const io: SweepIO = { stdout: new PassThrough(), stderr: new PassThrough(), stderrIsTTY: false, env: {}, argv: [], handleSignals: false };
+    await expect(runSweep(cfg, backend, io)).rejects.toThrow(/^--model nosuch: the server at .* serves \S+ \(and its \/tokenize refused this one: POST \/tokenize answered HTTP 404/);
   });
 
   it('an unreachable endpoint: every row an error row saying so, exit 3', async () => {

@@ -99,6 +99,10 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
     const t = await serverTokenizer(pool, model, Math.min(timeoutMs, 30_000));
     if (t.tok === null) {
       pool.close();
+      // A model the server does not list is the likelier cause (vLLM's /tokenize 404s on it).
+      if (ep.model !== null && ids.length && !ids.includes(ep.model)) {
+        throw new UsageError(`--model ${ep.model}: the server at ${ep.url} serves ${ids.join(', ')} (and its /tokenize refused this one: ${t.why})`);
+      }
       throw new UsageError(`--tokenizer: required: the server at ${ep.url} has no usable /tokenize (${t.why}); ` +
         "give --tokenizer DIR (the directory of the model's tokenizer.json)");
     }

@@ -4,6 +4,7 @@
 import { loadTokenizer } from '../model/tokenizer.js';
 import { promptVocab } from '../bench/prompts.js';
 import type { HttpPool } from './http-pool.js';
+import { errorText } from './completion-stream.js';
 
 export interface TextTokenizer {
   /** What it is, for the header and the report: `--tokenizer DIR` or the server's /tokenize. */
@@ -48,7 +49,7 @@ export async function serverTokenizer(pool: HttpPool, model: string, timeoutMs: 
       const r = await pool.json('POST', '/tokenize', body, { timeoutMs });
       const tokens = (r.json as { tokens?: unknown } | null)?.tokens;
       if (r.status === 200 && isIdList(tokens) && tokens.length > 0) return true;
-      why ||= `POST /tokenize answered HTTP ${r.status}`;
+      why ||= `POST /tokenize answered HTTP ${r.status}${r.status !== 200 ? `: ${errorText(r.text, r.json)}` : ''}`;
     } catch (err) {
       why ||= `POST /tokenize failed (${err instanceof Error ? err.message : String(err)})`;
     }
