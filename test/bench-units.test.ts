@@ -1,6 +1,6 @@
 // Unit tests of the sweep's parts: flags, statistics, figures, CSV/JSON output, rendering, and the row runner and
 // whole sweep driven by a simulated engine (the real engine is exercised by test/sweep.test.ts).
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -65,6 +65,10 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ format: 'xml' }))).toMatch(/^--format/);
     expect(usageMessage(() => resolveSweepConfig({ modelPath: path.join(tmp, 'nope') }))).toMatch(/^--model-path: .*does not exist/);
     expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'no-dir', 'x') }))).toMatch(/^--output/);
+    // A path the sweep would write that is a directory: named before anything loads (it was EISDIR after).
+    expect(usageMessage(() => resolveSweepConfig({ memoryStages: tmp }))).toBe(`--memory-stages: ${tmp} is a directory, not a file`);
+    mkdirSync(path.join(tmp, 'run.jsonl'), { recursive: true });
+    expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'run') }))).toBe(`--output: ${path.join(tmp, 'run.jsonl')} is a directory, not a file`);
     expect(usageMessage(() => resolveSweepConfig({ threads: '1.5' }))).toMatch(/^--threads/);
   });
 

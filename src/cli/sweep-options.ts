@@ -263,12 +263,22 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     skipTraining: !!raw.skipTraining,
   };
 
-  if (cfg.memoryStages !== null) checkWritableParent('--memory-stages', cfg.memoryStages);
+  if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages);
   if (cfg.output !== null) {
     if (cfg.output === '' || cfg.output.endsWith('/')) throw new UsageError(`--output: '${cfg.output}' is not a file prefix`);
     checkWritableParent('--output', path.resolve(cfg.output));
+    for (const ext of OUTPUT_EXTENSIONS) checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`);
   }
   return cfg;
+}
+
+/** The files `--output PREFIX` writes. */
+const OUTPUT_EXTENSIONS = ['.csv', '.json', '.jsonl', '.html'] as const;
+
+/** A file the sweep will write: its directory exists and the path is not a directory. */
+function checkWritableFile(flag: string, file: string): void {
+  checkWritableParent(flag, file);
+  if (existsSync(file) && statSync(file).isDirectory()) throw new UsageError(`${flag}: ${file} is a directory, not a file`);
 }
 
 function checkWritableParent(flag: string, file: string): void {
