@@ -131,7 +131,7 @@ async function main(): Promise<void> {
   // The endpoint sweep's own client (`bench --endpoint`): runRow over EndpointEngine, prompts sent as text
   // of exactly isl tokens, times from the SSE chunks. Its TTFT and decode_tok_s beside the in-process row's
   // are the benchmark behind docs/endpoint.md's "how close the endpoint sweep comes".
-  const tokenizer = (await serverTokenizer(pool, server.ctx.model.name, 30_000)).tok!;
+  const tokenizer = (await serverTokenizer(pool, server.ctx.model.name, { timeoutMs: 30_000 })).tok!;
   const endpointEngine = new EndpointEngine(pool, tokenizer, { api: 'completions', model: server.ctx.model.name, timeoutMs: 600_000 });
   const endpointSweep = async (c: number, seed: number): Promise<{ decodeTokS: number; ttftMs: number }> => {
     const probe = endpointProbe(endpointEngine, { isl: opt.isl, osl: opt.osl, seed, overheadTokens: 0 });

@@ -10,6 +10,7 @@ import { formatDuration, HumanRenderer, overallProgress } from '../src/bench/ren
 import { runRow, type RowSettings } from '../src/bench/runner.js';
 import { parseEndpointUrl } from '../src/cli/flag-values.js';
 import { parseGoodput, resolveSweepConfig } from '../src/cli/sweep-options.js';
+import { setupLimits } from '../src/endpoint/connect.js';
 import { countsFromRunningUsage, reconcileCounts, tokenTimeline, type WireChunk } from '../src/endpoint/chunk-timeline.js';
 import { choiceText, errorText } from '../src/endpoint/completion-stream.js';
 import { fitPrompt } from '../src/endpoint/prompt-text.js';
@@ -209,6 +210,9 @@ describe('endpoint and load flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, apiKeyEnv: 'NOPE_NOT_SET' }, {}))).toMatch(/^--api-key-env: the environment variable NOPE_NOT_SET is not set/);
     expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, tokenizer: '/no/such/dir' }))).toMatch(/^--tokenizer: \/no\/such\/dir is not a directory/);
     expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, timeoutS: '0' }))).toMatch(/^--timeout-s/);
+    // The connection checks' limit names itself when it is not --timeout-s's.
+    expect(setupLimits(5_000)).toEqual({ timeoutMs: 5_000, timeoutSource: '--timeout-s' });
+    expect(setupLimits(600_000)).toEqual({ timeoutMs: 30_000, timeoutSource: 'the connection checks wait at most 30 s' });
     expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, threads: '2' }))).toMatch(/^--threads sets up the in-process engine/);
     expect(usageMessage(() => resolveSweepConfig({ endpoint: ep, modelPath: '/x' }))).toMatch(/^--model-path sets up the in-process engine/);
     expect(usageMessage(() => resolveSweepConfig({ api: 'chat' }))).toBe('--api applies to --endpoint only');

@@ -46,6 +46,15 @@ function describeServer(self: Record<string, unknown>, owner: string | null): st
   return owner ? `models owned by ${owner}; no version endpoint` : 'no version endpoint';
 }
 
+/** The checks at connection (/v1/models, /tokenize) wait at most this long, or --timeout-s when shorter. */
+export const SETUP_TIMEOUT_MS = 30_000;
+
+export function setupLimits(timeoutMs: number): { timeoutMs: number; timeoutSource: string } {
+  return timeoutMs <= SETUP_TIMEOUT_MS
+    ? { timeoutMs, timeoutSource: '--timeout-s' }
+    : { timeoutMs: SETUP_TIMEOUT_MS, timeoutSource: `the connection checks wait at most ${SETUP_TIMEOUT_MS / 1000} s` };
+}
+
 export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv): Promise<EndpointConnection> {
   const ep = cfg.endpoint!;
   const timeoutMs = ep.timeoutS * 1000;
@@ -62,7 +71,7 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
 
   let models: unknown;
   try {
-    const r = await pool.json('GET', '/v1/models', undefined, { timeoutMs: Math.min(timeoutMs, 30_000) });
+    const r = await pool.json('GET', '/v1/models', undefined, setupLimits(timeoutMs));
     if (r.status !== 200) return failed(`endpoint ${ep.url}: GET /v1/models answered HTTP ${r.status}: ${errorText(r.text, r.json)}`);
     models = r.json;
   } catch (err) {
@@ -96,7 +105,7 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
       throw err;
     }
   } else {
-    const t = await serverTokenizer(pool, model, Math.min(timeoutMs, 30_000));
+    const t = await serverTokenizer(pool, model, setupLimits(timeoutMs));
     if (t.tok === null) {
       pool.close();
       // A model the server does not list is the likelier cause (vLLM's /tokenize 404s on it).

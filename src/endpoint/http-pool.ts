@@ -30,6 +30,8 @@ export interface StreamHandlers {
 
 export interface RequestLimits {
   timeoutMs?: number;
+  /** What set timeoutMs, for the timeout's message (default: --timeout-s). */
+  timeoutSource?: string;
   signal?: AbortSignal;
 }
 
@@ -149,7 +151,7 @@ export class HttpPool {
         fail(stale ? new StaleConnection(message) : new HttpFailure(message, 'network'));
       });
       if (limits.timeoutMs !== undefined && Number.isFinite(limits.timeoutMs)) {
-        timer = setTimeout(() => fail(new HttpFailure(`${method} ${u.pathname}: no complete response within ${limits.timeoutMs! / 1000} s (--timeout-s)`, 'timeout')), limits.timeoutMs);
+        timer = setTimeout(() => fail(new HttpFailure(`${method} ${u.pathname}: no complete response within ${limits.timeoutMs! / 1000} s (${limits.timeoutSource ?? '--timeout-s'})`, 'timeout')), limits.timeoutMs);
         timer.unref();
       }
       if (limits.signal) {

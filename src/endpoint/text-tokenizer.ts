@@ -3,7 +3,7 @@
 // our serve's shape: {prompt} -> {tokens}; llama.cpp's: {content} -> {tokens}).
 import { loadTokenizer } from '../model/tokenizer.js';
 import { promptVocab } from '../bench/prompts.js';
-import type { HttpPool } from './http-pool.js';
+import type { HttpPool, RequestLimits } from './http-pool.js';
 import { errorText } from './completion-stream.js';
 
 export interface TextTokenizer {
@@ -39,14 +39,14 @@ const isIdList = (v: unknown): v is number[] => Array.isArray(v) && v.every((x) 
  * The server's tokenizer when it has working /tokenize and /detokenize endpoints (tried in vLLM's
  * shape, then llama.cpp's); otherwise null with why (for the usage error asking for --tokenizer).
  */
-export async function serverTokenizer(pool: HttpPool, model: string, timeoutMs: number): Promise<{ tok: TextTokenizer | null; why: string }> {
+export async function serverTokenizer(pool: HttpPool, model: string, limits: RequestLimits): Promise<{ tok: TextTokenizer | null; why: string }> {
   const probe = 'Hello world';
   let shape: Shape | null = null;
   let why = '';
   const tryShape = async (s: Shape): Promise<boolean> => {
     const body = s === 'vllm' ? { model, prompt: probe } : { content: probe };
     try {
-      const r = await pool.json('POST', '/tokenize', body, { timeoutMs });
+      const r = await pool.json('POST', '/tokenize', body, limits);
       const tokens = (r.json as { tokens?: unknown } | null)?.tokens;
       if (r.status === 200 && isIdList(tokens) && tokens.length > 0) return true;
       why ||= `POST /tokenize answered HTTP ${r.status}${r.status !== 200 ? `: ${errorText(r.text, r.json)}` : ''}`;
@@ -66,13 +66,13 @@ export async function serverTokenizer(pool: HttpPool, model: string, timeoutMs: 
     source: `the server's /tokenize (${s === 'vllm' ? 'vLLM shape' : 'llama.cpp shape'})`,
     vocab: REMOTE_PROMPT_VOCAB,
     async encode(text) {
-      const r = await pool.json('POST', '/tokenize', s === 'vllm' ? { model, prompt: text } : { content: text }, { timeoutMs });
+      const r = await pool.json('POST', '/tokenize', s === 'vllm' ? { model, prompt: text } : { content: text }, limits);
       const tokens = (r.json as { tokens?: unknown } | null)?.tokens;
       if (r.status !== 200 || !isIdList(tokens)) throw fail('POST /tokenize', r.status, r.text);
       return tokens;
     },
     async decode(ids) {
-      const r = await pool.json('POST', '/detokenize', s === 'vllm' ? { model, tokens: ids } : { tokens: ids }, { timeoutMs });
+      const r = await pool.json('POST', '/detokenize', s === 'vllm' ? { model, tokens: ids } : { tokens: ids }, limits);
       const j = r.json as { prompt?: unknown; content?: unknown } | null;
       const text = s === 'vllm' ? j?.prompt : j?.content;
       if (r.status !== 200 || typeof text !== 'string') throw fail('POST /detokenize', r.status, r.text);
