@@ -17,7 +17,7 @@ import { BEHAVIOR_CHECKS } from '../src/diagnose/checks.js';
 import { decodeFigures, median, TIMING_SCOPE } from '../src/diagnose/decode.js';
 import { normalizeBaseUrl, summarizeStream } from '../src/diagnose/http-client.js';
 import { codeWords, firstDifference, holdsWord, isolationPrompts, judgeIsolation, type Completion } from '../src/diagnose/isolation.js';
-import { stopFromReference } from '../src/diagnose/protocol.js';
+import { PROTOCOL_CHECK_IDS, stopFromReference } from '../src/diagnose/protocol.js';
 import {
   buildRetrievalPrompt, fillerSentences, RETRIEVAL_ANSWER_TOKENS, RETRIEVAL_ID, retrievalKey, retrievalLimit, sizeRetrievalPrompt,
 } from '../src/diagnose/retrieval.js';
@@ -507,6 +507,28 @@ describe('bench diagnose against a server that knows the answers (test/helpers/o
       expect(stderr).toMatch(/^status: incomplete: .*HTTP 500/m);
       // Checks that could not run are not reported as failed in the summary line.
       expect(stderr).toMatch(/identical greedy repeats not run, request isolation not run/);
+    } finally {
+      await o.close();
+    }
+  });
+});
+
+describe('bench diagnose: a setup that fails', () => {
+  const small = ['--concurrency', '4', '--repeats', '2', '--decode-tokens', '16', '--compare-tokens', '8'];
+  it('lists every check as not run, with the setup\'s error first (a URL path that is not the server\'s base)', async () => {
+    const o = await startOracleServer({});
+    try {
+      const { code, report } = await diagnoseInProcess(['--endpoint', `${o.url}/foo`, ...small]);
+      expect(code).toBe(3);
+      expect(report.status).toBe('incomplete');
+      expect(report.incomplete_reasons[0]).toMatch(/^GET \/v1\/models: HTTP 404: .*is --endpoint the server's base URL/);
+      expect((report.behavior as Json[]).map((c) => c.id)).toEqual(BEHAVIOR_CHECKS.map((c) => c.id));
+      expect((report.protocol as Json[]).map((c) => c.id)).toEqual([...PROTOCOL_CHECK_IDS]);
+      expect((report.long_context as Json[]).map((c) => c.id)).toEqual([RETRIEVAL_ID]);
+      for (const c of [...report.behavior, ...report.protocol, ...report.long_context] as Json[]) {
+        expect(c).toMatchObject({ pass: false, error: 'not run: the setup failed' });
+      }
+      expect(report.decode_runs).toHaveLength(3);
     } finally {
       await o.close();
     }

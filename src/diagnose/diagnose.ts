@@ -5,11 +5,12 @@
 import { performance } from 'node:perf_hooks';
 import { TOOL_VERSION } from '../util/version.js';
 import { runBehavior } from './behavior.js';
+import { BEHAVIOR_CHECKS } from './checks.js';
 import { TIMING_SCOPE, timedDecode, type DecodeRun } from './decode.js';
 import { DiagnoseClient, EndpointError, type Json } from './http-client.js';
 import { runBatchInvariance, runIsolation, runRepeats } from './isolation.js';
-import { runProtocol } from './protocol.js';
-import { runRetrieval } from './retrieval.js';
+import { PROTOCOL_CHECK_IDS, runProtocol } from './protocol.js';
+import { RETRIEVAL_ID, runRetrieval } from './retrieval.js';
 import { assembleReport, type DiagnoseReport, type ReportParts } from './report.js';
 import { CheckNotRun, errorMessage, Session, type CheckResult } from './session.js';
 
@@ -87,7 +88,9 @@ async function discover(client: DiagnoseClient, model: string | undefined): Prom
   if (chosen === undefined) {
     return {
       model: null, maxModelLen, models: r.body ?? r.text,
-      reason: r.status === 200 ? 'GET /v1/models lists no model; give --model NAME' : `GET /v1/models: HTTP ${r.status}: ${errorMessage(r.body, r.text)}; give --model NAME`,
+      reason: r.status === 200 ? 'GET /v1/models lists no model; give --model NAME'
+        : r.status === 404 ? `GET /v1/models: HTTP 404: ${errorMessage(r.body, r.text)}; is --endpoint the server's base URL (such as http://host:8000)?`
+          : `GET /v1/models: HTTP ${r.status}: ${errorMessage(r.body, r.text)}; give --model NAME`,
     };
   }
   return { model: chosen, maxModelLen, models: r.body ?? r.text };
@@ -117,9 +120,12 @@ export async function runDiagnose(o: DiagnoseOptions): Promise<DiagnoseReport> {
   let parts: Omit<ReportParts, 'baseUrl' | 'model' | 'seed' | 'toolVersion' | 'startedAt' | 'finishedAt' | 'seconds' | 'server'>;
   if (setupFailed !== null) {
     reasons.push(setupFailed);
-    const why = 'not run: the setup failed';
+    const why = 'not run: the setup failed'; // the setup's own error is the report's first incomplete reason
+    // Every check is in the report, each saying it did not run (docs/diagnose.md, "What ran means").
     parts = {
-      behavior: [], protocol: [], longContext: [], initialDecode: failedDecode(why), decodeRuns: [],
+      behavior: BEHAVIOR_CHECKS.map((c) => notRun(c.id, why)), protocol: PROTOCOL_CHECK_IDS.map((id) => notRun(id, why)),
+      longContext: [notRun(RETRIEVAL_ID, why)], initialDecode: failedDecode(why),
+      decodeRuns: Array.from({ length: o.decodeRuns }, () => failedDecode(why)),
       repeats: notRun('greedy-repeats', why), isolation: notRun('request-isolation', why), batchInvariance: notRun('batch-invariance', why), reasons,
     };
   } else {

@@ -162,8 +162,15 @@ async function unicodeRoundTrip(s: Session): Promise<CheckResult> {
   });
 }
 
+/** The protocol checks' ids, in the order they run (a setup that failed lists them all as not run). */
+export const PROTOCOL_CHECK_IDS = [
+  'protocol-stop-sequence', 'protocol-max-tokens', 'protocol-stream-equals-non-streamed', 'protocol-stream-usage',
+  'protocol-malformed-request', 'protocol-unicode-roundtrip',
+] as const;
+
 export async function runProtocol(s: Session): Promise<CheckResult[]> {
   const out: CheckResult[] = [];
   for (const f of [stopSequence, maxTokens, streamEqualsNonStreamed, includeUsage, malformed, unicodeRoundTrip]) out.push(await f(s));
+  if (out.some((r, i) => r.id !== PROTOCOL_CHECK_IDS[i])) throw new Error('internal: PROTOCOL_CHECK_IDS is not the protocol checks\' order');
   return out;
 }
