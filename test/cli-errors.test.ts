@@ -90,6 +90,7 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['convert', '--model-path', file, '--out', path.join(tmp, 'x.gguf'), '--dtype', 'f32'], /^bench: --model-path .*a-file: a file, not a directory/],
     [['prompt', '--prompt', 'hi', '--think'], /^bench: --think applies with --chat/],
     [['prompt', '--prompt', 'hi', '--logits-out', path.join(tmp, 'no-dir', 'x.bin')], /^bench: --logits-out: directory .*no-dir does not exist$/],
+    [['prompt', '--prompt', 'hi', '--logits-out', tmp], /^bench: --logits-out: .* is a directory, not a file$/],
   ])('%j', async (args, message) => {
     const r = await bench(args as string[]);
     expect(r.signal).toBeNull();

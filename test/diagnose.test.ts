@@ -176,6 +176,7 @@ describe('stop strings, decode figures, stream summaries', () => {
     expect(burst.decode_tokens_per_second).toBeNull();
     expect(burst.decode_rate_note).toBe('the 10 chunks after the first arrived in 2 network reads (fewer than 0.5 a chunk): delivered in bursts');
     expect(decodeFigures(100, 1100, 11, { chunks: 10, reads: 5 }).decode_tokens_per_second).toBe(10);
+    expect(decodeFigures(100, 1100, 11, { chunks: 0, reads: 1 }).decode_rate_note).toBe('every token arrived in the first content chunk');
     expect(median([3, 1, 2])).toBe(2);
     expect(median([])).toBeNull();
   });

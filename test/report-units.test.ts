@@ -116,6 +116,12 @@ describe('compareReports', () => {
     expect(verdictLine(cross)).toBe('**Not a pass**: no row of BASE is in NEW: nothing was compared (exit 5).');
     expect(c.not_a_pass).toEqual([]);
     expect(c.exit_code).toBe(0);
+    // Rows in both that failed in both: nothing was compared either.
+    const failed = { ...row(16, 1, 100, 10, 5, 0.02, 3), status: 'error', reason: 'x' };
+    const both = compareReports(report([failed]), report([failed]));
+    expect(both.rows.map((r) => r.row)).toEqual(['failed in both']);
+    expect(both.not_a_pass).toEqual(['every row both runs share failed in both: nothing was compared']);
+    expect(both.exit_code).toBe(5);
   });
 
   it('fails the gate when NEW did not complete, whatever its rows say', () => {

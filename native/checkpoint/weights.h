@@ -83,7 +83,8 @@ class HostWeights {
   size_t matrix_bytes() const { return matrix_bytes_; }
   size_t total_bytes() const;
   // The matrices' element types, the one holding the most bytes first, joined by '+' ("bf16",
-  // "q8_0", "q4_k+q6_k" for a Q4_K_M file): what the engine reports its weights run in.
+  // "q8_0", "q6_k+q4_k" for the 0.8B's Q4_K_M file, whose Q6_K embedding is its largest matrix; larger
+  // models' Q4_K_M files read "q4_k+q6_k"): what the engine reports its weights run in.
   std::string dtype_label() const;
   // A backend that keeps its own copy of a tensor's bytes hands the file pages back: pages of
   // [p, p + n) inside a checkpoint file's mapping leave the resident set. Memory this object owns

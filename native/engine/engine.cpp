@@ -175,8 +175,8 @@ void Engine::load() {
   try {
     init_kv_caches(n_snapshots);
   } catch (const std::bad_alloc&) {
-    throw std::runtime_error("out of memory allocating the KV cache: " + pool_request_ +
-                             "; give less KV memory (a smaller kv_memory_bytes or max_seq x max_seqs)");
+    throw std::runtime_error("out of host memory allocating the caches (the KV pool: " + pool_request_ +
+                             "); give less KV memory (a smaller kv_memory_bytes or max_seq x max_seqs)");
   }
   CounterSink& counters = *this;
   prefix_ = std::make_unique<PrefixCache>(*blocks_, *backend_, counters, ec_.block_size, ec_.snapshot_interval, n_snapshots);

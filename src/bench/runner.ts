@@ -33,6 +33,9 @@ export interface RowSettings {
   /** Open-loop timed phase (--request-rate): arrivals at `rate`/s, at most `concurrency` in flight. */
   open?: OpenLoop | null;
   goodput?: GoodputBounds | null;
+  /** Tokens every prompt starts with whatever its draw (an endpoint's chat template and BOS): a cache
+   * may serve them even to unique prompts. */
+  commonPrefixTokens?: number;
 }
 
 export interface OpenLoop {
@@ -330,8 +333,10 @@ export async function runRow(
     if (osl === 1) notes.push('osl=1: no decode phase, so no itl or decode_tok_s');
     // Unique prompts should never hit a prefix cache beyond their shared prefix; a server that kept the
     // prompts of an earlier run with the same --seed serves them warm.
-    const expectedHits = Math.min(st.sharedPrefix, isl) * timed.length;
-    if (st.prompts === 'unique' && fig.cachedPromptTokens > expectedHits) {
+    // (A preempted sequence recomputes its prompt from its own cached blocks: hits, but no repeat.)
+    const expectedHits = (Math.min(st.sharedPrefix, isl) + (st.commonPrefixTokens ?? 0)) * timed.length;
+    const preempted = (counters as { preemptions?: number } | null)?.preemptions ?? 0;
+    if (st.prompts === 'unique' && fig.cachedPromptTokens > expectedHits && preempted === 0) {
       notes.push(`${UNEXPECTED_CACHE_HITS}: ${fig.cachedPromptTokens - expectedHits} of ${isl * timed.length} prompt tokens ` +
         `came from the prefix cache although the prompts are unique (seen before: a rerun with the same --seed against the same server?), so ttft_ms and prefill_tok_s are not cold`);
     }

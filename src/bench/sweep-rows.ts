@@ -27,6 +27,8 @@ export interface RowsTarget {
   maxSeqSource?: string;
   /** The probe of one row: the engine's own counters, or the server's /metrics and wire notes. */
   probe: (cell: { isl: number; osl: number }) => RowProbe;
+  /** Tokens every prompt starts with whatever its draw (an endpoint's chat template and BOS). */
+  commonPrefixTokens?: number;
 }
 
 /** A row whose run saw other processes take at least this share of the CPU says so in its notes. */
@@ -68,6 +70,7 @@ export async function runRows(
         cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: target.maxSeq, seed: cfg.seed,
         prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile, c1DecodeTokS,
         ...(target.maxSeqSource ? { maxSeqSource: target.maxSeqSource } : {}), open, goodput: load.goodput,
+        commonPrefixTokens: target.commonPrefixTokens ?? 0,
       }, signal, {
         phase: (p, total) => renderer.rowPhase(p, total),
         tokens: (n) => renderer.stepTokens(n),

@@ -121,7 +121,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
       for (const n of conn.notes) { renderer.note(n); report.notes.push(n); }
       target = {
         local: null, vocab: conn.vocab, maxSeq: conn.maxSeq ?? Number.MAX_SAFE_INTEGER, maxSeqSource: "the server's max_model_len",
-        probe: (cell) => conn.probe(cell),
+        probe: (cell) => conn.probe(cell), commonPrefixTokens: conn.header?.overheadTokens ?? 0,
       };
     } else {
       const opts = engineOptions(cfg, device);

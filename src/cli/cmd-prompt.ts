@@ -80,6 +80,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   if (opts.logitsOut !== undefined) {
     const parent = path.dirname(path.resolve(opts.logitsOut));
     if (!existsSync(parent) || !statSync(parent).isDirectory()) throw new UsageError(`--logits-out: directory ${parent} does not exist`);
+    if (existsSync(opts.logitsOut) && statSync(opts.logitsOut).isDirectory()) throw new UsageError(`--logits-out: ${opts.logitsOut} is a directory, not a file`);
   }
   // The engine flags mean what they mean in the sweep and serve; max-seq is the request's length.
   const { modelPath, quant } = resolveModelPathFlags(opts);

@@ -41,6 +41,8 @@ export function decodeFigures(
   else if (completionTokens === null) note = 'no usage chunk';
   else if (completionTokens <= 1) note = 'one output token';
   else if (decodeSeconds === null || decodeSeconds <= 0 || delivery.reads === 0) note = 'every token arrived in the first content chunk\'s network read';
+  // All the text in the first content chunk: the wait for the finish chunk is not a decode time.
+  else if (delivery.reads !== null && delivery.chunks === 0) note = 'every token arrived in the first content chunk';
   // Chunks the server sent apart but the client read together: their arrival times measure the
   // client (a busy event loop) or the network's buffering, not the server's decode.
   else if (delivery.reads !== null && delivery.reads < MIN_READS_PER_CHUNK * delivery.chunks) {

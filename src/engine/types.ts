@@ -167,7 +167,7 @@ export interface EngineInfo {
   isa: string;
   threads: number;
   weightBytes: number;
-  /** The element types the weight matrices run in, the one holding the most bytes first, joined by "+" (bf16, q8_0, q4_k+q6_k). */
+  /** The element types the weight matrices run in, the one holding the most bytes first, joined by "+" (bf16, q8_0; q6_k+q4_k for the 0.8B's Q4_K_M, q4_k+q6_k for larger models'). */
   dtype: string;
   kvBlocksTotal: number;
   blockSize: number;

@@ -159,7 +159,9 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
   const regressions = figs.filter((f) => f.verdict === 'regression').length + rows.filter((r) => r.row === 'failed in NEW').length;
   const notAPass: string[] = [];
   if (b.status !== 'complete') notAPass.push(`NEW's run is ${b.status}, not complete`);
-  if (rows.length === 0) notAPass.push('no row of BASE is in NEW: nothing was compared');
+  if (!rows.some((r) => r.row === 'compared' || r.row === 'fixed in NEW')) {
+    notAPass.push(rows.length === 0 ? 'no row of BASE is in NEW: nothing was compared' : 'every row both runs share failed in both: nothing was compared');
+  }
   return {
     base: a.file,
     next: b.file,
