@@ -181,6 +181,9 @@ describe('flags', () => {
     // serve and prompt map their flags with the same function.
     expect(engineOptionsFrom(resolveEngineFlags({ kvCacheDtype: 'f16' }, 8), 'cpu', 8).kvCacheDtype).toBe('f16');
     expect(engineOptionsFrom(resolveEngineFlags({}, 8), 'cpu', 8).kvCacheDtype).toBe('f32');
+    // The continuous KV cache has no prefix cache: the options (and so the header and reports) say so.
+    expect(engineOptionsFrom(resolveEngineFlags({}, 8), 'cpu', 8).prefixCache).toBe(true);
+    expect(engineOptionsFrom(resolveEngineFlags({ kvcache: 'continuous' }, 8), 'cpu', 8).prefixCache).toBe(false);
   });
 
   it('every command that loads the engine takes --kv-cache-dtype, its help stating the default', () => {

@@ -18,6 +18,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { modelSection } from '../src/bench/report.js';
 import { convertCheckpoint } from '../src/convert/convert.js';
 import { loadEngine } from '../src/engine/engine.js';
 import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
@@ -109,8 +110,11 @@ describe.each(['Q4_K_M', 'Q6_K'] as const)('a %s-layout GGUF of random valid K-q
     if (mix === 'Q4_K_M') expect(g.format!.tensorTypes.Q4_K).toBeGreaterThan(0);
     else expect(g.format!.tensorTypes.Q4_K).toBeUndefined();
     expect(g.tensors.get('embed_tokens.weight')!.dtype).toBe('Q6_K');
+    // The report's model section names the file that ran and its format (not the type with the most bytes).
+    const m = loadModel(file);
+    expect(modelSection(m, false)).toMatchObject({ path: file, dtype: mix });
     // The engine names every matrix type it runs, the most bytes first (not the embedding's alone).
-    const e = await loadEngine(loadModel(file), { ...baseOptions, maxSeqs: 1 });
+    const e = await loadEngine(m, { ...baseOptions, maxSeqs: 1 });
     try {
       expect(e.info.dtype).toBe(mix === 'Q4_K_M' ? 'q6_k+q4_k' : 'q6_k');
     } finally {

@@ -137,6 +137,15 @@ describe('compareReports', () => {
     expect(compareReports(report(rows, { status: 'interrupted' }), report(rows)).exit_code).toBe(0);
   });
 
+  it('lists a changed weights file (same config, another GGUF) as a provenance difference', () => {
+    const wf = (sha256: string) => ({ container: 'gguf', name: 'Q4_K_M', bits_per_weight: 4.89, files: ['m-Q4_K_M.gguf'], sha256 });
+    const a = report([], { model: { dtype: 'Q4_K_M', config_sha256: 'c', weight_format: wf('aaa') } });
+    const b = report([], { model: { dtype: 'Q4_K_M', config_sha256: 'c', weight_format: wf('bbb') } });
+    const d = compareReports(a, b).provenance;
+    expect(d.map((x) => x.field)).toEqual(['model.weight_format']);
+    expect(d[0]!.next).toContain('"sha256":"bbb"');
+  });
+
   it('lists provenance differences field by field', () => {
     const a = report([], { engine: { isa: 'avx2', threads: 2 }, model: { dtype: 'BF16' } });
     const b = report([], { engine: { isa: 'avx512', threads: 2 }, model: { dtype: 'F32' }, tool: { git_commit: 'b' } });

@@ -213,6 +213,9 @@ describe('bench report', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr.trim().split('\n')).toHaveLength(1);
     expect(bad.stderr).toContain('rows[0].osl is not an integer');
+    const noDir = await bench(['report', `${A}.json`, '--out', path.join(tmp, 'no-dir', 'x.html')]);
+    expect(noDir.code).toBe(2);
+    expect(noDir.stderr.trim()).toBe(`bench: --out: directory ${path.join(tmp, 'no-dir')} does not exist`);
   });
 });
 

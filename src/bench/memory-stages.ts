@@ -2,6 +2,7 @@
 import { appendFileSync } from 'node:fs';
 import type { EngineHandle } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
+import { weightsPath } from '../model/weight-format.js';
 
 export type MemoryStage = 'weights_bound' | 'warmup_forward' | 'first_generation';
 
@@ -54,7 +55,7 @@ export function memoryStageRows(stage: MemoryStage, engine: EngineHandle, ckpt: 
     stage,
     device: info.backend === 'cuda' ? 'cuda:0' : 'cpu',
     backend: info.backend,
-    model_path: ckpt.dir,
+    model_path: weightsPath(ckpt),
     checkpoint_bytes: ckpt.bytesOnDisk,
     weight_bytes: s.weightBytes,
     active_bytes: s.activeBytes,

@@ -1,7 +1,7 @@
 // The JSON report (--format json on stdout, PREFIX.json on disk): everything needed to trust or redo a run.
 import type { EngineInfo, EngineOptions, EngineStats, ProfileReport } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
-import { weightFormatJson, type WeightFormatJson } from '../model/weight-format.js';
+import { weightFormatJson, weightsFormatName, weightsPath, type WeightFormatJson } from '../model/weight-format.js';
 import type { GitInfo } from '../util/git.js';
 import type { GpuInfo, MachineInfo } from '../util/machine.js';
 import type { SweepRow } from './csv.js';
@@ -96,12 +96,12 @@ export function latencyBlock(row: SweepRow, fig: RowFigures): LatencyBlock {
 
 export function modelSection(ckpt: ModelCheckpoint, embedded: boolean): ModelSection {
   return {
-    path: ckpt.dir,
+    path: weightsPath(ckpt),
     embedded,
     synthetic: ckpt.syntheticWeights !== undefined,
     architecture: 'qwen3_5',
     param_count: ckpt.paramCount,
-    dtype: ckpt.dtype,
+    dtype: weightsFormatName(ckpt),
     bytes_on_disk: ckpt.bytesOnDisk,
     shards: ckpt.shards.length,
     config_sha256: ckpt.configHash,

@@ -33,7 +33,8 @@ export function kvMemoryOptions(kv: KvMemory | null, device: Device, layout: KvL
   return device === 'cuda' ? { kvMemoryFraction: CUDA_KV_MEMORY_FRACTION } : {};
 }
 
-/** Resolved flags -> the engine's options (the prefix cache is always on, as in the sweep). */
+/** Resolved flags -> the engine's options (the prefix cache is on with the paged KV cache; the
+ * continuous cache has none, so the engine, the header and the reports say off). */
 export function engineOptionsFrom(flags: ServingFlags, device: Device, maxSeqs: number, profile = false): EngineOptions {
   return {
     device,
@@ -44,7 +45,7 @@ export function engineOptionsFrom(flags: ServingFlags, device: Device, maxSeqs: 
     maxSeqs,
     prefillChunk: flags.prefillChunk,
     stepTokenBudget: flags.stepTokenBudget,
-    prefixCache: true,
+    prefixCache: flags.kvcache === 'paged',
     cudaGraphs: device === 'cuda' && flags.cudaGraphs,
     kvCacheDtype: flags.kvCacheDtype,
     ...kvMemoryOptions(flags.kvMemory, device, flags.kvcache),

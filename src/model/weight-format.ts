@@ -2,6 +2,7 @@
 // provenance and notes): `Q4_K_M, 4.89 bits/weight` with the per-type tensor counts and the files'
 // content hash for GGUF files; the dominant element type for safetensors checkpoints; for
 // synthetic weights, that they are random and generated in memory (preset, dtype, seed; no hash).
+import path from 'node:path';
 import { SYNTHETIC_GENERATOR, syntheticShape, syntheticWeightBytes } from './synthetic-model.js';
 import type { ModelCheckpoint } from './types.js';
 import { bytesText } from '../util/bytes-text.js';
@@ -57,4 +58,14 @@ export function weightFormatLine(m: ModelCheckpoint): string {
   const types = Object.entries(j.tensor_types ?? {}).sort((a, b) => b[1] - a[1]).map(([t, n]) => `${n} ${t}`).join(', ');
   const parts = (j.files?.length ?? 1) > 1 ? `, ${j.files!.length} split files` : '';
   return `${j.name}, ${j.bits_per_weight.toFixed(2)} bits/weight (GGUF${parts}; ${types} tensors${j.sha256 ? `; sha256 ${j.sha256.slice(0, 12)}` : ''})`;
+}
+
+/** Where the weights that ran are: a GGUF's file (the first part of a split file), else the checkpoint directory. */
+export function weightsPath(m: ModelCheckpoint): string {
+  return m.format && m.format.files.length > 0 ? path.join(m.dir, m.format.files[0]!) : m.dir;
+}
+
+/** The weights' format in one word: a GGUF's file type (`Q4_K_M`), else the checkpoint's dtype. */
+export function weightsFormatName(m: ModelCheckpoint): string {
+  return m.format ? m.format.name : m.dtype;
 }

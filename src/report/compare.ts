@@ -75,7 +75,7 @@ const show = (v: unknown): string => (v === undefined || v === null ? '—' : ty
 const PROVENANCE: ReadonlyArray<readonly [keyof SavedReport, readonly string[]]> = [
   ['machine', ['cpu_model', 'logical_cores', 'physical_cores', 'memory_bytes', 'os', 'arch', 'node', 'gpus']],
   ['engine', ['*']],
-  ['model', ['dtype', 'param_count', 'config_sha256', 'path', 'embedded']],
+  ['model', ['dtype', 'param_count', 'config_sha256', 'path', 'embedded', 'weight_format']],
   ['endpoint', ['url', 'api', 'model', 'server', 'tokenizer']],
   ['tool', ['version', 'git_commit', 'git_dirty']],
   ['sweep', ['warmup', 'iters', 'prompts', 'shared_prefix', 'seed', 'load']],
