@@ -448,6 +448,13 @@ describe('row runner on a simulated engine', () => {
     await e.close();
   });
 
+  it('says a repeated prompt is prefilled cold where the engine has no prefix cache', async () => {
+    const e = createFakeEngine(engineOpts);
+    const r = await runRow(e, rowSettings({ prompts: 'repeat', noPrefixCache: true }), new AbortController().signal);
+    expect(r.row.notes).toMatch(/^prompts=repeat \(.*the engine has no prefix cache here, so every pass prefills cold\)/);
+    await e.close();
+  });
+
   it('reads prefix-cache admits with repeated prompts and says so', async () => {
     const e = createFakeEngine(engineOpts);
     const r = await runRow(e, rowSettings({ prompts: 'repeat', concurrency: 2 }), new AbortController().signal);

@@ -36,6 +36,8 @@ export interface RowSettings {
   /** Tokens every prompt starts with whatever its draw (an endpoint's chat template and BOS): a cache
    * may serve them even to unique prompts. */
   commonPrefixTokens?: number;
+  /** The in-process engine runs without a prefix cache (--kvcache continuous). */
+  noPrefixCache?: boolean;
 }
 
 export interface OpenLoop {
@@ -218,7 +220,10 @@ export function errMessage(err: unknown): string {
 export const UNEXPECTED_CACHE_HITS = 'prefix-cache hits';
 
 /** Notes on how the row was measured, `; `-joined into the notes column. */
-export function promptNote(mode: PromptMode): string {
+export function promptNote(mode: PromptMode, noPrefixCache = false): string {
+  if (mode === 'repeat' && noPrefixCache) {
+    return 'prompts=repeat (one prompt set reused by warm-up and every iteration; the engine has no prefix cache here, so every pass prefills cold)';
+  }
   return mode === 'repeat'
     ? 'prompts=repeat (one prompt set reused by warm-up and every iteration; prefill_tok_s reads prefix-cache admits)'
     : 'prompts=unique (a fresh random prompt per session per iteration; prefill_tok_s prices prompt ingest)';
@@ -237,7 +242,7 @@ export async function runRow(
   const { cell, concurrency: c } = st;
   const { isl, osl } = cell;
   const subject = probe.failureSubject ?? 'engine';
-  const notes: string[] = [promptNote(st.prompts)];
+  const notes: string[] = [promptNote(st.prompts, st.noPrefixCache ?? false)];
   const shared = Math.min(st.sharedPrefix, isl);
   if (st.sharedPrefix > 0) {
     notes.push(shared < st.sharedPrefix

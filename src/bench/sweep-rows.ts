@@ -70,7 +70,7 @@ export async function runRows(
         cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: target.maxSeq, seed: cfg.seed,
         prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile, c1DecodeTokS,
         ...(target.maxSeqSource ? { maxSeqSource: target.maxSeqSource } : {}), open, goodput: load.goodput,
-        commonPrefixTokens: target.commonPrefixTokens ?? 0,
+        commonPrefixTokens: target.commonPrefixTokens ?? 0, noPrefixCache: local !== null && cfg.kvcache !== 'paged',
       }, signal, {
         phase: (p, total) => renderer.rowPhase(p, total),
         tokens: (n) => renderer.stepTokens(n),
