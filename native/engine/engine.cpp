@@ -235,6 +235,9 @@ void Engine::size_kv_pool(int n_snapshots) {
   // Worker, in load(): after the weights are bound and the step activations allocated, before the
   // caches are. Fills blocks_, pool_tokens_ and the pool's part of info_ (published under mu_).
   int64_t n_blocks = static_cast<int64_t>(blocks_per_seq_) * ec_.max_seqs;
+  // The recurrent states beside the pool: a slot per sequence, a scratch slot and the snapshots.
+  const int state_slots = ec_.max_seqs + 1 + n_snapshots;
+  const int64_t states = static_cast<int64_t>(state_bytes_) * state_slots;
   std::string source = "max_seq x max_seqs";
   std::string how;  // for the error below
   double fraction = 0;
@@ -260,7 +263,6 @@ void Engine::size_kv_pool(int n_snapshots) {
     }
     // The fraction covers the pool, the state slots (+1 scratch) and the snapshots; the rest of the
     // free memory is left to the backend's work buffers and the runtime.
-    const int64_t states = static_cast<int64_t>(state_bytes_) * (ec_.max_seqs + 1 + n_snapshots);
     budget = std::max<int64_t>(0, static_cast<int64_t>(fraction * static_cast<double>(free_bytes)) - states);
     n_blocks = budget / static_cast<int64_t>(block_bytes_);
     char buf[160];
@@ -281,8 +283,7 @@ void Engine::size_kv_pool(int n_snapshots) {
   // the kernel as its pages are touched: refuse it here, with the sizes.
   if (backend_->host_memory() && fraction == 0) {
     const int64_t avail = host_available_bytes();
-    const double want = static_cast<double>(n_blocks) * static_cast<double>(block_bytes_) +
-                        static_cast<double>(state_bytes_) * (ec_.max_seqs + 1 + n_snapshots);
+    const double want = static_cast<double>(n_blocks) * static_cast<double>(block_bytes_) + static_cast<double>(states);
     if (avail > 0 && want > static_cast<double>(avail)) {
       char buf[240];
       std::snprintf(buf, sizeof buf, "the KV cache (%.1f MiB: %lld blocks of %zu bytes, sized by %s, and the recurrent states) "
@@ -296,7 +297,7 @@ void Engine::size_kv_pool(int n_snapshots) {
     std::snprintf(buf, sizeof buf, "%lld blocks of %zu bytes (%.1f GiB, sized by %s) and %d state slots of %.1f MiB",
                   static_cast<long long>(n_blocks), block_bytes_,
                   static_cast<double>(n_blocks) * static_cast<double>(block_bytes_) / 1073741824.0, source.c_str(),
-                  ec_.max_seqs + 1 + n_snapshots, static_cast<double>(state_bytes_) / 1048576.0);
+                  state_slots, static_cast<double>(state_bytes_) / 1048576.0);
     pool_request_ = buf;
   }
   blocks_ = std::make_unique<BlockPool>(static_cast<int>(n_blocks));

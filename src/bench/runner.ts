@@ -76,6 +76,8 @@ export interface RowOutcome {
   load?: LoadFigures | null;
   /** The probe's detail for the JSON report (an endpoint's wire figures), or null. */
   detail?: Record<string, unknown> | null;
+  /** A unique-prompt row the prefix cache served anyway: its note (also in row.notes), for stderr. */
+  cacheHitsNote?: string | null;
 }
 
 interface PhaseResult {
@@ -216,9 +218,6 @@ export function errMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-/** The start of the note a unique-prompt row gets when the cache served it anyway (sweep-rows warns on it). */
-export const UNEXPECTED_CACHE_HITS = 'prefix-cache hits';
-
 /** Notes on how the row was measured, `; `-joined into the notes column. */
 export function promptNote(mode: PromptMode, noPrefixCache = false): string {
   if (mode === 'repeat' && noPrefixCache) {
@@ -340,10 +339,11 @@ export async function runRow(
     // prompts of an earlier run with the same --seed serves them warm.
     // (A preempted sequence recomputes its prompt from its own cached blocks: hits, but no repeat.)
     const expectedHits = (Math.min(st.sharedPrefix, isl) + (st.commonPrefixTokens ?? 0)) * timed.length;
-    const preempted = (counters as { preemptions?: number } | null)?.preemptions ?? 0;
-    if (st.prompts === 'unique' && fig.cachedPromptTokens > expectedHits && preempted === 0) {
-      notes.push(`${UNEXPECTED_CACHE_HITS}: ${fig.cachedPromptTokens - expectedHits} of ${isl * timed.length} prompt tokens ` +
-        `came from the prefix cache although the prompts are unique (seen before: a rerun with the same --seed against the same server?), so ttft_ms and prefill_tok_s are not cold`);
+    let cacheHitsNote: string | null = null;
+    if (st.prompts === 'unique' && fig.cachedPromptTokens > expectedHits && (counters?.preemptions ?? 0) === 0) {
+      cacheHitsNote = `prefix-cache hits: ${fig.cachedPromptTokens - expectedHits} of ${isl * timed.length} prompt tokens ` +
+        `came from the prefix cache although the prompts are unique (seen before: a rerun with the same --seed against the same server?), so ttft_ms and prefill_tok_s are not cold`;
+      notes.push(cacheHitsNote);
     }
     notes.push(...reading.notes);
 
@@ -369,7 +369,7 @@ export async function runRow(
       notes: notes.join('; '),
     };
     const load = loadFigures(timed, t1 - t0, c, open && { rate: open.rate, burstiness: open.burstiness }, st.goodput ?? null);
-    return { row, figures: fig, counters, timed, profile, timedWallMs: t1 - t0, interrupted: false, load, detail: reading.detail };
+    return { row, figures: fig, counters, timed, profile, timedWallMs: t1 - t0, interrupted: false, load, detail: reading.detail, cacheHitsNote };
   } catch (err) {
     if (signal.aborted) return { ...fail('interrupted'), interrupted: true };
     return fail(`${subject} error: ${errMessage(err)}`);

@@ -1,6 +1,7 @@
 // The sweep's rows: every cell at every concurrency, one row at a time (row k+1 starts after every
 // request of row k has finished), each streamed to the sinks as it completes. Returns whether the
 // sweep was interrupted.
+import { prefixCacheWith } from '../engine/options.js';
 import type { EngineHandle, RequestEngine } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
 import { cpuSample, cpuWindowStart, otherCpuShare, startCpuSample, type CpuSample } from '../util/machine.js';
@@ -13,7 +14,7 @@ import type { Report } from './report.js';
 import type { SweepRenderer } from './render.js';
 import { RowSinks, toReportRow } from './row-sinks.js';
 import type { RowProbe } from './row-probe.js';
-import { runRow, UNEXPECTED_CACHE_HITS, type RowOutcome } from './runner.js';
+import { runRow, type RowOutcome } from './runner.js';
 import type { SweepConfig } from './sweep-config.js';
 
 /** What the rows run on: the loaded engine and checkpoint (in-process) or a server (neither); a probe per row. */
@@ -70,7 +71,7 @@ export async function runRows(
         cell, concurrency: c, warmup: cfg.warmup, iters: cfg.iters, maxSeq: target.maxSeq, seed: cfg.seed,
         prompts: cfg.prompts, sharedPrefix: cfg.sharedPrefix, vocab, profile, c1DecodeTokS,
         ...(target.maxSeqSource ? { maxSeqSource: target.maxSeqSource } : {}), open, goodput: load.goodput,
-        commonPrefixTokens: target.commonPrefixTokens ?? 0, noPrefixCache: local !== null && cfg.kvcache !== 'paged',
+        commonPrefixTokens: target.commonPrefixTokens ?? 0, noPrefixCache: local !== null && !prefixCacheWith(cfg.kvcache),
       }, signal, {
         phase: (p, total) => renderer.rowPhase(p, total),
         tokens: (n) => renderer.stepTokens(n),
@@ -94,8 +95,7 @@ export async function runRows(
         out.row.notes = out.row.notes ? `${out.row.notes}; ${note}` : note;
         renderer.warn(`${label}: ${note}`, { cell: label, cpu_other_share: otherCpu });
       }
-      const hits = out.row.notes.split('; ').find((n) => n.startsWith(UNEXPECTED_CACHE_HITS));
-      if (hits && !out.interrupted) renderer.warn(`${label}: ${hits}`, { cell: label });
+      if (out.cacheHitsNote && !out.interrupted) renderer.warn(`${label}: ${out.cacheHitsNote}`, { cell: label });
       renderer.rowEnd(label, out);
       if (out.interrupted) return true;
       if (c === 1) c1DecodeTokS = out.row.status === 'ok' ? out.row.decode_tok_s : null;

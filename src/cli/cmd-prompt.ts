@@ -1,6 +1,6 @@
 // `bench prompt`: greedy (or sampled) generation through the serving engine; the verification
 // interface (generated ids on one line for --prompt-ids, raw float32 logits with --logits-out).
-import { existsSync, statSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, Option } from 'commander';
 import { loadModel, loadModelTokenizer } from '../model/model-path.js';
@@ -13,6 +13,7 @@ import { resolveDevice } from '../engine/device.js';
 import { engineOptionsFrom } from '../engine/options.js';
 import { ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
+import { checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 
 interface PromptOpts extends Omit<RawEngineFlags, 'maxSeq' | 'maxSeqs'> {
@@ -77,11 +78,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   }
   if (opts.chat && opts.promptIds) throw new UsageError('--chat applies to --prompt TEXT, not --prompt-ids');
   if (opts.think && !opts.chat) throw new UsageError('--think applies with --chat (it switches the chat template\'s thinking on)');
-  if (opts.logitsOut !== undefined) {
-    const parent = path.dirname(path.resolve(opts.logitsOut));
-    if (!existsSync(parent) || !statSync(parent).isDirectory()) throw new UsageError(`--logits-out: directory ${parent} does not exist`);
-    if (existsSync(opts.logitsOut) && statSync(opts.logitsOut).isDirectory()) throw new UsageError(`--logits-out: ${opts.logitsOut} is a directory, not a file`);
-  }
+  if (opts.logitsOut !== undefined) checkWritableFile('--logits-out', path.resolve(opts.logitsOut));
   // The engine flags mean what they mean in the sweep and serve; max-seq is the request's length.
   const { modelPath, quant } = resolveModelPathFlags(opts);
   const flags = resolveEngineFlags(opts);

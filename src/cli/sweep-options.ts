@@ -4,6 +4,7 @@ import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
+import { checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 import { ENGINE_DEFAULTS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
@@ -266,7 +267,6 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
   if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages);
   if (cfg.output !== null) {
     if (cfg.output === '' || cfg.output.endsWith('/')) throw new UsageError(`--output: '${cfg.output}' is not a file prefix`);
-    checkWritableParent('--output', path.resolve(cfg.output));
     for (const ext of OUTPUT_EXTENSIONS) checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`);
   }
   return cfg;
@@ -275,15 +275,3 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
 /** The files `--output PREFIX` writes. */
 const OUTPUT_EXTENSIONS = ['.csv', '.json', '.jsonl', '.html'] as const;
 
-/** A file the sweep will write: its directory exists and the path is not a directory. */
-function checkWritableFile(flag: string, file: string): void {
-  checkWritableParent(flag, file);
-  if (existsSync(file) && statSync(file).isDirectory()) throw new UsageError(`${flag}: ${file} is a directory, not a file`);
-}
-
-function checkWritableParent(flag: string, file: string): void {
-  const dir = path.dirname(file);
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) {
-    throw new UsageError(`${flag}: directory ${dir} does not exist`);
-  }
-}

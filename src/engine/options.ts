@@ -33,8 +33,13 @@ export function kvMemoryOptions(kv: KvMemory | null, device: Device, layout: KvL
   return device === 'cuda' ? { kvMemoryFraction: CUDA_KV_MEMORY_FRACTION } : {};
 }
 
-/** Resolved flags -> the engine's options (the prefix cache is on with the paged KV cache; the
- * continuous cache has none, so the engine, the header and the reports say off). */
+/** The prefix cache is on with the paged KV cache; the continuous cache has none (the engine turns it
+ * off), so the options, the header, the reports and the rows' notes say off. */
+export function prefixCacheWith(kvcache: KvLayout): boolean {
+  return kvcache === 'paged';
+}
+
+/** Resolved flags -> the engine's options. */
 export function engineOptionsFrom(flags: ServingFlags, device: Device, maxSeqs: number, profile = false): EngineOptions {
   return {
     device,
@@ -45,7 +50,7 @@ export function engineOptionsFrom(flags: ServingFlags, device: Device, maxSeqs: 
     maxSeqs,
     prefillChunk: flags.prefillChunk,
     stepTokenBudget: flags.stepTokenBudget,
-    prefixCache: flags.kvcache === 'paged',
+    prefixCache: prefixCacheWith(flags.kvcache),
     cudaGraphs: device === 'cuda' && flags.cudaGraphs,
     kvCacheDtype: flags.kvCacheDtype,
     ...kvMemoryOptions(flags.kvMemory, device, flags.kvcache),

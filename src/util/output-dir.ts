@@ -1,6 +1,7 @@
-// An output directory named on the command line, made before any work: each missing level created
-// one at a time below the nearest existing one, so every failure is one line naming the flag (Node's
-// recursive mkdir loops for ever under some read-only trees, such as /proc).
+// Output paths named on the command line, checked (or, for a directory, made) before any work, so every
+// failure is one line naming the flag: a file's directory must exist and the file must not be a
+// directory; an output directory is made one missing level at a time below the nearest existing one
+// (Node's recursive mkdir loops for ever under some read-only trees, such as /proc).
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { UsageError } from './usage-error.js';
@@ -24,5 +25,19 @@ export function ensureOutputDir(flag: string, dir: string): void {
     } catch (err) {
       throw new UsageError(`${flag}: cannot create ${d} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
     }
+  }
+}
+
+/** A file a command will write: its directory exists and the path is not a directory. */
+export function checkWritableFile(flag: string, file: string): void {
+  checkWritableParent(flag, file);
+  if (existsSync(file) && statSync(file).isDirectory()) throw new UsageError(`${flag}: ${file} is a directory, not a file`);
+}
+
+/** The directory a file would be written in exists. */
+export function checkWritableParent(flag: string, file: string): void {
+  const dir = path.dirname(file);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) {
+    throw new UsageError(`${flag}: directory ${dir} does not exist`);
   }
 }
