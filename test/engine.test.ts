@@ -145,6 +145,18 @@ describe('prefix cache', () => {
     expect(runs[3]!.logitRows).toBe(rows);
   });
 
+  it('reuses a shared prefix that ends between snapshot points: the second prompt sharing it snapshots its last block boundary, the third hits it', async () => {
+    // A 40-token common prefix (a system prompt), interval 256: no snapshot point inside it. The
+    // first prompt caches its blocks; the second matches 2 of them (32 tokens) with no snapshot
+    // there, so its prefill stops at 32 once and snapshots; the third reuses the 32 tokens.
+    const e = await engine({ prefixCache: true });
+    const shared = promptIds(40, 16);
+    const runs = [];
+    for (let i = 0; i < 3; i++) runs.push(await greedy(e, [...shared, ...promptIds(30, 17 + i)], 4));
+    expect(runs.map((r) => r.cachedPromptTokens)).toEqual([0, 0, 32]);
+    expect(runs.map((r) => r.prefillChunkMs.length)).toEqual([2, 3, 2]); // stops: 64 (last full block), then 32 too
+  });
+
   it('reuses a shared prefix at a snapshot point', async () => {
     const e = await engine({ prefixCache: true }, { snapshotInterval: 64 });
     const shared = promptIds(64, 6);
@@ -204,6 +216,58 @@ describe('memory pressure and cancellation', () => {
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 100_000, killSignal: 'SIGKILL' });
     expect(r.stdout.trim()).toBe('refused: step token budget (4) must be at least the number of sequences (8)');
     expect(r.signal).toBeNull(); // not killed at the timeout: it exited by itself
+    expect(r.status).toBe(0);
+  });
+
+  it('an engine collected with its events still queued for JS does not run them on freed memory', () => {
+    // The raw addon (loadEngine's callback keeps the engine alive): the engine's load and one
+    // finished request queue their events; the object is collected before the event loop runs
+    // them. glibc fills freed memory with 0x55 (MALLOC_PERTURB_), so a drain that reached the
+    // freed object crashed the process (SIGSEGV).
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const opts = { ...baseOptions, maxSeq: 64, kvCacheDtype: 'f32', syntheticDtype: 'f32' };
+    const script = `const { loadAddon } = await import(${JSON.stringify(`${root}dist/src/engine/native.js`)});
+      const { presetConfig } = await import(${JSON.stringify(`${root}dist/src/model/presets.js`)});
+      const addon = loadAddon();
+      let delivered = 0;
+      (() => {
+        const e = new addon.Engine({ config: presetConfig('tiny'), tensors: [] }, ${JSON.stringify(opts)}, () => { delivered++; });
+        e.submit({ prompt: [1, 2, 3], maxTokens: 2 });  // returns once the engine has loaded
+        e.flush();
+        while (e.stats().retires < 1) {}  // the request is done: its events are queued
+      })();
+      globalThis.gc();
+      setTimeout(() => console.log('survived, delivered ' + delivered), 100);`;
+    const r = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', script], {
+      encoding: 'utf8', timeout: 100_000, killSignal: 'SIGKILL', env: { ...process.env, MALLOC_PERTURB_: '85' },
+    });
+    expect(r.stderr).toBe('');
+    expect(r.signal).toBeNull();
+    expect(r.stdout.trim()).toBe('survived, delivered 0');
+    expect(r.status).toBe(0);
+  });
+
+  it('a worker thread the system refuses is a load error, not the end of the process', () => {
+    // Under a 3 GB address-space limit, 1000 threads (8 MiB of stack each) cannot all start: the
+    // thread pool's constructor used to let the started threads' destructors end the process.
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const run = (threads: number) => {
+      const script = `const { loadEngine } = await import(${JSON.stringify(`${root}dist/src/engine/engine.js`)});
+        const { presetConfig } = await import(${JSON.stringify(`${root}dist/src/model/presets.js`)});
+        try {
+          const e = await loadEngine({ synthetic: presetConfig('tiny') }, { ...${JSON.stringify({ ...baseOptions, maxSeq: 64 })}, threads: ${threads} });
+          console.log('loaded ' + e.info.threads);
+          await e.close();
+        } catch (e) { console.log('refused: ' + e.message); }`;
+      return spawnSync('bash', ['-c', 'ulimit -v 3000000 && exec "$0" --input-type=module -e "$1"', process.execPath, script], {
+        encoding: 'utf8', timeout: 200_000, killSignal: 'SIGKILL',
+      });
+    };
+    const ok = run(2);
+    expect(ok.stdout.trim()).toBe('loaded 2'); // the limit itself leaves room for an engine
+    const r = run(1000);
+    expect(r.signal).toBeNull();
+    expect(r.stdout.trim()).toMatch(/^refused: .*(Resource temporarily unavailable|Cannot allocate memory)/);
     expect(r.status).toBe(0);
   });
 
@@ -296,6 +360,64 @@ describe('memory pressure and cancellation', () => {
     expect(r.finishReason).toBe('cancelled');
     expect(r.tokens).toHaveLength(1);
     e.allowSteps!(1000);
+  });
+});
+
+describe('requests the engine refuses, and sampling at the edges', () => {
+  it('refuses request fields that are not what they must be, naming the field, and keeps serving', async () => {
+    const e = await engine();
+    const p = promptIds(8, 40);
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ maxTokens: 2 ** 32 + 3 }, /^request\.maxTokens must be an integer in \[0, 2147483647\] \(got 4294967299\)$/],
+      [{ maxTokens: 2.9 }, /^request\.maxTokens must be an integer/],
+      [{ maxTokens: Number.NaN }, /^request\.maxTokens must be an integer/],
+      [{ maxTokens: 4, temperature: Number.NaN }, /^request\.temperature must be a number in \[0, /],
+      [{ maxTokens: 4, temperature: Infinity }, /^request\.temperature must be a number/],
+      [{ maxTokens: 4, topP: 0 }, /^top_p must be in \(0, 1\]$/],
+      [{ maxTokens: 4, topP: -1 }, /^request\.topP must be a number in \[0, 1\]/],
+      [{ maxTokens: 4, topK: -5 }, /^request\.topK must be an integer/],
+      [{ maxTokens: 4, seed: -1 }, /^request\.seed must be an integer in \[0, 9007199254740991\]/],
+      [{ maxTokens: 4, stopTokens: [V + 1] }, /^stop token id 248321 is outside the vocabulary \[0, 248320\)$/],
+      [{ maxTokens: 4, logits: 'some' }, /^request\.logits must be 'none' or 'all'/],
+      [{ maxTokens: 4, prompt: [1, 2 ** 32 + 5] }, /^request\.prompt\[1\] is not a token id \(got 4294967301\)$/],
+      [{ maxTokens: 4, prompt: [1.7] }, /^request\.prompt\[0\] is not a token id/],
+      // Every position's logits of a 2201-token request: 2085 MiB, over the 2 GiB a request may hold.
+      [{ maxTokens: 1, prompt: promptIds(2200, 41), logits: 'all' }, /^logits for every position need 2084 MiB \(2201 positions x vocabulary 248320 x 4 bytes\), more than the 2048 MiB a request may hold$/],
+    ];
+    for (const [fields, msg] of bad) {
+      expect(() => e.submit({ prompt: p, ...fields } as never), JSON.stringify(fields).slice(0, 80)).toThrow(msg);
+    }
+    expect((await greedy(e, p, 3)).tokens.length).toBe(3);
+  });
+
+  it('samples greedily at a temperature so small that logits divided by it overflow (it picked the least likely token)', async () => {
+    const e = await engine();
+    const p = promptIds(12, 42);
+    const ref = (await greedy(e, p, 6)).tokens;
+    for (const extra of [{}, { topK: 5 }, { topP: 0.9 }]) {
+      const r = await e.submit({ prompt: p, maxTokens: 6, ignoreEos: true, temperature: 1.2e-38, seed: 3, ...extra }).done;
+      expect(r.tokens, JSON.stringify(extra)).toEqual(ref);
+    }
+  });
+
+  it('a preempted request for every position\'s logits returns each row once, as when it runs alone', async () => {
+    // The preemption test's shape (10 blocks, two 40 + 60-token requests that outgrow the pool together).
+    const e = await engine({ kvMemoryBytes: 10 * 16 * 2 * 256 * 4, maxSeq: 128 });
+    const solo = await greedy(e, promptIds(40, 62), 60, true);
+    const base = e.stats();
+    const [, both] = await Promise.all([greedy(e, promptIds(40, 61), 60, true), greedy(e, promptIds(40, 62), 60, true)]);
+    expect(e.stats().preemptions - base.preemptions).toBeGreaterThan(0);
+    expect(solo.logitRows).toBe(100);
+    expect(both!.logitRows).toBe(100);
+    expect(both!.logits!.length).toBe(100 * V);
+    expect(both!.tokens).toEqual(solo.tokens);
+    expect(maxAbsDiff(both!.logits!, solo.logits!)).toBeLessThan(1e-3);
+  });
+
+  it('refuses internal options that would divide by zero or spin (snapshot interval 0 or negative)', async () => {
+    await expect(tinyEngine({ prefixCache: true }, { snapshotInterval: 0 })).rejects.toThrow(
+      /^options\.snapshotInterval must be an integer in \[1, 2147483647\] \(got 0\)$/);
+    await expect(tinyEngine({ prefixCache: true }, { snapshotInterval: -16 })).rejects.toThrow(/options\.snapshotInterval/);
   });
 });
 

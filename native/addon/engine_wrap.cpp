@@ -3,7 +3,10 @@
 #include "addon/engine_wrap.h"
 
 #include <atomic>
+#include <cfloat>
+#include <cmath>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 
 #include "core/clock.h"
@@ -12,25 +15,43 @@
 namespace lumen {
 namespace {
 
-int32_t get_int(const Napi::Object& o, const char* key, int32_t def) {
-  if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
-  return o.Get(key).As<Napi::Number>().Int32Value();
-}
-double get_num(const Napi::Object& o, const char* key, double def) {
-  if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
-  return o.Get(key).As<Napi::Number>().DoubleValue();
-}
 bool get_bool(const Napi::Object& o, const char* key, bool def) {
   if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
   return o.Get(key).ToBoolean().Value();
+}
+std::string preview(const Napi::Value& v) {
+  std::string t = v.IsString() ? "'" + v.As<Napi::String>().Utf8Value() + "'" : v.ToString().Utf8Value();
+  return t.size() > 40 ? t.substr(0, 37) + "..." : t;
+}
+// A field that must be a finite number in [lo, hi] when given (`integer`: a whole one too); the
+// error names it (`request.maxTokens must be ...`), where a plain cast would wrap or truncate.
+double get_checked(const Napi::Object& o, const char* key, double def, double lo, double hi, bool integer,
+                   const char* where) {
+  if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
+  const Napi::Value v = o.Get(key);
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : std::nan("");
+  if (!(d >= lo && d <= hi) || (integer && d != std::floor(d))) {
+    auto num = [](double x) {
+      std::ostringstream os;
+      os.precision(17);
+      os << x;
+      return os.str();
+    };
+    throw std::invalid_argument(std::string(where) + "." + key + " must be " + (integer ? "an integer" : "a number") +
+                                " in [" + num(lo) + ", " + num(hi) + "] (got " + preview(v) + ")");
+  }
+  return d;
+}
+int32_t get_count(const Napi::Object& o, const char* key, int32_t def, int32_t lo, const char* where) {
+  return static_cast<int32_t>(get_checked(o, key, def, lo, INT32_MAX, true, where));
 }
 std::string get_str(const Napi::Object& o, const char* key, const std::string& def) {
   if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return def;
   return o.Get(key).ToString().Utf8Value();
 }
-int32_t req_int(const Napi::Object& o, const char* key, const char* where = "config") {
+int32_t req_int(const Napi::Object& o, const char* key, const char* where = "config", int32_t lo = 1) {
   if (!o.Has(key) || !o.Get(key).IsNumber()) throw std::invalid_argument(std::string(where) + "." + key + " is missing");
-  return o.Get(key).As<Napi::Number>().Int32Value();
+  return static_cast<int32_t>(get_checked(o, key, 0, lo, INT32_MAX, true, where));
 }
 double req_num(const Napi::Object& o, const char* key) {
   if (!o.Has(key) || !o.Get(key).IsNumber()) throw std::invalid_argument(std::string("config.") + key + " is missing");
@@ -47,7 +68,7 @@ DType parse_dtype(const std::string& s, const std::string& tensor) {
   throw std::invalid_argument("tensor " + tensor + ": unsupported type " + s);
 }
 
-std::vector<int32_t> to_ids(const Napi::Value& v) {
+std::vector<int32_t> to_ids(const Napi::Value& v, const char* what) {
   std::vector<int32_t> r;
   if (v.IsTypedArray()) {
     auto ta = v.As<Napi::TypedArray>();
@@ -57,10 +78,16 @@ std::vector<int32_t> to_ids(const Napi::Value& v) {
       return r;
     }
   }
-  if (!v.IsArray()) throw std::invalid_argument("prompt must be an array of token ids");
+  if (!v.IsArray()) throw std::invalid_argument(std::string(what) + " must be an array of token ids");
   auto a = v.As<Napi::Array>();
   r.reserve(a.Length());
-  for (uint32_t i = 0; i < a.Length(); ++i) r.push_back(a.Get(i).As<Napi::Number>().Int32Value());
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    const Napi::Value e = a.Get(i);
+    const double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : -1;
+    if (!(d >= 0 && d <= INT32_MAX) || d != std::floor(d))
+      throw std::invalid_argument(std::string(what) + "[" + std::to_string(i) + "] is not a token id (got " + preview(e) + ")");
+    r.push_back(static_cast<int32_t>(d));
+  }
   return r;
 }
 
@@ -128,13 +155,13 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           TensorEntry e;
           e.name = get_str(t, "name", "");
           e.role = get_str(t, "role", "");
-          e.layer = get_int(t, "layer", -1);
+          e.layer = static_cast<int>(get_checked(t, "layer", -1, -1, INT32_MAX, true, "tensor"));
           const std::string fold = get_str(t, "fold", "");
           e.fold = fold == "plus_one" ? Fold::plus_one : fold == "neg_exp" ? Fold::neg_exp : Fold::none;
           if (!fold.empty() && e.fold == Fold::none) throw std::invalid_argument("tensor " + e.name + ": unknown fold " + fold);
           e.file = get_str(t, "file", "");
-          e.offset = static_cast<uint64_t>(get_num(t, "offset", 0));
-          e.nbytes = static_cast<uint64_t>(get_num(t, "nbytes", 0));
+          e.offset = static_cast<uint64_t>(get_checked(t, "offset", 0, 0, 9007199254740991.0, true, "tensor"));
+          e.nbytes = static_cast<uint64_t>(get_checked(t, "nbytes", 0, 0, 9007199254740991.0, true, "tensor"));
           e.dtype = parse_dtype(get_str(t, "dtype", ""), e.name);
           auto sh = t.Get("shape").As<Napi::Array>();
           for (uint32_t j = 0; j < sh.Length(); ++j) e.shape.push_back(sh.Get(j).As<Napi::Number>().Int64Value());
@@ -145,11 +172,11 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       // every one must be given. The internal knobs default to EngineConfig's values.
       EngineConfig ec;
       ec.device = req_str(opt, "device", "options");
-      ec.threads = req_int(opt, "threads", "options");
+      ec.threads = req_int(opt, "threads", "options", 0);
       ec.block_size = req_int(opt, "blockSize", "options");
       ec.paged = req_str(opt, "kvcache", "options") != "continuous";
-      ec.kv_memory_bytes = static_cast<int64_t>(get_num(opt, "kvMemoryBytes", 0));
-      ec.kv_memory_fraction = get_num(opt, "kvMemoryFraction", 0);
+      ec.kv_memory_bytes = static_cast<int64_t>(get_checked(opt, "kvMemoryBytes", 0, 0, 9007199254740991.0, true, "options"));
+      ec.kv_memory_fraction = get_checked(opt, "kvMemoryFraction", 0, 0, 1, false, "options");
       ec.max_seq = req_int(opt, "maxSeq", "options");
       ec.max_seqs = req_int(opt, "maxSeqs", "options");
       ec.prefill_chunk = req_int(opt, "prefillChunk", "options");
@@ -159,25 +186,28 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
         throw std::invalid_argument("options.kvCacheDtype: '" + kvd + "' is not f32 or f16");
       ec.kv_dtype = kvd == "f16" ? DType::f16 : DType::f32;
       ec.prefix_cache = get_bool(opt, "prefixCache", ec.prefix_cache);
-      ec.snapshot_interval = get_int(opt, "snapshotInterval", ec.snapshot_interval);
-      ec.max_snapshots = get_int(opt, "maxSnapshots", ec.max_snapshots);
-      ec.gdn_chunk_min = get_int(opt, "gdnChunkMin", ec.gdn_chunk_min);
+      ec.snapshot_interval = get_count(opt, "snapshotInterval", ec.snapshot_interval, 1, "options");
+      ec.max_snapshots = get_count(opt, "maxSnapshots", ec.max_snapshots, 0, "options");
+      ec.gdn_chunk_min = get_count(opt, "gdnChunkMin", ec.gdn_chunk_min, 1, "options");
       ec.profile = get_bool(opt, "profile", ec.profile);
       ec.cuda_graphs = get_bool(opt, "cudaGraphs", ec.cuda_graphs);
       ec.manual_steps = get_bool(opt, "manualSteps", ec.manual_steps);
       const std::string wp = get_str(opt, "weightDtype", "auto");
       ec.weights = wp == "f32" ? WeightPolicy::f32 : wp == "bf16" ? WeightPolicy::bf16 : WeightPolicy::keep;
       ec.synthetic_dtype = get_str(opt, "syntheticDtype", "bf16") == "f32" ? DType::f32 : DType::bf16;
-      ec.synthetic_seed = static_cast<uint64_t>(get_num(opt, "syntheticSeed", static_cast<double>(ec.synthetic_seed)));
+      ec.synthetic_seed = static_cast<uint64_t>(
+          get_checked(opt, "syntheticSeed", static_cast<double>(ec.synthetic_seed), 0, 9007199254740991.0, true, "options"));
 
       tsfn_ = Napi::ThreadSafeFunction::New(env, info[2].As<Napi::Function>(), "lumen-engine-events", 0, 1);
-      auto pending = pending_;
-      auto tsfn = tsfn_;
-      engine_ = std::make_unique<Engine>(std::move(cfg), std::move(tensors), ec, [this, pending]() mutable {
-        if (pending->exchange(true)) return;  // a drain is already queued
-        tsfn_.NonBlockingCall([this](Napi::Env env, Napi::Function cb) { Deliver(env, cb); });
+      box_->owner = this;
+      engine_ = std::make_unique<Engine>(std::move(cfg), std::move(tensors), ec, [this, box = box_]() {
+        if (box->pending.exchange(true)) return;  // a drain is already queued
+        // A queued drain can run after this object is gone (collected with drains still queued):
+        // it reaches the object only through the box, which the destructor empties.
+        tsfn_.NonBlockingCall([box](Napi::Env env, Napi::Function cb) {
+          if (box->owner) box->owner->Deliver(env, cb);
+        });
       });
-      (void)tsfn;
     } catch (const std::exception& e) {
       // A constructor that threw (a bad option) leaves no engine: the events function made for it
       // would keep Node's event loop alive for ever.
@@ -186,9 +216,19 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     }
   }
 
-  ~EngineWrap() override { Shutdown(); }
+  ~EngineWrap() override {
+    box_->owner = nullptr;
+    Shutdown();
+  }
 
  private:
+  // What a queued drain reaches this object through. `owner` is read and written on the JS thread
+  // only (drains run there, and so does the destructor); `pending` also by the engine's thread.
+  struct Mailbox {
+    std::atomic<bool> pending{false};
+    EngineWrap* owner = nullptr;
+  };
+
   void Shutdown() {
     if (engine_) {
       engine_.reset();  // joins the worker thread
@@ -197,10 +237,21 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   }
 
   void Deliver(Napi::Env env, Napi::Function cb) {
-    pending_->store(false);
+    box_->pending.store(false);
     if (!engine_) return;
-    auto events = engine_->drain();
-    if (events.empty()) return;
+    Napi::Array arr;
+    try {
+      arr = EventsToJs(env, engine_->drain());
+    } catch (const Napi::Error&) {
+      throw;  // a JS exception already (node-addon-api hands it to the event loop)
+    } catch (const std::exception& e) {
+      // Not one to let through the thread-safe function's call (it would end the process).
+      throw Napi::Error::New(env, std::string("engine events: ") + e.what());
+    }
+    if (arr.Length() > 0) cb.Call({arr});
+  }
+
+  Napi::Array EventsToJs(Napi::Env env, std::vector<EngineEvent> events) {
     auto arr = Napi::Array::New(env, events.size());
     uint32_t i = 0;
     for (auto& e : events) {
@@ -270,7 +321,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       }
       arr.Set(i++, o);
     }
-    cb.Call({arr});
+    return arr;
   }
 
   Engine& eng(const Napi::Env& env) {
@@ -281,20 +332,28 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value Submit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     try {
-      auto r = info[0].As<Napi::Object>();
       RequestSpec spec;
-      spec.prompt = to_ids(r.Get("prompt"));
-      spec.max_tokens = get_int(r, "maxTokens", 0);
-      spec.sampling.temperature = static_cast<float>(get_num(r, "temperature", 0));
-      spec.sampling.top_k = get_int(r, "topK", 0);
-      spec.sampling.top_p = static_cast<float>(get_num(r, "topP", 1));
-      spec.sampling.seed = static_cast<uint64_t>(get_num(r, "seed", 0));
-      if (r.Has("stopTokens") && r.Get("stopTokens").IsArray()) spec.stop = to_ids(r.Get("stopTokens"));
+      if (info.Length() < 1 || !info[0].IsObject()) throw std::invalid_argument("submit(request): request must be an object");
+      auto r = info[0].As<Napi::Object>();
+      const char* req = "request";
+      spec.prompt = to_ids(r.Get("prompt"), "request.prompt");
+      spec.max_tokens = get_count(r, "maxTokens", 0, 0, req);
+      // The ranges that depend on nothing else are checked here, where the type is known; the
+      // engine checks the rest (Engine::submit).
+      spec.sampling.temperature = static_cast<float>(get_checked(r, "temperature", 0, 0, FLT_MAX, false, req));
+      spec.sampling.top_k = get_count(r, "topK", 0, 0, req);
+      spec.sampling.top_p = static_cast<float>(get_checked(r, "topP", 1, 0, 1, false, req));
+      spec.sampling.seed = static_cast<uint64_t>(get_checked(r, "seed", 0, 0, 9007199254740991.0, true, req));
+      if (r.Has("stopTokens") && !r.Get("stopTokens").IsUndefined() && !r.Get("stopTokens").IsNull())
+        spec.stop = to_ids(r.Get("stopTokens"), "request.stopTokens");
       spec.ignore_eos = get_bool(r, "ignoreEos", false);
-      spec.logits_all = get_str(r, "logits", "none") == "all";
+      const std::string logits = get_str(r, "logits", "none");
+      if (logits != "none" && logits != "all")
+        throw std::invalid_argument("request.logits must be 'none' or 'all' (got '" + logits + "')");
+      spec.logits_all = logits == "all";
       spec.stream = get_bool(r, "stream", false);
-      spec.min_tokens = get_int(r, "minTokens", 0);
-      spec.logprobs = get_int(r, "logprobs", -1);
+      spec.min_tokens = get_count(r, "minTokens", 0, 0, req);
+      spec.logprobs = get_count(r, "logprobs", -1, -1, req);
       const bool defer = info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
       return Napi::Number::New(env, static_cast<double>(eng(env).submit(std::move(spec), defer)));
     } catch (const std::exception& e) {
@@ -324,6 +383,8 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
 
   Napi::Value Cancel(const Napi::CallbackInfo& info) {
     try {
+      if (info.Length() < 1 || !info[0].IsNumber()) throw std::invalid_argument("cancel(id): id must be a number");
+      if (!engine_) return info.Env().Undefined();  // closed: every request is over already
       eng(info.Env()).cancel(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
     } catch (const std::exception& e) {
       Napi::Error::New(info.Env(), e.what()).ThrowAsJavaScriptException();
@@ -446,7 +507,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
 
   std::unique_ptr<Engine> engine_;
   Napi::ThreadSafeFunction tsfn_;
-  std::shared_ptr<std::atomic<bool>> pending_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<Mailbox> box_ = std::make_shared<Mailbox>();
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,9 +36,11 @@ double peak_gflops(ThreadPool& pool, const cpu::Probes& probes) {
 
 }  // namespace
 
-Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
+Napi::Value Probe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  int threads = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Int32Value() : 0;
+  const double want = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : 0;
+  if (!(want >= 0 && want <= 4096)) throw std::invalid_argument("probeMachine: threads must be 0..4096");
+  int threads = static_cast<int>(want);
   if (threads <= 0) threads = usable_cpus();
   // probeMachine(threads, parts = 'all'): 'bandwidth' alone (the per-round probes around a decode),
   // 'peak' alone (the per-round probes around a prefill), or both.
@@ -59,14 +62,14 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
   }
   if (parts == "peak") return o;
   // Bandwidth: read a 1 GiB buffer (far beyond the caches) several times. Passes alternate between
-  // 1, 4 and 8 side-by-side streams per thread: one stream per core leaves bandwidth unused on this
-  // machine (25 vs 35 GB/s in a slow phase, 53 vs 76 in a fast one), and a limit that a plain loop
-  // cannot reach but our kernels can would put them above 100 %. Reported: the best pass, and the
-  // median pass of the pattern with the highest median (the sustained rate: on a shared machine
-  // single passes of ~15 ms catch quiet moments that a second-long measurement does not get).
-  // The buffer is allocated and filled once and kept for the process: freeing 1 GiB after every
-  // probe had the guest hand the pages back to the host ~2 s later (free page reporting), and a
-  // decode measured in that window ran ~12 % slower (29.1 against 33.4 tok/s, medians of 6).
+  // 1, 4 and 8 side-by-side streams per thread: one stream per core leaves bandwidth unused on the
+  // reference machine, and a limit that a plain loop cannot reach but our kernels can would put
+  // them above 100 %. Reported: the best pass, and the median pass of the pattern with the highest
+  // median (the sustained rate: on a shared machine single short passes catch quiet moments that a
+  // second-long measurement does not get). The buffer is allocated and filled once and kept for
+  // the process: freeing it after every probe had the guest hand the pages back to the host
+  // shortly after (free page reporting), which slowed a decode measured in that window (figures:
+  // docs/performance.md, "Seventh session: an honest probe").
   static std::mutex mu;
   static std::unique_ptr<AlignedBuffer> kept;
   std::lock_guard<std::mutex> lock(mu);
@@ -113,6 +116,17 @@ Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
   o.Set("passes", passes);
   o.Set("sink", static_cast<double>(sinks[0]));
   return o;
+}
+
+Napi::Value ProbeMachine(const Napi::CallbackInfo& info) {
+  try {
+    return Probe(info);
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A thread or the 1 GiB buffer the system refused: an exception for JS, not the process's end.
+    throw Napi::Error::New(info.Env(), std::string("probeMachine: ") + e.what());
+  }
 }
 
 }  // namespace lumen

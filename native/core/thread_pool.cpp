@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <stdexcept>
+#include <utility>
 
 #include "core/clock.h"
 
@@ -36,8 +37,38 @@ int64_t claim_piece(std::atomic<uint64_t>& ends, bool front) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
-  threads_.reserve(n_threads_ - 1);
-  for (int t = 1; t < n_threads_; ++t) threads_.emplace_back([this, t] { worker(t); });
+  try {
+    threads_.reserve(n_threads_ - 1);
+    for (int t = 1; t < n_threads_; ++t) threads_.emplace_back([this, t] { worker(t); });
+  } catch (...) {
+    // A thread the system refused (a container's limit): the ones started must be joined before
+    // the vector goes, or their destructors end the process.
+    stop_.store(true, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.notify_all();
+    for (auto& th : threads_) th.join();
+    throw;
+  }
+}
+
+void ThreadPool::note_failure() noexcept {
+  try {
+    std::lock_guard<std::mutex> lk(failure_mu_);
+    if (!failure_) failure_ = std::current_exception();
+  } catch (...) {
+  }
+  failed_.store(true, std::memory_order_release);
+}
+
+void ThreadPool::rethrow_failure() {
+  if (!failed_.load(std::memory_order_acquire)) return;
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> lk(failure_mu_);
+    e = std::exchange(failure_, nullptr);
+    failed_.store(false, std::memory_order_relaxed);
+  }
+  if (e) std::rethrow_exception(e);
 }
 
 ThreadPool::~ThreadPool() {
@@ -82,8 +113,13 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   s.kind = Kind::kJob;
   s.job = &fn;
   publish(s);
-  fn(0, n_threads_);
+  try {
+    fn(0, n_threads_);
+  } catch (...) {
+    note_failure();  // the workers still run fn: wait for them before it goes
+  }
   spin_until([&] { return s.pending.load(std::memory_order_acquire) == 0; });
+  rethrow_failure();
 }
 
 int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int64_t patience_ns, bool from_both_ends) {
@@ -111,7 +147,11 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
   for (;;) {
     const int64_t p = claim_piece(s.ends, true);
     if (p < 0) break;
-    work.compute(p, 0, true);
+    try {
+      work.compute(p, 0, true);
+    } catch (...) {
+      note_failure();
+    }
     mine_[static_cast<size_t>(p)] = true;
   }
   // Every piece is claimed. Wait for the workers' pieces; take over one that is still open after
@@ -128,11 +168,16 @@ int64_t ThreadPool::run_stealable(int slot, StealableWork& work, int64_t n, int6
       if (st != kOpen || (++polls & 63) != 0 || now_ns() - idle_from <= patience_ns ||
           !s.state[p].compare_exchange_strong(st, kTaken, std::memory_order_acq_rel))
         return false;
-      work.compute(p, 0, true);
+      try {
+        work.compute(p, 0, true);
+      } catch (...) {
+        note_failure();
+      }
       ++taken;
       return true;
     });
   }
+  rethrow_failure();
   return taken;
 }
 
@@ -147,19 +192,28 @@ void ThreadPool::run_dealt(int64_t n, const std::function<void(int, int64_t)>& f
   for (;;) {
     const int64_t c = claim_piece(s.ends, true);
     if (c < 0) break;
-    fn(0, c);
+    try {
+      fn(0, c);
+    } catch (...) {
+      note_failure();
+    }
     ++mine;
   }
   // Only a made claim is waited for; fn stays valid until then (a worker calls it only after a
   // successful claim, and is done with it before it counts the claim).
   spin_until([&] { return s.worker_done.load(std::memory_order_acquire) == n - mine; });
+  rethrow_failure();
 }
 
 void ThreadPool::worker_dealt(Slot& s, int tid) {
   for (;;) {
     const int64_t c = claim_piece(s.ends, !s.from_both_ends);
     if (c < 0) return;
-    (*s.dealt)(tid, c);
+    try {
+      (*s.dealt)(tid, c);
+    } catch (...) {
+      note_failure();
+    }
     s.worker_done.fetch_add(1, std::memory_order_release);
   }
 }
@@ -168,11 +222,21 @@ void ThreadPool::worker_pieces(Slot& s, int tid) {
   for (;;) {
     const int64_t p = claim_piece(s.ends, !s.from_both_ends);
     if (p < 0) return;
-    s.work->compute(p, tid, false);
+    bool ok = true;
+    try {
+      s.work->compute(p, tid, false);
+    } catch (...) {
+      note_failure();
+      ok = false;
+    }
     uint8_t open = kOpen;
     if (s.state[p].compare_exchange_strong(open, kCommitting, std::memory_order_acq_rel)) {
-      s.work->commit(p, tid);
-      s.state[p].store(kDone, std::memory_order_release);
+      try {
+        if (ok) s.work->commit(p, tid);
+      } catch (...) {
+        note_failure();
+      }
+      s.state[p].store(kDone, std::memory_order_release);  // failed or not: the caller must not wait
     }
     // else the caller took the piece over: these outputs are dropped.
   }
@@ -196,7 +260,13 @@ void ThreadPool::worker(int tid) {
     ++seen;
     Slot& s = slots_[seen % kSlots];
     switch (s.kind) {
-      case Kind::kJob: (*s.job)(tid, n_threads_); break;
+      case Kind::kJob:
+        try {
+          (*s.job)(tid, n_threads_);
+        } catch (...) {
+          note_failure();
+        }
+        break;
       case Kind::kDealt: worker_dealt(s, tid); break;
       case Kind::kStealable: worker_pieces(s, tid); break;
     }

@@ -9,10 +9,16 @@
 // inside it: on a shared machine a worker is sometimes descheduled for a millisecond or more while
 // it holds a piece, and the caller, having run out of pieces, takes that piece over instead of
 // waiting. A worker may therefore lag up to kSlots - 1 regions behind the caller.
+//
+// An exception thrown by a region's function on any thread (an allocation that fails) does not end
+// the process: the region still waits for what it must, and the caller rethrows the first one when
+// the region ends (a worker's, from a piece the caller took over, at the end of a later region).
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -132,6 +138,9 @@ class ThreadPool {
   };
 
   void worker(int tid);
+  // Keeps the exception being handled for the caller; rethrown (once) by rethrow_failure().
+  void note_failure() noexcept;
+  void rethrow_failure();
   void worker_pieces(Slot& s, int tid);
   void worker_dealt(Slot& s, int tid);
   Slot& publish_slot();
@@ -146,6 +155,9 @@ class ThreadPool {
   std::vector<bool> mine_;  // run_stealable: the pieces the caller computed
   std::atomic<uint64_t> generation_{0};  // the last region published
   std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  std::mutex failure_mu_;
+  std::exception_ptr failure_;
 };
 
 }  // namespace lumen

@@ -81,6 +81,9 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
   if (ec_.step_token_budget < ec_.max_seqs)
     throw std::invalid_argument("step token budget (" + std::to_string(ec_.step_token_budget) +
                                 ") must be at least the number of sequences (" + std::to_string(ec_.max_seqs) + ")");
+  if (ec_.snapshot_interval <= 0) throw std::invalid_argument("snapshot interval must be positive");
+  if (ec_.max_snapshots < 0) throw std::invalid_argument("max snapshots must be >= 0 (0: 2 x max sequences)");
+  if (ec_.gdn_chunk_min <= 0) throw std::invalid_argument("gdn chunk minimum must be positive");
   if (ec_.snapshot_interval % ec_.block_size != 0) ec_.snapshot_interval = (ec_.snapshot_interval / ec_.block_size + 1) * ec_.block_size;
   if (!ec_.paged) ec_.prefix_cache = false;
   if (ec_.kv_dtype != DType::f32 && ec_.kv_dtype != DType::f16)
@@ -125,6 +128,11 @@ std::vector<EngineEvent> Engine::drain() {
 void Engine::load() {
   std::unique_ptr<HostWeights> w;
   auto progress = [this](int done, int total) {
+    {
+      // close() waits for this thread: a load it interrupts stops at the next layer.
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) throw std::runtime_error("the engine was closed while it loaded");
+    }
     EngineEvent e;
     e.kind = EngineEvent::kLoadProgress;
     e.done = done;
@@ -333,6 +341,26 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
   if (r.min_tokens < 0) throw std::invalid_argument("min tokens must be >= 0");
   if (r.logprobs > kMaxTopLogprobs)
     throw std::invalid_argument("at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
+  for (int32_t t : r.stop)
+    if (t < 0 || t >= cfg_.vocab)
+      throw std::invalid_argument("stop token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                  std::to_string(cfg_.vocab) + ")");
+  const SamplingParams& sp = r.sampling;
+  if (!(std::isfinite(sp.temperature) && sp.temperature >= 0.f))
+    throw std::invalid_argument("temperature must be a finite number >= 0");
+  if (!(sp.top_p > 0.f && sp.top_p <= 1.f)) throw std::invalid_argument("top_p must be in (0, 1]");
+  if (sp.top_k < 0) throw std::invalid_argument("top_k must be >= 0 (0: all)");
+  if (r.logits_all) {
+    // Every position's row comes back in one buffer: bounded, so one request cannot take the
+    // process's memory (and every other request with it).
+    const double rows = static_cast<double>(r.prompt.size()) + r.max_tokens;
+    const double bytes = rows * cfg_.vocab * sizeof(float);
+    if (bytes > static_cast<double>(kMaxLogitsAllBytes))
+      throw std::invalid_argument("logits for every position need " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) +
+                                  " MiB (" + std::to_string(static_cast<int64_t>(rows)) + " positions x vocabulary " +
+                                  std::to_string(cfg_.vocab) + " x 4 bytes), more than the " +
+                                  std::to_string(kMaxLogitsAllBytes >> 20) + " MiB a request may hold");
+  }
   const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
   if (need > ec_.max_seq)
     throw std::invalid_argument("request needs " + std::to_string(need) + " tokens (prompt " +
@@ -682,8 +710,9 @@ void Engine::step_once() {
       e.index = s.generated - 1;
       if (s.req.logprobs >= 0) {
         e.has_logprobs = true;
-        e.top_ids.resize(s.req.logprobs);
-        e.top_logprobs.resize(s.req.logprobs);
+        const size_t n_top = static_cast<size_t>(std::min(s.req.logprobs, cfg_.vocab));
+        e.top_ids.resize(n_top);
+        e.top_logprobs.resize(n_top);
         row_logprobs(last, cfg_.vocab, tok, s.req.logprobs, &e.logprob, e.top_ids.data(), e.top_logprobs.data());
       }
       evs.push_back(std::move(e));

@@ -8,6 +8,9 @@
 
 namespace lumen {
 
+// Temperatures below this sample greedily.
+constexpr float kGreedyBelowTemperature = 1e-5f;
+
 struct SamplingParams {
   float temperature = 0.f;
   int top_k = 0;      // 0 = all
@@ -17,7 +20,11 @@ struct SamplingParams {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+  explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+    // A temperature this small is greedy: dividing logits by it would overflow to inf (and NaN
+    // probabilities). vLLM draws the same line.
+    if (p_.temperature < kGreedyBelowTemperature) p_.temperature = 0.f;
+  }
   // `banned` (optional): ids that may not be picked (min_tokens suppressing the stop tokens).
   int32_t sample(const float* logits, int vocab, const std::vector<int32_t>* banned = nullptr);
   // The draw of a non-greedy pick from the top_k best candidates (top_candidates' order), as

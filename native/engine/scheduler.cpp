@@ -84,6 +84,8 @@ void Scheduler::preempt(Sequence& s) {
   release(s);
   s.n_computed = 0;
   s.cached_prompt_tokens = 0;
+  s.logits.clear();  // logits "all": the recompute produces the rows again, from its cache hit on
+  s.logit_rows = 0;
   running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
   waiting_.push_front(&s);
   counters_.count_preemption();

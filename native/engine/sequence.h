@@ -10,6 +10,9 @@
 
 namespace lumen {
 
+// The most a logits-"all" request's rows may hold (positions x vocabulary x 4 bytes).
+constexpr int64_t kMaxLogitsAllBytes = int64_t{2} << 30;
+
 struct RequestSpec {
   std::vector<int32_t> prompt;
   int max_tokens = 0;  // tokens to generate at most (0: evaluate the prompt only)
@@ -34,9 +37,10 @@ struct Sequence {
   std::vector<uint64_t> block_hash;  // chained hash of each full prompt block
   int cached_blocks = 0;        // leading blocks registered in (or taken from) the prefix cache
   int cached_prompt_tokens = 0;
-  // The prompt's blocks were all cached up to its repeat point (the last block boundary before its
-  // last token) but no snapshot sat there: this run stops there and snapshots, so a repeat of it hits.
-  int repeat_point = 0;
+  // The last block boundary (before the prompt's last token) up to which this prompt matches cached
+  // blocks that no snapshot covers: the prefill stops there once and snapshots, so the next prompt
+  // sharing those blocks reuses them (0: none).
+  int branch_point = 0;
   uint64_t admit_order = 0;     // admission order: preemption takes the youngest
   bool parked = false;          // waiting for memory (counted once per wait)
   bool logits_only_step = false;  // the extra evaluation of the last token for logits "all"

@@ -126,7 +126,7 @@ class Engine implements EngineHandle {
 
   submit(req: RequestOptions, onToken?: (ev: TokenEvent) => void): RequestHandle {
     if (this.closed) throw new Error('the engine is closed');
-    const prompt = req.prompt instanceof Int32Array ? req.prompt : Int32Array.from(req.prompt);
+    const prompt = req.prompt instanceof Int32Array ? req.prompt : tokenIds(req.prompt);
     let resolve!: (r: RequestResult) => void;
     const done = new Promise<RequestResult>((r) => { resolve = r; });
     // Staged natively (timestamped now) and released to the worker once this JS turn ends, so a
@@ -258,4 +258,15 @@ export function cudaAvailable(): boolean {
   if (!addon.cpuInfo().cudaBuilt) return false;
   const probe = addon as unknown as { cudaDeviceCount?: () => number };
   return typeof probe.cudaDeviceCount === 'function' && probe.cudaDeviceCount() > 0;
+}
+
+/** A prompt's ids as the engine takes them; a value that is not a token id is refused (Int32Array.from would wrap it). */
+function tokenIds(ids: readonly number[]): Int32Array {
+  const out = new Int32Array(ids.length);
+  for (let i = 0; i < ids.length; i++) {
+    const t = ids[i]!;
+    if (!Number.isInteger(t) || t < 0 || t > 0x7fffffff) throw new Error(`request.prompt[${i}] is not a token id (got ${String(t)})`);
+    out[i] = t;
+  }
+  return out;
 }
