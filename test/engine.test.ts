@@ -373,7 +373,7 @@ describe('requests the engine refuses, and sampling at the edges', () => {
       [{ maxTokens: Number.NaN }, /^request\.maxTokens must be an integer/],
       [{ maxTokens: 4, temperature: Number.NaN }, /^request\.temperature must be a number in \[0, /],
       [{ maxTokens: 4, temperature: Infinity }, /^request\.temperature must be a number/],
-      [{ maxTokens: 4, topP: 0 }, /^top_p must be in \(0, 1\]$/],
+      [{ maxTokens: 4, topP: 1.5 }, /^request\.topP must be a number in \[0, 1\] \(got 1\.5\)$/],
       [{ maxTokens: 4, topP: -1 }, /^request\.topP must be a number in \[0, 1\]/],
       [{ maxTokens: 4, topK: -5 }, /^request\.topK must be an integer/],
       [{ maxTokens: 4, seed: -1 }, /^request\.seed must be an integer in \[0, 9007199254740991\]/],
@@ -390,11 +390,11 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     expect((await greedy(e, p, 3)).tokens.length).toBe(3);
   });
 
-  it('samples greedily at a temperature so small that logits divided by it overflow (it picked the least likely token)', async () => {
+  it('samples greedily at a temperature so small that logits divided by it overflow (it picked the least likely token), and with top_p 0', async () => {
     const e = await engine();
     const p = promptIds(12, 42);
     const ref = (await greedy(e, p, 6)).tokens;
-    for (const extra of [{}, { topK: 5 }, { topP: 0.9 }]) {
+    for (const extra of [{}, { topK: 5 }, { topP: 0.9 }, { temperature: 0.7, topP: 0 }]) {
       const r = await e.submit({ prompt: p, maxTokens: 6, ignoreEos: true, temperature: 1.2e-38, seed: 3, ...extra }).done;
       expect(r.tokens, JSON.stringify(extra)).toEqual(ref);
     }

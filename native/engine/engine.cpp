@@ -348,7 +348,7 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
   const SamplingParams& sp = r.sampling;
   if (!(std::isfinite(sp.temperature) && sp.temperature >= 0.f))
     throw std::invalid_argument("temperature must be a finite number >= 0");
-  if (!(sp.top_p > 0.f && sp.top_p <= 1.f)) throw std::invalid_argument("top_p must be in (0, 1]");
+  if (!(sp.top_p >= 0.f && sp.top_p <= 1.f)) throw std::invalid_argument("top_p must be in [0, 1] (0: the most likely token)");
   if (sp.top_k < 0) throw std::invalid_argument("top_k must be >= 0 (0: all)");
   if (r.logits_all) {
     // Every position's row comes back in one buffer: bounded, so one request cannot take the
