@@ -56,7 +56,7 @@ export function formatOpsReport(scope: string, ops: readonly ProfileOp[], topN =
   return lines.join('\n') + '\n';
 }
 
-/** Per-stage report of the engine loop (scheduling, forward, sampling, JS callbacks). */
+/** Per-stage report of the engine loop (the stages the engine records: scheduling, forward, sampling). */
 export function formatPipelineReport(scope: string, stages: readonly PipelineStage[]): string {
   const total = stages.reduce((s, st) => s + st.totalUs, 0);
   const lines = [
