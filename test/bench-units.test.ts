@@ -72,6 +72,34 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ threads: '1.5' }))).toMatch(/^--threads/);
   });
 
+  it('bounds every numeric engine flag (the engine reads them as 32-bit integers: a larger value would wrap)', () => {
+    // --max-seq 4294967312 = 2^32 + 16 ran as 16 while the header and JSON said 4294967312.
+    for (const [key, flag] of [['maxSeq', '--max-seq'], ['prefillChunk', '--prefill-chunk'], ['stepTokenBudget', '--step-token-budget']] as const) {
+      expect(usageMessage(() => resolveSweepConfig({ [key]: '4294967312' }))).toBe(`${flag}: 4294967312 is too large (at most ${2 ** 30})`);
+      expect(resolveSweepConfig({ [key]: String(2 ** 30), concurrency: '1' })[key]).toBe(2 ** 30);
+    }
+    expect(usageMessage(() => resolveSweepConfig({ threads: '4097' }))).toBe('--threads: 4097 is too large (at most 4096)');
+    expect(usageMessage(() => resolveSweepConfig({ blockSize: '65537' }))).toBe('--block-size: 65537 is too large (at most 65536)');
+    expect(usageMessage(() => resolveEngineFlags({ maxSeqs: '4097' }, 8))).toBe('--max-seqs: 4097 is too large (at most 4096)');
+    expect(usageMessage(() => resolveSweepConfig({ concurrency: '1,4097' }))).toBe('--concurrency: 4097 is too large (at most 4096)');
+    expect(usageMessage(() => resolveSweepConfig({ kvMemory: '2048TiB' }))).toBe('--kv-memory: 2048TiB is too large (at most 1PiB)');
+    expect(resolveSweepConfig({ kvMemory: '1024TiB' }).kvMemory).toEqual({ bytes: 2 ** 50 });
+    // The sweep's token counts that reach the engine as a request's length.
+    expect(usageMessage(() => resolveSweepConfig({ cells: '8:4294967312' }))).toMatch(/^--cells \(osl of '8:4294967312'\): 4294967312 is too large/);
+    expect(usageMessage(() => resolveSweepConfig({ isl: '4294967312' }))).toMatch(/^--isl: 4294967312 is too large/);
+    expect(usageMessage(() => resolveSweepConfig({ sharedPrefix: '4294967312' }))).toMatch(/^--shared-prefix: 4294967312 is too large/);
+  });
+
+  it('says a negative count is below the minimum, and takes inf or Infinity (any case) for an unbounded rate', () => {
+    expect(usageMessage(() => resolveSweepConfig({ concurrency: '-1' }))).toBe('--concurrency: -1 is below the minimum of 1');
+    expect(usageMessage(() => resolveSweepConfig({ iters: '-2' }))).toBe('--iters: -2 is below the minimum of 1');
+    expect(usageMessage(() => resolveSweepConfig({ sharedPrefix: '-1' }))).toBe('--shared-prefix: -1 is below the minimum of 0');
+    expect(usageMessage(() => resolveSweepConfig({ concurrency: '1.5' }))).toBe("--concurrency: '1.5' is not a whole number");
+    for (const v of ['inf', 'INF', 'Infinity', 'infinity', ' Inf ']) expect(resolveSweepConfig({ requestRate: v }).load.requestRate, v).toBe(Infinity);
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: '1e-7' }))).toBe('--request-rate: 1e-7 is below the minimum of 0.000001');
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: 'fast' }))).toBe("--request-rate: 'fast' is not a number");
+  });
+
   it('rejects contradictions', () => {
     expect(usageMessage(() => resolveSweepConfig({ cells: '16:8', isl: '32' }))).toMatch(/--cells and --isl/);
     expect(usageMessage(() => resolveSweepConfig({ uniquePrompts: true, repeatPrompts: true }))).toMatch(/contradict/);
@@ -139,6 +167,15 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ kvcache: 'continuous', kvMemory: '1GiB' }))).toMatch(/^--kv-memory sizes the paged KV pool/);
     // With --endpoint the server sizes its own pool.
     expect(usageMessage(() => resolveSweepConfig({ endpoint: 'http://127.0.0.1:1', kvMemory: '0.5' }))).toMatch(/^--kv-memory sets up the in-process engine/);
+  });
+
+  it("the sweep's help lists every exit status it can end with", () => {
+    const program = new Command();
+    registerSweep(program, () => {});
+    const help = program.commands[0]!.helpInformation().replace(/\s+/g, ' ');
+    for (const code of ['0 all rows ok', '3 some rows failed', '2 usage error', '130 interrupted', '143 terminated (SIGTERM)', '1 anything else']) {
+      expect(help).toContain(code);
+    }
   });
 
   it('every command that loads the engine takes --kv-memory', () => {

@@ -6,8 +6,8 @@ import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
 import { checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
-import { ENGINE_DEFAULTS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
-import { oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
+import { ENGINE_DEFAULTS, ENGINE_FLAG_MAX, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
+import { isInfinityWord, oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
 
 export const DEFAULT_CELLS: readonly Cell[] = [
   { isl: 128, osl: 128 },
@@ -129,7 +129,7 @@ function resolveEndpoint(raw: RawSweepOptions, env: NodeJS.ProcessEnv): Endpoint
 function resolveLoad(raw: RawSweepOptions): LoadConfig {
   let requestRate: number | null = null;
   if (raw.requestRate !== undefined) {
-    requestRate = raw.requestRate.trim() === 'inf' ? Infinity : parseNumber('--request-rate', raw.requestRate, 1e-6);
+    requestRate = isInfinityWord(raw.requestRate) ? Infinity : parseNumber('--request-rate', raw.requestRate, 1e-6);
   } else {
     if (raw.burstiness !== undefined) throw new UsageError('--burstiness shapes the arrivals of --request-rate; give --request-rate too');
     if (raw.numRequests !== undefined) throw new UsageError('--num-requests counts the arrivals of --request-rate; give --request-rate too');
@@ -149,8 +149,8 @@ export function parseCells(flag: string, value: string): Cell[] {
   return parts.map((p) => {
     const m = /^([^:]+):([^:]+)$/.exec(p);
     if (!m) throw new UsageError(`${flag}: '${p}' is not an isl:osl pair (e.g. 128:128)`);
-    const isl = parseCount(`${flag} (isl of '${p}')`, m[1]!, 1);
-    const osl = parseCount(`${flag} (osl of '${p}')`, m[2]!, 1);
+    const isl = parseCount(`${flag} (isl of '${p}')`, m[1]!, 1, ENGINE_FLAG_MAX.tokens);
+    const osl = parseCount(`${flag} (osl of '${p}')`, m[2]!, 1, ENGINE_FLAG_MAX.tokens);
     return { isl, osl };
   });
 }
@@ -161,7 +161,7 @@ export function parseConcurrency(flag: string, value: string): number[] {
   if (parts.some((p) => p === '')) {
     throw new UsageError(`${flag}: '${value}' is not a comma-separated list of session counts (e.g. 1,4,8)`);
   }
-  const list = parts.map((p) => parseCount(flag, p, 1, 4096));
+  const list = parts.map((p) => parseCount(flag, p, 1, ENGINE_FLAG_MAX.maxSeqs));
   return [...new Set(list)].sort((a, b) => a - b);
 }
 
@@ -193,8 +193,8 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     cells = parseCells('--cells', raw.cells);
   } else if (islRaw !== undefined || oslRaw !== undefined) {
     cells = [{
-      isl: islRaw !== undefined ? parseCount(islFlag, islRaw, 1) : DEFAULT_ISL,
-      osl: oslRaw !== undefined ? parseCount(oslFlag, oslRaw, 1) : DEFAULT_OSL,
+      isl: islRaw !== undefined ? parseCount(islFlag, islRaw, 1, ENGINE_FLAG_MAX.tokens) : DEFAULT_ISL,
+      osl: oslRaw !== undefined ? parseCount(oslFlag, oslRaw, 1, ENGINE_FLAG_MAX.tokens) : DEFAULT_OSL,
     }];
   } else {
     cells = DEFAULT_CELLS.map((c) => ({ ...c }));
@@ -241,7 +241,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     threads: engine.threads,
     cells,
     concurrency,
-    sharedPrefix: num('--shared-prefix', raw.sharedPrefix, DEFAULTS.sharedPrefix, 0),
+    sharedPrefix: num('--shared-prefix', raw.sharedPrefix, DEFAULTS.sharedPrefix, 0, ENGINE_FLAG_MAX.tokens),
     prompts,
     warmup: num('--warmup', raw.warmup, DEFAULTS.warmup, 0, 1000),
     iters: num('--iters', raw.iters, DEFAULTS.iters, 1, 1000),
