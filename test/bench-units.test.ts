@@ -594,6 +594,25 @@ describe('sweep on a simulated engine', () => {
     expect(err.text()).toContain('Benchmark results');
   });
 
+  it('runs a repeated cell or concurrency once and says so once on stderr (a second row with the same key crossed rows in bench compare)', async () => {
+    const cfg = resolveSweepConfig({ cells: '16:8,32:4,16:8,16:8', concurrency: '2,1,2' });
+    expect(cfg.cells).toEqual([{ isl: 16, osl: 8 }, { isl: 32, osl: 4 }]);
+    expect(cfg.concurrency).toEqual([1, 2]);
+    expect(cfg.warnings).toEqual([
+      '--cells: 16:8 given more than once; each cell runs once (the repeats are dropped)',
+      '--concurrency: 2 given more than once; each concurrency runs once (the repeats are dropped)',
+    ]);
+    expect(resolveSweepConfig({ cells: '16:8,8:16', concurrency: '1,2' }).warnings).toEqual([]);
+    const prefix = path.join(tmp, 'repeats');
+    const { out, err, io: sio } = io();
+    const code = await runSweep({ ...sweepCfg({ output: prefix }), cells: cfg.cells, concurrency: cfg.concurrency, warnings: cfg.warnings }, fakeBackend(), sio);
+    expect(code).toBe(0);
+    const rows = parse(out.text(), { columns: true }) as Array<Record<string, string>>;
+    expect(rows.map((r) => `${r.isl}:${r.osl}:${r.concurrency}`)).toEqual(['16:8:1', '16:8:2', '32:4:1', '32:4:2']);
+    expect(err.text().split('\n').filter((l) => l.includes('given more than once'))).toHaveLength(2);
+    expect(JSON.parse(readFileSync(`${prefix}.json`, 'utf8')).notes).toEqual(expect.arrayContaining(cfg.warnings!));
+  });
+
   it('keeps going past a failed cell and exits 3', async () => {
     const { out, io: sio } = io();
     const code = await runSweep(sweepCfg({ cells: [{ isl: 16, osl: 8 }, { isl: 300, osl: 8 }] }), fakeBackend(), sio);

@@ -109,6 +109,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
   const rows: SweepRow[] = [];
   try {
     renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: cfg.endpoint ? machine.logicalCores : cfg.threads || backend.usableCpus() });
+    for (const w of cfg.warnings ?? []) { renderer.warn(w); report.notes.push(w); }
     let target: RowsTarget;
     let loadError: string | null = null;
     if (cfg.endpoint) {

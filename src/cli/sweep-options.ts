@@ -157,13 +157,42 @@ export function parseCells(flag: string, value: string): Cell[] {
 
 /** `1,4,8` -> [1,4,8]: each >= 1; the result is sorted ascending without duplicates. */
 export function parseConcurrency(flag: string, value: string): number[] {
+  return [...new Set(concurrencyItems(flag, value))].sort((a, b) => a - b);
+}
+
+/** The session counts as given, repeats and order kept. */
+function concurrencyItems(flag: string, value: string): number[] {
   const parts = value.split(',').map((s) => s.trim());
   if (parts.some((p) => p === '')) {
     throw new UsageError(`${flag}: '${value}' is not a comma-separated list of session counts (e.g. 1,4,8)`);
   }
-  const list = parts.map((p) => parseCount(flag, p, 1, ENGINE_FLAG_MAX.maxSeqs));
-  return [...new Set(list)].sort((a, b) => a - b);
+  return parts.map((p) => parseCount(flag, p, 1, ENGINE_FLAG_MAX.maxSeqs));
 }
+
+/**
+ * A list flag's repeats, dropped: each cell, or each concurrency, runs once (a repeated row would be a
+ * second row with the same key, which `bench compare` cannot pair). The warning names what was dropped;
+ * null when nothing was.
+ */
+export function repeatsWarning<T>(flag: string, items: readonly T[], key: (t: T) => string, what: string): string | null {
+  const seen = new Set<string>();
+  const repeated = new Set<string>();
+  for (const it of items) {
+    const k = key(it);
+    if (seen.has(k)) repeated.add(k);
+    seen.add(k);
+  }
+  if (repeated.size === 0) return null;
+  return `${flag}: ${[...repeated].join(', ')} given more than once; each ${what} runs once (the repeats are dropped)`;
+}
+
+/** The first of each key, in order. */
+function uniqueBy<T>(items: readonly T[], key: (t: T) => string): T[] {
+  const seen = new Set<string>();
+  return items.filter((t) => !seen.has(key(t)) && seen.add(key(t)) !== undefined);
+}
+
+const cellKey = (c: Cell): string => `${c.isl}:${c.osl}`;
 
 export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv = process.env): SweepConfig {
   const endpoint = resolveEndpoint(raw, env);
@@ -185,12 +214,16 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
   const oslFlag = raw.osl !== undefined ? '--osl' : '--max-output-tokens';
   const islRaw = raw.isl ?? raw.promptTokens;
   const oslRaw = raw.osl ?? raw.maxOutputTokens;
+  const warnings: string[] = [];
   let cells: Cell[];
   if (raw.cells !== undefined) {
     if (islRaw !== undefined || oslRaw !== undefined) {
       throw new UsageError(`--cells and ${islRaw !== undefined ? islFlag : oslFlag} both choose the cells; give one`);
     }
-    cells = parseCells('--cells', raw.cells);
+    const given = parseCells('--cells', raw.cells);
+    const w = repeatsWarning('--cells', given, cellKey, 'cell');
+    if (w !== null) warnings.push(w);
+    cells = uniqueBy(given, cellKey);
   } else if (islRaw !== undefined || oslRaw !== undefined) {
     cells = [{
       isl: islRaw !== undefined ? parseCount(islFlag, islRaw, 1, ENGINE_FLAG_MAX.tokens) : DEFAULT_ISL,
@@ -207,7 +240,14 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     }
     concurrency = [1];
   } else {
-    concurrency = raw.concurrency !== undefined ? parseConcurrency('--concurrency', raw.concurrency) : [...DEFAULT_CONCURRENCY];
+    if (raw.concurrency !== undefined) {
+      const given = concurrencyItems('--concurrency', raw.concurrency);
+      const w = repeatsWarning('--concurrency', given, String, 'concurrency');
+      if (w !== null) warnings.push(w);
+      concurrency = [...new Set(given)].sort((a, b) => a - b);
+    } else {
+      concurrency = [...DEFAULT_CONCURRENCY];
+    }
   }
 
   // The in-process engine runs max(--concurrency) sequences, each taking a token of every decode step.
@@ -262,6 +302,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     verbosity,
     latencyOnly: !!raw.latencyOnly,
     skipTraining: !!raw.skipTraining,
+    warnings,
   };
 
   if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages);
