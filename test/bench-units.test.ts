@@ -312,6 +312,29 @@ describe('row figures', () => {
     expect(f.distributions.itl_ms.n).toBe(7);
   });
 
+  it('keeps a preempted request\'s own recompute gap (and the other requests\' gaps during it) out of itl', () => {
+    // A decodes every 10 ms; B is preempted after 3 tokens (KV memory full), waits, recomputes its 3 + 16
+    // tokens and goes on at 250: the gap (30, 250] is its own prefill wall, not a decode gap (itl_p99 read
+    // 251 ms on such a row).
+    const a = req(1, 0, [10, 20, 30, 40, 50]);
+    const b = req(2, 0, [10, 20, 30, 250, 260], { preemptedAfter: [3] });
+    const f = computeRowFigures(16, 5, timed(a, b), null);
+    // B's (30, 250] holds its recompute; A's (30, 40] and (40, 50] ran beside it (a prefill step may be in
+    // them), as A's gaps beside B's first prefill would.
+    expect(f.recomputeGaps).toBe(1);
+    expect(f.preemptions).toBe(1);
+    expect(f.mixedGaps).toBe(3);
+    expect(f.distributions.itl_mixed_ms.max).toBe(220);
+    expect(f.distributions.itl_ms.max).toBe(10);
+    expect(f.itlP99Ms).toBe(10);
+    // Preempted before its first token: the recompute is inside its TTFT, no gap of its own holds it.
+    const early = computeRowFigures(16, 5, timed(req(1, 0, [10, 20, 30, 40, 50]), req(2, 0, [60, 70, 80, 90, 100], { preemptedAfter: [0] })), null);
+    expect(early.recomputeGaps).toBe(0);
+    expect(early.preemptions).toBe(1);
+    // Without preemptedAfter (a server, an older addon): as before.
+    expect(computeRowFigures(16, 5, timed(a, { ...b, preemptedAfter: undefined }), null).distributions.itl_ms.max).toBe(220);
+  });
+
   it('steady-state decode rate counts only the window where every stream decodes', () => {
     // A: first token at 10, then every 10 ms to 100; B: first token at 40 (its prefill delayed it), to 130.
     const a = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
@@ -518,15 +541,35 @@ describe('row runner on a simulated engine', () => {
 
   it('turns an impossible cell and an engine failure into error rows', async () => {
     const e = createFakeEngine(engineOpts, { failRequest: (q) => (q.prompt.length > 32 ? 'out of KV memory' : null) });
-    const tooLong = await runRow(e, rowSettings({ cell: { isl: 250, osl: 8 } }), new AbortController().signal);
+    const tooLong = await runRow(e, rowSettings({ cell: { isl: 250, osl: 8 }, sharedPrefix: 300 }), new AbortController().signal);
     expect(tooLong.row.status).toBe('error');
     expect(tooLong.row.reason).toMatch(/exceeds --max-seq 256/);
+    // Refused before running: no note about how it was measured (prompts, shared prefix), and the sweep
+    // adds none about what ran beside it (ran: false).
+    expect(tooLong.row.notes).toBe('');
+    expect(tooLong.ran).toBe(false);
     const oom = await runRow(e, rowSettings({ cell: { isl: 64, osl: 8 }, concurrency: 2 }), new AbortController().signal);
     expect(oom.row.status).toBe('error');
     expect(oom.row.reason).toBe('engine error: out of KV memory (during warm-up)');
     const ok = await runRow(e, rowSettings(), new AbortController().signal);
     expect(ok.row.status).toBe('ok');
     await e.close();
+  });
+
+  it('notes preemptions in the row and for stderr', async () => {
+    const e = createFakeEngine(engineOpts, { preemptAfter: 3 });
+    const r = await runRow(e, rowSettings({ concurrency: 2 }), new AbortController().signal);
+    expect(r.row.status).toBe('ok');
+    expect(r.preemptionNote).toBe('preempted 2 times (KV memory full: a sequence gave up its KV blocks and recomputed its tokens later); ' +
+      'the 2 inter-token gaps holding a recompute are left out of itl, as a prefill is');
+    expect(r.row.notes).toContain(r.preemptionNote);
+    expect(r.ran).not.toBe(false);
+    await e.close();
+    const calm = createFakeEngine(engineOpts);
+    const q = await runRow(calm, rowSettings({ concurrency: 2 }), new AbortController().signal);
+    expect(q.preemptionNote).toBeNull();
+    expect(q.row.notes).not.toContain('preempted');
+    await calm.close();
   });
 
   it('notes requests that stopped short of osl', async () => {
