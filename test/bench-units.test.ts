@@ -503,7 +503,7 @@ describe('row runner on a simulated engine', () => {
     expect(r4.row.speedup_vs_c1).toBe(r4.row.decode_tok_s! / r1.row.decode_tok_s!);
     expect(r4.row.batching_efficiency).toBe(r4.row.speedup_vs_c1! / 4);
     expect(r4.row.prefill_tok_s).toBe((16 * 1000) / r4.row.ttft_ms!);
-    expect(r4.row.notes).toContain('prompts=unique');
+    expect(r4.row.notes).toContain('prompts=cold (a fresh prompt every iteration; prefill_tok_s prices prompt ingest)');
     expect(r4.figures!.cachedPromptTokens).toBe(0);
     await e.close();
   });

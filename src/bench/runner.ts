@@ -230,7 +230,7 @@ export function promptNote(mode: PromptMode, noPrefixCache = false): string {
   }
   return mode === 'repeat'
     ? 'prompts=repeat (one prompt set reused by warm-up and every iteration; prefill_tok_s reads prefix-cache admits)'
-    : 'prompts=unique (a fresh random prompt per session per iteration; prefill_tok_s prices prompt ingest)';
+    : 'prompts=cold (a fresh prompt every iteration; prefill_tok_s prices prompt ingest)'; // the spec's words, which scripts match
 }
 
 /** One row on the in-process engine (its own counters by default) or, with the row's probe, on any RequestEngine. */

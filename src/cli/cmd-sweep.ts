@@ -58,7 +58,7 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
     .option('--latency-only', 'concurrency 1 only (peer compatibility)')
     .option('--skip-training', 'accepted for peer compatibility; there is no training benchmark')
     .option('--shared-prefix <n>', 'leading prompt tokens common to every session (default 0)')
-    .option('--unique-prompts', 'a fresh random prompt per session per iteration (the default)')
+    .option('--unique-prompts', 'cold prompts: a fresh random prompt per session per iteration (the default; notes: prompts=cold)')
     .option('--repeat-prompts', 'one prompt set reused by warm-up and every iteration')
     .option('--warmup <n>', 'untimed full passes before timing (default 2)')
     .option('--iters <n>', 'timed passes (default 1)')
