@@ -1,6 +1,6 @@
 // Unit tests of the sweep's parts: flags, statistics, figures, CSV/JSON output, rendering, and the row runner and
 // whole sweep driven by a simulated engine (the real engine is exercised by test/sweep.test.ts).
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -64,7 +64,11 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ kvcache: 'flat' }))).toMatch(/^--kvcache/);
     expect(usageMessage(() => resolveSweepConfig({ format: 'xml' }))).toMatch(/^--format/);
     expect(usageMessage(() => resolveSweepConfig({ modelPath: path.join(tmp, 'nope') }))).toMatch(/^--model-path: .*does not exist/);
-    expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'no-dir', 'x') }))).toMatch(/^--output/);
+    // A missing directory of the prefix is made (--output out/run on a fresh clone); a file in the way is named.
+    expect(resolveSweepConfig({ output: path.join(tmp, 'no-dir', 'deeper', 'x') }).output).toBe(path.join(tmp, 'no-dir', 'deeper', 'x'));
+    expect(statSync(path.join(tmp, 'no-dir', 'deeper')).isDirectory()).toBe(true);
+    writeFileSync(path.join(tmp, 'a-file'), 'x');
+    expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'a-file', 'x') }))).toBe(`--output: ${path.join(tmp, 'a-file')} is a file, not a directory`);
     // A path the sweep would write that is a directory: named before anything loads (it was EISDIR after).
     expect(usageMessage(() => resolveSweepConfig({ memoryStages: tmp }))).toBe(`--memory-stages: ${tmp} is a directory, not a file`);
     mkdirSync(path.join(tmp, 'run.jsonl'), { recursive: true });
