@@ -166,6 +166,13 @@ describe('flags', () => {
     expect(opts({ kvMemory: '1GiB' }, 'cpu')).toEqual({ bytes: 2 ** 30, fraction: undefined });
     expect(opts({ kvMemory: '0.25' }, 'cpu')).toEqual({ bytes: undefined, fraction: 0.25 });
     expect(opts({ kvMemory: '50%' }, 'cuda')).toEqual({ bytes: undefined, fraction: 0.5 });
+    // On the CPU a fraction of MemAvailable is at most 0.95 (1.0 took all the host had); on CUDA, of the
+    // device memory left after the engine's own allocations, up to 1.
+    expect(opts({ kvMemory: '0.95' }, 'cpu')).toEqual({ bytes: undefined, fraction: 0.95 });
+    for (const v of ['1.0', '96%', '0.951']) {
+      expect(usageMessage(() => opts({ kvMemory: v }, 'cpu')), v).toMatch(/^--kv-memory: a fraction of .* of the host's available memory would leave too little .*; on the CPU it is at most 0\.95 \(or give a size in bytes\)$/);
+    }
+    expect(opts({ kvMemory: '1.0' }, 'cuda')).toEqual({ bytes: undefined, fraction: 1 });
     // A continuous cache is max-seq x max-seqs: no default fraction, and the flag is refused.
     expect(opts({ kvcache: 'continuous' }, 'cuda')).toEqual({ bytes: undefined, fraction: undefined });
     expect(usageMessage(() => resolveSweepConfig({ kvcache: 'continuous', kvMemory: '1GiB' }))).toMatch(/^--kv-memory sizes the paged KV pool/);
@@ -673,6 +680,14 @@ describe('sweep on a simulated engine', () => {
     const { out, io: sio } = io();
     const backend = fakeBackend();
     await expect(runSweep(sweepCfg({ device: 'cuda' }), backend, sio)).rejects.toThrow(/^--device cuda/);
+    expect(backend.engines.length).toBe(0);
+    expect(out.text()).toBe('');
+  });
+
+  it('refuses a CPU --kv-memory fraction above 0.95 once --device auto resolved to the CPU, before loading anything', async () => {
+    const { out, io: sio } = io();
+    const backend = fakeBackend();
+    await expect(runSweep(sweepCfg({ device: 'auto', kvMemory: { fraction: 1 } }), backend, sio)).rejects.toThrow(/^--kv-memory: a fraction of 1 /);
     expect(backend.engines.length).toBe(0);
     expect(out.text()).toBe('');
   });

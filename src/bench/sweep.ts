@@ -89,6 +89,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
 
   // Usage checks that need the engine's word come before anything is loaded (no engine loads for --endpoint).
   const device: Device = cfg.endpoint ? 'cpu' : backend.resolveDevice(cfg.device);
+  const opts = cfg.endpoint ? null : engineOptions(cfg, device); // --kv-memory checked against the device here
 
   const machine = machineInfo();
   const gpus = device === 'cuda' ? nvidiaGpus() : [];
@@ -125,8 +126,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
         probe: (cell) => conn.probe(cell), commonPrefixTokens: conn.header?.overheadTokens ?? 0,
       };
     } else {
-      const opts = engineOptions(cfg, device);
-      const loaded = await loadModel(cfg, backend, device, opts, gpus, renderer, report);
+      const loaded = await loadModel(cfg, backend, device, opts!, gpus, renderer, report);
       const local = loaded.engine;
       engine = local;
       loadError = loaded.loadError;

@@ -10,7 +10,7 @@ import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
-import { engineOptionsFrom } from '../engine/options.js';
+import { checkKvMemoryForDevice, engineOptionsFrom } from '../engine/options.js';
 import { ENGINE_FLAG_MAX, ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
 import { checkWritableFile } from '../util/output-dir.js';
@@ -83,6 +83,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   const { modelPath, quant } = resolveModelPathFlags(opts);
   const flags = resolveEngineFlags(opts);
   const device = resolveDevice(flags.device);
+  checkKvMemoryForDevice(flags.kvMemory, device);
   let dir: string;
   if (modelPath === null) {
     dir = await ensureEmbeddedModel();

@@ -5,7 +5,7 @@
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { Option } from 'commander';
-import { CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
+import { CPU_KV_MEMORY_FRACTION_MAX, CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
 import { KV_CACHE_DTYPES, type KvCacheDtype, type KvLayout } from '../engine/types.js';
 import { PRESET_NAMES } from '../model/presets.js';
 import { isSyntheticModelPath, syntheticName, syntheticWeightsOf } from '../model/synthetic-model.js';
@@ -87,7 +87,7 @@ export const ENGINE_FLAGS = {
   quant: () => new Option('--quant <type>', 'with --model-path DIR: the GGUF file whose name carries this quantization (e.g. Q4_K_M, Q8_0; any case)'),
   cudaGraphs: () => new Option('--cuda-graphs <on|off>', `with --device cuda: capture and replay decode steps as CUDA graphs (default ${ENGINE_DEFAULTS.cudaGraphs}; no effect on the CPU)`),
   kvMemory: () => new Option('--kv-memory <bytes|fraction>', 'size of the paged KV pool: bytes (4294967296, 512MiB, 8GiB, 8GB; KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000), ' +
-    'or a fraction 0 < f <= 1 (0.9, 90%) of the memory free once the weights are bound (CUDA: device memory; CPU: MemAvailable), ' +
+    `or a fraction 0 < f <= 1 (0.9, 90%) of the memory free once the weights are bound (CUDA: device memory; CPU: MemAvailable, at most ${CPU_KV_MEMORY_FRACTION_MAX}), ` +
     `which the pool shares with the recurrent states (default: ${ENGINE_DEFAULTS.kvMemoryCudaFraction} on CUDA, max-seq x max-seqs tokens on the CPU)`),
   kvCacheDtype: () => new Option('--kv-cache-dtype <f32|f16>', 'element type of the KV cache: f16 halves its bytes, K and V rounded to f16 when written, ' +
     `the attention arithmetic f32 (default ${ENGINE_DEFAULTS.kvCacheDtype})`),
