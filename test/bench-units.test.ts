@@ -467,12 +467,46 @@ describe('rendering', () => {
     expect(colorEnabled(true, { NO_COLOR: '' })).toBe(true);
     expect(colorEnabled(false, {})).toBe(false);
   });
+  it("shows the machine's cores and the engine's threads apart, and warns when the threads outnumber the CPUs", () => {
+    const headerText = (h: Parameters<HumanRenderer['header']>[0]) => {
+      let text = '';
+      const sink = new PassThrough();
+      sink.on('data', (d: Buffer) => { text += d.toString(); });
+      const r = new HumanRenderer(sink, false, false, false);
+      r.header(h);
+      r.close();
+      return text;
+    };
+    // --threads 4 on a 2-core machine printed "CPU  AMD EPYC (4 threads)".
+    const over = headerText({ toolVersion: '0.1.0', cpuModel: 'Test CPU', logicalCores: 2, usableCpus: 2, engineThreads: 4 });
+    expect(over).toMatch(/CPU +Test CPU \(2 logical cores\)\n/);
+    expect(over).toMatch(/Engine threads +4\n/);
+    expect(over).toContain('warning: --threads 4 is more than the 2 CPUs this process can use: the engine\'s threads share cores (oversubscribed), which skews every figure');
+    const one = headerText({ toolVersion: '0.1.0', cpuModel: 'Test CPU', logicalCores: 8, usableCpus: 2, engineThreads: 1 });
+    expect(one).toMatch(/CPU +Test CPU \(8 logical cores, 2 usable by this process\)\n/);
+    expect(one).toMatch(/Engine threads +1\n/);
+    expect(one).not.toContain('warning');
+    expect(one).not.toContain('threads)');
+    // An endpoint (or a GPU engine): no engine threads on this CPU to show or judge.
+    const ep = headerText({ toolVersion: '0.1.0', cpuModel: 'Test CPU', logicalCores: 1, engineThreads: null });
+    expect(ep).toMatch(/CPU +Test CPU \(1 logical core\)\n/);
+    expect(ep).not.toContain('Engine threads');
+  });
+
+  it('the sweep keeps the oversubscription warning in the report notes', async () => {
+    const prefix = path.join(tmp, 'oversubscribed');
+    const { err, io: sio } = io();
+    expect(await runSweep(sweepCfg({ output: prefix, threads: 3 }), fakeBackend(), sio)).toBe(0); // the fake backend has 2 usable CPUs
+    expect(err.text()).toContain('warning: --threads 3 is more than the 2 CPUs this process can use');
+    expect(JSON.parse(readFileSync(`${prefix}.json`, 'utf8')).notes).toEqual(expect.arrayContaining([expect.stringMatching(/^--threads 3 is more than the 2 CPUs/)]));
+  });
+
   it('writes plain lines without escape codes off a TTY', () => {
     let text = '';
     const sink = new PassThrough();
     sink.on('data', (d: Buffer) => { text += d.toString(); });
     const r = new HumanRenderer(sink, false, false, false);
-    r.header({ toolVersion: '0.1.0', cpuModel: 'Test CPU', threads: 2 });
+    r.header({ toolVersion: '0.1.0', cpuModel: 'Test CPU', logicalCores: 2, engineThreads: 2 });
     r.modelPath('/m', true);
     r.loadProgress(1, 4);
     r.sweepStart(1);
