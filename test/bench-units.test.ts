@@ -617,6 +617,21 @@ describe('row runner on a simulated engine', () => {
     await calm.close();
   });
 
+  it('says when a tpot goodput bound could not be judged (osl=1: no TPOT), counting those requests as meeting it as vLLM does', async () => {
+    const e = createFakeEngine(engineOpts);
+    const one = await runRow(e, rowSettings({ cell: { isl: 16, osl: 1 }, concurrency: 2, goodput: { tpotMs: 0.001 } }), new AbortController().signal);
+    expect(one.load!.goodput).toMatchObject({ met: 2, total: 2, share: 1, tpot_unjudged: 2 });
+    expect(one.row.notes).toContain('goodput: the tpot bound could not be judged for 2 of 2 requests (fewer than two tokens, so no TPOT); they count as meeting it, as vLLM counts them');
+    // Judged rows, and bounds without tpot, say nothing.
+    const judged = await runRow(e, rowSettings({ concurrency: 2, goodput: { tpotMs: 1e9 } }), new AbortController().signal);
+    expect(judged.load!.goodput!.tpot_unjudged).toBe(0);
+    expect(judged.row.notes).not.toContain('goodput');
+    const ttftOnly = await runRow(e, rowSettings({ cell: { isl: 16, osl: 1 }, goodput: { ttftMs: 1e9 } }), new AbortController().signal);
+    expect(ttftOnly.load!.goodput!.tpot_unjudged).toBe(0);
+    expect(ttftOnly.row.notes).not.toContain('goodput');
+    await e.close();
+  });
+
   it('notes requests that stopped short of osl', async () => {
     const e = createFakeEngine(engineOpts, { shortBy: 2 });
     const r = await runRow(e, rowSettings(), new AbortController().signal);

@@ -364,6 +364,13 @@ export async function runRow(
     }
     notes.push(...reading.notes);
 
+    const load = loadFigures(timed, t1 - t0, c, open && { rate: open.rate, burstiness: open.burstiness }, st.goodput ?? null);
+    const unjudged = load.goodput?.tpot_unjudged ?? 0;
+    if (unjudged > 0) {
+      notes.push(`goodput: the tpot bound could not be judged for ${unjudged} of ${timed.length} requests (fewer than two tokens, so no TPOT); ` +
+        'they count as meeting it, as vLLM counts them');
+    }
+
     const speedup = speedupVsC1(fig.decodeTokS, c === 1 ? fig.decodeTokS : st.c1DecodeTokS);
     if (c !== 1 && st.c1DecodeTokS === null && fig.decodeTokS !== null) {
       notes.push('no ok c=1 row for this cell, so no speedup_vs_c1');
@@ -385,7 +392,6 @@ export async function runRow(
       reason: '',
       notes: notes.join('; '),
     };
-    const load = loadFigures(timed, t1 - t0, c, open && { rate: open.rate, burstiness: open.burstiness }, st.goodput ?? null);
     return { row, figures: fig, counters, timed, profile, timedWallMs: t1 - t0, interrupted: false, load, detail: reading.detail, cacheHitsNote, preemptionNote };
   } catch (err) {
     if (signal.aborted) return { ...fail('interrupted'), interrupted: true };
