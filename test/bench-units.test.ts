@@ -1,6 +1,6 @@
 // Unit tests of the sweep's parts: flags, statistics, figures, CSV/JSON output, rendering, and the row runner and
 // whole sweep driven by a simulated engine (the real engine is exercised by test/sweep.test.ts).
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -64,12 +64,44 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ kvcache: 'flat' }))).toMatch(/^--kvcache/);
     expect(usageMessage(() => resolveSweepConfig({ format: 'xml' }))).toMatch(/^--format/);
     expect(usageMessage(() => resolveSweepConfig({ modelPath: path.join(tmp, 'nope') }))).toMatch(/^--model-path: .*does not exist/);
-    expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'no-dir', 'x') }))).toMatch(/^--output/);
+    // A missing directory of the prefix is made (--output out/run on a fresh clone); a file in the way is named.
+    expect(resolveSweepConfig({ output: path.join(tmp, 'no-dir', 'deeper', 'x') }).output).toBe(path.join(tmp, 'no-dir', 'deeper', 'x'));
+    expect(statSync(path.join(tmp, 'no-dir', 'deeper')).isDirectory()).toBe(true);
+    writeFileSync(path.join(tmp, 'a-file'), 'x');
+    expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'a-file', 'x') }))).toBe(`--output: ${path.join(tmp, 'a-file')} is a file, not a directory`);
     // A path the sweep would write that is a directory: named before anything loads (it was EISDIR after).
     expect(usageMessage(() => resolveSweepConfig({ memoryStages: tmp }))).toBe(`--memory-stages: ${tmp} is a directory, not a file`);
     mkdirSync(path.join(tmp, 'run.jsonl'), { recursive: true });
     expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'run') }))).toBe(`--output: ${path.join(tmp, 'run.jsonl')} is a directory, not a file`);
     expect(usageMessage(() => resolveSweepConfig({ threads: '1.5' }))).toMatch(/^--threads/);
+  });
+
+  it('bounds every numeric engine flag (the engine reads them as 32-bit integers: a larger value would wrap)', () => {
+    // --max-seq 4294967312 = 2^32 + 16 ran as 16 while the header and JSON said 4294967312.
+    for (const [key, flag] of [['maxSeq', '--max-seq'], ['prefillChunk', '--prefill-chunk'], ['stepTokenBudget', '--step-token-budget']] as const) {
+      expect(usageMessage(() => resolveSweepConfig({ [key]: '4294967312' }))).toBe(`${flag}: 4294967312 is too large (at most ${2 ** 30})`);
+      expect(resolveSweepConfig({ [key]: String(2 ** 30), concurrency: '1' })[key]).toBe(2 ** 30);
+    }
+    expect(usageMessage(() => resolveSweepConfig({ threads: '4097' }))).toBe('--threads: 4097 is too large (at most 4096)');
+    expect(usageMessage(() => resolveSweepConfig({ blockSize: '65537' }))).toBe('--block-size: 65537 is too large (at most 65536)');
+    expect(usageMessage(() => resolveEngineFlags({ maxSeqs: '4097' }, 8))).toBe('--max-seqs: 4097 is too large (at most 4096)');
+    expect(usageMessage(() => resolveSweepConfig({ concurrency: '1,4097' }))).toBe('--concurrency: 4097 is too large (at most 4096)');
+    expect(usageMessage(() => resolveSweepConfig({ kvMemory: '2048TiB' }))).toBe('--kv-memory: 2048TiB is too large (at most 1PiB)');
+    expect(resolveSweepConfig({ kvMemory: '1024TiB' }).kvMemory).toEqual({ bytes: 2 ** 50 });
+    // The sweep's token counts that reach the engine as a request's length.
+    expect(usageMessage(() => resolveSweepConfig({ cells: '8:4294967312' }))).toMatch(/^--cells \(osl of '8:4294967312'\): 4294967312 is too large/);
+    expect(usageMessage(() => resolveSweepConfig({ isl: '4294967312' }))).toMatch(/^--isl: 4294967312 is too large/);
+    expect(usageMessage(() => resolveSweepConfig({ sharedPrefix: '4294967312' }))).toMatch(/^--shared-prefix: 4294967312 is too large/);
+  });
+
+  it('says a negative count is below the minimum, and takes inf or Infinity (any case) for an unbounded rate', () => {
+    expect(usageMessage(() => resolveSweepConfig({ concurrency: '-1' }))).toBe('--concurrency: -1 is below the minimum of 1');
+    expect(usageMessage(() => resolveSweepConfig({ iters: '-2' }))).toBe('--iters: -2 is below the minimum of 1');
+    expect(usageMessage(() => resolveSweepConfig({ sharedPrefix: '-1' }))).toBe('--shared-prefix: -1 is below the minimum of 0');
+    expect(usageMessage(() => resolveSweepConfig({ concurrency: '1.5' }))).toBe("--concurrency: '1.5' is not a whole number");
+    for (const v of ['inf', 'INF', 'Infinity', 'infinity', ' Inf ']) expect(resolveSweepConfig({ requestRate: v }).load.requestRate, v).toBe(Infinity);
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: '1e-7' }))).toBe('--request-rate: 1e-7 is below the minimum of 0.000001');
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: 'fast' }))).toBe("--request-rate: 'fast' is not a number");
   });
 
   it('rejects contradictions', () => {
@@ -134,11 +166,27 @@ describe('flags', () => {
     expect(opts({ kvMemory: '1GiB' }, 'cpu')).toEqual({ bytes: 2 ** 30, fraction: undefined });
     expect(opts({ kvMemory: '0.25' }, 'cpu')).toEqual({ bytes: undefined, fraction: 0.25 });
     expect(opts({ kvMemory: '50%' }, 'cuda')).toEqual({ bytes: undefined, fraction: 0.5 });
+    // On the CPU a fraction of MemAvailable is at most 0.95 (1.0 took all the host had); on CUDA, of the
+    // device memory left after the engine's own allocations, up to 1.
+    expect(opts({ kvMemory: '0.95' }, 'cpu')).toEqual({ bytes: undefined, fraction: 0.95 });
+    for (const v of ['1.0', '96%', '0.951']) {
+      expect(usageMessage(() => opts({ kvMemory: v }, 'cpu')), v).toMatch(/^--kv-memory: a fraction of .* of the host's available memory would leave too little .*; on the CPU it is at most 0\.95 \(or give a size in bytes\)$/);
+    }
+    expect(opts({ kvMemory: '1.0' }, 'cuda')).toEqual({ bytes: undefined, fraction: 1 });
     // A continuous cache is max-seq x max-seqs: no default fraction, and the flag is refused.
     expect(opts({ kvcache: 'continuous' }, 'cuda')).toEqual({ bytes: undefined, fraction: undefined });
     expect(usageMessage(() => resolveSweepConfig({ kvcache: 'continuous', kvMemory: '1GiB' }))).toMatch(/^--kv-memory sizes the paged KV pool/);
     // With --endpoint the server sizes its own pool.
     expect(usageMessage(() => resolveSweepConfig({ endpoint: 'http://127.0.0.1:1', kvMemory: '0.5' }))).toMatch(/^--kv-memory sets up the in-process engine/);
+  });
+
+  it("the sweep's help lists every exit status it can end with", () => {
+    const program = new Command();
+    registerSweep(program, () => {});
+    const help = program.commands[0]!.helpInformation().replace(/\s+/g, ' ');
+    for (const code of ['0 all rows ok', '3 some rows failed', '2 usage error', '130 interrupted', '143 terminated (SIGTERM)', '1 anything else']) {
+      expect(help).toContain(code);
+    }
   });
 
   it('every command that loads the engine takes --kv-memory', () => {
@@ -275,6 +323,29 @@ describe('row figures', () => {
     expect(f.distributions.itl_ms.n).toBe(7);
   });
 
+  it('keeps a preempted request\'s own recompute gap (and the other requests\' gaps during it) out of itl', () => {
+    // A decodes every 10 ms; B is preempted after 3 tokens (KV memory full), waits, recomputes its 3 + 16
+    // tokens and goes on at 250: the gap (30, 250] is its own prefill wall, not a decode gap (itl_p99 read
+    // 251 ms on such a row).
+    const a = req(1, 0, [10, 20, 30, 40, 50]);
+    const b = req(2, 0, [10, 20, 30, 250, 260], { preemptedAfter: [3] });
+    const f = computeRowFigures(16, 5, timed(a, b), null);
+    // B's (30, 250] holds its recompute; A's (30, 40] and (40, 50] ran beside it (a prefill step may be in
+    // them), as A's gaps beside B's first prefill would.
+    expect(f.recomputeGaps).toBe(1);
+    expect(f.preemptions).toBe(1);
+    expect(f.mixedGaps).toBe(3);
+    expect(f.distributions.itl_mixed_ms.max).toBe(220);
+    expect(f.distributions.itl_ms.max).toBe(10);
+    expect(f.itlP99Ms).toBe(10);
+    // Preempted before its first token: the recompute is inside its TTFT, no gap of its own holds it.
+    const early = computeRowFigures(16, 5, timed(req(1, 0, [10, 20, 30, 40, 50]), req(2, 0, [60, 70, 80, 90, 100], { preemptedAfter: [0] })), null);
+    expect(early.recomputeGaps).toBe(0);
+    expect(early.preemptions).toBe(1);
+    // Without preemptedAfter (a server, an older addon): as before.
+    expect(computeRowFigures(16, 5, timed(a, { ...b, preemptedAfter: undefined }), null).distributions.itl_ms.max).toBe(220);
+  });
+
   it('steady-state decode rate counts only the window where every stream decodes', () => {
     // A: first token at 10, then every 10 ms to 100; B: first token at 40 (its prefill delayed it), to 130.
     const a = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
@@ -396,12 +467,46 @@ describe('rendering', () => {
     expect(colorEnabled(true, { NO_COLOR: '' })).toBe(true);
     expect(colorEnabled(false, {})).toBe(false);
   });
+  it("shows the machine's cores and the engine's threads apart, and warns when the threads outnumber the CPUs", () => {
+    const headerText = (h: Parameters<HumanRenderer['header']>[0]) => {
+      let text = '';
+      const sink = new PassThrough();
+      sink.on('data', (d: Buffer) => { text += d.toString(); });
+      const r = new HumanRenderer(sink, false, false, false);
+      r.header(h);
+      r.close();
+      return text;
+    };
+    // --threads 4 on a 2-core machine printed "CPU  AMD EPYC (4 threads)".
+    const over = headerText({ toolVersion: '0.1.0', cpuModel: 'Test CPU', logicalCores: 2, usableCpus: 2, engineThreads: 4 });
+    expect(over).toMatch(/CPU +Test CPU \(2 logical cores\)\n/);
+    expect(over).toMatch(/Engine threads +4\n/);
+    expect(over).toContain('warning: --threads 4 is more than the 2 CPUs this process can use: the engine\'s threads share cores (oversubscribed), which skews every figure');
+    const one = headerText({ toolVersion: '0.1.0', cpuModel: 'Test CPU', logicalCores: 8, usableCpus: 2, engineThreads: 1 });
+    expect(one).toMatch(/CPU +Test CPU \(8 logical cores, 2 usable by this process\)\n/);
+    expect(one).toMatch(/Engine threads +1\n/);
+    expect(one).not.toContain('warning');
+    expect(one).not.toContain('threads)');
+    // An endpoint (or a GPU engine): no engine threads on this CPU to show or judge.
+    const ep = headerText({ toolVersion: '0.1.0', cpuModel: 'Test CPU', logicalCores: 1, engineThreads: null });
+    expect(ep).toMatch(/CPU +Test CPU \(1 logical core\)\n/);
+    expect(ep).not.toContain('Engine threads');
+  });
+
+  it('the sweep keeps the oversubscription warning in the report notes', async () => {
+    const prefix = path.join(tmp, 'oversubscribed');
+    const { err, io: sio } = io();
+    expect(await runSweep(sweepCfg({ output: prefix, threads: 3 }), fakeBackend(), sio)).toBe(0); // the fake backend has 2 usable CPUs
+    expect(err.text()).toContain('warning: --threads 3 is more than the 2 CPUs this process can use');
+    expect(JSON.parse(readFileSync(`${prefix}.json`, 'utf8')).notes).toEqual(expect.arrayContaining([expect.stringMatching(/^--threads 3 is more than the 2 CPUs/)]));
+  });
+
   it('writes plain lines without escape codes off a TTY', () => {
     let text = '';
     const sink = new PassThrough();
     sink.on('data', (d: Buffer) => { text += d.toString(); });
     const r = new HumanRenderer(sink, false, false, false);
-    r.header({ toolVersion: '0.1.0', cpuModel: 'Test CPU', threads: 2 });
+    r.header({ toolVersion: '0.1.0', cpuModel: 'Test CPU', logicalCores: 2, engineThreads: 2 });
     r.modelPath('/m', true);
     r.loadProgress(1, 4);
     r.sweepStart(1);
@@ -443,7 +548,7 @@ describe('row runner on a simulated engine', () => {
     expect(r4.row.speedup_vs_c1).toBe(r4.row.decode_tok_s! / r1.row.decode_tok_s!);
     expect(r4.row.batching_efficiency).toBe(r4.row.speedup_vs_c1! / 4);
     expect(r4.row.prefill_tok_s).toBe((16 * 1000) / r4.row.ttft_ms!);
-    expect(r4.row.notes).toContain('prompts=unique');
+    expect(r4.row.notes).toContain('prompts=cold (a fresh prompt every iteration; prefill_tok_s prices prompt ingest)');
     expect(r4.figures!.cachedPromptTokens).toBe(0);
     await e.close();
   });
@@ -481,14 +586,49 @@ describe('row runner on a simulated engine', () => {
 
   it('turns an impossible cell and an engine failure into error rows', async () => {
     const e = createFakeEngine(engineOpts, { failRequest: (q) => (q.prompt.length > 32 ? 'out of KV memory' : null) });
-    const tooLong = await runRow(e, rowSettings({ cell: { isl: 250, osl: 8 } }), new AbortController().signal);
+    const tooLong = await runRow(e, rowSettings({ cell: { isl: 250, osl: 8 }, sharedPrefix: 300 }), new AbortController().signal);
     expect(tooLong.row.status).toBe('error');
     expect(tooLong.row.reason).toMatch(/exceeds --max-seq 256/);
+    // Refused before running: no note about how it was measured (prompts, shared prefix), and the sweep
+    // adds none about what ran beside it (ran: false).
+    expect(tooLong.row.notes).toBe('');
+    expect(tooLong.ran).toBe(false);
     const oom = await runRow(e, rowSettings({ cell: { isl: 64, osl: 8 }, concurrency: 2 }), new AbortController().signal);
     expect(oom.row.status).toBe('error');
     expect(oom.row.reason).toBe('engine error: out of KV memory (during warm-up)');
     const ok = await runRow(e, rowSettings(), new AbortController().signal);
     expect(ok.row.status).toBe('ok');
+    await e.close();
+  });
+
+  it('notes preemptions in the row and for stderr', async () => {
+    const e = createFakeEngine(engineOpts, { preemptAfter: 3 });
+    const r = await runRow(e, rowSettings({ concurrency: 2 }), new AbortController().signal);
+    expect(r.row.status).toBe('ok');
+    expect(r.preemptionNote).toBe('preempted 2 times (KV memory full: a sequence gave up its KV blocks and recomputed its tokens later); ' +
+      'the 2 inter-token gaps holding a recompute are left out of itl, as a prefill is');
+    expect(r.row.notes).toContain(r.preemptionNote);
+    expect(r.ran).not.toBe(false);
+    await e.close();
+    const calm = createFakeEngine(engineOpts);
+    const q = await runRow(calm, rowSettings({ concurrency: 2 }), new AbortController().signal);
+    expect(q.preemptionNote).toBeNull();
+    expect(q.row.notes).not.toContain('preempted');
+    await calm.close();
+  });
+
+  it('says when a tpot goodput bound could not be judged (osl=1: no TPOT), counting those requests as meeting it as vLLM does', async () => {
+    const e = createFakeEngine(engineOpts);
+    const one = await runRow(e, rowSettings({ cell: { isl: 16, osl: 1 }, concurrency: 2, goodput: { tpotMs: 0.001 } }), new AbortController().signal);
+    expect(one.load!.goodput).toMatchObject({ met: 2, total: 2, share: 1, tpot_unjudged: 2 });
+    expect(one.row.notes).toContain('goodput: the tpot bound could not be judged for 2 of 2 requests (fewer than two tokens, so no TPOT); they count as meeting it, as vLLM counts them');
+    // Judged rows, and bounds without tpot, say nothing.
+    const judged = await runRow(e, rowSettings({ concurrency: 2, goodput: { tpotMs: 1e9 } }), new AbortController().signal);
+    expect(judged.load!.goodput!.tpot_unjudged).toBe(0);
+    expect(judged.row.notes).not.toContain('goodput');
+    const ttftOnly = await runRow(e, rowSettings({ cell: { isl: 16, osl: 1 }, goodput: { ttftMs: 1e9 } }), new AbortController().signal);
+    expect(ttftOnly.load!.goodput!.tpot_unjudged).toBe(0);
+    expect(ttftOnly.row.notes).not.toContain('goodput');
     await e.close();
   });
 
@@ -557,6 +697,25 @@ describe('sweep on a simulated engine', () => {
     expect(err.text()).toContain('Benchmark results');
   });
 
+  it('runs a repeated cell or concurrency once and says so once on stderr (a second row with the same key crossed rows in bench compare)', async () => {
+    const cfg = resolveSweepConfig({ cells: '16:8,32:4,16:8,16:8', concurrency: '2,1,2' });
+    expect(cfg.cells).toEqual([{ isl: 16, osl: 8 }, { isl: 32, osl: 4 }]);
+    expect(cfg.concurrency).toEqual([1, 2]);
+    expect(cfg.warnings).toEqual([
+      '--cells: 16:8 given more than once; each cell runs once (the repeats are dropped)',
+      '--concurrency: 2 given more than once; each concurrency runs once (the repeats are dropped)',
+    ]);
+    expect(resolveSweepConfig({ cells: '16:8,8:16', concurrency: '1,2' }).warnings).toEqual([]);
+    const prefix = path.join(tmp, 'repeats');
+    const { out, err, io: sio } = io();
+    const code = await runSweep({ ...sweepCfg({ output: prefix }), cells: cfg.cells, concurrency: cfg.concurrency, warnings: cfg.warnings }, fakeBackend(), sio);
+    expect(code).toBe(0);
+    const rows = parse(out.text(), { columns: true }) as Array<Record<string, string>>;
+    expect(rows.map((r) => `${r.isl}:${r.osl}:${r.concurrency}`)).toEqual(['16:8:1', '16:8:2', '32:4:1', '32:4:2']);
+    expect(err.text().split('\n').filter((l) => l.includes('given more than once'))).toHaveLength(2);
+    expect(JSON.parse(readFileSync(`${prefix}.json`, 'utf8')).notes).toEqual(expect.arrayContaining(cfg.warnings!));
+  });
+
   it('keeps going past a failed cell and exits 3', async () => {
     const { out, io: sio } = io();
     const code = await runSweep(sweepCfg({ cells: [{ isl: 16, osl: 8 }, { isl: 300, osl: 8 }] }), fakeBackend(), sio);
@@ -570,6 +729,14 @@ describe('sweep on a simulated engine', () => {
     const { out, io: sio } = io();
     const backend = fakeBackend();
     await expect(runSweep(sweepCfg({ device: 'cuda' }), backend, sio)).rejects.toThrow(/^--device cuda/);
+    expect(backend.engines.length).toBe(0);
+    expect(out.text()).toBe('');
+  });
+
+  it('refuses a CPU --kv-memory fraction above 0.95 once --device auto resolved to the CPU, before loading anything', async () => {
+    const { out, io: sio } = io();
+    const backend = fakeBackend();
+    await expect(runSweep(sweepCfg({ device: 'auto', kvMemory: { fraction: 1 } }), backend, sio)).rejects.toThrow(/^--kv-memory: a fraction of 1 /);
     expect(backend.engines.length).toBe(0);
     expect(out.text()).toBe('');
   });

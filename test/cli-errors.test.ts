@@ -1,7 +1,7 @@
 // Bad checkpoints through the real CLI: one clear line naming the file or tensor, a non-zero exit,
 // never a crash (signals) or a hang.
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -75,6 +75,30 @@ async function bench(args: string[]): Promise<{ code: number; stderr: string; si
     return { code: e.code ?? -1, stderr: e.stderr ?? '', signal: e.signal ?? null };
   }
 }
+
+describe('output prefixes in a directory that does not exist yet are made (the docs\' out/run on a fresh clone)', () => {
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'lumen-cli-out-'));
+  afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+  it('bench --output out/run and bench report --out pages/run.html make their directories', async () => {
+    const prefix = path.join(tmp, 'out', 'nested', 'run');
+    const r = await bench(['--model-path', 'synthetic:tiny', '--cells', '8:2', '--concurrency', '1', '--warmup', '0', '-q', '--output', prefix]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(existsSync(`${prefix}.json`) && existsSync(`${prefix}.html`)).toBe(true);
+    const page = path.join(tmp, 'pages', 'a', 'run.html');
+    expect((await bench(['report', `${prefix}.json`, '--out', page])).code).toBe(0);
+    expect(existsSync(page)).toBe(true);
+    // A report that is not there makes no directory.
+    const none = await bench(['report', path.join(tmp, 'nope.json'), '--out', path.join(tmp, 'never', 'x.html')]);
+    expect(none.code).toBe(2);
+    expect(none.stderr.trim()).toMatch(/nope\.json: no such file$/);
+    expect(existsSync(path.join(tmp, 'never'))).toBe(false);
+    // A path that is a directory is still refused.
+    const dir = await bench(['report', `${prefix}.json`, '--out', tmp]);
+    expect(dir.code).toBe(2);
+    expect(dir.stderr.trim()).toMatch(/^bench: --out: .* is a directory, not a file$/);
+  });
+});
 
 describe('output paths and flags that do not apply: exit 2 naming the flag, before any work', () => {
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'lumen-cli-errors-'));

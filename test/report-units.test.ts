@@ -124,6 +124,38 @@ describe('compareReports', () => {
     expect(both.exit_code).toBe(5);
   });
 
+  it('does not pair rows of a key a report holds twice: says so and fails the gate', () => {
+    // `--cells 8:4,8:4` ran the cell twice; the last row was paired with the first (1.38x against itself).
+    const twice = report([row(16, 1, 100, 10, 5, 0.02, 3), row(16, 1, 138, 10, 5, 0.02, 3), row(16, 2, 100, 10, 5, 0.02, 3)]);
+    const c = compareReports(twice, twice);
+    expect(c.rows.map((r) => r.key)).toEqual(['16:8 c=2 engine']);
+    expect(c.rows[0]!.figures.every((f) => f.ratio === 1)).toBe(true);
+    expect(c.duplicated).toEqual(['16:8 c=1 engine: 2 rows in BASE', '16:8 c=1 engine: 2 rows in NEW']);
+    expect(c.only_in_base).toEqual([]);
+    expect(c.only_in_next).toEqual([]);
+    expect(c.not_a_pass).toHaveLength(1);
+    expect(c.not_a_pass[0]).toMatch(/^a report holds more than one row for one cell and concurrency \(16:8 c=1 engine: 2 rows in BASE; .*those rows were not compared$/);
+    expect(c.exit_code).toBe(5);
+    expect(formatMarkdown(c)).toContain('More than one row for one key (not compared): 16:8 c=1 engine: 2 rows in BASE; 16:8 c=1 engine: 2 rows in NEW.');
+    // Only in NEW: the same.
+    const once = report([row(16, 1, 100, 10, 5, 0.02, 3), row(16, 2, 100, 10, 5, 0.02, 3)]);
+    const d = compareReports(once, twice);
+    expect(d.duplicated).toEqual(['16:8 c=1 engine: 2 rows in NEW']);
+    expect(d.rows.map((r) => r.key)).toEqual(['16:8 c=2 engine']);
+  });
+
+  it('names the true reason when every shared row is ok in BASE and failed in NEW', () => {
+    const ok = row(16, 1, 100, 10, 5, 0.02, 3);
+    const failed = { ...ok, status: 'error', reason: 'engine error: x' };
+    const c = compareReports(report([ok]), report([failed]));
+    expect(c.rows.map((r) => r.row)).toEqual(['failed in NEW']);
+    expect(c.not_a_pass).toEqual(['every row both runs share failed in NEW (ok in BASE): nothing was compared']);
+    expect(c.exit_code).toBe(5);
+    expect(verdictLine(c)).toBe('**Not a pass**: every row both runs share failed in NEW (ok in BASE): nothing was compared (exit 5).');
+    const mixed = compareReports(report([ok, { ...failed, concurrency: 2 }]), report([failed, { ...failed, concurrency: 2 }]));
+    expect(mixed.not_a_pass).toEqual(['every row both runs share failed in NEW (1 ok in BASE, 1 failed in both): nothing was compared']);
+  });
+
   it('fails the gate when NEW did not complete, whatever its rows say', () => {
     const rows = [row(16, 1, 100, 10, 5, 0.02, 3)];
     for (const status of ['interrupted', 'load_failed', 'running']) {

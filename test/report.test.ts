@@ -213,9 +213,13 @@ describe('bench report', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr.trim().split('\n')).toHaveLength(1);
     expect(bad.stderr).toContain('rows[0].osl is not an integer');
+    // A missing directory is made (out/run.html on a fresh clone); a file in the way is named.
     const noDir = await bench(['report', `${A}.json`, '--out', path.join(tmp, 'no-dir', 'x.html')]);
-    expect(noDir.code).toBe(2);
-    expect(noDir.stderr.trim()).toBe(`bench: --out: directory ${path.join(tmp, 'no-dir')} does not exist`);
+    expect(noDir.code, noDir.stderr).toBe(0);
+    expect(readFileSync(path.join(tmp, 'no-dir', 'x.html'), 'utf8')).toBe(readFileSync(`${A}.html`, 'utf8'));
+    const inTheWay = await bench(['report', `${A}.json`, '--out', path.join(notReport, 'x.html')]);
+    expect(inTheWay.code).toBe(2);
+    expect(inTheWay.stderr.trim()).toBe(`bench: --out: ${notReport} is a file, not a directory`);
   });
 });
 

@@ -91,7 +91,7 @@ describe('bench sweep on the embedded tiny model', () => {
       expect(n('peak_active_bytes')).toBeGreaterThan(0);
       expect(Number.isInteger(n('num_allocs'))).toBe(true);
       expect(Number.isInteger(n('num_inflight_park_waits'))).toBe(true);
-      expect(row.notes).toMatch(/^prompts=unique/);
+      expect(row.notes).toMatch(/^prompts=cold \(a fresh prompt every iteration; prefill_tok_s prices prompt ingest\)/);
     }
     // speedup is the row's decode rate over the same cell's c=1 rate
     expect(Number(rows[1]!.speedup_vs_c1)).toBe(Number(rows[1]!.decode_tok_s) / Number(rows[0]!.decode_tok_s));
@@ -237,6 +237,11 @@ describe('usage errors', () => {
     [['--kvcache', 'flat'], /--kvcache: 'flat' is not one of paged, continuous/],
     [['--format', 'xml'], /--format: 'xml' is not one of csv, json, md/],
     [['--no-such-flag'], /unknown option '--no-such-flag'/],
+    // Past what the engine reads as a 32-bit integer: it ran --max-seq 4294967312 as 16.
+    [['--max-seq', '4294967312'], /^bench: --max-seq: 4294967312 is too large \(at most 1073741824\)/],
+    [['--concurrency', '-1'], /^bench: --concurrency: -1 is below the minimum of 1/],
+    [['--request-rate', '1e-7'], /^bench: --request-rate: 1e-7 is below the minimum of 0\.000001/],
+    [['--device', 'cpu', '--kv-memory', '1.0'], /^bench: --kv-memory: a fraction of 1 of the host's available memory .* at most 0\.95/],
   ])('%j exits 2 naming the flag, before any model is loaded', async (args, message) => {
     const r = await bench(args as string[], { LUMEN_CACHE_DIR: cache });
     expect(r.code).toBe(2);

@@ -298,6 +298,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           auto ch = Napi::Array::New(env, e.prefill_chunk_ms.size());
           for (size_t k = 0; k < e.prefill_chunk_ms.size(); ++k) ch.Set(k, e.prefill_chunk_ms[k]);
           o.Set("prefillChunkMs", ch);
+          auto pa = Napi::Array::New(env, e.preempted_after.size());
+          for (size_t k = 0; k < e.preempted_after.size(); ++k) pa.Set(k, e.preempted_after[k]);
+          o.Set("preemptedAfter", pa);
           if (e.logit_rows > 0) {
             auto buf = Napi::Float32Array::New(env, e.logits.size());
             std::copy(e.logits.begin(), e.logits.end(), buf.Data());

@@ -602,6 +602,7 @@ void Engine::finish(Sequence& s, const char* reason, const std::string& error) {
   e.prompt_tokens = s.prompt_len;
   e.cached_prompt_tokens = s.cached_prompt_tokens;
   e.prefill_chunk_ms = std::move(s.prefill_chunk_ms);
+  e.preempted_after = std::move(s.preempted_after);
   e.logits = std::move(s.logits);
   e.logit_rows = s.logit_rows;
   e.t_ns = now_ns();

@@ -87,6 +87,7 @@ struct EngineEvent {
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;
   std::vector<double> prefill_chunk_ms;
+  std::vector<int32_t> preempted_after;
   std::vector<float> logits;
   int logit_rows = 0;
   // kStep

@@ -81,6 +81,7 @@ void Scheduler::release(Sequence& s) {
 
 void Scheduler::preempt(Sequence& s) {
   // Recompute later: drop the caches, keep the tokens generated so far.
+  s.preempted_after.push_back(static_cast<int32_t>(s.tokens.size()) - s.prompt_len);
   release(s);
   s.n_computed = 0;
   s.cached_prompt_tokens = 0;

@@ -49,6 +49,9 @@ struct Sequence {
   int64_t enqueue_ns = 0;
   std::vector<int64_t> token_ns;
   std::vector<double> prefill_chunk_ms;  // wall time of each step that ran a prefill chunk of it
+  // Tokens it had generated at each preemption: its recompute runs before token preempted_after[i]
+  // (the gap from token preempted_after[i] - 1 to it holds the recompute prefill, or the TTFT when 0).
+  std::vector<int32_t> preempted_after;
   std::vector<float> logits;
   int logit_rows = 0;
   std::unique_ptr<Sampler> sampler;

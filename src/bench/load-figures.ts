@@ -25,7 +25,12 @@ export interface LoadFigures {
   tpot_ms: Distribution;
   /** Per request: scheduled (open loop) or submitted (closed loop) -> sent; time spent waiting in the client. */
   client_queue_ms: Distribution;
-  goodput: { bounds: GoodputBounds; met: number; total: number; share: number | null; requests_per_s: number | null } | null;
+  goodput: {
+    bounds: GoodputBounds; met: number; total: number; share: number | null; requests_per_s: number | null;
+    /** With a tpot bound: requests whose TPOT could not be judged (fewer than two tokens: no TPOT). They
+     * count as meeting it, as vLLM counts them, so goodput stays comparable; the row's notes say how many. */
+    tpot_unjudged: number;
+  } | null;
 }
 
 /** TPOT of one request: (E2E - TTFT) / (n - 1); null with fewer than two tokens. */
@@ -70,6 +75,7 @@ export function loadFigures(
   }
   const wall = wallMs !== null && wallMs > 0 ? wallMs : null;
   const met = goodput ? timed.filter((t) => meetsGoodput(t, goodput)).length : 0;
+  const tpotUnjudged = goodput?.tpotMs !== undefined ? timed.filter((t) => tpotMs(t) === null).length : 0;
   return {
     requested_concurrency: concurrency,
     achieved_concurrency: wall !== null ? busy / wall : null,
@@ -83,6 +89,7 @@ export function loadFigures(
       bounds: goodput, met, total: timed.length,
       share: timed.length ? met / timed.length : null,
       requests_per_s: wall !== null ? (met * 1000) / wall : null,
+      tpot_unjudged: tpotUnjudged,
     },
   };
 }

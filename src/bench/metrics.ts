@@ -35,8 +35,12 @@ export interface RowFigures {
   wrongLength: number;
   minGenerated: number | null;
   maxGenerated: number | null;
-  /** Decode gaps that overlapped another request's prefill, excluded from the itl figures. */
+  /** Decode gaps that overlapped another request's prefill (or its own recompute after a preemption), excluded from the itl figures. */
   mixedGaps: number;
+  /** Of those, the gaps of a preempted request that held its own recompute prefill. */
+  recomputeGaps: number;
+  /** Preemptions of the timed requests (from their results). */
+  preemptions: number;
   cachedPromptTokens: number;
   distributions: {
     ttft_ms: Distribution;
@@ -73,30 +77,43 @@ export function ttftOf(r: RequestResult): number | null {
   return r.tokenMs.length > 0 ? r.tokenMs[0]! - r.enqueueMs : null;
 }
 
-/** One request's inter-token gaps, split into decode-only gaps and gaps that overlapped another request's prefill. */
+/** One request's inter-token gaps, split into decode-only gaps and gaps that overlapped a prefill. */
 export interface RequestGaps {
   decode: number[];
   mixed: number[];
+  /** How many of `mixed` held the request's own recompute prefill (it had been preempted). */
+  recompute: number;
 }
 
 /**
- * Splits every request's gaps t[k] - t[k-1] (k >= 1). While another timed request's prefill interval
- * [enqueue, first token] is open, a gap may contain a prefill step, so that gap is mixed, not decode-only.
- * One entry per request, in the order given.
+ * The intervals in which a request was prefilling: [enqueue, first token], and after each preemption
+ * that came once it had generated g >= 1 tokens, (t[g-1], t[g]): its recompute prefill ran in there.
+ */
+function prefillIntervals(r: RequestResult): Array<readonly [number, number, 'prompt' | 'recompute']> {
+  const out: Array<readonly [number, number, 'prompt' | 'recompute']> = [[r.enqueueMs, r.tokenMs.length ? r.tokenMs[0]! : Number.POSITIVE_INFINITY, 'prompt']];
+  for (const g of r.preemptedAfter ?? []) {
+    if (g >= 1 && g - 1 < r.tokenMs.length) out.push([r.tokenMs[g - 1]!, g < r.tokenMs.length ? r.tokenMs[g]! : Number.POSITIVE_INFINITY, 'recompute']);
+  }
+  return out;
+}
+
+/**
+ * Splits every request's gaps t[k] - t[k-1] (k >= 1). While a timed request's prefill interval is open
+ * (another request's prompt, [enqueue, first token]; or any request's recompute after a preemption,
+ * its own included: that gap holds its own prefill wall), a gap may contain a prefill step, so that gap
+ * is mixed, not decode-only. One entry per request, in the order given.
  */
 export function classifyGaps(results: readonly RequestResult[]): RequestGaps[] {
-  const prefillIntervals = results.map((r) => [r.enqueueMs, r.tokenMs.length ? r.tokenMs[0]! : Number.POSITIVE_INFINITY] as const);
+  const intervals = results.map(prefillIntervals);
   return results.map((r, idx) => {
-    const out: RequestGaps = { decode: [], mixed: [] };
+    const out: RequestGaps = { decode: [], mixed: [], recompute: 0 };
     for (let k = 1; k < r.tokenMs.length; k++) {
       const a = r.tokenMs[k - 1]!;
       const b = r.tokenMs[k]!;
-      let mixed = false;
-      for (let q = 0; q < prefillIntervals.length && !mixed; q++) {
-        if (q === idx) continue;
-        const [qs, qe] = prefillIntervals[q]!;
-        if (qs < b && qe > a) mixed = true;
-      }
+      const open = ([qs, qe]: readonly [number, number, string]) => qs < b && qe > a;
+      const own = intervals[idx]!.some((iv) => iv[2] === 'recompute' && open(iv));
+      const mixed = own || intervals.some((ivs, q) => q !== idx && ivs.some(open));
+      if (own) out.recompute++;
       (mixed ? out.mixed : out.decode).push(b - a);
     }
     return out;
@@ -120,6 +137,8 @@ export function computeRowFigures(
   const gaps = classifyGaps(results);
   const decodeGaps = gaps.flatMap((g) => g.decode);
   const mixedGaps = gaps.flatMap((g) => g.mixed);
+  const recomputeGaps = gaps.reduce((n, g) => n + g.recompute, 0);
+  const preemptions = results.reduce((n, r) => n + (r.preemptedAfter?.length ?? 0), 0);
 
   const chunks: number[] = [];
   const prefillSums: number[] = [];
@@ -177,6 +196,8 @@ export function computeRowFigures(
     minGenerated: minGen,
     maxGenerated: maxGen,
     mixedGaps: mixedGaps.length,
+    recomputeGaps,
+    preemptions,
     cachedPromptTokens: cached,
     distributions: {
       ttft_ms: ttft,

@@ -16,7 +16,27 @@ import { bytesText } from '../util/bytes-text.js';
 export interface HeaderInfo {
   toolVersion: string;
   cpuModel: string;
-  threads: number;
+  /** The machine's logical cores. */
+  logicalCores: number;
+  /** The CPUs this process may run on (its affinity mask: what --threads 0 means); defaults to logicalCores. */
+  usableCpus?: number;
+  /** The engine's CPU worker threads (--threads, 0 resolved); null when no engine computes on this CPU (--endpoint, CUDA). */
+  engineThreads: number | null;
+}
+
+/** The header's CPU line: the machine's cores (and, when fewer, those this process may use). */
+export function cpuLine(h: HeaderInfo): string {
+  const usable = h.usableCpus ?? h.logicalCores;
+  const cores = `${h.logicalCores} logical core${h.logicalCores === 1 ? '' : 's'}`;
+  return `${h.cpuModel} (${usable < h.logicalCores ? `${cores}, ${usable} usable by this process` : cores})`;
+}
+
+/** More engine threads than CPUs to run them: the threads share cores, which skews every figure. */
+export function oversubscriptionWarning(h: HeaderInfo): string | null {
+  const usable = h.usableCpus ?? h.logicalCores;
+  if (h.engineThreads === null || h.engineThreads <= usable) return null;
+  return `--threads ${h.engineThreads} is more than the ${usable} CPU${usable === 1 ? '' : 's'} this process can use: ` +
+    'the engine\'s threads share cores (oversubscribed), which skews every figure';
 }
 
 export interface LoadedInfo {
@@ -208,7 +228,10 @@ export class HumanRenderer implements SweepRenderer {
   header(h: HeaderInfo): void {
     this.line();
     this.line(`  ${this.c.cyan.bold('lumen-bench')} ${this.c.dim(`v${h.toolVersion}`)}`);
-    this.kv('CPU', `${h.cpuModel} (${h.threads} threads)`);
+    this.kv('CPU', cpuLine(h));
+    if (h.engineThreads !== null) this.kv('Engine threads', String(h.engineThreads));
+    const over = oversubscriptionWarning(h);
+    if (over !== null) this.warn(over);
   }
 
   modelPath(dir: string, embedded: boolean, synthetic?: SyntheticWeights): void {
@@ -435,7 +458,12 @@ export class LogRenderer implements SweepRenderer {
   constructor(private readonly log: Logger) {}
 
   header(h: HeaderInfo): void {
-    this.log.info({ event: 'start', version: h.toolVersion, cpu: h.cpuModel, threads: h.threads }, 'start');
+    this.log.info({
+      event: 'start', version: h.toolVersion, cpu: h.cpuModel, logical_cores: h.logicalCores, usable_cpus: h.usableCpus ?? h.logicalCores,
+      engine_threads: h.engineThreads,
+    }, 'start');
+    const over = oversubscriptionWarning(h);
+    if (over !== null) this.warn(over, { engine_threads: h.engineThreads, usable_cpus: h.usableCpus ?? h.logicalCores });
   }
 
   weights(line: string): void {

@@ -78,6 +78,11 @@ export interface RowOutcome {
   detail?: Record<string, unknown> | null;
   /** A unique-prompt row the prefix cache served anyway: its note (also in row.notes), for stderr. */
   cacheHitsNote?: string | null;
+  /** A row whose requests were preempted (KV memory full): its note (also in row.notes), for stderr. */
+  preemptionNote?: string | null;
+  /** False for a row refused before any of its requests was submitted (a cell too long for --max-seq):
+   * nothing ran, so it carries no note about running (how it was measured, CPU contention). */
+  ran?: boolean;
 }
 
 interface PhaseResult {
@@ -225,7 +230,7 @@ export function promptNote(mode: PromptMode, noPrefixCache = false): string {
   }
   return mode === 'repeat'
     ? 'prompts=repeat (one prompt set reused by warm-up and every iteration; prefill_tok_s reads prefix-cache admits)'
-    : 'prompts=unique (a fresh random prompt per session per iteration; prefill_tok_s prices prompt ingest)';
+    : 'prompts=cold (a fresh prompt every iteration; prefill_tok_s prices prompt ingest)'; // the spec's words, which scripts match
 }
 
 /** One row on the in-process engine (its own counters by default) or, with the row's probe, on any RequestEngine. */
@@ -261,7 +266,9 @@ export async function runRow(
   });
 
   if (isl + osl > st.maxSeq) {
-    return fail(`isl+osl = ${isl + osl} tokens exceeds ${st.maxSeqSource ?? '--max-seq'} ${st.maxSeq} (the longest sequence the ${subject} accepts)`);
+    // Refused before running: the notes above say how the row would have been measured; it was not.
+    notes.length = 0;
+    return fail(`isl+osl = ${isl + osl} tokens exceeds ${st.maxSeqSource ?? '--max-seq'} ${st.maxSeq} (the longest sequence the ${subject} accepts)`, { ran: false });
   }
 
   const plan: PromptPlan = {
@@ -302,7 +309,8 @@ export async function runRow(
         prepNotes = await probe.prepare(prompts, signal, c);
       } catch (err) {
         if (signal.aborted) return { ...fail('interrupted'), interrupted: true };
-        return fail(`preparing the prompts failed: ${errMessage(err)}`);
+        notes.length = 0; // no request was sent
+        return fail(`preparing the prompts failed: ${errMessage(err)}`, { ran: false });
       }
       notes.push(...prepNotes);
     }
@@ -345,7 +353,23 @@ export async function runRow(
         `came from the prefix cache although the prompts are unique (seen before: a rerun with the same --seed against the same server?), so ttft_ms and prefill_tok_s are not cold`;
       notes.push(cacheHitsNote);
     }
+    // A preempted request recomputed its tokens (a prefill) inside one of its own gaps; those gaps are kept
+    // out of itl like any gap a prefill ran in. The engine's counter, or the requests' own count.
+    const preemptions = Math.max(counters?.preemptions ?? 0, fig.preemptions);
+    let preemptionNote: string | null = null;
+    if (preemptions > 0) {
+      preemptionNote = `preempted ${preemptions} time${preemptions === 1 ? '' : 's'} (KV memory full: a sequence gave up its KV blocks and recomputed its tokens later)` +
+        (fig.recomputeGaps > 0 ? `; the ${fig.recomputeGaps} inter-token gap${fig.recomputeGaps === 1 ? '' : 's'} holding a recompute ${fig.recomputeGaps === 1 ? 'is' : 'are'} left out of itl, as a prefill is` : '');
+      notes.push(preemptionNote);
+    }
     notes.push(...reading.notes);
+
+    const load = loadFigures(timed, t1 - t0, c, open && { rate: open.rate, burstiness: open.burstiness }, st.goodput ?? null);
+    const unjudged = load.goodput?.tpot_unjudged ?? 0;
+    if (unjudged > 0) {
+      notes.push(`goodput: the tpot bound could not be judged for ${unjudged} of ${timed.length} requests (fewer than two tokens, so no TPOT); ` +
+        'they count as meeting it, as vLLM counts them');
+    }
 
     const speedup = speedupVsC1(fig.decodeTokS, c === 1 ? fig.decodeTokS : st.c1DecodeTokS);
     if (c !== 1 && st.c1DecodeTokS === null && fig.decodeTokS !== null) {
@@ -368,8 +392,7 @@ export async function runRow(
       reason: '',
       notes: notes.join('; '),
     };
-    const load = loadFigures(timed, t1 - t0, c, open && { rate: open.rate, burstiness: open.burstiness }, st.goodput ?? null);
-    return { row, figures: fig, counters, timed, profile, timedWallMs: t1 - t0, interrupted: false, load, detail: reading.detail, cacheHitsNote };
+    return { row, figures: fig, counters, timed, profile, timedWallMs: t1 - t0, interrupted: false, load, detail: reading.detail, cacheHitsNote, preemptionNote };
   } catch (err) {
     if (signal.aborted) return { ...fail('interrupted'), interrupted: true };
     return fail(`${subject} error: ${errMessage(err)}`);

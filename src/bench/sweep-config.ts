@@ -73,4 +73,7 @@ export interface SweepConfig {
   verbosity: number;
   latencyOnly: boolean;
   skipTraining: boolean;
+  /** What the flags' resolver changed of what was asked (repeats dropped): said once on stderr as the
+   * sweep starts and kept in the report's notes. */
+  warnings?: string[];
 }

@@ -89,18 +89,20 @@ export async function runRows(
       const cpuAfter = cpuSample();
       const otherCpu = otherCpuShare(cpuWindowStart(cpuBefore, cpuMarks, cpuAfter), cpuAfter);
       if (cpuBefore) cpuMarks.push(cpuBefore);
-      if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted) {
+      // Only a row that ran was run alongside anything (a cell refused before running has no such note).
+      if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted && out.ran !== false) {
         const who = cfg.endpoint !== null ? 'other processes (a server on this machine among them)' : 'other processes';
         const note = `${who} used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;
         out.row.notes = out.row.notes ? `${out.row.notes}; ${note}` : note;
         renderer.warn(`${label}: ${note}`, { cell: label, cpu_other_share: otherCpu });
       }
       if (out.cacheHitsNote && !out.interrupted) renderer.warn(`${label}: ${out.cacheHitsNote}`, { cell: label });
+      if (out.preemptionNote && !out.interrupted) renderer.warn(`${label}: ${out.preemptionNote}`, { cell: label });
       renderer.rowEnd(label, out);
       if (out.interrupted) return true;
       if (c === 1) c1DecodeTokS = out.row.status === 'ok' ? out.row.decode_tok_s : null;
       rows.push(out.row);
-      report.rows.push({ ...toReportRow(out), cpu_other_share: otherCpu });
+      report.rows.push({ ...toReportRow(out), cpu_other_share: out.ran === false ? null : otherCpu });
       sinks.row(out.row, out);
       if (out.profile) {
         const scope = `${label}, timed passes`;

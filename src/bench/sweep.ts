@@ -10,7 +10,7 @@ import { REPO_ROOT, TOOL_VERSION } from '../util/version.js';
 import type { SweepRow } from './csv.js';
 import { createLogger } from './logger.js';
 import { Report } from './report.js';
-import { colorEnabled, HumanRenderer, LogRenderer, type SweepRenderer } from './render.js';
+import { colorEnabled, HumanRenderer, LogRenderer, oversubscriptionWarning, type SweepRenderer } from './render.js';
 import { RowSinks, rowFromError } from './row-sinks.js';
 import type { SweepConfig } from './sweep-config.js';
 import { loadModel, sweepLine } from './sweep-load.js';
@@ -89,6 +89,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
 
   // Usage checks that need the engine's word come before anything is loaded (no engine loads for --endpoint).
   const device: Device = cfg.endpoint ? 'cpu' : backend.resolveDevice(cfg.device);
+  const opts = cfg.endpoint ? null : engineOptions(cfg, device); // --kv-memory checked against the device here
 
   const machine = machineInfo();
   const gpus = device === 'cuda' ? nvidiaGpus() : [];
@@ -108,7 +109,16 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
   const sinks = new RowSinks(cfg, io, report, () => abort.abort());
   const rows: SweepRow[] = [];
   try {
-    renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: cfg.endpoint ? machine.logicalCores : cfg.threads || backend.usableCpus() });
+    const usable = backend.usableCpus();
+    const header = {
+      toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, logicalCores: machine.logicalCores, usableCpus: usable,
+      // No engine here (an endpoint), or one that computes on the GPU: its CPU threads are not the figures'.
+      engineThreads: cfg.endpoint || device === 'cuda' ? null : cfg.threads || usable,
+    };
+    renderer.header(header);
+    const over = oversubscriptionWarning(header);
+    if (over !== null) report.notes.push(over);
+    for (const w of cfg.warnings ?? []) { renderer.warn(w); report.notes.push(w); }
     let target: RowsTarget;
     let loadError: string | null = null;
     if (cfg.endpoint) {
@@ -124,8 +134,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
         probe: (cell) => conn.probe(cell), commonPrefixTokens: conn.header?.overheadTokens ?? 0,
       };
     } else {
-      const opts = engineOptions(cfg, device);
-      const loaded = await loadModel(cfg, backend, device, opts, gpus, renderer, report);
+      const loaded = await loadModel(cfg, backend, device, opts!, gpus, renderer, report);
       const local = loaded.engine;
       engine = local;
       loadError = loaded.loadError;

@@ -10,8 +10,8 @@ import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
-import { engineOptionsFrom } from '../engine/options.js';
-import { ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
+import { checkKvMemoryForDevice, engineOptionsFrom } from '../engine/options.js';
+import { ENGINE_FLAG_MAX, ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
 import { checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
@@ -43,7 +43,7 @@ export function registerPrompt(program: Command, setResult: (code: number) => vo
     .addOption(ENGINE_FLAGS.quant())
     .option('--prompt <text>', 'prompt text (tokenized with the checkpoint tokenizer)')
     .option('--prompt-ids <ids>', 'prompt as token ids, comma separated', idListArg('--prompt-ids'))
-    .option('--max-new-tokens <n>', 'tokens to generate (0 = evaluate the prompt only)', countArg('--max-new-tokens', 0), 32)
+    .option('--max-new-tokens <n>', 'tokens to generate (0 = evaluate the prompt only)', countArg('--max-new-tokens', 0, ENGINE_FLAG_MAX.tokens), 32)
     .option('--chat', 'wrap --prompt in the chat template as a user message')
     .option('--think', 'with --chat: enable thinking in the template')
     .option('--logits-out <file>', 'write raw float32 logits [prompt_len + new_tokens, vocab], row-major')
@@ -58,7 +58,7 @@ export function registerPrompt(program: Command, setResult: (code: number) => vo
     .addOption(ENGINE_FLAGS.kvMemory())
     .addOption(ENGINE_FLAGS.kvCacheDtype())
     .option('--temperature <t>', 'sampling temperature (0 = greedy)', numberArg('--temperature', 0, 100), 0)
-    .option('--top-k <k>', 'top-k sampling (0 = off)', countArg('--top-k', 0), 0)
+    .option('--top-k <k>', 'top-k sampling (0 = off)', countArg('--top-k', 0, ENGINE_FLAG_MAX.tokens), 0)
     .option('--top-p <p>', 'top-p sampling (1 = off)', numberArg('--top-p', 0, 1), 1)
     .option('--seed <n>', 'sampling seed', countArg('--seed', 0, 0xffffffff), 0)
     .option('--ignore-eos', 'keep generating through end-of-sequence tokens')
@@ -83,6 +83,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   const { modelPath, quant } = resolveModelPathFlags(opts);
   const flags = resolveEngineFlags(opts);
   const device = resolveDevice(flags.device);
+  checkKvMemoryForDevice(flags.kvMemory, device);
   let dir: string;
   if (modelPath === null) {
     dir = await ensureEmbeddedModel();

@@ -1,8 +1,8 @@
 // `bench report PREFIX.json [--out FILE]`: re-render the HTML report of a saved sweep (docs/report.md).
-import path from 'node:path';
 import type { Command } from 'commander';
-import { checkWritableFile } from '../util/output-dir.js';
+import { prepareOutputFile } from '../util/output-dir.js';
 import { htmlPathFor, writeHtmlReport } from '../report/write-html.js';
+import { readReport } from '../report/report-file.js';
 
 export function registerReport(program: Command, setResult: (code: number) => void): void {
   program
@@ -12,7 +12,12 @@ export function registerReport(program: Command, setResult: (code: number) => vo
     .description('Render the HTML report (charts and every row) of a saved sweep: PREFIX.json -> PREFIX.html\nExit status: 0 written, 2 usage error (missing or malformed report).')
     .option('--out <file>', 'where to write the page (default: the report with .html for .json)')
     .action(async (file: string, opts: { out?: string }) => {
-      if (opts.out !== undefined) checkWritableFile('--out', path.resolve(opts.out));
+      if (opts.out !== undefined) {
+        // The report is checked first (a bad one makes no directory), then --out's missing directories
+        // are made (out/run.html on a fresh clone); a path that is a directory is still refused.
+        readReport(file);
+        prepareOutputFile('--out', opts.out);
+      }
       const out = await writeHtmlReport(file, opts.out ?? htmlPathFor(file));
       process.stderr.write(`bench: wrote ${out}\n`);
       setResult(0);

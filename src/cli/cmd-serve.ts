@@ -3,6 +3,7 @@
 import { Command, Option } from 'commander';
 import { lookup } from 'node:dns/promises';
 import { resolveDevice } from '../engine/device.js';
+import { checkKvMemoryForDevice } from '../engine/options.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { startServer, type RunningServer } from '../serve/server.js';
@@ -83,6 +84,7 @@ async function runServe(raw: RawServeOptions): Promise<number> {
   const embedded = modelPath === null;
   const modelDir = modelPath ?? (await ensureEmbeddedModel());
   const device = resolveDevice(engine.device);
+  checkKvMemoryForDevice(engine.kvMemory, device);
 
   let server: RunningServer | null = null;
   let signalled: NodeJS.Signals | null = null;

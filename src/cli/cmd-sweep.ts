@@ -31,7 +31,9 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
       'Run each isl:osl cell at each concurrency, one row at a time, as a closed loop of sessions.\n' +
       'stdout: a 21-column CSV, one row per cell x concurrency, flushed as each row completes.\n' +
       'With --endpoint URL the same sweep drives an OpenAI-compatible server (docs/endpoint.md).\n' +
-      'Exit status: 0 all rows ok, 3 some rows failed (or the endpoint failed), 2 usage error, 130 interrupted.',
+      'Exit status: 0 all rows ok, 3 some rows failed (or the model or endpoint failed), 2 usage error, ' +
+      '130 interrupted (SIGINT, or stdout closed), 143 terminated (SIGTERM), 1 anything else ' +
+      '(e.g. the native engine not built, or PREFIX.html not written).',
     )
     .option('--endpoint <url>', 'benchmark the OpenAI-compatible server at URL instead of loading a model (docs/endpoint.md)')
     .option('--api <api>', 'with --endpoint: chat | completions (default chat)')
@@ -39,7 +41,7 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
     .option('--api-key-env <var>', "with --endpoint: the environment variable holding the server's API key")
     .option('--tokenizer <dir>', "with --endpoint: the model's tokenizer directory (default: the server's /tokenize)")
     .option('--timeout-s <s>', 'with --endpoint: seconds one request may take (default 600)')
-    .option('--request-rate <r>', 'open loop: timed requests arrive at R per second (inf: all at once), at most --concurrency in flight')
+    .option('--request-rate <r>', 'open loop: timed requests arrive at R per second (inf or Infinity: all at once), at most --concurrency in flight')
     .option('--burstiness <b>', 'with --request-rate: gamma shape of the arrival gaps (default 1 = Poisson)')
     .option('--num-requests <n>', 'with --request-rate: timed requests per row (default concurrency x --iters)')
     .option('--goodput <bounds>', 'share of requests meeting every bound, e.g. ttft:500,tpot:50,e2el:10000 (ms)')
@@ -56,7 +58,7 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
     .option('--latency-only', 'concurrency 1 only (peer compatibility)')
     .option('--skip-training', 'accepted for peer compatibility; there is no training benchmark')
     .option('--shared-prefix <n>', 'leading prompt tokens common to every session (default 0)')
-    .option('--unique-prompts', 'a fresh random prompt per session per iteration (the default)')
+    .option('--unique-prompts', 'cold prompts: a fresh random prompt per session per iteration (the default; notes: prompts=cold)')
     .option('--repeat-prompts', 'one prompt set reused by warm-up and every iteration')
     .option('--warmup <n>', 'untimed full passes before timing (default 2)')
     .option('--iters <n>', 'timed passes (default 1)')

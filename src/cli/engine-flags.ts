@@ -5,7 +5,7 @@
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { Option } from 'commander';
-import { CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
+import { CPU_KV_MEMORY_FRACTION_MAX, CUDA_KV_MEMORY_FRACTION, type DeviceChoice, type KvMemory, type ServingFlags } from '../engine/options.js';
 import { KV_CACHE_DTYPES, type KvCacheDtype, type KvLayout } from '../engine/types.js';
 import { PRESET_NAMES } from '../model/presets.js';
 import { isSyntheticModelPath, syntheticName, syntheticWeightsOf } from '../model/synthetic-model.js';
@@ -31,6 +31,23 @@ export const ENGINE_DEFAULTS = {
    */
   kvMemoryCudaFraction: CUDA_KV_MEMORY_FRACTION,
 };
+
+/**
+ * The largest value each numeric engine flag takes; a larger one is a usage error naming the flag.
+ * The engine reads them as 32-bit integers (a value past 2^31 - 1 would wrap: --max-seq 4294967312 ran
+ * as 16), and sums them with each other in 32-bit arithmetic (max-seq + block size, a sequence's
+ * computed tokens + a chunk), so the token counts stop at 2^30, leaving that headroom; no model's
+ * context comes near it. Threads, sequences and the block size have smaller physical bounds.
+ * --kv-memory bytes: 1 PiB, beyond any host or device (the engine sizes it in 64 bits).
+ */
+export const ENGINE_FLAG_MAX = {
+  /** --max-seq, --prefill-chunk, --step-token-budget (and the sweep's isl, osl, shared prefix): tokens. */
+  tokens: 2 ** 30,
+  threads: 4096,
+  maxSeqs: 4096,
+  blockSize: 65536,
+  kvMemoryBytes: 2 ** 50,
+} as const;
 
 /** Raw values as commander hands them over (strings and booleans; no commander defaults). */
 export interface RawEngineFlags {
@@ -70,7 +87,7 @@ export const ENGINE_FLAGS = {
   quant: () => new Option('--quant <type>', 'with --model-path DIR: the GGUF file whose name carries this quantization (e.g. Q4_K_M, Q8_0; any case)'),
   cudaGraphs: () => new Option('--cuda-graphs <on|off>', `with --device cuda: capture and replay decode steps as CUDA graphs (default ${ENGINE_DEFAULTS.cudaGraphs}; no effect on the CPU)`),
   kvMemory: () => new Option('--kv-memory <bytes|fraction>', 'size of the paged KV pool: bytes (4294967296, 512MiB, 8GiB, 8GB; KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000), ' +
-    'or a fraction 0 < f <= 1 (0.9, 90%) of the memory free once the weights are bound (CUDA: device memory; CPU: MemAvailable), ' +
+    `or a fraction 0 < f <= 1 (0.9, 90%) of the memory free once the weights are bound (CUDA: device memory; CPU: MemAvailable, at most ${CPU_KV_MEMORY_FRACTION_MAX}), ` +
     `which the pool shares with the recurrent states (default: ${ENGINE_DEFAULTS.kvMemoryCudaFraction} on CUDA, max-seq x max-seqs tokens on the CPU)`),
   kvCacheDtype: () => new Option('--kv-cache-dtype <f32|f16>', 'element type of the KV cache: f16 halves its bytes, K and V rounded to f16 when written, ' +
     `the attention arithmetic f32 (default ${ENGINE_DEFAULTS.kvCacheDtype})`),
@@ -134,7 +151,7 @@ export function parseKvMemory(flag: string, value: string): KvMemory {
   const mult = unit === '' ? 1 : KV_UNITS[unit];
   if (mult === undefined) throw new UsageError(`${flag}: '${m[2]}' is not a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)`);
   const bytes = Math.floor(Number(m[1]) * mult);
-  if (!Number.isSafeInteger(bytes)) throw new UsageError(`${flag}: ${value} is too large`);
+  if (!Number.isSafeInteger(bytes) || bytes > ENGINE_FLAG_MAX.kvMemoryBytes) throw new UsageError(`${flag}: ${value} is too large (at most 1PiB)`);
   if (bytes < 1) throw new UsageError(`${flag}: ${value} is below the minimum of 1 byte`);
   return { bytes };
 }
@@ -154,12 +171,12 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     v === undefined ? dflt : parseCount(flag, v, min, max);
   const flags: EngineFlags = {
     device,
-    threads: num('--threads', raw.threads, ENGINE_DEFAULTS.threads, 0, 4096),
+    threads: num('--threads', raw.threads, ENGINE_DEFAULTS.threads, 0, ENGINE_FLAG_MAX.threads),
     kvcache,
-    blockSize: num('--block-size', raw.blockSize, ENGINE_DEFAULTS.blockSize, 1, 65536),
-    prefillChunk: num('--prefill-chunk', raw.prefillChunk, ENGINE_DEFAULTS.prefillChunk, 1),
-    stepTokenBudget: num('--step-token-budget', raw.stepTokenBudget, ENGINE_DEFAULTS.stepTokenBudget, 1),
-    maxSeq: num('--max-seq', raw.maxSeq, ENGINE_DEFAULTS.maxSeq, 2),
+    blockSize: num('--block-size', raw.blockSize, ENGINE_DEFAULTS.blockSize, 1, ENGINE_FLAG_MAX.blockSize),
+    prefillChunk: num('--prefill-chunk', raw.prefillChunk, ENGINE_DEFAULTS.prefillChunk, 1, ENGINE_FLAG_MAX.tokens),
+    stepTokenBudget: num('--step-token-budget', raw.stepTokenBudget, ENGINE_DEFAULTS.stepTokenBudget, 1, ENGINE_FLAG_MAX.tokens),
+    maxSeq: num('--max-seq', raw.maxSeq, ENGINE_DEFAULTS.maxSeq, 2, ENGINE_FLAG_MAX.tokens),
     cudaGraphs: oneOf('--cuda-graphs', raw.cudaGraphs ?? ENGINE_DEFAULTS.cudaGraphs, ['on', 'off'] as const) === 'on',
     kvMemory: raw.kvMemory === undefined ? null : parseKvMemory('--kv-memory', raw.kvMemory),
     kvCacheDtype: oneOf('--kv-cache-dtype', raw.kvCacheDtype ?? ENGINE_DEFAULTS.kvCacheDtype, KV_CACHE_DTYPES),
@@ -168,7 +185,7 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     throw new UsageError('--kv-memory sizes the paged KV pool; --kvcache continuous holds max-seq x max-seqs tokens');
   }
   if (maxSeqsDefault !== undefined) {
-    flags.maxSeqs = num('--max-seqs', raw.maxSeqs, maxSeqsDefault, 1, 4096);
+    flags.maxSeqs = num('--max-seqs', raw.maxSeqs, maxSeqsDefault, 1, ENGINE_FLAG_MAX.maxSeqs);
     if (flags.stepTokenBudget < flags.maxSeqs) {
       throw new UsageError(`--step-token-budget ${flags.stepTokenBudget} must be at least --max-seqs ${flags.maxSeqs} (one decode token per sequence)`);
     }

@@ -3,9 +3,10 @@
 // `*Arg` are the same parsers in the shape commander's argParser takes.
 import { UsageError } from '../util/usage-error.js';
 
-/** A non-negative decimal integer in [min, max]. */
+/** A non-negative decimal integer in [min, max]. A negative whole number is below the minimum (not "not a whole number"). */
 export function parseCount(flag: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const v = value.trim();
+  if (/^-\d+$/.test(v)) throw new UsageError(`${flag}: ${value} is below the minimum of ${min}`);
   if (!/^\d+$/.test(v)) throw new UsageError(`${flag}: '${value}' is not a whole number`);
   const n = Number(v);
   if (!Number.isSafeInteger(n) || n > max) throw new UsageError(`${flag}: ${value} is too large (at most ${max})`);
@@ -13,12 +14,21 @@ export function parseCount(flag: string, value: string, min: number, max = Numbe
   return n;
 }
 
-/** A finite decimal number in [min, max]. */
+/** A finite decimal number in [min, max]. An unbounded side is not printed: the message names the bound that was crossed. */
 export function parseNumber(flag: string, value: string, min = -Infinity, max = Infinity): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n)) throw new UsageError(`${flag}: '${value}' is not a number`);
-  if (n < min || n > max) throw new UsageError(`${flag}: ${value} is out of range [${min}, ${max}]`);
+  if (n < min || n > max) {
+    if (max === Infinity) throw new UsageError(`${flag}: ${value} is below the minimum of ${min}`);
+    if (min === -Infinity) throw new UsageError(`${flag}: ${value} is above the maximum of ${max}`);
+    throw new UsageError(`${flag}: ${value} is out of range [${min}, ${max}]`);
+  }
   return n;
+}
+
+/** `inf` / `infinity` (any case): the spellings of an unbounded value where a flag takes one. */
+export function isInfinityWord(value: string): boolean {
+  return /^(inf|infinity)$/i.test(value.trim());
 }
 
 /** Token ids separated by commas or spaces. */

@@ -4,10 +4,10 @@ import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
-import { checkWritableFile } from '../util/output-dir.js';
+import { checkWritableFile, ensureOutputDir } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
-import { ENGINE_DEFAULTS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
-import { oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
+import { ENGINE_DEFAULTS, ENGINE_FLAG_MAX, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
+import { isInfinityWord, oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
 
 export const DEFAULT_CELLS: readonly Cell[] = [
   { isl: 128, osl: 128 },
@@ -129,7 +129,7 @@ function resolveEndpoint(raw: RawSweepOptions, env: NodeJS.ProcessEnv): Endpoint
 function resolveLoad(raw: RawSweepOptions): LoadConfig {
   let requestRate: number | null = null;
   if (raw.requestRate !== undefined) {
-    requestRate = raw.requestRate.trim() === 'inf' ? Infinity : parseNumber('--request-rate', raw.requestRate, 1e-6);
+    requestRate = isInfinityWord(raw.requestRate) ? Infinity : parseNumber('--request-rate', raw.requestRate, 1e-6);
   } else {
     if (raw.burstiness !== undefined) throw new UsageError('--burstiness shapes the arrivals of --request-rate; give --request-rate too');
     if (raw.numRequests !== undefined) throw new UsageError('--num-requests counts the arrivals of --request-rate; give --request-rate too');
@@ -149,21 +149,50 @@ export function parseCells(flag: string, value: string): Cell[] {
   return parts.map((p) => {
     const m = /^([^:]+):([^:]+)$/.exec(p);
     if (!m) throw new UsageError(`${flag}: '${p}' is not an isl:osl pair (e.g. 128:128)`);
-    const isl = parseCount(`${flag} (isl of '${p}')`, m[1]!, 1);
-    const osl = parseCount(`${flag} (osl of '${p}')`, m[2]!, 1);
+    const isl = parseCount(`${flag} (isl of '${p}')`, m[1]!, 1, ENGINE_FLAG_MAX.tokens);
+    const osl = parseCount(`${flag} (osl of '${p}')`, m[2]!, 1, ENGINE_FLAG_MAX.tokens);
     return { isl, osl };
   });
 }
 
 /** `1,4,8` -> [1,4,8]: each >= 1; the result is sorted ascending without duplicates. */
 export function parseConcurrency(flag: string, value: string): number[] {
+  return [...new Set(concurrencyItems(flag, value))].sort((a, b) => a - b);
+}
+
+/** The session counts as given, repeats and order kept. */
+function concurrencyItems(flag: string, value: string): number[] {
   const parts = value.split(',').map((s) => s.trim());
   if (parts.some((p) => p === '')) {
     throw new UsageError(`${flag}: '${value}' is not a comma-separated list of session counts (e.g. 1,4,8)`);
   }
-  const list = parts.map((p) => parseCount(flag, p, 1, 4096));
-  return [...new Set(list)].sort((a, b) => a - b);
+  return parts.map((p) => parseCount(flag, p, 1, ENGINE_FLAG_MAX.maxSeqs));
 }
+
+/**
+ * A list flag's repeats, dropped: each cell, or each concurrency, runs once (a repeated row would be a
+ * second row with the same key, which `bench compare` cannot pair). The warning names what was dropped;
+ * null when nothing was.
+ */
+export function repeatsWarning<T>(flag: string, items: readonly T[], key: (t: T) => string, what: string): string | null {
+  const seen = new Set<string>();
+  const repeated = new Set<string>();
+  for (const it of items) {
+    const k = key(it);
+    if (seen.has(k)) repeated.add(k);
+    seen.add(k);
+  }
+  if (repeated.size === 0) return null;
+  return `${flag}: ${[...repeated].join(', ')} given more than once; each ${what} runs once (the repeats are dropped)`;
+}
+
+/** The first of each key, in order. */
+function uniqueBy<T>(items: readonly T[], key: (t: T) => string): T[] {
+  const seen = new Set<string>();
+  return items.filter((t) => !seen.has(key(t)) && seen.add(key(t)) !== undefined);
+}
+
+const cellKey = (c: Cell): string => `${c.isl}:${c.osl}`;
 
 export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv = process.env): SweepConfig {
   const endpoint = resolveEndpoint(raw, env);
@@ -185,16 +214,20 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
   const oslFlag = raw.osl !== undefined ? '--osl' : '--max-output-tokens';
   const islRaw = raw.isl ?? raw.promptTokens;
   const oslRaw = raw.osl ?? raw.maxOutputTokens;
+  const warnings: string[] = [];
   let cells: Cell[];
   if (raw.cells !== undefined) {
     if (islRaw !== undefined || oslRaw !== undefined) {
       throw new UsageError(`--cells and ${islRaw !== undefined ? islFlag : oslFlag} both choose the cells; give one`);
     }
-    cells = parseCells('--cells', raw.cells);
+    const given = parseCells('--cells', raw.cells);
+    const w = repeatsWarning('--cells', given, cellKey, 'cell');
+    if (w !== null) warnings.push(w);
+    cells = uniqueBy(given, cellKey);
   } else if (islRaw !== undefined || oslRaw !== undefined) {
     cells = [{
-      isl: islRaw !== undefined ? parseCount(islFlag, islRaw, 1) : DEFAULT_ISL,
-      osl: oslRaw !== undefined ? parseCount(oslFlag, oslRaw, 1) : DEFAULT_OSL,
+      isl: islRaw !== undefined ? parseCount(islFlag, islRaw, 1, ENGINE_FLAG_MAX.tokens) : DEFAULT_ISL,
+      osl: oslRaw !== undefined ? parseCount(oslFlag, oslRaw, 1, ENGINE_FLAG_MAX.tokens) : DEFAULT_OSL,
     }];
   } else {
     cells = DEFAULT_CELLS.map((c) => ({ ...c }));
@@ -207,7 +240,14 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     }
     concurrency = [1];
   } else {
-    concurrency = raw.concurrency !== undefined ? parseConcurrency('--concurrency', raw.concurrency) : [...DEFAULT_CONCURRENCY];
+    if (raw.concurrency !== undefined) {
+      const given = concurrencyItems('--concurrency', raw.concurrency);
+      const w = repeatsWarning('--concurrency', given, String, 'concurrency');
+      if (w !== null) warnings.push(w);
+      concurrency = [...new Set(given)].sort((a, b) => a - b);
+    } else {
+      concurrency = [...DEFAULT_CONCURRENCY];
+    }
   }
 
   // The in-process engine runs max(--concurrency) sequences, each taking a token of every decode step.
@@ -241,7 +281,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     threads: engine.threads,
     cells,
     concurrency,
-    sharedPrefix: num('--shared-prefix', raw.sharedPrefix, DEFAULTS.sharedPrefix, 0),
+    sharedPrefix: num('--shared-prefix', raw.sharedPrefix, DEFAULTS.sharedPrefix, 0, ENGINE_FLAG_MAX.tokens),
     prompts,
     warmup: num('--warmup', raw.warmup, DEFAULTS.warmup, 0, 1000),
     iters: num('--iters', raw.iters, DEFAULTS.iters, 1, 1000),
@@ -262,11 +302,15 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     verbosity,
     latencyOnly: !!raw.latencyOnly,
     skipTraining: !!raw.skipTraining,
+    warnings,
   };
 
   if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages);
   if (cfg.output !== null) {
     if (cfg.output === '' || cfg.output.endsWith('/')) throw new UsageError(`--output: '${cfg.output}' is not a file prefix`);
+    // Checked first (a file in the way names its path), then the prefix's missing directories are made:
+    // `--output out/run` on a fresh clone makes out/ (last, so a bad flag above leaves nothing behind).
+    ensureOutputDir('--output', path.dirname(path.resolve(cfg.output)));
     for (const ext of OUTPUT_EXTENSIONS) checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`);
   }
   return cfg;

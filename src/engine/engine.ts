@@ -116,6 +116,7 @@ class Engine implements EngineHandle {
       tokenMs: ev.tokenMs ?? [],
       prefillChunkMs: ev.prefillChunkMs ?? [],
       cachedPromptTokens: ev.cachedPromptTokens ?? 0,
+      ...(ev.preemptedAfter && ev.preemptedAfter.length > 0 ? { preemptedAfter: ev.preemptedAfter } : {}),
       finishReason: (ev.finish ?? 'error') as FinishReason,
       ...(ev.error ? { error: ev.error } : {}),
       ...(ev.logits ? { logits: ev.logits, logitRows: ev.logitRows } : {}),

@@ -25,6 +25,7 @@ export interface NativeEvent {
   promptTokens?: number;
   cachedPromptTokens?: number;
   prefillChunkMs?: number[];
+  preemptedAfter?: number[];
   logits?: Float32Array;
   logitRows?: number;
   done?: number;

@@ -1,5 +1,6 @@
 // The serving options a command resolved from its flags (src/cli/engine-flags.ts), and how they
 // become the engine's options: written once for the sweep and `serve`.
+import { UsageError } from '../util/usage-error.js';
 import type { Device, EngineOptions, KvCacheDtype, KvLayout } from './types.js';
 
 /** --device: a device, or auto (cuda when the build has a usable GPU backend; see device.ts). */
@@ -10,6 +11,22 @@ export type KvMemory = { bytes: number } | { fraction: number };
 
 /** The share of free device memory a CUDA engine's KV pool gets when --kv-memory is not given. */
 export const CUDA_KV_MEMORY_FRACTION = 0.9;
+
+/**
+ * The largest --kv-memory fraction on the CPU. There it is a share of the host's MemAvailable, which
+ * counts reclaimable page cache (a GGUF's mapped weights among it) and is shared with Node's heap, the
+ * results and every other process: 1.0 took all of it for the KV pool. On CUDA the fraction is of the
+ * device memory left once the engine's weights and work buffers are allocated, the engine's own: up to 1.
+ */
+export const CPU_KV_MEMORY_FRACTION_MAX = 0.95;
+
+/** --kv-memory checked against the device it will size a pool on (a usage error, before any load). */
+export function checkKvMemoryForDevice(kv: KvMemory | null, device: Device): void {
+  if (kv !== null && 'fraction' in kv && device === 'cpu' && kv.fraction > CPU_KV_MEMORY_FRACTION_MAX) {
+    throw new UsageError(`--kv-memory: a fraction of ${kv.fraction} of the host's available memory would leave too little for the rest of the process and the host; ` +
+      `on the CPU it is at most ${CPU_KV_MEMORY_FRACTION_MAX} (or give a size in bytes)`);
+  }
+}
 
 export interface ServingFlags {
   threads: number;
@@ -29,6 +46,7 @@ export interface ServingFlags {
 /** The KV pool options of the engine: --kv-memory, or the device's default (paged pools only). */
 export function kvMemoryOptions(kv: KvMemory | null, device: Device, layout: KvLayout): Pick<EngineOptions, 'kvMemoryBytes' | 'kvMemoryFraction'> {
   if (layout !== 'paged') return {};
+  checkKvMemoryForDevice(kv, device);
   if (kv !== null) return 'bytes' in kv ? { kvMemoryBytes: kv.bytes } : { kvMemoryFraction: kv.fraction };
   return device === 'cuda' ? { kvMemoryFraction: CUDA_KV_MEMORY_FRACTION } : {};
 }

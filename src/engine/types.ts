@@ -94,6 +94,12 @@ export interface RequestResult {
   prefillChunkMs: number[];
   /** Prompt tokens served from the prefix cache. */
   cachedPromptTokens: number;
+  /**
+   * The engine preempted it (KV pool full) this many times, each after it had generated
+   * preemptedAfter[i] tokens: its recompute prefill ran before token preemptedAfter[i], inside the gap
+   * from the token before (inside its TTFT when 0). Absent: never preempted (or not known: a server).
+   */
+  preemptedAfter?: number[];
   finishReason: FinishReason;
   error?: string;
   /** Per generated token, when the request asked for logprobs. */

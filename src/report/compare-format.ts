@@ -14,7 +14,12 @@ const mdEsc = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 /** The headline, as the first line of the verdict. */
 export function verdictLine(c: Comparison): string {
   if (c.not_a_pass.length > 0) {
-    const also = c.regressions > 0 ? `; ${c.regressions} regression${c.regressions === 1 ? '' : 's'} beyond noise` : '';
+    // A row failed in NEW counts as a regression, but it is not one "beyond noise": say which is which.
+    const failedRows = c.rows.filter((r) => r.row === 'failed in NEW').length;
+    const figures = c.regressions - failedRows;
+    const also = (figures > 0 ? `; ${figures} regression${figures === 1 ? '' : 's'} beyond noise` : '') +
+      (failedRows > 0 && !c.not_a_pass.some((w) => w.startsWith('every row both runs share failed in NEW'))
+        ? `; ${failedRows} row${failedRows === 1 ? '' : 's'} failed in NEW` : '');
     return `**Not a pass**: ${c.not_a_pass.join('; ')}${also} (exit 5).`;
   }
   if (c.regressions > 0) return `**${c.regressions} regression${c.regressions === 1 ? '' : 's'}** beyond both the noise floor and the ${c.threshold_pct}% threshold (exit 5).`;
@@ -58,6 +63,7 @@ export function formatMarkdown(c: Comparison): string {
   for (const r of c.rows) out.push(rowLine(r));
   if (c.only_in_base.length) out.push('', `Only in BASE (not compared): ${c.only_in_base.join(', ')}.`);
   if (c.only_in_next.length) out.push('', `Only in NEW (not compared): ${c.only_in_next.join(', ')}.`);
+  if (c.duplicated.length) out.push('', `More than one row for one key (not compared): ${c.duplicated.join('; ')}.`);
   out.push('', `NEW/BASE ratio ± noise floor (95% two-stage bootstrap interval of the per-request median, both runs); flagged only beyond both the floor and ${c.threshold_pct}%.`);
   return out.join('\n') + '\n';
 }

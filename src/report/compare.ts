@@ -53,6 +53,9 @@ export interface Comparison {
   rows: RowComparison[];
   only_in_base: string[];
   only_in_next: string[];
+  /** Keys with more than one row in a report (`8:4 c=1 engine: 2 rows in BASE`): which of them to pair is
+   * not known, so such a key is not compared (and not listed as only in one report). */
+  duplicated: string[];
   /** Figures flagged as regressions plus rows that failed in NEW only. */
   regressions: number;
   improvements: number;
@@ -60,8 +63,9 @@ export interface Comparison {
   unknown_floor: number;
   /** Compared figures without a noise floor, beyond the threshold or not, and the first reason given. */
   no_floor: { figures: number; reason: string | null };
-  /** Why the comparison cannot pass whatever its figures say: NEW's run did not complete, or no row of
-   * BASE is in NEW (nothing was compared). Each fails the gate (exit 5) like a regression. */
+  /** Why the comparison cannot pass whatever its figures say: NEW's run did not complete, a report holds
+   * two rows with one key (those rows were not compared), or nothing was compared (no row of BASE is in
+   * NEW, or every shared row failed). Each fails the gate (exit 5) like a regression. */
   not_a_pass: string[];
   /** 0 no regression, 5 at least one regression or a reason in not_a_pass. */
   exit_code: 0 | 5;
@@ -140,12 +144,26 @@ function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number): Figur
 export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: number = DEFAULT_THRESHOLD_PCT): Comparison {
   const ta = targetKind(a);
   const tb = targetKind(b);
+  // A key with two rows in one report (a sweep given a cell twice, before repeats were dropped) cannot be
+  // paired: the first with the last compared two different runs of the cell.
+  const countKeys = (rs: readonly ReportRow[], t: string) => {
+    const n = new Map<string, number>();
+    for (const r of rs) n.set(rowKey(r, t), (n.get(rowKey(r, t)) ?? 0) + 1);
+    return n;
+  };
+  const nBase = countKeys(a.rows, ta);
+  const nNext = countKeys(b.rows, tb);
+  const duplicated: string[] = [];
+  for (const [key, n] of nBase) if (n > 1) duplicated.push(`${key}: ${n} rows in BASE`);
+  for (const [key, n] of nNext) if (n > 1) duplicated.push(`${key}: ${n} rows in NEW`);
+  const dup = (key: string) => (nBase.get(key) ?? 0) > 1 || (nNext.get(key) ?? 0) > 1;
   const nextRows = new Map(b.rows.map((r) => [rowKey(r, tb), r]));
   const baseKeys = new Set(a.rows.map((r) => rowKey(r, ta)));
   const rows: RowComparison[] = [];
   const onlyBase: string[] = [];
   for (const ra of a.rows) {
     const key = rowKey(ra, ta);
+    if (dup(key)) continue;
     const rb = nextRows.get(key);
     if (!rb) { onlyBase.push(key); continue; }
     const base = { key, isl: ra.isl, osl: ra.osl, concurrency: ra.concurrency, target: ta };
@@ -154,13 +172,22 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     else if (rb.status === 'ok') rows.push({ ...base, row: 'fixed in NEW', reason: ra.reason, figures: [] });
     else rows.push({ ...base, row: 'failed in both', reason: rb.reason, figures: [] });
   }
-  const onlyNext = b.rows.map((r) => rowKey(r, tb)).filter((k) => !baseKeys.has(k));
+  const onlyNext = b.rows.map((r) => rowKey(r, tb)).filter((k) => !baseKeys.has(k) && !dup(k));
   const figs = rows.flatMap((r) => r.figures);
-  const regressions = figs.filter((f) => f.verdict === 'regression').length + rows.filter((r) => r.row === 'failed in NEW').length;
+  const failedInNew = rows.filter((r) => r.row === 'failed in NEW').length;
+  const failedInBoth = rows.filter((r) => r.row === 'failed in both').length;
+  const regressions = figs.filter((f) => f.verdict === 'regression').length + failedInNew;
   const notAPass: string[] = [];
   if (b.status !== 'complete') notAPass.push(`NEW's run is ${b.status}, not complete`);
+  if (duplicated.length > 0) {
+    notAPass.push(`a report holds more than one row for one cell and concurrency (${duplicated.join('; ')}): which to pair is unknown, so those rows were not compared`);
+  }
   if (!rows.some((r) => r.row === 'compared' || r.row === 'fixed in NEW')) {
-    notAPass.push(rows.length === 0 ? 'no row of BASE is in NEW: nothing was compared' : 'every row both runs share failed in both: nothing was compared');
+    if (rows.length === 0) {
+      if (duplicated.length === 0) notAPass.push('no row of BASE is in NEW: nothing was compared');
+    } else if (failedInNew === 0) notAPass.push('every row both runs share failed in both: nothing was compared');
+    else if (failedInBoth === 0) notAPass.push(`every row both runs share failed in NEW (ok in BASE): nothing was compared`);
+    else notAPass.push(`every row both runs share failed in NEW (${failedInNew} ok in BASE, ${failedInBoth} failed in both): nothing was compared`);
   }
   return {
     base: a.file,
@@ -170,6 +197,7 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     rows,
     only_in_base: onlyBase,
     only_in_next: onlyNext,
+    duplicated,
     regressions,
     improvements: figs.filter((f) => f.verdict === 'improvement').length + rows.filter((r) => r.row === 'fixed in NEW').length,
     unknown_floor: figs.filter((f) => f.verdict === 'floor unknown').length,

@@ -149,7 +149,10 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     ? new LogRenderer(log)
     : new HumanRenderer(o.stderr, o.stderrIsTTY, colorEnabled(o.stderrIsTTY, process.env), o.verbosity < 0);
   const machine = machineInfo();
-  renderer.header({ toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, threads: o.engine.threads || usableCpus() });
+  renderer.header({
+    toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, logicalCores: machine.logicalCores, usableCpus: usableCpus(),
+    engineThreads: o.device === 'cuda' ? null : o.engine.threads || usableCpus(), // CUDA computes on the GPU
+  });
   renderer.modelPath(o.modelDir, o.embedded, syntheticWeightsOf(o.modelDir) ?? undefined);
   const t0 = performance.now();
   const ckpt = loadModel(o.modelDir, { quant: o.quant, hash: false });

@@ -28,6 +28,12 @@ export function ensureOutputDir(flag: string, dir: string): void {
   }
 }
 
+/** A file a command will write whose directory is made when missing (ensureOutputDir), and is not a directory. */
+export function prepareOutputFile(flag: string, file: string): void {
+  ensureOutputDir(flag, path.dirname(path.resolve(file)));
+  checkWritableFile(flag, path.resolve(file));
+}
+
 /** A file a command will write: its directory exists and the path is not a directory. */
 export function checkWritableFile(flag: string, file: string): void {
   checkWritableParent(flag, file);

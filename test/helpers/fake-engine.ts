@@ -19,6 +19,9 @@ export interface FakeTuning {
   shortBy?: number;
   /** Omit the profile even when asked. */
   noProfile?: boolean;
+  /** Report every request as preempted once after this many tokens (counted in the engine's counters);
+   * the recompute's stall itself is not simulated. */
+  preemptAfter?: number;
 }
 
 interface Seq {
@@ -138,9 +141,12 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
       }
     }
     stats.activeBytes = activeBytes();
+    const preempted = tune.preemptAfter !== undefined && reason === 'length';
+    if (preempted) stats.preemptions++;
     s.resolve({
       id: s.id, tokens: s.tokens, promptTokens: s.prompt.length, enqueueMs: s.enqueueMs, tokenMs: s.tokenMs,
       prefillChunkMs: s.chunkMs, cachedPromptTokens: s.cached, finishReason: reason, ...(error ? { error } : {}),
+      ...(preempted ? { preemptedAfter: [tune.preemptAfter!] } : {}),
     });
   }
 
