@@ -12,11 +12,16 @@
 // docs/performance.md, twenty-sixth and twenty-seventh sessions): list a copy of the baseline as
 // a third build, an A/A control, and read a change against it.
 // `--kv-cache-dtype f32,f16` runs every build with each KV cache type, interleaved as builds are.
-// `--gguf FILE` measures a GGUF file instead of the synthetic preset. Usage: npm run bench:batch -- [flags]
+// `--gguf FILE` measures a GGUF file instead of the synthetic preset. `--in-memory` has the engine
+// generate the preset's weights (as `--model-path synthetic:<preset>`, seed 0) instead of writing a
+// checkpoint into .models/ (seed 1) on first use and loading it: nothing is written to disk.
+// Usage: npm run bench:batch -- [flags]
 import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
+import { syntheticModel } from '../src/model/synthetic-model.js';
+import { DEFAULT_SYNTH_SEED } from '../src/model/synth.js';
 import { choiceArg } from '../src/cli/flag-values.js';
 import { resolveDevice } from '../src/engine/device.js';
 import { loadEngine } from '../src/engine/engine.js';
@@ -38,13 +43,14 @@ const program = new Command('batch-bench')
   .option('--concurrency <list>', 'concurrencies (0 = prefill tok/s of one --prefill-tokens prompt)', '1,4,8')
   .option('--prefill-tokens <n>', 'prompt length of the prefill measurement (concurrency 0)', (v) => Number(v), 512)
   .option('--preset <p>', 'synthetic preset', '0.8b')
+  .option('--in-memory', 'generate the preset\'s weights in the engine (synthetic:<preset>, seed 0) instead of writing a checkpoint to .models/')
   .option('--gguf <file>', 'benchmark this GGUF file instead of the synthetic preset (e.g. one bench:peer --quant made)')
   .option('--addons <list>', 'comma-separated addon builds to compare (default: the installed one)')
   .option('--kv-cache-dtype <list>', 'KV cache element types, comma-separated (f32, f16); more than one: each build with each, interleaved like builds', 'f32')
   .option('--profile', 'print the per-op profile of each concurrency (decode steps after every stream has started, summed over rounds; prefill only for concurrency 0)')
   .option('--json <file>', 'also write the results as JSON')
   .parse(process.argv);
-const opt = program.opts<{ prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; gguf?: string; addons?: string; profile?: boolean; json?: string; kvCacheDtype: string }>();
+const opt = program.opts<{ prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; inMemory?: boolean; gguf?: string; addons?: string; profile?: boolean; json?: string; kvCacheDtype: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 interface Variant { name: string; addon?: string; kv: KvCacheDtype; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
@@ -72,7 +78,9 @@ async function main(): Promise<void> {
   if (levels.some((c) => !Number.isInteger(c) || c < 0)) throw new Error(`--concurrency: not a list of positive integers: ${opt.concurrency}`);
   const maxC = Math.max(...levels);
   const device = resolveDevice(choiceArg('--device', ['cpu', 'cuda', 'auto'] as const)(opt.device));
-  const ckpt = opt.gguf !== undefined ? loadGgufCheckpoint(opt.gguf) : loadCheckpoint((await ensureBenchModel(opt.preset, log, false)).dir);
+  const ckpt = opt.gguf !== undefined ? loadGgufCheckpoint(opt.gguf)
+    : opt.inMemory ? syntheticModel({ preset: opt.preset, dtype: 'bf16', seed: DEFAULT_SYNTH_SEED })
+      : loadCheckpoint((await ensureBenchModel(opt.preset, log, false)).dir);
   const addons: (string | undefined)[] = opt.addons ? opt.addons.split(',') : [undefined];
   if (!Number.isInteger(opt.reloads) || opt.reloads < 1) throw new Error(`--reloads: not a positive integer: ${opt.reloads}`);
   if (!Number.isInteger(opt.rounds) || opt.rounds < 1) throw new Error(`--rounds: not a positive integer: ${opt.rounds}`);
@@ -126,7 +134,7 @@ async function main(): Promise<void> {
   const out: string[] = [];
   const cpu = machineInfo().cpuModel;
   out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.isa).join(' / ')}; device: ${device}${device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
-  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; KV cache ${kvs.join(' / ')}; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}`);
+  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16${opt.inMemory ? ' (generated in memory)' : ''}`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; KV cache ${kvs.join(' / ')}; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}`);
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
     const base = median(v.rates.get(1) ?? v.rates.get(levels.find((c) => c > 0) ?? levels[0]!)!);

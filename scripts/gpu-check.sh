@@ -41,20 +41,11 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 log() { echo "[gpu-check $(elapsed)s] $*" | tee -a "$OUTDIR/gpu-check.log" >&2; }
 has_phase() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
 
-# ---- node: LUMEN_NODE, the packed binary (directly, else through the packed loader), or PATH.
-NODE=()
-if [ -n "${LUMEN_NODE:-}" ]; then
-  NODE=("$LUMEN_NODE")
-elif [ -x "$PACK/node/bin/node" ]; then
-  if "$PACK/node/bin/node" --version >/dev/null 2>&1; then
-    NODE=("$PACK/node/bin/node")
-  elif [ -x "$PACK/node/lib/ld-linux-x86-64.so.2" ]; then
-    NODE=("$PACK/node/lib/ld-linux-x86-64.so.2" --library-path "$PACK/node/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PACK/node/bin/node")
-  fi
-elif command -v node >/dev/null 2>&1; then
-  NODE=("$(command -v node)")
-fi
-if [ ${#NODE[@]} -eq 0 ] || ! "${NODE[@]}" --version >/dev/null 2>&1; then
+# ---- node: LUMEN_NODE, the packed binary (directly, else through the packed loader), or PATH
+# (scripts/gpu-node.sh, which gpu-decode-profile.sh shares).
+. "$ROOT/scripts/gpu-node.sh"
+lumen_find_node "$PACK"
+if [ ${#NODE[@]} -eq 0 ]; then
   log "FATAL: no runnable node (looked at LUMEN_NODE, $PACK/node/bin/node, PATH)"
   exit 1
 fi

@@ -65,7 +65,7 @@ for f in src/engine/engine.js scripts/gpu-check-driver.js; do
 done
 cp "$REPO/package.json" "$STAGE/lumen/"
 cp -r "$REPO/bin" "$STAGE/lumen/"
-cp "$REPO/scripts/gpu-check.sh" "$STAGE/lumen/scripts/"
+cp "$REPO/scripts/gpu-check.sh" "$REPO/scripts/gpu-node.sh" "$STAGE/lumen/scripts/"
 
 # 3. Runtime node_modules: the production dependencies and what they need, without the build-time
 #    ones (cmake-js and node-addon-api build the addon; the pack brings it built).

@@ -2,7 +2,7 @@
 // (backend/cpu/) operation by operation where the order matters:
 //  - conv: causal depthwise conv over q|k|v (window from the state for the first tokens), SiLU,
 //    l2-norm of q and k per head (q also scaled by 1/sqrt(dk)); beta = sigmoid(b),
-//    g = -exp(A_log) * softplus(a + dt_bias). One block per token.
+//    g = -exp(A_log) * softplus(a + dt_bias). One block per (token, head's 128 channels).
 //  - recurrent: one block per (segment, value head), one thread per value column holding that
 //    column of S (dk floats) in registers; decay, delta-rule write, readout, then the gated RMSNorm.
 //    The same launch also slides every segment's conv window (after the conv kernel read it).
@@ -28,43 +28,59 @@ constexpr size_t kPerBlockHead = static_cast<size_t>(C) * D * 2 + C * C + C;  //
 
 constexpr size_t kPrepSmem = (static_cast<size_t>(2) * C * kLdC + C * (C + 1) + 2 * C) * sizeof(float);
 constexpr size_t kScanSmem = (static_cast<size_t>(D) * (kTile + 1) + C * kLdC + C * (kTile + 1) + 2 * C) * sizeof(float);
-constexpr int kConvMaxSmemChannels = 16384;
+constexpr int kMaxConvKernel = 8;  // conv taps per channel
 
-__global__ void __launch_bounds__(256) gdn_conv_kernel(const GdnArgs a) {
-  LUMEN_DYN_SMEM(float, cbuf);  // [cd]
-  const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+// grid (rows, cd / D): one block per (token, group of D channels), one channel per thread. The
+// channels come in groups of D = dk = dv: the q heads, then the k heads (each l2-normalised over its
+// group), then the v heads. Per output, the same operations in the same order as the CPU reference
+// and as the earlier one-block-per-token form: acc = w[hist]·x_t, then acc += w[r]·x over the
+// window in order, SiLU; the l2 norm's sum of squares is each lane's strided partial sum (d = lane,
+// lane + 32, ...) reduced by warp_sum, which every warp of the block computes alike.
+__global__ void __launch_bounds__(D) gdn_conv_kernel(const GdnArgs a) {
+  __shared__ float xs[D];
+  const int row = blockIdx.x, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
   const int seg = a.m.row_seg[row];
   const int start = a.m.seg_start[seg], i = row - start;
   const float* cst = a.state + static_cast<int64_t>(a.m.seg_slot[seg]) * a.slot_stride;  // conv window [hist][cd]
   const int cd = a.cd, kc = a.kc, hist = kc - 1;
-  for (int c = tid; c < cd; c += blockDim.x) {
-    const float* w = a.conv_w + static_cast<int64_t>(c) * kc;
-    float acc = w[hist] * a.qkv[static_cast<int64_t>(row) * cd + c];
-    for (int r = 0; r < hist; ++r) {
+  const int c = g * D + tid;
+  const float* w = a.conv_w + static_cast<int64_t>(c) * kc;
+  // The window's taps load together (kc <= kMaxConvKernel, checked at launch).
+  float xv[kMaxConvKernel - 1] = {}, wv[kMaxConvKernel - 1] = {};
+#pragma unroll
+  for (int r = 0; r < kMaxConvKernel - 1; ++r) {
+    if (r < hist) {
       const int idx = i - hist + r;
-      const float x = idx >= 0 ? a.qkv[static_cast<int64_t>(start + idx) * cd + c] : cst[static_cast<int64_t>(i + r) * cd + c];
-      acc += w[r] * x;
+      xv[r] = idx >= 0 ? a.qkv[static_cast<int64_t>(start + idx) * cd + c] : cst[static_cast<int64_t>(i + r) * cd + c];
+      wv[r] = w[r];
     }
-    cbuf[c] = siluf_d(acc);
   }
-  __syncthreads();
+  float acc = w[hist] * a.qkv[static_cast<int64_t>(row) * cd + c];
+#pragma unroll
+  for (int r = 0; r < kMaxConvKernel - 1; ++r) {
+    if (r < hist) acc += wv[r] * xv[r];
+  }
+  const float y = siluf_d(acc);
   float* dst = a.conv_out + static_cast<int64_t>(row) * cd;
-  const float qscale = 1.f / sqrtf(static_cast<float>(a.dk));
-  const int nwarps = blockDim.x >> 5;
-  for (int h = warp; h < 2 * a.nk; h += nwarps) {
-    const float* x = cbuf + h * a.dk;
+  if (g < 2 * a.nk) {  // a q or k head: l2 norm over the group (uniform per block)
+    xs[tid] = y;
+    __syncthreads();
     float ss = 0.f;
-    for (int d = lane; d < a.dk; d += 32) ss += x[d] * x[d];
+    for (int d = lane; d < D; d += 32) ss += xs[d] * xs[d];
     ss = warp_sum(ss);
     const float inv = 1.f / sqrtf(ss + 1e-6f);
-    const float f = h < a.nk ? inv * qscale : inv;
-    for (int d = lane; d < a.dk; d += 32) dst[h * a.dk + d] = x[d] * f;
+    const float qscale = 1.f / sqrtf(static_cast<float>(a.dk));
+    const float f = g < a.nk ? inv * qscale : inv;
+    dst[c] = xs[tid] * f;
+  } else {
+    dst[c] = y;
   }
-  for (int c = 2 * a.nk * a.dk + tid; c < cd; c += blockDim.x) dst[c] = cbuf[c];
-  for (int j = tid; j < a.nv; j += blockDim.x) {
-    const int64_t o = static_cast<int64_t>(row) * a.nv + j;
-    a.beta[o] = sigmoidf_d(a.b[o]);
-    a.gdec[o] = a.neg_exp_a[j] * softplusf_d(a.a[o] + a.dt_bias[j]);
+  if (g == 0) {
+    for (int j = tid; j < a.nv; j += D) {
+      const int64_t o = static_cast<int64_t>(row) * a.nv + j;
+      a.beta[o] = sigmoidf_d(a.b[o]);
+      a.gdec[o] = a.neg_exp_a[j] * softplusf_d(a.a[o] + a.dt_bias[j]);
+    }
   }
 }
 
@@ -309,8 +325,8 @@ void check_shape(const GdnArgs& a) {
     throw std::runtime_error("CUDA Gated DeltaNet supports key/value head dim 128, not " + std::to_string(a.dk) + "/" +
                              std::to_string(a.dv));
   if (a.nk <= 0 || a.nv % a.nk != 0) throw std::runtime_error("CUDA Gated DeltaNet: value heads must be a multiple of key heads");
-  if (a.cd > kConvMaxSmemChannels) throw std::runtime_error("CUDA Gated DeltaNet: conv dim too large");
-  if (a.kc < 1 || a.kc > 8) throw std::runtime_error("CUDA Gated DeltaNet: conv kernel must be 1..8");
+  if (a.cd != (2 * a.nk + a.nv) * D) throw std::runtime_error("CUDA Gated DeltaNet: conv dim is not (2 key heads + value heads) x 128");
+  if (a.kc < 1 || a.kc > kMaxConvKernel) throw std::runtime_error("CUDA Gated DeltaNet: conv kernel must be 1..8");
 }
 
 }  // namespace
@@ -320,7 +336,7 @@ size_t gdn_block_scratch_floats_per_head() { return kPerBlockHead; }
 void launch_gdn_conv(const GdnArgs& a, cudaStream_t s) {
   if (a.rows <= 0) return;
   check_shape(a);
-  LUMEN_LAUNCH(gdn_conv_kernel, a.rows, 256, static_cast<size_t>(a.cd) * sizeof(float), s, a);
+  LUMEN_LAUNCH(gdn_conv_kernel, dim3(a.rows, a.cd / D), D, 0, s, a);
   LUMEN_CUDA_LAUNCHED("gdn_conv");
 }
 
@@ -346,12 +362,10 @@ void launch_gdn_chunked(const GdnArgs& a, int n_blocks, int n_long, cudaStream_t
 void init_gdn_kernels(int device) {
   int optin = 0;
   LUMEN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t conv = static_cast<size_t>(kConvMaxSmemChannels) * sizeof(float);
-  const size_t need = kPrepSmem > kScanSmem ? (kPrepSmem > conv ? kPrepSmem : conv) : (kScanSmem > conv ? kScanSmem : conv);
+  const size_t need = kPrepSmem > kScanSmem ? kPrepSmem : kScanSmem;
   if (static_cast<size_t>(optin) < need)
     throw std::runtime_error("the GPU allows " + std::to_string(optin) + " bytes of shared memory per block; Gated DeltaNet needs " +
                              std::to_string(need));
-  LUMEN_CUDA_CHECK(cudaFuncSetAttribute(gdn_conv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(conv)));
   LUMEN_CUDA_CHECK(cudaFuncSetAttribute(gdn_block_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPrepSmem)));
   LUMEN_CUDA_CHECK(cudaFuncSetAttribute(gdn_block_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kScanSmem)));
 }

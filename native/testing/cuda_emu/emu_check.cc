@@ -761,6 +761,113 @@ void gguf_cases(const std::vector<std::string>& specs) {
 // ---- sampling picks (k_sample.cu) against the host's argmax (core/argmax.h) and top-k
 // (core/top_k.h): ids and values must be exactly equal, ties, signed zeros, -inf and NaN included.
 
+// ---- the DeltaNet conv kernel (conv + SiLU, per-head l2 norm of q and k, beta and the decay
+// gate) against a double-precision reference: several segments, rows whose window reaches into
+// the state slot and rows whose window lies in the step's tokens, conv kernels 4 and 3.
+void gdn_conv_tests() {
+  cudaStream_t st;
+  cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  Lcg rng{777};
+  const int nk = 2, nv = 4, D = 128, cd = (2 * nk + nv) * D;
+  const std::vector<int> seg_start = {0, 5, 6}, seg_len = {5, 1, 2}, seg_slot = {1, 0, 2};
+  const int rows = 8, nslots = 3;
+  std::vector<int> row_seg(rows);
+  for (int s = 0; s < 3; ++s)
+    for (int t = 0; t < seg_len[s]; ++t) row_seg[seg_start[s] + t] = s;
+  for (int kc : {4, 3}) {
+    const int hist = kc - 1;
+    const int64_t slot_stride = static_cast<int64_t>(hist) * cd + 7;
+    std::vector<float> qkv(static_cast<size_t>(rows) * cd), w(static_cast<size_t>(cd) * kc), state(slot_stride * nslots);
+    std::vector<float> b(rows * nv), a(rows * nv), dtb(nv), nea(nv);
+    for (auto& v : qkv) v = 2.f * rng.next();
+    for (auto& v : w) v = rng.next();
+    for (auto& v : state) v = 2.f * rng.next();
+    for (auto& v : b) v = 4.f * rng.next();
+    for (auto& v : a) v = 4.f * rng.next();
+    for (auto& v : dtb) v = rng.next() - 4.f;
+    for (auto& v : nea) v = -8.f + 7.f * rng.next();
+    std::vector<double> ref_out(qkv.size()), ref_beta(b.size()), ref_gdec(b.size());
+    for (int row = 0; row < rows; ++row) {
+      const int s = row_seg[row], start = seg_start[s], i = row - start;
+      std::vector<double> y(cd);
+      for (int c = 0; c < cd; ++c) {
+        double acc = static_cast<double>(w[static_cast<size_t>(c) * kc + hist]) * qkv[static_cast<size_t>(row) * cd + c];
+        for (int r = 0; r < hist; ++r) {
+          const int idx = i - hist + r;
+          const double x = idx >= 0 ? qkv[static_cast<size_t>(start + idx) * cd + c]
+                                    : state[seg_slot[s] * slot_stride + static_cast<int64_t>(i + r) * cd + c];
+          acc += static_cast<double>(w[static_cast<size_t>(c) * kc + r]) * x;
+        }
+        y[c] = acc / (1.0 + std::exp(-acc));
+      }
+      for (int h = 0; h < 2 * nk + nv; ++h) {
+        double f = 1.0;
+        if (h < 2 * nk) {
+          double ss = 0;
+          for (int d = 0; d < D; ++d) ss += y[h * D + d] * y[h * D + d];
+          f = 1.0 / std::sqrt(ss + 1e-6) / (h < nk ? std::sqrt(static_cast<double>(D)) : 1.0);
+        }
+        for (int d = 0; d < D; ++d) ref_out[static_cast<size_t>(row) * cd + h * D + d] = y[h * D + d] * f;
+      }
+      for (int j = 0; j < nv; ++j) {
+        const double bb = b[row * nv + j], x = static_cast<double>(a[row * nv + j]) + dtb[j];
+        ref_beta[row * nv + j] = 1.0 / (1.0 + std::exp(-bb));
+        ref_gdec[row * nv + j] = nea[j] * (x > 20 ? x : std::log1p(std::exp(x)));
+      }
+    }
+    cuda::GdnArgs g;
+    auto* d_qkv = dev_copy(qkv);
+    auto* d_w = dev_copy(w);
+    auto* d_state = dev_copy(state);
+    auto* d_b = dev_copy(b);
+    auto* d_a = dev_copy(a);
+    auto* d_dtb = dev_copy(dtb);
+    auto* d_nea = dev_copy(nea);
+    auto* d_out = dev_copy(std::vector<float>(qkv.size(), 0.f));
+    auto* d_beta = dev_copy(std::vector<float>(b.size(), 0.f));
+    auto* d_gdec = dev_copy(std::vector<float>(b.size(), 0.f));
+    auto* d_row_seg = dev_copy(row_seg);
+    auto* d_seg_start = dev_copy(seg_start);
+    auto* d_seg_slot = dev_copy(seg_slot);
+    g.qkv = d_qkv;
+    g.b = d_b;
+    g.a = d_a;
+    g.conv_out = d_out;
+    g.beta = d_beta;
+    g.gdec = d_gdec;
+    g.state = d_state;
+    g.slot_stride = slot_stride;
+    g.conv_w = d_w;
+    g.dt_bias = d_dtb;
+    g.neg_exp_a = d_nea;
+    g.cd = cd;
+    g.kc = kc;
+    g.nk = nk;
+    g.nv = nv;
+    g.dk = D;
+    g.dv = D;
+    g.m.row_seg = d_row_seg;
+    g.m.seg_start = d_seg_start;
+    g.m.seg_slot = d_seg_slot;
+    g.rows = rows;
+    cuda::launch_gdn_conv(g, st);
+    cudaStreamSynchronize(st);
+    const double e_out = rel_err(host_copy(d_out, qkv.size()), ref_out);
+    const double e_beta = rel_err(host_copy(d_beta, b.size()), ref_beta);
+    const double e_gdec = rel_err(host_copy(d_gdec, b.size()), ref_gdec);
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "kernel gdn_conv kc=%d, 3 segments, 8 rows: rel err out %.2e, beta %.2e, gate %.2e", kc, e_out,
+                  e_beta, e_gdec);
+    report(e_out < 1e-5 && e_beta < 1e-6 && e_gdec < 1e-5, buf);
+    for (void* p : {static_cast<void*>(d_qkv), static_cast<void*>(d_w), static_cast<void*>(d_state), static_cast<void*>(d_b),
+                    static_cast<void*>(d_a), static_cast<void*>(d_dtb), static_cast<void*>(d_nea), static_cast<void*>(d_out),
+                    static_cast<void*>(d_beta), static_cast<void*>(d_gdec), static_cast<void*>(d_row_seg),
+                    static_cast<void*>(d_seg_start), static_cast<void*>(d_seg_slot)})
+      cudaFree(p);
+  }
+  cudaStreamDestroy(st);
+}
+
 void pick_kernel_tests() {
   Lcg rng{2026};
   // Row kinds: 0 spread values, 1 few levels (many ties), 2 NaN first, 3 NaN and -inf scattered,
@@ -1018,6 +1125,11 @@ int main(int argc, char** argv) {
     kernel_tests();
   } catch (const std::exception& e) {
     report(false, std::string("kernel tests: ") + e.what());
+  }
+  try {
+    gdn_conv_tests();
+  } catch (const std::exception& e) {
+    report(false, std::string("gdn conv tests: ") + e.what());
   }
   try {
     pick_kernel_tests();
