@@ -3,6 +3,7 @@
 // itself is the subject. Nothing here waits on timing: situations are forced (manual engine steps,
 // streams held open by large max_tokens) and conditions polled, bounded by the test timeout.
 import { spawnSync } from 'node:child_process';
+import { request as httpRequest } from 'node:http';
 import path from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
@@ -34,6 +35,34 @@ async function post(s: RunningServer, route: string, body: unknown, headers: Rec
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}`, ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/**
+ * One request over raw HTTP with `target` sent as the request line's target exactly as given
+ * (percent-escapes and absolute-form targets are not normalised, as fetch would).
+ */
+function rawRequest(s: RunningServer, method: string, target: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; text: string; body: Json }> {
+  const u = new URL(s.url);
+  const data = body === undefined ? undefined : JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({
+      host: u.hostname, port: Number(u.port), method, path: target,
+      headers: { ...(data !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)) } : {}), ...headers },
+    }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { text += c; });
+      res.on('end', () => {
+        let parsed: Json = {};
+        try {
+          parsed = JSON.parse(text) as Json;
+        } catch { /* not JSON (e.g. /metrics): the text alone */ }
+        resolve({ status: res.statusCode ?? 0, text, body: parsed });
+      });
+    });
+    req.on('error', reject);
+    req.end(data);
   });
 }
 
@@ -347,6 +376,43 @@ describe('bench serve over the embedded model', () => {
     const chat = await (await post(s, '/tokenize', { messages: [{ role: 'user', content: 'hi' }] })).json() as Json;
     const m = await anthropic(s).messages.countTokens({ model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'hi' }] });
     expect(chat.count).toBe(m.input_tokens);
+  });
+
+  it('the API key covers the route the router matched: percent-encoded and absolute-form targets need it too, and get their route\'s error shape', async () => {
+    const chat = { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 1 };
+    const msg = { model: 'embedded-tiny-v2', max_tokens: 1, messages: [{ role: 'user', content: 'Hi' }] };
+    const cases: Array<[string, string, unknown, 'openai' | 'anthropic']> = [
+      ['POST', '/%761/chat/completions', chat, 'openai'],
+      ['POST', '/v1/chat/%63ompletions', chat, 'openai'],
+      ['POST', '/%761/completions', { prompt: 'Hi', max_tokens: 1 }, 'openai'],
+      ['POST', '/%761/messages', msg, 'anthropic'],
+      ['POST', '/v1/%6dessages', msg, 'anthropic'],
+      ['POST', '/%761/messages/count_tokens', msg, 'anthropic'],
+      ['POST', '/%74okenize', { prompt: 'hello' }, 'openai'],
+      ['POST', '/%64etokenize', { tokens: [1, 2] }, 'openai'],
+      ['GET', '/%761/models', undefined, 'openai'],
+      ['POST', 'http://x/v1/chat/completions', chat, 'openai'],
+      ['POST', 'http://x/v1/messages', msg, 'anthropic'],
+      ['GET', 'http://x/v1/models', undefined, 'openai'],
+      ['POST', '/v1/nothing', {}, 'openai'], // an unknown route needs the key too
+    ];
+    for (const [method, target, body, flavor] of cases) {
+      const r = await rawRequest(s, method, target, body);
+      expect(r.status, `${method} ${target}`).toBe(401);
+      if (flavor === 'anthropic') expect(r.body, target).toMatchObject({ type: 'error', error: { type: 'authentication_error' } });
+      else expect(r.body.error, target).toMatchObject({ type: 'invalid_request_error', code: 'invalid_api_key' });
+      // With the key the same targets reach their routes.
+      const ok = await rawRequest(s, method, target, body, { authorization: `Bearer ${API_KEY}` });
+      expect(ok.status, `${method} ${target} with the key`).toBe(target.endsWith('/nothing') ? 404 : 200);
+    }
+    // An error on an encoded Anthropic path has Anthropic's shape (the matched route decides, not the raw text).
+    const nf = await rawRequest(s, 'POST', '/v1/%6dessages', { ...msg, model: 'nope' }, { 'x-api-key': API_KEY });
+    expect(nf.status).toBe(404);
+    expect(nf.body).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
+    // The documented open routes stay open, however they are spelled.
+    for (const target of ['/health', '/%68ealth', '/version', 'http://x/metrics']) {
+      expect((await rawRequest(s, 'GET', target, undefined)).status, target).toBe(200);
+    }
   });
 
   it('a forced tool choice on a random-weight model: its malformed call stays text, never a 500', async () => {

@@ -25,9 +25,9 @@ export const unsupported = (param: string, what: string) =>
 
 export type ApiFlavor = 'openai' | 'anthropic';
 
-/** Which API's error shape a URL answers with. */
-export function flavorOf(url: string): ApiFlavor {
-  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+/** Which API's error shape a route answers with (`route`: the matched route, or the decoded path of an unknown one). */
+export function flavorOf(route: string): ApiFlavor {
+  return route === '/v1/messages' || route.startsWith('/v1/messages/') ? 'anthropic' : 'openai';
 }
 
 const OPENAI_TYPE: Record<ErrorKind, string> = {
