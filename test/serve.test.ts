@@ -266,6 +266,33 @@ describe('bench serve over the embedded model', () => {
     expect(hc.token_ids).not.toContain(tokens[0]);
   });
 
+  it('ignore_eos ignores only the end-of-sequence ids: stop_token_ids still stop the output', async () => {
+    const prompt = promptIds(15, 9);
+    const tokens = await soloTokens(client, prompt, 8);
+    const stopId = tokens[2]!;
+    const firstAt = tokens.indexOf(stopId);
+    for (const ignoreEos of [false, true]) {
+      const r = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>({
+        model: 'embedded-tiny-v2', prompt, max_tokens: 8, temperature: 0, ignore_eos: ignoreEos, stop_token_ids: [stopId], return_token_ids: true,
+      }));
+      const c = r.choices[0] as Json;
+      expect(c.finish_reason, `ignore_eos ${ignoreEos}`).toBe('stop');
+      expect(c.stop_reason).toBe(stopId);
+      expect(c.token_ids).toEqual(tokens.slice(0, firstAt + 1));
+    }
+    // Chat, as the SDK sends it.
+    const chat = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 8, temperature: 0, ignore_eos: true, return_token_ids: true,
+    }));
+    const ids = (chat.choices[0] as Json).token_ids as number[];
+    const stopped = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 8, temperature: 0, ignore_eos: true,
+      stop_token_ids: [ids[2]], return_token_ids: true,
+    }));
+    expect(stopped.choices[0]!.finish_reason).toBe('stop');
+    expect((stopped.choices[0] as Json).token_ids).toEqual(ids.slice(0, ids.indexOf(ids[2]!) + 1));
+  });
+
   it('Anthropic messages, non-streamed and streamed, with the event order of the API', async () => {
     const a = anthropic(s);
     const req = { model: 'embedded-tiny-v2', max_tokens: 6, temperature: 0, system: 'Be brief.', messages: [{ role: 'user' as const, content: 'Hello!' }] };
@@ -694,6 +721,19 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
     expect(last.event).toBe('error');
     expect(JSON.parse(last.data)).toMatchObject({ type: 'error', error: { type: 'api_error' } });
     expect((JSON.parse(last.data) as Json).error.message).toContain(reason);
+  });
+
+  it('ignore_eos runs through the end-of-sequence token, and a stop_token_id still ends the output there', async () => {
+    const [a, b, c, d] = s.ctx.model.tokenizer.encode('one two three four');
+    const eos = s.ctx.model.eosTokenIds[0]!;
+    const run = async (extra: Json) => {
+      eng.scripts.push([a!, b!, eos, c!, d!]);
+      const r = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 5, return_token_ids: true, ...extra });
+      return ((await r.json()) as Json).choices[0] as Json;
+    };
+    expect(await run({})).toMatchObject({ finish_reason: 'stop', stop_reason: null, token_ids: [a, b, eos] });
+    expect(await run({ ignore_eos: true })).toMatchObject({ finish_reason: 'length', token_ids: [a, b, eos, c, d] });
+    expect(await run({ ignore_eos: true, stop_token_ids: [c] })).toMatchObject({ finish_reason: 'stop', stop_reason: c, token_ids: [a, b, eos, c] });
   });
 
   const CALL = 'I will look it up.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>';

@@ -19,8 +19,9 @@ export interface GenerationParams {
   seed: number;
   /** The model's end-of-sequence ids. */
   eosTokens: number[];
-  /** The request's stop_token_ids. */
+  /** The request's stop_token_ids (they stop the output even with ignoreEos). */
   stopTokenIds: number[];
+  /** ignore_eos: the eosTokens do not stop the output (the stopTokenIds still do). */
   ignoreEos: boolean;
   stop: string[];
   /** Top alternatives per token (undefined: no logprobs). */
@@ -90,12 +91,15 @@ export class Generation {
     this.stops = new StopStrings(p.stop);
     this.split = p.reasoning ? new ReasoningSplitter(p.reasoning.startsInReasoning) : null;
     this.toolParser = p.tools ? new ToolCallParser(p.tools.defs, p.tools.prefix, p.tools.idPrefix) : null;
-    const stopTokens = [...new Set([...p.eosTokens, ...p.stopTokenIds])];
-    this.stopSet = new Set(p.ignoreEos ? [] : stopTokens);
+    // ignore_eos ignores the model's end-of-sequence ids only (vLLM): the request's stop_token_ids
+    // still stop it. The engine's ignoreEos would switch off every stop id, so it is never set here:
+    // the engine gets just the ids that stop this request.
+    const stopTokens = [...new Set([...(p.ignoreEos ? [] : p.eosTokens), ...p.stopTokenIds])];
+    this.stopSet = new Set(stopTokens);
     this.logprobs = p.logprobs !== undefined ? [] : undefined;
     const h = engine.submit({
       prompt: p.prompt, maxTokens: p.maxTokens, minTokens: p.minTokens, temperature: p.temperature, topP: p.topP,
-      topK: p.topK, seed: p.seed, stopTokens, ignoreEos: p.ignoreEos,
+      topK: p.topK, seed: p.seed, stopTokens, ignoreEos: false,
       ...(p.logprobs !== undefined ? { logprobs: p.logprobs } : {}),
     }, (s) => this.step(s.tokens, s.logprobs));
     this.handle = h;
@@ -190,7 +194,7 @@ export class Generation {
       finish = 'stop';
       const lastTok = r.tokens[r.tokens.length - 1];
       // vLLM reports a stop_token_ids hit as its id and an end-of-sequence token as null.
-      stopReason = lastTok !== undefined && this.p.stopTokenIds.includes(lastTok) && !this.p.eosTokens.includes(lastTok) ? lastTok : null;
+      stopReason = lastTok !== undefined && this.p.stopTokenIds.includes(lastTok) && (this.p.ignoreEos || !this.p.eosTokens.includes(lastTok)) ? lastTok : null;
     } else {
       finish = r.finishReason;
     }
