@@ -7,7 +7,7 @@ import { request as httpRequest } from 'node:http';
 import path from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RunningServer } from '../src/serve/server.js';
 import { REPO_ROOT } from '../src/util/version.js';
 import { promptIds } from './helpers/engine-fixture.js';
@@ -440,6 +440,52 @@ describe('bench serve over the embedded model', () => {
     for (const target of ['/health', '/%68ealth', '/version', 'http://x/metrics']) {
       expect((await rawRequest(s, 'GET', target, undefined)).status, target).toBe(200);
     }
+  });
+
+  it('a prompt text too long for --max-seq is refused without tokenizing it whole (the JS thread is not stalled)', async () => {
+    const m = s.ctx.model;
+    const words = (bytes: number) => {
+      let t = '';
+      for (let i = 0; t.length < bytes; i++) t += ['alpha', 'beta', 'gamma', 'delta'][i % 4] + ' ';
+      return t;
+    };
+    const encode = vi.spyOn(m.tokenizer, 'encode');
+    try {
+      const routes = (text: string): Array<[string, unknown]> => [
+        ['/v1/chat/completions', { messages: [{ role: 'user', content: text }], max_tokens: 1 }],
+        ['/v1/completions', { prompt: text, max_tokens: 1 }],
+        ['/v1/messages', { model: 'embedded-tiny-v2', max_tokens: 1, messages: [{ role: 'user', content: text }] }],
+        ['/v1/messages/count_tokens', { model: 'embedded-tiny-v2', messages: [{ role: 'user', content: text }] }],
+        ['/tokenize', { prompt: text }],
+        ['/tokenize', { messages: [{ role: 'user', content: text }] }],
+      ];
+      // More bytes than max_seq tokens of the longest token can hold (times the normaliser slack): no tokenizing at all.
+      const huge = words(m.maxSeq * m.longestTokenBytes * 4 + 1000);
+      expect(huge.length).toBeLessThan(1 << 20); // under the body limit: this is the server's check, not fastify's
+      for (const [route, body] of routes(huge)) {
+        const r = await post(s, route, body);
+        expect(r.status, route).toBe(400);
+        const b = await r.json() as Json;
+        expect(JSON.stringify(b), route).toMatch(/--max-seq\) is 1024 tokens/);
+      }
+      expect(encode).not.toHaveBeenCalled();
+      // Under that bound but far over max_seq: only a prefix (about 8 characters per max_seq token) is tokenized.
+      const long = words(m.maxSeq * 30);
+      expect(Buffer.byteLength(long)).toBeLessThan(m.maxSeq * m.longestTokenBytes * 4);
+      for (const [route, body] of routes(long)) {
+        encode.mockClear();
+        const r = await post(s, route, body);
+        expect(r.status, route).toBe(400);
+        expect(JSON.stringify(await r.json()), route).toMatch(/--max-seq\) is 1024 tokens/);
+        expect(encode, route).toHaveBeenCalledTimes(1);
+        expect(encode.mock.calls[0]![0].length, route).toBeLessThan(m.maxSeq * 8 + 4096 + 200);
+      }
+    } finally {
+      encode.mockRestore();
+    }
+    // A prompt that fits is tokenized whole, as before.
+    const ok = await client.completions.create({ model: 'embedded-tiny-v2', prompt: words(1200), max_tokens: 1 });
+    expect(ok.usage!.prompt_tokens).toBe(m.tokenizer.encode(words(1200)).length);
   });
 
   it('a forced tool choice on a random-weight model: its malformed call stays text, never a 500', async () => {

@@ -5,6 +5,7 @@
 import type { ChatMessage } from '../model/tokenizer.js';
 import { badRequest, unsupported } from './errors.js';
 import type { ServeModel } from './model.js';
+import { encodePrompt } from './request-params.js';
 import { promptOpensThinking, THINK_CLOSE } from './reasoning.js';
 import { TOOL_OPEN, type ToolDef } from './tool-calls.js';
 
@@ -212,6 +213,6 @@ export function renderChat(model: ServeModel, input: ChatInput): RenderedChat {
     prefix = typeof choice === 'object' ? `${TOOL_OPEN}\n<function=${choice.name}>\n` : `${TOOL_OPEN}\n<function=`;
     text += prefix;
   }
-  const ids = tok.encode(text);
+  const ids = encodePrompt(model, text, 'messages');
   return { text, ids, startsInReasoning, tools: useTools ? { defs: input.tools, prefix } : null };
 }

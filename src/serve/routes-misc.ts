@@ -5,6 +5,7 @@ import { openaiChatInput, renderChat } from './chat-request.js';
 import type { ServeContext } from './context.js';
 import { ApiError, badRequest } from './errors.js';
 import { checkModel } from './model.js';
+import { encodePrompt } from './request-params.js';
 import { DETOKENIZE_BODY, TOKENIZE_BODY } from './schemas.js';
 
 type Json = Record<string, unknown>;
@@ -35,7 +36,7 @@ export function registerMiscRoutes(app: FastifyInstance, ctx: ServeContext): voi
       if (body.prompt !== undefined) throw badRequest('give either prompt or messages, not both', 'prompt');
       ids = renderChat(ctx.model, openaiChatInput(body)).ids;
     } else if (typeof body.prompt === 'string') {
-      ids = ctx.model.tokenizer.encode(body.prompt);
+      ids = encodePrompt(ctx.model, body.prompt, 'prompt');
     } else {
       throw badRequest('give prompt (text) or messages', 'prompt');
     }

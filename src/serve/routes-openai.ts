@@ -11,7 +11,7 @@ import type { ServeContext } from './context.js';
 import { badRequest, errorBody, toApiError } from './errors.js';
 import type { GenerationParams, GenerationResult, StepDelta } from './generation.js';
 import { checkModel } from './model.js';
-import { commonParams, rejectUnsupported, resolveMaxTokens } from './request-params.js';
+import { commonParams, encodePrompt, rejectUnsupported, resolveMaxTokens } from './request-params.js';
 import { CHAT_BODY, COMPLETION_BODY } from './schemas.js';
 import { SseStream } from './sse.js';
 import type { ToolCall } from './tool-calls.js';
@@ -178,7 +178,7 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
 function completionPrompt(ctx: ServeContext, prompt: unknown): { ids: number[]; text: () => string } {
   const one = (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) ? prompt[0] : prompt;
   if (Array.isArray(one) && one.some((x) => typeof x !== 'number')) throw badRequest('batched prompts (a list of several prompts) are not supported by this server', 'prompt');
-  if (typeof one === 'string') return { ids: ctx.model.tokenizer.encode(one), text: () => one };
+  if (typeof one === 'string') return { ids: encodePrompt(ctx.model, one, 'prompt'), text: () => one };
   const ids = one as number[];
   const bad = ids.find((t) => t >= ctx.model.vocabSize);
   if (bad !== undefined) throw badRequest(`prompt: token ${bad} is outside the vocabulary (${ctx.model.vocabSize})`, 'prompt');
