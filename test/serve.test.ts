@@ -564,8 +564,9 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
     expect(s.engine.stats().stateSlotsFree).toBe(s.engine.stats().stateSlotsTotal);
   });
 
-  it('a non-streamed request whose client goes away is cancelled too', async () => {
+  it('a non-streamed request whose client goes away is cancelled too, and still gets its request log line', async () => {
     await until(() => atBaseline(s), step);
+    const logged = vi.spyOn(s.ctx, 'logRequest');
     const ac = new AbortController();
     const call = client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
       model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me everything.' }], max_tokens: 900, ignore_eos: true,
@@ -575,6 +576,13 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
     ac.abort();
     expect(await call).toBeInstanceOf(Error);
     await until(() => atBaseline(s), step);
+    // One line (-v), as for a streamed request the client abandons: status 499 (the client closed the request).
+    await until(() => logged.mock.calls.length > 0);
+    const lines = logged.mock.calls.map((c) => c[0]);
+    logged.mockRestore();
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ route: '/v1/chat/completions', status: 499 });
+    expect(lines[0]!.result?.finish).toBe('cancelled');
   });
 
   it('requests beyond --max-seqs wait inside the engine and /metrics counts them as waiting', async () => {

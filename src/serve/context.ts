@@ -9,6 +9,9 @@ import { Generation, type GenerationParams, type GenerationResult, type StepDelt
 import type { ServeMetrics } from './metrics.js';
 import type { ServeModel } from './model.js';
 
+/** The request log's status for a non-streamed request whose client went away before its answer (nginx's "client closed request"). */
+export const CLIENT_CLOSED_REQUEST = 499;
+
 export interface RequestLogFields {
   route: string;
   status: number;
@@ -51,7 +54,9 @@ export class ServeContext {
     this.live.add(gen);
     const res = reply.raw;
     const onClose = () => {
-      if (!res.writableEnded) gen.cancel();
+      if (res.writableEnded) return;
+      (reply.request as { lumenClientGone?: boolean }).lumenClientGone = true;
+      gen.cancel();
     };
     res.on('close', onClose);
     void gen.done.then((r) => {
@@ -69,7 +74,13 @@ export class ServeContext {
    */
   async complete(params: GenerationParams, req: FastifyRequest, reply: FastifyReply): Promise<{ result: GenerationResult; failure: ApiError | null }> {
     const r = await this.start(params, reply).done;
-    (req as { lumenResult?: GenerationResult }).lumenResult = r;
+    const q = req as { lumenResult?: GenerationResult; lumenClientGone?: boolean; lumenLogged?: boolean; lumenStart?: number };
+    q.lumenResult = r;
+    if (q.lumenClientGone) {
+      // No response will finish (fastify's onResponse never runs for it): its log line is written here.
+      this.logRequest({ route: req.routeOptions.url ?? req.url, status: CLIENT_CLOSED_REQUEST, result: r, startedAt: q.lumenStart ?? performance.now() });
+      q.lumenLogged = true;
+    }
     return { result: r, failure: this.failureOf(r) };
   }
 

@@ -133,8 +133,8 @@ export function buildApp(ctx: ServeContext, apiKey: string | undefined, bodyLimi
   });
 
   app.addHook('onResponse', (req, reply, done) => {
-    const r = req as { lumenStart?: number; lumenResult?: GenerationResult; lumenError?: string; lumenStreamed?: boolean };
-    if (!r.lumenStreamed && !UNLOGGED_ROUTES.has(req.routeOptions.url ?? '')) {
+    const r = req as { lumenStart?: number; lumenResult?: GenerationResult; lumenError?: string; lumenStreamed?: boolean; lumenLogged?: boolean };
+    if (!r.lumenStreamed && !r.lumenLogged && !UNLOGGED_ROUTES.has(req.routeOptions.url ?? '')) {
       ctx.logRequest({
         route: routePath(req), status: reply.statusCode, result: r.lumenResult ?? null,
         startedAt: r.lumenStart ?? performance.now(), ...(r.lumenError ? { error: r.lumenError } : {}),
