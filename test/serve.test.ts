@@ -726,6 +726,23 @@ describe('bench serve: while the model loads', () => {
     const m = await fetch(`${url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}' });
     expect(m.status).toBe(503);
     expect(((await m.json()) as Json).error.type).toBe('overloaded_error');
+    // Every API route, the readiness probes' /v1/models and the tokenizer routes included.
+    const routes: Array<[string, string, unknown, 'openai' | 'anthropic']> = [
+      ['GET', '/v1/models', undefined, 'openai'],
+      ['POST', '/tokenize', { prompt: 'x' }, 'openai'],
+      ['POST', '/detokenize', { tokens: [1] }, 'openai'],
+      ['POST', '/v1/messages/count_tokens', { model: 'm', messages: [{ role: 'user', content: 'x' }] }, 'anthropic'],
+      ['POST', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }] }, 'openai'],
+    ];
+    for (const [method, route, body, flavor] of routes) {
+      const r = await fetch(`${url}${route}`, { method, headers: { 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
+      expect(r.status, route).toBe(503);
+      const b = await r.json() as Json;
+      if (flavor === 'anthropic') expect(b, route).toMatchObject({ type: 'error', error: { message: 'the model is still loading' } });
+      else expect(b, route).toMatchObject({ error: { type: 'server_error', message: 'the model is still loading' } });
+    }
+    // /version needs no model.
+    expect((await fetch(`${url}/version`)).status).toBe(200);
     release();
     await until(() => server !== undefined);
     const ok = await fetch(`${url}/health`);
