@@ -891,6 +891,42 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
     expect((m.content[1] as Anthropic.TextBlock).text).toBe('Hello!');
   });
 
+  it('completions logprobs: text_offset counts the characters before each token, a character split over tokens once', async () => {
+    const byteId = (b: number) => {
+      for (let id = 0; id < 256; id++) {
+        const x = s.ctx.model.text.bytesOf(id);
+        if (x.length === 1 && x[0] === b) return id;
+      }
+      throw new Error('no byte token');
+    };
+    // 'a', 'é' in two byte tokens, '😀' in four, then 'b' and 'cd' as whole tokens.
+    const text = 'aé😀b cd';
+    const ids = [byteId(0x61), byteId(0xc3), byteId(0xa9), byteId(0xf0), byteId(0x9f), byteId(0x98), byteId(0x80), ...s.ctx.model.tokenizer.encode('b cd')];
+    expect(s.ctx.model.text.text(ids)).toBe(text);
+    const chars = [...text]; // code points: Python's len, vLLM's unit
+    const want = [0, 1, 1, 2, 2, 2, 2];
+    for (let k = 7, at = 3; k < ids.length; k++) {
+      want.push(at);
+      at += [...s.ctx.model.text.text([ids[k]!])].length;
+    }
+    const body = { prompt: 'x', max_tokens: ids.length, logprobs: 1 };
+    eng.scripts.push(ids);
+    const r = await (await post(s, '/v1/completions', body)).json() as Json;
+    const c = r.choices[0] as Json;
+    expect(c.text).toBe(text);
+    expect(c.logprobs.text_offset).toEqual(want);
+    expect(c.logprobs.text_offset.every((o: number) => o <= chars.length)).toBe(true);
+    // A whole-character token's text is at its offset.
+    c.logprobs.tokens.forEach((t: string, i: number) => {
+      if (!t.includes('\uFFFD')) expect(chars.slice(want[i], want[i]! + [...t].length).join('')).toBe(t);
+    });
+    // Streamed: the same offsets, chunk by chunk.
+    eng.scripts.push(ids);
+    const events = await readSse(await post(s, '/v1/completions', { ...body, stream: true }));
+    const offsets = events.slice(0, -1).flatMap((e) => ((JSON.parse(e.data) as Json).choices[0].logprobs?.text_offset as number[] | undefined) ?? []);
+    expect(offsets).toEqual(want);
+  });
+
   it('multi-byte characters split over tokens: every chunk is whole characters, streamed text = non-streamed', async () => {
     const text = 'Grüße 日本 😀!';
     // One byte-level token per byte: every character but the ASCII ones spans several tokens.

@@ -40,6 +40,8 @@ export interface StepDelta {
   reasoning: string;
   toolCalls: ToolCall[];
   logprobs?: TokenLogprobs[];
+  /** With logprobs: where each token's text starts in the output text, in code points (see Generation.offsets). */
+  textOffsets?: number[];
 }
 
 export type GenerationFinish = 'stop' | 'length' | 'tool_calls' | 'cancelled' | 'error';
@@ -54,6 +56,7 @@ export interface GenerationResult {
   reasoning: string;
   toolCalls: ToolCall[];
   logprobs?: TokenLogprobs[];
+  textOffsets?: number[];
   promptTokens: number;
   cachedPromptTokens: number;
   /** Native times: enqueue -> first token, enqueue -> last output token (ms); null without tokens. */
@@ -63,10 +66,27 @@ export interface GenerationResult {
   error?: string;
 }
 
+/** Unicode code points of a string (Python's len: vLLM's and Python clients' unit of text offsets). */
+export function codePoints(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) n--; // a high surrogate: its pair is one code point
+  }
+  return n;
+}
+
 export class Generation {
   readonly done: Promise<GenerationResult>;
   private readonly tokens: number[] = [];
   private readonly logprobs: TokenLogprobs[] | undefined;
+  /**
+   * With logprobs: per output token, the code points of text the tokens before it completed (the
+   * detokenizer's output, before stop strings are cut). A token that ends mid-character completes
+   * none, so it and the token that completes the character share the character's offset.
+   */
+  private readonly offsets: number[] | undefined;
+  private chars = 0;
   private content = '';
   private reasoningText = '';
   private readonly calls: ToolCall[] = [];
@@ -97,6 +117,7 @@ export class Generation {
     const stopTokens = [...new Set([...(p.ignoreEos ? [] : p.eosTokens), ...p.stopTokenIds])];
     this.stopSet = new Set(stopTokens);
     this.logprobs = p.logprobs !== undefined ? [] : undefined;
+    this.offsets = p.logprobs !== undefined ? [] : undefined;
     const h = engine.submit({
       prompt: p.prompt, maxTokens: p.maxTokens, minTokens: p.minTokens, temperature: p.temperature, topP: p.topP,
       topK: p.topK, seed: p.seed, stopTokens, ignoreEos: false,
@@ -121,16 +142,20 @@ export class Generation {
     if (this.stopped || this.cancelled) return;
     let text = '';
     let used = 0;
-    if (!this.stops.active) {
+    if (!this.stops.active && !this.offsets) {
       const visible = this.stopSet.size ? ids.filter((t) => !this.stopSet.has(t)) : ids;
       text = this.detok.push(visible);
       used = ids.length;
     } else {
-      // Token by token, so the output ends exactly at the token that completed the stop string.
+      // Token by token, so the output ends exactly at the token that completed the stop string
+      // (and each token's text offset is known).
       for (const t of ids) {
         used++;
+        this.offsets?.push(this.chars);
         if (this.stopSet.has(t)) continue;
-        const r = this.stops.push(this.detok.push([t]));
+        const piece = this.detok.push([t]);
+        if (this.offsets) this.chars += codePoints(piece);
+        const r = this.stops.push(piece);
         text += r.text;
         if (r.stop !== null) {
           this.stopString = r.stop;
@@ -145,7 +170,8 @@ export class Generation {
     const stepLps = lps?.slice(0, used);
     if (stepLps) this.logprobs?.push(...stepLps);
     const d = this.parse(text);
-    this.onDelta?.({ tokens, ...d, ...(stepLps ? { logprobs: stepLps } : {}) });
+    const offsets = this.offsets?.slice(this.offsets.length - used);
+    this.onDelta?.({ tokens, ...d, ...(stepLps ? { logprobs: stepLps } : {}), ...(offsets ? { textOffsets: offsets } : {}) });
   }
 
   private parse(text: string, end = false): { content: string; reasoning: string; toolCalls: ToolCall[] } {
@@ -204,7 +230,7 @@ export class Generation {
     const e2e = n > 0 && r.tokenMs.length >= n ? r.tokenMs[n - 1]! - r.enqueueMs : null;
     return {
       finish, stopReason, tokens: this.tokens.slice(), content: this.content, reasoning: this.reasoningText,
-      toolCalls: this.calls.slice(), ...(this.logprobs ? { logprobs: this.logprobs } : {}),
+      toolCalls: this.calls.slice(), ...(this.logprobs ? { logprobs: this.logprobs } : {}), ...(this.offsets ? { textOffsets: this.offsets } : {}),
       promptTokens: r.promptTokens || this.p.prompt.length, cachedPromptTokens: r.cachedPromptTokens, ttftMs: ttft, e2eMs: e2e,
       engine: r, ...(r.error ? { error: r.error } : {}),
     };

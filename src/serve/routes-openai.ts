@@ -9,7 +9,7 @@ import type { TokenLogprobs } from '../engine/types.js';
 import { openaiChatInput, renderChat } from './chat-request.js';
 import type { ServeContext } from './context.js';
 import { badRequest, errorBody, toApiError } from './errors.js';
-import type { GenerationParams, GenerationResult, StepDelta } from './generation.js';
+import { codePoints, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
 import { checkModel } from './model.js';
 import { commonParams, encodePrompt, rejectUnsupported, resolveMaxTokens } from './request-params.js';
 import { CHAT_BODY, COMPLETION_BODY } from './schemas.js';
@@ -44,21 +44,18 @@ function chatLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonl
   };
 }
 
-function completionLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonly TokenLogprobs[], offset0: number): Json {
-  const strs: string[] = [];
-  const offsets: number[] = [];
-  let off = offset0;
-  for (const t of tokens.slice(0, lps.length)) {
-    const s = ctx.model.text.tokenPiece(t).text;
-    strs.push(s);
-    offsets.push(off);
-    off += s.length;
-  }
+/**
+ * The completions API's logprobs. `tokens`: each token decoded alone (a token ending mid-character
+ * shows U+FFFD for it); `text_offset`: where the token's text starts in `text`, in code points, as the
+ * output pipeline assembled it (`offsets`, from the generation, after `base` characters of echo): a
+ * token that ends mid-character has the offset of that character, as has the token that completes it.
+ */
+function completionLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonly TokenLogprobs[], offsets: readonly number[], base: number): Json {
   return {
-    tokens: strs,
+    tokens: tokens.slice(0, lps.length).map((t) => ctx.model.text.tokenPiece(t).text),
     token_logprobs: lps.map((l) => l.logprob),
     top_logprobs: lps.map((l) => Object.fromEntries(l.top.map((t) => [ctx.model.text.tokenPiece(t.token).text, t.logprob]))),
-    text_offset: offsets,
+    text_offset: lps.map((_, i) => base + offsets[i]!),
   };
 }
 
@@ -211,7 +208,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
       id, object: 'text_completion', created, model,
       choices: [{
         index: 0, text: echo + r.content,
-        logprobs: r.logprobs ? completionLogprobs(ctx, r.tokens, r.logprobs, echo.length) : null,
+        logprobs: r.logprobs ? completionLogprobs(ctx, r.tokens, r.logprobs, r.textOffsets ?? [], codePoints(echo)) : null,
         finish_reason: finishReason(r), stop_reason: r.stopReason,
         ...(returnIds ? { token_ids: r.tokens, prompt_token_ids: prompt.ids } : {}),
       }],
@@ -224,7 +221,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
   const continuous = includeUsage && opts.continuous_usage_stats === true;
   let sse: SseStream | null = null;
   let first = true;
-  let offset = echo.length;
+  const base = codePoints(echo);
   let produced = 0;
   const chunk = (choice: Json, usage?: Json | null): Json => ({
     id, object: 'text_completion', created, model, choices: [choice], ...(includeUsage ? { usage: usage ?? null } : {}),
@@ -233,8 +230,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
     if (!sse || sse.closed) return;
     produced += d.tokens.length;
     const text = (first ? echo : '') + d.content;
-    const lp = d.logprobs ? completionLogprobs(ctx, d.tokens, d.logprobs, offset) : null;
-    offset += d.content.length;
+    const lp = d.logprobs ? completionLogprobs(ctx, d.tokens, d.logprobs, d.textOffsets ?? [], base) : null;
     sse.data(chunk({
       index: 0, text, logprobs: lp, finish_reason: null,
       ...(returnIds ? { token_ids: d.tokens, ...(first ? { prompt_token_ids: prompt.ids } : {}) } : {}),
