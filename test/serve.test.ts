@@ -106,7 +106,7 @@ describe('bench serve over the embedded model', () => {
     expect(m.max_model_len).toBe(1024);
   });
 
-  it('chat: non-streamed and streamed give the same text; the first chunk carries the role with the first token; usage chunk; [DONE]', async () => {
+  it('chat: non-streamed and streamed give the same text; a role-only first chunk (with prompt_token_ids), then the tokens; usage chunk; [DONE]', async () => {
     // ignore_eos: the random model's greedy output differs between CPU kernels (AVX2 / AVX-512), so no test relies on it not ending.
     const req = withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
       model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'Tell me about the sea.' }], max_tokens: 12, temperature: 0, ignore_eos: true,
@@ -136,24 +136,40 @@ describe('bench serve over the embedded model', () => {
     expect(ids.size).toBe(1);
     expect(finish).toBe('length');
     expect(usage).toMatchObject({ completion_tokens: 12, prompt_tokens: whole.usage!.prompt_tokens });
-    // Raw wire: data lines, role + the first token in chunk 1, token chunks (one per engine step; see the
-    // manual-step test for the exact count), the finish chunk without content, the usage chunk with choices [], [DONE].
-    const res = await post(s, '/v1/chat/completions', { ...req, stream: true, stream_options: { include_usage: true }, return_token_ids: true });
+    // Raw wire: data lines, the role alone in chunk 1 (as OpenAI's: empty content, no logprobs; vLLM's
+    // prompt_token_ids on it), token chunks (one per engine step; see the manual-step test for the exact
+    // count), the finish chunk without content, the usage chunk with choices [], [DONE].
+    const res = await post(s, '/v1/chat/completions', { ...req, stream: true, stream_options: { include_usage: true }, return_token_ids: true, logprobs: true });
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const events = await readSse(res);
     expect(events.every((e) => e.event === null)).toBe(true);
     expect(events[events.length - 1]!.data).toBe('[DONE]');
     const chunks = events.slice(0, -1).map((e) => JSON.parse(e.data) as Json);
-    const tokenChunks = chunks.slice(0, -2);
-    expect(tokenChunks[0]!.choices[0].delta.role).toBe('assistant');
-    expect(tokenChunks.every((ch) => ch.choices[0].token_ids.length >= 1)).toBe(true);
+    const roleChunk = chunks[0]!;
+    expect(roleChunk.choices[0]).toEqual({ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null });
+    const idsWhole = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({ ...req, max_tokens: 1, return_token_ids: true }));
+    expect(roleChunk.prompt_token_ids).toEqual((idsWhole as Json).prompt_token_ids);
+    expect(roleChunk.prompt_token_ids).toHaveLength(whole.usage!.prompt_tokens);
+    const tokenChunks = chunks.slice(1, -2);
+    expect(tokenChunks.every((ch) => ch.choices[0].token_ids.length >= 1 && ch.choices[0].logprobs.content.length === ch.choices[0].token_ids.length)).toBe(true);
     expect(tokenChunks.flatMap((ch) => ch.choices[0].token_ids as number[])).toHaveLength(12);
-    expect(tokenChunks.slice(1).every((ch) => ch.choices[0].delta.role === undefined)).toBe(true);
+    expect(tokenChunks.every((ch) => ch.choices[0].delta.role === undefined && ch.prompt_token_ids === undefined)).toBe(true);
     expect(tokenChunks.every((ch) => ch.usage === null && ch.choices[0].finish_reason === null)).toBe(true);
     const fin = chunks[chunks.length - 2]!;
     expect(fin.choices[0]).toMatchObject({ delta: {}, finish_reason: 'length' });
     expect(chunks[chunks.length - 1]).toMatchObject({ choices: [], usage: { completion_tokens: 12 } });
     expect(tokenChunks.map((ch) => ch.choices[0].delta.content ?? '').join('')).toBe(c.message.content);
+  });
+
+  it('the OpenAI SDK\'s stream helper accumulates the same logprobs as the non-streamed answer (each token once)', async () => {
+    const p = withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 2,
+    });
+    const whole = await client.chat.completions.create(p);
+    const final = await client.chat.completions.stream({ ...p, stream: true }).finalChatCompletion();
+    expect(whole.choices[0]!.logprobs!.content).toHaveLength(5);
+    expect(final.choices[0]!.logprobs!.content).toEqual(whole.choices[0]!.logprobs!.content);
+    expect(final.choices[0]!.message.content).toBe(whole.choices[0]!.message.content);
   });
 
   it('completions: greedy tokens over HTTP are `bench prompt`\'s tokens for the same prompt ids, streamed or not', async () => {
@@ -952,6 +968,6 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
       expect(/[\uD800-\uDBFF]$/.test(p)).toBe(false);
     }
     // One chunk per step: as many token chunks as tokens (the held bytes give empty-content chunks).
-    expect(chunks.filter((c) => c.choices[0]?.finish_reason === null)).toHaveLength(ids.length);
+    expect(chunks.filter((c) => c.choices[0]?.finish_reason === null)).toHaveLength(ids.length + 1); // + the role chunk
   });
 });

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions and POST /v1/completions, as the OpenAI API (and vLLM's extensions)
-// define them, streamed or not. Streams: one `id`; the first chunk carries the role together with
-// the first token (nothing is sent before prefill ends); one chunk per engine step; a final chunk with
+// define them, streamed or not. Streams: one `id`; chat's first chunk carries the role alone (no
+// content, no logprobs, as OpenAI and vLLM send it), written together with the first token's chunk
+// (nothing is sent before prefill ends); one chunk per engine step; a final chunk with
 // finish_reason and no content; the usage chunk (`choices: []`) when asked; `data: [DONE]`.
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
@@ -133,11 +134,19 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
     id, object: 'chat.completion.chunk', created, model, choices: [choice],
     ...(includeUsage ? { usage: usage ?? null } : {}),
   });
+  const running = () => ({ prompt_tokens: rendered.ids.length, completion_tokens: produced, total_tokens: rendered.ids.length + produced });
+  // The first chunk: the role alone, as OpenAI's (a token's logprobs in it would be counted twice by the
+  // SDK's stream helper, which reads logprobs from every chunk); vLLM's prompt_token_ids ride on it.
+  const roleChunk = (): Json => ({
+    ...chunk({ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, continuous ? running() : null),
+    ...(returnIds ? { prompt_token_ids: rendered.ids } : {}),
+  });
   const onDelta = (d: StepDelta) => {
     if (!sse || sse.closed) return;
+    const head = first ? [roleChunk()] : [];
+    first = false;
     produced += d.tokens.length;
     const delta: Json = {};
-    if (first) delta.role = 'assistant';
     if (d.reasoning) delta.reasoning_content = d.reasoning;
     if (d.content) delta.content = d.content;
     if (d.toolCalls.length) {
@@ -145,13 +154,12 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
       toolIndex += d.toolCalls.length;
     }
     if (!('content' in delta) && !('reasoning_content' in delta) && !('tool_calls' in delta)) delta.content = '';
-    first = false;
-    sse.data(chunk({
+    sse.data(...head, chunk({
       index: 0, delta,
       logprobs: d.logprobs ? chatLogprobs(ctx, d.tokens, d.logprobs) : null,
       finish_reason: null,
       ...(returnIds ? { token_ids: d.tokens } : {}),
-    }, continuous ? { prompt_tokens: rendered.ids.length, completion_tokens: produced, total_tokens: rendered.ids.length + produced } : null));
+    }, continuous ? running() : null));
   };
   const gen = ctx.start(params, reply, onDelta);
   sse = new SseStream(reply);
@@ -161,7 +169,8 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
     if (failure) {
       sse.data(errorBody('openai', failure));
     } else {
-      sse.data(chunk({ index: 0, delta: first ? { role: 'assistant', content: '' } : {}, logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
+      const head = first ? [roleChunk()] : []; // no token came: the role chunk still opens the stream
+      sse.data(...head, chunk({ index: 0, delta: {}, logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
       if (includeUsage) sse.data({ id, object: 'chat.completion.chunk', created, model, choices: [], usage: usageOf(r) });
     }
     sse.line('data: [DONE]');
