@@ -855,6 +855,39 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
     expect(next.choices[0]!.finish_reason).toBe('stop');
   });
 
+  it('max_tokens after </function> but before </tool_call>: a complete call (tool_calls / tool_use); cut inside the function: text (length / max_tokens)', async () => {
+    const complete = s.ctx.model.tokenizer.encode('<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>');
+    const cut = s.ctx.model.tokenizer.encode('<tool_call>\n<function=get_weather>\n<parameter=city>\nOs');
+    const req = { model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'What is the weather in Oslo?' }], tools };
+    eng.scripts.push(complete);
+    const r = await client.chat.completions.create({ ...req, max_tokens: complete.length });
+    expect(r.usage!.completion_tokens).toBe(complete.length);
+    expect(r.choices[0]!.finish_reason).toBe('tool_calls');
+    expect((r.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function).toEqual({ name: 'get_weather', arguments: '{"city": "Oslo"}' });
+    eng.scripts.push(complete);
+    const streamed = await client.chat.completions.stream({ ...req, max_tokens: complete.length, stream: true }).finalChatCompletion();
+    expect(streamed.choices[0]!.finish_reason).toBe('tool_calls');
+    expect(streamed.choices[0]!.message.tool_calls).toHaveLength(1);
+    eng.scripts.push(cut);
+    const t = await client.chat.completions.create({ ...req, max_tokens: cut.length });
+    expect(t.choices[0]!.finish_reason).toBe('length');
+    expect(t.choices[0]!.message.tool_calls ?? []).toEqual([]);
+    expect(t.choices[0]!.message.content).toBe('<tool_call>\n<function=get_weather>\n<parameter=city>\nOs');
+    const a = anthropic(s);
+    const areq = {
+      model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'Weather in Oslo?' }],
+      tools: [{ name: 'get_weather', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } } } }],
+    };
+    eng.scripts.push(complete);
+    const m = await a.messages.create({ ...areq, max_tokens: complete.length });
+    expect(m.stop_reason).toBe('tool_use');
+    expect(m.content).toMatchObject([{ type: 'tool_use', name: 'get_weather', input: { city: 'Oslo' } }]);
+    eng.scripts.push(cut);
+    const mc = await a.messages.create({ ...areq, max_tokens: cut.length });
+    expect(mc.stop_reason).toBe('max_tokens');
+    expect(mc.content.map((b) => b.type)).toEqual(['text']);
+  });
+
   it('Anthropic: tool_use blocks (stop_reason tool_use), streamed as input_json_delta', async () => {
     const a = anthropic(s);
     const req = {

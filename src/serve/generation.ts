@@ -224,7 +224,10 @@ export class Generation {
     } else {
       finish = r.finishReason;
     }
-    if (finish === 'stop' && this.calls.length > 0) finish = 'tool_calls';
+    // Parsed calls are complete calls to run, whatever ended the output (vLLM's tool parsers say
+    // tool_calls too): one cut off by max_tokens inside its function stayed text (ToolCallParser.flush),
+    // so a call here is never truncated; only its closing </tool_call> may be missing.
+    if ((finish === 'stop' || finish === 'length') && this.calls.length > 0) finish = 'tool_calls';
     const n = this.tokens.length;
     const ttft = n > 0 && r.tokenMs.length > 0 ? r.tokenMs[0]! - r.enqueueMs : null;
     const e2e = n > 0 && r.tokenMs.length >= n ? r.tokenMs[n - 1]! - r.enqueueMs : null;
