@@ -583,6 +583,8 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
   it('a non-streamed request whose client goes away is cancelled too, and still gets its request log line', async () => {
     await until(() => atBaseline(s), step);
     const logged = vi.spyOn(s.ctx, 'logRequest');
+    const info = vi.spyOn(s.ctx.log, 'info');
+    const before = parsePrometheus(await (await fetch(`${s.url}/metrics`)).text());
     const ac = new AbortController();
     const call = client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
       model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me everything.' }], max_tokens: 900, ignore_eos: true,
@@ -595,10 +597,19 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
     // One line (-v), as for a streamed request the client abandons: status 499 (the client closed the request).
     await until(() => logged.mock.calls.length > 0);
     const lines = logged.mock.calls.map((c) => c[0]);
+    const written = info.mock.calls.map((c) => c[0] as Json).filter((j) => j.event === 'request');
     logged.mockRestore();
+    info.mockRestore();
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ route: '/v1/chat/completions', status: 499 });
     expect(lines[0]!.result?.finish).toBe('cancelled');
+    // The line and /metrics say what the API says of a request the server cut: abort.
+    expect(written).toHaveLength(1);
+    expect(written[0]).toMatchObject({ status: 499, finish_reason: 'abort' });
+    const after = parsePrometheus(await (await fetch(`${s.url}/metrics`)).text());
+    const reason = (r: string) => promValue(after, 'lumen:request_success_total', { finished_reason: r }) - promValue(before, 'lumen:request_success_total', { finished_reason: r });
+    expect(reason('abort')).toBe(1);
+    expect(after.samples.some((x) => x.labels.finished_reason === 'cancelled' || x.labels.finished_reason === 'error')).toBe(false);
   });
 
   it('requests beyond --max-seqs wait inside the engine and /metrics counts them as waiting', async () => {
@@ -677,6 +688,9 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
       ['missing API key', '/v1/chat/completions', chat({}), 401, /API key/, { authorization: '' }],
       ['wrong API key', '/v1/models', chat({}), 401, /incorrect API key/, { authorization: 'Bearer nope' }],
       ['unknown route', '/v1/nothing', {}, 404, /no route/],
+      ['JSON sent as text/plain', '/v1/chat/completions', chat({}), 415, /must be JSON sent with content-type: application\/json.*text\/plain/, { 'content-type': 'text/plain' }],
+      ['a form body', '/v1/completions', 'prompt=x', 415, /content-type: application\/json.*x-www-form-urlencoded/, { 'content-type': 'application/x-www-form-urlencoded' }],
+      ['a JSON body that is not an object', '/v1/completions', '[1, 2]', 400, /body must be a JSON object/],
     ];
     for (const [what, route, body, status, msg, headers] of cases) {
       const method = route === '/v1/models' ? 'GET' : 'POST';
@@ -703,11 +717,16 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
       [{ model: 'claude-9', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 404, 'not_found_error'],
       ['{"model": ', 400, 'invalid_request_error'],
       [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 401, 'authentication_error', { authorization: '', 'x-api-key': 'nope' }],
+      [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }], tool_choice: { type: 'any' } }, 400, 'invalid_request_error'],
+      [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 415, 'invalid_request_error', { 'content-type': 'text/plain' }],
     ];
     for (const [body, status, type, headers] of aCases) {
       const res = await post(s, '/v1/messages', body, { 'anthropic-version': '2023-06-01', ...(headers ?? {}) });
       expect(res.status, JSON.stringify(body)).toBe(status);
-      anthropicShape(await res.json() as Json, type);
+      const b = await res.json() as Json;
+      anthropicShape(b, type);
+      // Anthropic's terms in Anthropic's errors.
+      if ((body as Json).tool_choice) expect(b.error.message).toBe("tool_choice 'any' needs tools");
     }
     await expect(anthropic(s, 'nope').messages.create({ model: 'embedded-tiny-v2', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }))
       .rejects.toBeInstanceOf(Anthropic.AuthenticationError);
@@ -741,7 +760,8 @@ describe('bench serve: while the model loads', () => {
     expect(((await c.json()) as Json).error.message).toMatch(/loading/);
     const m = await fetch(`${url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}' });
     expect(m.status).toBe(503);
-    expect(((await m.json()) as Json).error.type).toBe('overloaded_error');
+    // Anthropic's shape with api_error: 503 is not a status of Anthropic's (its overloaded_error goes with 529); the SDK retries it as any 5xx.
+    expect(((await m.json()) as Json).error.type).toBe('api_error');
     // Every API route, the readiness probes' /v1/models and the tokenizer routes included.
     const routes: Array<[string, string, unknown, 'openai' | 'anthropic']> = [
       ['GET', '/v1/models', undefined, 'openai'],

@@ -163,6 +163,8 @@ export function anthropicInput(body: Json): ChatInput {
   let toolChoice: ToolChoice = 'auto';
   const tc = body.tool_choice as Json | undefined;
   if (tc) {
+    // Anthropic's own terms in its errors ('any', not OpenAI's 'required').
+    if (tc.type !== 'auto' && tc.type !== 'none' && tools.length === 0) throw badRequest(`tool_choice '${String(tc.type)}' needs tools`, 'tool_choice');
     if (tc.type === 'any') toolChoice = 'required';
     else if (tc.type === 'none') toolChoice = 'none';
     else if (tc.type === 'tool') {

@@ -5,7 +5,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '../bench/logger.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
 import type { ServeEngine } from './engine-queue.js';
-import { Generation, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
+import { apiFinishReason, Generation, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
 import type { ServeMetrics } from './metrics.js';
 import type { ServeModel } from './model.js';
 
@@ -61,7 +61,7 @@ export class ServeContext {
     res.on('close', onClose);
     void gen.done.then((r) => {
       this.live.delete(gen);
-      this.metrics?.record(r.engine, r.tokens.length, r.finish);
+      this.metrics?.record(r.engine, r.tokens.length, apiFinishReason(r));
       this.onFinished?.(r);
     }, () => this.live.delete(gen));
     return gen;
@@ -116,7 +116,7 @@ export class ServeContext {
       output_tokens: r ? r.tokens.length : null,
       ttft_ms: r?.ttftMs ?? null,
       duration_ms: performance.now() - f.startedAt,
-      finish_reason: r?.finish ?? null,
+      finish_reason: r ? apiFinishReason(r) : null,
       ...(f.error ? { error: f.error } : {}),
     }, 'request');
   }

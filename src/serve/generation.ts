@@ -46,6 +46,17 @@ export interface StepDelta {
 
 export type GenerationFinish = 'stop' | 'length' | 'tool_calls' | 'cancelled' | 'error';
 
+/**
+ * The finish reason a client, /metrics (`finished_reason`) and the -v log line see: `stop`, `length`,
+ * `tool_calls`, or `abort` for a request the server cut (client gone, shutdown, engine error), as vLLM
+ * says. The -v line adds `error` for an engine failure.
+ */
+export type ApiFinishReason = 'stop' | 'length' | 'tool_calls' | 'abort';
+
+export function apiFinishReason(r: { finish: GenerationFinish }): ApiFinishReason {
+  return r.finish === 'cancelled' || r.finish === 'error' ? 'abort' : r.finish;
+}
+
 export interface GenerationResult {
   finish: GenerationFinish;
   /** The stop string, or the stop token id, that ended the output (vLLM's stop_reason); null otherwise. */

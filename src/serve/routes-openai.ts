@@ -10,7 +10,7 @@ import type { TokenLogprobs } from '../engine/types.js';
 import { openaiChatInput, renderChat } from './chat-request.js';
 import type { ServeContext } from './context.js';
 import { badRequest, errorBody, toApiError } from './errors.js';
-import { codePoints, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
+import { apiFinishReason as finishReason, codePoints, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
 import { checkModel } from './model.js';
 import { commonParams, encodePrompt, rejectUnsupported, resolveMaxTokens } from './request-params.js';
 import { CHAT_BODY, COMPLETION_BODY } from './schemas.js';
@@ -28,11 +28,6 @@ export function usageOf(r: GenerationResult): Json {
     total_tokens: r.promptTokens + r.tokens.length,
     prompt_tokens_details: { cached_tokens: r.cachedPromptTokens },
   };
-}
-
-/** The finish reasons the API knows (a request cut by the server is `abort`, as vLLM says). */
-function finishReason(r: GenerationResult): string {
-  return r.finish === 'cancelled' || r.finish === 'error' ? 'abort' : r.finish;
 }
 
 function chatLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonly TokenLogprobs[]): Json {

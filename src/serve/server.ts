@@ -143,8 +143,12 @@ export function buildApp(ctx: ServeContext, apiKey: string | undefined, bodyLimi
     done();
   });
 
+  // A JSON body sent as text/plain would reach the schema as a string ("body must be object"): only
+  // application/json is parsed, anything else is a 415 that says so.
+  app.removeContentTypeParser('text/plain');
+
   app.setErrorHandler((err, req, reply) => {
-    const e = toApiError(err);
+    const e = toApiError(err, req.headers['content-type']);
     (req as { lumenError?: string }).lumenError = e.message;
     if (e.status >= 500) ctx.log.error({ event: 'error', url: req.url, error: (err as Error).stack ?? String(err) }, 'request failed');
     return reply.code(e.status).send(errorBody(flavorOf(routePath(req)), e));
