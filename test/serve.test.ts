@@ -968,16 +968,20 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
       }
       throw new Error('no byte token');
     };
-    // 'a', 'é' in two byte tokens, '😀' in four, then 'b' and 'cd' as whole tokens.
-    const text = 'aé😀b cd';
-    const ids = [byteId(0x61), byteId(0xc3), byteId(0xa9), byteId(0xf0), byteId(0x9f), byteId(0x98), byteId(0x80), ...s.ctx.model.tokenizer.encode('b cd')];
+    // 'a', 'é' in two byte tokens, '😀' in four, then 'b' and 'cd' as whole tokens, then a lead byte
+    // that the next token ('x') turns into U+FFFD: 'x' is after it.
+    const whole = s.ctx.model.tokenizer.encode('b cd');
+    const text = 'aé😀b cd\uFFFDx';
+    const ids = [byteId(0x61), byteId(0xc3), byteId(0xa9), byteId(0xf0), byteId(0x9f), byteId(0x98), byteId(0x80), ...whole, byteId(0xc3), byteId(0x78)];
     expect(s.ctx.model.text.text(ids)).toBe(text);
     const chars = [...text]; // code points: Python's len, vLLM's unit
     const want = [0, 1, 1, 2, 2, 2, 2];
-    for (let k = 7, at = 3; k < ids.length; k++) {
+    let at = 3;
+    for (const t of whole) {
       want.push(at);
-      at += [...s.ctx.model.text.text([ids[k]!])].length;
+      at += [...s.ctx.model.text.text([t])].length;
     }
+    want.push(at, at + 1);
     const body = { prompt: 'x', max_tokens: ids.length, logprobs: 1 };
     eng.scripts.push(ids);
     const r = await (await post(s, '/v1/completions', body)).json() as Json;

@@ -92,9 +92,11 @@ export class Generation {
   private readonly tokens: number[] = [];
   private readonly logprobs: TokenLogprobs[] | undefined;
   /**
-   * With logprobs: per output token, the code points of text the tokens before it completed (the
-   * detokenizer's output, before stop strings are cut). A token that ends mid-character completes
-   * none, so it and the token that completes the character share the character's offset.
+   * With logprobs: per output token, where its text starts in the detokenizer's output (before stop
+   * strings are cut), in code points. A token whose bytes are whole characters: its own text ends its
+   * piece (after any U+FFFD it completed for an invalid sequence before it). Any other token (it ends
+   * or continues a split character): the characters completed before it, so the tokens of a split
+   * character share the character's offset.
    */
   private readonly offsets: number[] | undefined;
   private chars = 0;
@@ -162,10 +164,17 @@ export class Generation {
       // (and each token's text offset is known).
       for (const t of ids) {
         used++;
-        this.offsets?.push(this.chars);
-        if (this.stopSet.has(t)) continue;
+        if (this.stopSet.has(t)) {
+          this.offsets?.push(this.chars);
+          continue;
+        }
         const piece = this.detok.push([t]);
-        if (this.offsets) this.chars += codePoints(piece);
+        if (this.offsets) {
+          const before = this.chars;
+          this.chars += codePoints(piece);
+          const own = this.text.tokenPiece(t).text;
+          this.offsets.push(own === '' || own.includes('\uFFFD') ? before : Math.max(before, this.chars - codePoints(own)));
+        }
         const r = this.stops.push(piece);
         text += r.text;
         if (r.stop !== null) {
