@@ -3,10 +3,11 @@
 // itself is the subject. Nothing here waits on timing: situations are forced (manual engine steps,
 // streams held open by large max_tokens) and conditions polled, bounded by the test timeout.
 import { spawnSync } from 'node:child_process';
+import { request as httpRequest } from 'node:http';
 import path from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RunningServer } from '../src/serve/server.js';
 import { REPO_ROOT } from '../src/util/version.js';
 import { promptIds } from './helpers/engine-fixture.js';
@@ -34,6 +35,34 @@ async function post(s: RunningServer, route: string, body: unknown, headers: Rec
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}`, ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/**
+ * One request over raw HTTP with `target` sent as the request line's target exactly as given
+ * (percent-escapes and absolute-form targets are not normalised, as fetch would).
+ */
+function rawRequest(s: RunningServer, method: string, target: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; text: string; body: Json }> {
+  const u = new URL(s.url);
+  const data = body === undefined ? undefined : JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({
+      host: u.hostname, port: Number(u.port), method, path: target,
+      headers: { ...(data !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)) } : {}), ...headers },
+    }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { text += c; });
+      res.on('end', () => {
+        let parsed: Json = {};
+        try {
+          parsed = JSON.parse(text) as Json;
+        } catch { /* not JSON (e.g. /metrics): the text alone */ }
+        resolve({ status: res.statusCode ?? 0, text, body: parsed });
+      });
+    });
+    req.on('error', reject);
+    req.end(data);
   });
 }
 
@@ -77,7 +106,7 @@ describe('bench serve over the embedded model', () => {
     expect(m.max_model_len).toBe(1024);
   });
 
-  it('chat: non-streamed and streamed give the same text; the first chunk carries the role with the first token; usage chunk; [DONE]', async () => {
+  it('chat: non-streamed and streamed give the same text; a role-only first chunk (with prompt_token_ids), then the tokens; usage chunk; [DONE]', async () => {
     // ignore_eos: the random model's greedy output differs between CPU kernels (AVX2 / AVX-512), so no test relies on it not ending.
     const req = withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
       model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'Tell me about the sea.' }], max_tokens: 12, temperature: 0, ignore_eos: true,
@@ -107,24 +136,40 @@ describe('bench serve over the embedded model', () => {
     expect(ids.size).toBe(1);
     expect(finish).toBe('length');
     expect(usage).toMatchObject({ completion_tokens: 12, prompt_tokens: whole.usage!.prompt_tokens });
-    // Raw wire: data lines, role + the first token in chunk 1, token chunks (one per engine step; see the
-    // manual-step test for the exact count), the finish chunk without content, the usage chunk with choices [], [DONE].
-    const res = await post(s, '/v1/chat/completions', { ...req, stream: true, stream_options: { include_usage: true }, return_token_ids: true });
+    // Raw wire: data lines, the role alone in chunk 1 (as OpenAI's: empty content, no logprobs; vLLM's
+    // prompt_token_ids on it), token chunks (one per engine step; see the manual-step test for the exact
+    // count), the finish chunk without content, the usage chunk with choices [], [DONE].
+    const res = await post(s, '/v1/chat/completions', { ...req, stream: true, stream_options: { include_usage: true }, return_token_ids: true, logprobs: true });
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const events = await readSse(res);
     expect(events.every((e) => e.event === null)).toBe(true);
     expect(events[events.length - 1]!.data).toBe('[DONE]');
     const chunks = events.slice(0, -1).map((e) => JSON.parse(e.data) as Json);
-    const tokenChunks = chunks.slice(0, -2);
-    expect(tokenChunks[0]!.choices[0].delta.role).toBe('assistant');
-    expect(tokenChunks.every((ch) => ch.choices[0].token_ids.length >= 1)).toBe(true);
+    const roleChunk = chunks[0]!;
+    expect(roleChunk.choices[0]).toEqual({ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null });
+    const idsWhole = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({ ...req, max_tokens: 1, return_token_ids: true }));
+    expect(roleChunk.prompt_token_ids).toEqual((idsWhole as Json).prompt_token_ids);
+    expect(roleChunk.prompt_token_ids).toHaveLength(whole.usage!.prompt_tokens);
+    const tokenChunks = chunks.slice(1, -2);
+    expect(tokenChunks.every((ch) => ch.choices[0].token_ids.length >= 1 && ch.choices[0].logprobs.content.length === ch.choices[0].token_ids.length)).toBe(true);
     expect(tokenChunks.flatMap((ch) => ch.choices[0].token_ids as number[])).toHaveLength(12);
-    expect(tokenChunks.slice(1).every((ch) => ch.choices[0].delta.role === undefined)).toBe(true);
+    expect(tokenChunks.every((ch) => ch.choices[0].delta.role === undefined && ch.prompt_token_ids === undefined)).toBe(true);
     expect(tokenChunks.every((ch) => ch.usage === null && ch.choices[0].finish_reason === null)).toBe(true);
     const fin = chunks[chunks.length - 2]!;
     expect(fin.choices[0]).toMatchObject({ delta: {}, finish_reason: 'length' });
     expect(chunks[chunks.length - 1]).toMatchObject({ choices: [], usage: { completion_tokens: 12 } });
     expect(tokenChunks.map((ch) => ch.choices[0].delta.content ?? '').join('')).toBe(c.message.content);
+  });
+
+  it('the OpenAI SDK\'s stream helper accumulates the same logprobs as the non-streamed answer (each token once)', async () => {
+    const p = withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 2,
+    });
+    const whole = await client.chat.completions.create(p);
+    const final = await client.chat.completions.stream({ ...p, stream: true }).finalChatCompletion();
+    expect(whole.choices[0]!.logprobs!.content).toHaveLength(5);
+    expect(final.choices[0]!.logprobs!.content).toEqual(whole.choices[0]!.logprobs!.content);
+    expect(final.choices[0]!.message.content).toBe(whole.choices[0]!.message.content);
   });
 
   it('completions: greedy tokens over HTTP are `bench prompt`\'s tokens for the same prompt ids, streamed or not', async () => {
@@ -235,6 +280,33 @@ describe('bench serve over the embedded model', () => {
     expect(hc.finish_reason).toBe('length');
     expect(hc.token_ids).toHaveLength(4);
     expect(hc.token_ids).not.toContain(tokens[0]);
+  });
+
+  it('ignore_eos ignores only the end-of-sequence ids: stop_token_ids still stop the output', async () => {
+    const prompt = promptIds(15, 9);
+    const tokens = await soloTokens(client, prompt, 8);
+    const stopId = tokens[2]!;
+    const firstAt = tokens.indexOf(stopId);
+    for (const ignoreEos of [false, true]) {
+      const r = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>({
+        model: 'embedded-tiny-v2', prompt, max_tokens: 8, temperature: 0, ignore_eos: ignoreEos, stop_token_ids: [stopId], return_token_ids: true,
+      }));
+      const c = r.choices[0] as Json;
+      expect(c.finish_reason, `ignore_eos ${ignoreEos}`).toBe('stop');
+      expect(c.stop_reason).toBe(stopId);
+      expect(c.token_ids).toEqual(tokens.slice(0, firstAt + 1));
+    }
+    // Chat, as the SDK sends it.
+    const chat = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 8, temperature: 0, ignore_eos: true, return_token_ids: true,
+    }));
+    const ids = (chat.choices[0] as Json).token_ids as number[];
+    const stopped = await client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
+      model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 8, temperature: 0, ignore_eos: true,
+      stop_token_ids: [ids[2]], return_token_ids: true,
+    }));
+    expect(stopped.choices[0]!.finish_reason).toBe('stop');
+    expect((stopped.choices[0] as Json).token_ids).toEqual(ids.slice(0, ids.indexOf(ids[2]!) + 1));
   });
 
   it('Anthropic messages, non-streamed and streamed, with the event order of the API', async () => {
@@ -349,6 +421,89 @@ describe('bench serve over the embedded model', () => {
     expect(chat.count).toBe(m.input_tokens);
   });
 
+  it('the API key covers the route the router matched: percent-encoded and absolute-form targets need it too, and get their route\'s error shape', async () => {
+    const chat = { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 1 };
+    const msg = { model: 'embedded-tiny-v2', max_tokens: 1, messages: [{ role: 'user', content: 'Hi' }] };
+    const cases: Array<[string, string, unknown, 'openai' | 'anthropic']> = [
+      ['POST', '/%761/chat/completions', chat, 'openai'],
+      ['POST', '/v1/chat/%63ompletions', chat, 'openai'],
+      ['POST', '/%761/completions', { prompt: 'Hi', max_tokens: 1 }, 'openai'],
+      ['POST', '/%761/messages', msg, 'anthropic'],
+      ['POST', '/v1/%6dessages', msg, 'anthropic'],
+      ['POST', '/%761/messages/count_tokens', msg, 'anthropic'],
+      ['POST', '/%74okenize', { prompt: 'hello' }, 'openai'],
+      ['POST', '/%64etokenize', { tokens: [1, 2] }, 'openai'],
+      ['GET', '/%761/models', undefined, 'openai'],
+      ['POST', 'http://x/v1/chat/completions', chat, 'openai'],
+      ['POST', 'http://x/v1/messages', msg, 'anthropic'],
+      ['GET', 'http://x/v1/models', undefined, 'openai'],
+      ['POST', '/v1/nothing', {}, 'openai'], // an unknown route needs the key too
+    ];
+    for (const [method, target, body, flavor] of cases) {
+      const r = await rawRequest(s, method, target, body);
+      expect(r.status, `${method} ${target}`).toBe(401);
+      if (flavor === 'anthropic') expect(r.body, target).toMatchObject({ type: 'error', error: { type: 'authentication_error' } });
+      else expect(r.body.error, target).toMatchObject({ type: 'invalid_request_error', code: 'invalid_api_key' });
+      // With the key the same targets reach their routes.
+      const ok = await rawRequest(s, method, target, body, { authorization: `Bearer ${API_KEY}` });
+      expect(ok.status, `${method} ${target} with the key`).toBe(target.endsWith('/nothing') ? 404 : 200);
+    }
+    // An error on an encoded Anthropic path has Anthropic's shape (the matched route decides, not the raw text).
+    const nf = await rawRequest(s, 'POST', '/v1/%6dessages', { ...msg, model: 'nope' }, { 'x-api-key': API_KEY });
+    expect(nf.status).toBe(404);
+    expect(nf.body).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
+    // The documented open routes stay open, however they are spelled.
+    for (const target of ['/health', '/%68ealth', '/version', 'http://x/metrics']) {
+      expect((await rawRequest(s, 'GET', target, undefined)).status, target).toBe(200);
+    }
+  });
+
+  it('a prompt text too long for --max-seq is refused without tokenizing it whole (the JS thread is not stalled)', async () => {
+    const m = s.ctx.model;
+    const words = (bytes: number) => {
+      let t = '';
+      for (let i = 0; t.length < bytes; i++) t += ['alpha', 'beta', 'gamma', 'delta'][i % 4] + ' ';
+      return t;
+    };
+    const encode = vi.spyOn(m.tokenizer, 'encode');
+    try {
+      const routes = (text: string): Array<[string, unknown]> => [
+        ['/v1/chat/completions', { messages: [{ role: 'user', content: text }], max_tokens: 1 }],
+        ['/v1/completions', { prompt: text, max_tokens: 1 }],
+        ['/v1/messages', { model: 'embedded-tiny-v2', max_tokens: 1, messages: [{ role: 'user', content: text }] }],
+        ['/v1/messages/count_tokens', { model: 'embedded-tiny-v2', messages: [{ role: 'user', content: text }] }],
+        ['/tokenize', { prompt: text }],
+        ['/tokenize', { messages: [{ role: 'user', content: text }] }],
+      ];
+      // More bytes than max_seq tokens of the longest token can hold (times the normaliser slack): no tokenizing at all.
+      const huge = words(m.maxSeq * m.longestTokenBytes * 4 + 1000);
+      expect(huge.length).toBeLessThan(1 << 20); // under the body limit: this is the server's check, not fastify's
+      for (const [route, body] of routes(huge)) {
+        const r = await post(s, route, body);
+        expect(r.status, route).toBe(400);
+        const b = await r.json() as Json;
+        expect(JSON.stringify(b), route).toMatch(/--max-seq\) is 1024 tokens/);
+      }
+      expect(encode).not.toHaveBeenCalled();
+      // Under that bound but far over max_seq: only a prefix (about 8 characters per max_seq token) is tokenized.
+      const long = words(m.maxSeq * 30);
+      expect(Buffer.byteLength(long)).toBeLessThan(m.maxSeq * m.longestTokenBytes * 4);
+      for (const [route, body] of routes(long)) {
+        encode.mockClear();
+        const r = await post(s, route, body);
+        expect(r.status, route).toBe(400);
+        expect(JSON.stringify(await r.json()), route).toMatch(/--max-seq\) is 1024 tokens/);
+        expect(encode, route).toHaveBeenCalledTimes(1);
+        expect(encode.mock.calls[0]![0].length, route).toBeLessThan(m.maxSeq * 8 + 4096 + 200);
+      }
+    } finally {
+      encode.mockRestore();
+    }
+    // A prompt that fits is tokenized whole, as before.
+    const ok = await client.completions.create({ model: 'embedded-tiny-v2', prompt: words(1200), max_tokens: 1 });
+    expect(ok.usage!.prompt_tokens).toBe(m.tokenizer.encode(words(1200)).length);
+  });
+
   it('a forced tool choice on a random-weight model: its malformed call stays text, never a 500', async () => {
     const r = await client.chat.completions.create({
       model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Weather in Oslo?' }], max_tokens: 8, temperature: 0,
@@ -425,8 +580,11 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
     expect(s.engine.stats().stateSlotsFree).toBe(s.engine.stats().stateSlotsTotal);
   });
 
-  it('a non-streamed request whose client goes away is cancelled too', async () => {
+  it('a non-streamed request whose client goes away is cancelled too, and still gets its request log line', async () => {
     await until(() => atBaseline(s), step);
+    const logged = vi.spyOn(s.ctx, 'logRequest');
+    const info = vi.spyOn(s.ctx.log, 'info');
+    const before = parsePrometheus(await (await fetch(`${s.url}/metrics`)).text());
     const ac = new AbortController();
     const call = client.chat.completions.create(withExtras<OpenAI.ChatCompletionCreateParamsNonStreaming>({
       model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'Tell me everything.' }], max_tokens: 900, ignore_eos: true,
@@ -436,6 +594,22 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
     ac.abort();
     expect(await call).toBeInstanceOf(Error);
     await until(() => atBaseline(s), step);
+    // One line (-v), as for a streamed request the client abandons: status 499 (the client closed the request).
+    await until(() => logged.mock.calls.length > 0);
+    const lines = logged.mock.calls.map((c) => c[0]);
+    const written = info.mock.calls.map((c) => c[0] as Json).filter((j) => j.event === 'request');
+    logged.mockRestore();
+    info.mockRestore();
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ route: '/v1/chat/completions', status: 499 });
+    expect(lines[0]!.result?.finish).toBe('cancelled');
+    // The line and /metrics say what the API says of a request the server cut: abort.
+    expect(written).toHaveLength(1);
+    expect(written[0]).toMatchObject({ status: 499, finish_reason: 'abort' });
+    const after = parsePrometheus(await (await fetch(`${s.url}/metrics`)).text());
+    const reason = (r: string) => promValue(after, 'lumen:request_success_total', { finished_reason: r }) - promValue(before, 'lumen:request_success_total', { finished_reason: r });
+    expect(reason('abort')).toBe(1);
+    expect(after.samples.some((x) => x.labels.finished_reason === 'cancelled' || x.labels.finished_reason === 'error')).toBe(false);
   });
 
   it('requests beyond --max-seqs wait inside the engine and /metrics counts them as waiting', async () => {
@@ -514,6 +688,9 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
       ['missing API key', '/v1/chat/completions', chat({}), 401, /API key/, { authorization: '' }],
       ['wrong API key', '/v1/models', chat({}), 401, /incorrect API key/, { authorization: 'Bearer nope' }],
       ['unknown route', '/v1/nothing', {}, 404, /no route/],
+      ['JSON sent as text/plain', '/v1/chat/completions', chat({}), 415, /must be JSON sent with content-type: application\/json.*text\/plain/, { 'content-type': 'text/plain' }],
+      ['a form body', '/v1/completions', 'prompt=x', 415, /content-type: application\/json.*x-www-form-urlencoded/, { 'content-type': 'application/x-www-form-urlencoded' }],
+      ['a JSON body that is not an object', '/v1/completions', '[1, 2]', 400, /body must be a JSON object/],
     ];
     for (const [what, route, body, status, msg, headers] of cases) {
       const method = route === '/v1/models' ? 'GET' : 'POST';
@@ -540,11 +717,16 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
       [{ model: 'claude-9', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 404, 'not_found_error'],
       ['{"model": ', 400, 'invalid_request_error'],
       [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 401, 'authentication_error', { authorization: '', 'x-api-key': 'nope' }],
+      [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }], tool_choice: { type: 'any' } }, 400, 'invalid_request_error'],
+      [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 415, 'invalid_request_error', { 'content-type': 'text/plain' }],
     ];
     for (const [body, status, type, headers] of aCases) {
       const res = await post(s, '/v1/messages', body, { 'anthropic-version': '2023-06-01', ...(headers ?? {}) });
       expect(res.status, JSON.stringify(body)).toBe(status);
-      anthropicShape(await res.json() as Json, type);
+      const b = await res.json() as Json;
+      anthropicShape(b, type);
+      // Anthropic's terms in Anthropic's errors.
+      if ((body as Json).tool_choice) expect(b.error.message).toBe("tool_choice 'any' needs tools");
     }
     await expect(anthropic(s, 'nope').messages.create({ model: 'embedded-tiny-v2', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }))
       .rejects.toBeInstanceOf(Anthropic.AuthenticationError);
@@ -578,7 +760,25 @@ describe('bench serve: while the model loads', () => {
     expect(((await c.json()) as Json).error.message).toMatch(/loading/);
     const m = await fetch(`${url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}' });
     expect(m.status).toBe(503);
-    expect(((await m.json()) as Json).error.type).toBe('overloaded_error');
+    // Anthropic's shape with api_error: 503 is not a status of Anthropic's (its overloaded_error goes with 529); the SDK retries it as any 5xx.
+    expect(((await m.json()) as Json).error.type).toBe('api_error');
+    // Every API route, the readiness probes' /v1/models and the tokenizer routes included.
+    const routes: Array<[string, string, unknown, 'openai' | 'anthropic']> = [
+      ['GET', '/v1/models', undefined, 'openai'],
+      ['POST', '/tokenize', { prompt: 'x' }, 'openai'],
+      ['POST', '/detokenize', { tokens: [1] }, 'openai'],
+      ['POST', '/v1/messages/count_tokens', { model: 'm', messages: [{ role: 'user', content: 'x' }] }, 'anthropic'],
+      ['POST', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }] }, 'openai'],
+    ];
+    for (const [method, route, body, flavor] of routes) {
+      const r = await fetch(`${url}${route}`, { method, headers: { 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
+      expect(r.status, route).toBe(503);
+      const b = await r.json() as Json;
+      if (flavor === 'anthropic') expect(b, route).toMatchObject({ type: 'error', error: { message: 'the model is still loading' } });
+      else expect(b, route).toMatchObject({ error: { type: 'server_error', message: 'the model is still loading' } });
+    }
+    // /version needs no model.
+    expect((await fetch(`${url}/version`)).status).toBe(200);
     release();
     await until(() => server !== undefined);
     const ok = await fetch(`${url}/health`);
@@ -630,6 +830,19 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
     expect((JSON.parse(last.data) as Json).error.message).toContain(reason);
   });
 
+  it('ignore_eos runs through the end-of-sequence token, and a stop_token_id still ends the output there', async () => {
+    const [a, b, c, d] = s.ctx.model.tokenizer.encode('one two three four');
+    const eos = s.ctx.model.eosTokenIds[0]!;
+    const run = async (extra: Json) => {
+      eng.scripts.push([a!, b!, eos, c!, d!]);
+      const r = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 5, return_token_ids: true, ...extra });
+      return ((await r.json()) as Json).choices[0] as Json;
+    };
+    expect(await run({})).toMatchObject({ finish_reason: 'stop', stop_reason: null, token_ids: [a, b, eos] });
+    expect(await run({ ignore_eos: true })).toMatchObject({ finish_reason: 'length', token_ids: [a, b, eos, c, d] });
+    expect(await run({ ignore_eos: true, stop_token_ids: [c] })).toMatchObject({ finish_reason: 'stop', stop_reason: c, token_ids: [a, b, eos, c] });
+  });
+
   const CALL = 'I will look it up.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>';
 
   it('OpenAI: the model\'s <tool_call> comes back as tool_calls with finish_reason tool_calls, streamed as tool-call deltas', async () => {
@@ -660,6 +873,39 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
     });
     expect(next.choices[0]!.message.content).toBe('It is 3 degrees in Oslo.');
     expect(next.choices[0]!.finish_reason).toBe('stop');
+  });
+
+  it('max_tokens after </function> but before </tool_call>: a complete call (tool_calls / tool_use); cut inside the function: text (length / max_tokens)', async () => {
+    const complete = s.ctx.model.tokenizer.encode('<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>');
+    const cut = s.ctx.model.tokenizer.encode('<tool_call>\n<function=get_weather>\n<parameter=city>\nOs');
+    const req = { model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'What is the weather in Oslo?' }], tools };
+    eng.scripts.push(complete);
+    const r = await client.chat.completions.create({ ...req, max_tokens: complete.length });
+    expect(r.usage!.completion_tokens).toBe(complete.length);
+    expect(r.choices[0]!.finish_reason).toBe('tool_calls');
+    expect((r.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function).toEqual({ name: 'get_weather', arguments: '{"city": "Oslo"}' });
+    eng.scripts.push(complete);
+    const streamed = await client.chat.completions.stream({ ...req, max_tokens: complete.length, stream: true }).finalChatCompletion();
+    expect(streamed.choices[0]!.finish_reason).toBe('tool_calls');
+    expect(streamed.choices[0]!.message.tool_calls).toHaveLength(1);
+    eng.scripts.push(cut);
+    const t = await client.chat.completions.create({ ...req, max_tokens: cut.length });
+    expect(t.choices[0]!.finish_reason).toBe('length');
+    expect(t.choices[0]!.message.tool_calls ?? []).toEqual([]);
+    expect(t.choices[0]!.message.content).toBe('<tool_call>\n<function=get_weather>\n<parameter=city>\nOs');
+    const a = anthropic(s);
+    const areq = {
+      model: 'embedded-tiny-v2', messages: [{ role: 'user' as const, content: 'Weather in Oslo?' }],
+      tools: [{ name: 'get_weather', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } } } }],
+    };
+    eng.scripts.push(complete);
+    const m = await a.messages.create({ ...areq, max_tokens: complete.length });
+    expect(m.stop_reason).toBe('tool_use');
+    expect(m.content).toMatchObject([{ type: 'tool_use', name: 'get_weather', input: { city: 'Oslo' } }]);
+    eng.scripts.push(cut);
+    const mc = await a.messages.create({ ...areq, max_tokens: cut.length });
+    expect(mc.stop_reason).toBe('max_tokens');
+    expect(mc.content.map((b) => b.type)).toEqual(['text']);
   });
 
   it('Anthropic: tool_use blocks (stop_reason tool_use), streamed as input_json_delta', async () => {
@@ -714,6 +960,46 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
     expect((m.content[1] as Anthropic.TextBlock).text).toBe('Hello!');
   });
 
+  it('completions logprobs: text_offset counts the characters before each token, a character split over tokens once', async () => {
+    const byteId = (b: number) => {
+      for (let id = 0; id < 256; id++) {
+        const x = s.ctx.model.text.bytesOf(id);
+        if (x.length === 1 && x[0] === b) return id;
+      }
+      throw new Error('no byte token');
+    };
+    // 'a', 'é' in two byte tokens, '😀' in four, then 'b' and 'cd' as whole tokens, then a lead byte
+    // that the next token ('x') turns into U+FFFD: 'x' is after it.
+    const whole = s.ctx.model.tokenizer.encode('b cd');
+    const text = 'aé😀b cd\uFFFDx';
+    const ids = [byteId(0x61), byteId(0xc3), byteId(0xa9), byteId(0xf0), byteId(0x9f), byteId(0x98), byteId(0x80), ...whole, byteId(0xc3), byteId(0x78)];
+    expect(s.ctx.model.text.text(ids)).toBe(text);
+    const chars = [...text]; // code points: Python's len, vLLM's unit
+    const want = [0, 1, 1, 2, 2, 2, 2];
+    let at = 3;
+    for (const t of whole) {
+      want.push(at);
+      at += [...s.ctx.model.text.text([t])].length;
+    }
+    want.push(at, at + 1);
+    const body = { prompt: 'x', max_tokens: ids.length, logprobs: 1 };
+    eng.scripts.push(ids);
+    const r = await (await post(s, '/v1/completions', body)).json() as Json;
+    const c = r.choices[0] as Json;
+    expect(c.text).toBe(text);
+    expect(c.logprobs.text_offset).toEqual(want);
+    expect(c.logprobs.text_offset.every((o: number) => o <= chars.length)).toBe(true);
+    // A whole-character token's text is at its offset.
+    c.logprobs.tokens.forEach((t: string, i: number) => {
+      if (!t.includes('\uFFFD')) expect(chars.slice(want[i], want[i]! + [...t].length).join('')).toBe(t);
+    });
+    // Streamed: the same offsets, chunk by chunk.
+    eng.scripts.push(ids);
+    const events = await readSse(await post(s, '/v1/completions', { ...body, stream: true }));
+    const offsets = events.slice(0, -1).flatMap((e) => ((JSON.parse(e.data) as Json).choices[0].logprobs?.text_offset as number[] | undefined) ?? []);
+    expect(offsets).toEqual(want);
+  });
+
   it('multi-byte characters split over tokens: every chunk is whole characters, streamed text = non-streamed', async () => {
     const text = 'Grüße 日本 😀!';
     // One byte-level token per byte: every character but the ASCII ones spans several tokens.
@@ -739,6 +1025,6 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
       expect(/[\uD800-\uDBFF]$/.test(p)).toBe(false);
     }
     // One chunk per step: as many token chunks as tokens (the held bytes give empty-content chunks).
-    expect(chunks.filter((c) => c.choices[0]?.finish_reason === null)).toHaveLength(ids.length);
+    expect(chunks.filter((c) => c.choices[0]?.finish_reason === null)).toHaveLength(ids.length + 1); // + the role chunk
   });
 });

@@ -5,6 +5,7 @@
 import type { ChatMessage } from '../model/tokenizer.js';
 import { badRequest, unsupported } from './errors.js';
 import type { ServeModel } from './model.js';
+import { encodePrompt } from './request-params.js';
 import { promptOpensThinking, THINK_CLOSE } from './reasoning.js';
 import { TOOL_OPEN, type ToolDef } from './tool-calls.js';
 
@@ -162,6 +163,8 @@ export function anthropicInput(body: Json): ChatInput {
   let toolChoice: ToolChoice = 'auto';
   const tc = body.tool_choice as Json | undefined;
   if (tc) {
+    // Anthropic's own terms in its errors ('any', not OpenAI's 'required').
+    if (tc.type !== 'auto' && tc.type !== 'none' && tools.length === 0) throw badRequest(`tool_choice '${String(tc.type)}' needs tools`, 'tool_choice');
     if (tc.type === 'any') toolChoice = 'required';
     else if (tc.type === 'none') toolChoice = 'none';
     else if (tc.type === 'tool') {
@@ -212,6 +215,6 @@ export function renderChat(model: ServeModel, input: ChatInput): RenderedChat {
     prefix = typeof choice === 'object' ? `${TOOL_OPEN}\n<function=${choice.name}>\n` : `${TOOL_OPEN}\n<function=`;
     text += prefix;
   }
-  const ids = tok.encode(text);
+  const ids = encodePrompt(model, text, 'messages');
   return { text, ids, startsInReasoning, tools: useTools ? { defs: input.tools, prefix } : null };
 }

@@ -5,9 +5,12 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '../bench/logger.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
 import type { ServeEngine } from './engine-queue.js';
-import { Generation, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
+import { apiFinishReason, Generation, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
 import type { ServeMetrics } from './metrics.js';
 import type { ServeModel } from './model.js';
+
+/** The request log's status for a non-streamed request whose client went away before its answer (nginx's "client closed request"). */
+export const CLIENT_CLOSED_REQUEST = 499;
 
 export interface RequestLogFields {
   route: string;
@@ -51,12 +54,14 @@ export class ServeContext {
     this.live.add(gen);
     const res = reply.raw;
     const onClose = () => {
-      if (!res.writableEnded) gen.cancel();
+      if (res.writableEnded) return;
+      (reply.request as { lumenClientGone?: boolean }).lumenClientGone = true;
+      gen.cancel();
     };
     res.on('close', onClose);
     void gen.done.then((r) => {
       this.live.delete(gen);
-      this.metrics?.record(r.engine, r.tokens.length, r.finish);
+      this.metrics?.record(r.engine, r.tokens.length, apiFinishReason(r));
       this.onFinished?.(r);
     }, () => this.live.delete(gen));
     return gen;
@@ -69,7 +74,13 @@ export class ServeContext {
    */
   async complete(params: GenerationParams, req: FastifyRequest, reply: FastifyReply): Promise<{ result: GenerationResult; failure: ApiError | null }> {
     const r = await this.start(params, reply).done;
-    (req as { lumenResult?: GenerationResult }).lumenResult = r;
+    const q = req as { lumenResult?: GenerationResult; lumenClientGone?: boolean; lumenLogged?: boolean; lumenStart?: number };
+    q.lumenResult = r;
+    if (q.lumenClientGone) {
+      // No response will finish (fastify's onResponse never runs for it): its log line is written here.
+      this.logRequest({ route: req.routeOptions.url ?? req.url, status: CLIENT_CLOSED_REQUEST, result: r, startedAt: q.lumenStart ?? performance.now() });
+      q.lumenLogged = true;
+    }
     return { result: r, failure: this.failureOf(r) };
   }
 
@@ -105,7 +116,7 @@ export class ServeContext {
       output_tokens: r ? r.tokens.length : null,
       ttft_ms: r?.ttftMs ?? null,
       duration_ms: performance.now() - f.startedAt,
-      finish_reason: r?.finish ?? null,
+      finish_reason: r ? apiFinishReason(r) : null,
       ...(f.error ? { error: f.error } : {}),
     }, 'request');
   }

@@ -25,9 +25,9 @@ export const unsupported = (param: string, what: string) =>
 
 export type ApiFlavor = 'openai' | 'anthropic';
 
-/** Which API's error shape a URL answers with. */
-export function flavorOf(url: string): ApiFlavor {
-  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+/** Which API's error shape a route answers with (`route`: the matched route, or the decoded path of an unknown one). */
+export function flavorOf(route: string): ApiFlavor {
+  return route === '/v1/messages' || route.startsWith('/v1/messages/') ? 'anthropic' : 'openai';
 }
 
 const OPENAI_TYPE: Record<ErrorKind, string> = {
@@ -52,7 +52,9 @@ const ANTHROPIC_TYPE: Record<ErrorKind, string> = {
   not_found: 'not_found_error',
   model_not_found: 'not_found_error',
   too_large: 'request_too_large',
-  unavailable: 'overloaded_error',
+  // 503 (loading, shutting down): api_error. Anthropic's overloaded_error goes with status 529, which
+  // load balancers and health checks do not know; both SDKs retry any 5xx alike.
+  unavailable: 'api_error',
   server: 'api_error',
 };
 
@@ -71,12 +73,18 @@ function kindOfStatus(status: number): ErrorKind {
 }
 
 /** Any error thrown while handling a request -> an ApiError (validation and body errors keep their 4xx status). */
-export function toApiError(err: unknown): ApiError {
+export function toApiError(err: unknown, contentType?: string): ApiError {
   if (err instanceof ApiError) return err;
-  const e = err as { statusCode?: number; message?: string; validation?: Array<{ instancePath?: string; params?: Record<string, unknown> }>; code?: string };
+  const e = err as { statusCode?: number; message?: string; validation?: Array<{ instancePath?: string; keyword?: string; params?: Record<string, unknown> }>; code?: string };
   const status = typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 600 ? e.statusCode : 500;
+  if (status === 415) {
+    return new ApiError(415, `the request body must be JSON sent with content-type: application/json (this one came as ${contentType ?? 'no content type'})`);
+  }
   if (e.validation && e.validation.length) {
     const v = e.validation[0]!;
+    if ((v.instancePath ?? '') === '' && v.keyword === 'type') {
+      return new ApiError(400, 'the request body must be a JSON object (content-type: application/json)');
+    }
     const missing = typeof v.params?.missingProperty === 'string' ? `/${v.params.missingProperty}` : '';
     const param = `${v.instancePath ?? ''}${missing}`.replace(/^\//, '').replace(/\//g, '.') || null;
     return new ApiError(400, `invalid request: ${e.message ?? 'validation failed'}`, 'invalid_request', param);

@@ -19,8 +19,9 @@ export interface GenerationParams {
   seed: number;
   /** The model's end-of-sequence ids. */
   eosTokens: number[];
-  /** The request's stop_token_ids. */
+  /** The request's stop_token_ids (they stop the output even with ignoreEos). */
   stopTokenIds: number[];
+  /** ignore_eos: the eosTokens do not stop the output (the stopTokenIds still do). */
   ignoreEos: boolean;
   stop: string[];
   /** Top alternatives per token (undefined: no logprobs). */
@@ -39,9 +40,22 @@ export interface StepDelta {
   reasoning: string;
   toolCalls: ToolCall[];
   logprobs?: TokenLogprobs[];
+  /** With logprobs: where each token's text starts in the output text, in code points (see Generation.offsets). */
+  textOffsets?: number[];
 }
 
 export type GenerationFinish = 'stop' | 'length' | 'tool_calls' | 'cancelled' | 'error';
+
+/**
+ * The finish reason a client, /metrics (`finished_reason`) and the -v log line see: `stop`, `length`,
+ * `tool_calls`, or `abort` for a request the server cut (client gone, shutdown, engine error), as vLLM
+ * says. The -v line adds `error` for an engine failure.
+ */
+export type ApiFinishReason = 'stop' | 'length' | 'tool_calls' | 'abort';
+
+export function apiFinishReason(r: { finish: GenerationFinish }): ApiFinishReason {
+  return r.finish === 'cancelled' || r.finish === 'error' ? 'abort' : r.finish;
+}
 
 export interface GenerationResult {
   finish: GenerationFinish;
@@ -53,6 +67,7 @@ export interface GenerationResult {
   reasoning: string;
   toolCalls: ToolCall[];
   logprobs?: TokenLogprobs[];
+  textOffsets?: number[];
   promptTokens: number;
   cachedPromptTokens: number;
   /** Native times: enqueue -> first token, enqueue -> last output token (ms); null without tokens. */
@@ -62,10 +77,29 @@ export interface GenerationResult {
   error?: string;
 }
 
+/** Unicode code points of a string (Python's len: vLLM's and Python clients' unit of text offsets). */
+export function codePoints(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) n--; // a high surrogate: its pair is one code point
+  }
+  return n;
+}
+
 export class Generation {
   readonly done: Promise<GenerationResult>;
   private readonly tokens: number[] = [];
   private readonly logprobs: TokenLogprobs[] | undefined;
+  /**
+   * With logprobs: per output token, where its text starts in the detokenizer's output (before stop
+   * strings are cut), in code points. A token whose bytes are whole characters: its own text ends its
+   * piece (after any U+FFFD it completed for an invalid sequence before it). Any other token (it ends
+   * or continues a split character): the characters completed before it, so the tokens of a split
+   * character share the character's offset.
+   */
+  private readonly offsets: number[] | undefined;
+  private chars = 0;
   private content = '';
   private reasoningText = '';
   private readonly calls: ToolCall[] = [];
@@ -90,12 +124,16 @@ export class Generation {
     this.stops = new StopStrings(p.stop);
     this.split = p.reasoning ? new ReasoningSplitter(p.reasoning.startsInReasoning) : null;
     this.toolParser = p.tools ? new ToolCallParser(p.tools.defs, p.tools.prefix, p.tools.idPrefix) : null;
-    const stopTokens = [...new Set([...p.eosTokens, ...p.stopTokenIds])];
-    this.stopSet = new Set(p.ignoreEos ? [] : stopTokens);
+    // ignore_eos ignores the model's end-of-sequence ids only (vLLM): the request's stop_token_ids
+    // still stop it. The engine's ignoreEos would switch off every stop id, so it is never set here:
+    // the engine gets just the ids that stop this request.
+    const stopTokens = [...new Set([...(p.ignoreEos ? [] : p.eosTokens), ...p.stopTokenIds])];
+    this.stopSet = new Set(stopTokens);
     this.logprobs = p.logprobs !== undefined ? [] : undefined;
+    this.offsets = p.logprobs !== undefined ? [] : undefined;
     const h = engine.submit({
       prompt: p.prompt, maxTokens: p.maxTokens, minTokens: p.minTokens, temperature: p.temperature, topP: p.topP,
-      topK: p.topK, seed: p.seed, stopTokens, ignoreEos: p.ignoreEos,
+      topK: p.topK, seed: p.seed, stopTokens, ignoreEos: false,
       ...(p.logprobs !== undefined ? { logprobs: p.logprobs } : {}),
     }, (s) => this.step(s.tokens, s.logprobs));
     this.handle = h;
@@ -117,16 +155,27 @@ export class Generation {
     if (this.stopped || this.cancelled) return;
     let text = '';
     let used = 0;
-    if (!this.stops.active) {
+    if (!this.stops.active && !this.offsets) {
       const visible = this.stopSet.size ? ids.filter((t) => !this.stopSet.has(t)) : ids;
       text = this.detok.push(visible);
       used = ids.length;
     } else {
-      // Token by token, so the output ends exactly at the token that completed the stop string.
+      // Token by token, so the output ends exactly at the token that completed the stop string
+      // (and each token's text offset is known).
       for (const t of ids) {
         used++;
-        if (this.stopSet.has(t)) continue;
-        const r = this.stops.push(this.detok.push([t]));
+        if (this.stopSet.has(t)) {
+          this.offsets?.push(this.chars);
+          continue;
+        }
+        const piece = this.detok.push([t]);
+        if (this.offsets) {
+          const before = this.chars;
+          this.chars += codePoints(piece);
+          const own = this.text.tokenPiece(t).text;
+          this.offsets.push(own === '' || own.includes('\uFFFD') ? before : Math.max(before, this.chars - codePoints(own)));
+        }
+        const r = this.stops.push(piece);
         text += r.text;
         if (r.stop !== null) {
           this.stopString = r.stop;
@@ -141,7 +190,8 @@ export class Generation {
     const stepLps = lps?.slice(0, used);
     if (stepLps) this.logprobs?.push(...stepLps);
     const d = this.parse(text);
-    this.onDelta?.({ tokens, ...d, ...(stepLps ? { logprobs: stepLps } : {}) });
+    const offsets = this.offsets?.slice(this.offsets.length - used);
+    this.onDelta?.({ tokens, ...d, ...(stepLps ? { logprobs: stepLps } : {}), ...(offsets ? { textOffsets: offsets } : {}) });
   }
 
   private parse(text: string, end = false): { content: string; reasoning: string; toolCalls: ToolCall[] } {
@@ -190,17 +240,20 @@ export class Generation {
       finish = 'stop';
       const lastTok = r.tokens[r.tokens.length - 1];
       // vLLM reports a stop_token_ids hit as its id and an end-of-sequence token as null.
-      stopReason = lastTok !== undefined && this.p.stopTokenIds.includes(lastTok) && !this.p.eosTokens.includes(lastTok) ? lastTok : null;
+      stopReason = lastTok !== undefined && this.p.stopTokenIds.includes(lastTok) && (this.p.ignoreEos || !this.p.eosTokens.includes(lastTok)) ? lastTok : null;
     } else {
       finish = r.finishReason;
     }
-    if (finish === 'stop' && this.calls.length > 0) finish = 'tool_calls';
+    // Parsed calls are complete calls to run, whatever ended the output (vLLM's tool parsers say
+    // tool_calls too): one cut off by max_tokens inside its function stayed text (ToolCallParser.flush),
+    // so a call here is never truncated; only its closing </tool_call> may be missing.
+    if ((finish === 'stop' || finish === 'length') && this.calls.length > 0) finish = 'tool_calls';
     const n = this.tokens.length;
     const ttft = n > 0 && r.tokenMs.length > 0 ? r.tokenMs[0]! - r.enqueueMs : null;
     const e2e = n > 0 && r.tokenMs.length >= n ? r.tokenMs[n - 1]! - r.enqueueMs : null;
     return {
       finish, stopReason, tokens: this.tokens.slice(), content: this.content, reasoning: this.reasoningText,
-      toolCalls: this.calls.slice(), ...(this.logprobs ? { logprobs: this.logprobs } : {}),
+      toolCalls: this.calls.slice(), ...(this.logprobs ? { logprobs: this.logprobs } : {}), ...(this.offsets ? { textOffsets: this.offsets } : {}),
       promptTokens: r.promptTokens || this.p.prompt.length, cachedPromptTokens: r.cachedPromptTokens, ttftMs: ttft, e2eMs: e2e,
       engine: r, ...(r.error ? { error: r.error } : {}),
     };

@@ -26,6 +26,14 @@ export interface ServeModel {
   eosTokenIds: number[];
   /** Longest sequence (prompt + output) the engine takes. */
   maxSeq: number;
+  /** UTF-8 bytes of the longest token text (vocabulary or added token): a text of B bytes is at least B / this many tokens. */
+  longestTokenBytes: number;
+  /**
+   * Whether a text's tokens up to a space between two ASCII letters are the first tokens of the whole
+   * text (so a prefix's count is a lower bound): ByteLevel tokenizers (regex pre-tokenizers split
+   * there) with no added token whose text holds a space.
+   */
+  prefixCountable: boolean;
   vocabSize: number;
   defaults: SamplingDefaults;
   /** Unix seconds the server started (`created`). */
@@ -54,6 +62,18 @@ export function samplingDefaultsOf(config: unknown): SamplingDefaults {
   return d;
 }
 
+/** What the prompt-length guard needs to know of the tokenizer (one pass over the vocabulary at start, ~25 ms for 248k ids). */
+export function tokenLengthFacts(tok: LoadedTokenizer): { longestTokenBytes: number; prefixCountable: boolean } {
+  let longest = 1;
+  for (let id = 0; id < tok.vocabSize; id++) {
+    const t = tok.idToToken(id);
+    // A token string's UTF-8 length bounds the bytes it stands for (a byte-level symbol is one byte, '▁' one space).
+    if (t !== undefined) longest = Math.max(longest, Buffer.byteLength(t, 'utf8'));
+  }
+  const spaced = [...tok.addedTokenIds].some((id) => (tok.idToToken(id) ?? '').includes(' '));
+  return { longestTokenBytes: longest, prefixCountable: tok.byteLevelDecoder && !spaced };
+}
+
 export function makeServeModel(opts: {
   name: string; root: string; tokenizer: LoadedTokenizer; configEos: number; maxSeq: number; vocabSize: number;
   /** The model's generation config when it is not a generation_config.json under `root` (synthetic weights). */
@@ -66,6 +86,7 @@ export function makeServeModel(opts: {
     text: new TokenText(opts.tokenizer),
     eosTokenIds: [...new Set([...QWEN_STOP_IDS, opts.configEos, ...opts.tokenizer.eosTokenIds])],
     maxSeq: opts.maxSeq,
+    ...tokenLengthFacts(opts.tokenizer),
     vocabSize: opts.vocabSize,
     defaults: opts.generationConfig !== undefined ? samplingDefaultsOf(opts.generationConfig) : samplingDefaults(opts.root),
     created: Math.floor(Date.now() / 1000),

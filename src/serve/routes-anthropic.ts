@@ -41,6 +41,7 @@ function usage(r: { promptTokens: number; cachedPromptTokens: number }, outputTo
 export function registerAnthropicRoutes(app: FastifyInstance, ctx: ServeContext): void {
   app.post('/v1/messages', { schema: { body: MESSAGES_BODY } }, (req, reply) => messages(ctx, req, reply));
   app.post('/v1/messages/count_tokens', { schema: { body: COUNT_TOKENS_BODY } }, async (req) => {
+    ctx.requireEngine();
     const body = req.body as Json;
     checkModel(ctx.model, body.model);
     const rendered = renderChat(ctx.model, anthropicInput(body));

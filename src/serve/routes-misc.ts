@@ -5,6 +5,7 @@ import { openaiChatInput, renderChat } from './chat-request.js';
 import type { ServeContext } from './context.js';
 import { ApiError, badRequest } from './errors.js';
 import { checkModel } from './model.js';
+import { encodePrompt } from './request-params.js';
 import { DETOKENIZE_BODY, TOKENIZE_BODY } from './schemas.js';
 
 type Json = Record<string, unknown>;
@@ -19,7 +20,8 @@ export function registerMiscRoutes(app: FastifyInstance, ctx: ServeContext): voi
   // vLLM's shape ({version}), plus the server's name, so a benchmark client can say what it measured.
   app.get('/version', async () => ({ version: TOOL_VERSION, server: 'lumen-bench serve' }));
 
-  app.get('/v1/models', async () => ({
+  // Clients probe /v1/models for readiness: like every API route it answers 503 until the model is loaded.
+  app.get('/v1/models', async () => (ctx.requireEngine(), {
     object: 'list',
     data: [{
       id: ctx.model.name, object: 'model', created: ctx.model.created, owned_by: 'lumen-bench', root: ctx.model.root,
@@ -28,6 +30,7 @@ export function registerMiscRoutes(app: FastifyInstance, ctx: ServeContext): voi
   }));
 
   app.post('/tokenize', { schema: { body: TOKENIZE_BODY } }, async (req) => {
+    ctx.requireEngine();
     const body = req.body as Json;
     checkModel(ctx.model, body.model);
     let ids: number[];
@@ -35,7 +38,7 @@ export function registerMiscRoutes(app: FastifyInstance, ctx: ServeContext): voi
       if (body.prompt !== undefined) throw badRequest('give either prompt or messages, not both', 'prompt');
       ids = renderChat(ctx.model, openaiChatInput(body)).ids;
     } else if (typeof body.prompt === 'string') {
-      ids = ctx.model.tokenizer.encode(body.prompt);
+      ids = encodePrompt(ctx.model, body.prompt, 'prompt');
     } else {
       throw badRequest('give prompt (text) or messages', 'prompt');
     }
@@ -46,6 +49,7 @@ export function registerMiscRoutes(app: FastifyInstance, ctx: ServeContext): voi
   });
 
   app.post('/detokenize', { schema: { body: DETOKENIZE_BODY } }, async (req) => {
+    ctx.requireEngine();
     const body = req.body as Json;
     checkModel(ctx.model, body.model);
     const ids = body.tokens as number[];

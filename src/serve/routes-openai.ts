@@ -1,6 +1,7 @@
 // POST /v1/chat/completions and POST /v1/completions, as the OpenAI API (and vLLM's extensions)
-// define them, streamed or not. Streams: one `id`; the first chunk carries the role together with
-// the first token (nothing is sent before prefill ends); one chunk per engine step; a final chunk with
+// define them, streamed or not. Streams: one `id`; chat's first chunk carries the role alone (no
+// content, no logprobs, as OpenAI and vLLM send it), written together with the first token's chunk
+// (nothing is sent before prefill ends); one chunk per engine step; a final chunk with
 // finish_reason and no content; the usage chunk (`choices: []`) when asked; `data: [DONE]`.
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
@@ -9,9 +10,9 @@ import type { TokenLogprobs } from '../engine/types.js';
 import { openaiChatInput, renderChat } from './chat-request.js';
 import type { ServeContext } from './context.js';
 import { badRequest, errorBody, toApiError } from './errors.js';
-import type { GenerationParams, GenerationResult, StepDelta } from './generation.js';
+import { apiFinishReason as finishReason, codePoints, type GenerationParams, type GenerationResult, type StepDelta } from './generation.js';
 import { checkModel } from './model.js';
-import { commonParams, rejectUnsupported, resolveMaxTokens } from './request-params.js';
+import { commonParams, encodePrompt, rejectUnsupported, resolveMaxTokens } from './request-params.js';
 import { CHAT_BODY, COMPLETION_BODY } from './schemas.js';
 import { SseStream } from './sse.js';
 import type { ToolCall } from './tool-calls.js';
@@ -29,11 +30,6 @@ export function usageOf(r: GenerationResult): Json {
   };
 }
 
-/** The finish reasons the API knows (a request cut by the server is `abort`, as vLLM says). */
-function finishReason(r: GenerationResult): string {
-  return r.finish === 'cancelled' || r.finish === 'error' ? 'abort' : r.finish;
-}
-
 function chatLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonly TokenLogprobs[]): Json {
   const piece = (id: number, logprob: number) => {
     const p = ctx.model.text.tokenPiece(id);
@@ -44,21 +40,18 @@ function chatLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonl
   };
 }
 
-function completionLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonly TokenLogprobs[], offset0: number): Json {
-  const strs: string[] = [];
-  const offsets: number[] = [];
-  let off = offset0;
-  for (const t of tokens.slice(0, lps.length)) {
-    const s = ctx.model.text.tokenPiece(t).text;
-    strs.push(s);
-    offsets.push(off);
-    off += s.length;
-  }
+/**
+ * The completions API's logprobs. `tokens`: each token decoded alone (a token ending mid-character
+ * shows U+FFFD for it); `text_offset`: where the token's text starts in `text`, in code points, as the
+ * output pipeline assembled it (`offsets`, from the generation, after `base` characters of echo): a
+ * token that ends mid-character has the offset of that character, as has the token that completes it.
+ */
+function completionLogprobs(ctx: ServeContext, tokens: readonly number[], lps: readonly TokenLogprobs[], offsets: readonly number[], base: number): Json {
   return {
-    tokens: strs,
+    tokens: tokens.slice(0, lps.length).map((t) => ctx.model.text.tokenPiece(t).text),
     token_logprobs: lps.map((l) => l.logprob),
     top_logprobs: lps.map((l) => Object.fromEntries(l.top.map((t) => [ctx.model.text.tokenPiece(t.token).text, t.logprob]))),
-    text_offset: offsets,
+    text_offset: lps.map((_, i) => base + offsets[i]!),
   };
 }
 
@@ -136,11 +129,19 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
     id, object: 'chat.completion.chunk', created, model, choices: [choice],
     ...(includeUsage ? { usage: usage ?? null } : {}),
   });
+  const running = () => ({ prompt_tokens: rendered.ids.length, completion_tokens: produced, total_tokens: rendered.ids.length + produced });
+  // The first chunk: the role alone, as OpenAI's (a token's logprobs in it would be counted twice by the
+  // SDK's stream helper, which reads logprobs from every chunk); vLLM's prompt_token_ids ride on it.
+  const roleChunk = (): Json => ({
+    ...chunk({ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, continuous ? running() : null),
+    ...(returnIds ? { prompt_token_ids: rendered.ids } : {}),
+  });
   const onDelta = (d: StepDelta) => {
     if (!sse || sse.closed) return;
+    const head = first ? [roleChunk()] : [];
+    first = false;
     produced += d.tokens.length;
     const delta: Json = {};
-    if (first) delta.role = 'assistant';
     if (d.reasoning) delta.reasoning_content = d.reasoning;
     if (d.content) delta.content = d.content;
     if (d.toolCalls.length) {
@@ -148,13 +149,12 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
       toolIndex += d.toolCalls.length;
     }
     if (!('content' in delta) && !('reasoning_content' in delta) && !('tool_calls' in delta)) delta.content = '';
-    first = false;
-    sse.data(chunk({
+    sse.data(...head, chunk({
       index: 0, delta,
       logprobs: d.logprobs ? chatLogprobs(ctx, d.tokens, d.logprobs) : null,
       finish_reason: null,
       ...(returnIds ? { token_ids: d.tokens } : {}),
-    }, continuous ? { prompt_tokens: rendered.ids.length, completion_tokens: produced, total_tokens: rendered.ids.length + produced } : null));
+    }, continuous ? running() : null));
   };
   const gen = ctx.start(params, reply, onDelta);
   sse = new SseStream(reply);
@@ -164,7 +164,8 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
     if (failure) {
       sse.data(errorBody('openai', failure));
     } else {
-      sse.data(chunk({ index: 0, delta: first ? { role: 'assistant', content: '' } : {}, logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
+      const head = first ? [roleChunk()] : []; // no token came: the role chunk still opens the stream
+      sse.data(...head, chunk({ index: 0, delta: {}, logprobs: null, finish_reason: finishReason(r), stop_reason: r.stopReason }, continuous ? usageOf(r) : null));
       if (includeUsage) sse.data({ id, object: 'chat.completion.chunk', created, model, choices: [], usage: usageOf(r) });
     }
     sse.line('data: [DONE]');
@@ -178,7 +179,7 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
 function completionPrompt(ctx: ServeContext, prompt: unknown): { ids: number[]; text: () => string } {
   const one = (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) ? prompt[0] : prompt;
   if (Array.isArray(one) && one.some((x) => typeof x !== 'number')) throw badRequest('batched prompts (a list of several prompts) are not supported by this server', 'prompt');
-  if (typeof one === 'string') return { ids: ctx.model.tokenizer.encode(one), text: () => one };
+  if (typeof one === 'string') return { ids: encodePrompt(ctx.model, one, 'prompt'), text: () => one };
   const ids = one as number[];
   const bad = ids.find((t) => t >= ctx.model.vocabSize);
   if (bad !== undefined) throw badRequest(`prompt: token ${bad} is outside the vocabulary (${ctx.model.vocabSize})`, 'prompt');
@@ -211,7 +212,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
       id, object: 'text_completion', created, model,
       choices: [{
         index: 0, text: echo + r.content,
-        logprobs: r.logprobs ? completionLogprobs(ctx, r.tokens, r.logprobs, echo.length) : null,
+        logprobs: r.logprobs ? completionLogprobs(ctx, r.tokens, r.logprobs, r.textOffsets ?? [], codePoints(echo)) : null,
         finish_reason: finishReason(r), stop_reason: r.stopReason,
         ...(returnIds ? { token_ids: r.tokens, prompt_token_ids: prompt.ids } : {}),
       }],
@@ -224,7 +225,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
   const continuous = includeUsage && opts.continuous_usage_stats === true;
   let sse: SseStream | null = null;
   let first = true;
-  let offset = echo.length;
+  const base = codePoints(echo);
   let produced = 0;
   const chunk = (choice: Json, usage?: Json | null): Json => ({
     id, object: 'text_completion', created, model, choices: [choice], ...(includeUsage ? { usage: usage ?? null } : {}),
@@ -233,8 +234,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
     if (!sse || sse.closed) return;
     produced += d.tokens.length;
     const text = (first ? echo : '') + d.content;
-    const lp = d.logprobs ? completionLogprobs(ctx, d.tokens, d.logprobs, offset) : null;
-    offset += d.content.length;
+    const lp = d.logprobs ? completionLogprobs(ctx, d.tokens, d.logprobs, d.textOffsets ?? [], base) : null;
     sse.data(chunk({
       index: 0, text, logprobs: lp, finish_reason: null,
       ...(returnIds ? { token_ids: d.tokens, ...(first ? { prompt_token_ids: prompt.ids } : {}) } : {}),

@@ -63,9 +63,30 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** Routes that need the API key (when one is set): the APIs and the tokenizer endpoints; /health and /metrics stay open. */
-function needsKey(url: string): boolean {
-  return url.startsWith('/v1/') || url === '/v1' || url.startsWith('/tokenize') || url.startsWith('/detokenize');
+/**
+ * The routes that answer without the API key (when one is set): everything else needs it, unknown
+ * routes included. Decided by the route the router matched (`routeOptions.url`), never by the raw
+ * request target: the router decodes percent-escapes (`/%761/models`) and takes absolute-form targets
+ * (`http://host/v1/models`), so a test of the raw URL's text lets such requests past the check.
+ */
+export const PUBLIC_ROUTES: ReadonlySet<string> = new Set(['/health', '/version', '/metrics']);
+
+/** Routes whose requests get no request log line (-v): the probes. */
+const UNLOGGED_ROUTES: ReadonlySet<string> = new Set(['/health', '/metrics']);
+
+/** The route a request matched, or (no route matched) its path as the router saw it: decoded, without the query or an absolute-form target's origin. */
+export function routePath(req: FastifyRequest): string {
+  const matched = req.routeOptions.url;
+  if (matched !== undefined) return matched;
+  let p = req.url;
+  try {
+    p = new URL(req.url, 'http://localhost').pathname;
+  } catch { /* keep the raw target */ }
+  try {
+    return decodeURIComponent(p);
+  } catch {
+    return p;
+  }
 }
 
 function keyMatches(given: string | undefined, key: string): boolean {
@@ -100,7 +121,9 @@ export function buildApp(ctx: ServeContext, apiKey: string | undefined, bodyLimi
   // its handler runs (time to first token over HTTP, docs/performance.md).
   app.addHook('onRequest', (req, _reply, done) => {
     (req as { lumenStart?: number }).lumenStart = performance.now();
-    if (apiKey !== undefined && needsKey(req.url) && !keyMatches(presentedKey(req), apiKey)) {
+    // onRequest runs after routing: routeOptions.url is the matched route (undefined: no route, which needs the key too).
+    const route = req.routeOptions.url;
+    if (apiKey !== undefined && !(route !== undefined && PUBLIC_ROUTES.has(route)) && !keyMatches(presentedKey(req), apiKey)) {
       done(new ApiError(401, presentedKey(req) === undefined
         ? 'missing API key (send Authorization: Bearer KEY, or x-api-key: KEY)'
         : 'incorrect API key', 'authentication'));
@@ -110,26 +133,30 @@ export function buildApp(ctx: ServeContext, apiKey: string | undefined, bodyLimi
   });
 
   app.addHook('onResponse', (req, reply, done) => {
-    const r = req as { lumenStart?: number; lumenResult?: GenerationResult; lumenError?: string; lumenStreamed?: boolean };
-    if (!r.lumenStreamed && req.url !== '/health' && req.url !== '/metrics') {
+    const r = req as { lumenStart?: number; lumenResult?: GenerationResult; lumenError?: string; lumenStreamed?: boolean; lumenLogged?: boolean };
+    if (!r.lumenStreamed && !r.lumenLogged && !UNLOGGED_ROUTES.has(req.routeOptions.url ?? '')) {
       ctx.logRequest({
-        route: req.routeOptions.url ?? req.url, status: reply.statusCode, result: r.lumenResult ?? null,
+        route: routePath(req), status: reply.statusCode, result: r.lumenResult ?? null,
         startedAt: r.lumenStart ?? performance.now(), ...(r.lumenError ? { error: r.lumenError } : {}),
       });
     }
     done();
   });
 
+  // A JSON body sent as text/plain would reach the schema as a string ("body must be object"): only
+  // application/json is parsed, anything else is a 415 that says so.
+  app.removeContentTypeParser('text/plain');
+
   app.setErrorHandler((err, req, reply) => {
-    const e = toApiError(err);
+    const e = toApiError(err, req.headers['content-type']);
     (req as { lumenError?: string }).lumenError = e.message;
     if (e.status >= 500) ctx.log.error({ event: 'error', url: req.url, error: (err as Error).stack ?? String(err) }, 'request failed');
-    return reply.code(e.status).send(errorBody(flavorOf(req.url), e));
+    return reply.code(e.status).send(errorBody(flavorOf(routePath(req)), e));
   });
 
   app.setNotFoundHandler((req, reply) => {
     const e = new ApiError(404, `no route ${req.method} ${req.url.split('?')[0]}`, 'not_found');
-    return reply.code(404).send(errorBody(flavorOf(req.url), e));
+    return reply.code(404).send(errorBody(flavorOf(routePath(req)), e));
   });
 
   registerMiscRoutes(app, ctx);

@@ -36,8 +36,9 @@ export class SseStream {
     });
   }
 
-  data(payload: unknown): void {
-    this.write(`data: ${JSON.stringify(payload)}\n\n`);
+  /** One `data:` event per payload, all in one write. */
+  data(...payloads: unknown[]): void {
+    this.write(payloads.map((p) => `data: ${JSON.stringify(p)}\n\n`).join(''));
   }
 
   event(name: string, payload: unknown): void {

@@ -3,8 +3,9 @@
 // (its template's format); the JSON form <tool_call>{"name": ..., "arguments": {...}}</tool_call> of
 // earlier Qwen models is read too. Each complete, well-formed block becomes a call (the arguments as a
 // JSON string, parameter values typed by the tool's schema); text outside blocks is content; a block
-// that does not parse (unknown function, stray text, bad JSON, unterminated) stays text. Works on
-// pieces of any size: a block is held until its closing tag arrives.
+// that does not parse (unknown function, stray text, bad JSON, cut off before its </function>) stays
+// text; at the end of the output, a block missing only its </tool_call> is a call. Works on pieces of
+// any size: a block is held until its closing tag arrives.
 import { randomBytes } from 'node:crypto';
 
 export const TOOL_OPEN = '<tool_call>';
