@@ -1,6 +1,6 @@
 // Unit tests of the sweep's parts: flags, statistics, figures, CSV/JSON output, rendering, and the row runner and
 // whole sweep driven by a simulated engine (the real engine is exercised by test/sweep.test.ts).
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -66,7 +66,8 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ modelPath: path.join(tmp, 'nope') }))).toMatch(/^--model-path: .*does not exist/);
     // A missing directory of the prefix is made (--output out/run on a fresh clone); a file in the way is named.
     expect(resolveSweepConfig({ output: path.join(tmp, 'no-dir', 'deeper', 'x') }).output).toBe(path.join(tmp, 'no-dir', 'deeper', 'x'));
-    expect(statSync(path.join(tmp, 'no-dir', 'deeper')).isDirectory()).toBe(true);
+    // Made by the sweep once every usage check has passed (a refused run leaves nothing behind), not here.
+    expect(existsSync(path.join(tmp, 'no-dir'))).toBe(false);
     writeFileSync(path.join(tmp, 'a-file'), 'x');
     expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'a-file', 'x') }))).toBe(`--output: ${path.join(tmp, 'a-file')} is a file, not a directory`);
     // A path the sweep would write that is a directory: named before anything loads (it was EISDIR after).
@@ -327,17 +328,23 @@ describe('row figures', () => {
     // A decodes every 10 ms; B is preempted after 3 tokens (KV memory full), waits, recomputes its 3 + 16
     // tokens and goes on at 250: the gap (30, 250] is its own prefill wall, not a decode gap (itl_p99 read
     // 251 ms on such a row).
+    // B is admitted again at 245 and recomputes until 250; before that it only waited.
     const a = req(1, 0, [10, 20, 30, 40, 50]);
-    const b = req(2, 0, [10, 20, 30, 250, 260], { preemptedAfter: [3] });
+    const b = req(2, 0, [10, 20, 30, 250, 260], { preemptedAfter: [3], readmitMs: [245] });
     const f = computeRowFigures(16, 5, timed(a, b), null);
-    // B's (30, 250] holds its recompute; A's (30, 40] and (40, 50] ran beside it (a prefill step may be in
-    // them), as A's gaps beside B's first prefill would.
+    // B's (30, 250] holds its recompute; A's gaps, all while B only waited, are decode gaps.
     expect(f.recomputeGaps).toBe(1);
     expect(f.preemptions).toBe(1);
-    expect(f.mixedGaps).toBe(3);
+    expect(f.mixedGaps).toBe(1);
     expect(f.distributions.itl_mixed_ms.max).toBe(220);
     expect(f.distributions.itl_ms.max).toBe(10);
+    expect(f.distributions.itl_ms.n).toBe(7);
     expect(f.itlP99Ms).toBe(10);
+    // Re-admitted at 35: A's (30, 40] and (40, 50] ran beside B's recompute (a prefill step may be in
+    // them), as A's gaps beside B's first prefill would; so they do without the re-admission time (an
+    // older addon: B's whole gap counts as its prefill).
+    expect(computeRowFigures(16, 5, timed(a, { ...b, readmitMs: [35] }), null).mixedGaps).toBe(3);
+    expect(computeRowFigures(16, 5, timed(a, { ...b, readmitMs: undefined }), null).mixedGaps).toBe(3);
     // Preempted before its first token: the recompute is inside its TTFT, no gap of its own holds it.
     const early = computeRowFigures(16, 5, timed(req(1, 0, [10, 20, 30, 40, 50]), req(2, 0, [60, 70, 80, 90, 100], { preemptedAfter: [0] })), null);
     expect(early.recomputeGaps).toBe(0);
@@ -551,6 +558,20 @@ describe('row runner on a simulated engine', () => {
     expect(r4.row.notes).toContain('prompts=cold (a fresh prompt every iteration; prefill_tok_s prices prompt ingest)');
     expect(r4.figures!.cachedPromptTokens).toBe(0);
     await e.close();
+  });
+
+  it('says how much of a shared prefix the engine\'s prefix cache can serve (up to its last snapshot point)', async () => {
+    const e = createFakeEngine({ ...engineOpts, maxSeq: 1024 }); // prefix cache on: snapshots every 256 tokens
+    const notes = async (isl: number, sharedPrefix: number) =>
+      (await runRow(e, rowSettings({ cell: { isl, osl: 4 }, sharedPrefix, maxSeq: 1024 }), new AbortController().signal)).row.notes;
+    expect(await notes(200, 128)).toContain('shared-prefix=128; the prefix cache serves none of the shared prefix (the engine snapshots every 256 tokens)');
+    expect(await notes(250, 300)).toContain('shared-prefix=250 (clamped from 300 to isl); the prefix cache serves none');
+    expect(await notes(300, 256)).not.toContain('the prefix cache serves'); // at a snapshot point: all of it
+    expect(await notes(300, 280)).toContain('the prefix cache serves 256 of the 280 shared tokens (the engine snapshots every 256 tokens)');
+    await e.close();
+    const off = createFakeEngine({ ...engineOpts, prefixCache: false });
+    expect((await runRow(off, rowSettings({ cell: { isl: 200, osl: 4 }, sharedPrefix: 128 }), new AbortController().signal)).row.notes).not.toContain('the prefix cache serves');
+    await off.close();
   });
 
   it('says a repeated prompt is prefilled cold where the engine has no prefix cache', async () => {

@@ -76,6 +76,16 @@ async function bench(args: string[]): Promise<{ code: number; stderr: string; si
   }
 }
 
+describe('bench prompt --logits-out beyond what one request may return', () => {
+  it('is a usage error naming the flag, before the model loads (it was the engine\'s error, exit 1, after the load)', async () => {
+    const ids = Array.from({ length: 2200 }, (_, i) => 100 + i).join(',');
+    const r = await bench(['prompt', '--model-path', 'synthetic:tiny', '--prompt-ids', ids, '--max-new-tokens', '0',
+      '--logits-out', path.join(os.tmpdir(), 'lumen-never-written.f32')]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n').at(-1)).toBe('bench: --logits-out: 2200 positions x vocabulary 248320 x 4 bytes is 2083 MiB, more than the 2048 MiB one request may return (at most 2162 positions: shorten the prompt or --max-new-tokens)');
+  });
+});
+
 describe('output prefixes in a directory that does not exist yet are made (the docs\' out/run on a fresh clone)', () => {
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'lumen-cli-out-'));
   afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -93,6 +103,12 @@ describe('output prefixes in a directory that does not exist yet are made (the d
     expect(none.code).toBe(2);
     expect(none.stderr.trim()).toMatch(/nope\.json: no such file$/);
     expect(existsSync(path.join(tmp, 'never'))).toBe(false);
+    // A sweep refused by a usage check that needs the device (--kv-memory 1.0 on the CPU) makes no directory.
+    const refused = await bench(['--model-path', 'synthetic:tiny', '--cells', '8:2', '--concurrency', '1', '--device', 'cpu',
+      '--kv-memory', '1.0', '--output', path.join(tmp, 'refused', 'run')]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr.trim()).toMatch(/^bench: --kv-memory: /);
+    expect(existsSync(path.join(tmp, 'refused'))).toBe(false);
     // A path that is a directory is still refused.
     const dir = await bench(['report', `${prefix}.json`, '--out', tmp]);
     expect(dir.code).toBe(2);

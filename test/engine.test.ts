@@ -145,18 +145,6 @@ describe('prefix cache', () => {
     expect(runs[3]!.logitRows).toBe(rows);
   });
 
-  it('reuses a shared prefix that ends between snapshot points: the second prompt sharing it snapshots its last block boundary, the third hits it', async () => {
-    // A 40-token common prefix (a system prompt), interval 256: no snapshot point inside it. The
-    // first prompt caches its blocks; the second matches 2 of them (32 tokens) with no snapshot
-    // there, so its prefill stops at 32 once and snapshots; the third reuses the 32 tokens.
-    const e = await engine({ prefixCache: true });
-    const shared = promptIds(40, 16);
-    const runs = [];
-    for (let i = 0; i < 3; i++) runs.push(await greedy(e, [...shared, ...promptIds(30, 17 + i)], 4));
-    expect(runs.map((r) => r.cachedPromptTokens)).toEqual([0, 0, 32]);
-    expect(runs.map((r) => r.prefillChunkMs.length)).toEqual([2, 3, 2]); // stops: 64 (last full block), then 32 too
-  });
-
   it('reuses a shared prefix at a snapshot point', async () => {
     const e = await engine({ prefixCache: true }, { snapshotInterval: 64 });
     const shared = promptIds(64, 6);
@@ -235,20 +223,25 @@ describe('memory pressure and cancellation', () => {
       const { presetConfig } = await import(${JSON.stringify(`${root}dist/src/model/presets.js`)});
       const addon = loadAddon();
       let delivered = 0;
+      let collected = false;
+      const registry = new FinalizationRegistry(() => { collected = true; });
       (() => {
         const e = new addon.Engine({ config: presetConfig('tiny'), tensors: [] }, ${JSON.stringify(opts)}, () => { delivered++; });
+        registry.register(e, 'engine');
         e.submit({ prompt: [1, 2, 3], maxTokens: 2 });  // returns once the engine has loaded
         e.flush();
         while (e.stats().retires < 1) {}  // the request is done: its events are queued
       })();
       globalThis.gc();
-      setTimeout(() => console.log('survived, delivered ' + delivered), 100);`;
+      setTimeout(() => console.log(collected ? 'survived, delivered ' + delivered : 'not collected'), 100);`;
     const r = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', script], {
       encoding: 'utf8', timeout: 100_000, killSignal: 'SIGKILL', env: { ...process.env, MALLOC_PERTURB_: '85' },
     });
     expect(r.stderr).toBe('');
     expect(r.signal).toBeNull();
-    expect(r.stdout.trim()).toBe('survived, delivered 0');
+    // The situation is forced only if the engine was collected before its drains ran (a Node that
+    // deferred the finalizer would run them first, harmlessly): say so rather than pass for nothing.
+    expect(r.stdout.trim(), 'this Node did not collect the engine at gc(): the case is not reached').toBe('survived, delivered 0');
     expect(r.status).toBe(0);
   });
 
@@ -266,7 +259,8 @@ describe('memory pressure and cancellation', () => {
           console.log('loaded ' + e.info.threads);
           await e.close();
         } catch (e) { console.log('refused: ' + e.message); }`;
-      return spawnSync('bash', ['-c', 'ulimit -v 3000000 && exec "$0" --input-type=module -e "$1"', process.execPath, script], {
+      // The stack size is set too: the limit is reached by 1000 stacks of 8 MiB, whatever the shell's default.
+      return spawnSync('bash', ['-c', 'ulimit -s 8192 && ulimit -v 3000000 && exec "$0" --input-type=module -e "$1"', process.execPath, script], {
         encoding: 'utf8', timeout: 200_000, killSignal: 'SIGKILL',
       });
     };

@@ -64,7 +64,8 @@ describe('bench serve (process)', () => {
     const s = await serve(['--host', '0.0.0.0'], (e) => /URL\s+(http:\/\/\S+)/.exec(e)?.[1] ?? null);
     const err = s.stderr();
     expect(err).toMatch(/lumen-bench v\d/);
-    expect(err).toMatch(/CPU\s+.+\(2 threads\)/);
+    expect(err).toMatch(/CPU\s+.+\(\d+ logical cores/);
+    expect(err).toMatch(/Engine threads\s+2\n/);
     expect(err).toMatch(/Model path\s+.*embedded-tiny-v2 \(embedded synthetic tiny model\)/);
     expect(err).toMatch(/Model loaded\s+[\d.]+s \(backend: cpu/);
     expect(err).toMatch(/Engine\s+paged KV, block 16, \d+ blocks, prefill chunk 512, step budget 2048, max-seq 1024, 8 seqs, prefix cache on/);

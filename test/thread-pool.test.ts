@@ -30,3 +30,31 @@ describe('thread pool under a worker that holds a piece', () => {
     });
   }
 });
+
+interface Outcome { caught: string; usableAfter: boolean }
+interface PoolFailureCheck {
+  runWorker: Outcome; runCaller: Outcome; dealt: Outcome; dealtCalls: number;
+  stealableWorker: Outcome; stealableCaller: Outcome; stealableTakenOver: Outcome; handshakeTimeouts: number;
+}
+
+describe('thread pool when a region throws (an allocation that fails in a kernel)', () => {
+  const addon = loadAddon() as unknown as { poolFailureCheck(threads: number): PoolFailureCheck };
+
+  for (const threads of [2, 3]) {
+    it(`${threads} threads: the exception reaches the caller once, from a worker or the caller, in every kind of region, and the pool runs on`, () => {
+      // Before, a worker's exception ended the process (std::terminate), and a caller's left the
+      // region while the workers still ran its function.
+      const r = addon.poolFailureCheck(threads);
+      expect(r.handshakeTimeouts).toBe(0);
+      expect(r.runWorker).toEqual({ caught: 'worker job failed', usableAfter: true });
+      expect(r.runCaller).toEqual({ caught: 'caller job failed', usableAfter: true });
+      expect(r.dealt).toEqual({ caught: 'claim 5 failed', usableAfter: true });
+      expect(r.dealtCalls).toBe(37); // every claim still ran once
+      expect(r.stealableWorker).toEqual({ caught: 'worker piece failed', usableAfter: true });
+      expect(r.stealableCaller).toEqual({ caught: 'caller piece failed', usableAfter: true });
+      // A worker that failed on a piece the caller had taken over (and computed) is not a failure:
+      // not in this region, and not in the blocking region after it.
+      expect(r.stealableTakenOver).toEqual({ caught: '', usableAfter: true });
+    });
+  }
+});

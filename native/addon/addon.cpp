@@ -63,6 +63,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   // Test-only checks (native/testing/, CMake option LUMEN_TEST_HOOKS): the test suite calls them.
   exports.Set("kernelCheck", Napi::Function::New(env, lumen::KernelCheck));
   exports.Set("poolCheck", Napi::Function::New(env, lumen::PoolCheck));
+  exports.Set("poolFailureCheck", Napi::Function::New(env, lumen::PoolFailureCheck));
 #endif
   return exports;
 }

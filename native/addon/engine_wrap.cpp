@@ -301,6 +301,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           auto pa = Napi::Array::New(env, e.preempted_after.size());
           for (size_t k = 0; k < e.preempted_after.size(); ++k) pa.Set(k, e.preempted_after[k]);
           o.Set("preemptedAfter", pa);
+          auto rm = Napi::Array::New(env, e.readmit_ns.size());
+          for (size_t k = 0; k < e.readmit_ns.size(); ++k) rm.Set(k, ns_to_ms(e.readmit_ns[k]));
+          o.Set("readmitMs", rm);
           if (e.logit_rows > 0) {
             auto buf = Napi::Float32Array::New(env, e.logits.size());
             std::copy(e.logits.begin(), e.logits.end(), buf.Data());
@@ -455,6 +458,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       o.Set("weightBytes", static_cast<double>(i.weight_bytes));
       o.Set("kvBlocksTotal", i.kv_blocks);
       o.Set("blockSize", i.block_size);
+      o.Set("snapshotInterval", i.snapshot_interval);
       o.Set("kvBlockBytes", static_cast<double>(i.kv_block_bytes));
       o.Set("kvCacheDtype", i.kv_dtype);
       o.Set("stateBytes", static_cast<double>(i.state_bytes));

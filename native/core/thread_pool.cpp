@@ -222,17 +222,18 @@ void ThreadPool::worker_pieces(Slot& s, int tid) {
   for (;;) {
     const int64_t p = claim_piece(s.ends, !s.from_both_ends);
     if (p < 0) return;
-    bool ok = true;
+    std::exception_ptr failed;
     try {
       s.work->compute(p, tid, false);
     } catch (...) {
-      note_failure();
-      ok = false;
+      failed = std::current_exception();
     }
     uint8_t open = kOpen;
     if (s.state[p].compare_exchange_strong(open, kCommitting, std::memory_order_acq_rel)) {
+      // Only the piece that is published counts: one the caller took over was computed there.
       try {
-        if (ok) s.work->commit(p, tid);
+        if (failed) std::rethrow_exception(failed);
+        s.work->commit(p, tid);
       } catch (...) {
         note_failure();
       }

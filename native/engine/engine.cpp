@@ -209,6 +209,7 @@ void Engine::load() {
   info_.rss_before_release = rss_before;
   info_.rss_after_release = rss_after;
   info_.block_size = ec_.block_size;
+  info_.snapshot_interval = ec_.prefix_cache ? ec_.snapshot_interval : 0;
   info_.device_memory = static_cast<int64_t>(backend_->device_memory_bytes());
   stats_.weight_bytes = info_.weight_bytes;
   stats_.kv_blocks_total = blocks_->total();
@@ -603,6 +604,7 @@ void Engine::finish(Sequence& s, const char* reason, const std::string& error) {
   e.cached_prompt_tokens = s.cached_prompt_tokens;
   e.prefill_chunk_ms = std::move(s.prefill_chunk_ms);
   e.preempted_after = std::move(s.preempted_after);
+  e.readmit_ns = std::move(s.readmit_ns);
   e.logits = std::move(s.logits);
   e.logit_rows = s.logit_rows;
   e.t_ns = now_ns();

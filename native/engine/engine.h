@@ -88,6 +88,7 @@ struct EngineEvent {
   int cached_prompt_tokens = 0;
   std::vector<double> prefill_chunk_ms;
   std::vector<int32_t> preempted_after;
+  std::vector<int64_t> readmit_ns;
   std::vector<float> logits;
   int logit_rows = 0;
   // kStep
@@ -137,6 +138,7 @@ struct EngineInfo {
   int64_t weight_bytes = 0;
   int kv_blocks = 0;
   int block_size = 0;
+  int snapshot_interval = 0;   // the prefix cache's snapshot spacing (tokens; 0: no prefix cache)
   int64_t kv_block_bytes = 0;  // one KV block over every full-attention layer
   std::string kv_dtype = "f32";  // the KV cache's element type (EngineConfig::kv_dtype)
   int64_t state_bytes = 0;     // one sequence's recurrent state (a slot or a snapshot)

@@ -56,13 +56,12 @@ int PrefixCache::lookup(Sequence& s) {
       break;
     }
   }
-  // Cached blocks beyond the last usable snapshot: the prompt shares them with one seen before
-  // (a common system prompt or a shared prefix that ends between snapshot points; an exact repeat
-  // of a prompt of whole blocks, whose end snapshot a repeat cannot use). This run stops its prefill
-  // once at the last such block boundary (never past the boundary before its last token) and
-  // snapshots there, so the next prompt that shares them reuses them all.
-  const int branch_blocks = std::min(matched, (s.prompt_len - 1) / bs);
-  s.branch_point = branch_blocks > use ? branch_blocks * bs : 0;
+  // An exact repeat can use blocks up to the last boundary before the prompt's last token; when
+  // those are cached but no snapshot is there (a prompt of whole blocks snapshots its end, which a
+  // repeat cannot use), this run snapshots that point, at the cost of one more prefill stop, taken
+  // only by prompts seen before.
+  const int rep_blocks = (s.prompt_len - 1) / bs;
+  s.repeat_point = rep_blocks > use && matched >= rep_blocks ? rep_blocks * bs : 0;
   if (use == 0) return 0;
   for (int i = 0; i < use; ++i) {
     const int b = by_hash_[s.block_hash[i]];
@@ -102,7 +101,7 @@ void PrefixCache::after_step(Sequence& s) {
   if (admitted) counters_.count_prefix_admit(admitted * bs);
   const int pos = s.n_computed;
   const bool at_point = pos > 0 && pos <= s.prompt_len && pos % bs == 0 &&
-                        (pos % snapshot_interval_ == 0 || pos == s.prompt_len / bs * bs || pos == s.branch_point);
+                        (pos % snapshot_interval_ == 0 || pos == s.prompt_len / bs * bs || pos == s.repeat_point);
   if (at_point) {
     const uint64_t h = s.block_hash[pos / bs - 1];
     if (!snap_by_hash_.count(h)) take_snapshot(s, h, pos);
@@ -139,7 +138,7 @@ int PrefixCache::snapshot_stop(const Sequence& s) const {
   const int last_full = s.prompt_len / bs * bs;
   int next = (s.n_computed / snapshot_interval_ + 1) * snapshot_interval_;
   if (last_full > s.n_computed && last_full < next) next = last_full;
-  if (s.branch_point > s.n_computed && s.branch_point < next) next = s.branch_point;
+  if (s.repeat_point > s.n_computed && s.repeat_point < next) next = s.repeat_point;
   return next < s.prompt_len ? next : INT32_MAX;
 }
 

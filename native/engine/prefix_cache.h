@@ -4,8 +4,8 @@
 // snapshots at fixed points of the prompt. A hybrid model's recurrent state cannot be rebuilt from
 // KV blocks, so a cached prefix is reusable only up to a position where a snapshot was taken:
 // multiples of the snapshot interval, each prompt's last full block (for prompts that extend it), and
-// where a prompt leaves cached blocks that no snapshot covers, the last of those block boundaries
-// (for the next prompt that shares them, or repeats this one: `Sequence::branch_point`).
+// for a prompt of whole blocks seen before without a usable snapshot, the last block boundary before
+// its last token (for exact repeats: `Sequence::repeat_point`).
 #include <cstdint>
 #include <unordered_map>
 #include <vector>

@@ -37,10 +37,9 @@ struct Sequence {
   std::vector<uint64_t> block_hash;  // chained hash of each full prompt block
   int cached_blocks = 0;        // leading blocks registered in (or taken from) the prefix cache
   int cached_prompt_tokens = 0;
-  // The last block boundary (before the prompt's last token) up to which this prompt matches cached
-  // blocks that no snapshot covers: the prefill stops there once and snapshots, so the next prompt
-  // sharing those blocks reuses them (0: none).
-  int branch_point = 0;
+  // The prompt's blocks were all cached up to its repeat point (the last block boundary before its
+  // last token) but no snapshot sat there: this run stops there and snapshots, so a repeat of it hits.
+  int repeat_point = 0;
   uint64_t admit_order = 0;     // admission order: preemption takes the youngest
   bool parked = false;          // waiting for memory (counted once per wait)
   bool logits_only_step = false;  // the extra evaluation of the last token for logits "all"
@@ -52,6 +51,7 @@ struct Sequence {
   // Tokens it had generated at each preemption: its recompute runs before token preempted_after[i]
   // (the gap from token preempted_after[i] - 1 to it holds the recompute prefill, or the TTFT when 0).
   std::vector<int32_t> preempted_after;
+  std::vector<int64_t> readmit_ns;  // when it was admitted again after each preemption (its recompute's start)
   std::vector<float> logits;
   int logit_rows = 0;
   std::unique_ptr<Sampler> sampler;

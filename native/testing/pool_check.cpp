@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -75,7 +77,116 @@ struct CheckWork final : StealableWork {
   }
 };
 
+// A stealable region whose pieces throw where the scenario says: on a worker (direct == false), on
+// the caller, or on a worker that is holding a piece the caller takes over (that worker's exception
+// must not count: the piece was computed by the caller). The caller's first piece waits until a
+// worker has claimed one, so a worker always computes a piece (forced, not left to the scheduler).
+struct ThrowingWork final : StealableWork {
+  enum class Mode { kWorkerThrows, kCallerThrows, kTakenOverWorkerThrows };
+  Mode mode = Mode::kWorkerThrows;
+  std::atomic<int64_t> held{-1};
+  std::atomic<bool> taken_over{false};
+  std::atomic<bool> caller_started{false};  // workers' pieces wait for it, so the caller gets pieces too
+  bool caller_waited = false;
+  std::atomic<int>* timeouts = nullptr;
+
+  void compute(int64_t p, int, bool direct) override {
+    if (direct) {
+      if (!caller_waited) {
+        caller_waited = true;
+        caller_started.store(true, std::memory_order_release);
+        if (!wait_for([&] { return held.load(std::memory_order_acquire) >= 0; })) timeouts->fetch_add(1);
+        if (mode == Mode::kCallerThrows) throw std::runtime_error("caller piece failed");
+      }
+      if (p == held.load(std::memory_order_acquire)) taken_over.store(true, std::memory_order_release);
+      return;
+    }
+    if (!wait_for([&] { return caller_started.load(std::memory_order_acquire); })) timeouts->fetch_add(1);
+    int64_t none = -1;
+    if (!held.compare_exchange_strong(none, p)) return;  // only the first worker piece plays the scenario
+    if (mode == Mode::kTakenOverWorkerThrows) {
+      if (!wait_for([&] { return taken_over.load(std::memory_order_acquire); })) timeouts->fetch_add(1);
+      throw std::runtime_error("late worker piece failed");
+    }
+    if (mode == Mode::kWorkerThrows) throw std::runtime_error("worker piece failed");
+  }
+  void commit(int64_t, int) override {}
+};
+
 }  // namespace
+
+Napi::Value PoolFailureCheck(const Napi::CallbackInfo& info) {
+  // Each scenario: the message the caller caught ("" when none), then whether the pool still runs a
+  // plain blocking region on every thread afterwards without an exception.
+  Napi::Env env = info.Env();
+  const int threads = info.Length() > 0 && info[0].IsNumber() ? std::max(2, info[0].As<Napi::Number>().Int32Value()) : 2;
+  std::atomic<int> timeouts{0};
+  auto o = Napi::Object::New(env);
+  ThreadPool pool(threads);
+  auto caught = [&](auto&& region) -> std::string {
+    try {
+      region();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto usable = [&] {
+    std::vector<int> ran(static_cast<size_t>(threads), 0);
+    const std::string e = caught([&] { pool.run([&](int tid, int) { ++ran[static_cast<size_t>(tid)]; }); });
+    return e.empty() && std::all_of(ran.begin(), ran.end(), [](int h) { return h == 1; });
+  };
+  auto report = [&](const char* name, const std::string& msg) {
+    auto r = Napi::Object::New(env);
+    r.Set("caught", msg);
+    r.Set("usableAfter", usable());
+    o.Set(name, r);
+  };
+  report("runWorker", caught([&] {
+    pool.run([&](int tid, int) {
+      if (tid == 1) throw std::runtime_error("worker job failed");
+    });
+  }));
+  report("runCaller", caught([&] {
+    pool.run([&](int tid, int) {
+      if (tid == 0) throw std::runtime_error("caller job failed");
+    });
+  }));
+  std::atomic<int> dealt_calls{0};
+  report("dealt", caught([&] {
+    pool.parallel_dealt(int64_t{37}, int64_t{1}, [&](int64_t b, int64_t) {
+      dealt_calls.fetch_add(1);
+      if (b == 5) throw std::runtime_error("claim 5 failed");
+    });
+  }));
+  o.Set("dealtCalls", dealt_calls.load());
+  const std::pair<const char*, ThrowingWork::Mode> stealable[] = {
+      {"stealableWorker", ThrowingWork::Mode::kWorkerThrows},
+      {"stealableCaller", ThrowingWork::Mode::kCallerThrows},
+      {"stealableTakenOver", ThrowingWork::Mode::kTakenOverWorkerThrows},
+  };
+  std::vector<ThrowingWork> works(ThreadPool::kSlots);
+  for (const auto& [name, mode] : stealable) {
+    const std::string msg = caught([&] {
+      const int slot = pool.acquire_slot();
+      ThrowingWork& w = works[static_cast<size_t>(slot)];
+      w.mode = mode;
+      w.held.store(-1);
+      w.taken_over.store(false);
+      w.caller_started.store(false);
+      w.caller_waited = false;
+      w.timeouts = &timeouts;
+      // Patience: the caller takes a held piece over at once in the taken-over scenario, never in
+      // the others (the worker must be the one to finish it).
+      const int64_t patience = mode == ThrowingWork::Mode::kTakenOverWorkerThrows ? 0 : int64_t{60} * 1'000'000'000;
+      pool.run_stealable(slot, w, 8, patience);
+    });
+    report(name, msg);
+  }
+  pool.drain();
+  o.Set("handshakeTimeouts", timeouts.load());
+  return o;
+}
 
 Napi::Value PoolCheck(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -6,4 +6,7 @@
 
 namespace lumen {
 Napi::Value PoolCheck(const Napi::CallbackInfo& info);
+// poolFailureCheck(threads): an exception thrown inside each kind of region, on a worker or on the
+// caller, reaches the caller once (and a taken-over worker's does not), and the pool runs on.
+Napi::Value PoolFailureCheck(const Napi::CallbackInfo& info);
 }

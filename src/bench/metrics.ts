@@ -86,33 +86,40 @@ export interface RequestGaps {
 }
 
 /**
- * The intervals in which a request was prefilling: [enqueue, first token], and after each preemption
- * that came once it had generated g >= 1 tokens, (t[g-1], t[g]): its recompute prefill ran in there.
+ * When a request was prefilling, for the gaps of the requests beside it: [enqueue, first token], and
+ * for each preemption (after it had generated g tokens) [re-admission, token g]: its recompute ran
+ * from its re-admission on (before it, it only waited, while the others decoded in smaller batches).
+ * Without the re-admission time (an older addon): from token g - 1. And its own gaps that held a
+ * recompute: the gap before token g, for each preemption with g >= 1.
  */
-function prefillIntervals(r: RequestResult): Array<readonly [number, number, 'prompt' | 'recompute']> {
-  const out: Array<readonly [number, number, 'prompt' | 'recompute']> = [[r.enqueueMs, r.tokenMs.length ? r.tokenMs[0]! : Number.POSITIVE_INFINITY, 'prompt']];
-  for (const g of r.preemptedAfter ?? []) {
-    if (g >= 1 && g - 1 < r.tokenMs.length) out.push([r.tokenMs[g - 1]!, g < r.tokenMs.length ? r.tokenMs[g]! : Number.POSITIVE_INFINITY, 'recompute']);
-  }
-  return out;
+function prefillSpans(r: RequestResult): { spans: Array<readonly [number, number]>; ownGaps: Set<number> } {
+  const t = r.tokenMs;
+  const spans: Array<readonly [number, number]> = [[r.enqueueMs, t.length ? t[0]! : Number.POSITIVE_INFINITY]];
+  const ownGaps = new Set<number>();
+  (r.preemptedAfter ?? []).forEach((g, i) => {
+    const end = g < t.length ? t[g]! : Number.POSITIVE_INFINITY;
+    const start = r.readmitMs?.[i] ?? (g >= 1 && g - 1 < t.length ? t[g - 1]! : r.enqueueMs);
+    spans.push([start, end]);
+    if (g >= 1 && g < t.length) ownGaps.add(g);
+  });
+  return { spans, ownGaps };
 }
 
 /**
- * Splits every request's gaps t[k] - t[k-1] (k >= 1). While a timed request's prefill interval is open
- * (another request's prompt, [enqueue, first token]; or any request's recompute after a preemption,
- * its own included: that gap holds its own prefill wall), a gap may contain a prefill step, so that gap
- * is mixed, not decode-only. One entry per request, in the order given.
+ * Splits every request's gaps t[k] - t[k-1] (k >= 1). While another timed request is prefilling (its
+ * prompt, or its recompute after a preemption: prefillSpans), a gap may contain a prefill step, so that
+ * gap is mixed, not decode-only; so is a request's own gap that held its recompute. One entry per
+ * request, in the order given.
  */
 export function classifyGaps(results: readonly RequestResult[]): RequestGaps[] {
-  const intervals = results.map(prefillIntervals);
+  const prefills = results.map(prefillSpans);
   return results.map((r, idx) => {
     const out: RequestGaps = { decode: [], mixed: [], recompute: 0 };
     for (let k = 1; k < r.tokenMs.length; k++) {
       const a = r.tokenMs[k - 1]!;
       const b = r.tokenMs[k]!;
-      const open = ([qs, qe]: readonly [number, number, string]) => qs < b && qe > a;
-      const own = intervals[idx]!.some((iv) => iv[2] === 'recompute' && open(iv));
-      const mixed = own || intervals.some((ivs, q) => q !== idx && ivs.some(open));
+      const own = prefills[idx]!.ownGaps.has(k);
+      const mixed = own || prefills.some((p, q) => q !== idx && p.spans.some(([qs, qe]) => qs < b && qe > a));
       if (own) out.recompute++;
       (mixed ? out.mixed : out.decode).push(b - a);
     }

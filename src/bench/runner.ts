@@ -252,6 +252,15 @@ export async function runRow(
     notes.push(shared < st.sharedPrefix
       ? `shared-prefix=${shared} (clamped from ${st.sharedPrefix} to isl)`
       : `shared-prefix=${shared}`);
+    // The in-process engine's prefix cache reuses a prefix up to its last snapshot point (a multiple
+    // of the interval: points that depend on the prompt alone keep warm and cold prefills the same).
+    const interval = subject === 'engine' ? (engine as Partial<EngineHandle>).info?.snapshotInterval ?? 0 : 0;
+    const served = interval > 0 ? Math.floor(shared / interval) * interval : shared;
+    if (interval > 0 && st.prompts !== 'repeat' && served < shared) {
+      notes.push(served === 0
+        ? `the prefix cache serves none of the shared prefix (the engine snapshots every ${interval} tokens)`
+        : `the prefix cache serves ${served} of the ${shared} shared tokens (the engine snapshots every ${interval} tokens)`);
+    }
   }
   const open = st.open ?? null;
   const timedCount = open ? (open.numRequests ?? c * st.iters) : c * st.iters;

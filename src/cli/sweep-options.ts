@@ -4,7 +4,7 @@ import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
-import { checkWritableFile, ensureOutputDir } from '../util/output-dir.js';
+import { checkOutputDir, checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 import { ENGINE_DEFAULTS, ENGINE_FLAG_MAX, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { isInfinityWord, oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
@@ -308,10 +308,11 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
   if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages);
   if (cfg.output !== null) {
     if (cfg.output === '' || cfg.output.endsWith('/')) throw new UsageError(`--output: '${cfg.output}' is not a file prefix`);
-    // Checked first (a file in the way names its path), then the prefix's missing directories are made:
-    // `--output out/run` on a fresh clone makes out/ (last, so a bad flag above leaves nothing behind).
-    ensureOutputDir('--output', path.dirname(path.resolve(cfg.output)));
-    for (const ext of OUTPUT_EXTENSIONS) checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`);
+    // Checked here (a file in the way names its path); the prefix's missing directories are made by
+    // the sweep once every usage check has passed (makeOutputDir), so a refused run leaves nothing behind.
+    const dir = path.dirname(path.resolve(cfg.output));
+    checkOutputDir('--output', dir);
+    if (existsSync(dir)) for (const ext of OUTPUT_EXTENSIONS) checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`);
   }
   return cfg;
 }

@@ -26,6 +26,7 @@ export interface NativeEvent {
   cachedPromptTokens?: number;
   prefillChunkMs?: number[];
   preemptedAfter?: number[];
+  readmitMs?: number[];
   logits?: Float32Array;
   logitRows?: number;
   done?: number;

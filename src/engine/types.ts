@@ -100,6 +100,8 @@ export interface RequestResult {
    * from the token before (inside its TTFT when 0). Absent: never preempted (or not known: a server).
    */
   preemptedAfter?: number[];
+  /** When it was admitted again after each preemption (ms, the engine's clock): its recompute's start. */
+  readmitMs?: number[];
   finishReason: FinishReason;
   error?: string;
   /** Per generated token, when the request asked for logprobs. */
@@ -177,6 +179,8 @@ export interface EngineInfo {
   dtype: string;
   kvBlocksTotal: number;
   blockSize: number;
+  /** The prefix cache's snapshot spacing in tokens: a cached prefix is reused up to a multiple of it (0: no prefix cache). */
+  snapshotInterval: number;
   /** Bytes of one KV block (every full-attention layer) and of one recurrent state. */
   kvBlockBytes: number;
   /** Element type of the KV cache, which kvBlockBytes counts in (f32 from an addon that does not say). */

@@ -62,7 +62,7 @@ export function samplingDefaultsOf(config: unknown): SamplingDefaults {
   return d;
 }
 
-/** What the prompt-length guard needs to know of the tokenizer (one pass over the vocabulary at start, ~25 ms for 248k ids). */
+/** What the prompt-length guard needs to know of the tokenizer (one pass over the vocabulary, at start). */
 export function tokenLengthFacts(tok: LoadedTokenizer): { longestTokenBytes: number; prefixCountable: boolean } {
   let longest = 1;
   for (let id = 0; id < tok.vocabSize; id++) {

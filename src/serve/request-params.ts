@@ -52,7 +52,7 @@ function prefixCut(text: string, from: number): number {
 
 /**
  * A prompt's text -> its token ids, refusing a text too long for --max-seq before tokenizing all of it
- * (tokenizing runs on the server's one JS thread: ~5 s for a 1 MB text would stall every stream).
+ * (tokenizing runs on the server's one JS thread: a long text would stall every stream; docs/serve.md, "Long prompts").
  * Two checks, each a lower bound on the count, so no prompt that fits is refused: a text of more
  * than max_seq x longest token x NORMALIZER_SLACK bytes (no tokenizing at all); and, for a long text
  * of a tokenizer whose prefix counts are exact (`prefixCountable`), the tokens of a prefix of about

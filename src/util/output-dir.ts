@@ -6,10 +6,10 @@ import { existsSync, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { UsageError } from './usage-error.js';
 
-export function ensureOutputDir(flag: string, dir: string): void {
-  const abs = path.resolve(dir);
+/** The levels of `dir` that do not exist yet, outermost first; throws when the nearest existing one is a file. */
+function missingLevels(flag: string, dir: string): string[] {
   const missing: string[] = [];
-  let at = abs;
+  let at = path.resolve(dir);
   while (!existsSync(at)) {
     missing.unshift(at);
     const up = path.dirname(at);
@@ -19,7 +19,16 @@ export function ensureOutputDir(flag: string, dir: string): void {
   if (existsSync(at) && !statSync(at).isDirectory()) {
     throw new UsageError(`${flag}: ${at} is a file, not a directory`);
   }
-  for (const d of missing) {
+  return missing;
+}
+
+/** What ensureOutputDir would refuse, refused now, without making anything (for checks before the rest of a command's usage checks). */
+export function checkOutputDir(flag: string, dir: string): void {
+  missingLevels(flag, dir);
+}
+
+export function ensureOutputDir(flag: string, dir: string): void {
+  for (const d of missingLevels(flag, dir)) {
     try {
       mkdirSync(d);
     } catch (err) {

@@ -86,7 +86,7 @@ export function createFakeEngine(opts: EngineOptions, tune: FakeTuning = {}): En
 
   const info: EngineInfo = {
     backend: cuda ? 'cuda' : 'cpu', isa: 'fake', threads: cuda ? 0 : opts.threads || 2, weightBytes: WEIGHT_BYTES, dtype: 'f32',
-    kvBlocksTotal: blocksTotal, blockSize: opts.blockSize, kvBlockBytes: blockBytes, kvCacheDtype, stateBytes: 0,
+    kvBlocksTotal: blocksTotal, blockSize: opts.blockSize, snapshotInterval: opts.prefixCache ? 256 : 0, kvBlockBytes: blockBytes, kvCacheDtype, stateBytes: 0,
     kvPoolBytes: blocksTotal * blockBytes,
     kvPool: opts.kvMemoryBytes !== undefined ? 'kv_memory_bytes'
       : fraction !== undefined ? (cuda ? 'fraction of free device memory' : 'fraction of available host memory') : 'max_seq x max_seqs',

@@ -52,7 +52,7 @@ export async function until(cond: () => boolean, tick: () => void = () => {}): P
  */
 export class ScriptedEngine implements EngineHandle {
   readonly info: EngineInfo = {
-    backend: 'cpu', isa: 'scripted', threads: 1, weightBytes: 0, dtype: 'f32', kvBlocksTotal: 64, blockSize: 16, kvBlockBytes: 0, kvCacheDtype: 'f32', stateBytes: 0,
+    backend: 'cpu', isa: 'scripted', threads: 1, weightBytes: 0, dtype: 'f32', kvBlocksTotal: 64, blockSize: 16, snapshotInterval: 0, kvBlockBytes: 0, kvCacheDtype: 'f32', stateBytes: 0,
   };
   readonly scripts: number[][] = [];
   /** The next request plays its script, then fails with this engine error (instead of running on). */
