@@ -62,6 +62,14 @@ std::string req_str(const Napi::Object& o, const char* key, const char* where) {
   return o.Get(key).As<Napi::String>().Utf8Value();
 }
 
+// A JS array of f(x) for each x of v.
+template <typename T, typename F>
+Napi::Array to_js_array(Napi::Env env, const std::vector<T>& v, F&& f) {
+  auto a = Napi::Array::New(env, v.size());
+  for (size_t k = 0; k < v.size(); ++k) a.Set(static_cast<uint32_t>(k), f(v[k]));
+  return a;
+}
+
 DType parse_dtype(const std::string& s, const std::string& tensor) {
   DType t;
   if (dtype_from_name(s.c_str(), t)) return t;
@@ -285,25 +293,17 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           o.Set("id", static_cast<double>(e.id));
           o.Set("finish", e.finish);
           if (!e.error.empty()) o.Set("error", e.error);
-          auto toks = Napi::Array::New(env, e.tokens.size());
-          for (size_t k = 0; k < e.tokens.size(); ++k) toks.Set(k, e.tokens[k]);
-          o.Set("tokens", toks);
-          auto tms = Napi::Array::New(env, e.token_ns.size());
-          for (size_t k = 0; k < e.token_ns.size(); ++k) tms.Set(k, ns_to_ms(e.token_ns[k]));
-          o.Set("tokenMs", tms);
+          const auto same = [](auto v) { return v; };
+          const auto ms = [](int64_t ns) { return ns_to_ms(ns); };
+          o.Set("tokens", to_js_array(env, e.tokens, same));
+          o.Set("tokenMs", to_js_array(env, e.token_ns, ms));
           o.Set("enqueueMs", ns_to_ms(e.enqueue_ns));
           o.Set("doneMs", ns_to_ms(e.t_ns));
           o.Set("promptTokens", e.prompt_tokens);
           o.Set("cachedPromptTokens", e.cached_prompt_tokens);
-          auto ch = Napi::Array::New(env, e.prefill_chunk_ms.size());
-          for (size_t k = 0; k < e.prefill_chunk_ms.size(); ++k) ch.Set(k, e.prefill_chunk_ms[k]);
-          o.Set("prefillChunkMs", ch);
-          auto pa = Napi::Array::New(env, e.preempted_after.size());
-          for (size_t k = 0; k < e.preempted_after.size(); ++k) pa.Set(k, e.preempted_after[k]);
-          o.Set("preemptedAfter", pa);
-          auto rm = Napi::Array::New(env, e.readmit_ns.size());
-          for (size_t k = 0; k < e.readmit_ns.size(); ++k) rm.Set(k, ns_to_ms(e.readmit_ns[k]));
-          o.Set("readmitMs", rm);
+          o.Set("prefillChunkMs", to_js_array(env, e.prefill_chunk_ms, same));
+          o.Set("preemptedAfter", to_js_array(env, e.preempted_after, same));
+          o.Set("readmitMs", to_js_array(env, e.readmit_ns, ms));
           if (e.logit_rows > 0) {
             auto buf = Napi::Float32Array::New(env, e.logits.size());
             std::copy(e.logits.begin(), e.logits.end(), buf.Data());
