@@ -378,7 +378,7 @@ describe('requests the engine refuses, and sampling at the edges', () => {
       [{ maxTokens: 4, topP: -1 }, /^request\.topP must be a number in \[0, 1\]/],
       [{ maxTokens: 4, topK: -5 }, /^request\.topK must be an integer/],
       [{ maxTokens: 4, seed: -1 }, /^request\.seed must be an integer in \[0, 9007199254740991\]/],
-      [{ maxTokens: 4, stopTokens: [V + 1] }, /^stop token id 248321 is outside the vocabulary \[0, 248320\)$/],
+      [{ maxTokens: 4, stopTokens: [V + 1] }, /^request\.stopTokens\[0\]: token id 248321 is outside the vocabulary \[0, 248320\)$/],
       [{ maxTokens: 4, logits: 'some' }, /^request\.logits must be 'none' or 'all'/],
       [{ maxTokens: 4, prompt: [1, 2 ** 32 + 5] }, /^request\.prompt\[1\] is not a token id \(got 4294967301\)$/],
       [{ maxTokens: 4, prompt: [1.7] }, /^request\.prompt\[0\] is not a token id/],

@@ -333,24 +333,25 @@ void Engine::sync_device_stats() {
 }
 
 uint64_t Engine::submit(RequestSpec r, bool defer) {
-  if (r.prompt.empty()) throw std::invalid_argument("the prompt is empty");
-  for (int32_t t : r.prompt)
-    if (t < 0 || t >= cfg_.vocab)
-      throw std::invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                                  std::to_string(cfg_.vocab) + ")");
-  if (r.max_tokens < 0) throw std::invalid_argument("max tokens must be >= 0");
-  if (r.min_tokens < 0) throw std::invalid_argument("min tokens must be >= 0");
+  // Each message names the request field (the addon's names: request.maxTokens, ...).
+  if (r.prompt.empty()) throw std::invalid_argument("request.prompt is empty");
+  const auto check_ids = [&](const std::vector<int32_t>& ids, const char* field) {
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= cfg_.vocab)
+        throw std::invalid_argument(std::string(field) + "[" + std::to_string(i) + "]: token id " + std::to_string(ids[i]) +
+                                    " is outside the vocabulary [0, " + std::to_string(cfg_.vocab) + ")");
+  };
+  check_ids(r.prompt, "request.prompt");
+  check_ids(r.stop, "request.stopTokens");
+  if (r.max_tokens < 0) throw std::invalid_argument("request.maxTokens must be >= 0");
+  if (r.min_tokens < 0) throw std::invalid_argument("request.minTokens must be >= 0");
   if (r.logprobs > kMaxTopLogprobs)
-    throw std::invalid_argument("at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
-  for (int32_t t : r.stop)
-    if (t < 0 || t >= cfg_.vocab)
-      throw std::invalid_argument("stop token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                                  std::to_string(cfg_.vocab) + ")");
+    throw std::invalid_argument("request.logprobs: at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
   const SamplingParams& sp = r.sampling;
   if (!(std::isfinite(sp.temperature) && sp.temperature >= 0.f))
-    throw std::invalid_argument("temperature must be a finite number >= 0");
-  if (!(sp.top_p >= 0.f && sp.top_p <= 1.f)) throw std::invalid_argument("top_p must be in [0, 1] (0: the most likely token)");
-  if (sp.top_k < 0) throw std::invalid_argument("top_k must be >= 0 (0: all)");
+    throw std::invalid_argument("request.temperature must be a finite number >= 0");
+  if (!(sp.top_p >= 0.f && sp.top_p <= 1.f)) throw std::invalid_argument("request.topP must be in [0, 1] (0: the most likely token)");
+  if (sp.top_k < 0) throw std::invalid_argument("request.topK must be >= 0 (0: all)");
   if (r.logits_all) {
     // Every position's row comes back in one buffer: bounded, so one request cannot take the
     // process's memory (and every other request with it).
