@@ -352,18 +352,17 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
     throw std::invalid_argument("request.temperature must be a finite number >= 0");
   if (!(sp.top_p >= 0.f && sp.top_p <= 1.f)) throw std::invalid_argument("request.topP must be in [0, 1] (0: the most likely token)");
   if (sp.top_k < 0) throw std::invalid_argument("request.topK must be >= 0 (0: all)");
+  const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;  // positions, KV tokens
   if (r.logits_all) {
     // Every position's row comes back in one buffer: bounded, so one request cannot take the
     // process's memory (and every other request with it).
-    const double rows = static_cast<double>(r.prompt.size()) + r.max_tokens;
-    const double bytes = rows * cfg_.vocab * sizeof(float);
+    const double bytes = static_cast<double>(need) * cfg_.vocab * sizeof(float);
     if (bytes > static_cast<double>(kMaxLogitsAllBytes))
       throw std::invalid_argument("logits for every position need " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) +
-                                  " MiB (" + std::to_string(static_cast<int64_t>(rows)) + " positions x vocabulary " +
+                                  " MiB (" + std::to_string(need) + " positions x vocabulary " +
                                   std::to_string(cfg_.vocab) + " x 4 bytes), more than the " +
                                   std::to_string(kMaxLogitsAllBytes >> 20) + " MiB a request may hold");
   }
-  const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
   if (need > ec_.max_seq)
     throw std::invalid_argument("request needs " + std::to_string(need) + " tokens (prompt " +
                                 std::to_string(r.prompt.size()) + " + output " + std::to_string(r.max_tokens) +
