@@ -218,7 +218,7 @@ describe('serve: tool-call parser', () => {
   });
 });
 
-describe('serve: rendered chat prompts', () => {
+describe('serve: rendered chat prompts', async () => {
   let model: ServeModel;
   beforeAll(async () => {
     const dir = await ensureEmbeddedModel();
@@ -226,8 +226,8 @@ describe('serve: rendered chat prompts', () => {
     model = makeServeModel({ name: 'm', root: dir, tokenizer, configEos: 248044, maxSeq: 4096, vocabSize: 248320 });
   });
 
-  it('a request with tools: the schemas as JSON lines inside <tools> in a system turn, as the Qwen3.5 template lays them out', () => {
-    const r = renderChat(model, openaiChatInput({
+  it('a request with tools: the schemas as JSON lines inside <tools> in a system turn, as the Qwen3.5 template lays them out', async () => {
+    const r = await renderChat(model, openaiChatInput({
       messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Weather in Oslo?' }],
       tools: [WEATHER, TIME],
     }));
@@ -242,8 +242,8 @@ describe('serve: rendered chat prompts', () => {
     expect(r.ids.filter((t) => t === 248058).length).toBe(2); // the instructions' example block and their reminder
   });
 
-  it('history with tool calls and results (OpenAI and Anthropic shapes render the same)', () => {
-    const openai = renderChat(model, openaiChatInput({
+  it('history with tool calls and results (OpenAI and Anthropic shapes render the same)', async () => {
+    const openai = await renderChat(model, openaiChatInput({
       messages: [
         { role: 'user', content: 'Weather in Oslo?' },
         { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } }] },
@@ -253,7 +253,7 @@ describe('serve: rendered chat prompts', () => {
     }));
     expect(openai.text).toContain('<|im_start|>assistant\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call><|im_end|>\n' +
       '<|im_start|>user\n<tool_response>\n{"temp_c": 3}\n</tool_response><|im_end|>\n<|im_start|>assistant\n');
-    const anthropic = renderChat(model, anthropicInput({
+    const anthropic = await renderChat(model, anthropicInput({
       messages: [
         { role: 'user', content: 'Weather in Oslo?' },
         { role: 'assistant', content: [{ type: 'tool_use', id: 'c1', name: 'get_weather', input: { city: 'Oslo' } }] },
@@ -264,19 +264,19 @@ describe('serve: rendered chat prompts', () => {
     expect(anthropic.text).toBe(openai.text);
   });
 
-  it('tool_choice: none leaves the tools out; a named function starts the call; thinking on: the prompt opens <think>', () => {
-    const none = renderChat(model, openaiChatInput({ messages: [{ role: 'user', content: 'x' }], tools: [WEATHER], tool_choice: 'none' }));
+  it('tool_choice: none leaves the tools out; a named function starts the call; thinking on: the prompt opens <think>', async () => {
+    const none = await renderChat(model, openaiChatInput({ messages: [{ role: 'user', content: 'x' }], tools: [WEATHER], tool_choice: 'none' }));
     expect(none.text).not.toContain('<tools>');
     expect(none.tools).toBeNull();
-    const named = renderChat(model, openaiChatInput({
+    const named = await renderChat(model, openaiChatInput({
       messages: [{ role: 'user', content: 'x' }], tools: [WEATHER], tool_choice: { type: 'function', function: { name: 'get_weather' } },
       chat_template_kwargs: { enable_thinking: true },
     }));
     expect(named.text.endsWith('<think>\n\n</think>\n\n<tool_call>\n<function=get_weather>\n')).toBe(true);
     expect(named.startsInReasoning).toBe(false);
-    const think = renderChat(model, openaiChatInput({ messages: [{ role: 'user', content: 'x' }], chat_template_kwargs: { enable_thinking: true } }));
+    const think = await renderChat(model, openaiChatInput({ messages: [{ role: 'user', content: 'x' }], chat_template_kwargs: { enable_thinking: true } }));
     expect(think.startsInReasoning).toBe(true);
-    expect(() => renderChat(model, openaiChatInput({ messages: [{ role: 'user', content: 'x' }], tools: [WEATHER], tool_choice: { type: 'function', function: { name: 'nope' } } })))
-      .toThrow(/not one of the tools/);
+    await expect(renderChat(model, openaiChatInput({ messages: [{ role: 'user', content: 'x' }], tools: [WEATHER], tool_choice: { type: 'function', function: { name: 'nope' } } })))
+      .rejects.toThrow(/not one of the tools/);
   });
 });

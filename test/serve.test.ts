@@ -8,7 +8,9 @@ import path from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { GenerationResult } from '../src/serve/generation.js';
 import type { RunningServer } from '../src/serve/server.js';
+import type { TokenizePool } from '../src/serve/tokenize-pool.js';
 import { REPO_ROOT } from '../src/util/version.js';
 import { promptIds } from './helpers/engine-fixture.js';
 import { API_KEY, parsePrometheus, promValue, readSse, ScriptedEngine, startTestServer, until } from './helpers/serve-fixture.js';
@@ -458,46 +460,41 @@ describe('bench serve over the embedded model', () => {
     }
   });
 
-  it('a prompt text too long for --max-seq is refused without tokenizing it whole (the JS thread is not stalled)', async () => {
+  it('a prompt text too long for --max-seq is refused by the generation routes; /tokenize and count_tokens count any length', async () => {
     const m = s.ctx.model;
     const words = (bytes: number) => {
       let t = '';
       for (let i = 0; t.length < bytes; i++) t += ['alpha', 'beta', 'gamma', 'delta'][i % 4] + ' ';
       return t;
     };
-    const encode = vi.spyOn(m.tokenizer, 'encode');
-    try {
-      const routes = (text: string): Array<[string, unknown]> => [
-        ['/v1/chat/completions', { messages: [{ role: 'user', content: text }], max_tokens: 1 }],
-        ['/v1/completions', { prompt: text, max_tokens: 1 }],
-        ['/v1/messages', { model: 'embedded-tiny-v2', max_tokens: 1, messages: [{ role: 'user', content: text }] }],
-        ['/v1/messages/count_tokens', { model: 'embedded-tiny-v2', messages: [{ role: 'user', content: text }] }],
-        ['/tokenize', { prompt: text }],
-        ['/tokenize', { messages: [{ role: 'user', content: text }] }],
-      ];
-      // More bytes than max_seq tokens of the longest token can hold (times the normaliser slack): no tokenizing at all.
-      const huge = words(m.maxSeq * m.longestTokenBytes * 4 + 1000);
-      expect(huge.length).toBeLessThan(1 << 20); // under the body limit: this is the server's check, not fastify's
-      for (const [route, body] of routes(huge)) {
-        const r = await post(s, route, body);
-        expect(r.status, route).toBe(400);
-        const b = await r.json() as Json;
-        expect(JSON.stringify(b), route).toMatch(/--max-seq\) is 1024 tokens/);
-      }
-      expect(encode).not.toHaveBeenCalled();
-      // Under that bound but far over max_seq: only a prefix (about 8 characters per max_seq token) is tokenized.
-      const long = words(m.maxSeq * 30);
-      expect(Buffer.byteLength(long)).toBeLessThan(m.maxSeq * m.longestTokenBytes * 4);
-      for (const [route, body] of routes(long)) {
-        encode.mockClear();
+    const generating = (text: string): Array<[string, unknown]> => [
+      ['/v1/chat/completions', { messages: [{ role: 'user', content: text }], max_tokens: 1 }],
+      ['/v1/completions', { prompt: text, max_tokens: 1 }],
+      ['/v1/messages', { model: 'embedded-tiny-v2', max_tokens: 1, messages: [{ role: 'user', content: text }] }],
+    ];
+    // Past the byte bound (more bytes than max_seq tokens of the longest token hold, times the
+    // normaliser slack), and under it but far over max_seq (refused on a prefix's count): prompt-bound.ts, unit-tested in tokenize-pool.test.ts.
+    const huge = words(m.maxSeq * m.longestTokenBytes * 4 + 1000);
+    const long = words(m.maxSeq * 30);
+    expect(huge.length).toBeLessThan(1 << 20); // under the body limit: this is the server's check, not fastify's
+    expect(Buffer.byteLength(long)).toBeLessThan(m.maxSeq * m.longestTokenBytes * 4);
+    for (const text of [huge, long]) {
+      for (const [route, body] of generating(text)) {
         const r = await post(s, route, body);
         expect(r.status, route).toBe(400);
         expect(JSON.stringify(await r.json()), route).toMatch(/--max-seq\) is 1024 tokens/);
-        expect(encode, route).toHaveBeenCalledTimes(1);
-        expect(encode.mock.calls[0]![0].length, route).toBeLessThan(m.maxSeq * 8 + 4096 + 200);
       }
-    } finally {
-      encode.mockRestore();
+      // Counting is what these routes are for: any length the body limit lets in (as vLLM's /tokenize), off the JS thread.
+      const n = m.tokenizer.encode(text).length;
+      expect(n).toBeGreaterThan(m.maxSeq);
+      const t = await post(s, '/tokenize', { prompt: text });
+      expect(t.status).toBe(200);
+      expect(await t.json()).toMatchObject({ count: n, max_model_len: 1024 });
+      const chat = await post(s, '/tokenize', { messages: [{ role: 'user', content: text }] });
+      const chatCount = ((await chat.json()) as Json).count as number;
+      expect(chatCount).toBeGreaterThan(n);
+      const c = await post(s, '/v1/messages/count_tokens', { model: 'embedded-tiny-v2', messages: [{ role: 'user', content: text }] });
+      expect(await c.json()).toEqual({ input_tokens: chatCount });
     }
     // A prompt that fits is tokenized whole, as before.
     const ok = await client.completions.create({ model: 'embedded-tiny-v2', prompt: words(1200), max_tokens: 1 });
@@ -784,6 +781,80 @@ describe('bench serve: while the model loads', () => {
     const ok = await fetch(`${url}/health`);
     expect(ok.status).toBe(200);
     await server!.close();
+  });
+});
+
+describe('bench serve: a long prompt is tokenized off the JS thread', () => {
+  // Texts of HOLD characters or more wait in the tokenizer worker until the gate opens (tokenize-worker.ts):
+  // "a long prompt is being tokenized" for as long as a test needs, with no timing.
+  const gate = new Int32Array(new SharedArrayBuffer(4));
+  const HOLD = 40_000;
+  const release = () => { Atomics.store(gate, 0, 1); Atomics.notify(gate, 0); };
+  let s: RunningServer;
+  let eng: ScriptedEngine;
+  const finished: GenerationResult[] = [];
+  const pool = () => s.ctx.model.encoder as TokenizePool;
+  const words = (chars: number) => {
+    let t = '';
+    for (let i = 0; t.length < chars; i++) t += ['alpha', 'beta', 'gamma', 'delta'][i % 4] + ' ';
+    return t;
+  };
+  beforeAll(async () => {
+    eng = new ScriptedEngine();
+    s = await startTestServer({ apiKey: null, maxSeq: 32768, loadEngine: async () => eng, tokenizeHold: { minChars: HOLD, gate } });
+    s.ctx.onFinished = (r) => finished.push(r);
+  });
+  afterAll(async () => {
+    release();
+    await s?.close();
+  });
+
+  it('another stream runs to its end while a long prompt is being tokenized; then the long one runs with the right count', async () => {
+    Atomics.store(gate, 0, 0);
+    expect(pool().workers).toBe(2);
+    const text = words(HOLD + 100);
+    let settled = false;
+    const held = post(s, '/v1/completions', { prompt: text, max_tokens: 2 }).then(async (r) => {
+      settled = true;
+      return { status: r.status, body: await r.json() as Json };
+    });
+    await until(() => pool().inFlight === 1);
+    eng.scripts.push([...s.ctx.model.tokenizer.encode('Hello there'), 248046]);
+    const res = await post(s, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 8, stream: true });
+    const events = await readSse(res);
+    expect(events[events.length - 1]!.data).toBe('[DONE]');
+    const content = events.slice(0, -1).map((e) => ((JSON.parse(e.data) as Json).choices[0]?.delta?.content as string | undefined) ?? '').join('');
+    expect(content).toBe('Hello there');
+    expect(settled).toBe(false);
+    expect(pool().inFlight).toBe(1);
+    release();
+    const r = await held;
+    expect(r.status).toBe(200);
+    expect(r.body.usage.prompt_tokens).toBe(s.ctx.model.tokenizer.encode(text).length);
+  });
+
+  it('a client that leaves while its prompt is being tokenized: its request is cancelled as it reaches the engine', async () => {
+    Atomics.store(gate, 0, 0);
+    finished.length = 0;
+    const sockets: Array<import('node:net').Socket> = [];
+    const onConnection = (sock: import('node:net').Socket) => sockets.push(sock);
+    s.app.server.on('connection', onConnection);
+    const body = JSON.stringify({ prompt: words(HOLD + 100), max_tokens: 64 });
+    const u = new URL(s.url);
+    const req = httpRequest({ host: u.hostname, port: u.port, path: '/v1/completions', method: 'POST', agent: false, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } });
+    req.on('error', () => {});
+    req.end(body);
+    await until(() => pool().inFlight === 1 && sockets.length === 1);
+    s.app.server.off('connection', onConnection);
+    let closed = false;
+    sockets[0]!.on('close', () => { closed = true; });
+    req.destroy();
+    await until(() => closed);
+    eng.scripts.push(Array.from({ length: 64 }, (_, i) => 1000 + i)); // 64 steps of output if it ran
+    release();
+    await until(() => finished.length === 1);
+    expect(finished[0]!.finish).toBe('cancelled');
+    expect(finished[0]!.tokens.length).toBe(0);
   });
 });
 

@@ -7,6 +7,7 @@ import { checkKvMemoryForDevice } from '../engine/options.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { startServer, type RunningServer } from '../serve/server.js';
+import { DEFAULT_TOKENIZER_WORKERS, INLINE_MAX_CHARS, MAX_TOKENIZER_WORKERS } from '../serve/tokenize-pool.js';
 import { ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { parseCount } from './flag-values.js';
 import { UsageError } from '../util/usage-error.js';
@@ -18,6 +19,7 @@ interface RawServeOptions extends RawEngineFlags {
   host: string;
   port: string;
   servedModelName?: string;
+  tokenizerWorkers: string;
   apiKey?: string;
   apiKeyEnv?: string;
   verbose?: number;
@@ -42,6 +44,7 @@ export function registerServe(program: Command, setResult: (code: number) => voi
     .option('--served-model-name <name>', "the model's name in the API (default: the checkpoint directory's name)")
     .addOption(new Option('--api-key <key>', 'require this key (Authorization: Bearer KEY or x-api-key: KEY)').conflicts('apiKeyEnv'))
     .option('--api-key-env <var>', 'require the key held in environment variable VAR')
+    .option('--tokenizer-workers <n>', `threads that tokenize prompt texts over ${INLINE_MAX_CHARS} characters, so a long prompt never stalls the other streams (0: all on the JS thread)`, String(DEFAULT_TOKENIZER_WORKERS))
     .addOption(ENGINE_FLAGS.device())
     .addOption(ENGINE_FLAGS.threads())
     .addOption(ENGINE_FLAGS.kvcache())
@@ -65,6 +68,7 @@ async function runServe(raw: RawServeOptions): Promise<number> {
   // Every flag is checked before anything loads.
   const engine = resolveEngineFlags(raw, DEFAULT_MAX_SEQS) as ReturnType<typeof resolveEngineFlags> & { maxSeqs: number };
   const port = parseCount('--port', raw.port, 0, 65535);
+  const tokenizerWorkers = parseCount('--tokenizer-workers', raw.tokenizerWorkers, 0, MAX_TOKENIZER_WORKERS);
   if (raw.host.trim() === '') throw new UsageError('--host: empty');
   try {
     await lookup(raw.host);
@@ -106,7 +110,7 @@ async function runServe(raw: RawServeOptions): Promise<number> {
     try {
       server = await startServer({
         modelDir, ...(quant !== undefined ? { quant } : {}), embedded, host: raw.host, port, ...(raw.servedModelName !== undefined ? { servedModelName: raw.servedModelName } : {}),
-        ...(apiKey !== undefined ? { apiKey } : {}), engine, device,
+        ...(apiKey !== undefined ? { apiKey } : {}), engine, device, tokenizerWorkers,
         verbosity: raw.quiet ? -1 : Math.min(verbose, 2), stderr: process.stderr, stderrIsTTY: process.stderr.isTTY === true,
       });
     } catch (err) {

@@ -10,8 +10,8 @@ import path from 'node:path';
 import { loadCheckpoint, type LoadOptions } from './checkpoint.js';
 import { dirHasGguf, ggufHeaderOf, isGgufPath, loadGgufCheckpoint, selectGguf, type LoadedModel } from './gguf-checkpoint.js';
 import { ggufTokenizerParts } from './gguf-tokenizer.js';
-import { syntheticModel, syntheticTokenizer, syntheticWeightsOf } from './synthetic-model.js';
-import { buildTokenizer, loadTokenizer, type LoadedTokenizer } from './tokenizer.js';
+import { syntheticModel, syntheticTokenizerParts, syntheticWeightsOf } from './synthetic-model.js';
+import { buildTokenizer, readTokenizerParts, type LoadedTokenizer, type TokenizerParts } from './tokenizer.js';
 import { CheckpointError, type ModelCheckpoint } from './types.js';
 
 export interface ModelPathOptions extends LoadOptions {
@@ -55,14 +55,23 @@ export const TOKENIZER_CHECK_TEXT = 'Hello world, 123!\n\tOver the river: caf\u0
  * test text), else the GGUF's own tokenizer.ggml.* metadata and tokenizer.chat_template.
  */
 export async function loadModelTokenizer(model: ModelCheckpoint): Promise<LoadedTokenizer> {
-  if (model.syntheticWeights) return syntheticTokenizer(model);
-  if (model.format?.container !== 'gguf') return loadTokenizer(model.dir);
+  return (await loadModelTokenizerParts(model)).tokenizer;
+}
+
+/**
+ * loadModelTokenizer's tokenizer and the parts it was built from (a worker thread builds the same
+ * tokenizer from a copy of them: src/serve/tokenize-pool.ts).
+ */
+export async function loadModelTokenizerParts(model: ModelCheckpoint): Promise<{ tokenizer: LoadedTokenizer; parts: TokenizerParts }> {
+  const built = (parts: TokenizerParts) => ({ tokenizer: buildTokenizer(parts), parts });
+  if (model.syntheticWeights) return built(syntheticTokenizerParts(model));
+  if (model.format?.container !== 'gguf') return built(readTokenizerParts(model.dir));
   const header = ggufHeaderOf(model);
-  const own = buildTokenizer(ggufTokenizerParts(header));
+  const own = built(ggufTokenizerParts(header));
   if (!existsSync(path.join(model.dir, 'tokenizer.json'))) return own;
-  const beside = await loadTokenizer(model.dir);
-  const a = beside.encode(TOKENIZER_CHECK_TEXT);
-  const b = own.encode(TOKENIZER_CHECK_TEXT);
+  const beside = built(readTokenizerParts(model.dir));
+  const a = beside.tokenizer.encode(TOKENIZER_CHECK_TEXT);
+  const b = own.tokenizer.encode(TOKENIZER_CHECK_TEXT);
   if (a.length !== b.length || a.some((id, i) => id !== b[i])) {
     throw new CheckpointError(
       `${path.join(model.dir, 'tokenizer.json')}: gives token ids [${a.join(',')}] for a test text, but ${header.file}'s vocabulary gives [${b.join(',')}]`,

@@ -15,7 +15,7 @@ import { numel } from './safetensors.js';
 import { DEFAULT_SYNTH_SEED, resolveSynthConfig, synthGenerationConfig } from './synth.js';
 import { buildSynthTokenizer, synthTokenizerConfig } from './synth-tokenizer.js';
 import { validateTokenizerConfig } from './tokenizer-files.js';
-import { buildTokenizer, type LoadedTokenizer } from './tokenizer.js';
+import type { TokenizerParts } from './tokenizer.js';
 import { CheckpointError, type ModelCheckpoint, type SyntheticWeights, type TextConfig } from './types.js';
 
 /** What a `--model-path` starts with to name in-memory synthetic weights. */
@@ -100,7 +100,7 @@ export function syntheticModel(w: SyntheticWeights): LoadedModel {
  * the preset's thinking default) and generation_config.json eos ids `bench synth --preset P`
  * writes, built in memory.
  */
-export function syntheticTokenizer(model: ModelCheckpoint): LoadedTokenizer {
+export function syntheticTokenizerParts(model: ModelCheckpoint): TokenizerParts {
   const w = model.syntheticWeights;
   if (!w || !isPresetName(w.preset)) throw new CheckpointError(`${model.dir}: not a synthetic model`);
   const preset: PresetName = w.preset;
@@ -109,7 +109,7 @@ export function syntheticTokenizer(model: ModelCheckpoint): LoadedTokenizer {
   const tokConfig = synthTokenizerConfig(presetThinksByDefault(preset), model.config.maxPositionEmbeddings);
   const tcFile = `${where} tokenizer_config.json (in memory)`;
   validateTokenizerConfig(tokConfig, tcFile);
-  return buildTokenizer({
+  return {
     tokJson,
     tokFile: `${where} tokenizer.json (in memory)`,
     tokConfig,
@@ -117,5 +117,5 @@ export function syntheticTokenizer(model: ModelCheckpoint): LoadedTokenizer {
     templateFile: tcFile,
     eosHints: [synthGenerationConfig().eos_token_id, model.config.eosTokenId],
     where,
-  });
+  };
 }

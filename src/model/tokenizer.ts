@@ -83,6 +83,11 @@ function isByteLevel(decoder: unknown): boolean {
  * Missing or malformed tokenizer files -> CheckpointError naming the file (and the key at fault).
  */
 export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
+  return buildTokenizer(readTokenizerParts(dir));
+}
+
+/** What loadTokenizer builds from: a checkpoint directory's tokenizer files, read and their config checked. */
+export function readTokenizerParts(dir: string): TokenizerParts {
   const absDir = path.resolve(dir);
   const tokFile = path.join(absDir, 'tokenizer.json');
   if (!existsSync(tokFile)) throw new CheckpointError(`${tokFile}: tokenizer.json not found`);
@@ -121,7 +126,7 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
       eosHints.push(cfg.text_config?.eos_token_id ?? cfg.eos_token_id);
     } catch { /* config.json problems are reported by the checkpoint loader */ }
   }
-  return buildTokenizer({ tokJson, tokFile, tokConfig, templateSource, templateFile, eosHints, where: absDir });
+  return { tokJson, tokFile, tokConfig, templateSource, templateFile, eosHints, where: absDir };
 }
 
 /** What a tokenizer is built from: tokenizer.json's object and the rest, wherever they came from. */

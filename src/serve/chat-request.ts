@@ -181,9 +181,10 @@ export function anthropicInput(body: Json): ChatInput {
  * Renders the conversation with the checkpoint's template and tokenizes it. Tool choice: `none`
  * leaves the tools out of the prompt and the output unparsed; `auto` parses what the model writes;
  * `required` and a named function start the assistant's turn with the call (the model writes the
- * rest), closing an open thinking block first.
+ * rest), closing an open thinking block first. `bounded`: as encodePrompt's (false: /tokenize and
+ * count_tokens count any length).
  */
-export function renderChat(model: ServeModel, input: ChatInput): RenderedChat {
+export async function renderChat(model: ServeModel, input: ChatInput, bounded = true): Promise<RenderedChat> {
   const tok = model.tokenizer;
   if (!tok.hasChatTemplate) throw badRequest('this model has no chat template: use /v1/completions', 'messages');
   const choice = input.toolChoice;
@@ -215,6 +216,6 @@ export function renderChat(model: ServeModel, input: ChatInput): RenderedChat {
     prefix = typeof choice === 'object' ? `${TOOL_OPEN}\n<function=${choice.name}>\n` : `${TOOL_OPEN}\n<function=`;
     text += prefix;
   }
-  const ids = encodePrompt(model, text, 'messages');
+  const ids = await encodePrompt(model, text, 'messages', bounded);
   return { text, ids, startsInReasoning, tools: useTools ? { defs: input.tools, prefix } : null };
 }

@@ -59,6 +59,8 @@ export class ServeContext {
       gen.cancel();
     };
     res.on('close', onClose);
+    // A client gone while its prompt was being tokenized (off the JS thread) closed before the listener: cancel at once.
+    if (res.destroyed) onClose();
     void gen.done.then((r) => {
       this.live.delete(gen);
       this.metrics?.record(r.engine, r.tokens.length, apiFinishReason(r));

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { LoadedTokenizer } from '../model/tokenizer.js';
 import { TokenText } from './detokenizer.js';
 import { ApiError } from './errors.js';
+import { inlineEncoder, type PromptEncoder } from './tokenize-pool.js';
 
 // Qwen3.5's chat end-of-turn and end-of-text ids (architecture doc §5), as `bench prompt` stops on them.
 const QWEN_STOP_IDS = [248046, 248044];
@@ -21,6 +22,8 @@ export interface ServeModel {
   /** The checkpoint directory (`root` in /v1/models). */
   root: string;
   tokenizer: LoadedTokenizer;
+  /** Where prompt texts are tokenized (worker threads for long ones: tokenize-pool.ts). */
+  encoder: PromptEncoder;
   text: TokenText;
   /** Ids that end generation unless ignore_eos. */
   eosTokenIds: number[];
@@ -78,11 +81,14 @@ export function makeServeModel(opts: {
   name: string; root: string; tokenizer: LoadedTokenizer; configEos: number; maxSeq: number; vocabSize: number;
   /** The model's generation config when it is not a generation_config.json under `root` (synthetic weights). */
   generationConfig?: Record<string, unknown>;
+  /** Where prompt texts are tokenized; default: all on the JS thread. */
+  encoder?: PromptEncoder;
 }): ServeModel {
   return {
     name: opts.name,
     root: opts.root,
     tokenizer: opts.tokenizer,
+    encoder: opts.encoder ?? inlineEncoder(opts.tokenizer),
     text: new TokenText(opts.tokenizer),
     eosTokenIds: [...new Set([...QWEN_STOP_IDS, opts.configEos, ...opts.tokenizer.eosTokenIds])],
     maxSeq: opts.maxSeq,

@@ -25,55 +25,20 @@ export function checkPromptLength(model: ServeModel, promptTokens: number, param
 }
 
 /**
- * Normalisation slack of the byte bound: a normaliser (NFC, NFKC, lowercasing) can shrink a text's
- * UTF-8 bytes at most 3-fold (Hangul jamo -> a syllable, the Kelvin sign -> k), so a text of B bytes
- * is at least B / (4 x the longest token's bytes) tokens whatever the normaliser.
+ * A prompt's text -> its token ids. `bounded` (the generation routes): a text that cannot fit in
+ * --max-seq tokens is refused with the 400 naming --max-seq, before it is tokenized whole when a
+ * lower bound on its count already says so (prompt-bound.ts); the count itself is checked by
+ * checkPromptLength. Unbounded (/tokenize, count_tokens): any length the body limit lets in is
+ * counted. Long texts are tokenized off the JS thread (tokenize-pool.ts; docs/serve.md, "Long prompts").
  */
-const NORMALIZER_SLACK = 4;
-/** Texts longer than this many characters per --max-seq token are counted on a prefix first. */
-const PREFIX_CHARS_PER_TOKEN = 8;
-/** How far past the prefix length a cut point (a space between ASCII letters) is looked for. */
-const PREFIX_CUT_SEARCH = 4096;
-
-function tooLong(model: ServeModel, what: string, param: string): Error {
-  return badRequest(
-    `the prompt is ${what}, but this server's maximum context length (--max-seq) is ${model.maxSeq} tokens (prompt and output together)`, param);
-}
-
-/** The first index at or after `from` (within PREFIX_CUT_SEARCH) of a space between two ASCII letters; -1 if none. */
-function prefixCut(text: string, from: number): number {
-  const letter = (c: number) => (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
-  const end = Math.min(text.length - 1, from + PREFIX_CUT_SEARCH);
-  for (let i = text.indexOf(' ', Math.max(1, from)); i >= 0 && i < end; i = text.indexOf(' ', i + 1)) {
-    if (letter(text.charCodeAt(i - 1)) && letter(text.charCodeAt(i + 1))) return i;
+export async function encodePrompt(model: ServeModel, text: string, param: string, bounded = true): Promise<number[]> {
+  const bound = bounded ? { maxSeq: model.maxSeq, longestTokenBytes: model.longestTokenBytes, prefixCountable: model.prefixCountable } : null;
+  const r = await model.encoder.encode(text, bound);
+  if ('tooLong' in r) {
+    throw badRequest(
+      `the prompt is ${r.tooLong}, but this server's maximum context length (--max-seq) is ${model.maxSeq} tokens (prompt and output together)`, param);
   }
-  return -1;
-}
-
-/**
- * A prompt's text -> its token ids, refusing a text too long for --max-seq before tokenizing all of it
- * (tokenizing runs on the server's one JS thread: a long text would stall every stream; docs/serve.md, "Long prompts").
- * Two checks, each a lower bound on the count, so no prompt that fits is refused: a text of more
- * than max_seq x longest token x NORMALIZER_SLACK bytes (no tokenizing at all); and, for a long text
- * of a tokenizer whose prefix counts are exact (`prefixCountable`), the tokens of a prefix of about
- * PREFIX_CHARS_PER_TOKEN x max_seq characters cut at a pre-token boundary. Anything else is
- * tokenized whole and checked by checkPromptLength.
- */
-export function encodePrompt(model: ServeModel, text: string, param: string): number[] {
-  const bytes = Buffer.byteLength(text, 'utf8');
-  const bytesPerToken = model.longestTokenBytes * NORMALIZER_SLACK;
-  if (bytes > model.maxSeq * bytesPerToken) {
-    throw tooLong(model, `${bytes} bytes of text, at least ${Math.ceil(bytes / bytesPerToken)} tokens (no token of this model is longer than ${model.longestTokenBytes} bytes)`, param);
-  }
-  const probe = model.maxSeq * PREFIX_CHARS_PER_TOKEN;
-  if (model.prefixCountable && text.length > probe) {
-    const cut = prefixCut(text, probe);
-    if (cut > 0) {
-      const n = model.tokenizer.encode(text.slice(0, cut)).length;
-      if (n >= model.maxSeq) throw tooLong(model, `more than ${n} tokens (its first ${cut} characters are ${n})`, param);
-    }
-  }
-  return model.tokenizer.encode(text);
+  return r.ids;
 }
 
 /** max_tokens: given (>= 1, within max_seq together with the prompt), or all the room the prompt leaves. */

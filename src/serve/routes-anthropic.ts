@@ -44,7 +44,7 @@ export function registerAnthropicRoutes(app: FastifyInstance, ctx: ServeContext)
     ctx.requireEngine();
     const body = req.body as Json;
     checkModel(ctx.model, body.model);
-    const rendered = renderChat(ctx.model, anthropicInput(body));
+    const rendered = await renderChat(ctx.model, anthropicInput(body), false);
     return { input_tokens: rendered.ids.length };
   });
 }
@@ -102,8 +102,8 @@ async function messages(ctx: ServeContext, req: FastifyRequest, reply: FastifyRe
   const body = req.body as Json;
   ctx.requireEngine();
   checkModel(ctx.model, body.model);
-  const rendered = renderChat(ctx.model, anthropicInput(body));
   if ((body.max_tokens as number) < 1) throw badRequest(`max_tokens must be at least 1, got ${String(body.max_tokens)}`, 'max_tokens');
+  const rendered = await renderChat(ctx.model, anthropicInput(body));
   const maxTokens = resolveMaxTokens(ctx.model, rendered.ids.length, body.max_tokens, 'max_tokens', 'rest');
   const common = commonParams(ctx.model, { ...body, stop: body.stop_sequences }, maxTokens);
   const disableParallel = (body.tool_choice as Json | undefined)?.disable_parallel_tool_use === true;

@@ -36,9 +36,9 @@ export function registerMiscRoutes(app: FastifyInstance, ctx: ServeContext): voi
     let ids: number[];
     if (body.messages !== undefined && body.messages !== null) {
       if (body.prompt !== undefined) throw badRequest('give either prompt or messages, not both', 'prompt');
-      ids = renderChat(ctx.model, openaiChatInput(body)).ids;
+      ids = (await renderChat(ctx.model, openaiChatInput(body), false)).ids;
     } else if (typeof body.prompt === 'string') {
-      ids = encodePrompt(ctx.model, body.prompt, 'prompt');
+      ids = await encodePrompt(ctx.model, body.prompt, 'prompt', false);
     } else {
       throw badRequest('give prompt (text) or messages', 'prompt');
     }

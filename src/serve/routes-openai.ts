@@ -79,7 +79,7 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
   ctx.requireEngine();
   checkModel(ctx.model, body.model);
   rejectUnsupported(body, 'chat');
-  const rendered = renderChat(ctx.model, openaiChatInput(body));
+  const rendered = await renderChat(ctx.model, openaiChatInput(body));
   const maxParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = resolveMaxTokens(ctx.model, rendered.ids.length, body[maxParam], maxParam, 'rest');
   const common = commonParams(ctx.model, body, maxTokens);
@@ -176,10 +176,10 @@ async function chat(ctx: ServeContext, req: FastifyRequest, reply: FastifyReply)
 }
 
 /** `prompt` -> token ids, and the prompt's text (for echo; token-id prompts are decoded only when asked). */
-function completionPrompt(ctx: ServeContext, prompt: unknown): { ids: number[]; text: () => string } {
+async function completionPrompt(ctx: ServeContext, prompt: unknown): Promise<{ ids: number[]; text: () => string }> {
   const one = (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) ? prompt[0] : prompt;
   if (Array.isArray(one) && one.some((x) => typeof x !== 'number')) throw badRequest('batched prompts (a list of several prompts) are not supported by this server', 'prompt');
-  if (typeof one === 'string') return { ids: encodePrompt(ctx.model, one, 'prompt'), text: () => one };
+  if (typeof one === 'string') return { ids: await encodePrompt(ctx.model, one, 'prompt'), text: () => one };
   const ids = one as number[];
   const bad = ids.find((t) => t >= ctx.model.vocabSize);
   if (bad !== undefined) throw badRequest(`prompt: token ${bad} is outside the vocabulary (${ctx.model.vocabSize})`, 'prompt');
@@ -192,7 +192,7 @@ async function completions(ctx: ServeContext, req: FastifyRequest, reply: Fastif
   ctx.requireEngine();
   checkModel(ctx.model, body.model);
   rejectUnsupported(body, 'completions');
-  const prompt = completionPrompt(ctx, body.prompt);
+  const prompt = await completionPrompt(ctx, body.prompt);
   const maxTokens = resolveMaxTokens(ctx.model, prompt.ids.length, body.max_tokens, 'max_tokens', 16, 'prompt');
   const common = commonParams(ctx.model, body, maxTokens);
   const logprobs = typeof body.logprobs === 'number' ? body.logprobs : undefined;

@@ -10,7 +10,7 @@ import { usableCpus } from '../engine/native.js';
 import { engineOptionsFrom, type ServingFlags } from '../engine/options.js';
 import { loadEngine, type EngineInternals } from '../engine/engine.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
-import { loadModel, loadModelTokenizer } from '../model/model-path.js';
+import { loadModel, loadModelTokenizerParts } from '../model/model-path.js';
 import { synthGenerationConfig } from '../model/synth.js';
 import { syntheticWeightsOf } from '../model/synthetic-model.js';
 import { weightFormatLine } from '../model/weight-format.js';
@@ -26,6 +26,7 @@ import { makeServeModel } from './model.js';
 import { registerAnthropicRoutes } from './routes-anthropic.js';
 import { registerMiscRoutes } from './routes-misc.js';
 import { registerOpenAIRoutes } from './routes-openai.js';
+import { DEFAULT_TOKENIZER_WORKERS, INLINE_MAX_CHARS, TokenizePool, type TokenizePoolOptions } from './tokenize-pool.js';
 
 export interface ServeOptions {
   /** `--model-path`: a checkpoint directory, a GGUF file, a directory of GGUF files (with quant), or `synthetic:<preset>`. */
@@ -51,6 +52,10 @@ export interface ServeOptions {
   onListening?: (url: string) => void;
   /** Tests only: another engine behind the same handle (e.g. one that plays back scripted tokens). */
   loadEngine?: (ckpt: ModelCheckpoint, opts: EngineOptions) => Promise<EngineHandle>;
+  /** `--tokenizer-workers`: threads tokenizing long prompt texts (0: all on the JS thread). Default DEFAULT_TOKENIZER_WORKERS. */
+  tokenizerWorkers?: number;
+  /** Tests only: hold long texts in the tokenizer workers (see tokenize-worker.ts). */
+  tokenizeHold?: TokenizePoolOptions['hold'];
 }
 
 export interface RunningServer {
@@ -183,11 +188,20 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   renderer.modelPath(o.modelDir, o.embedded, syntheticWeightsOf(o.modelDir) ?? undefined);
   const t0 = performance.now();
   const ckpt = loadModel(o.modelDir, { quant: o.quant, hash: false });
-  const tokenizer = await loadModelTokenizer(ckpt);
+  const { tokenizer, parts } = await loadModelTokenizerParts(ckpt);
   renderer.weights(weightFormatLine(ckpt));
+  const askedWorkers = o.tokenizerWorkers ?? DEFAULT_TOKENIZER_WORKERS;
+  const encoder = TokenizePool.start(parts, tokenizer, askedWorkers, {
+    onFailure: (err) => {
+      if (o.verbosity >= 1) log.warn({ event: 'tokenizer_worker_failed', error: err.message }, err.message);
+      else if (o.verbosity === 0) o.stderr.write(`bench serve: warning: ${err.message} (its texts in flight got a 500; long texts now go to the other workers, or the JS thread)\n`);
+    },
+    ...(o.tokenizeHold ? { hold: o.tokenizeHold } : {}),
+  });
+  if (encoder.workers < askedWorkers) renderer.warn(`no compiled tokenizer worker (run \`npm run build\`): long prompt texts are tokenized on the server's JS thread`);
   const name = o.servedModelName ?? ckpt.dir.split(/[/\\]/).filter(Boolean).pop() ?? 'model';
   const model = makeServeModel({
-    name, root: ckpt.dir, tokenizer, configEos: ckpt.config.eosTokenId, maxSeq: o.engine.maxSeq, vocabSize: ckpt.config.vocabSize,
+    name, root: ckpt.dir, tokenizer, encoder, configEos: ckpt.config.eosTokenId, maxSeq: o.engine.maxSeq, vocabSize: ckpt.config.vocabSize,
     // Synthetic weights: the generation_config.json `bench synth` writes, in memory.
     ...(ckpt.syntheticWeights ? { generationConfig: synthGenerationConfig() } : {}),
   });
@@ -212,6 +226,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
       : await loadEngine(ckpt, opts, { onLoadProgress: (d, t) => renderer.loadProgress(d, t) }, o.internals ?? {});
   } catch (err) {
     await app.close();
+    await encoder.close();
     renderer.close();
     throw err;
   }
@@ -225,8 +240,13 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     engineLine: engineLine(opts, info),
     kvPool: kvPoolFacts(info),
   });
-  if (renderer instanceof HumanRenderer) renderer.field('URL', `${url}  (model '${model.name}'; OpenAI /v1/chat/completions, /v1/completions; Anthropic /v1/messages)`);
-  else log.info({ event: 'listening', url, model: model.name }, `listening on ${url}`);
+  const tokenizing = encoder.workers > 0
+    ? `prompts over ${INLINE_MAX_CHARS} characters on ${encoder.workers} worker thread${encoder.workers === 1 ? '' : 's'}`
+    : 'every prompt on the JS thread';
+  if (renderer instanceof HumanRenderer) {
+    renderer.field('Tokenizing', tokenizing);
+    renderer.field('URL', `${url}  (model '${model.name}'; OpenAI /v1/chat/completions, /v1/completions; Anthropic /v1/messages)`);
+  } else log.info({ event: 'listening', url, model: model.name, tokenizer_workers: encoder.workers }, `listening on ${url}`);
   renderer.close();
 
   let closing: Promise<void> | null = null;
@@ -242,6 +262,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
       await stopped;
       clearTimeout(timer);
       await engine.close();
+      await encoder.close();
     })();
     return closing;
   };

@@ -8,7 +8,7 @@ import type {
   EngineHandle, EngineInfo, EngineOptions, EngineStats, RequestHandle, RequestOptions, RequestResult, TokenEvent,
 } from '../../src/engine/types.js';
 import { ensureEmbeddedModel } from '../../src/model/embedded.js';
-import { startServer, type RunningServer } from '../../src/serve/server.js';
+import { startServer, type RunningServer, type ServeOptions } from '../../src/serve/server.js';
 
 export const API_KEY = 'test-key-123';
 
@@ -20,6 +20,8 @@ export interface TestServerOptions {
   loadEngine?: (opts: EngineOptions) => Promise<EngineHandle>;
   servedModelName?: string;
   onListening?: (url: string) => void;
+  tokenizerWorkers?: number;
+  tokenizeHold?: ServeOptions['tokenizeHold'];
 }
 
 export async function startTestServer(o: TestServerOptions = {}): Promise<RunningServer> {
@@ -34,6 +36,8 @@ export async function startTestServer(o: TestServerOptions = {}): Promise<Runnin
     ...(o.loadEngine ? { loadEngine: (_ckpt, opts) => o.loadEngine!(opts) } : {}),
     ...(o.servedModelName ? { servedModelName: o.servedModelName } : {}),
     ...(o.onListening ? { onListening: o.onListening } : {}),
+    ...(o.tokenizerWorkers !== undefined ? { tokenizerWorkers: o.tokenizerWorkers } : {}),
+    ...(o.tokenizeHold ? { tokenizeHold: o.tokenizeHold } : {}),
   });
 }
 
