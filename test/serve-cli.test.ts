@@ -54,6 +54,8 @@ describe('bench serve (process)', () => {
     [['--kv-memory', '8XB'], /--kv-memory: 'XB' is not a unit/],
     [['--kv-cache-dtype', 'bf16'], /--kv-cache-dtype: 'bf16' is not one of f32, f16/],
     [['--host', '0.0.0.0.0'], /--host: cannot resolve '0\.0\.0\.0\.0'/],
+    [['--tokenizer-workers', '65'], /--tokenizer-workers: 65 is too large \(at most 64\)/],
+    [['--tokenizer-workers', '1.5'], /--tokenizer-workers: /],
   ])('%j exits 2 naming the flag, before any model is loaded', (args, message) => {
     const r = usage(args as string[]);
     expect(r.code, r.stderr).toBe(2);
@@ -70,6 +72,7 @@ describe('bench serve (process)', () => {
     expect(err).toMatch(/Model loaded\s+[\d.]+s \(backend: cpu/);
     expect(err).toMatch(/Engine\s+paged KV, block 16, \d+ blocks, prefill chunk 512, step budget 2048, max-seq 1024, 8 seqs, prefix cache on/);
     expect(err).toMatch(/KV pool\s+\d+ blocks x [\d.]+ KiB = [\d.]+ MiB \(max-seq x max-seqs tokens\)/);
+    expect(err).toMatch(/Tokenizing\s+prompts over 1024 characters on 2 worker threads\n/);
     expect(err).toMatch(/warning:.*without an API key/);
     expect(err).not.toMatch(/\x1b\[/); // no escape codes off a TTY
     const port = new URL(s.url).port;
