@@ -49,7 +49,11 @@ describe('flags', () => {
 
   it('parses cells and concurrency lists', () => {
     expect(parseCells('--cells', '512:256, 4096:64')).toEqual([{ isl: 512, osl: 256 }, { isl: 4096, osl: 64 }]);
-    expect(parseConcurrency('--concurrency', '8,1,4,4')).toEqual([1, 4, 8]);
+    const { ladder, warning } = parseConcurrency('--concurrency', '8,1,4,4');
+    expect(ladder).toEqual([1, 4, 8]);
+    expect(warning).toMatch(/--concurrency/);
+    expect(warning).toMatch(/\b4\b/);
+    expect(parseConcurrency('--concurrency', '2,1').warning).toBeNull();
   });
 
   it('names the flag in every bad value', () => {

@@ -155,18 +155,17 @@ export function parseCells(flag: string, value: string): Cell[] {
   });
 }
 
-/** `1,4,8` -> [1,4,8]: each >= 1; the result is sorted ascending without duplicates. */
-export function parseConcurrency(flag: string, value: string): number[] {
-  return [...new Set(concurrencyItems(flag, value))].sort((a, b) => a - b);
-}
-
-/** The session counts as given, repeats and order kept. */
-function concurrencyItems(flag: string, value: string): number[] {
+/**
+ * `8,1,4,4` -> the ladder [1,4,8] (each >= 1, sorted ascending, each once) and, when the list repeated
+ * a count, the warning that names what was dropped (repeatsWarning).
+ */
+export function parseConcurrency(flag: string, value: string): { ladder: number[]; warning: string | null } {
   const parts = value.split(',').map((s) => s.trim());
   if (parts.some((p) => p === '')) {
     throw new UsageError(`${flag}: '${value}' is not a comma-separated list of session counts (e.g. 1,4,8)`);
   }
-  return parts.map((p) => parseCount(flag, p, 1, ENGINE_FLAG_MAX.maxSeqs));
+  const given = parts.map((p) => parseCount(flag, p, 1, ENGINE_FLAG_MAX.maxSeqs));
+  return { ladder: [...new Set(given)].sort((a, b) => a - b), warning: repeatsWarning(flag, given, String, 'concurrency') };
 }
 
 /**
@@ -241,10 +240,9 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     concurrency = [1];
   } else {
     if (raw.concurrency !== undefined) {
-      const given = concurrencyItems('--concurrency', raw.concurrency);
-      const w = repeatsWarning('--concurrency', given, String, 'concurrency');
-      if (w !== null) warnings.push(w);
-      concurrency = [...new Set(given)].sort((a, b) => a - b);
+      const { ladder, warning } = parseConcurrency('--concurrency', raw.concurrency);
+      if (warning !== null) warnings.push(warning);
+      concurrency = ladder;
     } else {
       concurrency = [...DEFAULT_CONCURRENCY];
     }
