@@ -6,6 +6,7 @@
 #include "addon/machine_probe.h"
 #include "checkpoint/config.h"
 #include "core/cpu_features.h"
+#include "engine/sequence.h"
 #if defined(LUMEN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -28,6 +29,7 @@ Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
   auto limits = Napi::Object::New(env);
   limits.Set("maxConvKernel", lumen::kMaxConvKernel);
   limits.Set("maxLinearHeadDim", lumen::kMaxLinearHeadDim);
+  limits.Set("maxLogitsAllBytes", static_cast<double>(lumen::kMaxLogitsAllBytes));
   obj.Set("engineLimits", limits);
 #if defined(LUMEN_WITH_CUDA)
   obj.Set("cudaBuilt", true);
@@ -50,7 +52,7 @@ Napi::Value CudaDeviceCount(const Napi::CallbackInfo& info) {
 
 // Bumped whenever the JS-facing interface changes, so a stale build is refused with a clear
 // message instead of failing later with "x is not a function".
-constexpr int kAbiVersion = 7;
+constexpr int kAbiVersion = 8;
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));

@@ -10,7 +10,8 @@ import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.
 import { CheckpointError } from '../model/types.js';
 import { loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
-import { checkKvMemoryForDevice, engineOptionsFrom, MAX_LOGITS_ALL_BYTES } from '../engine/options.js';
+import { engineLimits } from '../engine/limits.js';
+import { checkKvMemoryForDevice, engineOptionsFrom } from '../engine/options.js';
 import { ENGINE_FLAG_MAX, ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
 import { checkWritableFile } from '../util/output-dir.js';
@@ -124,9 +125,10 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   const stop = [...new Set([...QWEN_STOP_IDS, ckpt.config.eosTokenId, ...(tokenizer?.eosTokenIds ?? [])])];
   const total = ids.length + opts.maxNewTokens;
   const logitBytes = total * ckpt.config.vocabSize * 4;
-  if (opts.logitsOut !== undefined && logitBytes > MAX_LOGITS_ALL_BYTES) {
+  const maxLogitBytes = engineLimits().maxLogitsAllBytes;
+  if (opts.logitsOut !== undefined && logitBytes > maxLogitBytes) {
     throw new UsageError(`--logits-out: ${total} positions x vocabulary ${ckpt.config.vocabSize} x 4 bytes is ${Math.floor(logitBytes / 2 ** 20)} MiB, ` +
-      `more than the ${MAX_LOGITS_ALL_BYTES / 2 ** 20} MiB one request may return (at most ${Math.floor(MAX_LOGITS_ALL_BYTES / (ckpt.config.vocabSize * 4))} positions: shorten the prompt or --max-new-tokens)`);
+      `more than the ${maxLogitBytes / 2 ** 20} MiB one request may return (at most ${Math.floor(maxLogitBytes / (ckpt.config.vocabSize * 4))} positions: shorten the prompt or --max-new-tokens)`);
   }
   // One request, no prefix cache: its prefill is chunked by --prefill-chunk alone (no snapshot stops),
   // the layout the parity tests compare.

@@ -52,14 +52,14 @@ export interface NativeAddon {
     avx2: boolean; avx512: boolean; avx512bf16: boolean; isa: string; cudaBuilt: boolean;
     /** CPUs this process may use (its affinity mask): what --threads 0 means. */
     usableCpus: number;
-    engineLimits: { maxConvKernel: number; maxLinearHeadDim: number };
+    engineLimits: { maxConvKernel: number; maxLinearHeadDim: number; maxLogitsAllBytes: number };
   };
   Engine: new (spec: object, options: object, onEvents: (events: NativeEvent[]) => void) => NativeEngine;
 }
 
 const cached = new Map<string, NativeAddon>();
 /** The native interface version this code expects (kAbiVersion in native/addon/addon.cpp). */
-export const ADDON_ABI = 7;
+export const ADDON_ABI = 8;
 
 /** The native addon: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
 export function loadAddon(file?: string): NativeAddon {

@@ -12,8 +12,6 @@ export type KvMemory = { bytes: number } | { fraction: number };
 /** The share of free device memory a CUDA engine's KV pool gets when --kv-memory is not given. */
 export const CUDA_KV_MEMORY_FRACTION = 0.9;
 
-/** The most a request for every position's logits may hold: the engine's kMaxLogitsAllBytes (native/engine/sequence.h), which refuses more. */
-export const MAX_LOGITS_ALL_BYTES = 2 ** 31;
 
 /**
  * The largest --kv-memory fraction on the CPU. There it is a share of the host's MemAvailable, which
