@@ -262,7 +262,12 @@ export function cudaAvailable(): boolean {
   return typeof probe.cudaDeviceCount === 'function' && probe.cudaDeviceCount() > 0;
 }
 
-/** A prompt's ids as the engine takes them; a value that is not a token id is refused (Int32Array.from would wrap it). */
+/**
+ * A prompt's ids as the engine takes them; a value that is not a token id is refused (Int32Array.from
+ * would wrap it). The addon's to_ids (native/addon/engine_wrap.cpp) checks a plain array by the same
+ * rule, with the same words, for callers of the addon itself; an Int32Array crosses without a copy and
+ * without N-API's per-element calls, which is why this loop exists.
+ */
 function tokenIds(ids: readonly number[]): Int32Array {
   const out = new Int32Array(ids.length);
   for (let i = 0; i < ids.length; i++) {
