@@ -72,7 +72,7 @@ describe('bench serve (process)', () => {
     expect(err).toMatch(/Model loaded\s+[\d.]+s \(backend: cpu/);
     expect(err).toMatch(/Engine\s+paged KV, block 16, \d+ blocks, prefill chunk 512, step budget 2048, max-seq 1024, 8 seqs, prefix cache on/);
     expect(err).toMatch(/KV pool\s+\d+ blocks x [\d.]+ KiB = [\d.]+ MiB \(max-seq x max-seqs tokens\)/);
-    expect(err).toMatch(/Tokenizing\s+prompts over 1024 characters on 2 worker threads\n/);
+    expect(err).toMatch(/Tokenizing\s+prompts over 1024 characters or 64 messages on 2 worker threads\n/);
     expect(err).toMatch(/warning:.*without an API key/);
     expect(err).not.toMatch(/\x1b\[/); // no escape codes off a TTY
     const port = new URL(s.url).port;

@@ -1,13 +1,13 @@
 // bench serve's prompt tokenizing: the bounded encode (a text that cannot fit in --max-seq refused
-// before it is tokenized whole) and the worker threads that tokenize long texts off the JS thread,
-// which must give the JS thread's ids and refusals. Held texts (tokenize-worker.ts' gate) force
+// before it is tokenized whole) and the worker threads that tokenize long texts and render long
+// conversations off the JS thread, which must give the JS thread's ids, texts and refusals. Held texts (tokenize-worker.ts' gate) force
 // "a text is being tokenized" without any timing.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ensureEmbeddedModel } from '../src/model/embedded.js';
 import { loadModel, loadModelTokenizerParts } from '../src/model/model-path.js';
 import type { LoadedTokenizer, TokenizerParts } from '../src/model/tokenizer.js';
 import { boundedEncode, type PromptBound } from '../src/serve/prompt-bound.js';
-import { INLINE_MAX_CHARS, TokenizePool } from '../src/serve/tokenize-pool.js';
+import { INLINE_MAX_CHARS, INLINE_MAX_MESSAGES, TokenizePool } from '../src/serve/tokenize-pool.js';
 import { until } from './helpers/serve-fixture.js';
 
 const words = (chars: number) => {
@@ -78,6 +78,27 @@ describe('TokenizePool', () => {
       expect((await pool.encode(t, null)), `${t.length} characters`).toEqual({ ids: tokenizer.encode(t) });
     }
     expect(texts.filter((t) => t.length > INLINE_MAX_CHARS).length).toBeGreaterThan(3);
+  });
+
+  it('renders a long conversation through the chat template on a worker as the JS thread does', async () => {
+    const pool = start();
+    const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+    const long = Array.from({ length: INLINE_MAX_MESSAGES * 2 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `turn ${i}: café 東京 <think>` }));
+    for (const [messages, opts] of [
+      [long, { addGenerationPrompt: true }],
+      [long, { addGenerationPrompt: true, enableThinking: true, tools, extra: { custom: 1 } }],
+      [long.slice(0, 3), { addGenerationPrompt: false }],
+    ] as const) {
+      const expected = tokenizer.applyChatTemplate(messages, opts);
+      const onThisThread = vi.spyOn(tokenizer, 'applyChatTemplate');
+      try {
+        expect(await pool.render([...messages], opts)).toBe(expected);
+        expect(onThisThread).toHaveBeenCalledTimes(messages.length > INLINE_MAX_MESSAGES ? 0 : 1);
+      } finally {
+        onThisThread.mockRestore();
+      }
+    }
+    expect(pool.inFlight).toBe(0);
   });
 
   it('refuses what the JS thread refuses, with the same words', async () => {

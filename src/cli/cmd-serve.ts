@@ -7,7 +7,7 @@ import { checkKvMemoryForDevice } from '../engine/options.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { startServer, type RunningServer } from '../serve/server.js';
-import { DEFAULT_TOKENIZER_WORKERS, INLINE_MAX_CHARS, MAX_TOKENIZER_WORKERS } from '../serve/tokenize-pool.js';
+import { DEFAULT_TOKENIZER_WORKERS, INLINE_MAX_CHARS, INLINE_MAX_MESSAGES, MAX_TOKENIZER_WORKERS } from '../serve/tokenize-pool.js';
 import { ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { parseCount } from './flag-values.js';
 import { UsageError } from '../util/usage-error.js';
@@ -44,7 +44,7 @@ export function registerServe(program: Command, setResult: (code: number) => voi
     .option('--served-model-name <name>', "the model's name in the API (default: the checkpoint directory's name)")
     .addOption(new Option('--api-key <key>', 'require this key (Authorization: Bearer KEY or x-api-key: KEY)').conflicts('apiKeyEnv'))
     .option('--api-key-env <var>', 'require the key held in environment variable VAR')
-    .option('--tokenizer-workers <n>', `threads that tokenize prompt texts over ${INLINE_MAX_CHARS} characters, so a long prompt never stalls the other streams (0: all on the JS thread)`, String(DEFAULT_TOKENIZER_WORKERS))
+    .option('--tokenizer-workers <n>', `threads that tokenize prompt texts over ${INLINE_MAX_CHARS} characters and render conversations of more than ${INLINE_MAX_MESSAGES} messages, so a long prompt never stalls the other streams (0: all on the JS thread)`, String(DEFAULT_TOKENIZER_WORKERS))
     .addOption(ENGINE_FLAGS.device())
     .addOption(ENGINE_FLAGS.threads())
     .addOption(ENGINE_FLAGS.kvcache())

@@ -3,7 +3,7 @@
 // parsers need: whether the prompt left a <think> block open, and the text a forced tool choice
 // writes for the model.
 import type { ChatMessage } from '../model/tokenizer.js';
-import { badRequest, unsupported } from './errors.js';
+import { ApiError, badRequest, unsupported } from './errors.js';
 import type { ServeModel } from './model.js';
 import { encodePrompt } from './request-params.js';
 import { promptOpensThinking, THINK_CLOSE } from './reasoning.js';
@@ -197,13 +197,14 @@ export async function renderChat(model: ServeModel, input: ChatInput, bounded = 
   const useTools = input.tools.length > 0 && choice !== 'none';
   let text: string;
   try {
-    text = tok.applyChatTemplate(input.messages, {
+    text = await model.encoder.render(input.messages, {
       addGenerationPrompt: true,
       ...(input.enableThinking !== undefined ? { enableThinking: input.enableThinking } : {}),
       ...(useTools ? { tools: input.tools } : {}),
       extra: input.kwargs,
     });
   } catch (err) {
+    if (err instanceof ApiError) throw err; // not the template's refusal: a tokenizer worker failed, or the server is stopping
     throw badRequest(`the chat template refused the messages: ${(err as Error).message}`, 'messages');
   }
   let startsInReasoning = promptOpensThinking(text);

@@ -26,7 +26,7 @@ import { makeServeModel } from './model.js';
 import { registerAnthropicRoutes } from './routes-anthropic.js';
 import { registerMiscRoutes } from './routes-misc.js';
 import { registerOpenAIRoutes } from './routes-openai.js';
-import { DEFAULT_TOKENIZER_WORKERS, INLINE_MAX_CHARS, TokenizePool, type TokenizePoolOptions } from './tokenize-pool.js';
+import { DEFAULT_TOKENIZER_WORKERS, INLINE_MAX_CHARS, INLINE_MAX_MESSAGES, TokenizePool, type TokenizePoolOptions } from './tokenize-pool.js';
 
 export interface ServeOptions {
   /** `--model-path`: a checkpoint directory, a GGUF file, a directory of GGUF files (with quant), or `synthetic:<preset>`. */
@@ -241,7 +241,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     kvPool: kvPoolFacts(info),
   });
   const tokenizing = encoder.workers > 0
-    ? `prompts over ${INLINE_MAX_CHARS} characters on ${encoder.workers} worker thread${encoder.workers === 1 ? '' : 's'}`
+    ? `prompts over ${INLINE_MAX_CHARS} characters or ${INLINE_MAX_MESSAGES} messages on ${encoder.workers} worker thread${encoder.workers === 1 ? '' : 's'}`
     : 'every prompt on the JS thread';
   if (renderer instanceof HumanRenderer) {
     renderer.field('Tokenizing', tokenizing);

@@ -1,15 +1,17 @@
-// Prompt texts -> token ids for `bench serve` without stalling the server's one JS thread: a text
-// longer than INLINE_MAX_CHARS is tokenized on a worker thread (a 1 MB text takes seconds, during
-// which no stream would get a chunk), a shorter one on the JS thread (a worker's round trip would
-// cost about what tokenizing it does). Each worker builds the same tokenizer from a copy of the
-// parts the main thread built its own from, and runs the same bounded encode (prompt-bound.ts).
+// Prompts -> token ids for `bench serve` without stalling the server's one JS thread: a prompt text
+// longer than INLINE_MAX_CHARS is tokenized on a worker thread (a 1 MB text takes most of a second or
+// more, during which no stream would get a chunk), a shorter one on the JS thread (a worker's round
+// trip would cost about what tokenizing it does); likewise a conversation of more than
+// INLINE_MAX_MESSAGES messages is rendered through the chat template on a worker (the template's loop
+// takes ~25 ms for 1000 messages). Each worker builds the same tokenizer from a copy of the parts the
+// main thread built its own from, and runs the same code (prompt-bound.ts, the tokenizer's template).
 // The worker is dist/src/serve/tokenize-worker.js (running from sources, e.g. under vitest, the
-// compiled copy `npm run build` made; none: every text on the JS thread).
+// compiled copy `npm run build` made; none: everything on the JS thread).
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { LoadedTokenizer, TokenizerParts } from '../model/tokenizer.js';
+import type { ChatMessage, ChatTemplateOptions, LoadedTokenizer, TokenizerParts } from '../model/tokenizer.js';
 import { REPO_ROOT } from '../util/version.js';
 import { ApiError } from './errors.js';
 import { boundedEncode, byteBound, type BoundedIds, type PromptBound } from './prompt-bound.js';
@@ -23,10 +25,15 @@ export const MAX_TOKENIZER_WORKERS = 64;
 /** Texts of at most this many characters are tokenized on the JS thread (about half a millisecond). */
 export const INLINE_MAX_CHARS = 1024;
 
-/** Where prompt texts are tokenized. */
+/** Conversations of at most this many messages are rendered on the JS thread (a few milliseconds at most). */
+export const INLINE_MAX_MESSAGES = 64;
+
+/** Where prompt texts are tokenized and conversations rendered. */
 export interface PromptEncoder {
   /** The text's ids (or, with a bound, why it cannot fit); rejects when the tokenizer fails on it. */
   encode(text: string, bound: PromptBound | null): Promise<BoundedIds>;
+  /** The conversation through the chat template; rejects with the template's own error (an ApiError when a worker failed). */
+  render(messages: ChatMessage[], opts: ChatTemplateOptions): Promise<string>;
   /** Worker threads tokenizing long texts now (0: every text on the JS thread). */
   readonly workers: number;
   close(): Promise<void>;
@@ -36,12 +43,22 @@ export interface PromptEncoder {
 export function inlineEncoder(tokenizer: LoadedTokenizer): PromptEncoder {
   return {
     encode: async (text, bound) => boundedEncode((t) => tokenizer.encode(t), bound, text),
+    render: async (messages, opts) => tokenizer.applyChatTemplate(messages, opts),
     workers: 0,
     close: async () => {},
   };
 }
 
-interface Pending { resolve(r: BoundedIds): void; reject(err: Error): void; chars: number }
+interface Pending { resolve(r: BoundedIds | string): void; reject(err: Error): void; chars: number }
+
+/** `f`'s value as a promise (its exception as a rejection). */
+function inline<T>(f: () => T): Promise<T> {
+  try {
+    return Promise.resolve(f());
+  } catch (err) {
+    return Promise.reject(err as Error);
+  }
+}
 
 interface Slot { worker: Worker; pending: Map<number, Pending>; chars: number; failed: boolean }
 
@@ -75,7 +92,7 @@ export class TokenizePool implements PromptEncoder {
         slot.pending.delete(m.id);
         slot.chars -= p.chars;
         if ('error' in m) p.reject(new Error(m.error));
-        else p.resolve(m.result);
+        else p.resolve('text' in m ? m.text : m.result);
       });
       slot.worker.on('error', (err) => this.fail(slot, err));
       slot.worker.on('exit', (code) => { if (!this.closing) this.fail(slot, new Error(`the tokenizer worker exited (code ${code})`)); });
@@ -102,32 +119,41 @@ export class TokenizePool implements PromptEncoder {
   }
 
   encode(text: string, bound: PromptBound | null): Promise<BoundedIds> {
-    // The least-loaded worker (characters waiting), so one huge text holds up only the texts behind it on its own worker.
-    let slot: Slot | undefined;
-    for (const s of this.slots) if (!s.failed && (slot === undefined || s.chars < slot.chars)) slot = s;
-    if (text.length <= INLINE_MAX_CHARS || slot === undefined || this.closing) {
-      try {
-        return Promise.resolve(boundedEncode((t) => this.tokenizer.encode(t), bound, text));
-      } catch (err) {
-        return Promise.reject(err as Error);
-      }
-    }
+    const slot = this.idlest();
+    if (text.length <= INLINE_MAX_CHARS || slot === undefined) return inline(() => boundedEncode((t) => this.tokenizer.encode(t), bound, text));
     // A text the byte bound refuses is not copied to a worker at all.
     const over = bound === null ? null : byteBound(bound, text);
     if (over !== null) return Promise.resolve(over);
-    const id = this.nextId++;
-    const target = slot;
+    return this.send(slot, { id: this.nextId++, kind: 'encode', text, bound }, text.length) as Promise<BoundedIds>;
+  }
+
+  render(messages: ChatMessage[], opts: ChatTemplateOptions): Promise<string> {
+    const slot = this.idlest();
+    if (messages.length <= INLINE_MAX_MESSAGES || slot === undefined) return inline(() => this.tokenizer.applyChatTemplate(messages, opts));
+    // A message weighs what ~100 characters of text do in the workers' queues.
+    return this.send(slot, { id: this.nextId++, kind: 'template', messages, opts }, messages.length * 100) as Promise<string>;
+  }
+
+  /** The live worker with the fewest characters waiting (one huge text holds up only what queues behind it there); none while closing. */
+  private idlest(): Slot | undefined {
+    if (this.closing) return undefined;
+    let slot: Slot | undefined;
+    for (const s of this.slots) if (!s.failed && (slot === undefined || s.chars < slot.chars)) slot = s;
+    return slot;
+  }
+
+  private send(slot: Slot, req: TokenizeRequest, chars: number): Promise<BoundedIds | string> {
     return new Promise((resolve, reject) => {
-      target.pending.set(id, { resolve, reject, chars: text.length });
-      target.chars += text.length;
-      target.worker.postMessage({ id, text, bound } satisfies TokenizeRequest);
+      slot.pending.set(req.id, { resolve, reject, chars });
+      slot.chars += chars;
+      slot.worker.postMessage(req);
     });
   }
 
   private fail(slot: Slot, err: Error): void {
     if (slot.failed) return;
     slot.failed = true;
-    const e = new Error(`the tokenizer worker failed: ${err.message}`);
+    const e = new ApiError(500, `the tokenizer worker failed: ${err.message}`, 'server');
     for (const p of slot.pending.values()) p.reject(e);
     slot.pending.clear();
     slot.chars = 0;
