@@ -833,6 +833,17 @@ describe('bench serve: a long prompt is tokenized off the JS thread', () => {
     expect(r.body.usage.prompt_tokens).toBe(s.ctx.model.tokenizer.encode(text).length);
   });
 
+  it('a request whose prompt is still being tokenized when the server stops gets the 503 of a stopping server', async () => {
+    Atomics.store(gate, 0, 0);
+    const own = await startTestServer({ apiKey: null, maxSeq: 32768, loadEngine: async () => new ScriptedEngine(), tokenizeHold: { minChars: HOLD, gate } });
+    const held = post(own, '/v1/completions', { prompt: words(HOLD + 100), max_tokens: 2 }).then(async (r) => ({ status: r.status, body: await r.json() as Json }));
+    await until(() => (own.ctx.model.encoder as TokenizePool).inFlight === 1);
+    await own.close();
+    const r = await held;
+    expect(r.status).toBe(503);
+    expect(r.body.error.message).toBe('the server is shutting down');
+  });
+
   it('a client that leaves while its prompt is being tokenized: its request is cancelled as it reaches the engine', async () => {
     Atomics.store(gate, 0, 0);
     finished.length = 0;

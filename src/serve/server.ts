@@ -258,11 +258,11 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
       const timer = setTimeout(() => app.server.closeAllConnections(), 1000);
       timer.unref();
       await ctx.cancelAll(); // streams end with a "shutting down" error event, others with a 503
+      await encoder.close(); // requests whose prompts are still on a tokenizer worker: a 503
       app.server.closeIdleConnections(); // keep-alive connections whose responses just ended
       await stopped;
       clearTimeout(timer);
       await engine.close();
-      await encoder.close();
     })();
     return closing;
   };
