@@ -16,7 +16,7 @@ import { choiceText, errorText } from '../src/endpoint/completion-stream.js';
 import { fitPrompt } from '../src/endpoint/prompt-text.js';
 import { counterColumnsFromMetrics, metricsFamily, parseMetrics } from '../src/endpoint/server-metrics.js';
 import { SseParser } from '../src/endpoint/sse.js';
-import type { TextTokenizer } from '../src/endpoint/text-tokenizer.js';
+import { tokenizeBody, type TextTokenizer } from '../src/endpoint/text-tokenizer.js';
 import type { RequestResult } from '../src/engine/types.js';
 import { createFakeEngine } from './helpers/fake-engine.js';
 import { usageMessage } from './helpers/usage-error.js';
@@ -66,10 +66,30 @@ describe('chunk timeline', () => {
     expect(countsFromRunningUsage([ch(2, 'a'), ch(3, 'b')])).toBeNull();
   });
 
-  it('reconciles tokenizer counts with the usage total, never below zero', () => {
-    expect(reconcileCounts([1, 2, 1], 6)).toEqual([1, 2, 3]);
+  it('reconciles tokenizer counts with the usage total in proportion, never below zero', () => {
+    expect(reconcileCounts([1, 2, 1], 6)).toEqual([2, 3, 1]);
     expect(reconcileCounts([1, 2, 1], 2)).toEqual([1, 1, 0]);
     expect(reconcileCounts([1, 1], 0)).toEqual([0, 0]);
+    expect(reconcileCounts([1, 2, 1], 4)).toEqual([1, 2, 1]);
+    // A BOS on every count (3 per chunk for 2 tokens): every chunk loses one, the tail is not zeroed.
+    expect(reconcileCounts([3, 3, 3, 3], 8)).toEqual([2, 2, 2, 2]);
+    expect(reconcileCounts(Array(32).fill(3), 64)).toEqual(Array(32).fill(2));
+    // A shortfall keeps one token on every chunk that had one, the rest in proportion to the excess.
+    expect(reconcileCounts([1, 1, 1, 5], 6)).toEqual([1, 1, 1, 3]);
+    // Chunks without text stay empty; a surplus is spread too, not put on the last chunk.
+    expect(reconcileCounts([0, 3, 3, 0], 4)).toEqual([0, 2, 2, 0]);
+    expect(reconcileCounts([0, 1, 1, 1, 1, 0], 8)).toEqual([0, 2, 2, 2, 2, 0]);
+    expect(reconcileCounts([0, 0], 5)).toEqual([0, 5]);
+    for (const [c, t] of [[[5, 1, 1, 2, 7], 3], [[2, 2, 2], 100], [[4, 0, 1], 1]] as [number[], number][]) {
+      const r = reconcileCounts(c, t);
+      expect(r.reduce((a, b) => a + b, 0)).toBe(t);
+      expect(r.every((k) => k >= 0 && Number.isInteger(k))).toBe(true);
+    }
+  });
+
+  it('asks the server\'s /tokenize for the text\'s own tokens, never a BOS (vLLM\'s add_special_tokens defaults to true)', () => {
+    expect(tokenizeBody('vllm', 'm', 'hi')).toEqual({ model: 'm', prompt: 'hi', add_special_tokens: false });
+    expect(tokenizeBody('llamacpp', 'm', 'hi')).toEqual({ content: 'hi', add_special: false });
   });
 });
 

@@ -15,6 +15,7 @@ import { connectEndpoint } from '../src/endpoint/connect.js';
 import type { RunningServer } from '../src/serve/server.js';
 import { UsageError } from '../src/util/usage-error.js';
 import { startFakeOpenAI, TEMPLATE_TOKENS, type FakeServer } from './helpers/fake-openai.js';
+import { startWireServer, type WireOptions, type WireServer } from './helpers/fake-wire.js';
 import { API_KEY, startTestServer } from './helpers/serve-fixture.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -307,5 +308,55 @@ describe('against small local servers', () => {
     expect(r.code).toBe(0);
     expect(r.report.rows[0].timed_requests).toBe(7);
     expect(s.maxInFlight).toBeLessThanOrEqual(3);
+  });
+});
+
+describe('against servers that send exactly the wrong bytes', () => {
+  const servers: WireServer[] = [];
+  const start = async (o: WireOptions) => {
+    const s = await startWireServer(o);
+    servers.push(s);
+    return s;
+  };
+  afterAll(async () => { for (const s of servers) await s.close(); });
+  const tokenizeBodies = (s: WireServer) => s.requests.filter((q) => q.path === '/tokenize').map((q) => q.body!);
+
+  it('a vLLM /tokenize that adds a BOS unless told not to: asked without special tokens, so chunk counts match usage', async () => {
+    const s = await start({ bos: 'vllm', perChunk: 2 });
+    const r = await sweep({ endpoint: s.url, api: 'completions', cells: '16:64', concurrency: '1', warmup: '0' });
+    expect(r.code).toBe(0);
+    const bodies = tokenizeBodies(s);
+    expect(bodies.length).toBeGreaterThan(32);
+    for (const b of bodies) expect(b).toMatchObject({ add_special_tokens: false });
+    const rep = r.report.rows[0];
+    expect(rep.endpoint.tokens_per_chunk_from).toEqual(['tokenizer']);
+    expect(rep.endpoint.tokens_per_chunk_histogram).toEqual({ 2: 32 });
+    expect(rep.endpoint.tokenizer_count_minus_usage).toMatchObject({ n: 1, min: 0, max: 0 });
+    expect(rep.endpoint.prompt_tokens).toMatchObject({ mismatched: 0, unchecked: 0 });
+    expect(r.report.endpoint.overhead_tokens).toBe(1); // the BOS the server adds to every prompt, measured once
+    expect(r.rows[0]!.notes).not.toMatch(/disagreed/);
+  });
+
+  it('llama.cpp\'s /tokenize shape: {content} with add_special false', async () => {
+    const s = await start({ shape: 'llamacpp', perChunk: 2 });
+    const r = await sweep({ endpoint: s.url, api: 'completions', cells: '12:8', concurrency: '1', warmup: '0' });
+    expect(r.code).toBe(0);
+    expect(r.report.endpoint.tokenizer).toMatch(/llama\.cpp shape/);
+    const content = tokenizeBodies(s).filter((b) => b.content !== undefined);
+    expect(content.length).toBeGreaterThan(4);
+    for (const b of content) expect(b).toMatchObject({ add_special: false });
+    expect(r.report.rows[0].endpoint.tokens_per_chunk_histogram).toEqual({ 2: 4 });
+  });
+
+  it('a tokenizer whose per-chunk counts exceed usage (a BOS on every count): the surplus spread over all chunks, and a note with by how much', async () => {
+    const s = await start({ bos: 'always', perChunk: 2 });
+    const r = await sweep({ endpoint: s.url, api: 'completions', cells: '16:64', concurrency: '1', warmup: '0' });
+    expect(r.code).toBe(0);
+    const rep = r.report.rows[0];
+    expect(rep.generated_tokens).toBe(64);
+    // 32 chunks of 2 tokens, each counted 3: every chunk 2 again, none emptied (the timeline ends at the last chunk).
+    expect(rep.endpoint.tokens_per_chunk_histogram).toEqual({ 2: 32 });
+    expect(rep.endpoint.tokenizer_count_minus_usage).toMatchObject({ n: 1, min: 32, max: 32 });
+    expect(r.rows[0]!.notes).toMatch(/tokens per chunk: the tokenizer's per-chunk counts disagreed with the server's usage total for 1 of 1 requests counted by the tokenizer \(tokenizer minus server: \+32 tokens, up to 50% of the total\); the difference was spread over each request's chunks in proportion/);
   });
 });

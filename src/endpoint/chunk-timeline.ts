@@ -2,7 +2,8 @@
 // inter-token gaps, the gap since the previous token-bearing chunk split evenly among its k tokens;
 // the first content chunk's tokens all arrive at its time (TTFT; its extra tokens have 0 ms gaps).
 // Tokens per chunk come from `continuous_usage_stats` (the running completion_tokens of each chunk)
-// when the server sends them, else from the tokenizer, reconciled with the final usage count.
+// when the server sends them, else from the tokenizer, reconciled with the final usage count (the
+// difference spread over the chunks in proportion, and reported in the row's notes).
 
 /** One SSE chunk that had a `choices` entry. */
 export interface WireChunk {
@@ -35,21 +36,43 @@ export function countsFromRunningUsage(chunks: readonly WireChunk[]): number[] |
   });
 }
 
+/** Splits `total` over `weights` in proportion (cumulative rounding: the sum is exact, the rounding spread evenly). */
+function spread(weights: readonly number[], total: number): number[] {
+  const sum = weights.reduce((a, b) => a + b, 0);
+  let cum = 0;
+  let given = 0;
+  return weights.map((w) => {
+    cum += w;
+    const upTo = Math.round((total * cum) / sum);
+    const k = upTo - given;
+    given = upTo;
+    return k;
+  });
+}
+
 /**
- * Adjusts per-chunk counts (from the tokenizer) so they sum to `total` (the server's usage count):
- * the difference is taken from or given to the last chunks, never below zero.
+ * Adjusts per-chunk counts (from the tokenizer) so they sum to `total` (the server's usage count),
+ * spreading the difference over the chunks in proportion to their counts: a tokenizer that counts one
+ * token too many per call (a BOS) or a few too few over the whole text moves every chunk a little, never
+ * the last chunks wholesale (which would end the timeline early or late). A shortfall keeps at least one
+ * token on every chunk that had one while the total allows (a chunk with text carried a token); below
+ * that, the counts are scaled down as a whole. Chunks with no count stay at 0 unless no chunk has one
+ * (then the last chunk takes the total: nothing says where the tokens were).
  */
 export function reconcileCounts(counts: readonly number[], total: number): number[] {
-  const out = counts.slice();
-  let diff = total - out.reduce((a, b) => a + b, 0);
-  if (out.length === 0) return out;
-  if (diff > 0) out[out.length - 1]! += diff;
-  for (let i = out.length - 1; i >= 0 && diff < 0; i--) {
-    const take = Math.min(out[i]!, -diff);
-    out[i]! -= take;
-    diff += take;
+  const sum = counts.reduce((a, b) => a + b, 0);
+  if (counts.length === 0 || sum === total) return counts.slice();
+  if (sum === 0) {
+    const out = counts.map(() => 0);
+    out[out.length - 1] = total;
+    return out;
   }
-  return out;
+  if (total > sum) return spread(counts, total);
+  const bearing = counts.filter((c) => c > 0).length;
+  if (total < bearing) return spread(counts, total);
+  // One each, and the rest in proportion to what each chunk had beyond its one.
+  const rest = spread(counts.map((c) => Math.max(0, c - 1)), total - bearing);
+  return counts.map((c, i) => (c > 0 ? 1 + rest[i]! : 0));
 }
 
 /**

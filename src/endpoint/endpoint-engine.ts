@@ -28,6 +28,11 @@ export interface WireRecord {
   tokensPerChunk: number[];
   /** Where tokens per chunk came from. */
   chunkCounts: 'continuous_usage_stats' | 'tokenizer' | 'one per chunk (usage total = chunks)' | 'none';
+  /**
+   * Counted by the tokenizer with a usage total: the tokenizer's per-chunk counts summed, before they
+   * were reconciled with the total (the difference spread over the chunks); null otherwise.
+   */
+  tokenizerChunkSum: number | null;
   /** The server's usage (null: it sent none). */
   promptTokensServer: number | null;
   completionTokensServer: number | null;
@@ -108,7 +113,7 @@ export class EndpointEngine implements RequestEngine {
       submitToSentMs: s.sentMs - submitMs,
       ttftFirstChoicesMs: s.firstChoicesMs !== null ? s.firstChoicesMs - s.sentMs : null,
       ttftFirstTextMs: s.firstTextMs !== null ? s.firstTextMs - s.sentMs : null,
-      tokensPerChunk: [], chunkCounts: 'none',
+      tokensPerChunk: [], chunkCounts: 'none', tokenizerChunkSum: null,
       promptTokensServer: s.usage?.prompt_tokens ?? null,
       completionTokensServer: s.usage?.completion_tokens ?? null,
       promptTokensExpected: prompt.expectedPromptTokens, promptExact: prompt.exact,
@@ -157,7 +162,10 @@ export class EndpointEngine implements RequestEngine {
       for (let u = todo.shift(); u !== undefined; u = todo.shift()) {
         let counts: number[] = [];
         for (const c of u.chunks) counts.push(c.text === '' ? 0 : (await this.tokenizer.encode(c.text)).length);
-        if (u.total !== null) counts = reconcileCounts(counts, u.total);
+        if (u.total !== null) {
+          u.record.tokenizerChunkSum = counts.reduce((a, b) => a + b, 0);
+          counts = reconcileCounts(counts, u.total);
+        }
         applyCounts(u.result, u.record, u.chunks, counts);
       }
     };

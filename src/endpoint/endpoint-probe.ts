@@ -93,6 +93,20 @@ export function endpointProbe(engine: EndpointEngine, st: ProbeSettings): RowPro
       if (estimated.length) {
         notes.push(`tokens per chunk estimated by the tokenizer for ${estimated.length} of ${recs.length} timed requests (no continuous_usage_stats); totals from usage`);
       }
+      // The tokenizer's per-chunk counts against the server's total: a difference was spread over the chunks.
+      const counted = estimated.filter((r) => r.tokenizerChunkSum !== null);
+      const countDiffs = counted.map((r) => r.tokenizerChunkSum! - r.completionTokensServer!);
+      const disagreed = counted.filter((_r, i) => countDiffs[i] !== 0);
+      if (disagreed.length) {
+        const diffs = countDiffs.filter((d) => d !== 0);
+        const signed = (d: number) => (d > 0 ? `+${d}` : String(d));
+        const lo = Math.min(...diffs);
+        const hi = Math.max(...diffs);
+        const share = Math.max(...disagreed.map((r) => Math.abs(r.tokenizerChunkSum! - r.completionTokensServer!) / Math.max(1, r.completionTokensServer!)));
+        notes.push(`tokens per chunk: the tokenizer's per-chunk counts disagreed with the server's usage total for ${disagreed.length} of ${counted.length} ` +
+          `requests counted by the tokenizer (tokenizer minus server: ${lo === hi ? signed(lo) : `${signed(lo)}..${signed(hi)}`} tokens, ` +
+          `up to ${Math.round(share * 100)}% of the total); the difference was spread over each request's chunks in proportion`);
+      }
       const early = recs.filter((r) => r.finishReasonServer === 'stop');
       if (early.length) {
         notes.push(`${early.length} of ${recs.length} timed requests ended early with finish_reason stop (the server did not honour ignore_eos/min_tokens)`);
@@ -111,6 +125,8 @@ export function endpointProbe(engine: EndpointEngine, st: ProbeSettings): RowPro
         tokens_per_chunk: summarize(perChunk),
         tokens_per_chunk_histogram: histogram,
         tokens_per_chunk_from: [...new Set(recs.map((r) => r.chunkCounts))],
+        // Tokenizer's per-chunk sum minus the server's usage total, per request counted by the tokenizer.
+        tokenizer_count_minus_usage: summarize(countDiffs),
         submit_to_sent_ms: summarize(recs.map((r) => r.submitToSentMs)),
         prompt_tokens: {
           isl: st.isl,

@@ -1,6 +1,8 @@
 // The tokenizer an endpoint benchmark sizes its prompts with and counts streamed chunks with: a local
 // tokenizer directory (--tokenizer DIR), or the server's own /tokenize and /detokenize (vLLM's and
-// our serve's shape: {prompt} -> {tokens}; llama.cpp's: {content} -> {tokens}).
+// our serve's shape: {prompt} -> {tokens}; llama.cpp's: {content} -> {tokens}). Either counts the
+// text's own tokens, never special ones: a BOS the server adds to every prompt is measured once, as
+// part of the prompt overhead (connect.ts), and a streamed chunk's text has none.
 import { loadTokenizer } from '../model/tokenizer.js';
 import { promptVocab } from '../bench/prompts.js';
 import type { HttpPool, RequestLimits } from './http-pool.js';
@@ -33,6 +35,15 @@ export async function localTokenizer(dir: string): Promise<TextTokenizer> {
 
 type Shape = 'vllm' | 'llamacpp';
 
+/**
+ * A /tokenize request body for `text`, without special tokens: vLLM's `add_special_tokens` defaults to
+ * true for a prompt (a Llama-family model's BOS on every count: one token too many on every chunk);
+ * llama.cpp's `add_special` defaults to false, sent anyway.
+ */
+export function tokenizeBody(shape: Shape, model: string, text: string): Record<string, unknown> {
+  return shape === 'vllm' ? { model, prompt: text, add_special_tokens: false } : { content: text, add_special: false };
+}
+
 const isIdList = (v: unknown): v is number[] => Array.isArray(v) && v.every((x) => Number.isInteger(x));
 
 /**
@@ -44,7 +55,7 @@ export async function serverTokenizer(pool: HttpPool, model: string, limits: Req
   let shape: Shape | null = null;
   let why = '';
   const tryShape = async (s: Shape): Promise<boolean> => {
-    const body = s === 'vllm' ? { model, prompt: probe } : { content: probe };
+    const body = tokenizeBody(s, model, probe);
     try {
       const r = await pool.json('POST', '/tokenize', body, limits);
       const tokens = (r.json as { tokens?: unknown } | null)?.tokens;
@@ -66,7 +77,7 @@ export async function serverTokenizer(pool: HttpPool, model: string, limits: Req
     source: `the server's /tokenize (${s === 'vllm' ? 'vLLM shape' : 'llama.cpp shape'})`,
     vocab: REMOTE_PROMPT_VOCAB,
     async encode(text) {
-      const r = await pool.json('POST', '/tokenize', s === 'vllm' ? { model, prompt: text } : { content: text }, limits);
+      const r = await pool.json('POST', '/tokenize', tokenizeBody(s, model, text), limits);
       const tokens = (r.json as { tokens?: unknown } | null)?.tokens;
       if (r.status !== 200 || !isIdList(tokens)) throw fail('POST /tokenize', r.status, r.text);
       return tokens;
