@@ -12,10 +12,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runSweep, type SweepBackend, type SweepIO } from '../src/bench/sweep.js';
 import { resolveSweepConfig, type RawSweepOptions } from '../src/cli/sweep-options.js';
 import { connectEndpoint } from '../src/endpoint/connect.js';
+import { HttpPool } from '../src/endpoint/http-pool.js';
 import type { RunningServer } from '../src/serve/server.js';
 import { UsageError } from '../src/util/usage-error.js';
 import { startFakeOpenAI, TEMPLATE_TOKENS, type FakeServer } from './helpers/fake-openai.js';
-import { startWireServer, type WireOptions, type WireServer } from './helpers/fake-wire.js';
+import { startWireServer, wordStream, type WireOptions, type WireServer } from './helpers/fake-wire.js';
 import { API_KEY, startTestServer } from './helpers/serve-fixture.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -358,5 +359,52 @@ describe('against servers that send exactly the wrong bytes', () => {
     expect(rep.endpoint.tokens_per_chunk_histogram).toEqual({ 2: 32 });
     expect(rep.endpoint.tokenizer_count_minus_usage).toMatchObject({ n: 1, min: 32, max: 32 });
     expect(r.rows[0]!.notes).toMatch(/tokens per chunk: the tokenizer's per-chunk counts disagreed with the server's usage total for 1 of 1 requests counted by the tokenizer \(tokenizer minus server: \+32 tokens, up to 50% of the total\); the difference was spread over each request's chunks in proportion/);
+  });
+
+  it('stream events that are not objects (data: null, choices: [null], choices: "x"): an error row naming what came, exit 3, no crash', async () => {
+    const cases: [string, RegExp][] = [
+      ['null', /the stream sent an event that is not a JSON object: null/],
+      ['[1,2]', /the stream sent an event that is not a JSON object: \[1,2\] \(an array\)/],
+      ['{"choices":[null]}', /the stream sent an event whose choices\[0\] is not an object: null/],
+      ['{"choices":[7]}', /choices\[0\] is not an object: 7 \(a number\)/],
+      ['{"choices":"x"}', /the stream sent an event whose choices is not a list: "x" \(a string\)/],
+    ];
+    for (const [bad, reason] of cases) {
+      const s = await start({ stream: (b) => { const ev = wordStream(Number(b.max_tokens)); return [ev[0]!, bad, ...ev.slice(1)]; } });
+      const r = await sweep({ endpoint: s.url, cells: '8:4,8:6', concurrency: '1', warmup: '0' });
+      expect(r.code).toBe(3);
+      expect(r.rows.map((x) => x.status)).toEqual(['error', 'error']);
+      expect(r.rows[0]!.reason).toMatch(/^server error: /);
+      expect(r.rows[0]!.reason).toMatch(reason);
+    }
+  });
+
+  it('a data handler that throws fails that request with the error, never the process', async () => {
+    const s = await start({});
+    const pool = new HttpPool(s.url);
+    const p = pool.stream('/v1/completions', { model: 'm', prompt: 'w1', max_tokens: 2, stream: true }, { onData: () => { throw new TypeError('boom'); } });
+    await expect(p).rejects.toMatchObject({ kind: 'protocol', message: 'POST /v1/completions: boom' });
+    pool.close();
+  });
+
+  it('a JSON reply past the cap is refused with a clear error, not buffered (json(), /v1/models)', async () => {
+    const s = await start({ models: { status: 200, bytes: 17 * 1024 * 1024 } });
+    const pool = new HttpPool(s.url, { maxJsonBytes: 4096 });
+    await expect(pool.json('GET', '/v1/models')).rejects.toMatchObject({ kind: 'protocol', message: 'GET /v1/models: the response is larger than 4096 bytes, the most this client reads from /v1/models' });
+    pool.close();
+    const r = await sweep({ endpoint: s.url, cells: '8:4', concurrency: '1' });
+    expect(r.code).toBe(3);
+    expect(r.report.status).toBe('load_failed');
+    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: GET /v1/models: the response is larger than 16 MiB, the most this client reads from /v1/models`);
+  });
+
+  it('/v1/models listing entries that are not objects ({"data":[null]}): the load fails saying no model is listed, no crash', async () => {
+    const s = await start({ models: { status: 200, body: { data: [null, 3] } } });
+    const r = await sweep({ endpoint: s.url, cells: '8:4', concurrency: '1' });
+    expect(r.code).toBe(3);
+    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: GET /v1/models lists no model (give --model)`);
+    // With --model the run goes on.
+    const ok = await sweep({ endpoint: s.url, model: 'wire-model', cells: '8:4', concurrency: '1', warmup: '0' });
+    expect(ok.code).toBe(0);
   });
 });

@@ -54,6 +54,9 @@ export interface StreamedCompletion {
 
 type Json = Record<string, unknown>;
 
+/** Thrown from the data handler once the stream has failed, so the pool stops reading it. */
+class StreamFailed extends Error {}
+
 function numOrNull(v: unknown): number | null {
   return typeof v === 'number' && Number.isFinite(v) ? v : null;
 }
@@ -101,6 +104,21 @@ export function errorText(text: string, json?: unknown): string {
   return text.trim().slice(0, 200);
 }
 
+/** What a JSON value is, for a message naming what the server sent instead of what it should have. */
+export function describeJson(v: unknown): string {
+  if (v === null) return 'null';
+  const kind = Array.isArray(v) ? 'an array' : typeof v === 'object' ? 'an object' : `a ${typeof v}`;
+  let text: string;
+  try { text = JSON.stringify(v) ?? String(v); } catch { text = String(v); }
+  return `${text.length > 60 ? `${text.slice(0, 60)}…` : text} (${kind})`;
+}
+
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The most of a non-200 body kept for its error message, and the most one SSE event may hold. */
+const MAX_ERROR_BODY = 64 * 1024;
+const MAX_EVENT_BYTES = 16 * 1024 * 1024;
+
 /** Sends one request and reads its stream. Never throws: every failure is in `error`. */
 export async function streamCompletion(
   pool: HttpPool, api: WireApi, body: Record<string, unknown>, timeoutMs: number, signal: AbortSignal,
@@ -114,25 +132,38 @@ export async function streamCompletion(
   let raw = '';
   let done = false;
   let streaming = false;
-  const onEvent = (data: string, at: number) => {
+  const readEvent = (data: string, at: number) => {
     if (done || out.error) return;
     if (data === '[DONE]') { done = true; return; }
-    let j: Json;
+    let parsed: unknown;
     try {
-      j = JSON.parse(data) as Json;
+      parsed = JSON.parse(data);
     } catch {
       out.error = `the stream sent an event that is not JSON: ${data.slice(0, 120)}`;
       return;
     }
-    if (j.error !== undefined) {
+    if (!isObject(parsed)) {
+      out.error = `the stream sent an event that is not a JSON object: ${describeJson(parsed)}`;
+      return;
+    }
+    const j = parsed;
+    if (j.error !== undefined && j.error !== null) {
       out.error = `the server sent an error event: ${errorText(data, j)}`;
       return;
     }
     const usage = usageOf(j.usage);
     if (usage) out.usage = usage;
-    const choices = Array.isArray(j.choices) ? (j.choices as Json[]) : [];
+    if (j.choices !== undefined && j.choices !== null && !Array.isArray(j.choices)) {
+      out.error = `the stream sent an event whose choices is not a list: ${describeJson(j.choices)}`;
+      return;
+    }
+    const choices = (j.choices ?? []) as unknown[];
     if (choices.length === 0) return;
-    const choice = choices[0]!;
+    const choice = choices[0];
+    if (!isObject(choice)) {
+      out.error = `the stream sent an event whose choices[0] is not an object: ${describeJson(choice)}`;
+      return;
+    }
     out.firstChoicesMs ??= at;
     const text = choiceText(choice);
     if (text !== '') out.firstTextMs ??= at;
@@ -141,18 +172,29 @@ export async function streamCompletion(
     onChunk?.(c);
     if (typeof choice.finish_reason === 'string') out.finishReason = choice.finish_reason;
   };
+  // Whatever an event holds, reading it fails this request at worst (never the process).
+  const onEvent = (data: string, at: number) => {
+    try {
+      readEvent(data, at);
+    } catch (err) {
+      out.error ??= `the stream sent an event this client could not read (${err instanceof Error ? err.message : String(err)}): ${data.slice(0, 120)}`;
+    }
+  };
   try {
     out.status = await pool.stream(API_PATHS[api], body, {
       onSent: (t) => { out.sentMs = t; },
       onResponse: (status) => { streaming = status === 200; },
       onData: (text, at) => {
-        if (!streaming) { raw += text; return; }
+        if (!streaming) { if (raw.length < MAX_ERROR_BODY) raw += text; return; }
         for (const ev of parser.push(text)) onEvent(ev.data, at);
+        if (out.error === null && parser.pending > MAX_EVENT_BYTES) out.error = `the stream sent over ${MAX_EVENT_BYTES / (1024 * 1024)} MiB without ending an event`;
+        // The request has failed: stop reading (the pool closes the connection, which also cancels it on the server).
+        if (out.error !== null) throw new StreamFailed(out.error);
       },
     }, { timeoutMs, signal });
   } catch (err) {
     if (err instanceof HttpFailure && err.kind === 'aborted') out.cancelled = true;
-    else out.error = err instanceof Error ? err.message : String(err);
+    else out.error ??= err instanceof Error ? err.message : String(err);
     return out;
   }
   if (out.status !== 200) {

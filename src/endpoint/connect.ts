@@ -10,7 +10,7 @@ import { CheckpointError } from '../model/types.js';
 import { UsageError } from '../util/usage-error.js';
 import { API_PATHS, errorText, usageOf } from './completion-stream.js';
 import { EndpointEngine } from './endpoint-engine.js';
-import { HttpPool } from './http-pool.js';
+import { HttpFailure, HttpPool } from './http-pool.js';
 import { metricsFamily, scrapeMetrics, type MetricsFamily } from './server-metrics.js';
 import { localTokenizer, serverTokenizer, type TextTokenizer } from './text-tokenizer.js';
 
@@ -75,10 +75,15 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
     if (r.status !== 200) return failed(`endpoint ${ep.url}: GET /v1/models answered HTTP ${r.status}: ${errorText(r.text, r.json)}`);
     models = r.json;
   } catch (err) {
-    return failed(`endpoint ${ep.url} unreachable: ${err instanceof Error ? err.message : String(err)}`);
+    // A response refused (too large, malformed) came from a server that was reached.
+    const reached = err instanceof HttpFailure && err.kind === 'protocol';
+    return failed(`endpoint ${ep.url}${reached ? ':' : ' unreachable:'} ${err instanceof Error ? err.message : String(err)}`);
   }
   const data = (models as { data?: unknown } | null)?.data;
-  const list = Array.isArray(data) ? (data as { id?: unknown; owned_by?: unknown; max_model_len?: unknown }[]) : [];
+  // Entries that are not objects (`data: [null]`) name no model: skipped.
+  const list = Array.isArray(data)
+    ? (data.filter((m) => typeof m === 'object' && m !== null && !Array.isArray(m)) as { id?: unknown; owned_by?: unknown; max_model_len?: unknown }[])
+    : [];
   const ids = list.map((m) => m.id).filter((x): x is string => typeof x === 'string');
   const model = ep.model ?? ids[0];
   if (model === undefined) return failed(`endpoint ${ep.url}: GET /v1/models lists no model (give --model)`);

@@ -10,7 +10,16 @@ import { performance } from 'node:perf_hooks';
 export interface HttpPoolOptions {
   /** Bearer token sent as `Authorization` (the value of --api-key-env's variable). */
   apiKey?: string | null;
+  /** The most bytes json() reads of one response (default MAX_JSON_BYTES). */
+  maxJsonBytes?: number;
 }
+
+/**
+ * The most json() reads of one response: the small endpoints (/v1/models, /tokenize, /metrics, the
+ * version endpoints, the probe) answer in kilobytes; a body past this is refused, not buffered (a
+ * 512 MiB one would not fit in a string).
+ */
+export const MAX_JSON_BYTES = 16 * 1024 * 1024;
 
 export interface JsonResponse {
   status: number;
@@ -35,9 +44,12 @@ export interface RequestLimits {
   signal?: AbortSignal;
 }
 
-/** Why a request got no complete response: the network, the time limit, or the caller's abort. */
+/**
+ * Why a request got no complete response: the network, the time limit, the caller's abort, or a
+ * response this client refused to read on (too large, or malformed: a handler threw on it).
+ */
 export class HttpFailure extends Error {
-  constructor(message: string, readonly kind: 'network' | 'timeout' | 'aborted') {
+  constructor(message: string, readonly kind: 'network' | 'timeout' | 'aborted' | 'protocol') {
     super(message);
     this.name = 'HttpFailure';
   }
@@ -55,6 +67,7 @@ export class HttpPool {
   private readonly agent: http.Agent;
   private readonly mod: typeof http | typeof https;
   private readonly headers: Record<string, string>;
+  private readonly maxJsonBytes: number;
 
   constructor(baseUrl: string, opts: HttpPoolOptions = {}) {
     this.base = new URL(baseUrl);
@@ -64,6 +77,7 @@ export class HttpPool {
     const agentOpts = { keepAlive: true, keepAliveMsecs: 60_000, maxSockets: Infinity, maxFreeSockets: 4096 };
     this.agent = https_ ? new https.Agent(agentOpts) : new http.Agent(agentOpts);
     this.headers = opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {};
+    this.maxJsonBytes = opts.maxJsonBytes ?? MAX_JSON_BYTES;
   }
 
   /** The URL of `path` under the base (a base path such as `/v1/` is kept: paths are joined to it). */
@@ -74,10 +88,18 @@ export class HttpPool {
     return u;
   }
 
-  /** A request whose whole body is read; `json` is the body parsed when it is JSON. */
+  /** A request whose whole body is read (at most maxJsonBytes, else it fails); `json` is the body parsed when it is JSON. */
   async json(method: 'GET' | 'POST', path: string, body?: unknown, limits: RequestLimits = {}): Promise<JsonResponse> {
     let text = '';
-    const status = await this.send(method, path, body, { onData: (t) => { text += t; } }, limits);
+    let bytes = 0;
+    const max = this.maxJsonBytes;
+    const status = await this.send(method, path, body, {
+      onData: (t) => {
+        bytes += Buffer.byteLength(t);
+        if (bytes > max) throw new Error(`the response is larger than ${formatBytes(max)}, the most this client reads from ${path}`);
+        text += t;
+      },
+    }, limits);
     let json: unknown = null;
     try {
       json = JSON.parse(text);
@@ -130,12 +152,20 @@ export class HttpPool {
         limits.signal?.removeEventListener('abort', onAbort);
       };
       let responded = false;
+      // A handler that throws on what the server sent fails this request, never the process.
+      const guarded = (what: () => void) => {
+        try {
+          what();
+        } catch (err) {
+          fail(new HttpFailure(`${method} ${u.pathname}: ${err instanceof Error ? err.message : String(err)}`, 'protocol'));
+        }
+      };
       // A fresh connection for the retry: this agent would hand back another idle one the server may also have closed.
       const req = this.mod.request(u, { method, agent: fresh ? false : this.agent, headers }, (res) => {
         responded = true;
-        h.onResponse?.(res.statusCode ?? 0, performance.now());
+        guarded(() => h.onResponse?.(res.statusCode ?? 0, performance.now()));
         res.setEncoding('utf8');
-        res.on('data', (d: string) => { if (!settled) h.onData(d, performance.now()); });
+        res.on('data', (d: string) => { if (!settled) guarded(() => h.onData(d, performance.now())); });
         res.on('end', () => {
           if (settled) return;
           settled = true;
@@ -160,8 +190,8 @@ export class HttpPool {
       }
       const write = () => {
         if (settled) return;
-        h.onSent?.(performance.now());
-        req.end(payload ?? undefined);
+        guarded(() => h.onSent?.(performance.now()));
+        if (!settled) req.end(payload ?? undefined);
       };
       req.on('socket', (socket) => {
         // A fresh connection: wait until it is up, so the stamp excludes the connect (and TLS) time.
@@ -180,4 +210,8 @@ export class HttpPool {
   close(): void {
     this.agent.destroy();
   }
+}
+
+function formatBytes(n: number): string {
+  return n >= 1024 * 1024 && n % (1024 * 1024) === 0 ? `${n / (1024 * 1024)} MiB` : `${n} bytes`;
 }

@@ -12,6 +12,11 @@ export interface SseEvent {
 export class SseParser {
   private buf = '';
 
+  /** Characters held of an event not yet ended (a stream that never ends one grows it without bound). */
+  get pending(): number {
+    return this.buf.length;
+  }
+
   push(text: string): SseEvent[] {
     this.buf += text;
     const out: SseEvent[] = [];
