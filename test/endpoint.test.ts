@@ -2,7 +2,7 @@
 // model on a random port) and against small local servers that each misbehave in one chosen way. No
 // assertion reads a time, a rate or a scheduling outcome: token counts, notes, empty columns, exit codes.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -406,5 +406,41 @@ describe('against servers that send exactly the wrong bytes', () => {
     // With --model the run goes on.
     const ok = await sweep({ endpoint: s.url, model: 'wire-model', cells: '8:4', concurrency: '1', warmup: '0' });
     expect(ok.code).toBe(0);
+  });
+
+  it('credentials in the --endpoint URL: a usage error naming --endpoint and --api-key-env, before anything is sent, printed or written', async () => {
+    const s = await start({});
+    const host = s.url.slice('http://'.length);
+    for (const url of [`http://alice:s3cr3t@${host}`, `http://tok3nvalue@${host}/v1`]) {
+      const cfg = resolveSweepConfig({ endpoint: url, cells: '8:2', concurrency: '1' }, {});
+      const err = new PassThrough();
+      let stderr = '';
+      err.on('data', (d: Buffer) => { stderr += d.toString(); });
+      const io: SweepIO = { stdout: new PassThrough(), stderr: err, stderrIsTTY: false, env: {}, argv: [], handleSignals: false };
+      const p = runSweep(cfg, backend, io);
+      await expect(p).rejects.toBeInstanceOf(UsageError);
+      const message = await p.catch((e: Error) => e.message);
+      expect(message).toBe(`--endpoint: the URL carries credentials (user:password@ or token@), which would be printed and stored in the report; give the URL without them (${s.url}) and the key with --api-key-env VAR (sent as Authorization: Bearer, never printed or stored)`);
+      for (const secret of ['alice', 's3cr3t', 'tok3nvalue']) {
+        expect(message).not.toContain(secret);
+        expect(stderr).not.toContain(secret);
+      }
+    }
+    expect(s.requests).toEqual([]);
+    // Through the CLI: exit 2, one line, no report files.
+    const prefix = path.join(tmp, 'creds');
+    const child = spawn(process.execPath, [path.join(ROOT, 'bin', 'bench.js'), '--endpoint', `http://alice:s3cr3t@${host}`, '--cells', '8:2', '--concurrency', '1', '--output', prefix],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+    const code = await new Promise<number | null>((res) => child.on('close', res));
+    expect(code).toBe(2);
+    expect(out).toMatch(/^bench: --endpoint: the URL carries credentials/m);
+    expect(out).not.toContain('s3cr3t');
+    expect(out).not.toContain('alice');
+    expect(existsSync(`${prefix}.json`)).toBe(false);
+    expect(existsSync(`${prefix}.html`)).toBe(false);
+    expect(s.requests).toEqual([]);
   });
 });

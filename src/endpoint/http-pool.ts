@@ -176,7 +176,7 @@ export class HttpPool {
         res.on('aborted', () => fail(new HttpFailure(`${method} ${u.pathname}: the server closed the connection mid-response`, 'network')));
       });
       req.on('error', (err: NodeJS.ErrnoException) => {
-        const message = `${method} ${u.href}: ${err.code ? `${err.code} ` : ''}${err.message}`.trim();
+        const message = `${method} ${withoutCredentials(u)}: ${err.code ? `${err.code} ` : ''}${err.message}`.trim();
         const stale = !fresh && !responded && req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE');
         fail(stale ? new StaleConnection(message) : new HttpFailure(message, 'network'));
       });
@@ -210,6 +210,14 @@ export class HttpPool {
   close(): void {
     this.agent.destroy();
   }
+}
+
+/** A URL for a message: never with the user and password it may carry. */
+function withoutCredentials(u: URL): string {
+  const shown = new URL(u.href);
+  shown.username = '';
+  shown.password = '';
+  return shown.href;
 }
 
 function formatBytes(n: number): string {
