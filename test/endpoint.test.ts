@@ -443,4 +443,30 @@ describe('against servers that send exactly the wrong bytes', () => {
     expect(existsSync(`${prefix}.html`)).toBe(false);
     expect(s.requests).toEqual([]);
   });
+
+  it('a /tokenize that answers 5xx: the load fails naming the server\'s /tokenize and its status, and --tokenizer DIR as the way round, exit 3', async () => {
+    const s = await start({ tokenize: () => ({ status: 503, body: { error: { message: 'tokenizer overloaded' } } }) });
+    const r = await sweep({ endpoint: s.url, cells: '8:2', concurrency: '1,2' });
+    expect(r.code).toBe(3);
+    expect(r.report.status).toBe('load_failed');
+    expect(r.rows.map((x) => x.status)).toEqual(['error', 'error']);
+    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: the server's /tokenize failed (POST /tokenize answered HTTP 503: tokenizer overloaded); ` +
+      "--tokenizer DIR (the directory of the model's tokenizer.json) sizes prompts without it");
+  });
+
+  it('a /tokenize that never answers: the load fails at the limit, naming it, without trying the other shape (no second wait)', async () => {
+    const s = await start({ tokenize: () => ({ hang: true }) });
+    const r = await sweep({ endpoint: s.url, cells: '8:2', concurrency: '1', timeoutS: '0.2' });
+    expect(r.code).toBe(3);
+    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: the server's /tokenize failed (POST /tokenize: no complete response within 0.2 s (--timeout-s)); ` +
+      "--tokenizer DIR (the directory of the model's tokenizer.json) sizes prompts without it");
+    expect(s.requests.filter((q) => q.path === '/tokenize')).toHaveLength(1);
+  });
+
+  it('a /tokenize that refuses both shapes (422): still the usage error asking for --tokenizer, exit 2', async () => {
+    const s = await start({ tokenize: () => ({ status: 422, body: { detail: 'field required' } }) });
+    const cfg = resolveSweepConfig({ endpoint: s.url, cells: '8:2', concurrency: '1' }, {});
+    const io: SweepIO = { stdout: new PassThrough(), stderr: new PassThrough(), stderrIsTTY: false, env: {}, argv: [], handleSignals: false };
+    await expect(runSweep(cfg, backend, io)).rejects.toThrow(/^--tokenizer: required: the server at .* has no usable \/tokenize \(POST \/tokenize answered HTTP 422/);
+  });
 });

@@ -1,6 +1,6 @@
 // The endpoint sweep's "model load": reach the server, pick the model (--model or the first id of
 // /v1/models), read what the server says of itself, settle the tokenizer (--tokenizer DIR or the
-// server's /tokenize; neither is a usage error), measure the tokens the server adds to every prompt
+// server's /tokenize; neither is a usage error; a /tokenize that fails is the server's failure), measure the tokens the server adds to every prompt
 // (one probe request), and see which /metrics family it exports. An unreachable or broken server is a
 // load failure (every row an error row, exit 3), as a model that fails to load is.
 import type { SweepConfig } from '../bench/sweep-config.js';
@@ -127,6 +127,11 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
     }
   } else {
     const t = await serverTokenizer(pool, model, setupLimits(timeoutMs));
+    if (t.tok === null && t.unavailable === 'failed') {
+      // The server has a /tokenize and it failed (5xx, no answer in time): the server's failure, not a missing flag.
+      return failed(`endpoint ${ep.url}: the server's /tokenize failed (${t.why}); ` +
+        "--tokenizer DIR (the directory of the model's tokenizer.json) sizes prompts without it");
+    }
     if (t.tok === null) {
       pool.close();
       // A model the server does not list is the likelier cause (vLLM's /tokenize 404s on it).
