@@ -12,7 +12,7 @@ import { parseEndpointUrl } from '../src/cli/flag-values.js';
 import { parseGoodput, resolveSweepConfig } from '../src/cli/sweep-options.js';
 import { setupLimits } from '../src/endpoint/connect.js';
 import { countsFromRunningUsage, reconcileCounts, tokenTimeline, type WireChunk } from '../src/endpoint/chunk-timeline.js';
-import { choiceText, errorText } from '../src/endpoint/completion-stream.js';
+import { choiceText, errorText, usageOf } from '../src/endpoint/completion-stream.js';
 import { fitPrompt } from '../src/endpoint/prompt-text.js';
 import { counterColumnsFromMetrics, metricsFamily, parseMetrics } from '../src/endpoint/server-metrics.js';
 import { SseParser } from '../src/endpoint/sse.js';
@@ -41,6 +41,16 @@ describe('SSE parser', () => {
     expect(errorText('{"error":{"message":"bad model"}}')).toBe('bad model');
     expect(errorText('{"message":"nope"}')).toBe('nope');
     expect(errorText('Internal Server Error')).toBe('Internal Server Error');
+  });
+
+  it('reads usage counts only when they are non-negative integers, naming what else came', () => {
+    expect(usageOf({ prompt_tokens: 4, completion_tokens: 8, prompt_tokens_details: { cached_tokens: 2 } }))
+      .toEqual({ prompt_tokens: 4, completion_tokens: 8, cached_tokens: 2, problems: [] });
+    expect(usageOf({ prompt_tokens: -1, completion_tokens: '8', prompt_tokens_details: { cached_tokens: null } }))
+      .toEqual({ prompt_tokens: null, completion_tokens: null, cached_tokens: null, problems: ['prompt_tokens -1 (a number)', 'completion_tokens "8" (a string)'] });
+    expect(usageOf({ completion_tokens: [8] })!.problems).toEqual(['no prompt_tokens', 'completion_tokens [8] (an array)']);
+    expect(usageOf(null)).toBeNull();
+    expect(usageOf('x')).toBeNull();
   });
 });
 

@@ -469,4 +469,25 @@ describe('against servers that send exactly the wrong bytes', () => {
     const io: SweepIO = { stdout: new PassThrough(), stderr: new PassThrough(), stderrIsTTY: false, env: {}, argv: [], handleSignals: false };
     await expect(runSweep(cfg, backend, io)).rejects.toThrow(/^--tokenizer: required: the server at .* has no usable \/tokenize \(POST \/tokenize answered HTTP 422/);
   });
+
+  it('usage counts of the wrong type (completion_tokens "8", 7.5, missing): the note names the field and its value, not "without usage"', async () => {
+    const cases: [(p: number, n: number) => unknown, string][] = [
+      [(p, n) => ({ prompt_tokens: p, completion_tokens: String(n), total_tokens: p + n }), 'completion_tokens "8" (a string)'],
+      [(p) => ({ prompt_tokens: p, completion_tokens: 7.5 }), 'completion_tokens 7.5 (a number)'],
+      [(p) => ({ prompt_tokens: p }), 'no completion_tokens'],
+    ];
+    for (const [usage, problem] of cases) {
+      const s = await start({ usage });
+      const r = await sweep({ endpoint: s.url, cells: '8:8', concurrency: '1', warmup: '0' });
+      expect(r.code).toBe(0);
+      const row = r.rows[0]!;
+      expect(row.status).toBe('ok');
+      expect(row.notes).toContain(`1 of 1 timed requests came with a usage whose counts are not token counts (${problem}): their output tokens are estimates, counted by tokenizing each chunk`);
+      expect(row.notes).not.toMatch(/without usage|ignored stream_options/);
+      const rep = r.report.rows[0];
+      expect(rep.endpoint).toMatchObject({ requests_without_usage: 0, requests_with_unreadable_usage: 1, usage_problems: [problem] });
+      expect(rep.endpoint.completion_tokens_server.n).toBe(0); // never read as a count
+      expect(rep.generated_tokens).toBe(8); // counted by the tokenizer, one word per chunk
+    }
+  });
 });

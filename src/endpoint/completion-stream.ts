@@ -14,6 +14,11 @@ export interface Usage {
   prompt_tokens: number | null;
   completion_tokens: number | null;
   cached_tokens: number | null;
+  /**
+   * What in it could not be read, each naming the field and what it held (`completion_tokens "64" (a
+   * string)`, `no completion_tokens`): a count that is not a non-negative integer is never taken for one.
+   */
+  problems: string[];
 }
 
 /** The body of a benchmark request: `text` is the prompt (chat: the one user message). */
@@ -57,18 +62,31 @@ type Json = Record<string, unknown>;
 /** Thrown from the data handler once the stream has failed, so the pool stops reading it. */
 class StreamFailed extends Error {}
 
-function numOrNull(v: unknown): number | null {
-  return typeof v === 'number' && Number.isFinite(v) ? v : null;
+/** A token count: a non-negative integer; anything else present is a problem named with its value. */
+function countOf(v: unknown, name: string, problems: string[], required: boolean): number | null {
+  if (v === undefined || v === null) {
+    if (required) problems.push(`no ${name}`);
+    return null;
+  }
+  if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
+  problems.push(`${name} ${describeJson(v)}`);
+  return null;
 }
 
+/** A usage object's counts (null: not an object: no usage); a count of the wrong type is null, and named in `problems`. */
 export function usageOf(u: unknown): Usage | null {
   if (typeof u !== 'object' || u === null) return null;
+  const problems: string[] = [];
+  if (Array.isArray(u)) return { prompt_tokens: null, completion_tokens: null, cached_tokens: null, problems: [`usage ${describeJson(u)}`] };
   const o = u as Json;
-  const details = o.prompt_tokens_details as Json | null | undefined;
+  const details = o.prompt_tokens_details;
   return {
-    prompt_tokens: numOrNull(o.prompt_tokens),
-    completion_tokens: numOrNull(o.completion_tokens),
-    cached_tokens: numOrNull(details?.cached_tokens),
+    prompt_tokens: countOf(o.prompt_tokens, 'prompt_tokens', problems, true),
+    completion_tokens: countOf(o.completion_tokens, 'completion_tokens', problems, true),
+    cached_tokens: typeof details === 'object' && details !== null
+      ? countOf((details as Json).cached_tokens, 'prompt_tokens_details.cached_tokens', problems, false)
+      : null,
+    problems,
   };
 }
 

@@ -156,7 +156,10 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
     if (r.status !== 200) return failed(`endpoint ${ep.url}: the probe request (POST ${API_PATHS[ep.api]}) answered HTTP ${r.status}: ${errorText(r.text, r.json)}`);
     const u = usageOf((r.json as { usage?: unknown } | null)?.usage);
     if (u?.prompt_tokens !== null && u?.prompt_tokens !== undefined) overhead = Math.max(0, u.prompt_tokens - own);
-    else notes.push('the probe response had no usage: the tokens the server adds to each prompt are unknown (taken as 0)');
+    else {
+      const had = u === null ? 'had no usage' : `had a usage without a readable prompt_tokens (${u.problems.join('; ')})`;
+      notes.push(`the probe response ${had}: the tokens the server adds to each prompt are unknown (taken as 0)`);
+    }
   } catch (err) {
     return failed(`endpoint ${ep.url}: the probe request failed: ${err instanceof Error ? err.message : String(err)}`);
   }

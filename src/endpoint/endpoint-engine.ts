@@ -33,9 +33,13 @@ export interface WireRecord {
    * were reconciled with the total (the difference spread over the chunks); null otherwise.
    */
   tokenizerChunkSum: number | null;
-  /** The server's usage (null: it sent none). */
+  /** The server's usage counts (null: it sent no usage, or the count could not be read). */
   promptTokensServer: number | null;
   completionTokensServer: number | null;
+  /** The server sent a usage object at all. */
+  usageSent: boolean;
+  /** What in the usage could not be read (`completion_tokens "64" (a string)`), or null. */
+  usageProblems: string[];
   /** Tokens the prompt's text encodes to by the benchmark's tokenizer (chat: content + template overhead). */
   promptTokensExpected: number;
   promptExact: boolean;
@@ -116,6 +120,7 @@ export class EndpointEngine implements RequestEngine {
       tokensPerChunk: [], chunkCounts: 'none', tokenizerChunkSum: null,
       promptTokensServer: s.usage?.prompt_tokens ?? null,
       completionTokensServer: s.usage?.completion_tokens ?? null,
+      usageSent: s.usage !== null, usageProblems: s.usage?.problems ?? [],
       promptTokensExpected: prompt.expectedPromptTokens, promptExact: prompt.exact,
       finishReasonServer: s.finishReason,
     };

@@ -78,10 +78,22 @@ export function endpointProbe(engine: EndpointEngine, st: ProbeSettings): RowPro
       if (counters.note) notes.push(counters.note);
       notes.push(PREFILL_CHUNK_NOTE);
 
-      const noUsage = recs.filter((r) => r.completionTokensServer === null);
+      const noUsage = recs.filter((r) => !r.usageSent);
       if (noUsage.length) {
         notes.push(`${noUsage.length} of ${recs.length} timed requests came without usage (the server ignored stream_options.include_usage): ` +
           'their output tokens are estimates, counted by tokenizing each chunk, and their prompt length is unchecked');
+      }
+      // A usage whose counts are of the wrong type is not a missing one: name the field and what it held.
+      const badUsage = recs.filter((r) => r.usageSent && r.usageProblems.length > 0);
+      const usageProblems = [...new Set(badUsage.flatMap((r) => r.usageProblems))];
+      if (badUsage.length) {
+        const shown = usageProblems.slice(0, 3).join('; ') + (usageProblems.length > 3 ? `; and ${usageProblems.length - 3} more` : '');
+        const what = [
+          badUsage.some((r) => r.completionTokensServer === null) ? 'their output tokens are estimates, counted by tokenizing each chunk' : null,
+          badUsage.some((r) => r.promptTokensServer === null) ? 'their prompt length is unchecked' : null,
+        ].filter((x) => x !== null);
+        notes.push(`${badUsage.length} of ${recs.length} timed requests came with a usage whose counts are not token counts (${shown})` +
+          (what.length ? `: ${what.join(', and ')}` : ''));
       }
       const checked = recs.filter((r) => r.promptTokensServer !== null);
       const mismatched = checked.filter((r) => r.promptTokensServer !== st.isl);
@@ -138,6 +150,8 @@ export function endpointProbe(engine: EndpointEngine, st: ProbeSettings): RowPro
         },
         completion_tokens_server: summarize(num(recs.map((r) => r.completionTokensServer))),
         requests_without_usage: noUsage.length,
+        requests_with_unreadable_usage: badUsage.length,
+        usage_problems: usageProblems,
         finish_reasons: finish,
         metrics: { family: metricsFamily(after), columns: counters.detail, ...(before === null || after === null ? { why: beforeWhy || why } : {}) },
       };
