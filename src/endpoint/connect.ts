@@ -1,8 +1,9 @@
 // The endpoint sweep's "model load": reach the server, pick the model (--model or the first id of
 // /v1/models), read what the server says of itself, settle the tokenizer (--tokenizer DIR or the
-// server's /tokenize; neither is a usage error; a /tokenize that fails is the server's failure), measure the tokens the server adds to every prompt
-// (one probe request), and see which /metrics family it exports. An unreachable or broken server is a
-// load failure (every row an error row, exit 3), as a model that fails to load is.
+// server's /tokenize; neither is a usage error; a /tokenize that fails is the server's failure),
+// measure the tokens the server adds to every prompt (one probe request), and see which /metrics
+// family it exports. An unreachable or broken server is a load failure (every row an error row,
+// exit 3), as a model that fails to load is. Credentials in the URL are a usage error.
 import type { SweepConfig } from '../bench/sweep-config.js';
 import type { EndpointConnection } from '../bench/sweep.js';
 import { endpointProbe } from './endpoint-probe.js';
