@@ -379,6 +379,14 @@ describe('against servers that send exactly the wrong bytes', () => {
     }
   });
 
+  it('a server that answers stream: true with one JSON body: the error row says it does not stream, exit 3', async () => {
+    const s = await start({ ignoreStream: true });
+    const r = await sweep({ endpoint: s.url, cells: '8:4', concurrency: '1', warmup: '0' });
+    expect(r.code).toBe(3);
+    expect(r.rows[0]!.status).toBe('error');
+    expect(r.rows[0]!.reason).toMatch(/the server answered stream: true with content-type application\/json, not an event stream/);
+  });
+
   it('a data handler that throws fails that request with the error, never the process', async () => {
     const s = await start({});
     const pool = new HttpPool(s.url);

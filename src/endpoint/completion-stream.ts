@@ -150,6 +150,7 @@ export async function streamCompletion(
   let raw = '';
   let done = false;
   let streaming = false;
+  let contentType = '';
   const readEvent = (data: string, at: number) => {
     if (done || out.error) return;
     if (data === '[DONE]') { done = true; return; }
@@ -201,7 +202,7 @@ export async function streamCompletion(
   try {
     out.status = await pool.stream(API_PATHS[api], body, {
       onSent: (t) => { out.sentMs = t; },
-      onResponse: (status) => { streaming = status === 200; },
+      onResponse: (status, _at, type) => { streaming = status === 200; contentType = type; },
       onData: (text, at) => {
         if (!streaming) { if (raw.length < MAX_ERROR_BODY) raw += text; return; }
         for (const ev of parser.push(text)) onEvent(ev.data, at);
@@ -221,6 +222,11 @@ export async function streamCompletion(
   }
   const tail = parser.end();
   if (tail) onEvent(tail.data, performance.now());
-  if (!out.error && !done && out.finishReason === null) out.error = 'the stream ended before a finish_reason or data: [DONE]';
+  if (!out.error && !done && out.finishReason === null) {
+    // A server that ignores stream: true answers one JSON body (no events at all): say that, not "ended early".
+    out.error = out.chunks.length === 0 && !/text\/event-stream/i.test(contentType)
+      ? `the server answered stream: true with ${contentType === '' ? 'no content-type' : `content-type ${contentType}`}, not an event stream (it does not stream this route?)`
+      : 'the stream ended before a finish_reason or data: [DONE]';
+  }
   return out;
 }

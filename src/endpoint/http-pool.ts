@@ -32,7 +32,8 @@ export interface StreamHandlers {
   /** The body is about to be written on a connected socket (monotonic ms). */
   onSent?(atMs: number): void;
   /** The response status and headers arrived. */
-  onResponse?(status: number, atMs: number): void;
+  /** `contentType`: the response's content-type header ('' when none). */
+  onResponse?(status: number, atMs: number, contentType: string): void;
   /** A piece of the response body (UTF-8), with its arrival time. */
   onData(text: string, atMs: number): void;
 }
@@ -163,7 +164,7 @@ export class HttpPool {
       // A fresh connection for the retry: this agent would hand back another idle one the server may also have closed.
       const req = this.mod.request(u, { method, agent: fresh ? false : this.agent, headers }, (res) => {
         responded = true;
-        guarded(() => h.onResponse?.(res.statusCode ?? 0, performance.now()));
+        guarded(() => h.onResponse?.(res.statusCode ?? 0, performance.now(), String(res.headers['content-type'] ?? '')));
         res.setEncoding('utf8');
         res.on('data', (d: string) => { if (!settled) guarded(() => h.onData(d, performance.now())); });
         res.on('end', () => {

@@ -37,6 +37,8 @@ export interface WireOptions {
    * A payload is sent as one event; the stream ends after the last.
    */
   stream?: (body: Json) => string[];
+  /** Answer stream: true with the non-streamed JSON body (a server that does not stream). */
+  ignoreStream?: boolean;
 }
 
 export interface WireServer {
@@ -117,7 +119,7 @@ export async function startWireServer(o: WireOptions = {}): Promise<WireServer> 
       if (!chat && path !== '/v1/completions') return void send(res, { status: 404, body: { error: { message: `no route ${path}` } } });
       const text = chat ? String((b.messages as { content: string }[])[0]!.content) : String(b.prompt);
       const promptTokens = words(text).length + (bos === 'never' ? 0 : 1);
-      if (b.stream !== true) {
+      if (b.stream !== true || o.ignoreStream) {
         return void send(res, { status: 200, body: { choices: [{ index: 0, text: 'w5', message: { role: 'assistant', content: 'w5' }, finish_reason: 'length' }],
           usage: { prompt_tokens: promptTokens, completion_tokens: 1, total_tokens: promptTokens + 1 } } });
       }
