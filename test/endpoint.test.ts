@@ -462,6 +462,14 @@ describe('against servers that send exactly the wrong bytes', () => {
       "--tokenizer DIR (the directory of the model's tokenizer.json) sizes prompts without it");
   });
 
+  it('a /detokenize that answers 5xx (its /tokenize working): the load fails naming /detokenize, not /tokenize', async () => {
+    const s = await start({ detokenize: () => ({ status: 503, body: { error: { message: 'busy' } } }) });
+    const r = await sweep({ endpoint: s.url, cells: '8:2', concurrency: '1' });
+    expect(r.code).toBe(3);
+    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: the server's /detokenize failed (POST /detokenize answered HTTP 503: busy); ` +
+      "--tokenizer DIR (the directory of the model's tokenizer.json) sizes prompts without it");
+  });
+
   it('a /tokenize that never answers: the load fails at the limit, naming it, without trying the other shape (no second wait)', async () => {
     const s = await start({ tokenize: () => ({ hang: true }) });
     const r = await sweep({ endpoint: s.url, cells: '8:2', concurrency: '1', timeoutS: '0.2' });

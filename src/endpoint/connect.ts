@@ -130,7 +130,7 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
     const t = await serverTokenizer(pool, model, setupLimits(timeoutMs));
     if (t.tok === null && t.unavailable === 'failed') {
       // The server has a /tokenize and it failed (5xx, no answer in time): the server's failure, not a missing flag.
-      return failed(`endpoint ${ep.url}: the server's /tokenize failed (${t.why}); ` +
+      return failed(`endpoint ${ep.url}: the server's ${t.route} failed (${t.why}); ` +
         "--tokenizer DIR (the directory of the model's tokenizer.json) sizes prompts without it");
     }
     if (t.tok === null) {
@@ -139,7 +139,7 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
       if (ep.model !== null && ids.length && !ids.includes(ep.model)) {
         throw new UsageError(`--model ${ep.model}: the server at ${ep.url} serves ${ids.join(', ')} (and its /tokenize refused this one: ${t.why})`);
       }
-      throw new UsageError(`--tokenizer: required: the server at ${ep.url} has no usable /tokenize (${t.why}); ` +
+      throw new UsageError(`--tokenizer: required: the server at ${ep.url} has no usable ${t.route} (${t.why}); ` +
         "give --tokenizer DIR (the directory of the model's tokenizer.json)");
     }
     tokenizer = t.tok;

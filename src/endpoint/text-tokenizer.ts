@@ -84,7 +84,10 @@ async function attempt(pool: HttpPool, path: string, body: unknown, limits: Requ
  */
 export async function serverTokenizer(
   pool: HttpPool, model: string, limits: RequestLimits,
-): Promise<{ tok: TextTokenizer; why: ''; unavailable: null } | { tok: null; why: string; unavailable: TokenizerUnavailable }> {
+): Promise<
+  | { tok: TextTokenizer; why: ''; unavailable: null; route: null }
+  | { tok: null; why: string; unavailable: TokenizerUnavailable; route: '/tokenize' | '/detokenize' }
+> {
   const probe = 'Hello world';
   let shape: Shape | null = null;
   const misses: Attempt[] = [];
@@ -101,7 +104,7 @@ export async function serverTokenizer(
   if (shape === null) {
     // A failure outranks a refusal: a server whose /tokenize answers 500 to one shape and 422 to the other is broken, not without one.
     const worst = misses.find((m) => m.kind === 'failed') ?? misses[0]!;
-    return { tok: null, why: worst.why, unavailable: worst.kind! };
+    return { tok: null, why: worst.why, unavailable: worst.kind!, route: '/tokenize' };
   }
 
   const fail = (what: string, status: number, text: string) =>
@@ -130,6 +133,6 @@ export async function serverTokenizer(
   };
   // /detokenize must work too (prompts are built from ids).
   const d = await attempt(pool, '/detokenize', detokenizeBody([1, 2, 3]), limits, (json) => typeof detokenized(json) === 'string');
-  if (!d.ok) return { tok: null, why: d.why, unavailable: d.kind! };
-  return { tok, why: '', unavailable: null };
+  if (!d.ok) return { tok: null, why: d.why, unavailable: d.kind!, route: '/detokenize' };
+  return { tok, why: '', unavailable: null, route: null };
 }

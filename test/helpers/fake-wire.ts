@@ -28,6 +28,8 @@ export interface WireOptions {
   shape?: 'vllm' | 'llamacpp';
   /** Replaces POST /tokenize's answer. */
   tokenize?: (body: Json) => Reply;
+  /** Replaces POST /detokenize's answer. */
+  detokenize?: (body: Json) => Reply;
   /** Tokens per content chunk of the default stream (default 1; no continuous usage, so the client counts them). */
   perChunk?: number;
   /** The default stream's usage chunk, given the prompt's and the output's token counts (undefined: none sent). */
@@ -112,6 +114,7 @@ export async function startWireServer(o: WireOptions = {}): Promise<WireServer> 
         return void send(res, { status: 200, body: { tokens, count: tokens.length } });
       }
       if (path === '/detokenize') {
+        if (o.detokenize) return void send(res, o.detokenize(b));
         const text = (b.tokens as number[]).filter((t) => t !== BOS || bos === 'never').map((t) => `w${t}`).join(' ');
         return void send(res, { status: 200, body: (o.shape ?? 'vllm') === 'vllm' ? { prompt: text } : { content: text } });
       }
