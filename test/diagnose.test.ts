@@ -23,7 +23,9 @@ import {
 } from '../src/diagnose/retrieval.js';
 import { exactAnswer, IS_EVEN_RE, jsonAnswer, numberInAnswer, toolCallAnswer } from '../src/diagnose/scoring.js';
 import type { RunningServer } from '../src/serve/server.js';
+import { runCheck } from '../src/diagnose/session.js';
 import { REPO_ROOT } from '../src/util/version.js';
+import { startDiagnoseFake, type FakeOptions, type FakeReply, type FakeServer } from './helpers/diagnose-fake-server.js';
 import { startOracleServer } from './helpers/oracle-server.js';
 import { API_KEY, startTestServer, until } from './helpers/serve-fixture.js';
 
@@ -592,5 +594,99 @@ describe('bench diagnose (process): exit codes', () => {
     const r = await diagnose(args as string[]);
     expect(r.code, r.stderr).toBe(2);
     expect(r.stderr).toMatch(message as RegExp);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Against a scriptable fake (test/helpers/diagnose-fake-server.ts) that sends exactly the bytes a
+// test asks for: each test below forces one situation a real server can produce.
+
+const FAST = ['--concurrency', '3', '--repeats', '2', '--decode-tokens', '6', '--compare-tokens', '4', '--timeout-s', '20'];
+
+/** `bench diagnose` in-process against a fake with `o`; the report, exit code and stderr. */
+async function diagnoseFake(o: FakeOptions, extra: string[] = []): Promise<{ code: number; report: Json; stderr: string; fake: FakeServer }> {
+  const fake = await startDiagnoseFake(o);
+  try {
+    const r = await diagnoseInProcess(['--endpoint', fake.url, ...FAST, ...extra]);
+    return { ...r, fake };
+  } finally {
+    await fake.close();
+  }
+}
+
+const protocolCheck = (report: Json, id: string): Json => (report.protocol as Json[]).find((c) => c.id === id)!;
+
+describe('bench diagnose against a well-behaved fake', () => {
+  it('is complete, and every protocol check passes', async () => {
+    const { code, report, stderr } = await diagnoseFake({});
+    expect(report.status, stderr).toBe('complete');
+    expect(code).toBe(0);
+    for (const c of report.protocol as Json[]) expect(c.pass, `${c.id}: ${c.reason ?? c.error}`).toBe(true);
+    expect(report.identical_greedy_completions).toBe(true);
+  });
+});
+
+describe('malformed replies never lose the report (each becomes its check\'s finding or error)', () => {
+  it('/v1/models {"data": [null]}: the setup fails with a reason, every check listed as not run, exit 3', async () => {
+    const { code, report } = await diagnoseFake({ override: (r) => (r.path === '/v1/models' ? { json: { data: [null] } } : undefined) });
+    expect(code).toBe(3);
+    expect(report.status).toBe('incomplete');
+    expect(report.incomplete_reasons[0]).toMatch(/lists no model/);
+    expect(report.behavior).toHaveLength(BEHAVIOR_CHECKS.length);
+  });
+
+  it('/v1/models with null entries beside a real one: the real one is used', async () => {
+    const { report, stderr } = await diagnoseFake({
+      override: (r) => (r.path === '/v1/models' ? { json: { data: [null, 7, { id: 'fake-1', max_model_len: 4096 }] } } : undefined),
+    });
+    expect(report.status, stderr).toBe('complete');
+    expect(report.model).toBe('fake-1');
+  });
+
+  it('tool_calls: [null]: behavior-tool fails with a reason', async () => {
+    const { code, report } = await diagnoseFake({
+      override: (r, dflt) => {
+        if (r.path !== '/v1/chat/completions' || !r.body?.tools) return undefined;
+        const d = dflt() as { json: Json };
+        d.json.choices[0].message = { role: 'assistant', content: null, tool_calls: [null] };
+        return d;
+      },
+    });
+    expect(code).toBe(0);
+    const tool = (report.behavior as Json[]).find((b) => b.id === 'behavior-tool')!;
+    expect(tool).toMatchObject({ pass: false });
+    expect(tool.error).toBeUndefined();
+    expect(tool.reason).toMatch(/tool_calls\[0\] = null/);
+    expect(check('behavior-tool').score(reply(null, [null as unknown as Json])).pass).toBe(false);
+    expect(check('behavior-tool').score(reply(null, [{ function: null }])).pass).toBe(false);
+  });
+
+  it.each(['/tokenize', '/detokenize'])('%s answering 200 with a body that is not JSON: the round trip did not run, with the reason', async (route) => {
+    const { code, report } = await diagnoseFake({ override: (r) => (r.path === route ? { text: 'ok' } : undefined) });
+    const c = protocolCheck(report, 'protocol-unicode-roundtrip');
+    expect(c.pass).toBe(false);
+    expect(c.error).toMatch(/HTTP 200 with a body that is not a JSON object/);
+    expect(code).toBe(3);
+  });
+
+  it('a stream whose last event is data: null: protocol-stream-usage fails, saying so', async () => {
+    const { report } = await diagnoseFake({
+      override: (r, dflt) => {
+        if (!r.body?.stream_options?.include_usage) return undefined;
+        const d = dflt() as { sse: unknown[] };
+        d.sse.splice(d.sse.length - 1, 0, null); // before [DONE]
+        return d as FakeReply;
+      },
+    });
+    const c = protocolCheck(report, 'protocol-stream-usage');
+    expect(c.pass).toBe(false);
+    expect(c.error).toBeUndefined();
+    expect(c.reason).toMatch(/last event is null/);
+  });
+
+  it('any unforeseen exception inside a check becomes that check\'s error; the others still run', async () => {
+    const r = await runCheck('x', async () => { throw new TypeError('Cannot read properties of null (reading \'id\')'); });
+    expect(r).toMatchObject({ id: 'x', pass: false, response: null });
+    expect(r.error).toMatch(/^internal error .*TypeError: Cannot read properties of null/);
   });
 });

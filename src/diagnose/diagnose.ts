@@ -12,7 +12,7 @@ import { runBatchInvariance, runIsolation, runRepeats } from './isolation.js';
 import { PROTOCOL_CHECK_IDS, runProtocol } from './protocol.js';
 import { RETRIEVAL_ID, runRetrieval } from './retrieval.js';
 import { assembleReport, type DiagnoseReport, type ReportParts } from './report.js';
-import { CheckNotRun, errorMessage, Session, type CheckResult } from './session.js';
+import { CheckNotRun, errorMessage, Session, unexpectedError, type CheckResult } from './session.js';
 
 export interface DiagnoseOptions {
   endpoint: string;
@@ -59,8 +59,7 @@ async function decodeRun(s: Session, tokens: number): Promise<DecodeRun & { erro
   try {
     return await timedDecode(s, tokens);
   } catch (err) {
-    if (err instanceof CheckNotRun || err instanceof EndpointError) return failedDecode(err.message);
-    throw err;
+    return failedDecode(err instanceof CheckNotRun || err instanceof EndpointError ? err.message : unexpectedError(err));
   }
 }
 
@@ -81,7 +80,9 @@ function notRun(id: string, why: string): CheckResult {
 /** The model (given, or the first of /v1/models), its max_model_len, and the /v1/models body. */
 async function discover(client: DiagnoseClient, model: string | undefined): Promise<{ model: string | null; maxModelLen: number | null; models: unknown; reason?: string }> {
   const r = await client.get('/v1/models'); // no answer at all: EndpointError, the caller's exit 4
-  const data = r.status === 200 && Array.isArray((r.body as Json | null)?.data) ? (r.body as Json).data as Json[] : [];
+  // Entries that are not objects (`{"data": [null]}`) are skipped, not read.
+  const listed = r.status === 200 && Array.isArray((r.body as Json | null)?.data) ? (r.body as Json).data as unknown[] : [];
+  const data = listed.filter((m): m is Json => typeof m === 'object' && m !== null && !Array.isArray(m));
   const chosen = model ?? (typeof data[0]?.id === 'string' ? data[0].id : undefined);
   const entry = data.find((m) => m.id === chosen || m.root === chosen);
   const maxModelLen = typeof entry?.max_model_len === 'number' ? entry.max_model_len : null;
@@ -112,8 +113,7 @@ export async function runDiagnose(o: DiagnoseOptions): Promise<DiagnoseReport> {
       const probe = await session.probeExtras();
       server.request_extras = { chat_template_kwargs: probe.extras.chatTemplateKwargs, return_token_ids: probe.extras.returnTokenIds, note: probe.note };
     } catch (err) {
-      if (!(err instanceof CheckNotRun || err instanceof EndpointError)) throw err;
-      setupFailed = err.message;
+      setupFailed = err instanceof CheckNotRun || err instanceof EndpointError ? err.message : unexpectedError(err);
     }
   }
 

@@ -5,7 +5,7 @@
 // holds on any deterministic server, random weights included: the stop string is taken from the
 // server's own greedy answer, not guessed.
 import { firstChoice, summarizeStream, type Json } from './http-client.js';
-import { CheckNotRun, errorMessage, ok, runCheck, type CheckResult, type Session } from './session.js';
+import { CheckNotRun, errorMessage, ok, requireAnswer, runCheck, type CheckResult, type Session } from './session.js';
 
 const STOP_PROMPT = 'Write the lowercase English alphabet, the letters separated by single spaces.';
 const LONG_PROMPT = 'Write a long story about a lighthouse keeper and the ships she watches over.';
@@ -98,9 +98,11 @@ async function includeUsage(s: Session): Promise<CheckResult> {
     const st = await s.client.stream('/v1/chat/completions', s.userBody(STREAM_PROMPT, { maxTokens: 8, stream: true, includeUsage: true }));
     if (st.status >= 500) throw new CheckNotRun(`stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
     if (st.status !== 200) return { pass: false, response: st.errorBody, reason: `the stream was refused: HTTP ${st.status}: ${errorMessage(st.errorBody)}` };
-    const data = st.events.map((e) => e.data as Json);
-    const last = data[data.length - 1];
-    const u = (last?.usage ?? null) as Json | null;
+    const data = st.events.map((e) => e.data);
+    const lastData = data[data.length - 1];
+    // The last event must be the usage chunk: an object (a `data: null` or other non-object event there fails the check).
+    const last = typeof lastData === 'object' && lastData !== null && !Array.isArray(lastData) ? lastData as Json : undefined;
+    const u = (typeof last?.usage === 'object' && last.usage !== null ? last.usage : null) as Json | null;
     const int = (x: unknown) => Number.isInteger(x) && (x as number) >= 0;
     const usageChunk = last !== undefined && Array.isArray(last.choices) && last.choices.length === 0 && u !== null;
     const consistent = u !== null && int(u.prompt_tokens) && int(u.completion_tokens) && int(u.total_tokens) &&
@@ -109,7 +111,8 @@ async function includeUsage(s: Session): Promise<CheckResult> {
     return {
       pass, response: st.events.map((e) => e.data), usage: u,
       reason: pass ? `a final chunk with choices [] carries usage (${String(u!.prompt_tokens)} + ${String(u!.completion_tokens)} = ${String(u!.total_tokens)})`
-        : !usageChunk ? 'no final chunk with choices [] and usage (stream_options.include_usage ignored?)'
+        : lastData !== undefined && last === undefined ? `the stream's last event is ${JSON.stringify(lastData).slice(0, 60)}, not a chunk with choices [] and usage`
+          : !usageChunk ? 'no final chunk with choices [] and usage (stream_options.include_usage ignored?)'
           : `usage is not consistent: ${JSON.stringify(u)}`,
     };
   });
@@ -144,6 +147,7 @@ async function unicodeRoundTrip(s: Session): Promise<CheckResult> {
       const llama = await s.client.post('/tokenize', { content: UNICODE_TEXT, add_special: false });
       if (!none(llama)) tok = llama;
     }
+    requireAnswer(tok); // a 2xx whose body is not a JSON object: not run, with the reason
     if (!ok(tok)) refused(tok);
     const tokens = (tok.body as Json).tokens;
     if (!Array.isArray(tokens)) return { pass: false, response: tok.body, reason: '/tokenize answered without a tokens list' };
@@ -151,6 +155,7 @@ async function unicodeRoundTrip(s: Session): Promise<CheckResult> {
     if (det.status === 404 || det.status === 405) {
       return { pass: null, response: det.body ?? det.text, skipped: `the server has /tokenize but no /detokenize (HTTP ${det.status})` };
     }
+    requireAnswer(det);
     if (!ok(det)) refused(det);
     const body = det.body as Json;
     const back = typeof body.prompt === 'string' ? body.prompt : body.content; // vLLM's field, else llama.cpp's

@@ -111,7 +111,10 @@ export function toolCallAnswer(name: string, args: Json): Scorer {
     const calls = Array.isArray(msg?.tool_calls) ? msg!.tool_calls as Json[] : [];
     const content = typeof msg?.content === 'string' ? msg.content : null;
     if (calls.length === 0) return { pass: false, answer: content, reason: `expected a tool call ${name}(${JSON.stringify(args)}), got ${content === null ? 'no tool call' : `text ${show(content)}`}` };
-    const fn = (calls[0]!.function ?? {}) as Json;
+    const first = calls[0] as unknown;
+    if (typeof first !== 'object' || first === null) return { pass: false, answer: null, reason: `expected a tool call ${name}(${JSON.stringify(args)}), got tool_calls[0] = ${JSON.stringify(first)}` };
+    const f = (first as Json).function;
+    const fn = (typeof f === 'object' && f !== null ? f : {}) as Json;
     const raw = typeof fn.arguments === 'string' ? fn.arguments : JSON.stringify(fn.arguments ?? null);
     const answer = `${String(fn.name)}(${raw})`;
     let parsed: unknown;

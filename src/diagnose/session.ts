@@ -133,7 +133,9 @@ export function ok(r: HttpReply): boolean {
 /**
  * Runs one check: `fn` returns the result's fields except id (and seconds, unless it times a part
  * of its work itself, e.g. the request without the sizing before it). A CheckNotRun or an
- * EndpointError inside becomes the check's `error` (pass false); anything else is a bug and throws.
+ * EndpointError inside becomes the check's `error` (pass false). So does any other exception (a
+ * reply of a shape the check did not foresee, a bug): the check did not run, and says why, and
+ * the rest of the report is kept.
  */
 export async function runCheck(id: string, fn: () => Promise<CheckBody>): Promise<CheckResult> {
   const t0 = performance.now();
@@ -141,9 +143,15 @@ export async function runCheck(id: string, fn: () => Promise<CheckBody>): Promis
     const { pass, seconds, response, ...rest } = await fn();
     return { id, pass, seconds: seconds ?? (performance.now() - t0) / 1000, response, ...rest };
   } catch (err) {
+    const seconds = (performance.now() - t0) / 1000;
     if (err instanceof CheckNotRun || err instanceof EndpointError) {
-      return { id, pass: false, seconds: (performance.now() - t0) / 1000, response: err instanceof CheckNotRun ? err.response : null, error: err.message };
+      return { id, pass: false, seconds, response: err instanceof CheckNotRun ? err.response : null, error: err.message };
     }
-    throw err;
+    return { id, pass: false, seconds, response: null, error: unexpectedError(err) };
   }
+}
+
+/** The `error` of a check that threw something no rule foresaw. */
+export function unexpectedError(err: unknown): string {
+  return `internal error (a reply of an unforeseen shape?): ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`;
 }
