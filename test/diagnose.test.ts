@@ -245,9 +245,24 @@ describe('isolation verdict on canned answers', () => {
     expect(judgeIsolation(prompts, solo, solo, `partial ${words[0]}`).pass).toBe(false);
   });
 
-  it('no solo answer held its word: vacuous, passes unless a foreign word turns up', () => {
+  it('no solo answer held its word: vacuous, judged by equality with the solo answers', () => {
     const solo = [c('gibberish one'), c('gibberish two'), c('gibberish three')];
     expect(judgeIsolation(prompts, solo, solo, 'gib')).toMatchObject({ pass: true, vacuous: true, equal: 3 });
+    expect(judgeIsolation(prompts, solo, solo, 'gib').requests.slice(0, 3).map((r) => r.judged_by)).toEqual(['equal_to_solo', 'equal_to_solo', 'equal_to_solo']);
+  });
+
+  it('vacuous word check and every answer changed under load: not determinable (pass null), never a pass', () => {
+    const solo = [c('gibberish one'), c('gibberish two'), c('gibberish three')];
+    const conc = [c('other one'), c('other two'), c('other three')];
+    const j = judgeIsolation(prompts, solo, conc, 'gib');
+    expect(j).toMatchObject({ pass: null, vacuous: true, equal: 0, undetermined: 3 });
+    expect(j.reason).toMatch(/^not determinable/);
+    // One changed answer is enough to withhold the pass; a lost own word or a foreign word still fails.
+    expect(judgeIsolation(prompts, solo, [solo[0]!, solo[1]!, c('changed')], 'gib').pass).toBeNull();
+    const mixed = [c(words[0]!), c('gibberish two'), c('gibberish three')];
+    expect(judgeIsolation(prompts, mixed, [c(words[0]!), c('changed'), mixed[2]!], 'gib').pass).toBeNull();
+    expect(judgeIsolation(prompts, mixed, [c('lost'), c('changed'), mixed[2]!], 'gib').pass).toBe(false);
+    expect(judgeIsolation(prompts, solo, [c(`x ${words[2]}`), solo[1]!, solo[2]!], 'gib').pass).toBe(false);
   });
 
   it('firstDifference: by token ids when both have them, else by text', () => {
@@ -688,5 +703,32 @@ describe('malformed replies never lose the report (each becomes its check\'s fin
     const r = await runCheck('x', async () => { throw new TypeError('Cannot read properties of null (reading \'id\')'); });
     expect(r).toMatchObject({ id: 'x', pass: false, response: null });
     expect(r.error).toMatch(/^internal error .*TypeError: Cannot read properties of null/);
+  });
+});
+
+describe('request isolation: never a pass without evidence', () => {
+  it('every isolation answer changes under load (the word check vacuous): pass null, request_isolation_passed false, the summary says not determinable', async () => {
+    const { code, report, stderr } = await diagnoseFake({
+      override: (r, dflt) => {
+        if (r.path !== '/v1/chat/completions' || !r.prompt.includes('Your code word is') || r.body?.stream || r.seen === 0) return undefined;
+        const d = dflt() as { json: Json };
+        d.json.choices[0].message.content = ` changed${d.json.choices[0].message.content}`;
+        return d;
+      },
+    });
+    expect(report.status, stderr).toBe('complete');
+    expect(code).toBe(0);
+    const iso = report.request_isolation;
+    expect(iso).toMatchObject({ pass: null, word_check_vacuous: true, concurrent_equal_to_solo: 0, compared: 2 });
+    expect(iso.not_determinable).toMatch(/^not determinable/);
+    expect(report.request_isolation_passed).toBe(false);
+    expect(stderr).toMatch(/^request-isolation +undetermined/m);
+    expect(stderr).toMatch(/request isolation not determinable/);
+  });
+
+  it('the same answers alone and under load (the word check vacuous): a pass judged by equality', async () => {
+    const { report } = await diagnoseFake({});
+    expect(report.request_isolation).toMatchObject({ pass: true, word_check_vacuous: true, concurrent_equal_to_solo: 2, compared: 2 });
+    expect(report.request_isolation_passed).toBe(true);
   });
 });

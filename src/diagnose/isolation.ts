@@ -128,23 +128,37 @@ interface RequestReport {
   own_word_solo: boolean | null;
   own_word_concurrent: boolean;
   foreign_words: string[];
-  pass: boolean;
+  /** false: evidence of a leak or a lost word; true: evidence of none (its own word kept, or its
+   * answer equal to its solo answer); null: neither (see judgeIsolation). */
+  pass: boolean | null;
+  /** What decided `pass`: a foreign word, its own word, equality with its solo answer; null when nothing could. */
+  judged_by: 'foreign_word' | 'own_word' | 'equal_to_solo' | 'foreign_words_only' | null;
 }
 
 export interface IsolationJudgement {
-  pass: boolean;
+  /** null: not determinable (no request failed, and some could not be judged either way). */
+  pass: boolean | null;
   comparedBy: ComparedBy;
   equal: number;
   compared: number;
   vacuous: boolean;
   requests: RequestReport[];
+  /** Requests that could not be judged either way (their pass is null). */
+  undetermined: number;
   reason: string;
 }
 
 /**
  * The verdict on the concurrent answers: `solo[i]` and `conc[i]` for every prompt but the last,
- * whose partial (cancelled) text is `partial`. Pass: no answer holds another request's word, and
- * every request whose solo answer held its own word still holds it.
+ * whose partial (cancelled) text is `partial`. Per request: an answer holding another request's
+ * word fails; a request whose solo answer held its own word passes when its concurrent answer still
+ * holds it, and fails otherwise; a request whose solo answer did not hold its word (random weights:
+ * the word check cannot decide) passes when its concurrent answer equals its solo answer (greedy on
+ * the same server: the same tokens), and is undetermined (null) when it differs: cross-talk and a
+ * server that is not batch-invariant look alike then. The cancelled request passes when its partial
+ * text holds no other request's word. The check fails when any request fails, is undetermined
+ * (pass null) when none fails but some could not be judged, and passes only when every request
+ * passed: never without evidence.
  */
 export function judgeIsolation(prompts: readonly IsolationPrompt[], solo: readonly Completion[], conc: readonly Completion[], partial: string): IsolationJudgement {
   const cancelIndex = prompts.length - 1;
@@ -156,34 +170,44 @@ export function judgeIsolation(prompts: readonly IsolationPrompt[], solo: readon
     if (i === cancelIndex) {
       return {
         word: p.word, shared_prefix: p.sharedPrefix, cancelled: true, solo_text: null, concurrent_text: text, equal_to_solo: null,
-        first_difference: null, own_word_solo: null, own_word_concurrent: holdsWord(text, p.word), foreign_words: foreign, pass: foreign.length === 0,
+        first_difference: null, own_word_solo: null, own_word_concurrent: holdsWord(text, p.word), foreign_words: foreign,
+        pass: foreign.length === 0, judged_by: foreign.length > 0 ? 'foreign_word' : 'foreign_words_only',
       };
     }
     const ownSolo = holdsWord(solo[i]!.text, p.word);
     const ownConc = holdsWord(text, p.word);
     const diff = firstDifference(by === 'token_ids' ? solo[i]! : { ids: null, text: solo[i]!.text }, by === 'token_ids' ? conc[i]! : { ids: null, text });
+    let pass: boolean | null;
+    let judgedBy: RequestReport['judged_by'];
+    if (foreign.length > 0) { pass = false; judgedBy = 'foreign_word'; }
+    else if (ownSolo) { pass = ownConc; judgedBy = 'own_word'; }
+    else if (diff === null) { pass = true; judgedBy = 'equal_to_solo'; }
+    else { pass = null; judgedBy = null; }
     return {
       word: p.word, shared_prefix: p.sharedPrefix, cancelled: false, solo_text: solo[i]!.text, concurrent_text: text,
       equal_to_solo: diff === null, first_difference: diff, own_word_solo: ownSolo, own_word_concurrent: ownConc,
-      foreign_words: foreign, pass: foreign.length === 0 && (!ownSolo || ownConc),
+      foreign_words: foreign, pass, judged_by: judgedBy,
     };
   });
   const completed = requests.filter((r) => !r.cancelled);
   const equal = completed.filter((r) => r.equal_to_solo).length;
   const vacuous = completed.every((r) => !r.own_word_solo);
-  const pass = requests.every((r) => r.pass);
+  const failed = requests.filter((r) => r.pass === false).length;
+  const undetermined = requests.filter((r) => r.pass === null).length;
+  const pass = failed > 0 ? false : undetermined > 0 ? null : true;
   const leaks = requests.filter((r) => r.foreign_words.length > 0).length;
   const lost = completed.filter((r) => r.own_word_solo && !r.own_word_concurrent).length;
-  const reason = (pass ? 'no answer holds another request\'s word; none lost its own' : `${leaks} answer(s) hold another request's word, ${lost} lost their own`) +
+  const reason = (pass === false ? `${leaks} answer(s) hold another request's word, ${lost} lost their own`
+    : pass === null ? `not determinable: ${undetermined} request(s) neither held their own word alone nor gave their solo answer under load (cross-talk, or a server that is not batch-invariant: the word check cannot tell)`
+      : 'no answer holds another request\'s word; every request kept its own word or gave its solo answer') +
     `; ${equal}/${completed.length} concurrent answers equal their solo answers (${by})` +
-    (vacuous ? '; the word check is vacuous: no solo answer held its own word' : '');
-  return { pass, comparedBy: by, equal, compared: completed.length, vacuous, requests, reason };
+    (vacuous ? '; the word check is vacuous (no solo answer held its own word): judged by equality with the solo answers' : '');
+  return { pass, comparedBy: by, equal, compared: completed.length, vacuous, requests, undetermined, reason };
 }
 
 /**
  * N concurrent requests with their own code words, the last one streamed and cancelled after its
- * first chunk. Pass: no answer holds another request's word, and every request whose solo answer
- * held its own word still holds it. Detail: how many concurrent answers equal their solo answers.
+ * first chunk. The verdict: judgeIsolation. Detail: how many concurrent answers equal their solo answers.
  */
 export async function runIsolation(s: Session, o: IsolationOptions): Promise<CheckResult> {
   return runCheck('request-isolation', async () => {
@@ -217,6 +241,7 @@ export async function runIsolation(s: Session, o: IsolationOptions): Promise<Che
       cancelled_request: cancelIndex, cancelled_mid_stream: !sawFinishBeforeCancel,
       compared_by: j.comparedBy, concurrent_equal_to_solo: j.equal, compared: j.compared,
       word_check_vacuous: j.vacuous,
+      ...(j.pass === null ? { not_determinable: j.reason } : {}),
       requests: j.requests,
       reason: j.reason,
     };

@@ -40,7 +40,8 @@ export interface DiagnoseReport extends Json {
 /** Why the report is incomplete: every check or run that did not run, with its error. */
 /** A judged check in the summary line: its verdict, or "not run" (the JSON's booleans say false then, as the seed's schema has them). */
 function said(c: CheckResult, yes: string, no: string): string {
-  if (c.error !== undefined || c.pass === null) return 'not run';
+  if (c.error !== undefined) return 'not run';
+  if (c.pass === null) return c.not_determinable !== undefined ? 'not determinable' : 'not run';
   return c.pass ? yes : no;
 }
 
@@ -87,9 +88,9 @@ export function assembleReport(p: ReportParts): DiagnoseReport {
   };
 }
 
-function verdict(c: { pass: boolean | null; error?: string; informational?: unknown }): string {
+function verdict(c: { pass: boolean | null; error?: string; informational?: unknown; not_determinable?: unknown }): string {
   if (c.error !== undefined) return 'NOT RUN';
-  if (c.pass === null) return 'skipped';
+  if (c.pass === null) return c.not_determinable !== undefined ? 'undetermined' : 'skipped';
   if (c.informational) return c.pass ? 'same' : 'differs';
   return c.pass ? 'pass' : 'FAIL';
 }
