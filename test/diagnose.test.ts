@@ -25,7 +25,7 @@ import { exactAnswer, IS_EVEN_RE, jsonAnswer, numberInAnswer, toolCallAnswer } f
 import type { RunningServer } from '../src/serve/server.js';
 import { runCheck } from '../src/diagnose/session.js';
 import { REPO_ROOT } from '../src/util/version.js';
-import { startDiagnoseFake, type FakeOptions, type FakeReply, type FakeServer } from './helpers/diagnose-fake-server.js';
+import { startDiagnoseFake, type FakeOptions, type FakeReply, type FakeRequest, type FakeServer, chunk } from './helpers/diagnose-fake-server.js';
 import { startOracleServer } from './helpers/oracle-server.js';
 import { API_KEY, startTestServer, until } from './helpers/serve-fixture.js';
 
@@ -225,8 +225,10 @@ describe('isolation verdict on canned answers', () => {
 
   it('every answer its own word: pass, not vacuous, all equal to solo', () => {
     const solo = words.slice(0, 3).map((w, i) => c(w, [i, 9]));
-    const j = judgeIsolation(prompts, solo, solo, '');
+    const j = judgeIsolation(prompts, solo, solo, words[3]!);
     expect(j).toMatchObject({ pass: true, vacuous: false, equal: 3, compared: 3, comparedBy: 'token_ids' });
+    // The cancelled request's partial text empty: nothing of it was checked, so no pass.
+    expect(judgeIsolation(prompts, solo, solo, '')).toMatchObject({ pass: null, undetermined: 1 });
   });
 
   it('an answer holding another request\'s word fails, naming the word', () => {
@@ -730,5 +732,45 @@ describe('request isolation: never a pass without evidence', () => {
     const { report } = await diagnoseFake({});
     expect(report.request_isolation).toMatchObject({ pass: true, word_check_vacuous: true, concurrent_equal_to_solo: 2, compared: 2 });
     expect(report.request_isolation_passed).toBe(true);
+  });
+});
+
+describe('request isolation: the cancelled request', () => {
+  const words = codeWords(0, 3); // seed 0, --concurrency 3 (FAST): the last is the cancelled one's
+  const isCancelled = (r: FakeRequest) => r.path === '/v1/chat/completions' && r.body?.stream === true && r.prompt.includes(`code word is ${words[2]}.`);
+
+  it('is cancelled after its first chunk with text, and that text is checked: a foreign word there fails the check', async () => {
+    const { report } = await diagnoseFake({
+      override: (r) => (isCancelled(r)
+        ? { sse: [chunk({ role: 'assistant', content: '' }), chunk({ content: `${words[0]} ` }), chunk({ content: 'more' }), chunk({}, 'stop'), '[DONE]'] }
+        : undefined),
+    });
+    const iso = report.request_isolation;
+    const cancelled = (iso.requests as Json[]).find((x) => x.cancelled)!;
+    expect(cancelled.concurrent_text).toBe(`${words[0]} `);
+    expect(cancelled.foreign_words).toEqual([words[0]]);
+    expect(cancelled.pass).toBe(false);
+    expect(iso.cancelled_mid_stream).toBe(true);
+    expect(iso.pass).toBe(false);
+    expect(report.request_isolation_passed).toBe(false);
+  });
+
+  it('a well-behaved server: the partial text is not empty, and is checked', async () => {
+    const { report } = await diagnoseFake({});
+    const cancelled = (report.request_isolation.requests as Json[]).find((x) => x.cancelled)!;
+    expect(cancelled.concurrent_text).not.toBe('');
+    expect(cancelled).toMatchObject({ pass: true, judged_by: 'foreign_words_only' });
+    expect(report.request_isolation.cancelled_mid_stream).toBe(true);
+  });
+
+  it('a stream that ends without any text: nothing was checked, so the check is not determinable', async () => {
+    const { report } = await diagnoseFake({
+      override: (r) => (isCancelled(r) ? { sse: [chunk({ role: 'assistant', content: '' }), chunk({}, 'stop'), '[DONE]'] } : undefined),
+    });
+    const iso = report.request_isolation;
+    expect((iso.requests as Json[]).find((x) => x.cancelled)).toMatchObject({ pass: null, concurrent_text: '' });
+    expect(iso.pass).toBeNull();
+    expect(iso.not_determinable).toMatch(/cancelled request streamed no text/);
+    expect(iso.cancelled_mid_stream).toBe(false);
   });
 });

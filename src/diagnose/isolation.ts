@@ -1,6 +1,6 @@
 // Determinism and isolation over HTTP: k sequential greedy repeats of one prompt; N concurrent greedy
 // requests, each asked to repeat its own random code word (half of them behind one long shared
-// prefix, one cancelled after its first chunk), judged against the same requests run alone; and a
+// prefix, one cancelled after its first chunk with text), judged against the same requests run alone; and a
 // batch-invariance probe (one prompt alone, then among concurrent distractors). Outputs are compared
 // by token ids where the server returns them (return_token_ids), else by text.
 import { Rng } from '../util/rng.js';
@@ -148,6 +148,14 @@ export interface IsolationJudgement {
   reason: string;
 }
 
+function undeterminedWhy(requests: readonly RequestReport[]): string {
+  const out: string[] = [];
+  const n = requests.filter((r) => r.pass === null && !r.cancelled).length;
+  if (n > 0) out.push(`${n} request(s) neither held their own word alone nor gave their solo answer under load (cross-talk, or a server that is not batch-invariant: the word check cannot tell)`);
+  if (requests.some((r) => r.pass === null && r.cancelled)) out.push('the cancelled request streamed no text before it was cancelled or ended');
+  return out.join('; ');
+}
+
 /**
  * The verdict on the concurrent answers: `solo[i]` and `conc[i]` for every prompt but the last,
  * whose partial (cancelled) text is `partial`. Per request: an answer holding another request's
@@ -156,7 +164,7 @@ export interface IsolationJudgement {
  * the word check cannot decide) passes when its concurrent answer equals its solo answer (greedy on
  * the same server: the same tokens), and is undetermined (null) when it differs: cross-talk and a
  * server that is not batch-invariant look alike then. The cancelled request passes when its partial
- * text holds no other request's word. The check fails when any request fails, is undetermined
+ * text holds no other request's word, and is undetermined when it has no text (nothing was checked). The check fails when any request fails, is undetermined
  * (pass null) when none fails but some could not be judged, and passes only when every request
  * passed: never without evidence.
  */
@@ -168,10 +176,12 @@ export function judgeIsolation(prompts: readonly IsolationPrompt[], solo: readon
     const text = i === cancelIndex ? partial : conc[i]!.text;
     const foreign = words.filter((w, j) => j !== i && holdsWord(text, w));
     if (i === cancelIndex) {
+      // No text before the cancel (or before the stream ended): nothing was checked, so no evidence either way.
+      const checked = text.trim() !== '';
       return {
         word: p.word, shared_prefix: p.sharedPrefix, cancelled: true, solo_text: null, concurrent_text: text, equal_to_solo: null,
         first_difference: null, own_word_solo: null, own_word_concurrent: holdsWord(text, p.word), foreign_words: foreign,
-        pass: foreign.length === 0, judged_by: foreign.length > 0 ? 'foreign_word' : 'foreign_words_only',
+        pass: foreign.length > 0 ? false : checked ? true : null, judged_by: foreign.length > 0 ? 'foreign_word' : checked ? 'foreign_words_only' : null,
       };
     }
     const ownSolo = holdsWord(solo[i]!.text, p.word);
@@ -198,7 +208,7 @@ export function judgeIsolation(prompts: readonly IsolationPrompt[], solo: readon
   const leaks = requests.filter((r) => r.foreign_words.length > 0).length;
   const lost = completed.filter((r) => r.own_word_solo && !r.own_word_concurrent).length;
   const reason = (pass === false ? `${leaks} answer(s) hold another request's word, ${lost} lost their own`
-    : pass === null ? `not determinable: ${undetermined} request(s) neither held their own word alone nor gave their solo answer under load (cross-talk, or a server that is not batch-invariant: the word check cannot tell)`
+    : pass === null ? `not determinable: ${undeterminedWhy(requests)}`
       : 'no answer holds another request\'s word; every request kept its own word or gave its solo answer') +
     `; ${equal}/${completed.length} concurrent answers equal their solo answers (${by})` +
     (vacuous ? '; the word check is vacuous (no solo answer held its own word): judged by equality with the solo answers' : '');
@@ -207,7 +217,7 @@ export function judgeIsolation(prompts: readonly IsolationPrompt[], solo: readon
 
 /**
  * N concurrent requests with their own code words, the last one streamed and cancelled after its
- * first chunk. The verdict: judgeIsolation. Detail: how many concurrent answers equal their solo answers.
+ * first chunk that carries text. The verdict: judgeIsolation. Detail: how many concurrent answers equal their solo answers.
  */
 export async function runIsolation(s: Session, o: IsolationOptions): Promise<CheckResult> {
   return runCheck('request-isolation', async () => {
@@ -217,13 +227,18 @@ export async function runIsolation(s: Session, o: IsolationOptions): Promise<Che
     const solo: Completion[] = [];
     for (let i = 0; i < cancelIndex; i++) solo.push(await greedy(s, prompts[i]!.prompt, o.maxTokens));
 
+    // Cancelled on the first chunk that carries text (the role-only chunk before it has none, and
+    // a cancel there would leave nothing to check for foreign words).
     let sawFinishBeforeCancel = false;
     const cancelled = (async () => {
       const st = await s.client.stream('/v1/chat/completions',
         s.userBody(prompts[cancelIndex]!.prompt, { maxTokens: Math.max(64, o.maxTokens * 8), stream: true }),
         (ev) => {
-          if (firstChoice(ev.data)?.finish_reason) sawFinishBeforeCancel = true;
-          return 'cancel';
+          const c = firstChoice(ev.data);
+          if (c?.finish_reason) sawFinishBeforeCancel = true;
+          const delta = c?.delta as Json | undefined;
+          const piece = typeof delta?.content === 'string' ? delta.content : typeof c?.text === 'string' ? c.text : '';
+          return piece !== '' ? 'cancel' : undefined;
         });
       if (st.status !== 200) throw new CheckNotRun(`the cancelled stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
       return st;
@@ -238,7 +253,7 @@ export async function runIsolation(s: Session, o: IsolationOptions): Promise<Che
       pass: j.pass,
       response: [...conc.map((c) => c.response), cancelStream.events.map((e) => e.data)],
       requests_total: prompts.length, max_tokens: o.maxTokens, shared_prefix_sentences: o.prefixSentences,
-      cancelled_request: cancelIndex, cancelled_mid_stream: !sawFinishBeforeCancel,
+      cancelled_request: cancelIndex, cancelled_mid_stream: cancelStream.cancelled && !sawFinishBeforeCancel,
       compared_by: j.comparedBy, concurrent_equal_to_solo: j.equal, compared: j.compared,
       word_check_vacuous: j.vacuous,
       ...(j.pass === null ? { not_determinable: j.reason } : {}),
