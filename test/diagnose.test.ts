@@ -23,7 +23,7 @@ import {
 } from '../src/diagnose/retrieval.js';
 import { exactAnswer, IS_EVEN_RE, jsonAnswer, numberInAnswer, toolCallAnswer } from '../src/diagnose/scoring.js';
 import type { RunningServer } from '../src/serve/server.js';
-import { runCheck } from '../src/diagnose/session.js';
+import { replyKind, runCheck } from '../src/diagnose/session.js';
 import { REPO_ROOT } from '../src/util/version.js';
 import { startDiagnoseFake, type FakeOptions, type FakeReply, type FakeRequest, type FakeServer, chunk } from './helpers/diagnose-fake-server.js';
 import { startOracleServer } from './helpers/oracle-server.js';
@@ -772,5 +772,83 @@ describe('request isolation: the cancelled request', () => {
     expect(iso.pass).toBeNull();
     expect(iso.not_determinable).toMatch(/cancelled request streamed no text/);
     expect(iso.cancelled_mid_stream).toBe(false);
+  });
+});
+
+describe('one "did it run" rule for every check (docs/diagnose.md, "What ran means")', () => {
+  const err = (status: number, message = 'no') => ({ status, json: { error: { message, type: 'invalid_request_error' } } });
+  const chat = (r: FakeRequest) => r.path === '/v1/chat/completions';
+
+  it('the rule: 2xx an answer; 400/413/422 a refusal of the request (ran, failed); anything else not run', () => {
+    expect([200, 201, 400, 413, 422, 401, 403, 404, 405, 408, 429, 409, 500, 503].map((s) => [s, replyKind(s)])).toEqual([
+      [200, 'answer'], [201, 'answer'], [400, 'refused'], [413, 'refused'], [422, 'refused'], [401, 'not-run'], [403, 'not-run'], [404, 'not-run'],
+      [405, 'not-run'], [408, 'not-run'], [429, 'not-run'], [409, 'not-run'], [500, 'not-run'], [503, 'not-run']]);
+  });
+
+  it('a 400 refusing the stop field: protocol-stop-sequence ran and failed with the server\'s error; the report is complete', async () => {
+    const { code, report, stderr } = await diagnoseFake({ override: (r) => (chat(r) && r.body?.stop ? err(400, 'stop is not supported') : undefined) });
+    const c = protocolCheck(report, 'protocol-stop-sequence');
+    expect(c).toMatchObject({ pass: false, response: { error: { message: 'stop is not supported' } } });
+    expect(c.error).toBeUndefined();
+    expect(c.reason).toMatch(/refused the request: HTTP 400: stop is not supported/);
+    expect(report.status, stderr).toBe('complete');
+    expect(code).toBe(0);
+  });
+
+  it('400s on the isolation, repeat and decode requests, and a 413 on the retrieval prompt: each ran and failed (complete, exit 0)', async () => {
+    const { code, report, stderr } = await diagnoseFake({
+      override: (r) => {
+        if (!chat(r)) return undefined;
+        if (r.prompt.includes('Your code word is')) return err(400, 'code words are not allowed');
+        if (r.prompt.startsWith('Write a short paragraph about the sea at night.')) return err(422, 'no');
+        if (r.body?.stream_options?.include_usage && r.body?.max_tokens === 6) return err(400, 'stream_options is not supported');
+        if (r.prompt.includes('vault code') && r.body?.max_tokens === RETRIEVAL_ANSWER_TOKENS) return err(413, 'too large');
+        return undefined;
+      },
+    });
+    expect(report.status, stderr).toBe('complete');
+    expect(code).toBe(0);
+    expect(report.request_isolation).toMatchObject({ pass: false, response: { error: { message: 'code words are not allowed' } } });
+    expect(report.request_isolation.error).toBeUndefined();
+    expect(report.greedy_repeats).toMatchObject({ pass: false });
+    expect(report.greedy_repeats.reason).toMatch(/HTTP 422/);
+    expect(report.long_context[0]).toMatchObject({ pass: false, response: { error: { message: 'too large' } } });
+    expect(report.long_context[0].reason).toMatch(/refused the prompt: HTTP 413: too large/);
+    for (const d of [report.initial_decode, ...report.decode_runs] as Json[]) {
+      expect(d.error).toBeUndefined();
+      expect(d.refused).toMatch(/HTTP 400: stream_options is not supported/);
+      expect(d.decode_tokens_per_second).toBeNull();
+    }
+    expect(stderr).toMatch(/^initial_decode +REFUSED/m);
+  });
+
+  it('a 400 on the retrieval\'s sizing probes (no /tokenize): the retrieval ran and failed', async () => {
+    const { report } = await diagnoseFake({
+      override: (r) => (r.path === '/tokenize' ? err(404) : chat(r) && r.prompt.includes('vault code') && r.body?.max_tokens === 1 ? err(400, 'no probes') : undefined),
+    });
+    expect(report.long_context[0]).toMatchObject({ pass: false, response: { error: { message: 'no probes' } } });
+    expect(report.long_context[0].error).toBeUndefined();
+    expect(report.long_context[0].reason).toMatch(/sizing probe: HTTP 400: no probes/);
+  });
+
+  it.each([401, 404, 429])('a %i on the stream checks: they did not run (the server refused service), incomplete, exit 3', async (status) => {
+    const { code, report } = await diagnoseFake({ override: (r) => (chat(r) && r.body?.stream === true ? err(status, 'refused service') : undefined) });
+    expect(code).toBe(3);
+    for (const id of ['protocol-stream-equals-non-streamed', 'protocol-stream-usage']) {
+      const c = protocolCheck(report, id);
+      expect(c.pass).toBe(false);
+      expect(c.error).toMatch(new RegExp(`stream: HTTP ${status}: refused service`));
+    }
+    expect(report.incomplete_reasons.join('\n')).toMatch(/protocol-stream-usage: stream: HTTP/);
+  });
+
+  it('a 401 on the malformed requests: not run; a 500 there: ran and failed (that is the finding)', async () => {
+    const bad = (r: FakeRequest) => chat(r) && (r.body === null || !Array.isArray(r.body.messages));
+    const a = await diagnoseFake({ override: (r) => (bad(r) ? err(401, 'key') : undefined) });
+    expect(protocolCheck(a.report, 'protocol-malformed-request').error).toMatch(/HTTP 401/);
+    const b = await diagnoseFake({ override: (r) => (bad(r) ? err(500, 'parse error') : undefined) });
+    const c = protocolCheck(b.report, 'protocol-malformed-request');
+    expect(c).toMatchObject({ pass: false, statuses: [500, 500] });
+    expect(c.error).toBeUndefined();
   });
 });

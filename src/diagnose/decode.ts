@@ -3,7 +3,7 @@
 // the decode time from that chunk to the chunk carrying finish_reason, so the first output token is
 // outside it; tokens from usage.completion_tokens (never re-tokenised text).
 import { summarizeStream, type Json } from './http-client.js';
-import { CheckNotRun, errorMessage, type Session } from './session.js';
+import { CheckNotRun, CheckRefused, requireStatus, type Session } from './session.js';
 
 export const TIMING_SCOPE = 'Client-observed first nonempty delta through finish event; excludes first output token';
 
@@ -28,6 +28,10 @@ export interface DecodeRun {
   chunks: number;
   /** Output ids when the server returned them in every chunk (determinism comparisons). */
   token_ids?: number[];
+  /** The server refused the request itself (400, 413, 422: a finding, the run ran): its status and message. */
+  refused?: string;
+  /** The server's error body when it refused the request. */
+  response?: unknown;
 }
 
 /** The figures of one run from its stream's times and usage. */
@@ -57,7 +61,16 @@ export const MIN_READS_PER_CHUNK = 0.5;
 
 export async function timedDecode(s: Session, maxTokens: number, prompt = DECODE_PROMPT): Promise<DecodeRun> {
   const st = await s.client.stream('/v1/chat/completions', s.userBody(prompt, { maxTokens, stream: true, includeUsage: true }));
-  if (st.status !== 200) throw new CheckNotRun(`decode stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
+  try {
+    requireStatus(st.status, st.errorBody, 'decode stream'); // the "ran" rule (session.ts, replyKind)
+  } catch (err) {
+    if (!(err instanceof CheckRefused)) throw err;
+    return {
+      text: '', usage: null, ttft_ms: null, decode_tokens_per_second: null, decode_seconds: null, decode_chunks: 0, decode_reads: null,
+      decode_rate_note: 'the server refused the request', timing_scope: TIMING_SCOPE, finish_reason: null, chunks: 0,
+      refused: err.message, response: err.response,
+    };
+  }
   const sum = summarizeStream(st.events);
   if (sum.errors.length > 0) throw new CheckNotRun(`decode stream carried an error: ${JSON.stringify(sum.errors[0]).slice(0, 160)}`, st.events.map((e) => e.data));
   const n = typeof sum.usage?.completion_tokens === 'number' ? sum.usage.completion_tokens : null;

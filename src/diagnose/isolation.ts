@@ -6,7 +6,7 @@
 import { Rng } from '../util/rng.js';
 import { firstChoice, summarizeStream, type Json } from './http-client.js';
 import { fillerSentences, fillerText } from './retrieval.js';
-import { CheckNotRun, errorMessage, ok, runCheck, type CheckResult, type Session } from './session.js';
+import { CheckNotRun, requireStatus, runCheck, type CheckResult, type Session } from './session.js';
 
 export interface Completion {
   text: string;
@@ -15,10 +15,9 @@ export interface Completion {
   response: unknown;
 }
 
-/** One greedy non-streamed chat completion (a refusal here means the check cannot run). */
+/** One greedy non-streamed chat completion (a refusal fails the check, other statuses leave it not run: session.ts, replyKind). */
 export async function greedy(s: Session, prompt: string, maxTokens: number): Promise<Completion> {
   const r = await s.chat(s.userBody(prompt, { maxTokens }));
-  if (!ok(r)) throw new CheckNotRun(`HTTP ${r.status}: ${errorMessage(r.body, r.text)}`, r.body ?? r.text);
   const c = firstChoice(r.body);
   const m = c?.message as Json | undefined;
   const ids = Array.isArray(c?.token_ids) ? c!.token_ids as number[] : null;
@@ -240,7 +239,7 @@ export async function runIsolation(s: Session, o: IsolationOptions): Promise<Che
           const piece = typeof delta?.content === 'string' ? delta.content : typeof c?.text === 'string' ? c.text : '';
           return piece !== '' ? 'cancel' : undefined;
         });
-      if (st.status !== 200) throw new CheckNotRun(`the cancelled stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
+      requireStatus(st.status, st.errorBody, 'the cancelled stream');
       return st;
     })();
     const concurrent = await Promise.all([...prompts.slice(0, cancelIndex).map((p) => greedy(s, p.prompt, o.maxTokens)), cancelled]);

@@ -5,7 +5,7 @@
 // holds on any deterministic server, random weights included: the stop string is taken from the
 // server's own greedy answer, not guessed.
 import { firstChoice, summarizeStream, type Json } from './http-client.js';
-import { CheckNotRun, errorMessage, ok, requireAnswer, runCheck, type CheckResult, type Session } from './session.js';
+import { CheckNotRun, errorMessage, ok, requireAnswer, requireStatus, runCheck, SERVICE_REFUSED_STATUSES, type CheckResult, type Session } from './session.js';
 
 const STOP_PROMPT = 'Write the lowercase English alphabet, the letters separated by single spaces.';
 const LONG_PROMPT = 'Write a long story about a lighthouse keeper and the ships she watches over.';
@@ -15,10 +15,6 @@ export const UNICODE_TEXT = 'Grüße aus Köln, ¿qué tal? Ça va — naïve ca
 function content(body: unknown): string | null {
   const c = (firstChoice(body)?.message as Json | undefined)?.content;
   return typeof c === 'string' ? c : null;
-}
-
-function refused(r: { status: number; body: unknown; text: string }): never {
-  throw new CheckNotRun(`HTTP ${r.status}: ${errorMessage(r.body, r.text)}`, r.body ?? r.text);
 }
 
 /**
@@ -39,12 +35,10 @@ export function stopFromReference(text: string, len = 3): { stop: string; before
 async function stopSequence(s: Session): Promise<CheckResult> {
   return runCheck('protocol-stop-sequence', async () => {
     const ref = await s.chat(s.userBody(STOP_PROMPT, { maxTokens: 32 }));
-    if (!ok(ref)) refused(ref);
     const refText = content(ref.body) ?? '';
     const pick = stopFromReference(refText);
     if (!pick) return { pass: false, response: ref.body, reason: `the greedy reference answer (${JSON.stringify(refText)}) is too short to take a stop string from` };
     const r = await s.chat(s.userBody(STOP_PROMPT, { maxTokens: 32, stop: [pick.stop] }));
-    if (!ok(r)) refused(r);
     const text = content(r.body) ?? '';
     const finish = firstChoice(r.body)?.finish_reason;
     const pass = finish === 'stop' && !text.includes(pick.stop);
@@ -60,7 +54,6 @@ async function stopSequence(s: Session): Promise<CheckResult> {
 async function maxTokens(s: Session, n = 5): Promise<CheckResult> {
   return runCheck('protocol-max-tokens', async () => {
     const r = await s.chat(s.userBody(LONG_PROMPT, { maxTokens: n }));
-    if (!ok(r)) refused(r);
     const c = firstChoice(r.body);
     const usage = (r.body as Json).usage as Json | undefined;
     const ids = Array.isArray(c?.token_ids) ? (c!.token_ids as number[]).length : null;
@@ -76,18 +69,16 @@ async function maxTokens(s: Session, n = 5): Promise<CheckResult> {
 async function streamEqualsNonStreamed(s: Session): Promise<CheckResult> {
   return runCheck('protocol-stream-equals-non-streamed', async () => {
     const plain = await s.chat(s.userBody(STREAM_PROMPT, { maxTokens: 24 }));
-    if (!ok(plain)) refused(plain);
     const st = await s.client.stream('/v1/chat/completions', s.userBody(STREAM_PROMPT, { maxTokens: 24, stream: true }));
-    if (st.status >= 500) throw new CheckNotRun(`stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
+    requireStatus(st.status, st.errorBody, 'stream');
     const sum = summarizeStream(st.events);
     const text = content(plain.body);
     const finish = firstChoice(plain.body)?.finish_reason;
-    const pass = st.status === 200 && st.done && text !== null && sum.text === text && sum.finishReason === finish;
+    const pass = st.done && text !== null && sum.text === text && sum.finishReason === finish;
     return {
       pass, response: plain.body, stream_events: st.events.map((e) => e.data), streamed_text: sum.text,
       reason: pass ? 'the streamed text and finish reason equal the non-streamed ones'
-        : st.status !== 200 ? `the stream was refused: HTTP ${st.status}: ${errorMessage(st.errorBody)}`
-          : !st.done ? 'the stream did not end with data: [DONE]'
+        : !st.done ? 'the stream did not end with data: [DONE]'
             : `streamed ${JSON.stringify(sum.text.slice(0, 60))} (${sum.finishReason}) vs non-streamed ${JSON.stringify((text ?? '').slice(0, 60))} (${String(finish)})`,
     };
   });
@@ -96,8 +87,7 @@ async function streamEqualsNonStreamed(s: Session): Promise<CheckResult> {
 async function includeUsage(s: Session): Promise<CheckResult> {
   return runCheck('protocol-stream-usage', async () => {
     const st = await s.client.stream('/v1/chat/completions', s.userBody(STREAM_PROMPT, { maxTokens: 8, stream: true, includeUsage: true }));
-    if (st.status >= 500) throw new CheckNotRun(`stream: HTTP ${st.status}: ${errorMessage(st.errorBody)}`, st.errorBody);
-    if (st.status !== 200) return { pass: false, response: st.errorBody, reason: `the stream was refused: HTTP ${st.status}: ${errorMessage(st.errorBody)}` };
+    requireStatus(st.status, st.errorBody, 'stream');
     const data = st.events.map((e) => e.data);
     const lastData = data[data.length - 1];
     // The last event must be the usage chunk: an object (a `data: null` or other non-object event there fails the check).
@@ -122,6 +112,11 @@ async function malformed(s: Session): Promise<CheckResult> {
   return runCheck('protocol-malformed-request', async () => {
     const badJson = await s.client.post('/v1/chat/completions', `{"model": ${JSON.stringify(s.model)}, "messages": [{"role": "user", "content": "hi"`);
     const badType = await s.client.post('/v1/chat/completions', { model: s.model, messages: 'this should be a list', max_tokens: 4 });
+    // A refusal of service says nothing of how malformed requests are handled: not run. (A 5xx is
+    // the finding this check looks for, so it is judged here, not left not run.)
+    for (const r of [badJson, badType]) {
+      if (SERVICE_REFUSED_STATUSES.has(r.status)) throw new CheckNotRun(`HTTP ${r.status}: ${errorMessage(r.body, r.text)}`, r.body ?? r.text);
+    }
     const shaped = (r: { status: number; body: unknown }) => r.status >= 400 && r.status < 500 &&
       typeof (r.body as Json | null)?.error === 'object' && (r.body as Json).error !== null &&
       typeof ((r.body as Json).error as Json).message === 'string';
@@ -147,16 +142,14 @@ async function unicodeRoundTrip(s: Session): Promise<CheckResult> {
       const llama = await s.client.post('/tokenize', { content: UNICODE_TEXT, add_special: false });
       if (!none(llama)) tok = llama;
     }
-    requireAnswer(tok); // a 2xx whose body is not a JSON object: not run, with the reason
-    if (!ok(tok)) refused(tok);
+    requireAnswer(tok, '/tokenize');
     const tokens = (tok.body as Json).tokens;
     if (!Array.isArray(tokens)) return { pass: false, response: tok.body, reason: '/tokenize answered without a tokens list' };
     const det = await s.client.post('/detokenize', { model: s.model, tokens });
     if (det.status === 404 || det.status === 405) {
       return { pass: null, response: det.body ?? det.text, skipped: `the server has /tokenize but no /detokenize (HTTP ${det.status})` };
     }
-    requireAnswer(det);
-    if (!ok(det)) refused(det);
+    requireAnswer(det, '/detokenize');
     const body = det.body as Json;
     const back = typeof body.prompt === 'string' ? body.prompt : body.content; // vLLM's field, else llama.cpp's
     const pass = back === UNICODE_TEXT;

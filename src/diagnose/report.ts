@@ -114,8 +114,8 @@ export function summaryTable(r: DiagnoseReport): string {
   for (const c of r.long_context as CheckResult[]) add(c);
   const decodes: [string, DecodeRun & { error?: string }][] = [['initial_decode', r.initial_decode as DecodeRun], ...(r.decode_runs as DecodeRun[]).map((d, i) => [`decode_runs[${i}]`, d] as [string, DecodeRun])];
   for (const [name, d] of decodes) {
-    rows.push([name, d.error !== undefined ? 'NOT RUN' : 'ran', fmt(d.decode_seconds === null ? null : d.decode_seconds + (d.ttft_ms ?? 0) / 1000, 2),
-      d.error !== undefined ? cut(d.error, 90) : `ttft ${fmt(d.ttft_ms)} ms, ${fmt(d.decode_tokens_per_second)} tok/s over ${String((d.usage as Json | null)?.completion_tokens ?? '?')} tokens (${d.finish_reason ?? 'no finish'})`]);
+    rows.push([name, d.error !== undefined ? 'NOT RUN' : d.refused !== undefined ? 'REFUSED' : 'ran', fmt(d.decode_seconds === null ? null : d.decode_seconds + (d.ttft_ms ?? 0) / 1000, 2),
+      d.error !== undefined ? cut(d.error, 90) : d.refused !== undefined ? cut(`the server refused the request: ${d.refused}`, 90) : `ttft ${fmt(d.ttft_ms)} ms, ${fmt(d.decode_tokens_per_second)} tok/s over ${String((d.usage as Json | null)?.completion_tokens ?? '?')} tokens (${d.finish_reason ?? 'no finish'})`]);
   }
   for (const c of [r.greedy_repeats, r.request_isolation, r.batch_invariance] as CheckResult[]) add(c);
   const w = [0, 1, 2].map((k) => Math.max(['check', 'result', 'seconds'][k]!.length, ...rows.map((x) => x[k]!.length)));

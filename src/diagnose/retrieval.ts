@@ -6,7 +6,7 @@
 import { Rng } from '../util/rng.js';
 import { firstChoice, type Json } from './http-client.js';
 import { numberInAnswer } from './scoring.js';
-import { CheckNotRun, errorMessage, ok, runCheck, type CheckResult, type Session } from './session.js';
+import { CheckNotRun, CheckRefused, requireAnswer, runCheck, type CheckResult, type Session } from './session.js';
 import { performance } from 'node:perf_hooks';
 
 /** The check's id in the seed report. */
@@ -124,15 +124,15 @@ export async function sizeRetrievalPrompt(
   return { ...best, counts };
 }
 
-/** The prompt's token count as the server renders the chat: /tokenize with messages. */
+/** The prompt's token count as the server renders the chat: /tokenize with messages (the "ran" rule: session.ts, replyKind). */
 function tokenizeCounter(s: Session): (prompt: string) => Promise<number> {
   return async (prompt) => {
-    const r = await s.client.post('/tokenize', {
+    const r = requireAnswer(await s.client.post('/tokenize', {
       model: s.model, messages: [{ role: 'user', content: prompt }], add_generation_prompt: true,
       ...(s.extras.chatTemplateKwargs ? { chat_template_kwargs: { enable_thinking: false } } : {}),
-    });
-    const n = (r.body as Json | null)?.count;
-    if (!ok(r) || typeof n !== 'number') throw new CheckNotRun(`/tokenize: HTTP ${r.status}: ${errorMessage(r.body, r.text)}`, r.body ?? r.text);
+    }), 'sizing: /tokenize');
+    const n = (r.body as Json).count;
+    if (typeof n !== 'number') throw new CheckNotRun(`sizing: /tokenize: HTTP ${r.status} without a numeric count`, r.body);
     return n;
   };
 }
@@ -140,9 +140,10 @@ function tokenizeCounter(s: Session): (prompt: string) => Promise<number> {
 /** The prompt's token count from usage.prompt_tokens of a one-token request (a whole prefill each). */
 function usageCounter(s: Session): (prompt: string) => Promise<number> {
   return async (prompt) => {
-    const r = await s.chat(s.userBody(prompt, { maxTokens: 1 }));
-    const n = ((r.body as Json | null)?.usage as Json | undefined)?.prompt_tokens;
-    if (!ok(r) || typeof n !== 'number') throw new CheckNotRun(`sizing probe: HTTP ${r.status}: ${errorMessage(r.body, r.text)}`, r.body ?? r.text);
+    const r = await s.chat(s.userBody(prompt, { maxTokens: 1 }), 'sizing probe');
+    const u = (r.body as Json).usage;
+    const n = typeof u === 'object' && u !== null ? (u as Json).prompt_tokens : undefined;
+    if (typeof n !== 'number') throw new CheckNotRun(`sizing probe: HTTP ${r.status} without a numeric usage.prompt_tokens`, r.body);
     return n;
   };
 }
@@ -164,7 +165,7 @@ export async function runRetrieval(s: Session, seed: number, maxModelLen: number
     // /tokenize must take chat messages (vLLM's and our serve's do); else the usage probes.
     const tokenize = tokenizeCounter(s);
     const hasTokenize = await tokenize('probe').then(() => true, (err: unknown) => {
-      if (err instanceof CheckNotRun) return false;
+      if (err instanceof CheckNotRun || err instanceof CheckRefused) return false;
       throw err;
     });
     if (hasTokenize) {
@@ -175,15 +176,22 @@ export async function runRetrieval(s: Session, seed: number, maxModelLen: number
     }
     const sizingSeconds = (performance.now() - t0) / 1000;
     const t1 = performance.now();
-    const r = await s.chat(s.userBody(sized.prompt, { maxTokens: RETRIEVAL_ANSWER_TOKENS }));
+    let r;
+    let refusedBy: CheckRefused | null = null;
+    try {
+      r = await s.chat(s.userBody(sized.prompt, { maxTokens: RETRIEVAL_ANSWER_TOKENS }));
+    } catch (err) {
+      if (!(err instanceof CheckRefused)) throw err;
+      refusedBy = err;
+    }
     const seconds = (performance.now() - t1) / 1000;
     const common = {
       prepared_prompt_tokens: sized.tokens, token_limit: lim.limit, limited_by: lim.limitedBy, max_model_len: maxModelLen,
       max_tokens: RETRIEVAL_ANSWER_TOKENS, counted_by: countedBy, counts: sized.counts, sizing_seconds: sizingSeconds,
       filler_sentences: sized.sentences, depth: sized.depth, expected: String(sized.key),
     };
-    if (!ok(r)) {
-      return { pass: false, seconds, response: r.body ?? r.text, ...common, reason: `the server refused the prompt: HTTP ${r.status}: ${errorMessage(r.body, r.text)}` };
+    if (refusedBy !== null || r === undefined) {
+      return { pass: false, seconds, response: refusedBy?.response ?? null, ...common, reason: `the server refused the prompt: ${refusedBy?.message ?? ''}` };
     }
     const score = numberInAnswer(sized.key)(r.body);
     const reported = ((r.body as Json).usage as Json | undefined)?.prompt_tokens;

@@ -1,9 +1,11 @@
 // What every check of `bench diagnose` shares: the client, the model, which of vLLM's extra request
 // fields the server accepts (found once by a probe), the chat request body, and the result record of
-// one check (id, pass, seconds, the server's whole response) with the rule for "it ran": the server
-// answered with 2xx, or refused the request itself with a 4xx such as 400 (a finding: the check ran
-// and failed). A 5xx, a 401/403/404/408/429 or no answer at all means the check did not run, and
-// the report is incomplete.
+// one check (id, pass, seconds, the server's whole response) with the one rule for "it ran" every
+// check goes through (replyKind): the server answered with a 2xx, or refused the request itself with
+// 400, 413 or 422 (a finding: the check ran and failed, with the server's error as its response). A
+// 5xx, a refusal of service (401, 403, 404, 405, 407, 408, 429: a wrong key, model or route, a rate
+// limit), any other status, a 2xx whose body is not what was asked for, or no answer at all means
+// the check did not run, and the report is incomplete.
 import { performance } from 'node:perf_hooks';
 import { DiagnoseClient, EndpointError, type HttpReply, type Json } from './http-client.js';
 
@@ -25,6 +27,17 @@ export interface CheckBody {
   response: unknown;
   seconds?: number;
   [extra: string]: unknown;
+}
+
+/**
+ * Thrown inside a check when the server refused one of its requests with a status that judges the
+ * request itself (400, 413, 422): the check ran and failed, with the server's error as its response.
+ */
+export class CheckRefused extends Error {
+  constructor(message: string, readonly response: unknown = null) {
+    super(message);
+    this.name = 'CheckRefused';
+  }
 }
 
 /** Thrown inside a check when it cannot run; becomes the check's `error`. */
@@ -76,10 +89,10 @@ export class Session {
     return this.chatBody([{ role: 'user', content: prompt }], o);
   }
 
-  /** POST /v1/chat/completions, requiring a 2xx JSON answer (a 4xx comes back too: the caller decides). */
-  async chat(body: Json): Promise<HttpReply> {
+  /** POST /v1/chat/completions: a 2xx JSON answer, else CheckRefused or CheckNotRun by the "ran" rule (requireAnswer). */
+  async chat(body: Json, what = ''): Promise<HttpReply> {
     const r = await this.client.post('/v1/chat/completions', body);
-    return requireAnswer(r);
+    return requireAnswer(r, what);
   }
 
   /**
@@ -100,9 +113,10 @@ export class Session {
         return { extras: t, note: last ? `the server refused a field (HTTP ${last.status}: ${errorMessage(last.body, last.text)}); sent without it` : 'accepted' };
       }
       last = r;
-      if (r.status >= 500 || NOT_RUN_STATUSES.has(r.status)) break;
+      if (replyKind(r.status) !== 'refused') break; // only a refusal of the request itself says a field may be to blame
     }
-    throw new CheckNotRun(`a minimal chat request failed: HTTP ${last!.status}: ${errorMessage(last!.body, last!.text)}`, last!.body ?? last!.text);
+    const keyHint = last!.status === 401 || last!.status === 403 ? '; the server refused the key: give the right one with --api-key-env VAR' : '';
+    throw new CheckNotRun(`a minimal chat request failed: HTTP ${last!.status}: ${errorMessage(last!.body, last!.text)}${keyHint}`, last!.body ?? last!.text);
   }
 }
 
@@ -114,14 +128,35 @@ export function errorMessage(body: unknown, text = ''): string {
   return s.length > 160 ? `${s.slice(0, 160)}…` : s;
 }
 
-/** Statuses that say nothing of the request's content: the check could not run (a wrong key, model or route; rate limits). */
-const NOT_RUN_STATUSES = new Set([401, 403, 404, 408, 429]);
+/** Statuses that judge the request itself: the server cannot do what was asked, a finding (the check ran and failed). */
+export const REFUSAL_STATUSES: ReadonlySet<number> = new Set([400, 413, 422]);
+/** Statuses that refuse service, saying nothing of the request's content (a wrong key, model or route; a rate limit). */
+export const SERVICE_REFUSED_STATUSES: ReadonlySet<number> = new Set([401, 403, 404, 405, 407, 408, 429]);
 
-/** A 5xx (or 401, 403, 404, 408, 429), or a 2xx whose body is not JSON, is not an answer a check can score. */
-export function requireAnswer(r: HttpReply): HttpReply {
-  if (r.status >= 500 || NOT_RUN_STATUSES.has(r.status)) throw new CheckNotRun(`HTTP ${r.status}: ${errorMessage(r.body, r.text)}`, r.body ?? r.text);
-  if (r.status >= 200 && r.status < 300 && (r.body === null || typeof r.body !== 'object')) {
-    throw new CheckNotRun(`HTTP ${r.status} with a body that is not a JSON object`, r.text);
+/**
+ * The one "did it run" rule of every check (docs/diagnose.md, "What ran means"): a 2xx is an answer;
+ * 400, 413 and 422 refuse the request itself (the check ran and fails); anything else (a 5xx, a
+ * refusal of service, any other status) means the check did not run.
+ */
+export function replyKind(status: number): 'answer' | 'refused' | 'not-run' {
+  if (status >= 200 && status < 300) return 'answer';
+  return REFUSAL_STATUSES.has(status) ? 'refused' : 'not-run';
+}
+
+/** The rule applied to a status and an error body: throws CheckRefused or CheckNotRun unless it is a 2xx. */
+export function requireStatus(status: number, body: unknown, what = ''): void {
+  const kind = replyKind(status);
+  if (kind === 'answer') return;
+  const msg = `${what ? `${what}: ` : ''}HTTP ${status}: ${errorMessage(body, typeof body === 'string' ? body : '')}`;
+  if (kind === 'refused') throw new CheckRefused(msg, body);
+  throw new CheckNotRun(msg, body);
+}
+
+/** The rule applied to a reply: a 2xx with a JSON object body comes back; else CheckRefused or CheckNotRun (a 2xx whose body is not a JSON object: not run). */
+export function requireAnswer(r: HttpReply, what = ''): HttpReply {
+  requireStatus(r.status, r.body ?? r.text, what);
+  if (r.body === null || typeof r.body !== 'object') {
+    throw new CheckNotRun(`${what ? `${what}: ` : ''}HTTP ${r.status} with a body that is not a JSON object`, r.text);
   }
   return r;
 }
@@ -132,8 +167,9 @@ export function ok(r: HttpReply): boolean {
 
 /**
  * Runs one check: `fn` returns the result's fields except id (and seconds, unless it times a part
- * of its work itself, e.g. the request without the sizing before it). A CheckNotRun or an
- * EndpointError inside becomes the check's `error` (pass false). So does any other exception (a
+ * of its work itself, e.g. the request without the sizing before it). A CheckRefused inside is a
+ * finding: the check ran and failed (pass false, the server's error as its response, `reason`). A
+ * CheckNotRun or an EndpointError becomes the check's `error` (pass false). So does any other exception (a
  * reply of a shape the check did not foresee, a bug): the check did not run, and says why, and
  * the rest of the report is kept.
  */
@@ -144,6 +180,7 @@ export async function runCheck(id: string, fn: () => Promise<CheckBody>): Promis
     return { id, pass, seconds: seconds ?? (performance.now() - t0) / 1000, response, ...rest };
   } catch (err) {
     const seconds = (performance.now() - t0) / 1000;
+    if (err instanceof CheckRefused) return { id, pass: false, seconds, response: err.response, reason: `the server refused the request: ${err.message}` };
     if (err instanceof CheckNotRun || err instanceof EndpointError) {
       return { id, pass: false, seconds, response: err instanceof CheckNotRun ? err.response : null, error: err.message };
     }
