@@ -852,3 +852,32 @@ describe('one "did it run" rule for every check (docs/diagnose.md, "What ran mea
     expect(c.error).toBeUndefined();
   });
 });
+
+describe('protocol-stop-sequence: the text must be the reference cut before the stop string', () => {
+  const stopped = (content: string) => (r: FakeRequest, dflt: () => FakeReply): FakeReply | undefined => {
+    if (r.path !== '/v1/chat/completions' || !r.body?.stop) return undefined;
+    const d = dflt() as { json: Json };
+    d.json.choices[0].message.content = content;
+    d.json.choices[0].finish_reason = 'stop';
+    return d;
+  };
+
+  it('an empty reply with finish_reason stop fails', async () => {
+    const { report } = await diagnoseFake({ override: stopped('') });
+    const c = protocolCheck(report, 'protocol-stop-sequence');
+    expect(c).toMatchObject({ pass: false, text_equals_reference_before_stop: false });
+    expect(c.expected_text).not.toBe('');
+  });
+
+  it('a reply cut too early (the stop string absent) fails', async () => {
+    const { report } = await diagnoseFake({ override: stopped(' alpha') });
+    expect(protocolCheck(report, 'protocol-stop-sequence')).toMatchObject({ pass: false });
+  });
+
+  it('the stop string is never one whose first occurrence leaves no text before it', () => {
+    // 'abc' from the middle first occurs at 0: the next candidate is taken.
+    expect(stopFromReference('abcabcx')).toEqual({ stop: 'bcx', before: 'abca' });
+    expect(stopFromReference('abcabc')).toBeNull();
+    expect(stopFromReference('aaaaaa')).toBeNull();
+  });
+});

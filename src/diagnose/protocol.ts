@@ -18,8 +18,9 @@ function content(body: unknown): string | null {
 }
 
 /**
- * A stop string from a reference text: `len` characters from its middle (not all whitespace), and
- * the text before its first occurrence. Null when the text is too short.
+ * A stop string from a reference text: `len` characters from its middle (not all whitespace) whose
+ * first occurrence has some text (not all whitespace) before it, and that text. Null when there is
+ * none (the text too short): an empty reply must never be what the stop is expected to leave.
  */
 export function stopFromReference(text: string, len = 3): { stop: string; before: string } | null {
   if (text.length < 2 * len) return null;
@@ -27,7 +28,9 @@ export function stopFromReference(text: string, len = 3): { stop: string; before
   for (let p = Math.floor(chars.length / 2); p + len <= chars.length; p++) {
     const stop = chars.slice(p, p + len).join('');
     if (stop.trim() === '') continue;
-    return { stop, before: text.slice(0, text.indexOf(stop)) };
+    const before = text.slice(0, text.indexOf(stop));
+    if (before.trim() === '') continue;
+    return { stop, before };
   }
   return null;
 }
@@ -41,12 +44,15 @@ async function stopSequence(s: Session): Promise<CheckResult> {
     const r = await s.chat(s.userBody(STOP_PROMPT, { maxTokens: 32, stop: [pick.stop] }));
     const text = content(r.body) ?? '';
     const finish = firstChoice(r.body)?.finish_reason;
-    const pass = finish === 'stop' && !text.includes(pick.stop);
+    // Greedy on one server: the same request with a stop string must give the reference answer cut
+    // just before the string's first occurrence (an empty or shortened reply is not a stop).
+    const equal = text === pick.before;
+    const pass = finish === 'stop' && equal;
     return {
-      pass, response: r.body, stop: pick.stop, reference_response: ref.body,
-      text_equals_reference_before_stop: text === pick.before,
-      reason: pass ? `finish_reason stop; ${JSON.stringify(pick.stop)} not in the text`
-        : `expected finish_reason stop without ${JSON.stringify(pick.stop)} in the text; got finish_reason ${JSON.stringify(finish)}, text ${JSON.stringify(text.slice(0, 80))}`,
+      pass, response: r.body, stop: pick.stop, reference_response: ref.body, expected_text: pick.before,
+      text_equals_reference_before_stop: equal,
+      reason: pass ? `finish_reason stop; the text is the reference answer cut before ${JSON.stringify(pick.stop)}`
+        : `expected finish_reason stop and the reference answer cut before ${JSON.stringify(pick.stop)} (${JSON.stringify(pick.before.slice(0, 60))}); got finish_reason ${JSON.stringify(finish)}, text ${JSON.stringify(text.slice(0, 80))}`,
     };
   });
 }
