@@ -881,3 +881,39 @@ describe('protocol-stop-sequence: the text must be the reference cut before the 
     expect(stopFromReference('aaaaaa')).toBeNull();
   });
 });
+
+describe('decode runs: a stream that cannot be timed did not run', () => {
+  const decodeStream = (r: FakeRequest) => r.path === '/v1/chat/completions' && r.body?.stream === true && r.body?.max_tokens === 6;
+
+  it('cut off after a few tokens (no finish chunk, no [DONE]): every run not run with the reason, incomplete, exit 3', async () => {
+    const { code, report, stderr } = await diagnoseFake({
+      override: (r, dflt) => {
+        if (!decodeStream(r)) return undefined;
+        const d = dflt() as { sse: unknown[] };
+        return { sse: d.sse.slice(0, 4) as Json[] }; // role chunk + 3 tokens
+      },
+    });
+    expect(code).toBe(3);
+    expect(report.status).toBe('incomplete');
+    for (const d of [report.initial_decode, ...report.decode_runs] as Json[]) {
+      expect(d.error).toMatch(/ended without a chunk carrying finish_reason and without data: \[DONE\]/);
+    }
+    expect(stderr).toMatch(/^initial_decode +NOT RUN/m);
+  });
+
+  it('a JSON body answering stream: true: not run, "not an event stream"', async () => {
+    const { code, report } = await diagnoseFake({
+      override: (r) => (decodeStream(r) ? { json: { id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }] } } : undefined),
+    });
+    expect(code).toBe(3);
+    expect(report.initial_decode.error).toMatch(/HTTP 200 \(application\/json\) carried no SSE data events: not an event stream/);
+    expect(report.median_decode_tokens_per_second).toBeNull();
+  });
+
+  it('a well-behaved stream ran, and ended with [DONE]', async () => {
+    const { report } = await diagnoseFake({});
+    expect(report.initial_decode.error).toBeUndefined();
+    expect(report.initial_decode.stream_done).toBe(true);
+    expect(report.initial_decode.finish_reason).toBe('length');
+  });
+});

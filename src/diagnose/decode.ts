@@ -26,6 +26,8 @@ export interface DecodeRun {
   timing_scope: string;
   finish_reason: string | null;
   chunks: number;
+  /** The stream ended with data: [DONE] (absent when the run was refused or failed). */
+  stream_done?: boolean;
   /** Output ids when the server returned them in every chunk (determinism comparisons). */
   token_ids?: number[];
   /** The server refused the request itself (400, 413, 422: a finding, the run ran): its status and message. */
@@ -71,7 +73,15 @@ export async function timedDecode(s: Session, maxTokens: number, prompt = DECODE
       refused: err.message, response: err.response,
     };
   }
+  // A stream that cannot be timed did not run: no SSE events at all (a JSON or other body answering
+  // stream: true), or no chunk carrying finish_reason (cut off, with or without data: [DONE]).
+  if (st.events.length === 0 && !st.done) {
+    throw new CheckNotRun(`decode stream: HTTP ${st.status} (${st.contentType || 'no content-type'}) carried no SSE data events: not an event stream`, null);
+  }
   const sum = summarizeStream(st.events);
+  if (sum.finishReason === null && sum.errors.length === 0) {
+    throw new CheckNotRun(`decode stream ended without a chunk carrying finish_reason${st.done ? '' : ' and without data: [DONE]'} (${st.events.length} events)`, st.events.map((e) => e.data));
+  }
   if (sum.errors.length > 0) throw new CheckNotRun(`decode stream carried an error: ${JSON.stringify(sum.errors[0]).slice(0, 160)}`, st.events.map((e) => e.data));
   const n = typeof sum.usage?.completion_tokens === 'number' ? sum.usage.completion_tokens : null;
   return {
@@ -83,6 +93,7 @@ export async function timedDecode(s: Session, maxTokens: number, prompt = DECODE
     timing_scope: TIMING_SCOPE,
     finish_reason: sum.finishReason,
     chunks: st.events.length,
+    stream_done: st.done,
     ...(sum.tokenIds ? { token_ids: sum.tokenIds } : {}),
   };
 }

@@ -42,6 +42,8 @@ export interface StreamReply {
   /** The client cancelled it (onEvent returned 'cancel'). */
   cancelled: boolean;
   seconds: number;
+  /** The answer's Content-Type ('' when it sent none). */
+  contentType: string;
 }
 
 export interface ClientOptions {
@@ -139,7 +141,7 @@ export class DiagnoseClient {
       const text = await res.text().catch(() => '');
       let errorBody: unknown = text;
       try { errorBody = JSON.parse(text); } catch { /* keep the text */ }
-      return { status: res.status, errorBody, events, done: false, cancelled: false, seconds: (performance.now() - t0) / 1000 };
+      return { status: res.status, errorBody, events, done: false, cancelled: false, seconds: (performance.now() - t0) / 1000, contentType: res.headers.get('content-type') ?? '' };
     }
     const reader = res.body.getReader();
     const dec = new TextDecoder();
@@ -186,7 +188,7 @@ export class DiagnoseClient {
     } finally {
       if (cancelled) await reader.cancel().catch(() => {});
     }
-    return { status: res.status, errorBody: null, events, done, cancelled, seconds: (performance.now() - t0) / 1000 };
+    return { status: res.status, errorBody: null, events, done, cancelled, seconds: (performance.now() - t0) / 1000, contentType: res.headers.get('content-type') ?? '' };
   }
 }
 
