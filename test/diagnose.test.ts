@@ -21,7 +21,7 @@ import { PROTOCOL_CHECK_IDS, stopFromReference } from '../src/diagnose/protocol.
 import {
   buildRetrievalPrompt, fillerSentences, RETRIEVAL_ANSWER_TOKENS, RETRIEVAL_ID, retrievalKey, retrievalLimit, sizeRetrievalPrompt,
 } from '../src/diagnose/retrieval.js';
-import { exactAnswer, IS_EVEN_RE, jsonAnswer, numberInAnswer, toolCallAnswer } from '../src/diagnose/scoring.js';
+import { exactAnswer, jsonAnswer, judgeIsEven, numberInAnswer, toolCallAnswer } from '../src/diagnose/scoring.js';
 import type { RunningServer } from '../src/serve/server.js';
 import { replyKind, runCheck } from '../src/diagnose/session.js';
 import { REPO_ROOT } from '../src/util/version.js';
@@ -77,6 +77,19 @@ describe('behaviour table and scoring rules', () => {
     ['behavior-python', 'def is_even(n):\n    return m % 2 == 0', false],
     ['behavior-python', 'def is_odd(n):\n    return n % 2 == 0', false],
     ['behavior-python', 'is_even = lambda n: n % 2 == 0', false],
+    // Only the first return of is_even's body counts, and its parentheses must balance.
+    ['behavior-python', 'def is_even(n):\n return n % 2 == 1\n\ndef is_odd(n):\n return not n % 2', false],
+    ['behavior-python', 'def is_even(n):\n return n % 2 != 0\n return n % 2 == 0', false],
+    ['behavior-python', 'def is_even(n):\n return (n % 2 == 0', false],
+    ['behavior-python', 'def is_even(n):\n return n % 2) == 0', false],
+    ['behavior-python', 'def is_even(n):\n return ((n % 2) == 0', false],
+    ['behavior-python', 'def is_even(n):\n    if n:\n        return False\n    return n % 2 == 0', false],
+    ['behavior-python', 'def is_even(n): return n % 2 == 1; return n % 2 == 0', false],
+    ['behavior-python', 'def is_even(n):\n    pass\nreturn n % 2 == 0', false],
+    ['behavior-python', 'def is_even(n):\n    return ((n % 2) == 0)', true],
+    ['behavior-python', 'def is_even(n):\n    return not (n % 2)  # even', true],
+    ['behavior-python', 'def is_even(n):\n    """\n    return True when n is even\n    """\n    return (n & 1) == 0', true],
+    ['behavior-python', "def is_even(n):\n    '''return n % 2 == 1'''\n    return n % 2 == 0", true],
     ['behavior-extract', 'mira@example.org', true], ['behavior-extract', 'Mira: mira@example.org', false], ['behavior-extract', 'mira@example.com', false],
     ['behavior-reasoning', '14', true], ['behavior-reasoning', '12', false],
     ['behavior-instruction', 'violet', true], ['behavior-instruction', 'red', false], ['behavior-instruction', 'Violet.', false],
@@ -102,7 +115,7 @@ describe('behaviour table and scoring rules', () => {
       expect(r.pass).toBe(false);
       expect(r.reason).toMatch(/./);
     }
-    expect(IS_EVEN_RE.test('def is_even(n):\n return n % 2 == 0')).toBe(true);
+    expect(judgeIsEven('def is_even(n):\n return n % 2 == 0').pass).toBe(true);
   });
 
   it('numberInAnswer: the whole number, not part of a longer one', () => {

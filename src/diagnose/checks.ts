@@ -3,7 +3,7 @@
 // this project wrote, the most tokens its answer may take, and its scoring rule (scoring.ts). Every
 // request is greedy (temperature 0), thinking off where the server takes chat_template_kwargs.
 import type { Json } from './http-client.js';
-import { exactAnswer, IS_EVEN_RE, jsonAnswer, regexAnswer, toolCallAnswer, type Scorer } from './scoring.js';
+import { exactAnswer, isEvenAnswer, jsonAnswer, toolCallAnswer, type Scorer } from './scoring.js';
 
 export interface BehaviorCheck {
   id: string;
@@ -65,7 +65,7 @@ export const BEHAVIOR_CHECKS: readonly BehaviorCheck[] = [
     id: 'behavior-python',
     prompt: 'Write a Python function named is_even that takes one integer argument and returns True when it is even and False otherwise. Reply with the code only, no explanation.',
     expected: 'def is_even(n): return n % 2 == 0 (or not n % 2, or n & 1 == 0)', maxTokens: 64,
-    score: regexAnswer(IS_EVEN_RE, 'a Python def is_even(x) returning x % 2 == 0, not x % 2 or x & 1 == 0'),
+    score: isEvenAnswer('a Python def is_even(x) whose first return is x % 2 == 0, not x % 2 or x & 1 == 0'),
   },
   {
     id: 'behavior-extract',

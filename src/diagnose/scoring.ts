@@ -93,16 +93,94 @@ export function regexAnswer(re: RegExp, what: string): Scorer {
   };
 }
 
+const DEF_IS_EVEN = /^([ \t]*)def[ \t]+is_even[ \t]*\([ \t]*([A-Za-z_]\w*)[ \t]*(?::[ \t]*int[ \t]*)?\)[ \t]*(?:->[ \t]*bool[ \t]*)?:(.*)$/;
+
+/** Whether the parentheses of `s` balance (never closing one that is not open). */
+function balanced(s: string): boolean {
+  let depth = 0;
+  for (const ch of s) {
+    if (ch === '(') depth++;
+    else if (ch === ')' && --depth < 0) return false;
+  }
+  return depth === 0;
+}
+
+/** `s` without parentheses that enclose all of it (`((x))` -> `x`); `s` must balance. */
+function unwrap(s: string): string {
+  let e = s.trim();
+  for (;;) {
+    if (!e.startsWith('(') || !e.endsWith(')')) return e;
+    let depth = 0;
+    let closesAt = -1;
+    for (let i = 0; i < e.length; i++) {
+      if (e[i] === '(') depth++;
+      else if (e[i] === ')' && --depth === 0) { closesAt = i; break; }
+    }
+    if (closesAt !== e.length - 1) return e; // `(a) == (b)`: the first parenthesis closes early
+    e = e.slice(1, -1).trim();
+  }
+}
+
+/** The expression of a `return` statement (`return EXPR  # comment`), or null when `stmt` is not one. */
+function returnExpression(stmt: string): string | null {
+  const m = /^return(?:[ \t]+|(?=\())(.*)$/.exec(stmt.trim());
+  if (!m) return null;
+  return m[1]!.replace(/#.*$/, '').replace(/;\s*$/, '').trim();
+}
+
 /**
- * A Python function `is_even` with one parameter whose return expression tests evenness:
- * `p % 2 == 0`, `not p % 2`, or `p & 1 == 0` (parentheses allowed, type hints allowed).
+ * The rule of behavior-python: a function `def is_even(p)` (type hints `int` / `bool` allowed)
+ * whose body's first `return` statement (that one only: a later one never runs, and a function
+ * after it is another function) returns `p % 2 == 0`, `not p % 2` or `p & 1 == 0`, an operand or
+ * the whole in balanced parentheses. A docstring and comments may come before the return.
  */
-export const IS_EVEN_RE = new RegExp(
-  String.raw`(?:^|\n)[ \t]*def[ \t]+is_even[ \t]*\([ \t]*([A-Za-z_]\w*)[ \t]*(?::[ \t]*int[ \t]*)?\)[ \t]*(?:->[ \t]*bool[ \t]*)?:` +
-  String.raw`(?:[ \t]*|[\s\S]*?\n[ \t]*)return[ \t]+\(?[ \t]*` +
-  String.raw`(?:\(?[ \t]*\1[ \t]*%[ \t]*2[ \t]*\)?[ \t]*==[ \t]*0|not[ \t]+\(?[ \t]*\1[ \t]*%[ \t]*2[ \t]*\)?|\(?[ \t]*\1[ \t]*&[ \t]*1[ \t]*\)?[ \t]*==[ \t]*0)` +
-  String.raw`[ \t]*\)?[ \t]*(?:\n|$)`,
-);
+export function judgeIsEven(code: string): { pass: boolean; why: string } {
+  const lines = code.replace(/\r\n?/g, '\n').split('\n');
+  const at = lines.findIndex((l) => DEF_IS_EVEN.test(l));
+  if (at < 0) return { pass: false, why: 'no def is_even(x) with one parameter' };
+  const [, indent, param, rest] = DEF_IS_EVEN.exec(lines[at]!)!;
+  let expr: string | null = null;
+  const inline = rest!.replace(/#.*$/, '').trim();
+  if (inline !== '') {
+    expr = returnExpression(inline.split(';')[0]!); // `def is_even(n): return ...`: the body is this line
+  } else {
+    let quote: string | null = null; // inside a triple-quoted string (a docstring) opened on an earlier line
+    for (const line of lines.slice(at + 1)) {
+      const t = line.trim();
+      if (quote !== null) {
+        if (t.includes(quote)) quote = null;
+        continue;
+      }
+      if (t === '' || t.startsWith('#')) continue;
+      if (line.length - line.trimStart().length <= indent!.length) break; // the body ended
+      const opens = /^[rRuUbB]{0,2}("""|''')/.exec(t);
+      if (opens) {
+        if (t.split(opens[1]!).length - 1 < 2) quote = opens[1]!; // not closed on this line
+        continue;
+      }
+      const e = returnExpression(t);
+      if (e !== null) { expr = e; break; }
+    }
+  }
+  if (expr === null) return { pass: false, why: 'is_even has no return statement' };
+  if (!balanced(expr)) return { pass: false, why: `the parentheses of its first return do not balance: return ${expr}` };
+  const p = param!;
+  const mod = String.raw`(?:${p}\s*%\s*2|\(\s*${p}\s*%\s*2\s*\))`;
+  const and = String.raw`(?:${p}\s*&\s*1|\(\s*${p}\s*&\s*1\s*\))`;
+  const even = new RegExp(String.raw`^(?:${mod}\s*==\s*0|${and}\s*==\s*0|not(?:\s+|(?=\())${mod})$`);
+  const pass = even.test(unwrap(expr));
+  return { pass, why: pass ? `its first return is ${expr}` : `its first return is ${expr}, not an evenness test of ${p}` };
+}
+
+/** behavior-python's scorer: judgeIsEven on the answer (one enclosing code fence removed). */
+export function isEvenAnswer(what: string): Scorer {
+  return (response) => {
+    const answer = answerText(response);
+    if (answer === null) return { pass: false, answer, reason: `expected ${what}, got no text content` };
+    const j = judgeIsEven(unfence(answer));
+    return { pass: j.pass, answer, reason: j.pass ? `matches ${what}: ${j.why}` : `expected ${what}, got ${show(answer)}: ${j.why}` };
+  };
+}
 
 /** The reply is a tool call of `name` whose arguments (a JSON string) deep-equal `args`. */
 export function toolCallAnswer(name: string, args: Json): Scorer {
