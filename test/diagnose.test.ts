@@ -6,7 +6,7 @@
 // endpoint is unreachable or never answers, 2 for usage errors). No assertion depends on timing:
 // figures are checked for their type, never their size.
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -620,6 +620,8 @@ describe('bench diagnose (process): exit codes', () => {
     [['--endpoint', 'http://127.0.0.1:1', '--concurrency', '1'], /--concurrency: 1 is below the minimum of 2/],
     [['--endpoint', 'http://127.0.0.1:1', '--api-key-env', 'LUMEN_SURELY_UNSET_VAR'], /LUMEN_SURELY_UNSET_VAR is not set/],
     [['--endpoint', 'http://127.0.0.1:1', '--output', '/nonexistent-dir/r.json'], /--output: directory \/nonexistent-dir does not exist/],
+    // A directory: refused before anything runs (the endpoint here would be exit 4 otherwise).
+    [['--endpoint', 'http://127.0.0.1:1', '--output', os.tmpdir()], /--output: .* is a directory; give a file name/],
   ])('usage error %j: exit 2 naming the flag', async (args, message) => {
     const r = await diagnose(args as string[]);
     expect(r.code, r.stderr).toBe(2);
@@ -928,5 +930,25 @@ describe('decode runs: a stream that cannot be timed did not run', () => {
     expect(report.initial_decode.error).toBeUndefined();
     expect(report.initial_decode.stream_done).toBe(true);
     expect(report.initial_decode.finish_reason).toBe('length');
+  });
+});
+
+describe('--output', () => {
+  it.skipIf(!existsSync('/dev/full'))('a write that fails after the run (the disk full): the report goes to stdout, exit 1', async () => {
+    const fake = await startDiagnoseFake({});
+    let stdout = '';
+    let stderr = '';
+    const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => { stdout += String(chunk); return true; });
+    const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => { stderr += String(chunk); return true; });
+    try {
+      const code = await main(['node', 'bench', 'diagnose', '--endpoint', fake.url, ...FAST, '--output', '/dev/full']);
+      expect(code).toBe(1);
+    } finally {
+      out.mockRestore();
+      err.mockRestore();
+      await fake.close();
+    }
+    expect(JSON.parse(stdout).status).toBe('complete');
+    expect(stderr).toMatch(/cannot write --output \/dev\/full: .*the report went to stdout/);
   });
 });

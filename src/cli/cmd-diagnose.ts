@@ -1,9 +1,10 @@
 // `bench diagnose --endpoint URL`: the serving-diagnostics check of any OpenAI-compatible server
 // (behaviour, protocol, near-8k retrieval, decode timing, determinism, isolation). The report (JSON)
 // goes to --output FILE or stdout, the summary table to stderr. Exit 0 complete, 3 incomplete (a
-// check could not run), 4 the endpoint unreachable or never answering, 2 a usage error.
+// check could not run), 4 the endpoint unreachable or never answering, 2 a usage error, 1 --output
+// could not be written after the run (the report went to stdout).
 // What each check does: docs/diagnose.md; the code: src/diagnose/.
-import { existsSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, existsSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
 import { DIAGNOSE_DEFAULTS, runDiagnose } from '../diagnose/diagnose.js';
@@ -16,6 +17,21 @@ import { countArg, endpointUrlArg, numberArg } from './flag-values.js';
 export const EXIT_UNREACHABLE = 4;
 /** Exit status when the report is incomplete (some check could not run). */
 export const EXIT_INCOMPLETE = 3;
+/** Exit status when --output could not be written after the run (the report went to stdout instead). */
+export const EXIT_OUTPUT_FAILED = 1;
+
+/** --output must name a file that can be written: not a directory, in a directory that exists, writable. */
+function checkOutput(output: string): void {
+  const file = path.resolve(output);
+  const dir = path.dirname(file);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--output: directory ${dir} does not exist`);
+  if (existsSync(file)) {
+    if (statSync(file).isDirectory()) throw new UsageError(`--output: ${output} is a directory; give a file name (such as ${path.join(output, 'report.json')})`);
+    try { accessSync(file, constants.W_OK); } catch { throw new UsageError(`--output: ${output} cannot be written`); }
+  } else {
+    try { accessSync(dir, constants.W_OK); } catch { throw new UsageError(`--output: directory ${dir} cannot be written`); }
+  }
+}
 
 interface DiagnoseFlags {
   endpoint: string;
@@ -57,10 +73,7 @@ async function runDiagnoseCommand(f: DiagnoseFlags): Promise<number> {
     if (apiKey === undefined || apiKey === '') throw new UsageError(`--api-key-env: environment variable ${f.apiKeyEnv} is not set`);
   }
   if (f.model !== undefined && f.model.trim() === '') throw new UsageError('--model: empty');
-  if (f.output !== undefined) {
-    const dir = path.dirname(path.resolve(f.output));
-    if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--output: directory ${dir} does not exist`);
-  }
+  if (f.output !== undefined) checkOutput(f.output); // before the run: a run of minutes must not end in EISDIR
   const base = normalizeBaseUrl(f.endpoint);
   let report;
   try {
@@ -78,8 +91,19 @@ async function runDiagnoseCommand(f: DiagnoseFlags): Promise<number> {
     throw err;
   }
   const json = `${JSON.stringify(report, null, 2)}\n`;
-  if (f.output !== undefined) writeFileSync(f.output, json);
-  else process.stdout.write(json);
+  if (f.output !== undefined) {
+    try {
+      writeFileSync(f.output, json);
+    } catch (err) {
+      // Checked before the run, yet it failed (the disk filled, the path changed): the report is not lost.
+      process.stdout.write(json);
+      process.stderr.write(summaryTable(report));
+      process.stderr.write(`bench diagnose: cannot write --output ${f.output}: ${(err as Error).message}; the report went to stdout\n`);
+      return EXIT_OUTPUT_FAILED;
+    }
+  } else {
+    process.stdout.write(json);
+  }
   process.stderr.write(summaryTable(report));
   if (f.output !== undefined) process.stderr.write(`report: ${f.output}\n`);
   return report.status === 'complete' ? 0 : EXIT_INCOMPLETE;
