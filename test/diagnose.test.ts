@@ -613,6 +613,15 @@ describe('bench diagnose (process): exit codes', () => {
     }
   });
 
+  it('an --endpoint URL with credentials: exit 2 naming --endpoint and --api-key-env, the password never printed', async () => {
+    for (const url of ['http://user:s3cr3t-pw@127.0.0.1:1', 'https://s3cr3t-pw@127.0.0.1:1/v1', 'user:s3cr3t-pw@127.0.0.1:1']) {
+      const r = await diagnose(['--endpoint', url]);
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toMatch(/--endpoint: the URL carries credentials .*--api-key-env/);
+      expect(r.stderr + r.stdout).not.toContain('s3cr3t-pw');
+    }
+  });
+
   it.each([
     [[], /required option '--endpoint <url>' not specified/],
     [['--endpoint', 'ftp://example.org'], /--endpoint: 'ftp:\/\/example\.org' is not an http:\/\/ or https:\/\/ URL/],
