@@ -961,3 +961,24 @@ describe('--output', () => {
     expect(stderr).toMatch(/cannot write --output \/dev\/full: .*the report went to stdout/);
   });
 });
+
+describe('a refused key', () => {
+  const unauthorized = { status: 401, json: { error: { message: 'invalid api key' } } };
+  it('a 401 on /v1/models says the key was refused and names --api-key-env (not "give --model")', async () => {
+    const { code, report } = await diagnoseFake({ override: (r) => (r.path === '/v1/models' ? unauthorized : undefined) });
+    expect(code).toBe(3);
+    expect(report.incomplete_reasons[0]).toMatch(/^GET \/v1\/models: HTTP 401: invalid api key; the server refused a request without a key: give one with --api-key-env VAR$/);
+    process.env.LUMEN_DIAGNOSE_FAKE_KEY = 'k';
+    try {
+      const b = await diagnoseFake({ override: (r) => (r.path === '/v1/models' ? unauthorized : undefined) }, ['--api-key-env', 'LUMEN_DIAGNOSE_FAKE_KEY']);
+      expect(b.report.incomplete_reasons[0]).toMatch(/the server refused the key given with --api-key-env$/);
+    } finally {
+      delete process.env.LUMEN_DIAGNOSE_FAKE_KEY;
+    }
+  });
+
+  it('with --model, a 401 on the first chat request says the same', async () => {
+    const { report } = await diagnoseFake({ override: () => unauthorized }, ['--model', 'fake-1']);
+    expect(report.incomplete_reasons[0]).toMatch(/a minimal chat request failed: HTTP 401: invalid api key; the server refused the key .*--api-key-env/);
+  });
+});

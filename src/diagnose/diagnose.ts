@@ -78,7 +78,7 @@ function notRun(id: string, why: string): CheckResult {
 }
 
 /** The model (given, or the first of /v1/models), its max_model_len, and the /v1/models body. */
-async function discover(client: DiagnoseClient, model: string | undefined): Promise<{ model: string | null; maxModelLen: number | null; models: unknown; reason?: string }> {
+async function discover(client: DiagnoseClient, model: string | undefined, keyGiven: boolean): Promise<{ model: string | null; maxModelLen: number | null; models: unknown; reason?: string }> {
   const r = await client.get('/v1/models'); // no answer at all: EndpointError, the caller's exit 4
   // Entries that are not objects (`{"data": [null]}`) are skipped, not read.
   const listed = r.status === 200 && Array.isArray((r.body as Json | null)?.data) ? (r.body as Json).data as unknown[] : [];
@@ -91,7 +91,8 @@ async function discover(client: DiagnoseClient, model: string | undefined): Prom
       model: null, maxModelLen, models: r.body ?? r.text,
       reason: r.status === 200 ? 'GET /v1/models lists no model; give --model NAME'
         : r.status === 404 ? `GET /v1/models: HTTP 404: ${errorMessage(r.body, r.text)}; is --endpoint the server's base URL (such as http://host:8000)?`
-          : `GET /v1/models: HTTP ${r.status}: ${errorMessage(r.body, r.text)}; give --model NAME`,
+          : r.status === 401 || r.status === 403 ? `GET /v1/models: HTTP ${r.status}: ${errorMessage(r.body, r.text)}; the server refused ${keyGiven ? 'the key given with --api-key-env' : 'a request without a key: give one with --api-key-env VAR'}`
+            : `GET /v1/models: HTTP ${r.status}: ${errorMessage(r.body, r.text)}; give --model NAME`,
     };
   }
   return { model: chosen, maxModelLen, models: r.body ?? r.text };
@@ -102,7 +103,7 @@ export async function runDiagnose(o: DiagnoseOptions): Promise<DiagnoseReport> {
   const t0 = performance.now();
   const client = new DiagnoseClient({ baseUrl: o.endpoint, ...(o.apiKey !== undefined ? { apiKey: o.apiKey } : {}), timeoutMs: o.timeoutMs });
   const phase = (name: string) => o.onPhase?.(name);
-  const found = await discover(client, o.model);
+  const found = await discover(client, o.model, o.apiKey !== undefined);
   const session = new Session(client, found.model ?? o.model ?? '');
   phase(`${client.baseUrl}: model ${session.model || '(none)'}, max_model_len ${found.maxModelLen ?? 'not given'}, seed ${o.seed}`);
   const reasons: string[] = [];

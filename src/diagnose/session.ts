@@ -115,7 +115,7 @@ export class Session {
       last = r;
       if (replyKind(r.status) !== 'refused') break; // only a refusal of the request itself says a field may be to blame
     }
-    const keyHint = last!.status === 401 || last!.status === 403 ? '; the server refused the key: give the right one with --api-key-env VAR' : '';
+    const keyHint = last!.status === 401 || last!.status === 403 ? '; the server refused the key (or its absence): give the right one with --api-key-env VAR' : '';
     throw new CheckNotRun(`a minimal chat request failed: HTTP ${last!.status}: ${errorMessage(last!.body, last!.text)}${keyHint}`, last!.body ?? last!.text);
   }
 }
