@@ -982,3 +982,25 @@ describe('a refused key', () => {
     expect(report.incomplete_reasons[0]).toMatch(/a minimal chat request failed: HTTP 401: invalid api key; the server refused the key .*--api-key-env/);
   });
 });
+
+describe('decode runs: a usage chunk with a bad completion_tokens', () => {
+  const withUsage = (value: unknown) => (r: FakeRequest, dflt: () => FakeReply): FakeReply | undefined => {
+    if (!(r.body?.stream === true && r.body?.max_tokens === 6)) return undefined;
+    const d = dflt() as { sse: Json[] };
+    const u = d.sse.find((e) => typeof e === 'object' && e.usage)!;
+    if (value === undefined) delete u.usage.completion_tokens;
+    else u.usage.completion_tokens = value;
+    return d as FakeReply;
+  };
+
+  it('a string completion_tokens names the field, not "no usage chunk"', async () => {
+    const { report } = await diagnoseFake({ override: withUsage('6') });
+    expect(report.initial_decode.decode_rate_note).toBe('usage.completion_tokens is "6", not a whole number');
+    expect(report.initial_decode.decode_tokens_per_second).toBeNull();
+  });
+
+  it('a usage chunk without completion_tokens says so', async () => {
+    const { report } = await diagnoseFake({ override: withUsage(undefined) });
+    expect(report.initial_decode.decode_rate_note).toBe('the usage chunk has no completion_tokens');
+  });
+});

@@ -36,15 +36,15 @@ export interface DecodeRun {
   response?: unknown;
 }
 
-/** The figures of one run from its stream's times and usage. */
+/** The figures of one run from its stream's times and usage (`noCount`: why completionTokens is null). */
 export function decodeFigures(
   firstContentMs: number | null, finishMs: number | null, completionTokens: number | null,
-  delivery: { chunks: number; reads: number | null } = { chunks: 0, reads: null },
+  delivery: { chunks: number; reads: number | null } = { chunks: 0, reads: null }, noCount = 'no usage chunk',
 ): Pick<DecodeRun, 'ttft_ms' | 'decode_seconds' | 'decode_tokens_per_second' | 'decode_rate_note'> {
   const decodeSeconds = firstContentMs !== null && finishMs !== null ? (finishMs - firstContentMs) / 1000 : null;
   let note: string | null = null;
   if (firstContentMs === null || finishMs === null) note = 'no content chunk or no finish chunk';
-  else if (completionTokens === null) note = 'no usage chunk';
+  else if (completionTokens === null) note = noCount;
   else if (completionTokens <= 1) note = 'one output token';
   else if (decodeSeconds === null || decodeSeconds <= 0 || delivery.reads === 0) note = 'every token arrived in the first content chunk\'s network read';
   // All the text in the first content chunk: the wait for the finish chunk is not a decode time.
@@ -83,11 +83,16 @@ export async function timedDecode(s: Session, maxTokens: number, prompt = DECODE
     throw new CheckNotRun(`decode stream ended without a chunk carrying finish_reason${st.done ? '' : ' and without data: [DONE]'} (${st.events.length} events)`, st.events.map((e) => e.data));
   }
   if (sum.errors.length > 0) throw new CheckNotRun(`decode stream carried an error: ${JSON.stringify(sum.errors[0]).slice(0, 160)}`, st.events.map((e) => e.data));
-  const n = typeof sum.usage?.completion_tokens === 'number' ? sum.usage.completion_tokens : null;
+  const ct = sum.usage?.completion_tokens;
+  const n = typeof ct === 'number' && Number.isInteger(ct) && ct >= 0 ? ct : null;
+  // Name what is wrong: no usage chunk at all, or a usage whose completion_tokens is missing or not a count.
+  const noCount = sum.usage === null ? 'no usage chunk'
+    : ct === undefined ? 'the usage chunk has no completion_tokens'
+      : `usage.completion_tokens is ${JSON.stringify(ct)}, not a whole number`;
   return {
     text: sum.text,
     usage: sum.usage,
-    ...decodeFigures(sum.firstContentMs, sum.finishMs, n, { chunks: sum.decodeChunks, reads: sum.decodeReads }),
+    ...decodeFigures(sum.firstContentMs, sum.finishMs, n, { chunks: sum.decodeChunks, reads: sum.decodeReads }, noCount),
     decode_chunks: sum.decodeChunks,
     decode_reads: sum.decodeReads,
     timing_scope: TIMING_SCOPE,
