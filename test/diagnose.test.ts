@@ -17,7 +17,7 @@ import { BEHAVIOR_CHECKS } from '../src/diagnose/checks.js';
 import { decodeFigures, median, TIMING_SCOPE } from '../src/diagnose/decode.js';
 import { normalizeBaseUrl, summarizeStream } from '../src/diagnose/http-client.js';
 import { codeWords, firstDifference, holdsWord, isolationPrompts, judgeIsolation, type Completion } from '../src/diagnose/isolation.js';
-import { PROTOCOL_CHECK_IDS, stopFromReference } from '../src/diagnose/protocol.js';
+import { PROTOCOL_CHECK_IDS, stopFromReference, usageDisagreement } from '../src/diagnose/protocol.js';
 import {
   buildRetrievalPrompt, fillerSentences, RETRIEVAL_ANSWER_TOKENS, RETRIEVAL_ID, retrievalKey, retrievalLimit, sizeRetrievalPrompt,
 } from '../src/diagnose/retrieval.js';
@@ -1002,5 +1002,39 @@ describe('decode runs: a usage chunk with a bad completion_tokens', () => {
   it('a usage chunk without completion_tokens says so', async () => {
     const { report } = await diagnoseFake({ override: withUsage(undefined) });
     expect(report.initial_decode.decode_rate_note).toBe('the usage chunk has no completion_tokens');
+  });
+});
+
+describe('protocol-stream-usage: the count must agree with the streamed tokens', () => {
+  const usageSays = (completion: number, prompt?: number) => (r: FakeRequest, dflt: () => FakeReply): FakeReply | undefined => {
+    if (!(r.body?.stream === true && r.body?.max_tokens === 8)) return undefined;
+    const d = dflt() as { sse: Json[] };
+    const u = d.sse.find((e) => typeof e === 'object' && e.usage)!.usage;
+    u.completion_tokens = completion;
+    if (prompt !== undefined) u.prompt_tokens = prompt;
+    u.total_tokens = u.prompt_tokens + completion;
+    return d as FakeReply;
+  };
+
+  it('completion_tokens 0 after 8 streamed tokens (stopped for length) fails, naming both', async () => {
+    const { report } = await diagnoseFake({ override: usageSays(0) });
+    const c = protocolCheck(report, 'protocol-stream-usage');
+    expect(c.pass).toBe(false);
+    expect(c.reason).toMatch(/usage disagrees with the stream: usage.completion_tokens 0, but the stream stopped for length at max_tokens 8/);
+  });
+
+  it('prompt_tokens 0 fails; the well-behaved count passes', async () => {
+    expect(protocolCheck((await diagnoseFake({ override: usageSays(8, 0) })).report, 'protocol-stream-usage').pass).toBe(false);
+    const ok = protocolCheck((await diagnoseFake({})).report, 'protocol-stream-usage');
+    expect(ok).toMatchObject({ pass: true, streamed_text_chunks: 8, finish_reason: 'length' });
+  });
+
+  it('the rule: ids counted exactly; length means max_tokens; otherwise between the text chunks and max_tokens', () => {
+    expect(usageDisagreement(3, { tokenIds: [1, 2, 3], finishReason: 'stop', textChunks: 3 }, 8)).toBeNull();
+    expect(usageDisagreement(4, { tokenIds: [1, 2, 3], finishReason: 'stop', textChunks: 3 }, 8)).toMatch(/3 token ids were streamed/);
+    expect(usageDisagreement(7, { tokenIds: null, finishReason: 'length', textChunks: 7 }, 8)).toMatch(/stopped for length/);
+    expect(usageDisagreement(5, { tokenIds: null, finishReason: 'stop', textChunks: 3 }, 8)).toBeNull();
+    expect(usageDisagreement(2, { tokenIds: null, finishReason: 'stop', textChunks: 3 }, 8)).toMatch(/3 chunks carried text/);
+    expect(usageDisagreement(9, { tokenIds: null, finishReason: 'stop', textChunks: 3 }, 8)).toMatch(/exceeds max_tokens 8/);
   });
 });

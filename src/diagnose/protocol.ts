@@ -90,9 +90,33 @@ async function streamEqualsNonStreamed(s: Session): Promise<CheckResult> {
   });
 }
 
+const USAGE_MAX_TOKENS = 8;
+
+/**
+ * Whether a stream's usage.completion_tokens agrees with what was streamed: the token ids' count
+ * when the chunks carried ids; max_tokens when it stopped for length; else at least the chunks
+ * that carried text (a chunk carries at least one token) and at most max_tokens. Null when it agrees,
+ * else why not.
+ */
+export function usageDisagreement(
+  completionTokens: number, streamed: { tokenIds: number[] | null; finishReason: string | null; textChunks: number }, maxTokens: number,
+): string | null {
+  if (streamed.tokenIds !== null && completionTokens !== streamed.tokenIds.length) {
+    return `usage.completion_tokens ${completionTokens}, but ${streamed.tokenIds.length} token ids were streamed`;
+  }
+  if (streamed.finishReason === 'length' && completionTokens !== maxTokens) {
+    return `usage.completion_tokens ${completionTokens}, but the stream stopped for length at max_tokens ${maxTokens}`;
+  }
+  if (completionTokens > maxTokens) return `usage.completion_tokens ${completionTokens} exceeds max_tokens ${maxTokens}`;
+  if (completionTokens < streamed.textChunks) {
+    return `usage.completion_tokens ${completionTokens}, but ${streamed.textChunks} chunks carried text (each at least one token)`;
+  }
+  return null;
+}
+
 async function includeUsage(s: Session): Promise<CheckResult> {
   return runCheck('protocol-stream-usage', async () => {
-    const st = await s.client.stream('/v1/chat/completions', s.userBody(STREAM_PROMPT, { maxTokens: 8, stream: true, includeUsage: true }));
+    const st = await s.client.stream('/v1/chat/completions', s.userBody(STREAM_PROMPT, { maxTokens: USAGE_MAX_TOKENS, stream: true, includeUsage: true }));
     requireStatus(st.status, st.errorBody, 'stream');
     const data = st.events.map((e) => e.data);
     const lastData = data[data.length - 1];
@@ -101,15 +125,25 @@ async function includeUsage(s: Session): Promise<CheckResult> {
     const u = (typeof last?.usage === 'object' && last.usage !== null ? last.usage : null) as Json | null;
     const int = (x: unknown) => Number.isInteger(x) && (x as number) >= 0;
     const usageChunk = last !== undefined && Array.isArray(last.choices) && last.choices.length === 0 && u !== null;
-    const consistent = u !== null && int(u.prompt_tokens) && int(u.completion_tokens) && int(u.total_tokens) &&
-      (u.total_tokens as number) === (u.prompt_tokens as number) + (u.completion_tokens as number) && (u.completion_tokens as number) <= 8;
-    const pass = usageChunk && consistent;
+    const consistent = u !== null && int(u.prompt_tokens) && (u.prompt_tokens as number) > 0 && int(u.completion_tokens) && int(u.total_tokens) &&
+      (u.total_tokens as number) === (u.prompt_tokens as number) + (u.completion_tokens as number);
+    // The count must agree with the tokens the stream carried.
+    const sum = summarizeStream(st.events);
+    const textChunks = st.events.filter((e) => {
+      const c = firstChoice(e.data);
+      const delta = c?.delta as Json | undefined;
+      return (typeof delta?.content === 'string' && delta.content !== '') || (typeof c?.text === 'string' && c.text !== '');
+    }).length;
+    const disagreement = consistent ? usageDisagreement(u!.completion_tokens as number, { tokenIds: sum.tokenIds, finishReason: sum.finishReason, textChunks }, USAGE_MAX_TOKENS) : null;
+    const pass = usageChunk && consistent && disagreement === null;
     return {
-      pass, response: st.events.map((e) => e.data), usage: u,
-      reason: pass ? `a final chunk with choices [] carries usage (${String(u!.prompt_tokens)} + ${String(u!.completion_tokens)} = ${String(u!.total_tokens)})`
+      pass, response: st.events.map((e) => e.data), usage: u, streamed_text_chunks: textChunks, streamed_token_ids: sum.tokenIds?.length ?? null,
+      finish_reason: sum.finishReason,
+      reason: pass ? `a final chunk with choices [] carries usage (${String(u!.prompt_tokens)} + ${String(u!.completion_tokens)} = ${String(u!.total_tokens)}), in agreement with the streamed tokens`
         : lastData !== undefined && last === undefined ? `the stream's last event is ${JSON.stringify(lastData).slice(0, 60)}, not a chunk with choices [] and usage`
           : !usageChunk ? 'no final chunk with choices [] and usage (stream_options.include_usage ignored?)'
-          : `usage is not consistent: ${JSON.stringify(u)}`,
+            : !consistent ? `usage is not consistent: ${JSON.stringify(u)}`
+              : `usage disagrees with the stream: ${disagreement!}`,
     };
   });
 }
