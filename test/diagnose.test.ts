@@ -14,6 +14,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../src/cli/main.js';
 import { BEHAVIOR_CHECKS } from '../src/diagnose/checks.js';
+import { DIAGNOSE_DEFAULTS, runDiagnose } from '../src/diagnose/diagnose.js';
 import { decodeFigures, median, TIMING_SCOPE } from '../src/diagnose/decode.js';
 import { normalizeBaseUrl, summarizeStream } from '../src/diagnose/http-client.js';
 import { codeWords, firstDifference, holdsWord, isolationPrompts, judgeIsolation, type Completion } from '../src/diagnose/isolation.js';
@@ -1036,5 +1037,44 @@ describe('protocol-stream-usage: the count must agree with the streamed tokens',
     expect(usageDisagreement(5, { tokenIds: null, finishReason: 'stop', textChunks: 3 }, 8)).toBeNull();
     expect(usageDisagreement(2, { tokenIds: null, finishReason: 'stop', textChunks: 3 }, 8)).toMatch(/3 chunks carried text/);
     expect(usageDisagreement(9, { tokenIds: null, finishReason: 'stop', textChunks: 3 }, 8)).toMatch(/exceeds max_tokens 8/);
+  });
+});
+
+describe('replies are size-capped', () => {
+  const opts = (endpoint: string) => ({
+    ...DIAGNOSE_DEFAULTS, endpoint, timeoutMs: 20_000, decodeRuns: 1, repeats: 2, concurrency: 2, decodeTokens: 6, compareTokens: 4,
+    maxReplyBytes: 256 * 1024, maxStreamBytes: 256 * 1024,
+  });
+
+  it.each([true, false])('a /v1/models body over the cap (Content-Length declared: %s): the setup fails with a clear reason, the report kept', async (declare) => {
+    const fake = await startDiagnoseFake({ override: (r) => (r.path === '/v1/models' ? { big: 2 * 1024 * 1024, declare } : undefined) });
+    try {
+      const report = await runDiagnose(opts(fake.url));
+      expect(report.status).toBe('incomplete');
+      expect((report.incomplete_reasons as string[])[0]).toBe('GET /v1/models: the reply is larger than 256 KiB (the cap on one reply); not read further');
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('a chat reply and a stream over the cap: those checks did not run, with the reason; the others ran', async () => {
+    const huge = 'x'.repeat(300 * 1024);
+    const fake = await startDiagnoseFake({
+      override: (r) => {
+        if (r.path !== '/v1/chat/completions') return undefined;
+        if (r.body?.stream === true && r.body?.max_tokens === 6) return { sse: [chunk({ role: 'assistant', content: '' }), chunk({ content: huge }), chunk({}, 'length'), '[DONE]'] };
+        if (r.prompt.startsWith('What is 17')) return { big: 2 * 1024 * 1024 };
+        return undefined;
+      },
+    });
+    try {
+      const report = await runDiagnose(opts(fake.url));
+      const arith = (report.behavior as Json[]).find((b) => b.id === 'behavior-arithmetic')!;
+      expect(arith.error).toBe('POST /v1/chat/completions: the reply is larger than 256 KiB (the cap on one reply); not read further');
+      expect((report.initial_decode as Json).error).toBe('POST /v1/chat/completions: the stream is larger than 256 KiB (the cap on one stream); not read further');
+      expect((report.behavior as Json[]).find((b) => b.id === 'behavior-french')!.error).toBeUndefined();
+    } finally {
+      await fake.close();
+    }
   });
 });

@@ -7,7 +7,7 @@ import { TOOL_VERSION } from '../util/version.js';
 import { runBehavior } from './behavior.js';
 import { BEHAVIOR_CHECKS } from './checks.js';
 import { TIMING_SCOPE, timedDecode, type DecodeRun } from './decode.js';
-import { DiagnoseClient, EndpointError, type Json } from './http-client.js';
+import { DiagnoseClient, EndpointError, ReplyTooLarge, type Json } from './http-client.js';
 import { runBatchInvariance, runIsolation, runRepeats } from './isolation.js';
 import { PROTOCOL_CHECK_IDS, runProtocol } from './protocol.js';
 import { RETRIEVAL_ID, runRetrieval } from './retrieval.js';
@@ -35,6 +35,9 @@ export interface DiagnoseOptions {
   sharedPrefixSentences: number;
   /** One line per phase as it starts (stderr). */
   onPhase?: (name: string) => void;
+  /** Caps on one reply's and one stream's bytes (http-client.ts's defaults otherwise). */
+  maxReplyBytes?: number;
+  maxStreamBytes?: number;
 }
 
 export const DIAGNOSE_DEFAULTS = {
@@ -79,7 +82,13 @@ function notRun(id: string, why: string): CheckResult {
 
 /** The model (given, or the first of /v1/models), its max_model_len, and the /v1/models body. */
 async function discover(client: DiagnoseClient, model: string | undefined, keyGiven: boolean): Promise<{ model: string | null; maxModelLen: number | null; models: unknown; reason?: string }> {
-  const r = await client.get('/v1/models'); // no answer at all: EndpointError, the caller's exit 4
+  let r;
+  try {
+    r = await client.get('/v1/models'); // no answer at all: EndpointError, the caller's exit 4
+  } catch (err) {
+    if (!(err instanceof ReplyTooLarge)) throw err;
+    return { model: null, maxModelLen: null, models: null, reason: err.message }; // an answer, but one not read: the setup failed
+  }
   // Entries that are not objects (`{"data": [null]}`) are skipped, not read.
   const listed = r.status === 200 && Array.isArray((r.body as Json | null)?.data) ? (r.body as Json).data as unknown[] : [];
   const data = listed.filter((m): m is Json => typeof m === 'object' && m !== null && !Array.isArray(m));
@@ -101,7 +110,10 @@ async function discover(client: DiagnoseClient, model: string | undefined, keyGi
 export async function runDiagnose(o: DiagnoseOptions): Promise<DiagnoseReport> {
   const started = new Date();
   const t0 = performance.now();
-  const client = new DiagnoseClient({ baseUrl: o.endpoint, ...(o.apiKey !== undefined ? { apiKey: o.apiKey } : {}), timeoutMs: o.timeoutMs });
+  const client = new DiagnoseClient({
+    baseUrl: o.endpoint, ...(o.apiKey !== undefined ? { apiKey: o.apiKey } : {}), timeoutMs: o.timeoutMs,
+    ...(o.maxReplyBytes !== undefined ? { maxReplyBytes: o.maxReplyBytes } : {}), ...(o.maxStreamBytes !== undefined ? { maxStreamBytes: o.maxStreamBytes } : {}),
+  });
   const phase = (name: string) => o.onPhase?.(name);
   const found = await discover(client, o.model, o.apiKey !== undefined);
   const session = new Session(client, found.model ?? o.model ?? '');

@@ -2,6 +2,8 @@
 // Node's fetch (undici: keep-alive pool, no cap on connections per origin), every request bounded by
 // a timeout, times from the monotonic clock. A request that got no HTTP answer at all (refused,
 // reset, timed out) throws EndpointError; an HTTP error status is an answer and comes back as one.
+// Every body read is capped (a reply, a stream): one larger throws ReplyTooLarge, never exhausting
+// memory on a server that sends gigabytes.
 import { performance } from 'node:perf_hooks';
 
 export type Json = Record<string, unknown>;
@@ -13,6 +15,20 @@ export class EndpointError extends Error {
     this.name = 'EndpointError';
   }
 }
+
+/** An answer whose body is larger than the client's cap: it was not read further. */
+export class ReplyTooLarge extends EndpointError {
+  constructor(message: string) {
+    super(message, 'protocol');
+    this.name = 'ReplyTooLarge';
+  }
+}
+
+/** The most bytes one JSON reply may have, and one SSE stream. */
+export const MAX_REPLY_BYTES = 16 * 1024 * 1024;
+export const MAX_STREAM_BYTES = 64 * 1024 * 1024;
+
+const mib = (n: number) => n >= 1024 * 1024 ? `${+(n / 1024 / 1024).toFixed(2)} MiB` : `${+(n / 1024).toFixed(2)} KiB`;
 
 export interface HttpReply {
   status: number;
@@ -51,6 +67,9 @@ export interface ClientOptions {
   baseUrl: string;
   apiKey?: string;
   timeoutMs: number;
+  /** Caps on a reply's body and a stream's bytes (defaults MAX_REPLY_BYTES, MAX_STREAM_BYTES). */
+  maxReplyBytes?: number;
+  maxStreamBytes?: number;
 }
 
 /** The server's root URL from what a user typed: trailing slashes and a final `/v1` removed. */
@@ -73,11 +92,15 @@ export class DiagnoseClient {
   answered = false;
   private readonly apiKey: string | undefined;
   private readonly timeoutMs: number;
+  private readonly maxReplyBytes: number;
+  private readonly maxStreamBytes: number;
 
   constructor(o: ClientOptions) {
     this.baseUrl = normalizeBaseUrl(o.baseUrl);
     this.apiKey = o.apiKey;
     this.timeoutMs = o.timeoutMs;
+    this.maxReplyBytes = o.maxReplyBytes ?? MAX_REPLY_BYTES;
+    this.maxStreamBytes = o.maxStreamBytes ?? MAX_STREAM_BYTES;
   }
 
   private headers(json: boolean): Record<string, string> {
@@ -105,12 +128,39 @@ export class DiagnoseClient {
     }
   }
 
+  /** The body of `res` as text, at most `this.maxReplyBytes` bytes (else ReplyTooLarge, the rest unread). */
+  private async cappedText(res: Response, what: string): Promise<string> {
+    const cap = this.maxReplyBytes;
+    const tooLarge = () => new ReplyTooLarge(`${what}: the reply is larger than ${mib(cap)} (the cap on one reply); not read further`);
+    const declared = Number(res.headers.get('content-length') ?? NaN);
+    if (Number.isFinite(declared) && declared > cap) {
+      await res.body?.cancel().catch(() => {});
+      throw tooLarge();
+    }
+    if (!res.body) return '';
+    const reader = res.body.getReader();
+    const parts: Uint8Array[] = [];
+    let n = 0;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      n += value.byteLength;
+      if (n > cap) {
+        await reader.cancel().catch(() => {});
+        throw tooLarge();
+      }
+      parts.push(value);
+    }
+    return Buffer.concat(parts).toString('utf8');
+  }
+
   private async reply(method: 'GET' | 'POST', path: string, body?: unknown): Promise<HttpReply> {
     const { res, t0 } = await this.send(method, path, body);
     let text: string;
     try {
-      text = await res.text();
+      text = await this.cappedText(res, `${method} ${path}`);
     } catch (err) {
+      if (err instanceof EndpointError) throw err;
       throw describeFetchError(err, `${this.baseUrl}${path}`, this.timeoutMs);
     }
     let parsed: unknown = null;
@@ -138,7 +188,10 @@ export class DiagnoseClient {
     const url = `${this.baseUrl}${path}`;
     const events: StreamEvent[] = [];
     if (res.status < 200 || res.status >= 300 || !res.body) {
-      const text = await res.text().catch(() => '');
+      const text = await this.cappedText(res, `POST ${path}`).catch((err: unknown) => {
+        if (err instanceof ReplyTooLarge) throw err;
+        return '';
+      });
       let errorBody: unknown = text;
       try { errorBody = JSON.parse(text); } catch { /* keep the text */ }
       return { status: res.status, errorBody, events, done: false, cancelled: false, seconds: (performance.now() - t0) / 1000, contentType: res.headers.get('content-type') ?? '' };
@@ -150,6 +203,7 @@ export class DiagnoseClient {
     let cancelled = false;
     let readAtMs = 0;
     let reads = -1;
+    let bytes = 0;
     const handle = (block: string): void => {
       const data: string[] = [];
       for (const line of block.split(/\r?\n/)) {
@@ -174,6 +228,11 @@ export class DiagnoseClient {
         if (end) break;
         readAtMs = performance.now() - t0;
         reads++;
+        bytes += value.byteLength;
+        if (bytes > this.maxStreamBytes) {
+          ctl.abort();
+          throw new ReplyTooLarge(`POST ${path}: the stream is larger than ${mib(this.maxStreamBytes)} (the cap on one stream); not read further`);
+        }
         buf += dec.decode(value, { stream: true });
         let m: RegExpExecArray | null;
         while (!cancelled && (m = /\r?\n\r?\n/.exec(buf)) !== null) {
@@ -184,6 +243,7 @@ export class DiagnoseClient {
       }
       if (!cancelled && buf.trim() !== '') handle(buf);
     } catch (err) {
+      if (err instanceof ReplyTooLarge) throw err;
       if (!cancelled) throw describeFetchError(err, url, this.timeoutMs);
     } finally {
       if (cancelled) await reader.cancel().catch(() => {});
