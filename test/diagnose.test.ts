@@ -1078,3 +1078,25 @@ describe('replies are size-capped', () => {
     }
   });
 });
+
+describe('non-stream answers to stream: true, and non-object stream events', () => {
+  it('the isolation check\'s cancelled stream answered with JSON: not run, "not an event stream"', async () => {
+    const { code, report } = await diagnoseFake({
+      override: (r) => (r.body?.stream === true && r.prompt.includes('Your code word is') ? { json: { id: 'x', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }] } } : undefined),
+    });
+    expect(code).toBe(3);
+    expect(report.request_isolation.error).toMatch(/the cancelled stream: HTTP 200 \(application\/json\) carried no SSE data events: not an event stream/);
+  });
+
+  it('a decode stream with a data: null event: not run, naming a non-object event', async () => {
+    const { report } = await diagnoseFake({
+      override: (r, dflt) => {
+        if (!(r.body?.stream === true && r.body?.max_tokens === 6)) return undefined;
+        const d = dflt() as { sse: unknown[] };
+        d.sse.splice(d.sse.length - 1, 0, null);
+        return d as FakeReply;
+      },
+    });
+    expect(report.initial_decode.error).toBe('decode stream carried an event that is not a JSON object: null');
+  });
+});

@@ -82,7 +82,11 @@ export async function timedDecode(s: Session, maxTokens: number, prompt = DECODE
   if (sum.finishReason === null && sum.errors.length === 0) {
     throw new CheckNotRun(`decode stream ended without a chunk carrying finish_reason${st.done ? '' : ' and without data: [DONE]'} (${st.events.length} events)`, st.events.map((e) => e.data));
   }
-  if (sum.errors.length > 0) throw new CheckNotRun(`decode stream carried an error: ${JSON.stringify(sum.errors[0]).slice(0, 160)}`, st.events.map((e) => e.data));
+  if (sum.errors.length > 0) {
+    const e = sum.errors[0];
+    const what = typeof e === 'object' && e !== null ? 'an error' : 'an event that is not a JSON object';
+    throw new CheckNotRun(`decode stream carried ${what}: ${String(JSON.stringify(e)).slice(0, 160)}`, st.events.map((ev) => ev.data));
+  }
   const ct = sum.usage?.completion_tokens;
   const n = typeof ct === 'number' && Number.isInteger(ct) && ct >= 0 ? ct : null;
   // Name what is wrong: no usage chunk at all, or a usage whose completion_tokens is missing or not a count.

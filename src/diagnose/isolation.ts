@@ -240,6 +240,10 @@ export async function runIsolation(s: Session, o: IsolationOptions): Promise<Che
           return piece !== '' ? 'cancel' : undefined;
         });
       requireStatus(st.status, st.errorBody, 'the cancelled stream');
+      // As for the decode runs: an answer to stream: true with no SSE events is not a stream; nothing to check.
+      if (st.events.length === 0 && !st.done) {
+        throw new CheckNotRun(`the cancelled stream: HTTP ${st.status} (${st.contentType || 'no content-type'}) carried no SSE data events: not an event stream`);
+      }
       return st;
     })();
     const concurrent = await Promise.all([...prompts.slice(0, cancelIndex).map((p) => greedy(s, p.prompt, o.maxTokens)), cancelled]);
