@@ -3,8 +3,10 @@
 // canned answers, then the whole command against `bench serve` over the embedded random-weight model
 // (the report's every seed field with the seed's JSON type; the determinism and isolation checks
 // really ran; the behaviour checks fail honestly), and the exit codes of the process (4 when the
-// endpoint is unreachable or never answers, 2 for usage errors). No assertion depends on timing:
-// figures are checked for their type, never their size.
+// endpoint is unreachable or never answers, 2 for usage errors), then one situation at a time forced
+// by a fake that sends exactly the bytes a test wants (malformed replies, refusals by status,
+// answers that change under load, broken streams, bad usage, oversized bodies). No assertion depends
+// on timing: figures are checked for their type, never their size.
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
