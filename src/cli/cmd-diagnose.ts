@@ -20,18 +20,6 @@ export const EXIT_INCOMPLETE = 3;
 /** Exit status when --output could not be written after the run (the report went to stdout instead). */
 export const EXIT_OUTPUT_FAILED = 1;
 
-/**
- * --endpoint: an http(s) URL without credentials. A URL with `user:password@` is refused without
- * echoing it (the password would be printed here, in the phase lines and errors, and stored in the
- * report's base_url); the key goes in an environment variable named by --api-key-env.
- */
-export function diagnoseEndpointArg(value: string): string {
-  if (/^(?:[A-Za-z][A-Za-z0-9+.-]*:\/\/)?[^/?#\s]*@/.test(value.trim())) {
-    throw new UsageError('--endpoint: the URL carries credentials (user:password@host), which are neither sent, printed nor stored; give the URL without them and the key with --api-key-env VAR');
-  }
-  return endpointUrlArg('--endpoint')(value);
-}
-
 /** --output must name a file that can be written: not a directory, in a directory that exists, writable. */
 function checkOutput(output: string): void {
   const file = path.resolve(output);
@@ -63,7 +51,7 @@ export function registerDiagnose(program: Command, setResult: (code: number) => 
   program
     .command('diagnose')
     .description('check an OpenAI-compatible server: behaviour, protocol, near-8k retrieval, decode timing, determinism, request isolation (report: JSON)')
-    .requiredOption('--endpoint <url>', 'the server, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted)', diagnoseEndpointArg)
+    .requiredOption('--endpoint <url>', 'the server, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted)', endpointUrlArg('--endpoint'))
     .option('--model <name>', 'the model to ask for (default: the first id of /v1/models)')
     .option('--output <file>', 'write the JSON report here (default: stdout)')
     .option('--seed <n>', 'seed of the retrieval key, depth and filler, and of the code words', countArg('--seed', 0, 0xffffffff), d.seed)

@@ -41,8 +41,22 @@ export function parseIdList(flag: string, value: string): number[] {
   });
 }
 
-/** `http://host:port[/path]`; a trailing `/v1` is dropped (the client adds the API paths). */
+/**
+ * `http://host:port[/path]`; a trailing `/v1` is dropped (the client adds the API paths). A URL with
+ * credentials (`user:password@`, `token@`) is refused before anything is sent, printed or written,
+ * with a message that names neither (the URL is printed in headers and kept in reports and their
+ * command lines, files that get shared); the key goes in the variable --api-key-env names.
+ */
 export function parseEndpointUrl(flag: string, value: string): string {
+  const creds = /^(?:([A-Za-z][A-Za-z0-9+.-]*):\/\/)?[^/?#\s]*@/.exec(value.trim());
+  if (creds) {
+    let shown = '';
+    try {
+      shown = ` (${parseEndpointUrl(flag, `${creds[1] ?? 'http'}://${value.trim().slice(creds[0].length)}`)})`;
+    } catch { /* the rest is not a URL either: show nothing of it */ }
+    throw new UsageError(`${flag}: the URL carries credentials (user:password@ or token@), which this tool never sends, prints or stores; ` +
+      `give the URL without them${shown} and the key with --api-key-env VAR (sent as Authorization: Bearer, never printed or stored)`);
+  }
   let u: URL;
   try {
     u = new URL(value);

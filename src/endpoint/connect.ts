@@ -56,24 +56,8 @@ export function setupLimits(timeoutMs: number): { timeoutMs: number; timeoutSour
     : { timeoutMs: SETUP_TIMEOUT_MS, timeoutSource: `the connection checks wait at most ${SETUP_TIMEOUT_MS / 1000} s` };
 }
 
-/**
- * Credentials in --endpoint's URL (`http://user:secret@host`) are refused before anything is sent or
- * written: the URL is printed in the header and kept in the report (its endpoint section, its config and
- * its command line, which no stripping here could reach), so a secret in it would end up in files that
- * get shared. The message names neither the user nor the password.
- */
-export function refuseUrlCredentials(url: string): void {
-  const u = new URL(url);
-  if (u.username === '' && u.password === '') return;
-  u.username = '';
-  u.password = '';
-  throw new UsageError(`--endpoint: the URL carries credentials (user:password@ or token@), which would be printed and stored in the report; ` +
-    `give the URL without them (${u.href.replace(/\/+$/, '')}) and the key with --api-key-env VAR (sent as Authorization: Bearer, never printed or stored)`);
-}
-
 export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv): Promise<EndpointConnection> {
   const ep = cfg.endpoint!;
-  refuseUrlCredentials(ep.url);
   const timeoutMs = ep.timeoutS * 1000;
   const apiKey = ep.apiKeyEnv ? env[ep.apiKeyEnv] ?? null : null;
   const pool = new HttpPool(ep.url, { apiKey });

@@ -85,7 +85,13 @@ export async function startWireServer(o: WireOptions = {}): Promise<WireServer> 
       res.write('{"x":"');
       const block = Buffer.alloc(1 << 20, 0x61);
       for (let sent = 0; sent < r.bytes && !res.destroyed; sent += block.length) {
-        if (!res.write(block)) await new Promise<void>((ok) => { res.once('drain', ok); res.once('close', ok); });
+        if (!res.write(block)) {
+          await new Promise<void>((ok) => {
+            const done = () => { res.off('drain', done); res.off('close', done); ok(); };
+            res.on('drain', done);
+            res.on('close', done);
+          });
+        }
       }
       if (!res.destroyed) res.end('"}');
       return;
