@@ -84,15 +84,6 @@ export function jsonAnswer(expected: unknown): Scorer {
   };
 }
 
-/** The answer (code fence removed) matches `re`. */
-export function regexAnswer(re: RegExp, what: string): Scorer {
-  return (response) => {
-    const answer = answerText(response);
-    const pass = answer !== null && re.test(unfence(answer));
-    return { pass, answer, reason: pass ? `matches ${what}` : `expected ${what}, got ${show(answer)}` };
-  };
-}
-
 const DEF_IS_EVEN = /^([ \t]*)def[ \t]+is_even[ \t]*\([ \t]*([A-Za-z_]\w*)[ \t]*(?::[ \t]*int[ \t]*)?\)[ \t]*(?:->[ \t]*bool[ \t]*)?:(.*)$/;
 
 /** Whether the parentheses of `s` balance (never closing one that is not open). */
