@@ -429,6 +429,20 @@ describe('csv', () => {
     expect(formatField(Number.NaN)).toBe('');
     expect(markdownTable([errorRow(1, 2, 3, 'x|y')])).toContain('x\\|y');
   });
+  it('quotes a field with a lone carriage return, so a parser that ends lines on \\r reads one row back', () => {
+    const line = csvRowLine(errorRow(16, 8, 4, 'engine error: a\rb', 'x\r\ny'));
+    expect(line).toContain('"engine error: a\rb"');
+    // csv-parse ends a record on \r, \n or \r\n (as spreadsheets do): one row, the fields intact.
+    const recs = parse(csvHeaderLine() + line, { columns: true }) as Array<Record<string, string>>;
+    expect(recs).toHaveLength(1);
+    expect(recs[0]!.reason).toBe('engine error: a\rb');
+    expect(recs[0]!.notes).toBe('x\r\ny');
+    // The Markdown table keeps one line per row: \r, \n and \r\n each become a space.
+    const md = markdownTable([errorRow(1, 2, 3, 'a\rb\nc\r\nd')]);
+    expect(md).not.toMatch(/\r/);
+    expect(md.trim().split('\n')).toHaveLength(3);
+    expect(md).toContain('a b c d');
+  });
 });
 
 describe('profile report', () => {

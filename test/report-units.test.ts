@@ -2,7 +2,8 @@
 // samples, where the answer is known: no sweep, no browser.
 import { describe, expect, it } from 'vitest';
 import { compareReports } from '../src/report/compare.js';
-import { formatMarkdown, verdictLine } from '../src/report/compare-format.js';
+import { parse } from 'csv-parse/sync';
+import { formatCsv, formatMarkdown, verdictLine } from '../src/report/compare-format.js';
 import { renderHtml } from '../src/report/html.js';
 import { checkReport } from '../src/report/report-file.js';
 import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
@@ -154,6 +155,17 @@ describe('compareReports', () => {
     expect(verdictLine(c)).toBe('**Not a pass**: every row both runs share failed in NEW (ok in BASE): nothing was compared (exit 5).');
     const mixed = compareReports(report([ok, { ...failed, concurrency: 2 }]), report([failed, { ...failed, concurrency: 2 }]));
     expect(mixed.not_a_pass).toEqual(['every row both runs share failed in NEW (1 ok in BASE, 1 failed in both): nothing was compared']);
+  });
+
+  it('keeps a reason with a carriage return on one Markdown line and one quoted CSV field', () => {
+    const ok = row(16, 1, 100, 10, 5, 0.02, 3);
+    const c = compareReports(report([ok]), report([{ ...ok, status: 'error', reason: 'engine error: a\rb' }]));
+    const md = formatMarkdown(c);
+    expect(md).not.toMatch(/\r/);
+    expect(md).toContain('**▼ failed in NEW**: engine error: a b |');
+    const recs = parse(formatCsv(c), { columns: true }) as Array<Record<string, string>>;
+    expect(recs).toHaveLength(1);
+    expect(recs[0]!.note).toBe('engine error: a\rb');
   });
 
   it('fails the gate when NEW did not complete, whatever its rows say', () => {

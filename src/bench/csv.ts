@@ -74,13 +74,23 @@ export function formatField(v: number | string | null): string {
   return v;
 }
 
+/**
+ * csv-stringify quotes a field holding the delimiter, a quote or the record delimiter ('\n'), but not a
+ * lone '\r': unquoted, a parser that takes '\r' as a line end (csv-parse's default, spreadsheets) splits
+ * the row there. Every field with a '\r' is quoted too.
+ */
+export const CSV_OPTIONS = { record_delimiter: '\n', quoted_match: /\r/ } as const;
+
 export function csvHeaderLine(): string {
-  return stringify([COLUMN_NAMES as string[]], { record_delimiter: '\n' });
+  return stringify([COLUMN_NAMES as string[]], CSV_OPTIONS);
 }
 
 export function csvRowLine(row: SweepRow): string {
-  return stringify([COLUMN_NAMES.map((c) => formatField(row[c]))], { record_delimiter: '\n' });
+  return stringify([COLUMN_NAMES.map((c) => formatField(row[c]))], CSV_OPTIONS);
 }
+
+/** A field in a Markdown table cell: '|' escaped, line breaks ('\r\n', '\n', a lone '\r') as one space each. */
+export const markdownCell = (s: string): string => s.replace(/\|/g, '\\|').replace(/\r\n|\n|\r/g, ' ');
 
 /** A row for a cell that never produced figures: every figure empty. */
 export function errorRow(isl: number, osl: number, concurrency: number, reason: string, notes = ''): SweepRow {
@@ -90,11 +100,10 @@ export function errorRow(isl: number, osl: number, concurrency: number, reason: 
 
 /** Markdown table of the rows (--format md). */
 export function markdownTable(rows: readonly SweepRow[]): string {
-  const esc = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
   const lines = [
     `| ${COLUMN_NAMES.join(' | ')} |`,
     `| ${COLUMN_NAMES.map(() => '---').join(' | ')} |`,
-    ...rows.map((r) => `| ${COLUMN_NAMES.map((c) => esc(formatField(r[c]))).join(' | ')} |`),
+    ...rows.map((r) => `| ${COLUMN_NAMES.map((c) => markdownCell(formatField(r[c]))).join(' | ')} |`),
   ];
   return lines.join('\n') + '\n';
 }

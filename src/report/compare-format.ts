@@ -1,6 +1,7 @@
 // `bench compare` output: a Markdown summary for a pull request (the default), one CSV line per row and
 // figure, or the comparison as JSON.
 import { stringify } from 'csv-stringify/sync';
+import { CSV_OPTIONS, markdownCell } from '../bench/csv.js';
 import { COMPARED_FIGURES } from './figures.js';
 import type { Comparison, FigureChange, RowComparison } from './compare.js';
 
@@ -9,7 +10,7 @@ export type CompareFormat = (typeof COMPARE_FORMATS)[number];
 
 const pct = (x: number): string => `${x < 10 ? x.toFixed(1) : Math.round(x)}%`;
 const ratioText = (r: number): string => `${r.toFixed(r >= 10 ? 1 : 2)}×`;
-const mdEsc = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+const mdEsc = markdownCell;
 
 /** The headline, as the first line of the verdict. */
 export function verdictLine(c: Comparison): string {
@@ -78,7 +79,7 @@ export function formatCsv(c: Comparison): string {
     if (r.figures.length === 0) lines.push([...key, '', '', '', '', '', '', r.reason ?? '']);
     for (const f of r.figures) lines.push([...key, f.figure, num(f.base), num(f.next), num(f.ratio), num(f.floor_pct), f.verdict, f.floor_unknown ?? '']);
   }
-  return stringify(lines.map((l) => l.map(String)), { record_delimiter: '\n' });
+  return stringify(lines.map((l) => l.map(String)), CSV_OPTIONS);
 }
 
 export function formatComparison(c: Comparison, format: CompareFormat): string {
