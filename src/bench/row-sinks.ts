@@ -1,5 +1,7 @@
 // Where finished rows go: stdout (csv format) and the --output files (PREFIX.csv, PREFIX.jsonl,
 // PREFIX.json), each row flushed as it completes so a killed sweep keeps every row it finished.
+import { readdirSync, rmSync } from 'node:fs';
+import path from 'node:path';
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
 import { latencyBlock, type Report, type ReportRow } from './report.js';
@@ -39,6 +41,41 @@ export function rowFromError(isl: number, osl: number, c: number, reason: string
   return toReportRow({ row: errorRow(isl, osl, c, reason), figures: null, counters: null, timed: [], profile: null, timedWallMs: null, interrupted: false });
 }
 
+/** A process that is still running (a signal 0 reaches it, or exists but is not ours to signal). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * What an earlier run with this prefix left that this run would not overwrite before it ends: its
+ * PREFIX.html (rendered only at the end, so a killed or twice-interrupted run would leave the old page,
+ * describing another run, beside the new JSON) and the PREFIX.*.tmp-PID siblings of an atomic write it
+ * was killed in the middle of (those of a process still running are its own business and are kept).
+ */
+export function removeStaleOutputs(prefix: string): void {
+  rmSync(`${prefix}.html`, { force: true });
+  const dir = path.dirname(prefix);
+  const base = path.basename(prefix);
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(`${base}.`)) continue;
+    const m = /^\.(?:json|html|csv|jsonl)\.tmp-(\d+)$/.exec(name.slice(base.length));
+    if (!m) continue;
+    const pid = Number(m[1]);
+    if (pid === process.pid || !alive(pid)) rmSync(path.join(dir, name), { force: true });
+  }
+}
+
 /** The row stream: stdout (csv format) and the --output files, each row flushed as it completes. */
 export class RowSinks {
   private csvFile: SyncAppender | null = null;
@@ -67,6 +104,7 @@ export class RowSinks {
     const header = csvHeaderLine();
     if (this.cfg.format === 'csv') this.stdout(header);
     if (this.cfg.output !== null) {
+      removeStaleOutputs(this.cfg.output);
       this.csvFile = new SyncAppender(`${this.cfg.output}.csv`);
       this.csvFile.append(header);
       this.jsonlFile = new SyncAppender(`${this.cfg.output}.jsonl`);

@@ -1,0 +1,45 @@
+// The --output files of a sweep (src/bench/row-sinks.ts) when the prefix was used before: nothing of the
+// earlier run may sit beside the new run's files as if it were the new run's.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runSweep, type SweepIO } from '../src/bench/sweep.js';
+import { resolveSweepConfig } from '../src/cli/sweep-options.js';
+import { fakeBackend } from './helpers/fake-engine.js';
+
+const tmp = mkdtempSync(path.join(os.tmpdir(), 'bench-sinks-'));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+function sink(): NodeJS.WritableStream {
+  const s = new PassThrough();
+  s.resume();
+  return s;
+}
+
+describe('--output PREFIX over an earlier run', () => {
+  it('removes the earlier PREFIX.html and the .tmp-PID leftovers of dead processes before it writes; keeps the rest', async () => {
+    const prefix = path.join(tmp, 'run');
+    // A process that has exited: its pid names a leftover no one is writing any more.
+    const dead = spawnSync(process.execPath, ['-e', '0']).pid!;
+    const live = process.ppid;
+    const files = {
+      [`run.html`]: 'the page of an earlier run',
+      [`run.json.tmp-${dead}`]: '{"half": ',
+      [`run.html.tmp-${dead}`]: '<html',
+      [`run.json.tmp-${live}`]: 'a running writer',
+      [`other.html`]: 'another prefix',
+      [`runner.json.tmp-${dead}`]: 'another prefix',
+      [`run.json.tmp-x`]: 'not a pid',
+    };
+    for (const [name, text] of Object.entries(files)) writeFileSync(path.join(tmp, name), text);
+    const cfg = { ...resolveSweepConfig({ cells: '16:8', concurrency: '1', warmup: '0', blockSize: '4', maxSeq: '256' }), output: prefix };
+    const io = { stdout: sink(), stderr: sink(), stderrIsTTY: false, env: {}, argv: ['node', 'bench'], handleSignals: false } as SweepIO;
+    expect(await runSweep(cfg, fakeBackend(), io)).toBe(0);
+    // runSweep writes no page (the CLI renders it after the sweep): whatever page is there would be the old one.
+    expect(existsSync(`${prefix}.html`)).toBe(false);
+    expect(readdirSync(tmp).sort()).toEqual(['other.html', 'run.csv', 'run.json', `run.json.tmp-${live}`, 'run.json.tmp-x', 'run.jsonl', `runner.json.tmp-${dead}`].sort());
+  });
+});
