@@ -1,6 +1,11 @@
 // The noise floor (src/report/noise.ts) and the comparison rule (src/report/compare.ts) on made-up
 // samples, where the answer is known: no sweep, no browser.
-import { describe, expect, it } from 'vitest';
+import { linkSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Command } from 'commander';
+import { afterAll, describe, expect, it } from 'vitest';
+import { registerReport } from '../src/cli/cmd-report.js';
 import { compareReports } from '../src/report/compare.js';
 import { parse } from 'csv-parse/sync';
 import { formatCsv, formatMarkdown, verdictLine } from '../src/report/compare-format.js';
@@ -237,5 +242,33 @@ describe('checkReport and the chart points', () => {
     const bad = structuredClone(spec) as any;
     bad.layer[1].encoding.shape = { field: 'series', type: 'nominal', legend: null };
     await expect(renderChart(bad)).rejects.toThrow(/^chart warn: .*legend/);
+  });
+});
+
+describe('bench report --out', () => {
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'bench-report-units-'));
+  afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+  const run = async (args: string[]) => {
+    const program = new Command().exitOverride();
+    let code: number | null = null;
+    registerReport(program, (c) => { code = c; });
+    await program.parseAsync(['node', 'bench', 'report', ...args]);
+    return code;
+  };
+
+  it('refuses an --out that is the report itself (any spelling, a symlink, a hard link), and leaves the report as it was', async () => {
+    const file = path.join(tmp, 'run.json');
+    const text = JSON.stringify({ schema_version: 1, status: 'complete', rows: [row(16, 1, 100, 10, 5, 0.02, 3)] });
+    writeFileSync(file, text);
+    symlinkSync(file, path.join(tmp, 'link.json'));
+    linkSync(file, path.join(tmp, 'hard.json'));
+    for (const out of [file, path.join(tmp, '.', 'run.json'), path.relative(process.cwd(), file), path.join(tmp, 'link.json'), path.join(tmp, 'hard.json')]) {
+      await expect(run([file, '--out', out]), out).rejects.toThrow(new UsageError(`--out: ${out} is the report being read; the page would overwrite it (give another file, or leave --out out for ${path.join(tmp, 'run.html')})`));
+      expect(readFileSync(file, 'utf8')).toBe(text);
+    }
+    // Another file is fine.
+    expect(await run([file, '--out', path.join(tmp, 'page.html')])).toBe(0);
+    expect(readFileSync(path.join(tmp, 'page.html'), 'utf8')).toMatch(/^<!DOCTYPE html>/);
   });
 });
