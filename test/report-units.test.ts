@@ -221,6 +221,39 @@ describe('checkReport and the chart points', () => {
     expect(() => checkReport({ schema_version: 1, rows: [{ isl: 1, osl: 1, concurrency: 1, status: 'maybe' }] }, 'x.json')).toThrow('rows[0].status is "maybe"');
   });
 
+  it('checks the type of every field a reader uses: a one-line usage error naming the file and the field, never a crash or a silent "not measured"', async () => {
+    const ok = () => structuredClone(row(16, 1, 100, 10, 5, 0.02, 3)) as Record<string, any>;
+    const base = () => ({ schema_version: 1, status: 'complete', machine: { cpu_model: 'x', gpus: [{ name: 'g' }] }, command_line: { shell: 'bench' }, notes: ['n'], rows: [ok()] });
+    const cases: Array<[string, (r: ReturnType<typeof base>) => void, string]> = [
+      ['a number as the reason', (r) => { Object.assign(r.rows[0]!, { status: 'error', reason: 42 }); }, 'x.json: rows[0].reason is 42, expected a string'],
+      ['an array as the notes of a row', (r) => { r.rows[0]!.notes = ['x']; }, 'x.json: rows[0].notes is ["x"], expected a string'],
+      ['a string as a figure', (r) => { r.rows[0]!.decode_tok_s = '250.5'; }, 'x.json: rows[0].decode_tok_s is "250.5", expected a number or null'],
+      ['a string as cpu_other_share', (r) => { r.rows[0]!.cpu_other_share = 'high'; }, 'x.json: rows[0].cpu_other_share is "high", expected a number or null'],
+      ['a zero concurrency', (r) => { r.rows[0]!.concurrency = 0; }, 'x.json: rows[0].concurrency is 0, expected a whole number >= 1'],
+      ['a string as distributions', (r) => { r.rows[0]!.distributions = 'x'; }, 'x.json: rows[0].distributions is "x", expected an object or null'],
+      ['a string in a distribution', (r) => { r.rows[0]!.distributions.ttft_ms.p99 = '5'; }, 'x.json: rows[0].distributions.ttft_ms.p99 is "5", expected a number or null'],
+      ['samples without pass', (r) => { r.rows[0]!.samples = { pass: 'x' }; }, 'x.json: rows[0].samples.pass is "x", expected an array'],
+      ['a null pass', (r) => { r.rows[0]!.samples.pass[1] = null; }, 'x.json: rows[0].samples.pass[1] is null, expected a whole number >= 0'],
+      ['a missing sample column', (r) => { r.rows[0]!.samples.ttft_ms = null; }, 'x.json: rows[0].samples.ttft_ms is null, expected an array'],
+      ['a short sample column', (r) => { r.rows[0]!.samples.itl_p99_ms.pop(); }, 'x.json: rows[0].samples.itl_p99_ms has 2 entries, samples.pass 3'],
+      ['a string sample', (r) => { r.rows[0]!.samples.decode_tok_s[2] = '1'; }, 'x.json: rows[0].samples.decode_tok_s[2] is "1", expected a number or null'],
+      ['notes as a string', (r) => { (r as any).notes = 'a note'; }, 'x.json: notes is "a note", expected an array of strings'],
+      ['a number among the notes', (r) => { (r as any).notes = ['a', 1]; }, 'x.json: notes[1] is 1, expected a string'],
+      ['a null GPU', (r) => { r.machine.gpus = [null as any]; }, 'x.json: machine.gpus[0] is null, expected an object'],
+      ['an object as the shell line', (r) => { (r.command_line as any).shell = { a: 1 }; }, 'x.json: command_line.shell is {"a":1}, expected a string'],
+      ['a number as the status', (r) => { (r as any).status = 3; }, 'x.json: status is 3, expected a string'],
+    ];
+    expect(() => checkReport(base(), 'x.json')).not.toThrow();
+    for (const [what, edit, msg] of cases) {
+      const r = base();
+      edit(r);
+      let err: unknown = null;
+      try { checkReport(r, 'x.json'); } catch (e) { err = e; }
+      expect(err, what).toBeInstanceOf(UsageError);
+      expect((err as Error).message, what).toBe(`${msg} (is it a PREFIX.json written by bench --output?)`);
+    }
+  });
+
   it('plots ok rows with measured figures only: an error row and a null figure are left out', () => {
     const ok = row(16, 1, 100, 10, 5, 0.02, 3);
     const nullItl = { ...row(16, 2, 100, 10, 5, 0.02, 3), itl_p99_ms: null };

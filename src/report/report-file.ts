@@ -1,6 +1,7 @@
 // Reading a saved PREFIX.json back (`bench report`, `bench compare`): the fields the HTML page and the
 // comparison use, checked, with a one-line error naming the file and the field when one is wrong.
 import { readFileSync } from 'node:fs';
+import { CSV_COLUMNS } from '../bench/csv.js';
 import type { ReportRow } from '../bench/report.js';
 import { REPORT_SCHEMA_VERSION } from '../bench/report.js';
 import { parseJsonBytes } from '../util/json.js';
@@ -29,7 +30,20 @@ export interface SavedReport {
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Checks a parsed report; `file` names it in the errors. */
+const show = (v: unknown): string => (v === undefined ? 'missing' : JSON.stringify(v)?.slice(0, 40) ?? String(v));
+const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
+/** The per-request sample columns of rows[].samples besides `pass` (src/bench/row-samples.ts). */
+const SAMPLE_COLUMNS = ['ttft_ms', 'decode_tok_s', 'itl_p50_ms', 'itl_p99_ms'] as const;
+/** The fields of a Distribution (src/bench/stats.ts). */
+const DISTRIBUTION_FIELDS = ['n', 'mean', 'p50', 'p90', 'p99', 'min', 'max'] as const;
+
+/**
+ * Checks a parsed report; `file` names it in the errors. Every field a reader uses is checked for its
+ * type, so a report edited by hand or by another tool is a one-line error naming the field, never a
+ * crash deeper in (`s.replace is not a function`) nor a figure silently read as "not measured" (a
+ * figure written as the string "250.5"). A field a reader does not use is not checked.
+ */
 export function checkReport(value: unknown, file: string): SavedReport {
   const bad = (field: string, why: string): never => { throw new UsageError(`${file}: ${field} ${why} (is it a PREFIX.json written by bench --output?)`); };
   if (!isObj(value)) return bad('the top level', 'is not a JSON object');
@@ -39,33 +53,85 @@ export function checkReport(value: unknown, file: string): SavedReport {
     if (v === null || v === undefined) return null;
     return isObj(v) ? v : bad(k, 'is not an object');
   };
+  /** null and absent read as "not there"; anything else must be a string. */
+  const optString = (v: unknown, field: string): void => {
+    if (v !== null && v !== undefined && typeof v !== 'string') bad(field, `is ${show(v)}, expected a string`);
+  };
+  const optNumber = (v: unknown, field: string): void => {
+    if (v !== null && v !== undefined && !isNum(v)) bad(field, `is ${show(v)}, expected a number or null`);
+  };
   if (!Array.isArray(value.rows)) bad('rows', 'is not an array');
   const rows = value.rows as unknown[];
   rows.forEach((r, i) => {
-    if (!isObj(r)) return bad(`rows[${i}]`, 'is not an object');
+    const at = `rows[${i}]`;
+    if (!isObj(r)) return bad(at, 'is not an object');
     for (const k of ['isl', 'osl', 'concurrency'] as const) {
-      if (typeof r[k] !== 'number' || !Number.isInteger(r[k])) bad(`rows[${i}].${k}`, 'is not an integer');
+      if (typeof r[k] !== 'number' || !Number.isInteger(r[k])) bad(`${at}.${k}`, 'is not an integer');
+      if ((r[k] as number) < 1) bad(`${at}.${k}`, `is ${r[k] as number}, expected a whole number >= 1`);
     }
-    if (r.status !== 'ok' && r.status !== 'error') bad(`rows[${i}].status`, `is ${JSON.stringify(r.status)}, expected "ok" or "error"`);
+    if (r.status !== 'ok' && r.status !== 'error') bad(`${at}.status`, `is ${JSON.stringify(r.status)}, expected "ok" or "error"`);
+    for (const c of CSV_COLUMNS) {
+      if (c.kind === 'figure') optNumber(r[c.name], `${at}.${c.name}`);
+      else if (c.kind === 'text') optString(r[c.name], `${at}.${c.name}`);
+    }
+    optNumber(r.cpu_other_share, `${at}.cpu_other_share`);
+    const d = r.distributions;
+    if (d !== null && d !== undefined) {
+      if (!isObj(d)) bad(`${at}.distributions`, `is ${show(d)}, expected an object or null`);
+      for (const [name, dist] of Object.entries(d as Record<string, unknown>)) {
+        if (dist === null) continue;
+        if (!isObj(dist)) bad(`${at}.distributions.${name}`, `is ${show(dist)}, expected an object or null`);
+        for (const f of DISTRIBUTION_FIELDS) optNumber((dist as Record<string, unknown>)[f], `${at}.distributions.${name}.${f}`);
+      }
+    }
+    const s = r.samples;
+    if (s !== null && s !== undefined) {
+      if (!isObj(s)) bad(`${at}.samples`, `is ${show(s)}, expected an object or null`);
+      const so = s as Record<string, unknown>;
+      if (!Array.isArray(so.pass)) bad(`${at}.samples.pass`, `is ${show(so.pass)}, expected an array`);
+      const pass = so.pass as unknown[];
+      pass.forEach((p, j) => {
+        if (typeof p !== 'number' || !Number.isInteger(p) || p < 0) bad(`${at}.samples.pass[${j}]`, `is ${show(p)}, expected a whole number >= 0`);
+      });
+      for (const k of SAMPLE_COLUMNS) {
+        const col = so[k];
+        if (!Array.isArray(col)) bad(`${at}.samples.${k}`, `is ${show(col)}, expected an array`);
+        const arr = col as unknown[];
+        if (arr.length !== pass.length) bad(`${at}.samples.${k}`, `has ${arr.length} entries, samples.pass ${pass.length}`);
+        arr.forEach((v, j) => { if (v !== null && !isNum(v)) bad(`${at}.samples.${k}[${j}]`, `is ${show(v)}, expected a number or null`); });
+      }
+    }
     return undefined;
   });
+  if (value.notes !== undefined && value.notes !== null) {
+    if (!Array.isArray(value.notes)) bad('notes', `is ${show(value.notes)}, expected an array of strings`);
+    (value.notes as unknown[]).forEach((n, i) => { if (typeof n !== 'string') bad(`notes[${i}]`, `is ${show(n)}, expected a string`); });
+  }
+  for (const k of ['status', 'started_at', 'finished_at'] as const) optString(value[k], k);
+  const machine = section('machine');
+  if (machine && machine.gpus !== undefined && machine.gpus !== null) {
+    if (!Array.isArray(machine.gpus)) bad('machine.gpus', `is ${show(machine.gpus)}, expected an array`);
+    (machine.gpus as unknown[]).forEach((g, i) => { if (!isObj(g)) bad(`machine.gpus[${i}]`, `is ${show(g)}, expected an object`); });
+  }
+  const commandLine = section('command_line');
+  if (commandLine) optString(commandLine.shell, 'command_line.shell');
   const str = (k: string): string | null => (typeof value[k] === 'string' ? (value[k] as string) : null);
   return {
     file,
     schema_version: REPORT_SCHEMA_VERSION,
     tool: section('tool'),
-    command_line: section('command_line'),
+    command_line: commandLine,
     status: str('status') ?? 'unknown',
     started_at: str('started_at'),
     finished_at: str('finished_at'),
-    machine: section('machine'),
+    machine,
     engine: section('engine'),
     model: section('model'),
     endpoint: section('endpoint'),
     model_load: section('model_load'),
     sweep: section('sweep'),
     rows: rows as ReportRow[],
-    notes: Array.isArray(value.notes) ? value.notes.map(String) : [],
+    notes: Array.isArray(value.notes) ? (value.notes as string[]) : [],
   };
 }
 
