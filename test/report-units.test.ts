@@ -205,6 +205,26 @@ describe('compareReports', () => {
     ]);
   });
 
+  it('compares engine settings, not what was measured at load: the KV pool\'s size apart, free memory and RSS not at all', () => {
+    const engine = (blocks: number, free: number, rss: number, fraction = 0.02) => ({
+      backend: 'cpu', isa: 'avx2', threads: 2, kv_blocks_total: blocks, kv_memory: { fraction },
+      kv_pool: { blocks, block_bytes: 32768, dtype: 'f32', bytes: blocks * 32768, source: 'fraction of available host memory', fraction, free_bytes: free, budget_bytes: free * fraction },
+      rss_before_release_bytes: rss, rss_after_release_bytes: rss / 2,
+    });
+    const a = report([], { engine: engine(13180, 21679042560, 1e9) });
+    const b = report([], { engine: engine(13077, 21500000000, 1.1e9) });
+    const c = compareReports(a, b);
+    expect(c.provenance).toEqual([]);
+    expect(c.measured).toEqual([{ field: 'engine.kv_blocks_total', base: '13180', next: '13077' }]);
+    const md = formatMarkdown(c);
+    expect(md).toContain('**Provenance**: no difference');
+    expect(md).toContain('Measured at load, not a setting: engine.kv_blocks_total 13180 → 13077');
+    expect(md).not.toMatch(/free_bytes|budget_bytes|rss_/);
+    // The settings that size the pool are compared, inside kv_pool too.
+    const d = compareReports(a, report([], { engine: engine(6590, 21679042560, 1e9, 0.01) }));
+    expect(d.provenance.map((x) => x.field)).toEqual(['engine.kv_memory', 'engine.kv_pool.fraction']);
+  });
+
   it('lists a KV cache dtype change among the engine differences, and the page states the dtype', async () => {
     const a = report([], { engine: { isa: 'avx2', threads: 2, kv_cache_dtype: 'f32' } });
     const b = report([], { engine: { isa: 'avx2', threads: 2, kv_cache_dtype: 'f16' } });

@@ -55,6 +55,10 @@ export function formatMarkdown(c: Comparison): string {
   } else {
     out.push('**Provenance**: no difference (machine, ISA, engine configuration, weight format, commit, sweep settings).');
   }
+  if (c.measured.length) {
+    const what = c.measured.map((m) => `${m.field} ${mdEsc(m.base)} → ${mdEsc(m.next)}`).join(', ');
+    out.push('', `Measured at load, not a setting: ${what} (the KV pool's size; sized by a --kv-memory fraction, it follows the memory free at load).`);
+  }
   out.push('', verdictLine(c));
   if (c.no_floor.figures > 0) {
     const moved = c.unknown_floor > 0 ? ` ${c.unknown_floor} of them moved beyond the threshold and are not flagged.` : '';

@@ -49,7 +49,10 @@ export interface Comparison {
   base: string;
   next: string;
   threshold_pct: number;
+  /** Settings that differ (machine, engine, model, endpoint, tool, sweep). */
   provenance: ProvenanceDiff[];
+  /** Sizes measured at load that differ (engine.kv_blocks_total): not settings, shown apart. */
+  measured: ProvenanceDiff[];
   rows: RowComparison[];
   only_in_base: string[];
   only_in_next: string[];
@@ -75,7 +78,7 @@ export const EXIT_REGRESSION = 5;
 
 const show = (v: unknown): string => (v === undefined || v === null ? '—' : typeof v === 'string' ? v : JSON.stringify(v));
 
-/** The provenance fields compared, by section; `*` compares every field of the section. */
+/** The provenance fields compared, by section; `*` compares every field of the section but the measured ones. */
 const PROVENANCE: ReadonlyArray<readonly [keyof SavedReport, readonly string[]]> = [
   ['machine', ['cpu_model', 'logical_cores', 'physical_cores', 'memory_bytes', 'os', 'arch', 'node', 'gpus']],
   ['engine', ['*']],
@@ -85,6 +88,45 @@ const PROVENANCE: ReadonlyArray<readonly [keyof SavedReport, readonly string[]]>
   ['sweep', ['warmup', 'iters', 'prompts', 'shared_prefix', 'seed', 'load']],
 ];
 
+/**
+ * Fields of a `*` section that are measured when the engine loads, not set: the KV pool's size when a
+ * fraction of the free memory sized it (the blocks, the bytes, the free memory and the budget it was
+ * taken from) and the process's RSS around the weights' release. They differ between two runs of the
+ * same settings, so they are not settings changes; the pool's size is shown apart (MEASURED_SHOWN),
+ * the rest not at all. The settings that size the pool (kv_memory, kv_pool.source, kv_pool.fraction,
+ * block size, KV dtype) are compared.
+ */
+const MEASURED = new Set([
+  'engine.kv_blocks_total', 'engine.kv_pool.blocks', 'engine.kv_pool.bytes', 'engine.kv_pool.free_bytes', 'engine.kv_pool.budget_bytes',
+  'engine.rss_before_release_bytes', 'engine.rss_after_release_bytes',
+]);
+const MEASURED_SHOWN = ['engine.kv_blocks_total'];
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function at(section: Record<string, unknown> | null, dotted: string): unknown {
+  let v: unknown = section;
+  for (const k of dotted.split('.')) v = isRecord(v) ? v[k] : undefined;
+  return v;
+}
+
+/** The fields of a `*` section: every key, an object holding a measured field split into its own fields. */
+function starFields(section: string, sa: Record<string, unknown> | null, sb: Record<string, unknown> | null): string[] {
+  const out: string[] = [];
+  for (const k of new Set([...Object.keys(sa ?? {}), ...Object.keys(sb ?? {})])) {
+    const holdsMeasured = [...MEASURED].some((m) => m.startsWith(`${section}.${k}.`));
+    const va = sa?.[k];
+    const vb = sb?.[k];
+    if (holdsMeasured && (isRecord(va) || isRecord(vb))) {
+      for (const sub of new Set([...Object.keys(isRecord(va) ? va : {}), ...Object.keys(isRecord(vb) ? vb : {})])) out.push(`${k}.${sub}`);
+    } else out.push(k);
+  }
+  return out.filter((f) => !MEASURED.has(`${section}.${f}`));
+}
+
+const differs = (va: unknown, vb: unknown): boolean => JSON.stringify(va ?? null) !== JSON.stringify(vb ?? null);
+
+/** The settings that differ: machine, engine, model, endpoint, tool, sweep (measured sizes left out). */
 export function provenanceDiffs(a: SavedReport, b: SavedReport): ProvenanceDiff[] {
   const out: ProvenanceDiff[] = [];
   if (targetKind(a) !== targetKind(b)) out.push({ field: 'target', base: targetKind(a), next: targetKind(b) });
@@ -92,12 +134,24 @@ export function provenanceDiffs(a: SavedReport, b: SavedReport): ProvenanceDiff[
     const sa = (a[section] ?? null) as Record<string, unknown> | null;
     const sb = (b[section] ?? null) as Record<string, unknown> | null;
     if (sa === null && sb === null) continue;
-    const keys = fields[0] === '*' ? [...new Set([...Object.keys(sa ?? {}), ...Object.keys(sb ?? {})])] : fields;
+    const keys = fields[0] === '*' ? starFields(section, sa, sb) : fields;
     for (const k of keys) {
-      const va = sa?.[k];
-      const vb = sb?.[k];
-      if (JSON.stringify(va ?? null) !== JSON.stringify(vb ?? null)) out.push({ field: `${section}.${k}`, base: show(va), next: show(vb) });
+      const va = at(sa, k);
+      const vb = at(sb, k);
+      if (differs(va, vb)) out.push({ field: `${section}.${k}`, base: show(va), next: show(vb) });
     }
+  }
+  return out;
+}
+
+/** Sizes measured at load that differ (the KV pool's blocks): context for a change, not a setting. */
+export function measuredDiffs(a: SavedReport, b: SavedReport): ProvenanceDiff[] {
+  const out: ProvenanceDiff[] = [];
+  for (const field of MEASURED_SHOWN) {
+    const [section, ...rest] = field.split('.');
+    const va = at((a[section as keyof SavedReport] ?? null) as Record<string, unknown> | null, rest.join('.'));
+    const vb = at((b[section as keyof SavedReport] ?? null) as Record<string, unknown> | null, rest.join('.'));
+    if (differs(va, vb)) out.push({ field, base: show(va), next: show(vb) });
   }
   return out;
 }
@@ -194,6 +248,7 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     next: b.file,
     threshold_pct: thresholdPct,
     provenance: provenanceDiffs(a, b),
+    measured: measuredDiffs(a, b),
     rows,
     only_in_base: onlyBase,
     only_in_next: onlyNext,
