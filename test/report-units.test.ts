@@ -9,7 +9,7 @@ import { registerReport } from '../src/cli/cmd-report.js';
 import { compareReports } from '../src/report/compare.js';
 import { parse } from 'csv-parse/sync';
 import { formatCsv, formatMarkdown, verdictLine } from '../src/report/compare-format.js';
-import { renderHtml } from '../src/report/html.js';
+import { renderHtml, shownFigure } from '../src/report/html.js';
 import { checkReport } from '../src/report/report-file.js';
 import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
 import { combinedFloor, logHalfWidth, medianInterval, percentileInterval, type MedianInterval } from '../src/report/noise.js';
@@ -272,6 +272,17 @@ describe('checkReport and the chart points', () => {
       expect(err, what).toBeInstanceOf(UsageError);
       expect((err as Error).message, what).toBe(`${msg} (is it a PREFIX.json written by bench --output?)`);
     }
+  });
+
+  it('shows a figure to 5 significant digits without a made-up zero before the point; the exact value is the title', async () => {
+    expect(shownFigure(123456.78)).toBe('123457');
+    expect(shownFigure(-123456.78)).toBe('-123457');
+    expect(shownFigure(12345.678)).toBe('12346');
+    expect(shownFigure(12.3456789)).toBe('12.346');
+    expect(shownFigure(0.000123456789)).toBe('0.00012346');
+    expect(shownFigure(42)).toBe('42');
+    const html = await renderHtml(checkReport({ schema_version: 1, rows: [{ ...row(16, 1, 100, 10, 5, 0.02, 3), prefill_tok_s: 123456.78 }] }, 'r.json'));
+    expect(html).toContain('<td class="figure" title="123456.78">123457</td>');
   });
 
   it('plots ok rows with measured figures only: an error row and a null figure are left out', () => {

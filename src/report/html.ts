@@ -59,13 +59,24 @@ function header(r: SavedReport): string {
     + `<div class="header">${parts.join('')}</div>`;
 }
 
+/**
+ * A figure as the table shows it: 5 significant digits, but never fewer than the digits before the
+ * point (123456.78 shows as 123457, not as toPrecision's 123460, a zero that was never measured).
+ */
+export function shownFigure(v: number): string {
+  if (Number.isInteger(v)) return formatField(v);
+  const a = Math.abs(v);
+  if (a >= 1e5 && a < 1e21) return formatField(Math.round(v));
+  return formatField(Number(v.toPrecision(5)));
+}
+
 function table(rows: readonly ReportRow[]): string {
   const head = CSV_COLUMNS.map((c) => `<th title="${esc(c.meaning)}">${esc(c.name)}</th>`).join('');
   const body = rows.map((row) => {
     const cells = CSV_COLUMNS.map((c) => {
       const v = (row as unknown as Record<string, number | string | null>)[c.name] ?? null;
-      // Figures shown to 5 significant digits; the exact value (as in the CSV) is the cell's title.
-      if (typeof v === 'number' && !Number.isInteger(v)) return `<td class="${c.kind}" title="${formatField(v)}">${esc(formatField(Number(v.toPrecision(5))))}</td>`;
+      // Figures shown to 5 significant digits (or to the unit when larger); the exact value (as in the CSV) is the cell's title.
+      if (typeof v === 'number' && !Number.isInteger(v)) return `<td class="${c.kind}" title="${formatField(v)}">${esc(shownFigure(v))}</td>`;
       return `<td class="${c.kind}">${esc(formatField(v))}</td>`;
     }).join('');
     return `<tr class="${row.status === 'ok' ? 'ok' : 'error'}" data-row="${esc(`${cellOf(row)} c=${row.concurrency}`)}">${cells}</tr>`;
