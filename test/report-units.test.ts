@@ -12,59 +12,97 @@ import { formatCsv, formatMarkdown, verdictLine } from '../src/report/compare-fo
 import { renderHtml, shownFigure } from '../src/report/html.js';
 import { checkReport } from '../src/report/report-file.js';
 import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
-import { combinedFloor, logHalfWidth, medianInterval, percentileInterval, type MedianInterval } from '../src/report/noise.js';
+import { gateFloor, minTailSamples, rowSpreads, studentTQuantile, type FloorRule, type FloorUnknown, type Spread } from '../src/report/noise.js';
 import { UsageError } from '../src/util/usage-error.js';
 
-const known = (iv: ReturnType<typeof medianInterval>): MedianInterval => {
-  if ('unknown' in iv) throw new Error(`floor unknown: ${iv.unknown}`);
-  return iv;
+const known = (sp: Spread | FloorUnknown | undefined): Spread => {
+  if (!sp || 'unknown' in sp) throw new Error(`floor unknown: ${sp ? sp.unknown : 'missing'}`);
+  return sp;
 };
 
-describe('medianInterval', () => {
+/** One rule's spread over a row's samples. */
+const spread = (rule: FloorRule, values: Array<number | null>, pass: number[], extra: Record<string, Array<number | null>> = {}, osl = 8) =>
+  rowSpreads({ osl, samples: { pass, ttft_ms: values, decode_tok_s: values, itl_p50_ms: values, itl_p99_ms: values, ...extra } }, [['x', rule]]).get('x');
+
+describe('the noise floor (noise.ts)', () => {
+  it('Student t quantiles: the textbook values', () => {
+    expect(studentTQuantile(0.975, 4)).toBeCloseTo(2.776, 3);
+    expect(studentTQuantile(0.995, 10)).toBeCloseTo(3.169, 3);
+    expect(studentTQuantile(0.975, 1)).toBeCloseTo(12.706, 3);
+    expect(studentTQuantile(0.975, 1e6)).toBeCloseTo(1.96, 3);
+    expect(studentTQuantile(0.5, 3)).toBeCloseTo(0, 6);
+  });
+
+  it('a tail percentile is judged from 5 samples above it: 500 for a p99, 100 for a p95', () => {
+    expect(minTailSamples(99)).toBe(500);
+    expect(minTailSamples(95)).toBe(100);
+  });
+
   it('one pass: unknown, with the reason; no samples: unknown', () => {
-    expect(medianInterval([1, 2, 3, 4], [0, 0, 0, 0])).toEqual({ unknown: 'one timed pass (4 requests)' });
-    expect(medianInterval([null, null], [0, 1])).toEqual({ unknown: 'no samples' });
+    for (const rule of [{ stat: 'mean', sample: 'ttft_ms' }, { stat: 'percentile', sample: 'ttft_ms', p: 50 }, { stat: 'request-spread', sample: 'itl_p99_ms' }, { stat: 'aggregate-rate' }] as FloorRule[]) {
+      expect(spread(rule, [1, 2, 3, 4], [0, 0, 0, 0])).toEqual({ unknown: 'one timed pass (4 requests)' });
+      expect(spread(rule, [null, null], [0, 1])).toEqual({ unknown: 'no samples' });
+    }
+    expect(rowSpreads({ osl: 8, samples: null }, [['x', { stat: 'mean', sample: 'ttft_ms' }]]).get('x')).toEqual({ unknown: 'no per-request samples in the report' });
   });
 
-  it('lies within the samples, holds the median, and is the same every time', () => {
-    const v = [10, 11, 12, 10.5, 11.5, 30, 9, 10, 10.2];
-    const pass = [0, 0, 0, 1, 1, 1, 2, 2, 2];
-    const iv = known(medianInterval(v, pass));
-    expect(iv.median).toBe(10.5);
-    expect(iv.lo).toBeGreaterThanOrEqual(9);
-    expect(iv.hi).toBeLessThanOrEqual(30);
-    expect(iv.lo).toBeLessThanOrEqual(iv.median);
-    expect(iv.hi).toBeGreaterThanOrEqual(iv.median);
-    expect(iv).toEqual(medianInterval(v, pass));
-    expect(iv).toMatchObject({ passes: 3, n: 9 });
+  it('identical passes give a zero floor; passes that disagree a wider one; the same samples the same floor', () => {
+    const pass = [0, 0, 1, 1, 2, 2];
+    for (const rule of [{ stat: 'mean', sample: 'ttft_ms' }, { stat: 'percentile', sample: 'ttft_ms', p: 50 }, { stat: 'aggregate-rate' }] as FloorRule[]) {
+      expect(known(spread(rule, [5, 5, 5, 5, 5, 5], pass)).se).toBeLessThan(1e-12);
+      const tight = known(spread(rule, [100, 101, 99, 100, 102, 98], pass));
+      const wide = known(spread(rule, [100, 101, 50, 51, 200, 201], pass));
+      expect(wide.se).toBeGreaterThan(5 * tight.se);
+      expect(tight).toMatchObject({ df: 2, passes: 3, n: 6 });
+      expect(spread(rule, [100, 101, 50, 51, 200, 201], pass)).toEqual(wide);
+    }
   });
 
-  it('a tail percentile: the statistic is that percentile, its interval within the samples and above the median\'s', () => {
-    const v = [10, 11, 12, 10.5, 11.5, 30, 9, 10, 10.2];
-    const pass = [0, 0, 0, 1, 1, 1, 2, 2, 2];
-    const p99 = known(percentileInterval(v, pass, 99));
-    expect(p99.median).toBe(30); // nearest rank over 9 samples: the largest
-    expect(p99.hi).toBeLessThanOrEqual(30);
-    expect(p99.lo).toBeGreaterThan(known(medianInterval(v, pass)).lo);
-    expect(percentileInterval(v, pass, 50)).toEqual(medianInterval(v, pass));
-  });
-
-  it('identical passes give a zero floor; passes that disagree give a wider one', () => {
-    const same = known(medianInterval([5, 5, 5, 5, 5, 5], [0, 0, 1, 1, 2, 2]));
-    expect(logHalfWidth(same)).toBe(0);
-    const tight = known(medianInterval([100, 101, 99, 100, 102, 98], [0, 0, 1, 1, 2, 2]));
-    const wide = known(medianInterval([100, 101, 50, 51, 200, 201], [0, 0, 1, 1, 2, 2]));
-    expect(logHalfWidth(wide)!).toBeGreaterThan(logHalfWidth(tight)!);
-    // The pass-to-pass spread dominates: the interval reaches beyond the first pass alone.
-    expect(wide.hi / wide.lo).toBeGreaterThan(1.5);
+  it('the mean\'s floor is the standard error of the mean of the passes (the bootstrap\'s (k-1)/k corrected)', () => {
+    // Passes with means 1, e and e^2 on a log scale: ln(mean) of a draw ~ the mean of the drawn logs.
+    const v = [1, 1, 10, 10, 100, 100];
+    const se = known(spread({ stat: 'mean', sample: 'ttft_ms' }, v, [0, 0, 1, 1, 2, 2])).se;
+    // The standard error of ln(mean) by the delta method: sd of the pass means / mean / sqrt(3).
+    const means = [1, 10, 100];
+    const m = 37;
+    const sd = Math.sqrt(means.reduce((a, x) => a + (x - m) ** 2, 0) / 2);
+    expect(se).toBeGreaterThan(0.5 * (sd / m / Math.sqrt(3)));
+    expect(se).toBeLessThan(2 * (sd / m / Math.sqrt(3)));
   });
 
   it('drops null samples and is scale-free on the log scale', () => {
-    const a = known(medianInterval([1, 2, null, 3, 4, 5], [0, 0, 0, 1, 1, 1]));
-    const b = known(medianInterval([10, 20, null, 30, 40, 50], [0, 0, 0, 1, 1, 1]));
+    const a = known(spread({ stat: 'percentile', sample: 'ttft_ms', p: 50 }, [1, 2, null, 3, 4, 5], [0, 0, 0, 1, 1, 1]));
+    const b = known(spread({ stat: 'percentile', sample: 'ttft_ms', p: 50 }, [10, 20, null, 30, 40, 50], [0, 0, 0, 1, 1, 1]));
     expect(a.n).toBe(5);
-    expect(logHalfWidth(b)!).toBeCloseTo(logHalfWidth(a)!, 12);
-    expect(combinedFloor(0.3, 0.4)).toBeCloseTo(0.5, 12);
+    expect(b.se).toBeCloseTo(a.se, 9);
+  });
+
+  it('the ITL p99\'s floor is the spread of the requests\' own p99s, not divided by their number', () => {
+    const v = [10, 12, 10, 40, 11, 10];
+    const sp = known(spread({ stat: 'request-spread', sample: 'itl_p99_ms' }, v, [0, 0, 1, 1, 2, 2]));
+    const logs = v.map(Math.log);
+    const m = logs.reduce((a, x) => a + x, 0) / 6;
+    expect(sp.se).toBeCloseTo(Math.sqrt(logs.reduce((a, x) => a + (x - m) ** 2, 0) / 5), 12);
+    expect(sp.df).toBe(2);
+  });
+
+  it('the aggregate rate\'s floor follows the passes\' decode windows', () => {
+    // c=2: each pass's window runs from its first first token to its last last token; a slow pass widens it.
+    const pass = [0, 0, 1, 1, 2, 2];
+    const ttft = [10, 12, 10, 12, 10, 12];
+    const even = known(spread({ stat: 'aggregate-rate' }, [100, 100, 100, 100, 100, 100], pass, { ttft_ms: ttft }, 101));
+    const slowPass = known(spread({ stat: 'aggregate-rate' }, [100, 100, 50, 100, 100, 100], pass, { ttft_ms: ttft }, 101));
+    expect(even.se).toBeLessThan(1e-12);
+    expect(slowPass.se).toBeGreaterThan(0.05);
+  });
+
+  it('the gate\'s floor grows with the number of figures tested (alpha / m) and with fewer passes', () => {
+    const s5: Spread = { se: 0.02, df: 4, passes: 5, n: 5 };
+    const s3: Spread = { se: 0.02, df: 2, passes: 3, n: 3 };
+    expect(gateFloor(s5, s5, 1)).toBeCloseTo(studentTQuantile(0.95, 8) * Math.hypot(0.02, 0.02), 6);
+    expect(gateFloor(s5, s5, 24)).toBeGreaterThan(gateFloor(s5, s5, 6));
+    expect(gateFloor(s3, s3, 24)).toBeGreaterThan(gateFloor(s5, s5, 24));
+    expect(gateFloor({ ...s5, se: 0 }, { ...s5, se: 0 }, 24)).toBe(0);
   });
 });
 
@@ -75,7 +113,7 @@ function row(isl: number, c: number, decode: number, itl: number, ttft: number, 
   return {
     isl, osl: 8, concurrency: c, status: 'ok', reason: '',
     decode_tok_s: decode * c, ttft_ms: ttft, itl_p50_ms: itl, itl_p99_ms: itl * 2, batching_efficiency: 1,
-    distributions: { request_decode_tok_s: { mean: decode }, ttft_ms: { p50: ttft, p99: ttft } },
+    distributions: { request_decode_tok_s: { mean: decode }, ttft_ms: { n, p50: ttft, p99: ttft }, itl_ms: { n: n * 7 } },
     samples: {
       pass: Array.from({ length: n }, (_, i) => Math.floor(i / c)),
       ttft_ms: around(ttft), decode_tok_s: around(decode), itl_p50_ms: around(itl), itl_p99_ms: around(itl * 2),
@@ -94,7 +132,10 @@ describe('compareReports', () => {
     const next = report([row(16, 1, 80, 10.3, 4, 0.02, 3)]);
     const c = compareReports(base, next, 5);
     const v = Object.fromEntries(c.rows[0]!.figures.map((f) => [f.figure, f.verdict]));
-    expect(v).toEqual({ decode_tok_s: 'regression', per_user_tok_s: 'regression', ttft_mean_ms: 'improvement', ttft_p50_ms: 'improvement', ttft_p99_ms: 'improvement', itl_p50_ms: 'below threshold', itl_p99_ms: 'below threshold' });
+    // The p99s of 3 requests (21 gaps) are their largest values: not judged.
+    expect(v).toEqual({ decode_tok_s: 'regression', per_user_tok_s: 'regression', ttft_mean_ms: 'improvement', ttft_p50_ms: 'improvement', ttft_p99_ms: 'not judged', itl_p50_ms: 'below threshold', itl_p99_ms: 'not judged' });
+    expect(c.rows[0]!.figures.find((f) => f.figure === 'ttft_p99_ms')!.not_judged).toBe('BASE: 3 requests; a p99 is judged from 500');
+    expect(c.tests).toBe(5);
     expect(c.exit_code).toBe(5);
     expect(c.regressions).toBe(2);
     // A noisy pair of runs: the same 20% is within the floor.
@@ -103,6 +144,40 @@ describe('compareReports', () => {
     expect(noisy.exit_code).toBe(0);
     // A higher threshold hides it too.
     expect(compareReports(base, next, 25).exit_code).toBe(0);
+  });
+
+  it('judges a p99 only from 500 samples: TTFT p99 counts requests, ITL p99 counts gaps', () => {
+    const big = (ttft: number) => row(16, 100, 100, 10, ttft, 0.02, 5); // 500 requests, 3500 gaps
+    const c = compareReports(report([big(5)]), report([big(10)]), 5);
+    const f = Object.fromEntries(c.rows[0]!.figures.map((x) => [x.figure, x]));
+    expect(f.ttft_p99_ms!.verdict).toBe('regression');
+    expect(f.ttft_p99_ms!.not_judged).toBeNull();
+    expect(f.itl_p99_ms!.verdict).toBe('below threshold');
+    const thin = compareReports(report([row(16, 4, 100, 10, 5, 0.02, 5)]), report([row(16, 4, 100, 10, 10, 0.02, 5)]), 5);
+    const g = Object.fromEntries(thin.rows[0]!.figures.map((x) => [x.figure, x]));
+    expect(g.ttft_p99_ms!.verdict).toBe('not judged');
+    expect(g.ttft_p99_ms!.not_judged).toBe('BASE: 20 requests; a p99 is judged from 500');
+    expect(g.itl_p99_ms!.not_judged).toBe('BASE: 140 gaps; a p99 is judged from 500');
+    expect(thin.not_judged).toEqual({ figures: 2, reason: 'BASE: 20 requests; a p99 is judged from 500' });
+    expect(formatMarkdown(thin)).toContain('2.00× not judged (20 requests)');
+    // Not judged is not a regression, whatever the ratio.
+    expect(thin.exit_code).toBe(5); // the TTFT mean and p50 doubled
+    expect(thin.regressions).toBe(2);
+  });
+
+  it('the TTFT mean gets the mean\'s floor: one slow request moves it, and its floor, more than the median\'s', () => {
+    const pass = [0, 0, 0, 1, 1, 1, 2, 2, 2];
+    const ttft = [10, 10.2, 9.9, 10.1, 80, 10, 9.8, 10, 10.3];
+    const sp = rowSpreads({ osl: 8, samples: { pass, ttft_ms: ttft } }, [['mean', { stat: 'mean', sample: 'ttft_ms' }], ['p50', { stat: 'percentile', sample: 'ttft_ms', p: 50 }]]);
+    expect(known(sp.get('mean')).se).toBeGreaterThan(10 * known(sp.get('p50')).se);
+  });
+
+  it('the floor of each figure accounts for every figure tested: more rows, a wider floor', () => {
+    const one = compareReports(report([row(16, 1, 100, 10, 5, 0.02, 3)]), report([row(16, 1, 100, 10, 5, 0.02, 3)]));
+    const four = compareReports(report([1, 2, 4, 8].map((c) => row(16, c, 100, 10, 5, 0.02, 3))), report([1, 2, 4, 8].map((c) => row(16, c, 100, 10, 5, 0.02, 3))));
+    expect(one.tests).toBe(5);
+    expect(four.tests).toBe(20);
+    expect(four.rows[0]!.figures[0]!.floor!).toBeGreaterThan(one.rows[0]!.figures[0]!.floor!);
   });
 
   it('matches rows by cell, concurrency and target; lists the rest', () => {

@@ -29,6 +29,9 @@ export function verdictLine(c: Comparison): string {
   return `**No change beyond noise** (threshold ${c.threshold_pct}%).`;
 }
 
+/** A test's level as a percentage, two significant digits (0.21%). */
+const formatLevel = (x: number): string => `${Number((x * 100).toPrecision(2))}%`;
+
 function cellText(f: FigureChange): string {
   if (f.ratio === null) return '—';
   const floor = f.floor_pct !== null ? ` ±${pct(f.floor_pct)}` : ' ±?';
@@ -36,6 +39,7 @@ function cellText(f: FigureChange): string {
   if (f.verdict === 'regression') return `**${base} ▼ regression**`;
   if (f.verdict === 'improvement') return `**${base} ▲ better**`;
   if (f.verdict === 'floor unknown') return `${base} (beyond threshold, floor unknown)`;
+  if (f.verdict === 'not judged') return `${ratioText(f.ratio)} not judged (${mdEsc(f.not_judged!.replace(/^(BASE|NEW): /, '').split(';')[0]!)})`;
   return base;
 }
 
@@ -64,12 +68,15 @@ export function formatMarkdown(c: Comparison): string {
     const moved = c.unknown_floor > 0 ? ` ${c.unknown_floor} of them moved beyond the threshold and are not flagged.` : '';
     out.push('', `The noise floor is unknown for ${c.no_floor.figures} figure${c.no_floor.figures === 1 ? '' : 's'} (±?; ${c.no_floor.reason}).${moved} Run both sweeps with \`--iters 3\` or more.`);
   }
+  if (c.not_judged.figures > 0) {
+    out.push('', `${c.not_judged.figures} tail figure${c.not_judged.figures === 1 ? ' is' : 's are'} not judged (${c.not_judged.reason}): a p99 of fewer samples is one of their few largest values, and no floor of it can be trusted (docs/report.md).`);
+  }
   out.push('', `| row | ${COMPARED_FIGURES.map((f) => f.label).join(' | ')} |`, `| --- |${' --- |'.repeat(COMPARED_FIGURES.length)}`);
   for (const r of c.rows) out.push(rowLine(r));
   if (c.only_in_base.length) out.push('', `Only in BASE (not compared): ${c.only_in_base.join(', ')}.`);
   if (c.only_in_next.length) out.push('', `Only in NEW (not compared): ${c.only_in_next.join(', ')}.`);
   if (c.duplicated.length) out.push('', `More than one row for one key (not compared): ${c.duplicated.join('; ')}.`);
-  out.push('', `NEW/BASE ratio ± noise floor (95% two-stage bootstrap interval of the per-request median, both runs); flagged only beyond both the floor and ${c.threshold_pct}%.`);
+  out.push('', `NEW/BASE ratio ± noise floor: the two runs' pass-to-pass spread of each figure, wide enough that two runs of one build flag a regression in at most ${Math.round(c.alpha * 100)}% of comparisons (${c.tests} figure${c.tests === 1 ? '' : 's'} tested, each at ${formatLevel(c.alpha / Math.max(1, c.tests))}); flagged only beyond both the floor and ${c.threshold_pct}%.`);
   return out.join('\n') + '\n';
 }
 

@@ -2,14 +2,14 @@
 // per compared figure the ratio NEW/BASE against the threshold and the two runs' noise floor; the
 // provenance fields that differ. Formatting is compare-format.ts.
 import type { ReportRow } from '../bench/report.js';
-import { COMPARED_FIGURES, cellOf, figureValue, type FigureName } from './figures.js';
-import { combinedFloor, logHalfWidth, percentileInterval } from './noise.js';
+import { COMPARED_FIGURES, cellOf, figureValue, tailTooThin, type FigureName } from './figures.js';
+import { GATE, gateFloor, rowSpreads, type FloorUnknown, type Spread } from './noise.js';
 import { targetKind, type SavedReport } from './report-file.js';
 
 /** A change smaller than this (percent of BASE) is never flagged, whatever the noise: `--threshold`'s default. */
 export const DEFAULT_THRESHOLD_PCT = 5;
 
-export type FigureVerdict = 'regression' | 'improvement' | 'within noise' | 'below threshold' | 'floor unknown' | 'not measured';
+export type FigureVerdict = 'regression' | 'improvement' | 'within noise' | 'below threshold' | 'floor unknown' | 'not judged' | 'not measured';
 
 export interface FigureChange {
   figure: FigureName;
@@ -18,10 +18,14 @@ export interface FigureChange {
   base: number | null;
   next: number | null;
   ratio: number | null;
-  /** The noise floor as a percentage of the ratio (e^floor - 1); null when unknown. */
+  /** The noise floor on a log scale: |ln ratio| beyond it is beyond the two runs' noise at the gate's level; null when unknown. */
+  floor: number | null;
+  /** The same as a percentage of the ratio (e^floor - 1); null when unknown. */
   floor_pct: number | null;
   /** Why the floor is unknown (one timed pass, no samples). */
   floor_unknown: string | null;
+  /** Why a tail figure is not judged: too few samples for its percentile (`20 requests; a p99 is judged from 500`). */
+  not_judged: string | null;
   verdict: FigureVerdict;
 }
 
@@ -66,6 +70,12 @@ export interface Comparison {
   unknown_floor: number;
   /** Compared figures without a noise floor, beyond the threshold or not, and the first reason given. */
   no_floor: { figures: number; reason: string | null };
+  /** Tail figures not judged for too few samples, and the first reason given. */
+  not_judged: { figures: number; reason: string | null };
+  /** The figures tested against their floor (both runs' floors known): the m of the gate's alpha / m. */
+  tests: number;
+  /** The gate's chance, for the comparison as a whole, to flag a regression between two runs of one build. */
+  alpha: number;
   /** Why the comparison cannot pass whatever its figures say: NEW's run did not complete, a report holds
    * two rows with one key (those rows were not compared), or nothing was compared (no row of BASE is in
    * NEW, or every shared row failed). Each fails the gate (exit 5) like a regression. */
@@ -158,41 +168,61 @@ export function measuredDiffs(a: SavedReport, b: SavedReport): ProvenanceDiff[] 
 
 const rowKey = (r: ReportRow, target: string): string => `${cellOf(r)} c=${r.concurrency} ${target}`;
 
-function floorOf(row: ReportRow, sample: string, percentile: number): { hw: number | null; why: string | null } {
-  const s = row.samples as unknown as Record<string, Array<number | null>> | null | undefined;
-  if (!s || !Array.isArray(s.pass) || !Array.isArray(s[sample])) return { hw: null, why: 'no per-request samples in the report' };
-  const iv = percentileInterval(s[sample]!, s.pass as unknown as number[], percentile);
-  if ('unknown' in iv) return { hw: null, why: iv.unknown };
-  const hw = logHalfWidth(iv);
-  return hw === null ? { hw: null, why: 'samples not all positive' } : { hw, why: null };
+/** A figure measured in both rows, its floors still to be set once every row's figures are known. */
+interface Pending {
+  change: FigureChange;
+  a: Spread;
+  b: Spread;
+  worse: boolean;
+  beyondThreshold: boolean;
 }
 
-function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number): FigureChange[] {
+const ROW_RULES = COMPARED_FIGURES.map((f) => [f.name, f.floor] as const);
+
+function spreadsOf(row: ReportRow): Map<FigureName, Spread | FloorUnknown> {
+  return rowSpreads({ osl: row.osl, samples: row.samples as never }, ROW_RULES);
+}
+
+function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number, pending: Pending[]): FigureChange[] {
   const t = thresholdPct / 100;
+  const sa = spreadsOf(a);
+  const sb = spreadsOf(b);
   return COMPARED_FIGURES.map((f) => {
     const base = figureValue(a, f.name);
     const next = figureValue(b, f.name);
-    const change: FigureChange = { figure: f.name, label: f.label, better: f.better, base, next, ratio: null, floor_pct: null, floor_unknown: null, verdict: 'not measured' };
+    const change: FigureChange = { figure: f.name, label: f.label, better: f.better, base, next, ratio: null, floor: null, floor_pct: null, floor_unknown: null, not_judged: null, verdict: 'not measured' };
     if (base === null || next === null || !(base > 0) || !(next > 0)) return change;
     const ratio = next / base;
     change.ratio = ratio;
-    const pct = 'percentile' in f ? f.percentile : 50;
-    const fa = floorOf(a, f.sample, pct);
-    const fb = floorOf(b, f.sample, pct);
     const beyondThreshold = Math.abs(ratio - 1) > t;
-    if (fa.hw === null || fb.hw === null) {
-      change.floor_unknown = fa.why !== null ? `BASE: ${fa.why}` : `NEW: ${fb.why}`;
+    const thin = tailTooThin(a, f.name) ?? tailTooThin(b, f.name);
+    if (thin !== null) {
+      change.not_judged = `${tailTooThin(a, f.name) !== null ? 'BASE' : 'NEW'}: ${thin}`;
+      change.verdict = 'not judged';
+      return change;
+    }
+    const fa = sa.get(f.name)!;
+    const fb = sb.get(f.name)!;
+    if ('unknown' in fa || 'unknown' in fb) {
+      change.floor_unknown = 'unknown' in fa ? `BASE: ${fa.unknown}` : `NEW: ${(fb as FloorUnknown).unknown}`;
       change.verdict = beyondThreshold ? 'floor unknown' : 'below threshold';
       return change;
     }
-    const floor = combinedFloor(fa.hw, fb.hw);
-    change.floor_pct = (Math.exp(floor) - 1) * 100;
-    const worse = f.better === 'higher' ? ratio < 1 : ratio > 1;
-    if (!beyondThreshold) change.verdict = 'below threshold';
-    else if (Math.abs(Math.log(ratio)) <= floor) change.verdict = 'within noise';
-    else change.verdict = worse ? 'regression' : 'improvement';
+    pending.push({ change, a: fa, b: fb, worse: f.better === 'higher' ? ratio < 1 : ratio > 1, beyondThreshold });
     return change;
   });
+}
+
+/** Every tested figure's floor at level alpha / m, m the number of them, and its verdict. */
+function judge(pending: readonly Pending[]): void {
+  for (const p of pending) {
+    const floor = gateFloor(p.a, p.b, pending.length, GATE.alpha);
+    p.change.floor = floor;
+    p.change.floor_pct = (Math.exp(floor) - 1) * 100;
+    if (!p.beyondThreshold) p.change.verdict = 'below threshold';
+    else if (Math.abs(Math.log(p.change.ratio!)) <= floor) p.change.verdict = 'within noise';
+    else p.change.verdict = p.worse ? 'regression' : 'improvement';
+  }
 }
 
 export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: number = DEFAULT_THRESHOLD_PCT): Comparison {
@@ -214,6 +244,7 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
   const nextRows = new Map(b.rows.map((r) => [rowKey(r, tb), r]));
   const baseKeys = new Set(a.rows.map((r) => rowKey(r, ta)));
   const rows: RowComparison[] = [];
+  const pending: Pending[] = [];
   const onlyBase: string[] = [];
   for (const ra of a.rows) {
     const key = rowKey(ra, ta);
@@ -221,11 +252,12 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     const rb = nextRows.get(key);
     if (!rb) { onlyBase.push(key); continue; }
     const base = { key, isl: ra.isl, osl: ra.osl, concurrency: ra.concurrency, target: ta };
-    if (ra.status === 'ok' && rb.status === 'ok') rows.push({ ...base, row: 'compared', reason: null, figures: compareFigures(ra, rb, thresholdPct) });
+    if (ra.status === 'ok' && rb.status === 'ok') rows.push({ ...base, row: 'compared', reason: null, figures: compareFigures(ra, rb, thresholdPct, pending) });
     else if (ra.status === 'ok') rows.push({ ...base, row: 'failed in NEW', reason: rb.reason, figures: [] });
     else if (rb.status === 'ok') rows.push({ ...base, row: 'fixed in NEW', reason: ra.reason, figures: [] });
     else rows.push({ ...base, row: 'failed in both', reason: rb.reason, figures: [] });
   }
+  judge(pending);
   const onlyNext = b.rows.map((r) => rowKey(r, tb)).filter((k) => !baseKeys.has(k) && !dup(k));
   const figs = rows.flatMap((r) => r.figures);
   const failedInNew = rows.filter((r) => r.row === 'failed in NEW').length;
@@ -257,6 +289,9 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     improvements: figs.filter((f) => f.verdict === 'improvement').length + rows.filter((r) => r.row === 'fixed in NEW').length,
     unknown_floor: figs.filter((f) => f.verdict === 'floor unknown').length,
     no_floor: { figures: figs.filter((f) => f.floor_unknown !== null).length, reason: figs.find((f) => f.floor_unknown !== null)?.floor_unknown ?? null },
+    not_judged: { figures: figs.filter((f) => f.not_judged !== null).length, reason: figs.find((f) => f.not_judged !== null)?.not_judged ?? null },
+    tests: pending.length,
+    alpha: GATE.alpha,
     not_a_pass: notAPass,
     exit_code: regressions > 0 || notAPass.length > 0 ? EXIT_REGRESSION : 0,
   };
