@@ -180,6 +180,25 @@ describe('compareReports', () => {
     expect(four.rows[0]!.figures[0]!.floor!).toBeGreaterThan(one.rows[0]!.figures[0]!.floor!);
   });
 
+  it('a figure measured in BASE and missing or invalid in NEW is lost: listed, and not a pass', () => {
+    const ok = row(16, 1, 100, 10, 5, 0.02, 3);
+    const c = compareReports(report([ok]), report([{ ...ok, itl_p50_ms: null, decode_tok_s: 0 }]));
+    const v = Object.fromEntries(c.rows[0]!.figures.map((f) => [f.figure, f.verdict]));
+    expect(v.itl_p50_ms).toBe('lost in NEW');
+    expect(v.decode_tok_s).toBe('lost in NEW');
+    expect(c.lost).toEqual(['16:8 c=1 engine: aggregate decode tok/s', '16:8 c=1 engine: ITL p50']);
+    expect(c.regressions).toBe(0);
+    expect(c.not_a_pass).toEqual(['2 figures measured in BASE are missing in NEW (16:8 c=1 engine: aggregate decode tok/s; 16:8 c=1 engine: ITL p50): a lost figure cannot be judged']);
+    expect(c.exit_code).toBe(5);
+    const md = formatMarkdown(c);
+    expect(md).toContain('**Not a pass**: 2 figures measured in BASE are missing in NEW');
+    expect(md).toContain('| 16:8 c=1 engine | **▼ lost in NEW** |');
+    // The other way round (a figure NEW measures and BASE did not) is nothing to compare: a pass.
+    const gained = compareReports(report([{ ...ok, itl_p50_ms: null }]), report([ok]));
+    expect(gained.rows[0]!.figures.find((f) => f.figure === 'itl_p50_ms')!.verdict).toBe('not measured');
+    expect(gained.exit_code).toBe(0);
+  });
+
   it('matches rows by cell, concurrency and target; lists the rest', () => {
     const base = report([row(16, 1, 100, 10, 5, 0.02, 3), row(16, 2, 100, 10, 5, 0.02, 3)]);
     const next = report([row(16, 2, 100, 10, 5, 0.02, 3), row(32, 1, 100, 10, 5, 0.02, 3)]);

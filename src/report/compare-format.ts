@@ -33,6 +33,7 @@ export function verdictLine(c: Comparison): string {
 const formatLevel = (x: number): string => `${Number((x * 100).toPrecision(2))}%`;
 
 function cellText(f: FigureChange): string {
+  if (f.verdict === 'lost in NEW') return '**▼ lost in NEW**';
   if (f.ratio === null) return '—';
   const floor = f.floor_pct !== null ? ` ±${pct(f.floor_pct)}` : ' ±?';
   const base = `${ratioText(f.ratio)}${floor}`;

@@ -9,7 +9,7 @@ import { targetKind, type SavedReport } from './report-file.js';
 /** A change smaller than this (percent of BASE) is never flagged, whatever the noise: `--threshold`'s default. */
 export const DEFAULT_THRESHOLD_PCT = 5;
 
-export type FigureVerdict = 'regression' | 'improvement' | 'within noise' | 'below threshold' | 'floor unknown' | 'not judged' | 'not measured';
+export type FigureVerdict = 'regression' | 'improvement' | 'within noise' | 'below threshold' | 'floor unknown' | 'not judged' | 'lost in NEW' | 'not measured';
 
 export interface FigureChange {
   figure: FigureName;
@@ -70,15 +70,18 @@ export interface Comparison {
   unknown_floor: number;
   /** Compared figures without a noise floor, beyond the threshold or not, and the first reason given. */
   no_floor: { figures: number; reason: string | null };
+  /** Figures measured in BASE and missing or invalid in NEW (`16:8 c=1 engine: ITL p99`): the comparison is not a pass. */
+  lost: string[];
   /** Tail figures not judged for too few samples, and the first reason given. */
   not_judged: { figures: number; reason: string | null };
   /** The figures tested against their floor (both runs' floors known): the m of the gate's alpha / m. */
   tests: number;
   /** The gate's chance, for the comparison as a whole, to flag a regression between two runs of one build. */
   alpha: number;
-  /** Why the comparison cannot pass whatever its figures say: NEW's run did not complete, a report holds
-   * two rows with one key (those rows were not compared), or nothing was compared (no row of BASE is in
-   * NEW, or every shared row failed). Each fails the gate (exit 5) like a regression. */
+  /** Why the comparison cannot pass whatever its figures say: NEW's run did not complete, a figure of
+   * BASE is missing in NEW, a report holds two rows with one key (those rows were not compared), or
+   * nothing was compared (no row of BASE is in NEW, or every shared row failed). Each fails the gate
+   * (exit 5) like a regression. */
   not_a_pass: string[];
   /** 0 no regression, 5 at least one regression or a reason in not_a_pass. */
   exit_code: 0 | 5;
@@ -191,7 +194,11 @@ function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number, pendin
     const base = figureValue(a, f.name);
     const next = figureValue(b, f.name);
     const change: FigureChange = { figure: f.name, label: f.label, better: f.better, base, next, ratio: null, floor: null, floor_pct: null, floor_unknown: null, not_judged: null, verdict: 'not measured' };
-    if (base === null || next === null || !(base > 0) || !(next > 0)) return change;
+    const measured = (v: number | null): v is number => v !== null && v > 0;
+    // Measured in BASE, missing (null) or not a positive number in NEW: the figure was lost, which is
+    // no evidence that it did not regress. Missing in BASE: nothing to compare with.
+    if (measured(base) && !measured(next)) { change.verdict = 'lost in NEW'; return change; }
+    if (!measured(base) || !measured(next)) return change;
     const ratio = next / base;
     change.ratio = ratio;
     const beyondThreshold = Math.abs(ratio - 1) > t;
@@ -265,6 +272,10 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
   const regressions = figs.filter((f) => f.verdict === 'regression').length + failedInNew;
   const notAPass: string[] = [];
   if (b.status !== 'complete') notAPass.push(`NEW's run is ${b.status}, not complete`);
+  const lost = rows.flatMap((r) => r.figures.filter((f) => f.verdict === 'lost in NEW').map((f) => `${r.key}: ${f.label}`));
+  if (lost.length > 0) {
+    notAPass.push(`${lost.length} figure${lost.length === 1 ? '' : 's'} measured in BASE ${lost.length === 1 ? 'is' : 'are'} missing in NEW (${lost.join('; ')}): a lost figure cannot be judged`);
+  }
   if (duplicated.length > 0) {
     notAPass.push(`a report holds more than one row for one cell and concurrency (${duplicated.join('; ')}): which to pair is unknown, so those rows were not compared`);
   }
@@ -289,6 +300,7 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     improvements: figs.filter((f) => f.verdict === 'improvement').length + rows.filter((r) => r.row === 'fixed in NEW').length,
     unknown_floor: figs.filter((f) => f.verdict === 'floor unknown').length,
     no_floor: { figures: figs.filter((f) => f.floor_unknown !== null).length, reason: figs.find((f) => f.floor_unknown !== null)?.floor_unknown ?? null },
+    lost,
     not_judged: { figures: figs.filter((f) => f.not_judged !== null).length, reason: figs.find((f) => f.not_judged !== null)?.not_judged ?? null },
     tests: pending.length,
     alpha: GATE.alpha,
