@@ -6,7 +6,8 @@ import path from 'node:path';
 import { Command } from 'commander';
 import { afterAll, describe, expect, it } from 'vitest';
 import { registerReport } from '../src/cli/cmd-report.js';
-import { compareReports } from '../src/report/compare.js';
+import { CONTENTION_NOTE_SHARE } from '../src/bench/sweep-rows.js';
+import { compareReports, CONTENTION_SHARE } from '../src/report/compare.js';
 import { parse } from 'csv-parse/sync';
 import { formatCsv, formatMarkdown, verdictLine } from '../src/report/compare-format.js';
 import { renderHtml, shownFigure } from '../src/report/html.js';
@@ -178,6 +179,38 @@ describe('compareReports', () => {
     expect(one.tests).toBe(5);
     expect(four.tests).toBe(20);
     expect(four.rows[0]!.figures[0]!.floor!).toBeGreaterThan(one.rows[0]!.figures[0]!.floor!);
+  });
+
+  it('rows measured under CPU contention (either report) are listed; a move beyond noise there is not a regression, and not a pass', () => {
+    expect(CONTENTION_SHARE).toBe(CONTENTION_NOTE_SHARE);
+    const quiet = (decode: number, c = 1) => ({ ...row(16, c, decode, 10, 5, 0.02, 3), cpu_other_share: 0.02 });
+    const busy = (decode: number, share: number, c = 1) => ({ ...row(16, c, decode, 10, 5, 0.02, 3), cpu_other_share: share });
+    // NEW ran beside another process and its decode is 20% slower: contention may explain it.
+    const c = compareReports(report([quiet(100), quiet(100, 2)]), report([busy(80, 0.52), quiet(100, 2)]), 5);
+    expect(c.rows.map((r) => [r.key, r.contended, r.cpu_other_share])).toEqual([
+      ['16:8 c=1 engine', true, { base: 0.02, next: 0.52 }],
+      ['16:8 c=2 engine', false, { base: 0.02, next: 0.02 }],
+    ]);
+    const v = Object.fromEntries(c.rows[0]!.figures.map((f) => [f.figure, f.verdict]));
+    expect(v.decode_tok_s).toBe('regression under contention');
+    expect(c.regressions).toBe(0);
+    expect(c.contended_regressions).toBe(2);
+    expect(c.contended_rows).toEqual(['16:8 c=1 engine (BASE 2%, NEW 52%)']);
+    expect(c.not_a_pass).toEqual(["2 figures moved beyond noise in the worse direction in rows measured under CPU contention (16:8 c=1 engine: aggregate decode tok/s; 16:8 c=1 engine: per-user decode tok/s): other processes' load, not the change, may explain them; rerun both on a quiet machine"]);
+    expect(c.exit_code).toBe(5);
+    const md = formatMarkdown(c);
+    expect(md).toContain('Measured under CPU contention (other processes used 10% or more');
+    expect(md).toContain('16:8 c=1 engine (BASE 2%, NEW 52%)');
+    expect(md).toContain('▼ worse, under contention**');
+    expect(md).not.toContain('▼ regression');
+    // Contention in BASE counts too; an unchanged contended row passes, listed.
+    const same = compareReports(report([busy(100, 0.47)]), report([quiet(100)]), 5);
+    expect(same.contended_rows).toEqual(['16:8 c=1 engine (BASE 47%, NEW 2%)']);
+    expect(same.exit_code).toBe(0);
+    // Under the share, or not recorded: an ordinary row.
+    const calm = compareReports(report([busy(100, 0.09)]), report([{ ...busy(80, 0.09), cpu_other_share: null }]), 5);
+    expect(calm.contended_rows).toEqual([]);
+    expect(calm.regressions).toBe(2);
   });
 
   it('a figure measured in BASE and missing or invalid in NEW is lost: listed, and not a pass', () => {

@@ -3,7 +3,7 @@
 import { stringify } from 'csv-stringify/sync';
 import { CSV_OPTIONS, markdownCell } from '../bench/csv.js';
 import { COMPARED_FIGURES } from './figures.js';
-import type { Comparison, FigureChange, RowComparison } from './compare.js';
+import { CONTENTION_SHARE, type Comparison, type FigureChange, type RowComparison } from './compare.js';
 
 export const COMPARE_FORMATS = ['md', 'csv', 'json'] as const;
 export type CompareFormat = (typeof COMPARE_FORMATS)[number];
@@ -39,6 +39,8 @@ function cellText(f: FigureChange): string {
   const base = `${ratioText(f.ratio)}${floor}`;
   if (f.verdict === 'regression') return `**${base} ▼ regression**`;
   if (f.verdict === 'improvement') return `**${base} ▲ better**`;
+  if (f.verdict === 'regression under contention') return `**${base} ▼ worse, under contention**`;
+  if (f.verdict === 'improvement under contention') return `${base} ▲ better, under contention`;
   if (f.verdict === 'floor unknown') return `${base} (beyond threshold, floor unknown)`;
   if (f.verdict === 'not judged') return `${ratioText(f.ratio)} not judged (${mdEsc(f.not_judged!.replace(/^(BASE|NEW): /, '').split(';')[0]!)})`;
   return base;
@@ -68,6 +70,9 @@ export function formatMarkdown(c: Comparison): string {
   if (c.no_floor.figures > 0) {
     const moved = c.unknown_floor > 0 ? ` ${c.unknown_floor} of them moved beyond the threshold and are not flagged.` : '';
     out.push('', `The noise floor is unknown for ${c.no_floor.figures} figure${c.no_floor.figures === 1 ? '' : 's'} (±?; ${c.no_floor.reason}).${moved} Run both sweeps with \`--iters 3\` or more.`);
+  }
+  if (c.contended_rows.length > 0) {
+    out.push('', `Measured under CPU contention (other processes used ${Math.round(CONTENTION_SHARE * 100)}% or more of the machine's CPU while the row ran, in BASE or NEW; the figures may be noisy): ${c.contended_rows.join(', ')}. A move beyond noise in such a row is not counted as a regression, but it makes the comparison not a pass: rerun on a quiet machine.`);
   }
   if (c.not_judged.figures > 0) {
     out.push('', `${c.not_judged.figures} tail figure${c.not_judged.figures === 1 ? ' is' : 's are'} not judged (${c.not_judged.reason}): a p99 of fewer samples is one of their few largest values, and no floor of it can be trusted (docs/report.md).`);

@@ -9,7 +9,18 @@ import { targetKind, type SavedReport } from './report-file.js';
 /** A change smaller than this (percent of BASE) is never flagged, whatever the noise: `--threshold`'s default. */
 export const DEFAULT_THRESHOLD_PCT = 5;
 
-export type FigureVerdict = 'regression' | 'improvement' | 'within noise' | 'below threshold' | 'floor unknown' | 'not judged' | 'lost in NEW' | 'not measured';
+export type FigureVerdict =
+  | 'regression' | 'improvement'
+  /** Beyond noise and the threshold in a row either run measured under CPU contention: not evidence of the change. */
+  | 'regression under contention' | 'improvement under contention'
+  | 'within noise' | 'below threshold' | 'floor unknown' | 'not judged' | 'lost in NEW' | 'not measured';
+
+/**
+ * A row is measured under contention when other processes used at least this share of the machine's CPU
+ * while it ran, in either report (rows[].cpu_other_share): the share at which the sweep notes "figures
+ * may be noisy" (CONTENTION_NOTE_SHARE in src/bench/sweep-rows.ts; a test keeps the two equal).
+ */
+export const CONTENTION_SHARE = 0.1;
 
 export interface FigureChange {
   figure: FigureName;
@@ -40,6 +51,10 @@ export interface RowComparison {
   row: RowVerdict;
   /** The error row's reason when a side failed. */
   reason: string | null;
+  /** Other processes' share of the CPU while the row ran, in each report (null: not recorded). */
+  cpu_other_share: { base: number | null; next: number | null };
+  /** Either share at or above CONTENTION_SHARE: a move beyond noise here fails the gate as not a pass, not as a regression. */
+  contended: boolean;
   figures: FigureChange[];
 }
 
@@ -70,6 +85,10 @@ export interface Comparison {
   unknown_floor: number;
   /** Compared figures without a noise floor, beyond the threshold or not, and the first reason given. */
   no_floor: { figures: number; reason: string | null };
+  /** Rows measured under CPU contention in either report, with the shares (`32:32 c=1 engine (BASE 51%, NEW 48%)`). */
+  contended_rows: string[];
+  /** Figures beyond noise and the threshold in the worse direction in those rows (not counted in regressions). */
+  contended_regressions: number;
   /** Figures measured in BASE and missing or invalid in NEW (`16:8 c=1 engine: ITL p99`): the comparison is not a pass. */
   lost: string[];
   /** Tail figures not judged for too few samples, and the first reason given. */
@@ -174,6 +193,7 @@ const rowKey = (r: ReportRow, target: string): string => `${cellOf(r)} c=${r.con
 /** A figure measured in both rows, its floors still to be set once every row's figures are known. */
 interface Pending {
   change: FigureChange;
+  contended: boolean;
   a: Spread;
   b: Spread;
   worse: boolean;
@@ -186,7 +206,7 @@ function spreadsOf(row: ReportRow): Map<FigureName, Spread | FloorUnknown> {
   return rowSpreads({ osl: row.osl, samples: row.samples as never }, ROW_RULES);
 }
 
-function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number, pending: Pending[]): FigureChange[] {
+function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number, contended: boolean, pending: Pending[]): FigureChange[] {
   const t = thresholdPct / 100;
   const sa = spreadsOf(a);
   const sb = spreadsOf(b);
@@ -215,7 +235,7 @@ function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number, pendin
       change.verdict = beyondThreshold ? 'floor unknown' : 'below threshold';
       return change;
     }
-    pending.push({ change, a: fa, b: fb, worse: f.better === 'higher' ? ratio < 1 : ratio > 1, beyondThreshold });
+    pending.push({ change, contended, a: fa, b: fb, worse: f.better === 'higher' ? ratio < 1 : ratio > 1, beyondThreshold });
     return change;
   });
 }
@@ -228,9 +248,13 @@ function judge(pending: readonly Pending[]): void {
     p.change.floor_pct = (Math.exp(floor) - 1) * 100;
     if (!p.beyondThreshold) p.change.verdict = 'below threshold';
     else if (Math.abs(Math.log(p.change.ratio!)) <= floor) p.change.verdict = 'within noise';
+    else if (p.contended) p.change.verdict = p.worse ? 'regression under contention' : 'improvement under contention';
     else p.change.verdict = p.worse ? 'regression' : 'improvement';
   }
 }
+
+const shareOf = (r: ReportRow): number | null => (typeof r.cpu_other_share === 'number' && Number.isFinite(r.cpu_other_share) ? r.cpu_other_share : null);
+const pctText = (x: number | null): string => (x === null ? '—' : `${Math.round(x * 100)}%`);
 
 export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: number = DEFAULT_THRESHOLD_PCT): Comparison {
   const ta = targetKind(a);
@@ -258,8 +282,10 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     if (dup(key)) continue;
     const rb = nextRows.get(key);
     if (!rb) { onlyBase.push(key); continue; }
-    const base = { key, isl: ra.isl, osl: ra.osl, concurrency: ra.concurrency, target: ta };
-    if (ra.status === 'ok' && rb.status === 'ok') rows.push({ ...base, row: 'compared', reason: null, figures: compareFigures(ra, rb, thresholdPct, pending) });
+    const share = { base: shareOf(ra), next: shareOf(rb) };
+    const contended = [share.base, share.next].some((x) => x !== null && x >= CONTENTION_SHARE);
+    const base = { key, isl: ra.isl, osl: ra.osl, concurrency: ra.concurrency, target: ta, cpu_other_share: share, contended };
+    if (ra.status === 'ok' && rb.status === 'ok') rows.push({ ...base, row: 'compared', reason: null, figures: compareFigures(ra, rb, thresholdPct, contended, pending) });
     else if (ra.status === 'ok') rows.push({ ...base, row: 'failed in NEW', reason: rb.reason, figures: [] });
     else if (rb.status === 'ok') rows.push({ ...base, row: 'fixed in NEW', reason: ra.reason, figures: [] });
     else rows.push({ ...base, row: 'failed in both', reason: rb.reason, figures: [] });
@@ -272,6 +298,11 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
   const regressions = figs.filter((f) => f.verdict === 'regression').length + failedInNew;
   const notAPass: string[] = [];
   if (b.status !== 'complete') notAPass.push(`NEW's run is ${b.status}, not complete`);
+  const contendedRows = rows.filter((r) => r.contended);
+  const contendedMoves = contendedRows.flatMap((r) => r.figures.filter((f) => f.verdict === 'regression under contention').map((f) => `${r.key}: ${f.label}`));
+  if (contendedMoves.length > 0) {
+    notAPass.push(`${contendedMoves.length} figure${contendedMoves.length === 1 ? '' : 's'} moved beyond noise in the worse direction in rows measured under CPU contention (${contendedMoves.join('; ')}): other processes' load, not the change, may explain ${contendedMoves.length === 1 ? 'it' : 'them'}; rerun both on a quiet machine`);
+  }
   const lost = rows.flatMap((r) => r.figures.filter((f) => f.verdict === 'lost in NEW').map((f) => `${r.key}: ${f.label}`));
   if (lost.length > 0) {
     notAPass.push(`${lost.length} figure${lost.length === 1 ? '' : 's'} measured in BASE ${lost.length === 1 ? 'is' : 'are'} missing in NEW (${lost.join('; ')}): a lost figure cannot be judged`);
@@ -300,6 +331,8 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
     improvements: figs.filter((f) => f.verdict === 'improvement').length + rows.filter((r) => r.row === 'fixed in NEW').length,
     unknown_floor: figs.filter((f) => f.verdict === 'floor unknown').length,
     no_floor: { figures: figs.filter((f) => f.floor_unknown !== null).length, reason: figs.find((f) => f.floor_unknown !== null)?.floor_unknown ?? null },
+    contended_rows: contendedRows.map((r) => `${r.key} (BASE ${pctText(r.cpu_other_share.base)}, NEW ${pctText(r.cpu_other_share.next)})`),
+    contended_regressions: contendedMoves.length,
     lost,
     not_judged: { figures: figs.filter((f) => f.not_judged !== null).length, reason: figs.find((f) => f.not_judged !== null)?.not_judged ?? null },
     tests: pending.length,
