@@ -9,7 +9,8 @@ import { registerReport } from '../src/cli/cmd-report.js';
 import { CONTENTION_NOTE_SHARE } from '../src/bench/sweep-rows.js';
 import { compareReports, CONTENTION_SHARE } from '../src/report/compare.js';
 import { parse } from 'csv-parse/sync';
-import { formatCsv, formatMarkdown, verdictLine } from '../src/report/compare-format.js';
+import { bandText, formatCsv, formatMarkdown, ratioText, verdictLine } from '../src/report/compare-format.js';
+import type { FigureChange } from '../src/report/compare.js';
 import { renderHtml, shownFigure } from '../src/report/html.js';
 import { checkReport } from '../src/report/report-file.js';
 import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
@@ -357,6 +358,45 @@ describe('compareReports', () => {
     const b = report([], { engine: { isa: 'avx2', threads: 2, kv_cache_dtype: 'f16' } });
     expect(compareReports(a, b).provenance).toEqual([{ field: 'engine.kv_cache_dtype', base: 'f32', next: 'f16' }]);
     expect(await renderHtml(b)).toContain('<dt>KV cache dtype</dt><dd>f16</dd>');
+  });
+});
+
+describe('compare formatting', () => {
+  const change = (ratio: number, floor: number | null): FigureChange => ({
+    figure: 'decode_tok_s', label: 'x', better: 'higher', base: 100, next: 100 * ratio, ratio, floor,
+    band: floor === null ? null : [Math.exp(-floor), Math.exp(floor)], floor_unknown: null, not_judged: null, verdict: 'below threshold',
+  });
+
+  it('prints a ratio with the digits its verdict needs: 0.949 and 0.951 around a 5% threshold differ', () => {
+    expect(ratioText(change(0.949, 0.01), 5)).toBe('0.949×');
+    expect(ratioText(change(0.951, 0.01), 5)).toBe('0.951×');
+    expect(ratioText(change(0.9501, 0.01), 5)).toBe('0.9501×');
+    expect(ratioText(change(1.0503, 0.01), 5)).toBe('1.0503×');
+    expect(ratioText(change(0.9, 0.01), 5)).toBe('0.90×');
+    expect(ratioText(change(1.0004, 0.01), 5)).toBe('1.00×');
+    // Near the band's edge too: e^0.1 = 1.10517.
+    expect(ratioText(change(1.104, 0.1), 5)).toBe('1.10×'); // the band prints (0.90–1.11): inside, as it is
+    expect(bandText(change(1.106, 0.1), 5)).toBe('(0.905–1.105)');
+    expect(ratioText(change(1.106, 0.1), 5)).toBe('1.106×');
+    expect(ratioText(change(12.345, 0.1), 5)).toBe('12.3×');
+  });
+
+  it('prints the noise band as the range of ratios, not as ±(e^floor − 1)', () => {
+    expect(bandText(change(1, Math.log(2)), 5)).toBe('(0.50–2.00)');
+    expect(bandText(change(1, 0.001), 5)).toBe('(0.999–1.001)');
+    expect(bandText(change(1, Math.log(200)), 5)).toBe('(0.005–200)');
+    expect(bandText(change(1, null), 5)).toBe('(noise ?)');
+    expect(bandText(change(1, 0), 5)).toBe('(no noise)');
+  });
+
+  it('says so when the only regression is a row that failed in NEW', () => {
+    const ok = row(16, 1, 100, 10, 5, 0.02, 3);
+    const ok2 = row(16, 2, 100, 10, 5, 0.02, 3);
+    const c = compareReports(report([ok, ok2]), report([{ ...ok, status: 'error', reason: 'engine error: x' }, ok2]));
+    expect(c.regressions).toBe(1);
+    expect(verdictLine(c)).toBe('**1 row failed in NEW** (ok in BASE): a regression (exit 5); no figure regressed beyond noise.');
+    const both = compareReports(report([ok, ok2]), report([{ ...ok, status: 'error', reason: 'x' }, row(16, 2, 50, 10, 5, 0.02, 3)]));
+    expect(verdictLine(both)).toBe('**2 regressions** beyond both the noise floor and the 5% threshold, and **1 row failed in NEW** (ok in BASE) (exit 5).');
   });
 });
 

@@ -299,7 +299,7 @@ describe('bench compare', () => {
         expect(f.floor_unknown, `${row.key} ${f.figure}`).toBeNull();
         // The p99s of these rows (6 requests at most, 7 gaps each) are not judged; every other floor is known.
         if (f.figure.endsWith('p99_ms')) expect(f.verdict).toBe('not judged');
-        else expect(typeof f.floor).toBe('number');
+        else expect(f.band).toEqual([Math.exp(-f.floor), Math.exp(f.floor)]);
       }
     }
     expect(r.code).toBe(0);
@@ -338,7 +338,7 @@ describe('bench compare', () => {
     const csv = await bench(['compare', quietA, slowed, '--format', 'csv']);
     expect(csv.code).toBe(5);
     const lines = csv.stdout.trim().split('\n');
-    expect(lines[0]).toBe('isl,osl,concurrency,target,row,figure,base,new,ratio,floor_pct,verdict,note');
+    expect(lines[0]).toBe('isl,osl,concurrency,target,row,figure,base,new,ratio,noise_lo,noise_hi,verdict,note');
     expect(lines.filter((l) => l.includes(',regression,'))).toHaveLength(12);
     // The other way round, the same figures are improvements, and nothing regressed.
     const back = await bench(['compare', slowed, quietA]);
@@ -353,7 +353,7 @@ describe('bench compare', () => {
     const r = await bench(['compare', `${ONE}.json`, slowed]);
     expect(r.code, r.stderr).toBe(0);
     // 5 figures a row have no floor (the p99s are not judged: too few samples).
-    expect(r.stdout).toContain('The noise floor is unknown for 20 figures (±?; BASE: one timed pass');
+    expect(r.stdout).toContain('The noise floor is unknown for 20 figures (noise ?; BASE: one timed pass');
     expect(r.stdout).toContain('12 of them moved beyond the threshold and are not flagged. Run both sweeps with `--iters 3` or more.');
     const c = JSON.parse((await bench(['compare', `${ONE}.json`, slowed, '--format', 'json'])).stdout) as Json;
     const unknown = c.rows.flatMap((x: Json) => x.figures).filter((x: Json) => x.verdict === 'floor unknown');

@@ -31,8 +31,8 @@ export interface FigureChange {
   ratio: number | null;
   /** The noise floor on a log scale: |ln ratio| beyond it is beyond the two runs' noise at the gate's level; null when unknown. */
   floor: number | null;
-  /** The same as a percentage of the ratio (e^floor - 1); null when unknown. */
-  floor_pct: number | null;
+  /** The noise band [e^-floor, e^floor]: ratios within the two runs' noise; null when unknown. */
+  band: [number, number] | null;
   /** Why the floor is unknown (one timed pass, no samples). */
   floor_unknown: string | null;
   /** Why a tail figure is not judged: too few samples for its percentile (`20 requests; a p99 is judged from 500`). */
@@ -213,7 +213,7 @@ function compareFigures(a: ReportRow, b: ReportRow, thresholdPct: number, conten
   return COMPARED_FIGURES.map((f) => {
     const base = figureValue(a, f.name);
     const next = figureValue(b, f.name);
-    const change: FigureChange = { figure: f.name, label: f.label, better: f.better, base, next, ratio: null, floor: null, floor_pct: null, floor_unknown: null, not_judged: null, verdict: 'not measured' };
+    const change: FigureChange = { figure: f.name, label: f.label, better: f.better, base, next, ratio: null, floor: null, band: null, floor_unknown: null, not_judged: null, verdict: 'not measured' };
     const measured = (v: number | null): v is number => v !== null && v > 0;
     // Measured in BASE, missing (null) or not a positive number in NEW: the figure was lost, which is
     // no evidence that it did not regress. Missing in BASE: nothing to compare with.
@@ -245,7 +245,7 @@ function judge(pending: readonly Pending[]): void {
   for (const p of pending) {
     const floor = gateFloor(p.a, p.b, pending.length, GATE.alpha);
     p.change.floor = floor;
-    p.change.floor_pct = (Math.exp(floor) - 1) * 100;
+    p.change.band = [Math.exp(-floor), Math.exp(floor)];
     if (!p.beyondThreshold) p.change.verdict = 'below threshold';
     else if (Math.abs(Math.log(p.change.ratio!)) <= floor) p.change.verdict = 'within noise';
     else if (p.contended) p.change.verdict = p.worse ? 'regression under contention' : 'improvement under contention';
