@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Command } from 'commander';
 import { afterAll, describe, expect, it } from 'vitest';
+import { registerCompare } from '../src/cli/cmd-compare.js';
 import { registerReport } from '../src/cli/cmd-report.js';
 import { CONTENTION_NOTE_SHARE } from '../src/bench/sweep-rows.js';
 import { compareReports, CONTENTION_SHARE } from '../src/report/compare.js';
@@ -501,5 +502,17 @@ describe('bench report --out', () => {
     // Another file is fine.
     expect(await run([file, '--out', path.join(tmp, 'page.html')])).toBe(0);
     expect(readFileSync(path.join(tmp, 'page.html'), 'utf8')).toMatch(/^<!DOCTYPE html>/);
+  });
+});
+
+describe('bench compare --help', () => {
+  it('lists every reason for exit 5', () => {
+    const program = new Command();
+    registerCompare(program, () => {});
+    const help = program.commands.find((c) => c.name() === 'compare')!.helpInformation().replace(/\s+/g, ' ');
+    for (const why of ['a figure beyond noise and --threshold', 'a row ok in BASE that failed in NEW', 'NEW did not complete',
+      'a figure of BASE is missing in NEW', 'under CPU contention', 'a report holds two rows for one key', 'no row of BASE is in NEW', 'every row both share failed']) {
+      expect(help, why).toContain(why);
+    }
   });
 });

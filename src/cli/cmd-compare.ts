@@ -1,5 +1,5 @@
 // `bench compare BASE.json NEW.json`: did a figure move beyond the runs' own noise and the threshold?
-// Markdown on stdout by default; exit 0 no regression, 5 a regression (or nothing to judge), 2 usage error (docs/report.md).
+// Markdown on stdout by default; exit 0 no regression, 5 a regression or not a pass, 2 usage error (docs/report.md).
 import type { Command } from 'commander';
 import { compareReports, DEFAULT_THRESHOLD_PCT } from '../report/compare.js';
 import { COMPARE_FORMATS, formatComparison, type CompareFormat } from '../report/compare-format.js';
@@ -13,10 +13,15 @@ export function registerCompare(program: Command, setResult: (code: number) => v
     .argument('<new.json>', 'the PREFIX.json to judge against it')
     .summary('compare two saved sweeps beyond their own noise: Markdown on stdout, exit 5 on a regression')
     .description(
-      'Compare two saved sweeps row by row: NEW/BASE per figure, flagged only beyond both the noise floor\n' +
-      '(from each run\'s per-request samples) and --threshold; provenance differences first.\n' +
-      'Exit status: 0 no regression, 5 at least one regression (or NEW did not complete, or no row\n' +
-      'was in both), 2 usage error.',
+      'Compare two saved sweeps row by row: NEW/BASE per figure, flagged only\n' +
+      'beyond both the noise floor (from each run\'s per-request samples) and\n' +
+      '--threshold; provenance differences first.\n' +
+      'Exit status: 0 no regression; 5 at least one regression (a figure beyond\n' +
+      'noise and --threshold, or a row ok in BASE that failed in NEW) or a\n' +
+      'comparison that is not a pass: NEW did not complete, a figure of BASE is\n' +
+      'missing in NEW, a figure moved the worse way in a row measured under CPU\n' +
+      'contention, a report holds two rows for one key, no row of BASE is in NEW,\n' +
+      'or every row both share failed; 2 usage error (docs/report.md).',
     )
     .option('--threshold <pct>', `smallest change flagged, percent of BASE (default ${DEFAULT_THRESHOLD_PCT})`, numberArg('--threshold', 0, 1e6))
     .option('--format <format>', 'stdout format: md | csv | json (default md)', choiceArg('--format', COMPARE_FORMATS))
