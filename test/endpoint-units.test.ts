@@ -232,6 +232,27 @@ describe('endpoint and load flags', () => {
     expect(resolveSweepConfig({}).endpoint).toBeNull();
   });
 
+  it('refuses credentials in the URL however the parser would read them, never echoing them', () => {
+    const cases = [
+      'http://alice:s3cr3t@127.0.0.1:9', 'http:/alice:s3cr3t@127.0.0.1:9', 'http://al\tice:s3cr3t@127.0.0.1:9', 'http://s3cr3t@127.0.0.1:9/v1',
+      'http://alice:s3/cr3t@127.0.0.1:9', 'alice:s3cr3t@127.0.0.1:9', 'ftp://alice:s3cr3t@127.0.0.1:9',
+    ];
+    for (const v of cases) {
+      let message = '';
+      try {
+        parseEndpointUrl('--endpoint', v);
+      } catch (err) {
+        message = (err as Error).message;
+      }
+      expect(message, v).toMatch(/^--endpoint: the URL carries credentials/);
+      expect(message, v).not.toMatch(/alice|s3cr3t|cr3t/);
+    }
+    // The URL without them is shown where it is one.
+    expect(() => parseEndpointUrl('--endpoint', 'http:/alice:s3cr3t@127.0.0.1:9/v1')).toThrow('give the URL without them (http://127.0.0.1:9) and');
+    // An '@' in the path is no credential.
+    expect(parseEndpointUrl('--endpoint', 'http://h:8000/a@b/v1')).toBe('http://h:8000/a@b');
+  });
+
   it('rejects bad values with one line naming the flag', () => {
     const ep = 'http://127.0.0.1:1';
     expect(usageMessage(() => resolveSweepConfig({ endpoint: 'localhost:8000' }))).toMatch(/^--endpoint: 'localhost:8000' is not an http/);

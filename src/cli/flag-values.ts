@@ -48,22 +48,28 @@ export function parseIdList(flag: string, value: string): number[] {
  * command lines, files that get shared); the key goes in the variable --api-key-env names.
  */
 export function parseEndpointUrl(flag: string, value: string): string {
-  const creds = /^(?:([A-Za-z][A-Za-z0-9+.-]*):\/\/)?[^/?#\s]*@/.exec(value.trim());
-  if (creds) {
+  const v = value.trim();
+  let u: URL | null = null;
+  try {
+    u = new URL(v);
+  } catch { /* below */ }
+  const web = u !== null && (u.protocol === 'http:' || u.protocol === 'https:');
+  // The URL parser's view decides (it forgives one slash, strips tabs); and a value with an '@' that is
+  // not an http(s) URL at all is refused the same way, as it may hold one the parser could not place.
+  if ((u !== null && (u.username !== '' || u.password !== '')) || (!web && v.includes('@'))) {
     let shown = '';
-    try {
-      shown = ` (${parseEndpointUrl(flag, `${creds[1] ?? 'http'}://${value.trim().slice(creds[0].length)}`)})`;
-    } catch { /* the rest is not a URL either: show nothing of it */ }
+    if (u !== null && web) {
+      u.username = '';
+      u.password = '';
+      try {
+        shown = ` (${parseEndpointUrl(flag, u.href)})`;
+      } catch { /* nothing of it shown */ }
+    }
     throw new UsageError(`${flag}: the URL carries credentials (user:password@ or token@), which this tool never sends, prints or stores; ` +
       `give the URL without them${shown} and the key with --api-key-env VAR (sent as Authorization: Bearer, never printed or stored)`);
   }
-  let u: URL;
-  try {
-    u = new URL(value);
-  } catch {
-    throw new UsageError(`${flag}: '${value}' is not a URL (e.g. http://127.0.0.1:8000)`);
-  }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new UsageError(`${flag}: '${value}' is not an http:// or https:// URL`);
+  if (u === null) throw new UsageError(`${flag}: '${value}' is not a URL (e.g. http://127.0.0.1:8000)`);
+  if (!web) throw new UsageError(`${flag}: '${value}' is not an http:// or https:// URL`);
   if (u.search || u.hash) throw new UsageError(`${flag}: '${value}' has a query or fragment; give the server's base URL`);
   u.pathname = u.pathname.replace(/\/+$/, '').replace(/\/v1$/, '');
   return u.href.replace(/\/+$/, '');
