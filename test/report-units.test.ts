@@ -49,6 +49,14 @@ describe('the noise floor (noise.ts)', () => {
     expect(rowSpreads({ osl: 8, samples: null }, [['x', { stat: 'mean', sample: 'ttft_ms' }]]).get('x')).toEqual({ unknown: 'no per-request samples in the report' });
   });
 
+  it('passes of different sizes (open loop: 8, 8, 4 requests): a draw holding the largest pass more than once is read whole', () => {
+    // Pass 1 holds one request 20x slower: a p90 over draws that repeat pass 1 moves far; read in a
+    // buffer of one run's size, such draws were cut short and the floor came out ~100x too narrow.
+    const pass = Array.from({ length: 20 }, (_, i) => Math.floor(i / 8));
+    const ttft = pass.map((_, i) => (i === 15 ? 2000 : 100 + (i % 8)));
+    expect(known(spread({ stat: 'percentile', sample: 'ttft_ms', p: 90 }, ttft, pass)).se).toBeGreaterThan(0.3);
+  });
+
   it('identical passes give a zero floor; passes that disagree a wider one; the same samples the same floor', () => {
     const pass = [0, 0, 1, 1, 2, 2];
     for (const rule of [{ stat: 'mean', sample: 'ttft_ms' }, { stat: 'percentile', sample: 'ttft_ms', p: 50 }, { stat: 'aggregate-rate' }] as FloorRule[]) {

@@ -91,7 +91,8 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
   const col = (name: SampleName): ReadonlyArray<number | null> => s[name] ?? [];
   const valid = (name: SampleName, i: number): boolean => finite(col(name)[i]);
   const boot: Array<{ key: K; eval: (drawn: Int32Array) => number; n: number }> = [];
-  const scratch = new Float64Array(pass.length);
+  // A draw of k passes with replacement holds up to k x the largest pass (passes differ in size in open-loop rows).
+  const scratch = new Float64Array(k * Math.max(0, ...groups.map((g) => g.length)));
   for (const [key, rule] of rules) {
     if (rule.stat === 'aggregate-rate') {
       // Per pass: decode tokens, and the decode window from the first first token to the last last token
