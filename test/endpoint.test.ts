@@ -468,9 +468,10 @@ describe('against servers that send exactly the wrong bytes', () => {
 
   it('a /tokenize that never answers: the load fails at the limit, naming it, without trying the other shape (no second wait)', async () => {
     const s = await start({ tokenize: () => ({ hang: true }) });
-    const r = await sweep({ endpoint: s.url, cells: '8:2', concurrency: '1', timeoutS: '0.2' });
+    // --timeout-s also bounds the connection checks before /tokenize: 3 s leaves the fake's other answers room on a loaded machine.
+    const r = await sweep({ endpoint: s.url, cells: '8:2', concurrency: '1', timeoutS: '3' });
     expect(r.code).toBe(3);
-    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: the server's /tokenize failed (POST /tokenize: no complete response within 0.2 s (--timeout-s)); ` +
+    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: the server's /tokenize failed (POST /tokenize: no complete response within 3 s (--timeout-s)); ` +
       "--tokenizer DIR (the directory of the model's tokenizer.json) sizes prompts without it");
     expect(s.requests.filter((q) => q.path === '/tokenize')).toHaveLength(1);
   });

@@ -142,13 +142,17 @@ describe('TokenizePool', () => {
     release();
   });
 
-  it('close answers the texts still on the workers with a 503', async () => {
+  it('close answers the texts still on the workers, and every later one, with a 503', async () => {
     Atomics.store(gate, 0, 0);
     const pool = start({ hold: true });
     const held = pool.encode(words(HOLD + 10), null).then(() => null, (e: unknown) => e);
     await until(() => pool.inFlight === 1);
     await pool.close();
     expect(await held).toMatchObject({ status: 503, message: 'the server is shutting down' });
+    // After close nothing is tokenized, not even on the JS thread: the 503 at once.
+    await expect(pool.encode(words(HOLD + 10), null)).rejects.toMatchObject({ status: 503 });
+    await expect(pool.encode('short', null)).rejects.toMatchObject({ status: 503 });
+    await expect(pool.render([{ role: 'user', content: 'x' }], { addGenerationPrompt: true })).rejects.toMatchObject({ status: 503 });
     release();
   });
 });

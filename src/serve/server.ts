@@ -206,8 +206,14 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     ...(ckpt.syntheticWeights ? { generationConfig: synthGenerationConfig() } : {}),
   });
   const ctx = new ServeContext(model, log);
-  const app = buildApp(ctx, o.apiKey, bodyLimitFor(o.engine.maxSeq));
-  await app.listen({ host: o.host, port: o.port });
+  let app: FastifyInstance;
+  try {
+    app = buildApp(ctx, o.apiKey, bodyLimitFor(o.engine.maxSeq));
+    await app.listen({ host: o.host, port: o.port });
+  } catch (err) {
+    await encoder.close(); // the workers' threads (a copy of the tokenizer each) go with the failed start
+    throw err;
+  }
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : o.port;
   const host = o.host.includes(':') ? `[${o.host}]` : o.host;

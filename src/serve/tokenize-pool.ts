@@ -19,7 +19,7 @@ import type { TokenizeReply, TokenizeRequest, TokenizeWorkerData } from './token
 
 /** `--tokenizer-workers`' default: a second worker takes the texts behind a huge one. */
 export const DEFAULT_TOKENIZER_WORKERS = 2;
-/** `--tokenizer-workers`' bound (each worker holds its own copy of the tokenizer, ~100 MB for Qwen3.5's). */
+/** `--tokenizer-workers`' bound (each worker holds its own copy of the tokenizer, ~90 MB for Qwen3.5's). */
 export const MAX_TOKENIZER_WORKERS = 64;
 
 /** Texts of at most this many characters are tokenized on the JS thread (about half a millisecond). */
@@ -50,6 +50,9 @@ export function inlineEncoder(tokenizer: LoadedTokenizer): PromptEncoder {
 }
 
 interface Pending { resolve(r: BoundedIds | string): void; reject(err: Error): void; chars: number }
+
+/** What a text gets once the server stops: the 503 every route answers then (nothing is tokenized for it). */
+const shuttingDown = () => new ApiError(503, 'the server is shutting down', 'unavailable');
 
 /** `f`'s value as a promise (its exception as a rejection). */
 function inline<T>(f: () => T): Promise<T> {
@@ -119,6 +122,7 @@ export class TokenizePool implements PromptEncoder {
   }
 
   encode(text: string, bound: PromptBound | null): Promise<BoundedIds> {
+    if (this.closing) return Promise.reject(shuttingDown());
     const slot = this.idlest();
     if (text.length <= INLINE_MAX_CHARS || slot === undefined) return inline(() => boundedEncode((t) => this.tokenizer.encode(t), bound, text));
     // A text the byte bound refuses is not copied to a worker at all.
@@ -128,15 +132,15 @@ export class TokenizePool implements PromptEncoder {
   }
 
   render(messages: ChatMessage[], opts: ChatTemplateOptions): Promise<string> {
+    if (this.closing) return Promise.reject(shuttingDown());
     const slot = this.idlest();
     if (messages.length <= INLINE_MAX_MESSAGES || slot === undefined) return inline(() => this.tokenizer.applyChatTemplate(messages, opts));
     // A message weighs what ~100 characters of text do in the workers' queues.
     return this.send(slot, { id: this.nextId++, kind: 'template', messages, opts }, messages.length * 100) as Promise<string>;
   }
 
-  /** The live worker with the fewest characters waiting (one huge text holds up only what queues behind it there); none while closing. */
+  /** The live worker with the fewest characters waiting (one huge text holds up only what queues behind it there). */
   private idlest(): Slot | undefined {
-    if (this.closing) return undefined;
     let slot: Slot | undefined;
     for (const s of this.slots) if (!s.failed && (slot === undefined || s.chars < slot.chars)) slot = s;
     return slot;
@@ -162,7 +166,7 @@ export class TokenizePool implements PromptEncoder {
 
   async close(): Promise<void> {
     this.closing = true;
-    const e = new ApiError(503, 'the server is shutting down', 'unavailable');
+    const e = shuttingDown();
     for (const s of this.slots) {
       for (const p of s.pending.values()) p.reject(e);
       s.pending.clear();
