@@ -849,13 +849,32 @@ describe('one "did it run" rule for every check (docs/diagnose.md, "What ran mea
     expect(stderr).toMatch(/^initial_decode +REFUSED/m);
   });
 
-  it('a 400 on the retrieval\'s sizing probes (no /tokenize): the retrieval ran and failed', async () => {
+  it('a 400 on the retrieval\'s first sizing probe (no /tokenize): the retrieval did not run (the tool\'s probe, not the check\'s finding)', async () => {
     const { report } = await diagnoseFake({
       override: (r) => (r.path === '/tokenize' ? err(404) : chat(r) && r.prompt.includes('vault code') && r.body?.max_tokens === 1 ? err(400, 'no probes') : undefined),
     });
-    expect(report.long_context[0]).toMatchObject({ pass: false, response: { error: { message: 'no probes' } } });
-    expect(report.long_context[0].error).toBeUndefined();
-    expect(report.long_context[0].reason).toMatch(/sizing probe: HTTP 400: no probes/);
+    expect(report.long_context[0].pass).toBe(false);
+    expect(report.long_context[0].error).toMatch(/sizing probe: HTTP 400: no probes/);
+    expect(report.incomplete_reasons.join('\n')).toMatch(/sizing probe: HTTP 400: no probes/);
+  });
+
+  it('sizing probes past the server\'s context refused (400) once a smaller one was answered: the search goes on and the retrieval runs', async () => {
+    let refused = 0;
+    const { report } = await diagnoseFake({
+      override: (r) => {
+        if (r.path === '/tokenize') return err(404);
+        if (chat(r) && r.prompt.includes('vault code') && r.body?.max_tokens === 1 && r.prompt.length > 3000) {
+          refused++;
+          return err(400, 'context length exceeded');
+        }
+        return undefined;
+      },
+    });
+    expect(refused).toBeGreaterThan(0);
+    const lc = report.long_context[0] as Json;
+    expect(lc.error, JSON.stringify(lc)).toBeUndefined();
+    expect(lc.counted_by).toBe('usage.prompt_tokens');
+    expect(lc.prepared_prompt_tokens).toBeGreaterThan(0);
   });
 
   it.each([401, 404, 429])('a %i on the stream checks: they did not run (the server refused service), incomplete, exit 3', async (status) => {

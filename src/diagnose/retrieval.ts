@@ -137,10 +137,24 @@ function tokenizeCounter(s: Session): (prompt: string) => Promise<number> {
   };
 }
 
-/** The prompt's token count from usage.prompt_tokens of a one-token request (a whole prefill each). */
-function usageCounter(s: Session): (prompt: string) => Promise<number> {
+/**
+ * The prompt's token count from usage.prompt_tokens of a one-token request (a whole prefill each). The
+ * search overshoots at times, and a probe past the server's context is refused (400/413/422): once a
+ * probe has been answered, a refused one counts as too large (target + 1), the tool's own probe and
+ * not the check's finding; a refusal of the first probe leaves the check not run.
+ */
+function usageCounter(s: Session, target: number): (prompt: string) => Promise<number> {
+  let answered = false;
   return async (prompt) => {
-    const r = await s.chat(s.userBody(prompt, { maxTokens: 1 }), 'sizing probe');
+    let r: Awaited<ReturnType<Session['chat']>>;
+    try {
+      r = await s.chat(s.userBody(prompt, { maxTokens: 1 }), 'sizing probe');
+    } catch (err) {
+      if (!(err instanceof CheckRefused)) throw err;
+      if (answered) return target + 1;
+      throw new CheckNotRun(err.message, err.response);
+    }
+    answered = true;
     const u = (r.body as Json).usage;
     const n = typeof u === 'object' && u !== null ? (u as Json).prompt_tokens : undefined;
     if (typeof n !== 'number') throw new CheckNotRun(`sizing probe: HTTP ${r.status} without a numeric usage.prompt_tokens`, r.body);
@@ -172,7 +186,7 @@ export async function runRetrieval(s: Session, seed: number, maxModelLen: number
       sized = await sizeRetrievalPrompt(seed, lim.target, tokenize);
     } else {
       countedBy = 'usage.prompt_tokens';
-      sized = await sizeRetrievalPrompt(seed, lim.target, usageCounter(s), 5);
+      sized = await sizeRetrievalPrompt(seed, lim.target, usageCounter(s, lim.target), 5);
     }
     const sizingSeconds = (performance.now() - t0) / 1000;
     const t1 = performance.now();
