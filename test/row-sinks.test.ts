@@ -1,7 +1,7 @@
 // The --output files of a sweep (src/bench/row-sinks.ts) when the prefix was used before: nothing of the
 // earlier run may sit beside the new run's files as if it were the new run's.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -41,5 +41,14 @@ describe('--output PREFIX over an earlier run', () => {
     // runSweep writes no page (the CLI renders it after the sweep): whatever page is there would be the old one.
     expect(existsSync(`${prefix}.html`)).toBe(false);
     expect(readdirSync(tmp).sort()).toEqual(['other.html', 'run.csv', 'run.json', `run.json.tmp-${live}`, 'run.json.tmp-x', 'run.jsonl', `runner.json.tmp-${dead}`].sort());
+  });
+
+  it('a directory where PREFIX.html goes: a usage error naming it, before any row runs', async () => {
+    const prefix = path.join(tmp, 'dirpage');
+    mkdirSync(`${prefix}.html`);
+    const cfg = { ...resolveSweepConfig({ cells: '16:8', concurrency: '1', warmup: '0', blockSize: '4', maxSeq: '256' }), output: prefix };
+    const io = { stdout: sink(), stderr: sink(), stderrIsTTY: false, env: {}, argv: ['node', 'bench'], handleSignals: false } as SweepIO;
+    await expect(runSweep(cfg, fakeBackend(), io)).rejects.toThrow(`--output: ${prefix}.html is a directory; the run's page goes there`);
+    expect(existsSync(`${prefix}.json`)).toBe(false);
   });
 });

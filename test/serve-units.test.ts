@@ -218,7 +218,7 @@ describe('serve: tool-call parser', () => {
   });
 });
 
-describe('serve: rendered chat prompts', async () => {
+describe('serve: rendered chat prompts', () => {
   let model: ServeModel;
   beforeAll(async () => {
     const dir = await ensureEmbeddedModel();

@@ -142,7 +142,8 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
     const u = usageOf((r.json as { usage?: unknown } | null)?.usage);
     if (u?.prompt_tokens !== null && u?.prompt_tokens !== undefined) overhead = Math.max(0, u.prompt_tokens - own);
     else {
-      const had = u === null ? 'had no usage' : `had a usage without a readable prompt_tokens (${u.problems.join('; ')})`;
+      const about = u === null ? [] : u.problems.filter((p) => p.includes('prompt_tokens'));
+      const had = u === null ? 'had no usage' : `had a usage without a readable prompt_tokens${about.length ? ` (${about.join('; ')})` : ''}`;
       notes.push(`the probe response ${had}: the tokens the server adds to each prompt are unknown (taken as 0)`);
     }
   } catch (err) {
