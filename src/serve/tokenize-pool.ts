@@ -54,15 +54,6 @@ interface Pending { resolve(r: BoundedIds | string): void; reject(err: Error): v
 /** What a text gets once the server stops: the 503 every route answers then (nothing is tokenized for it). */
 const shuttingDown = () => new ApiError(503, 'the server is shutting down', 'unavailable');
 
-/** `f`'s value as a promise (its exception as a rejection). */
-function inline<T>(f: () => T): Promise<T> {
-  try {
-    return Promise.resolve(f());
-  } catch (err) {
-    return Promise.reject(err as Error);
-  }
-}
-
 interface Slot { worker: Worker; pending: Map<number, Pending>; chars: number; failed: boolean }
 
 function compiledWorker(): string | null {
@@ -84,7 +75,11 @@ export class TokenizePool implements PromptEncoder {
   private nextId = 0;
   private closing = false;
 
-  private constructor(file: string, parts: TokenizerParts, n: number, private readonly tokenizer: LoadedTokenizer, private readonly o: TokenizePoolOptions) {
+  /** Short texts and conversations, and everything once no worker is left: the JS thread. */
+  private readonly local: PromptEncoder;
+
+  private constructor(file: string, parts: TokenizerParts, n: number, tokenizer: LoadedTokenizer, private readonly o: TokenizePoolOptions) {
+    this.local = inlineEncoder(tokenizer);
     const data: TokenizeWorkerData = { parts, ...(o.hold ? { hold: o.hold } : {}) };
     this.slots = Array.from({ length: n }, () => {
       const slot: Slot = { worker: new Worker(file, { workerData: data }), pending: new Map(), chars: 0, failed: false };
@@ -124,7 +119,7 @@ export class TokenizePool implements PromptEncoder {
   encode(text: string, bound: PromptBound | null): Promise<BoundedIds> {
     if (this.closing) return Promise.reject(shuttingDown());
     const slot = this.idlest();
-    if (text.length <= INLINE_MAX_CHARS || slot === undefined) return inline(() => boundedEncode((t) => this.tokenizer.encode(t), bound, text));
+    if (text.length <= INLINE_MAX_CHARS || slot === undefined) return this.local.encode(text, bound);
     // A text the byte bound refuses is not copied to a worker at all.
     const over = bound === null ? null : byteBound(bound, text);
     if (over !== null) return Promise.resolve(over);
@@ -134,7 +129,7 @@ export class TokenizePool implements PromptEncoder {
   render(messages: ChatMessage[], opts: ChatTemplateOptions): Promise<string> {
     if (this.closing) return Promise.reject(shuttingDown());
     const slot = this.idlest();
-    if (messages.length <= INLINE_MAX_MESSAGES || slot === undefined) return inline(() => this.tokenizer.applyChatTemplate(messages, opts));
+    if (messages.length <= INLINE_MAX_MESSAGES || slot === undefined) return this.local.render(messages, opts);
     // A message weighs what ~100 characters of text do in the workers' queues.
     return this.send(slot, { id: this.nextId++, kind: 'template', messages, opts }, messages.length * 100) as Promise<string>;
   }
