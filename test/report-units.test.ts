@@ -7,8 +7,8 @@ import { Command } from 'commander';
 import { afterAll, describe, expect, it } from 'vitest';
 import { registerCompare } from '../src/cli/cmd-compare.js';
 import { registerReport } from '../src/cli/cmd-report.js';
-import { CONTENTION_NOTE_SHARE } from '../src/bench/sweep-rows.js';
-import { compareReports, CONTENTION_SHARE } from '../src/report/compare.js';
+import { compareReports } from '../src/report/compare.js';
+import { CONTENTION_SHARE } from '../src/util/machine.js';
 import { parse } from 'csv-parse/sync';
 import { bandText, formatCsv, formatMarkdown, ratioText, verdictLine } from '../src/report/compare-format.js';
 import type { FigureChange } from '../src/report/compare.js';
@@ -192,7 +192,6 @@ describe('compareReports', () => {
   });
 
   it('rows measured under CPU contention (either report) are listed; a move beyond noise there is not a regression, and not a pass', () => {
-    expect(CONTENTION_SHARE).toBe(CONTENTION_NOTE_SHARE);
     const quiet = (decode: number, c = 1) => ({ ...row(16, c, decode, 10, 5, 0.02, 3), cpu_other_share: 0.02 });
     const busy = (decode: number, share: number, c = 1) => ({ ...row(16, c, decode, 10, 5, 0.02, 3), cpu_other_share: share });
     // NEW ran beside another process and its decode is 20% slower: contention may explain it.

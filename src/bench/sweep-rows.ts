@@ -4,7 +4,7 @@
 import { prefixCacheWith } from '../engine/options.js';
 import type { EngineHandle, RequestEngine } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
-import { cpuSample, cpuWindowStart, otherCpuShare, startCpuSample, type CpuSample } from '../util/machine.js';
+import { CONTENTION_SHARE, cpuSample, cpuWindowStart, otherCpuShare, startCpuSample, type CpuSample } from '../util/machine.js';
 import { TOOL_VERSION } from '../util/version.js';
 import type { SweepRow } from './csv.js';
 import { appendMemoryStage, memoryStageRows, type MemoryStage } from './memory-stages.js';
@@ -31,9 +31,6 @@ export interface RowsTarget {
   /** Tokens every prompt starts with whatever its draw (an endpoint's chat template and BOS). */
   commonPrefixTokens?: number;
 }
-
-/** A row whose run saw other processes take at least this share of the CPU says so in its notes. */
-export const CONTENTION_NOTE_SHARE = 0.1;
 
 export async function runRows(
   cfg: SweepConfig, engine: RequestEngine, target: RowsTarget, profile: boolean, signal: AbortSignal,
@@ -90,7 +87,7 @@ export async function runRows(
       const otherCpu = otherCpuShare(cpuWindowStart(cpuBefore, cpuMarks, cpuAfter), cpuAfter);
       if (cpuBefore) cpuMarks.push(cpuBefore);
       // Only a row that ran was run alongside anything (a cell refused before running has no such note).
-      if (otherCpu !== null && otherCpu >= CONTENTION_NOTE_SHARE && !out.interrupted && out.ran !== false) {
+      if (otherCpu !== null && otherCpu >= CONTENTION_SHARE && !out.interrupted && out.ran !== false) {
         const who = cfg.endpoint !== null ? 'other processes (a server on this machine among them)' : 'other processes';
         const note = `${who} used ${(otherCpu * 100).toFixed(0)}% of the machine's CPU during this row (figures may be noisy)`;
         out.row.notes = out.row.notes ? `${out.row.notes}; ${note}` : note;

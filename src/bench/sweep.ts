@@ -74,7 +74,6 @@ export const EXIT_OK = 0;
 export const EXIT_USAGE = 2;
 export const EXIT_ROWS_FAILED = 3;
 export { EXIT_INTERRUPTED, EXIT_TERMINATED } from './sweep-signals.js';
-export { CONTENTION_NOTE_SHARE } from './sweep-rows.js';
 
 export function engineOptions(cfg: SweepConfig, device: Device): EngineOptions {
   // The sweep sizes the state slots from its largest concurrency (`serve` takes --max-seqs).

@@ -3,7 +3,8 @@
 import { stringify } from 'csv-stringify/sync';
 import { CSV_OPTIONS, markdownCell } from '../bench/csv.js';
 import { COMPARED_FIGURES } from './figures.js';
-import { CONTENTION_SHARE, type Comparison, type FigureChange, type RowComparison } from './compare.js';
+import { CONTENTION_SHARE } from '../util/machine.js';
+import { type Comparison, type FigureChange, type RowComparison } from './compare.js';
 
 export const COMPARE_FORMATS = ['md', 'csv', 'json'] as const;
 export type CompareFormat = (typeof COMPARE_FORMATS)[number];

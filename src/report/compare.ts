@@ -5,6 +5,7 @@ import type { ReportRow } from '../bench/report.js';
 import { COMPARED_FIGURES, cellOf, figureValue, tailTooThin, type FigureName } from './figures.js';
 import { GATE, gateFloor, rowSpreads, type FloorUnknown, type Spread } from './noise.js';
 import { targetKind, type SavedReport } from './report-file.js';
+import { CONTENTION_SHARE } from '../util/machine.js';
 
 /** A change smaller than this (percent of BASE) is never flagged, whatever the noise: `--threshold`'s default. */
 export const DEFAULT_THRESHOLD_PCT = 5;
@@ -15,12 +16,6 @@ export type FigureVerdict =
   | 'regression under contention' | 'improvement under contention'
   | 'within noise' | 'below threshold' | 'floor unknown' | 'not judged' | 'lost in NEW' | 'not measured';
 
-/**
- * A row is measured under contention when other processes used at least this share of the machine's CPU
- * while it ran, in either report (rows[].cpu_other_share): the share at which the sweep notes "figures
- * may be noisy" (CONTENTION_NOTE_SHARE in src/bench/sweep-rows.ts; a test keeps the two equal).
- */
-export const CONTENTION_SHARE = 0.1;
 
 export interface FigureChange {
   figure: FigureName;
@@ -53,7 +48,7 @@ export interface RowComparison {
   reason: string | null;
   /** Other processes' share of the CPU while the row ran, in each report (null: not recorded). */
   cpu_other_share: { base: number | null; next: number | null };
-  /** Either share at or above CONTENTION_SHARE: a move beyond noise here fails the gate as not a pass, not as a regression. */
+  /** Either share at or above CONTENTION_SHARE (src/util/machine.ts, the sweep's "figures may be noisy"): a move beyond noise here fails the gate as not a pass, not as a regression. */
   contended: boolean;
   figures: FigureChange[];
 }

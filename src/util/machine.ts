@@ -141,6 +141,12 @@ export function cpuWindowStart(rowStart: CpuSample | null, earlier: readonly Cpu
 }
 
 /**
+ * The otherCpuShare at or above which a measurement counts as contended: the sweep's row notes "figures
+ * may be noisy", and bench compare does not count its moves beyond noise as regressions (nor as a pass).
+ */
+export const CONTENTION_SHARE = 0.1;
+
+/**
  * Share of the machine's CPU capacity that other processes used between two samples: the system-wide busy
  * fraction minus this process's own CPU time over (wall time x CPUs). Null when it cannot be told.
  */
