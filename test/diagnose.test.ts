@@ -1072,7 +1072,7 @@ describe('replies are size-capped', () => {
     try {
       const report = await runDiagnose(opts(fake.url));
       expect(report.status).toBe('incomplete');
-      expect((report.incomplete_reasons as string[])[0]).toBe('GET /v1/models: the reply is larger than 256 KiB (the cap on one reply); not read further');
+      expect((report.incomplete_reasons as string[])[0]).toBe('GET /v1/models: the reply is larger than 256.0 KiB (the cap on one reply); not read further');
     } finally {
       await fake.close();
     }
@@ -1091,8 +1091,8 @@ describe('replies are size-capped', () => {
     try {
       const report = await runDiagnose(opts(fake.url));
       const arith = (report.behavior as Json[]).find((b) => b.id === 'behavior-arithmetic')!;
-      expect(arith.error).toBe('POST /v1/chat/completions: the reply is larger than 256 KiB (the cap on one reply); not read further');
-      expect((report.initial_decode as Json).error).toBe('POST /v1/chat/completions: the stream is larger than 256 KiB (the cap on one stream); not read further');
+      expect(arith.error).toBe('POST /v1/chat/completions: the reply is larger than 256.0 KiB (the cap on one reply); not read further');
+      expect((report.initial_decode as Json).error).toBe('POST /v1/chat/completions: the stream is larger than 256.0 KiB (the cap on one stream); not read further');
       expect((report.behavior as Json[]).find((b) => b.id === 'behavior-french')!.error).toBeUndefined();
     } finally {
       await fake.close();

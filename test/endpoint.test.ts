@@ -398,12 +398,12 @@ describe('against servers that send exactly the wrong bytes', () => {
   it('a JSON reply past the cap is refused with a clear error, not buffered (json(), /v1/models)', async () => {
     const s = await start({ models: { status: 200, bytes: 17 * 1024 * 1024 } });
     const pool = new HttpPool(s.url, { maxJsonBytes: 4096 });
-    await expect(pool.json('GET', '/v1/models')).rejects.toMatchObject({ kind: 'protocol', message: 'GET /v1/models: the response is larger than 4096 bytes, the most this client reads from /v1/models' });
+    await expect(pool.json('GET', '/v1/models')).rejects.toMatchObject({ kind: 'protocol', message: 'GET /v1/models: the response is larger than 4.0 KiB, the most this client reads from /v1/models' });
     pool.close();
     const r = await sweep({ endpoint: s.url, cells: '8:4', concurrency: '1' });
     expect(r.code).toBe(3);
     expect(r.report.status).toBe('load_failed');
-    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: GET /v1/models: the response is larger than 16 MiB, the most this client reads from /v1/models`);
+    expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: GET /v1/models: the response is larger than 16.0 MiB, the most this client reads from /v1/models`);
   });
 
   it('/v1/models listing entries that are not objects ({"data":[null]}): the load fails saying no model is listed, no crash', async () => {

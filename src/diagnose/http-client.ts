@@ -5,6 +5,7 @@
 // Every body read is capped (a reply, a stream): one larger throws ReplyTooLarge, never exhausting
 // memory on a server that sends gigabytes.
 import { performance } from 'node:perf_hooks';
+import { bytesText } from '../util/bytes-text.js';
 
 export type Json = Record<string, unknown>;
 
@@ -27,8 +28,6 @@ export class ReplyTooLarge extends EndpointError {
 /** The most bytes one JSON reply may have, and one SSE stream. */
 export const MAX_REPLY_BYTES = 16 * 1024 * 1024;
 export const MAX_STREAM_BYTES = 64 * 1024 * 1024;
-
-const mib = (n: number) => n >= 1024 * 1024 ? `${+(n / 1024 / 1024).toFixed(2)} MiB` : `${+(n / 1024).toFixed(2)} KiB`;
 
 export interface HttpReply {
   status: number;
@@ -131,7 +130,7 @@ export class DiagnoseClient {
   /** The body of `res` as text, at most `this.maxReplyBytes` bytes (else ReplyTooLarge, the rest unread). */
   private async cappedText(res: Response, what: string): Promise<string> {
     const cap = this.maxReplyBytes;
-    const tooLarge = () => new ReplyTooLarge(`${what}: the reply is larger than ${mib(cap)} (the cap on one reply); not read further`);
+    const tooLarge = () => new ReplyTooLarge(`${what}: the reply is larger than ${bytesText(cap)} (the cap on one reply); not read further`);
     const declared = Number(res.headers.get('content-length') ?? NaN);
     if (Number.isFinite(declared) && declared > cap) {
       await res.body?.cancel().catch(() => {});
@@ -231,7 +230,7 @@ export class DiagnoseClient {
         bytes += value.byteLength;
         if (bytes > this.maxStreamBytes) {
           ctl.abort();
-          throw new ReplyTooLarge(`POST ${path}: the stream is larger than ${mib(this.maxStreamBytes)} (the cap on one stream); not read further`);
+          throw new ReplyTooLarge(`POST ${path}: the stream is larger than ${bytesText(this.maxStreamBytes)} (the cap on one stream); not read further`);
         }
         buf += dec.decode(value, { stream: true });
         let m: RegExpExecArray | null;

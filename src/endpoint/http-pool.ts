@@ -6,6 +6,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { performance } from 'node:perf_hooks';
+import { bytesText } from '../util/bytes-text.js';
 
 export interface HttpPoolOptions {
   /** Bearer token sent as `Authorization` (the value of --api-key-env's variable). */
@@ -97,7 +98,7 @@ export class HttpPool {
     const status = await this.send(method, path, body, {
       onData: (t) => {
         bytes += Buffer.byteLength(t);
-        if (bytes > max) throw new Error(`the response is larger than ${formatBytes(max)}, the most this client reads from ${path}`);
+        if (bytes > max) throw new Error(`the response is larger than ${bytesText(max)}, the most this client reads from ${path}`);
         text += t;
       },
     }, limits);
@@ -219,8 +220,4 @@ function withoutCredentials(u: URL): string {
   shown.username = '';
   shown.password = '';
   return shown.href;
-}
-
-function formatBytes(n: number): string {
-  return n >= 1024 * 1024 && n % (1024 * 1024) === 0 ? `${n / (1024 * 1024)} MiB` : `${n} bytes`;
 }
