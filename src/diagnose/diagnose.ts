@@ -3,6 +3,7 @@
 // long-context retrieval, decode timing, greedy repeats, request isolation, batch invariance) and
 // assemble the report. A server that never answers at all is an EndpointError for the caller (exit 4).
 import { performance } from 'node:perf_hooks';
+import { isJsonObject } from '../util/json.js';
 import { TOOL_VERSION } from '../util/version.js';
 import { runBehavior } from './behavior.js';
 import { BEHAVIOR_CHECKS } from './checks.js';
@@ -91,7 +92,7 @@ async function discover(client: DiagnoseClient, model: string | undefined, keyGi
   }
   // Entries that are not objects (`{"data": [null]}`) are skipped, not read.
   const listed = r.status === 200 && Array.isArray((r.body as Json | null)?.data) ? (r.body as Json).data as unknown[] : [];
-  const data = listed.filter((m): m is Json => typeof m === 'object' && m !== null && !Array.isArray(m));
+  const data = listed.filter(isJsonObject);
   const chosen = model ?? (typeof data[0]?.id === 'string' ? data[0].id : undefined);
   const entry = data.find((m) => m.id === chosen || m.root === chosen);
   const maxModelLen = typeof entry?.max_model_len === 'number' ? entry.max_model_len : null;

@@ -4,6 +4,7 @@
 // (where the server has them; pass null, "skipped", where it has not). Each is built so that it
 // holds on any deterministic server, random weights included: the stop string is taken from the
 // server's own greedy answer, not guessed.
+import { isJsonObject } from '../util/json.js';
 import { firstChoice, summarizeStream, type Json } from './http-client.js';
 import { CheckNotRun, errorMessage, ok, requireAnswer, requireStatus, runCheck, SERVICE_REFUSED_STATUSES, type CheckResult, type Session } from './session.js';
 
@@ -121,7 +122,7 @@ async function includeUsage(s: Session): Promise<CheckResult> {
     const data = st.events.map((e) => e.data);
     const lastData = data[data.length - 1];
     // The last event must be the usage chunk: an object (a `data: null` or other non-object event there fails the check).
-    const last = typeof lastData === 'object' && lastData !== null && !Array.isArray(lastData) ? lastData as Json : undefined;
+    const last = isJsonObject(lastData) ? lastData : undefined;
     const u = (typeof last?.usage === 'object' && last.usage !== null ? last.usage : null) as Json | null;
     const int = (x: unknown) => Number.isInteger(x) && (x as number) >= 0;
     const usageChunk = last !== undefined && Array.isArray(last.choices) && last.choices.length === 0 && u !== null;

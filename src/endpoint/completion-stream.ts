@@ -5,6 +5,7 @@ import type { HttpPool } from './http-pool.js';
 import { HttpFailure } from './http-pool.js';
 import { SseParser } from './sse.js';
 import type { WireChunk } from './chunk-timeline.js';
+import { isJsonObject } from '../util/json.js';
 
 export type WireApi = 'chat' | 'completions';
 
@@ -131,8 +132,6 @@ export function describeJson(v: unknown): string {
   return `${text.length > 60 ? `${text.slice(0, 60)}…` : text} (${kind})`;
 }
 
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-
 /** The most of a non-200 body kept for its error message, and the most one SSE event may hold. */
 const MAX_ERROR_BODY = 64 * 1024;
 const MAX_EVENT_BYTES = 16 * 1024 * 1024;
@@ -161,7 +160,7 @@ export async function streamCompletion(
       out.error = `the stream sent an event that is not JSON: ${data.slice(0, 120)}`;
       return;
     }
-    if (!isObject(parsed)) {
+    if (!isJsonObject(parsed)) {
       out.error = `the stream sent an event that is not a JSON object: ${describeJson(parsed)}`;
       return;
     }
@@ -179,7 +178,7 @@ export async function streamCompletion(
     const choices = (j.choices ?? []) as unknown[];
     if (choices.length === 0) return;
     const choice = choices[0];
-    if (!isObject(choice)) {
+    if (!isJsonObject(choice)) {
       out.error = `the stream sent an event whose choices[0] is not an object: ${describeJson(choice)}`;
       return;
     }

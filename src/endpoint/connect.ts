@@ -8,6 +8,7 @@ import type { SweepConfig } from '../bench/sweep-config.js';
 import type { EndpointConnection } from '../bench/sweep.js';
 import { endpointProbe } from './endpoint-probe.js';
 import { CheckpointError } from '../model/types.js';
+import { isJsonObject } from '../util/json.js';
 import { UsageError } from '../util/usage-error.js';
 import { API_PATHS, errorText, usageOf } from './completion-stream.js';
 import { EndpointEngine } from './endpoint-engine.js';
@@ -83,7 +84,7 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
   const data = (models as { data?: unknown } | null)?.data;
   // Entries that are not objects (`data: [null]`) name no model: skipped.
   const list = Array.isArray(data)
-    ? (data.filter((m) => typeof m === 'object' && m !== null && !Array.isArray(m)) as { id?: unknown; owned_by?: unknown; max_model_len?: unknown }[])
+    ? (data.filter(isJsonObject) as { id?: unknown; owned_by?: unknown; max_model_len?: unknown }[])
     : [];
   const ids = list.map((m) => m.id).filter((x): x is string => typeof x === 'string');
   const model = ep.model ?? ids[0];

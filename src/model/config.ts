@@ -5,14 +5,10 @@
 // HF defaults, which equal the 9B values; the keys that decide tensor shapes are required.
 
 import { engineLimits } from '../engine/limits.js';
-import { preview } from '../util/json.js';
+import { isJsonObject, preview } from '../util/json.js';
 import { CheckpointError, type LayerType, type TextConfig } from './types.js';
 
 type Json = Record<string, unknown>;
-
-function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 /** Largest integer a size field may hold: the engine takes sizes as 32-bit signed integers. */
 export const MAX_CONFIG_INT = 2 ** 31 - 1;
@@ -56,11 +52,11 @@ export function parseConfig(json: unknown, file: string): TextConfig {
 
 /** As parseConfig, plus the layout found and where tie_word_embeddings was stated. */
 export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
-  if (!isObject(json)) throw new CheckpointError(`${file}: expected a JSON object at top level`);
-  if (json.text_config !== undefined && json.text_config !== null && !isObject(json.text_config)) {
+  if (!isJsonObject(json)) throw new CheckpointError(`${file}: expected a JSON object at top level`);
+  if (json.text_config !== undefined && json.text_config !== null && !isJsonObject(json.text_config)) {
     throw new CheckpointError(`${file}: text_config must be an object (got ${preview(json.text_config)})`);
   }
-  const nested = isObject(json.text_config);
+  const nested = isJsonObject(json.text_config);
   const tc: Json = nested ? (json.text_config as Json) : json;
   const keyPrefix = nested ? 'text_config.' : '';
   const where = (key: string) => `${keyPrefix}${key}`;
@@ -110,8 +106,8 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   // RoPE: `rope_parameters` (current HF) or `rope_scaling` (older), else top-level keys.
   let ropeKey = 'rope_parameters';
   let rope: Json = {};
-  if (isObject(tc.rope_parameters)) rope = tc.rope_parameters;
-  else if (isObject(tc.rope_scaling)) { rope = tc.rope_scaling; ropeKey = 'rope_scaling'; }
+  if (isJsonObject(tc.rope_parameters)) rope = tc.rope_parameters;
+  else if (isJsonObject(tc.rope_scaling)) { rope = tc.rope_scaling; ropeKey = 'rope_scaling'; }
   const ropeTheta = posNum(rope.rope_theta ?? tc.rope_theta, rope.rope_theta !== undefined ? `${ropeKey}.rope_theta` : 'rope_theta', 1e7);
   const partialRotaryFactor = posNum(
     rope.partial_rotary_factor ?? tc.partial_rotary_factor,

@@ -2,15 +2,11 @@
 // @huggingface/tokenizers, which trusts its input: wrong types there surface as TypeErrors deep
 // inside the library, or as silent misbehaviour, instead of an error naming the file and key.
 
-import { preview } from '../util/json.js';
+import { isJsonObject, preview } from '../util/json.js';
 import { CheckpointError } from './types.js';
 
 /** Largest token id accepted (the engine takes token ids as 32-bit signed integers). */
 export const MAX_TOKEN_ID = 2 ** 31 - 1;
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 export function isTokenId(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_TOKEN_ID;
@@ -30,7 +26,7 @@ export function tokenContent(t: unknown): string | undefined {
  */
 export function validateTokenizerJson(tok: Record<string, unknown>, file: string): number {
   const model = tok.model;
-  if (!isObject(model) || !isObject(model.vocab)) throw new CheckpointError(`${file}: tokenizer.json has no model.vocab`);
+  if (!isJsonObject(model) || !isJsonObject(model.vocab)) throw new CheckpointError(`${file}: tokenizer.json has no model.vocab`);
   if (model.type !== undefined && model.type !== 'BPE') {
     throw new CheckpointError(`${file}: model.type is ${preview(model.type)}; only BPE tokenizers (as Qwen3.5 ships) are supported`);
   }
@@ -67,7 +63,7 @@ export function validateTokenizerJson(tok: Record<string, unknown>, file: string
   const added = tok.added_tokens ?? [];
   if (!Array.isArray(added)) throw new CheckpointError(`${file}: added_tokens must be an array (got ${preview(added)})`);
   added.forEach((t: unknown, i) => {
-    if (!isObject(t) || !isTokenId(t.id) || typeof t.content !== 'string' || t.content.length === 0) {
+    if (!isJsonObject(t) || !isTokenId(t.id) || typeof t.content !== 'string' || t.content.length === 0) {
       throw new CheckpointError(`${file}: added_tokens[${i}] is ${preview(t)}; expected {"id": <token id>, "content": <non-empty string>, ...}`);
     }
     for (const k of ['special', 'normalized', 'lstrip', 'rstrip', 'single_word']) {
@@ -108,13 +104,13 @@ const MAX_STAGE_DEPTH = 8;
 
 /** A pipeline stage: an object with a string "type"; the step lists of Sequence stages likewise. */
 function validateStage(stage: unknown, where: string, file: string, depth: number): void {
-  if (!isObject(stage) || typeof stage.type !== 'string') {
+  if (!isJsonObject(stage) || typeof stage.type !== 'string') {
     throw new CheckpointError(`${file}: ${where} must be ${depth === 0 ? 'null or ' : ''}an object with a "type" (got ${preview(stage)})`);
   }
   checkFields(stage, where, file);
   if (stage.pattern !== undefined) {
     const pat = stage.pattern;
-    const ok = isObject(pat) && (typeof pat.Regex === 'string') !== (typeof pat.String === 'string');
+    const ok = isJsonObject(pat) && (typeof pat.Regex === 'string') !== (typeof pat.String === 'string');
     if (!ok) throw new CheckpointError(`${file}: ${where}.pattern must be {"Regex": <string>} or {"String": <string>} (got ${preview(pat)})`);
   }
   for (const k of SEQUENCE_KEYS) {
@@ -145,7 +141,7 @@ export function validateTokenizerConfig(cfg: Record<string, unknown>, file: stri
   const ct = cfg.chat_template;
   if (ct !== undefined && ct !== null && typeof ct !== 'string') {
     const ok = Array.isArray(ct) && ct.length > 0 &&
-      ct.every((t) => isObject(t) && typeof t.template === 'string' && (t.name === undefined || typeof t.name === 'string'));
+      ct.every((t) => isJsonObject(t) && typeof t.template === 'string' && (t.name === undefined || typeof t.name === 'string'));
     if (!ok) throw new CheckpointError(`${file}: chat_template must be a string or a list of {"name", "template"} (got ${preview(ct)})`);
   }
 }

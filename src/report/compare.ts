@@ -5,6 +5,7 @@ import type { ReportRow } from '../bench/report.js';
 import { COMPARED_FIGURES, cellOf, figureValue, tailTooThin, type FigureName } from './figures.js';
 import { GATE, gateFloor, rowSpreads, type FloorUnknown, type Spread } from './noise.js';
 import { targetKind, type SavedReport } from './report-file.js';
+import { isJsonObject } from '../util/json.js';
 import { CONTENTION_SHARE } from '../util/machine.js';
 
 /** A change smaller than this (percent of BASE) is never flagged, whatever the noise: `--threshold`'s default. */
@@ -129,11 +130,9 @@ const MEASURED = new Set([
 ]);
 const MEASURED_SHOWN = ['engine.kv_blocks_total'];
 
-const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-
 function at(section: Record<string, unknown> | null, dotted: string): unknown {
   let v: unknown = section;
-  for (const k of dotted.split('.')) v = isRecord(v) ? v[k] : undefined;
+  for (const k of dotted.split('.')) v = isJsonObject(v) ? v[k] : undefined;
   return v;
 }
 
@@ -144,8 +143,8 @@ function starFields(section: string, sa: Record<string, unknown> | null, sb: Rec
     const holdsMeasured = [...MEASURED].some((m) => m.startsWith(`${section}.${k}.`));
     const va = sa?.[k];
     const vb = sb?.[k];
-    if (holdsMeasured && (isRecord(va) || isRecord(vb))) {
-      for (const sub of new Set([...Object.keys(isRecord(va) ? va : {}), ...Object.keys(isRecord(vb) ? vb : {})])) out.push(`${k}.${sub}`);
+    if (holdsMeasured && (isJsonObject(va) || isJsonObject(vb))) {
+      for (const sub of new Set([...Object.keys(isJsonObject(va) ? va : {}), ...Object.keys(isJsonObject(vb) ? vb : {})])) out.push(`${k}.${sub}`);
     } else out.push(k);
   }
   return out.filter((f) => !MEASURED.has(`${section}.${f}`));

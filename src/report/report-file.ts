@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { CSV_COLUMNS } from '../bench/csv.js';
 import type { ReportRow } from '../bench/report.js';
 import { REPORT_SCHEMA_VERSION } from '../bench/report.js';
-import { parseJsonBytes } from '../util/json.js';
+import { isJsonObject, parseJsonBytes } from '../util/json.js';
 import { UsageError } from '../util/usage-error.js';
 
 type Section = Record<string, unknown> | null;
@@ -28,7 +28,6 @@ export interface SavedReport {
   notes: string[];
 }
 
-const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 const show = (v: unknown): string => (v === undefined ? 'missing' : JSON.stringify(v)?.slice(0, 40) ?? String(v));
 const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
@@ -46,12 +45,12 @@ const DISTRIBUTION_FIELDS = ['n', 'mean', 'p50', 'p90', 'p99', 'min', 'max'] as 
  */
 export function checkReport(value: unknown, file: string): SavedReport {
   const bad = (field: string, why: string): never => { throw new UsageError(`${file}: ${field} ${why} (is it a PREFIX.json written by bench --output?)`); };
-  if (!isObj(value)) return bad('the top level', 'is not a JSON object');
+  if (!isJsonObject(value)) return bad('the top level', 'is not a JSON object');
   if (value.schema_version !== REPORT_SCHEMA_VERSION) bad('schema_version', `is ${JSON.stringify(value.schema_version)}, expected ${REPORT_SCHEMA_VERSION}`);
   const section = (k: string): Section => {
     const v = value[k];
     if (v === null || v === undefined) return null;
-    return isObj(v) ? v : bad(k, 'is not an object');
+    return isJsonObject(v) ? v : bad(k, 'is not an object');
   };
   /** null and absent read as "not there"; anything else must be a string. */
   const optString = (v: unknown, field: string): void => {
@@ -64,7 +63,7 @@ export function checkReport(value: unknown, file: string): SavedReport {
   const rows = value.rows as unknown[];
   rows.forEach((r, i) => {
     const at = `rows[${i}]`;
-    if (!isObj(r)) return bad(at, 'is not an object');
+    if (!isJsonObject(r)) return bad(at, 'is not an object');
     for (const k of ['isl', 'osl', 'concurrency'] as const) {
       if (typeof r[k] !== 'number' || !Number.isInteger(r[k])) bad(`${at}.${k}`, 'is not an integer');
       if ((r[k] as number) < 1) bad(`${at}.${k}`, `is ${r[k] as number}, expected a whole number >= 1`);
@@ -77,16 +76,16 @@ export function checkReport(value: unknown, file: string): SavedReport {
     optNumber(r.cpu_other_share, `${at}.cpu_other_share`);
     const d = r.distributions;
     if (d !== null && d !== undefined) {
-      if (!isObj(d)) bad(`${at}.distributions`, `is ${show(d)}, expected an object or null`);
+      if (!isJsonObject(d)) bad(`${at}.distributions`, `is ${show(d)}, expected an object or null`);
       for (const [name, dist] of Object.entries(d as Record<string, unknown>)) {
         if (dist === null) continue;
-        if (!isObj(dist)) bad(`${at}.distributions.${name}`, `is ${show(dist)}, expected an object or null`);
+        if (!isJsonObject(dist)) bad(`${at}.distributions.${name}`, `is ${show(dist)}, expected an object or null`);
         for (const f of DISTRIBUTION_FIELDS) optNumber((dist as Record<string, unknown>)[f], `${at}.distributions.${name}.${f}`);
       }
     }
     const s = r.samples;
     if (s !== null && s !== undefined) {
-      if (!isObj(s)) bad(`${at}.samples`, `is ${show(s)}, expected an object or null`);
+      if (!isJsonObject(s)) bad(`${at}.samples`, `is ${show(s)}, expected an object or null`);
       const so = s as Record<string, unknown>;
       if (!Array.isArray(so.pass)) bad(`${at}.samples.pass`, `is ${show(so.pass)}, expected an array`);
       const pass = so.pass as unknown[];
@@ -111,7 +110,7 @@ export function checkReport(value: unknown, file: string): SavedReport {
   const machine = section('machine');
   if (machine && machine.gpus !== undefined && machine.gpus !== null) {
     if (!Array.isArray(machine.gpus)) bad('machine.gpus', `is ${show(machine.gpus)}, expected an array`);
-    (machine.gpus as unknown[]).forEach((g, i) => { if (!isObj(g)) bad(`machine.gpus[${i}]`, `is ${show(g)}, expected an object`); });
+    (machine.gpus as unknown[]).forEach((g, i) => { if (!isJsonObject(g)) bad(`machine.gpus[${i}]`, `is ${show(g)}, expected an object`); });
   }
   const commandLine = section('command_line');
   if (commandLine) optString(commandLine.shell, 'command_line.shell');

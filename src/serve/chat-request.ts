@@ -3,6 +3,7 @@
 // parsers need: whether the prompt left a <think> block open, and the text a forced tool choice
 // writes for the model.
 import type { ChatMessage } from '../model/tokenizer.js';
+import { isJsonObject } from '../util/json.js';
 import { ApiError, badRequest, unsupported } from './errors.js';
 import type { ServeModel } from './model.js';
 import { encodePrompt } from './request-params.js';
@@ -43,7 +44,7 @@ function textOfParts(parts: unknown, param: string): string {
 }
 
 function parseArguments(args: unknown, param: string): Json {
-  if (typeof args === 'object' && args !== null && !Array.isArray(args)) return args as Json;
+  if (isJsonObject(args)) return args;
   if (typeof args !== 'string' || args.trim() === '') return {};
   let v: unknown;
   try {

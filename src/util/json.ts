@@ -6,6 +6,11 @@ import { oneLine } from './text.js';
 
 export type JsonResult = { ok: true; value: unknown } | { ok: false; reason: string };
 
+/** A JSON object: not null, not an array. */
+export function isJsonObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
 /** Byte offset of the first byte that is not part of a well-formed UTF-8 sequence, or -1. */
 export function firstInvalidUtf8(buf: Uint8Array): number {
   let i = 0;
