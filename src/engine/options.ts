@@ -12,7 +12,6 @@ export type KvMemory = { bytes: number } | { fraction: number };
 /** The share of free device memory a CUDA engine's KV pool gets when --kv-memory is not given. */
 export const CUDA_KV_MEMORY_FRACTION = 0.9;
 
-
 /**
  * The largest --kv-memory fraction on the CPU. There it is a share of the host's MemAvailable, which
  * counts reclaimable page cache (a GGUF's mapped weights among it) and is shared with Node's heap, the

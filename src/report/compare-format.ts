@@ -9,7 +9,6 @@ import { type Comparison, type FigureChange, type RowComparison } from './compar
 export const COMPARE_FORMATS = ['md', 'csv', 'json'] as const;
 export type CompareFormat = (typeof COMPARE_FORMATS)[number];
 
-const mdEsc = markdownCell;
 
 /** `v` rounded to `d` decimals (the value toFixed prints). */
 const rounded = (v: number, d: number): number => Number(v.toFixed(d));
@@ -100,14 +99,14 @@ function cellText(f: FigureChange, thresholdPct: number): string {
   if (f.verdict === 'regression under contention') return `**${base} ▼ worse, under contention**`;
   if (f.verdict === 'improvement under contention') return `${base} ▲ better, under contention`;
   if (f.verdict === 'floor unknown') return `${base} (beyond threshold, floor unknown)`;
-  if (f.verdict === 'not judged') return `${ratioText(f, thresholdPct)} not judged (${mdEsc(f.not_judged!.replace(/^(BASE|NEW): /, '').split(';')[0]!)})`;
+  if (f.verdict === 'not judged') return `${ratioText(f, thresholdPct)} not judged (${markdownCell(f.not_judged!.replace(/^(BASE|NEW): /, '').split(';')[0]!)})`;
   return base;
 }
 
 function rowLine(r: RowComparison, thresholdPct: number): string {
   if (r.row !== 'compared') {
     const note = r.row === 'failed in NEW' ? '**▼ failed in NEW**' : r.row;
-    return `| ${r.key} | ${note}: ${mdEsc(r.reason ?? '')} |${' |'.repeat(COMPARED_FIGURES.length - 1)}`;
+    return `| ${r.key} | ${note}: ${markdownCell(r.reason ?? '')} |${' |'.repeat(COMPARED_FIGURES.length - 1)}`;
   }
   return `| ${r.key} | ${r.figures.map((f) => cellText(f, thresholdPct)).join(' | ')} |`;
 }
@@ -116,12 +115,12 @@ export function formatMarkdown(c: Comparison): string {
   const out: string[] = [`### bench compare: \`${c.base}\` → \`${c.next}\``, ''];
   if (c.provenance.length) {
     out.push('**Provenance differences** (these explain most changes):', '', '| field | BASE | NEW |', '| --- | --- | --- |');
-    for (const p of c.provenance) out.push(`| ${p.field} | ${mdEsc(p.base)} | ${mdEsc(p.next)} |`);
+    for (const p of c.provenance) out.push(`| ${p.field} | ${markdownCell(p.base)} | ${markdownCell(p.next)} |`);
   } else {
     out.push('**Provenance**: no difference (machine, ISA, engine configuration, weight format, commit, sweep settings).');
   }
   if (c.measured.length) {
-    const what = c.measured.map((m) => `${m.field} ${mdEsc(m.base)} → ${mdEsc(m.next)}`).join(', ');
+    const what = c.measured.map((m) => `${m.field} ${markdownCell(m.base)} → ${markdownCell(m.next)}`).join(', ');
     out.push('', `Measured at load, not a setting: ${what} (the KV pool's size; sized by a --kv-memory fraction, it follows the memory free at load).`);
   }
   out.push('', verdictLine(c));
