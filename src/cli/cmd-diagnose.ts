@@ -12,6 +12,7 @@ import { EndpointError, normalizeBaseUrl } from '../diagnose/http-client.js';
 import { summaryTable } from '../diagnose/report.js';
 import { UsageError } from '../util/usage-error.js';
 import { countArg, endpointUrlArg, numberArg } from './flag-values.js';
+import { checkWritableParent } from '../util/output-dir.js';
 
 /** Exit status when the endpoint cannot be reached or never answers. */
 export const EXIT_UNREACHABLE = 4;
@@ -24,7 +25,7 @@ export const EXIT_OUTPUT_FAILED = 1;
 function checkOutput(output: string): void {
   const file = path.resolve(output);
   const dir = path.dirname(file);
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--output: directory ${dir} does not exist`);
+  checkWritableParent('--output', file);
   if (existsSync(file)) {
     if (statSync(file).isDirectory()) throw new UsageError(`--output: ${output} is a directory; give a file name (such as ${path.join(output, 'report.json')})`);
     try { accessSync(file, constants.W_OK); } catch { throw new UsageError(`--output: ${output} cannot be written`); }
