@@ -46,9 +46,8 @@ describe('--output PREFIX over an earlier run', () => {
   it('a directory where PREFIX.html goes: a usage error naming it, before any row runs', async () => {
     const prefix = path.join(tmp, 'dirpage');
     mkdirSync(`${prefix}.html`);
-    const cfg = { ...resolveSweepConfig({ cells: '16:8', concurrency: '1', warmup: '0', blockSize: '4', maxSeq: '256' }), output: prefix };
-    const io = { stdout: sink(), stderr: sink(), stderrIsTTY: false, env: {}, argv: ['node', 'bench'], handleSignals: false } as SweepIO;
-    await expect(runSweep(cfg, fakeBackend(), io)).rejects.toThrow(`--output: ${prefix}.html is a directory; the run's page goes there`);
+    // Refused with the sweep's usage checks, before any model loads or row runs.
+    expect(() => resolveSweepConfig({ cells: '16:8', concurrency: '1', output: prefix })).toThrow(`--output: ${prefix}.html is a directory, not a file`);
     expect(existsSync(`${prefix}.json`)).toBe(false);
   });
 });

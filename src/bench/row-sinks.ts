@@ -1,6 +1,6 @@
 // Where finished rows go: stdout (csv format) and the --output files (PREFIX.csv, PREFIX.jsonl,
 // PREFIX.json), each row flushed as it completes so a killed sweep keeps every row it finished.
-import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
@@ -8,7 +8,6 @@ import { latencyBlock, type Report, type ReportRow } from './report.js';
 import { firstTimedPass, rowSamples } from './row-samples.js';
 import type { RowOutcome } from './runner.js';
 import type { SweepConfig } from './sweep-config.js';
-import { UsageError } from '../util/usage-error.js';
 
 /** The streams the sinks write to. */
 export interface SinkIO {
@@ -59,9 +58,7 @@ function alive(pid: number): boolean {
  * was killed in the middle of (those of a process still running are its own business and are kept).
  */
 export function removeStaleOutputs(prefix: string): void {
-  const page = `${prefix}.html`;
-  if (existsSync(page) && statSync(page).isDirectory()) throw new UsageError(`--output: ${page} is a directory; the run's page goes there`);
-  rmSync(page, { force: true });
+  rmSync(`${prefix}.html`, { force: true }); // a directory there is refused with the usage checks (sweep-options.ts)
   const dir = path.dirname(prefix);
   const base = path.basename(prefix);
   let names: string[];
