@@ -84,9 +84,7 @@ export function usageOf(u: unknown): Usage | null {
   return {
     prompt_tokens: countOf(o.prompt_tokens, 'prompt_tokens', problems, true),
     completion_tokens: countOf(o.completion_tokens, 'completion_tokens', problems, true),
-    cached_tokens: typeof details === 'object' && details !== null
-      ? countOf((details as Json).cached_tokens, 'prompt_tokens_details.cached_tokens', problems, false)
-      : null,
+    cached_tokens: isJsonObject(details) ? countOf(details.cached_tokens, 'prompt_tokens_details.cached_tokens', problems, false) : null,
     problems,
   };
 }
