@@ -8,7 +8,7 @@
 // prompt differently the second time (the isolation check runs each prompt alone first, then under
 // load) without looking at what else is in flight.
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listenLocal } from './local-http.js';
 
 type Json = Record<string, any>;
 
@@ -180,11 +180,5 @@ export async function startDiagnoseFake(o: FakeOptions = {}): Promise<FakeServer
       res.end(reply.text);
     });
   });
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as AddressInfo).port;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    requests,
-    close: () => new Promise<void>((r) => { srv.closeAllConnections(); srv.close(() => r()); }),
-  };
+  return { ...(await listenLocal(srv)), requests };
 }

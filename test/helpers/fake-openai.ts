@@ -3,7 +3,7 @@
 // a chat template that adds TEMPLATE_TOKENS, and streams whose chunking, usage, early stops, errors and
 // /metrics are chosen per server. Deterministic: nothing in it depends on timing.
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listenLocal } from './local-http.js';
 
 export const TEMPLATE_TOKENS = 3;
 export const FAKE_MODEL = 'fake-model';
@@ -136,8 +136,6 @@ export async function startFakeOpenAI(b: FakeBehaviour = {}): Promise<FakeServer
       setImmediate(step);
     });
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  state.close = () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); });
+  Object.assign(state, await listenLocal(server));
   return state;
 }

@@ -4,7 +4,7 @@
 // comes, an oversized JSON body. The defaults are a well-behaved server with a word tokenizer (`wN` is
 // token N, any other word token 7; /detokenize gives `wN` back). Nothing depends on timing.
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listenLocal } from './local-http.js';
 
 export const WIRE_MODEL = 'wire-model';
 /** The BOS id the fake's tokenizer adds, where it adds one. */
@@ -140,8 +140,6 @@ export async function startWireServer(o: WireOptions = {}): Promise<WireServer> 
       res.end();
     });
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  state.close = () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); });
+  Object.assign(state, await listenLocal(server));
   return state;
 }

@@ -4,8 +4,8 @@
 // there is no /tokenize (so the retrieval check must size its prompt by usage.prompt_tokens).
 // `fault` makes it misbehave in one chosen way.
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { BEHAVIOR_CHECKS } from '../../src/diagnose/checks.js';
+import { listenLocal } from './local-http.js';
 
 type Json = Record<string, any>;
 
@@ -133,11 +133,5 @@ export async function startOracleServer(o: OracleOptions = {}): Promise<OracleSe
       setTimeout(next, 1);
     });
   });
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as AddressInfo).port;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    hits,
-    close: () => new Promise<void>((r) => { srv.closeAllConnections(); srv.close(() => r()); }),
-  };
+  return { ...(await listenLocal(srv)), hits };
 }
