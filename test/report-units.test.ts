@@ -15,7 +15,8 @@ import type { FigureChange } from '../src/report/compare.js';
 import { renderHtml, shownFigure } from '../src/report/html.js';
 import { checkReport } from '../src/report/report-file.js';
 import { chartPoints, chartSpec, CHARTS, renderChart } from '../src/report/charts.js';
-import { gateFloor, minTailSamples, rowSpreads, studentTQuantile, type FloorRule, type FloorUnknown, type Spread } from '../src/report/noise.js';
+import { gateFloor, minTailSamples, RANK_REACH, rowSpreads, studentTQuantile, type FloorRule, type FloorUnknown, type Spread } from '../src/report/noise.js';
+import { gapHistogram, ITL_BINS_PER_OCTAVE } from '../src/bench/row-samples.js';
 import { UsageError } from '../src/util/usage-error.js';
 
 const known = (sp: Spread | FloorUnknown | undefined): Spread => {
@@ -95,6 +96,42 @@ describe('the noise floor (noise.ts)', () => {
     const m = logs.reduce((a, x) => a + x, 0) / 6;
     expect(sp.se).toBeCloseTo(Math.sqrt(logs.reduce((a, x) => a + (x - m) ** 2, 0) / 5), 12);
     expect(sp.df).toBe(2);
+  });
+
+  it('the pooled ITL percentiles are drawn from the passes\' gap histograms; a report without them keeps the requests\' own', () => {
+    const p50: FloorRule = { stat: 'pooled-gaps', p: 50, fallback: { stat: 'mean', sample: 'itl_p50_ms' } };
+    const pass = [0, 0, 1, 1, 2, 2];
+    const perRequest = [10, 10, 10, 10, 10, 10];
+    const withGaps = (byPass: number[][]) => rowSpreads({ osl: 8, samples: {
+      pass, ttft_ms: perRequest, decode_tok_s: perRequest, itl_p50_ms: perRequest, itl_p99_ms: perRequest,
+      itl_bins_per_octave: ITL_BINS_PER_OCTAVE, itl_gap_bins: byPass.map(gapHistogram),
+    } }, [['x', p50]]).get('x');
+    // Every pass the same gaps, all equal: no spread between passes, none around the rank.
+    expect(known(withGaps([[10, 10, 10], [10, 10, 10], [10, 10, 10]])).se).toBeLessThan(1e-12);
+    // Passes whose gaps sit at 10, 20 and 40 ms: the pooled median moves with the draw, though every
+    // request's own p50 is 10 (the stand-in sees nothing).
+    const moving = known(withGaps([[10, 10, 10], [20, 20, 20], [40, 40, 40]]));
+    expect(moving).toMatchObject({ df: 2, passes: 3, n: 9 });
+    expect(moving.se).toBeGreaterThan(0.3);
+    expect(known(spread(p50, perRequest, pass)).se).toBeLessThan(1e-12);
+    // One pass: unknown, counted in gaps.
+    expect(rowSpreads({ osl: 8, samples: { pass: [0, 0], itl_p50_ms: [1, 1], itl_bins_per_octave: ITL_BINS_PER_OCTAVE, itl_gap_bins: [gapHistogram([1, 2, 3])] } }, [['x', p50]]).get('x'))
+      .toEqual({ unknown: 'one timed pass (3 decode gaps)' });
+  });
+
+  it('a pooled p99 a few ranks below a cluster of stalls: its floor reaches the stalls', () => {
+    // 600 gaps over 5 passes, the 4 largest stalls of 200 ms in different passes, the rest 19-21 ms: the
+    // p99 (rank 594) is ordinary, and no draw of these passes holds the 7 stalls that would make it a
+    // stall; a second run with a few more stalls would. The values RANK_REACH binomial standard
+    // deviations of rank (2.44) either side reach them.
+    const byPass = Array.from({ length: 5 }, (_, p) => Array.from({ length: 120 }, (_, i) => (p < 4 && i === 0 ? 200 : 19 + (2 * ((i * 7 + p) % 120)) / 119)));
+    const pass = [0, 1, 2, 3, 4];
+    const one = [20, 20, 20, 20, 20];
+    const sp = known(rowSpreads({ osl: 121, samples: {
+      pass, ttft_ms: one, decode_tok_s: one, itl_p50_ms: one, itl_p99_ms: one,
+      itl_bins_per_octave: ITL_BINS_PER_OCTAVE, itl_gap_bins: byPass.map(gapHistogram),
+    } }, [['x', { stat: 'pooled-gaps', p: 99, fallback: { stat: 'request-spread', sample: 'itl_p99_ms' } }]]).get('x'));
+    expect(sp.se).toBeCloseTo(Math.log(200 / 21) / (2 * RANK_REACH), 2);
   });
 
   it('the aggregate rate\'s floor follows the passes\' decode windows', () => {
@@ -432,6 +469,12 @@ describe('checkReport and the chart points', () => {
       ['a missing sample column', (r) => { r.rows[0]!.samples.ttft_ms = null; }, 'x.json: rows[0].samples.ttft_ms is null, expected an array'],
       ['a short sample column', (r) => { r.rows[0]!.samples.itl_p99_ms.pop(); }, 'x.json: rows[0].samples.itl_p99_ms has 2 entries, samples.pass 3'],
       ['a string sample', (r) => { r.rows[0]!.samples.decode_tok_s[2] = '1'; }, 'x.json: rows[0].samples.decode_tok_s[2] is "1", expected a number or null'],
+      ['gap bins without their scale', (r) => { r.rows[0]!.samples.itl_gap_bins = [[], [], []]; }, 'x.json: rows[0].samples.itl_bins_per_octave is missing, expected a whole number >= 1 beside itl_gap_bins'],
+      ['a scale without gap bins', (r) => { r.rows[0]!.samples.itl_bins_per_octave = 128; }, 'x.json: rows[0].samples.itl_gap_bins is missing, expected an array beside itl_bins_per_octave'],
+      ['gap bins for too few passes', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 128, itl_gap_bins: [[], []] }); }, 'x.json: rows[0].samples.itl_gap_bins has 2 entries, samples.pass has 3 timed passes'],
+      ['a bin that is not a pair', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 128, itl_gap_bins: [[], [[3]], []] }); }, 'x.json: rows[0].samples.itl_gap_bins[1][0] is [3], expected a [bin, count] pair'],
+      ['a bin past any number of ms', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 1, itl_gap_bins: [[], [], [[5000, 1]]] }); }, 'x.json: rows[0].samples.itl_gap_bins[2][0] has the bin 5000, expected a whole number (2^(bin / 1) ms)'],
+      ['a zero count', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 128, itl_gap_bins: [[[425, 0]], [], []] }); }, 'x.json: rows[0].samples.itl_gap_bins[0][0] has the count 0, expected a whole number >= 1'],
       ['notes as a string', (r) => { (r as any).notes = 'a note'; }, 'x.json: notes is "a note", expected an array of strings'],
       ['a number among the notes', (r) => { (r as any).notes = ['a', 1]; }, 'x.json: notes[1] is 1, expected a string'],
       ['a null GPU', (r) => { r.machine.gpus = [null as any]; }, 'x.json: machine.gpus[0] is null, expected an object'],

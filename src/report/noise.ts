@@ -12,18 +12,22 @@
 //   passes' decode windows). Its spread on a log scale over the draws, times sqrt(k / (k - 1)) (with k
 //   passes the bootstrap's variance is (k - 1) / k of the usual estimate), is the run's standard error,
 //   with k - 1 degrees of freedom.
-// - `request-spread` (ITL p99): the pooled p99 of every gap is not a mean of anything the samples hold
-//   (they keep each request's p99, not its gaps), and when about 1 % of the gaps are stalls it flips
-//   between the stall's level and the ordinary tail from run to run. It lies between the smallest and
-//   the largest of the requests' own p99s, so the spread of those (one request's, not divided by the
-//   number of requests) bounds how far it moves: the standard error used is that spread, k - 1 degrees
-//   of freedom. Conservative: such a figure is flagged only on a large change.
+// - `pooled-gaps` (ITL p50 and p99): the same cluster bootstrap, drawing each pass with all its decode
+//   gaps (the samples keep them per pass as a log-scale histogram, row-samples.ts), and the pooled
+//   nearest-rank percentile computed on the draw: the figure as the row computes it, to within the
+//   bins' 0.27 %.
+// - `request-spread`: for a report written before the gap histograms (its ITL p99). The pooled p99 of
+//   every gap lies between the smallest and the largest of the requests' own p99s, so the spread of
+//   those (one request's, not divided by the number of requests) bounds how far it moves: the standard
+//   error used is that spread, k - 1 degrees of freedom. Conservative: flagged only on a large change.
+//   Such a report's ITL p50 uses the bootstrap of the mean of its requests' p50s.
 //
 // Two runs' errors add in quadrature; the floor is a one-sided Student t quantile (Welch-Satterthwaite
 // degrees of freedom) at level alpha / m, m the number of figures the comparison tests (Bonferroni): the
 // gate's chance to flag a regression that is not there stays below alpha however many rows and figures
 // the sweep has. One timed pass has no pass-to-pass spread: its floor is unknown, not invented.
-import { percentileSorted } from '../bench/stats.js';
+import { binValueMs } from '../bench/row-samples.js';
+import { nearestRank, percentileSorted } from '../bench/stats.js';
 import { Rng } from '../util/rng.js';
 
 /** The gate: its false-alarm rate for a comparison as a whole; the bootstrap's draws and seed. */
@@ -37,6 +41,15 @@ export const GATE = { alpha: 0.05, resamples: 1000, seed: 0x5eed } as const;
  */
 export const TAIL_EXCEEDANCES = 5;
 
+/**
+ * How far from a pooled percentile's rank (in binomial standard deviations of rank) its floor looks for
+ * a change of level (rowSpreads, `pooled-gaps`). In the simulation of test/compare-sim.test.ts, with
+ * stalls on 1 % of the gaps: 1 let identical runs fail on ITL p99 twice as often as the floor from the
+ * requests' p99s; 2 as often (once in 100 pairs), catching a 15 % slower decode on ITL p99 in 82 % of
+ * pairs (1 %: the requests' p99s); 3 in 30 %.
+ */
+export const RANK_REACH = 2;
+
 export function minTailSamples(p: number): number {
   return Math.ceil(TAIL_EXCEEDANCES / (1 - p / 100) - 1e-9);
 }
@@ -48,7 +61,9 @@ export type FloorRule =
   | { stat: 'aggregate-rate' }
   | { stat: 'mean'; sample: SampleName }
   | { stat: 'percentile'; sample: SampleName; p: number }
-  | { stat: 'request-spread'; sample: SampleName };
+  | { stat: 'request-spread'; sample: SampleName }
+  /** A pooled percentile of the rows' decode gaps; `fallback` for a report without `itl_gap_bins`. */
+  | { stat: 'pooled-gaps'; p: number; fallback: FloorRule };
 
 /** A run's spread for one figure: the standard error of ln(figure), and its degrees of freedom. */
 export interface Spread {
@@ -63,7 +78,10 @@ export type FloorUnknown = { unknown: string };
 /** The samples as the JSON holds them (rows[].samples), and the row's osl (for the decode windows). */
 export interface RowSampleData {
   osl: number;
-  samples: Partial<Record<SampleName | 'pass', ReadonlyArray<number | null>>> | null | undefined;
+  samples: (Partial<Record<SampleName | 'pass', ReadonlyArray<number | null>>> & {
+    itl_bins_per_octave?: number;
+    itl_gap_bins?: ReadonlyArray<ReadonlyArray<readonly [number, number]>>;
+  }) | null | undefined;
 }
 
 const finite = (v: number | null | undefined): v is number => typeof v === 'number' && Number.isFinite(v);
@@ -87,14 +105,67 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
     if (g) g.push(i); else groupOf.set(p ?? 0, [i]);
   });
   const groups = [...groupOf.values()];
+  const passIds = [...groupOf.keys()];
   const k = groups.length;
+  const gapBins = s.itl_gap_bins;
+  const binsPerOctave = s.itl_bins_per_octave;
+  const hasGapBins = Array.isArray(gapBins) && typeof binsPerOctave === 'number' && binsPerOctave > 0;
   const col = (name: SampleName): ReadonlyArray<number | null> => s[name] ?? [];
   const valid = (name: SampleName, i: number): boolean => finite(col(name)[i]);
-  const boot: Array<{ key: K; eval: (drawn: Int32Array) => number; n: number }> = [];
+  const boot: Array<{ key: K; eval: (drawn: Int32Array) => number; n: number; of?: string; atLeast?: () => number }> = [];
   // A draw of k passes with replacement holds up to k x the largest pass (passes differ in size in open-loop rows).
   const scratch = new Float64Array(k * Math.max(0, ...groups.map((g) => g.length)));
-  for (const [key, rule] of rules) {
-    if (rule.stat === 'aggregate-rate') {
+  for (const [key, asked] of rules) {
+    const rule = asked.stat === 'pooled-gaps' && !hasGapBins ? asked.fallback : asked;
+    if (rule.stat === 'pooled-gaps') {
+      // Each pass's histogram over one ascending list of the row's bins; a draw adds its passes' counts
+      // and reads the nearest-rank percentile off the cumulative count.
+      const hist = passIds.map((id) => gapBins![id] ?? []);
+      const bins = Int32Array.from(new Set(hist.flatMap((h) => h.map(([b]) => b)))).sort();
+      const at = new Map<number, number>();
+      bins.forEach((b, j) => at.set(b, j));
+      const sparse = hist.map((h) => ({ at: Int32Array.from(h, ([b]) => at.get(b)!), count: Float64Array.from(h, ([, c]) => c) }));
+      const passGaps = sparse.map((h) => h.count.reduce((a, b) => a + b, 0));
+      const acc = new Float64Array(bins.length);
+      // At least the percentile's own rank uncertainty, from the whole row: ln of the ratio of the values
+      // RANK_REACH binomial standard deviations of rank, sqrt(n p (1 - p)), either side of it, over
+      // 2 x RANK_REACH (one standard error where ln(value) is linear in rank over that span). Where a
+      // p99 sits just below or above a cluster of stalls, a second run's share of stalls puts it on the
+      // other side half the time; drawing this run's passes does not see that when its own stalls lie a
+      // few ranks away, the values around the rank do.
+      const rankSe = (): number => {
+        const n = passGaps.reduce((a, b) => a + b, 0);
+        const all = new Float64Array(bins.length);
+        for (const h of sparse) for (let j = 0; j < h.at.length; j++) all[h.at[j]!] += h.count[j]!;
+        const sd = Math.sqrt(n * (rule.p / 100) * (1 - rule.p / 100));
+        const valueAtRank = (r: number): number => {
+          let c = 0;
+          for (let j = 0; j < bins.length; j++) { c += all[j]!; if (c >= r) return binValueMs(bins[j]!, binsPerOctave!); }
+          return binValueMs(bins[bins.length - 1]!, binsPerOctave!);
+        };
+        const r = nearestRank(n, rule.p);
+        const lo = valueAtRank(Math.max(1, Math.floor(r - RANK_REACH * sd)));
+        const hi = valueAtRank(Math.min(n, Math.ceil(r + RANK_REACH * sd)));
+        return Math.log(hi / lo) / (2 * RANK_REACH);
+      };
+      boot.push({ key, n: passGaps.reduce((a, b) => a + b, 0), of: 'decode gap', atLeast: rankSe, eval: (drawn) => {
+        acc.fill(0);
+        let total = 0;
+        for (const gi of drawn) {
+          const h = sparse[gi]!;
+          for (let j = 0; j < h.at.length; j++) acc[h.at[j]!] += h.count[j]!;
+          total += passGaps[gi]!;
+        }
+        if (total === 0) return Number.NaN;
+        const rank = nearestRank(total, rule.p);
+        let c = 0;
+        for (let j = 0; j < bins.length; j++) {
+          c += acc[j]!;
+          if (c >= rank) return binValueMs(bins[j]!, binsPerOctave!);
+        }
+        return Number.NaN;
+      } });
+    } else if (rule.stat === 'aggregate-rate') {
       // Per pass: decode tokens, and the decode window from the first first token to the last last token
       // (each request's decode lasts (osl - 1) tokens at its own rate). On the audit's runs this gives the
       // row's decode_tok_s to within 1 % (exactly at c=1); a draw of passes sums both.
@@ -157,7 +228,7 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
   }
   const todo = boot.filter((b) => {
     if (b.n === 0) { out.set(b.key, { unknown: 'no samples' }); return false; }
-    if (k < 2) { out.set(b.key, { unknown: `one timed pass (${b.n} request${b.n === 1 ? '' : 's'})` }); return false; }
+    if (k < 2) { out.set(b.key, { unknown: `one timed pass (${b.n} ${b.of ?? 'request'}${b.n === 1 ? '' : 's'})` }); return false; }
     return true;
   });
   if (todo.length === 0) return out;
@@ -182,7 +253,8 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
     mean /= B;
     let ss = 0;
     for (let b = 0; b < B; b++) ss += (l[b]! - mean) ** 2;
-    out.set(t.key, { se: Math.sqrt(((ss / (B - 1)) * k) / (k - 1)), df: k - 1, passes: k, n: t.n });
+    const se = Math.sqrt(((ss / (B - 1)) * k) / (k - 1));
+    out.set(t.key, { se: Math.max(se, t.atLeast?.() ?? 0), df: k - 1, passes: k, n: t.n });
   });
   return out;
 }

@@ -38,6 +38,33 @@ const SAMPLE_COLUMNS = ['ttft_ms', 'decode_tok_s', 'itl_p50_ms', 'itl_p99_ms'] a
 const DISTRIBUTION_FIELDS = ['n', 'mean', 'p50', 'p90', 'p99', 'min', 'max'] as const;
 
 /**
+ * rows[].samples.itl_bins_per_octave and itl_gap_bins (src/bench/row-samples.ts): both or neither (a
+ * report written before them has neither); one histogram per timed pass, each [bin, count] a whole bin
+ * whose value 2^(bin / bins_per_octave) ms is a positive finite number, and a count >= 1.
+ */
+function checkGapBins(so: Record<string, unknown>, pass: number[], at: string, bad: (field: string, why: string) => never): void {
+  const per = so.itl_bins_per_octave;
+  const bins = so.itl_gap_bins;
+  if (per === undefined && bins === undefined) return;
+  if (typeof per !== 'number' || !Number.isInteger(per) || per < 1) bad(`${at}.itl_bins_per_octave`, `is ${show(per)}, expected a whole number >= 1 beside itl_gap_bins`);
+  if (!Array.isArray(bins)) return bad(`${at}.itl_gap_bins`, `is ${show(bins)}, expected an array beside itl_bins_per_octave`);
+  const passes = pass.reduce((m, p) => Math.max(m, p + 1), 0);
+  if (bins.length !== passes) bad(`${at}.itl_gap_bins`, `has ${bins.length} entries, samples.pass has ${passes} timed passes`);
+  bins.forEach((h: unknown, p) => {
+    if (!Array.isArray(h)) bad(`${at}.itl_gap_bins[${p}]`, `is ${show(h)}, expected an array of [bin, count] pairs`);
+    (h as unknown[]).forEach((pair, j) => {
+      const where = `${at}.itl_gap_bins[${p}][${j}]`;
+      if (!Array.isArray(pair) || pair.length !== 2) return bad(where, `is ${show(pair)}, expected a [bin, count] pair`);
+      const [b, c] = pair as unknown[];
+      const ms = typeof b === 'number' && Number.isInteger(b) ? 2 ** (b / (per as number)) : Number.NaN;
+      if (!(ms > 0 && Number.isFinite(ms))) bad(where, `has the bin ${show(b)}, expected a whole number (2^(bin / ${per as number}) ms)`);
+      if (typeof c !== 'number' || !Number.isInteger(c) || c < 1) bad(where, `has the count ${show(c)}, expected a whole number >= 1`);
+      return undefined;
+    });
+  });
+}
+
+/**
  * Checks a parsed report; `file` names it in the errors. Every field a reader uses is checked for its
  * type, so a report edited by hand or by another tool is a one-line error naming the field, never a
  * crash deeper in (`s.replace is not a function`) nor a figure silently read as "not measured" (a
@@ -99,6 +126,7 @@ export function checkReport(value: unknown, file: string): SavedReport {
         if (arr.length !== pass.length) bad(`${at}.samples.${k}`, `has ${arr.length} entries, samples.pass ${pass.length}`);
         arr.forEach((v, j) => { if (v !== null && !isNum(v)) bad(`${at}.samples.${k}[${j}]`, `is ${show(v)}, expected a number or null`); });
       }
+      checkGapBins(so, pass as number[], `${at}.samples`, bad);
     }
     return undefined;
   });
