@@ -460,6 +460,8 @@ describe('checkReport and the chart points', () => {
       ['a number as the reason', (r) => { Object.assign(r.rows[0]!, { status: 'error', reason: 42 }); }, 'x.json: rows[0].reason is 42, expected a string'],
       ['an array as the notes of a row', (r) => { r.rows[0]!.notes = ['x']; }, 'x.json: rows[0].notes is ["x"], expected a string'],
       ['a string as a figure', (r) => { r.rows[0]!.decode_tok_s = '250.5'; }, 'x.json: rows[0].decode_tok_s is "250.5", expected a number or null'],
+      ['a figure no measurement can be', (r) => { r.rows[0]!.decode_tok_s = 1e300; }, 'x.json: rows[0].decode_tok_s is 1e+300, outside what a measurement can be (1e-9 to 1e+15 in size, or 0)'],
+      ['a distribution field no measurement can be', (r) => { r.rows[0]!.distributions.ttft_ms.p50 = 1e-320; }, 'x.json: rows[0].distributions.ttft_ms.p50 is 1e-320, outside what a measurement can be (1e-9 to 1e+15 in size, or 0)'],
       ['a string as cpu_other_share', (r) => { r.rows[0]!.cpu_other_share = 'high'; }, 'x.json: rows[0].cpu_other_share is "high", expected a number or null'],
       ['a zero concurrency', (r) => { r.rows[0]!.concurrency = 0; }, 'x.json: rows[0].concurrency is 0, expected a whole number >= 1'],
       ['a string as distributions', (r) => { r.rows[0]!.distributions = 'x'; }, 'x.json: rows[0].distributions is "x", expected an object or null'],

@@ -34,6 +34,12 @@ const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFin
 
 /** The per-request sample columns of rows[].samples besides `pass` (src/bench/row-samples.ts). */
 const SAMPLE_COLUMNS = ['ttft_ms', 'decode_tok_s', 'itl_p50_ms', 'itl_p99_ms'] as const;
+/**
+ * The sizes a figure of a report can have: a token rate, a time in ms, a byte count or a count. Outside
+ * them a NEW/BASE ratio can overflow to Infinity or to 0 (JSON writes Infinity as null): such a report was
+ * not written by a sweep.
+ */
+const FIGURE_RANGE = { min: 1e-9, max: 1e15 } as const;
 /** The fields of a Distribution (src/bench/stats.ts). */
 const DISTRIBUTION_FIELDS = ['n', 'mean', 'p50', 'p90', 'p99', 'min', 'max'] as const;
 
@@ -86,6 +92,13 @@ export function checkReport(value: unknown, file: string): SavedReport {
   const optNumber = (v: unknown, field: string): void => {
     if (v !== null && v !== undefined && !isNum(v)) bad(field, `is ${show(v)}, expected a number or null`);
   };
+  /** A figure: a number or null, and one that a measurement can be (a ratio of two of them stays finite and non-zero). */
+  const optFigure = (v: unknown, field: string): void => {
+    optNumber(v, field);
+    if (isNum(v) && v !== 0 && !(Math.abs(v) >= FIGURE_RANGE.min && Math.abs(v) <= FIGURE_RANGE.max)) {
+      bad(field, `is ${v}, outside what a measurement can be (${FIGURE_RANGE.min.toExponential()} to ${FIGURE_RANGE.max.toExponential()} in size, or 0)`);
+    }
+  };
   if (!Array.isArray(value.rows)) bad('rows', 'is not an array');
   const rows = value.rows as unknown[];
   rows.forEach((r, i) => {
@@ -97,7 +110,7 @@ export function checkReport(value: unknown, file: string): SavedReport {
     }
     if (r.status !== 'ok' && r.status !== 'error') bad(`${at}.status`, `is ${JSON.stringify(r.status)}, expected "ok" or "error"`);
     for (const c of CSV_COLUMNS) {
-      if (c.kind === 'figure') optNumber(r[c.name], `${at}.${c.name}`);
+      if (c.kind === 'figure') optFigure(r[c.name], `${at}.${c.name}`);
       else if (c.kind === 'text') optString(r[c.name], `${at}.${c.name}`);
     }
     optNumber(r.cpu_other_share, `${at}.cpu_other_share`);
@@ -107,7 +120,7 @@ export function checkReport(value: unknown, file: string): SavedReport {
       for (const [name, dist] of Object.entries(d as Record<string, unknown>)) {
         if (dist === null) continue;
         if (!isJsonObject(dist)) bad(`${at}.distributions.${name}`, `is ${show(dist)}, expected an object or null`);
-        for (const f of DISTRIBUTION_FIELDS) optNumber((dist as Record<string, unknown>)[f], `${at}.distributions.${name}.${f}`);
+        for (const f of DISTRIBUTION_FIELDS) optFigure((dist as Record<string, unknown>)[f], `${at}.distributions.${name}.${f}`);
       }
     }
     const s = r.samples;
