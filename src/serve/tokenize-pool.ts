@@ -6,7 +6,8 @@
 // takes ~25 ms for 1000 messages). Each worker builds the same tokenizer from a copy of the parts the
 // main thread built its own from, and runs the same code (prompt-bound.ts, the tokenizer's template).
 // The worker is dist/src/serve/tokenize-worker.js (running from sources, e.g. under vitest, the
-// compiled copy `npm run build` made; none: everything on the JS thread).
+// compiled copy `npm run build` made, which the tests' global setup rebuilds when a source is newer:
+// test/helpers/dist-fresh.ts; none: everything on the JS thread).
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
