@@ -207,6 +207,14 @@ describe('bench sweep on the embedded tiny model', () => {
     expect(report.status).toBe('running');
   });
 
+  it('a closed stderr loses the diagnostics, not the run: every row on stdout, exit 0', async () => {
+    const { child, done } = start(['--cells', '8:4,16:4', '--concurrency', '1,2', '--warmup', '0']);
+    child.stderr!.destroy(); // before the child has written anything: its first write meets a closed pipe
+    const r = await done;
+    expect(r.code).toBe(0);
+    expect(rowsOf(r.stdout).map((x) => `${x.isl}:${x.osl} ${x.concurrency} ${x.status}`)).toEqual(['8:4 1 ok', '8:4 2 ok', '16:4 1 ok', '16:4 2 ok']);
+  });
+
   it('stops on SIGINT after writing what is done, prints it, and exits 130', async () => {
     const prefix = path.join(tmp, 'interrupted');
     // As above: the second row cannot finish in the moment between the first row and the signal.

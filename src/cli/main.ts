@@ -13,6 +13,10 @@ import { UsageError } from '../util/usage-error.js';
 import { TOOL_VERSION } from '../util/version.js';
 
 export async function main(argv: string[]): Promise<number> {
+  // A closed stderr (`bench 2> >(head -1)`, a log reader that died) loses the diagnostics, not the run:
+  // without a listener its EPIPE was an uncaught exception that ended a sweep before its first CSV row.
+  // (A closed stdout is the sweep's own business: row-sinks.ts.)
+  process.stderr.on('error', () => {});
   const program = new Command('bench');
   program
     .version(TOOL_VERSION)
