@@ -1,7 +1,7 @@
 // The sweep through the real CLI: `node bin/bench.js` (dist/ built by `npm ci`) on the embedded tiny model,
 // stdout parsed with a CSV parser. Small cells keep each run to seconds on two cores.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -250,11 +250,26 @@ describe('usage errors', () => {
     [['--concurrency', '-1'], /^bench: --concurrency: -1 is below the minimum of 1/],
     [['--request-rate', '1e-7'], /^bench: --request-rate: 1e-7 is below the minimum of 0\.000001/],
     [['--device', 'cpu', '--kv-memory', '1.0'], /^bench: --kv-memory: a fraction of 1 of the host's available memory .* at most 0\.95/],
+    // Directories that exist but take no files, for root too (it passes every permission check).
+    [['--output', '/proc/bench-out'], /^bench: --output: cannot create files in \/proc \(ENOENT\)/],
+    [['--output', '/proc/new-dir/bench-out'], /^bench: --output: cannot create files in \/proc \(ENOENT\)/],
+    [['--memory-stages', '/proc/stages.jsonl'], /^bench: --memory-stages: cannot create files in \/proc \(ENOENT\)/],
   ])('%j exits 2 naming the flag, before any model is loaded', async (args, message) => {
     const r = await bench(args as string[], { LUMEN_CACHE_DIR: cache });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(message as RegExp);
     expect(r.stdout).toBe('');
     expect(readdirSync(cache)).toEqual([]);
+  });
+
+  it('a --model-path refused after the usage checks (a broken config.json) leaves no --output directory behind', async () => {
+    const model = path.join(tmp, 'broken-model');
+    mkdirSync(model);
+    writeFileSync(path.join(model, 'config.json'), '{}');
+    const out = path.join(tmp, 'never-made');
+    const r = await bench(['--model-path', model, '--output', path.join(out, 'run')], { LUMEN_CACHE_DIR: cache });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^bench: --model-path: .*config\.json: hidden_size is missing/m);
+    expect(existsSync(out)).toBe(false);
   });
 });

@@ -4,6 +4,7 @@ import { readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
+import { ensureOutputDir } from '../util/output-dir.js';
 import { latencyBlock, type Report, type ReportRow } from './report.js';
 import { firstTimedPass, rowSamples } from './row-samples.js';
 import type { RowOutcome } from './runner.js';
@@ -104,6 +105,10 @@ export class RowSinks {
     const header = csvHeaderLine();
     if (this.cfg.format === 'csv') this.stdout(header);
     if (this.cfg.output !== null) {
+      // The prefix's missing directories are made only now, once the model has loaded (or failed to:
+      // its error rows are written), so a refused run (a bad --model-path) leaves nothing behind;
+      // sweep-options.ts checked before the load that they can be made.
+      ensureOutputDir('--output', path.dirname(path.resolve(this.cfg.output)));
       removeStaleOutputs(this.cfg.output);
       this.csvFile = new SyncAppender(`${this.cfg.output}.csv`);
       this.csvFile.append(header);

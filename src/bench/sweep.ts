@@ -1,12 +1,10 @@
 // The sweep: load the model once (sweep-load.ts), run every cell x concurrency row one at a time
 // (sweep-rows.ts), stream each finished row to stdout and to the --output files (row-sinks.ts), stop
 // cleanly on a signal (sweep-signals.ts), and end with a summary. Returns the exit code.
-import path from 'node:path';
 import type { Device, EngineHandle, EngineOptions, RequestEngine } from '../engine/types.js';
 import { engineOptionsFrom } from '../engine/options.js';
 import type { ModelCheckpoint } from '../model/types.js';
 import { gitInfo } from '../util/git.js';
-import { ensureOutputDir } from '../util/output-dir.js';
 import { machineInfo, nvidiaGpus } from '../util/machine.js';
 import { REPO_ROOT, TOOL_VERSION } from '../util/version.js';
 import type { SweepRow } from './csv.js';
@@ -91,8 +89,6 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
   // Usage checks that need the engine's word come before anything is loaded (no engine loads for --endpoint).
   const device: Device = cfg.endpoint ? 'cpu' : backend.resolveDevice(cfg.device);
   const opts = cfg.endpoint ? null : engineOptions(cfg, device); // --kv-memory checked against the device here
-  // Every usage check has passed: `--output out/run` on a fresh clone makes out/ now.
-  if (cfg.output !== null) ensureOutputDir('--output', path.dirname(path.resolve(cfg.output)));
 
   const machine = machineInfo();
   const gpus = device === 'cuda' ? nvidiaGpus() : [];

@@ -306,8 +306,9 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
   if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages);
   if (cfg.output !== null) {
     if (cfg.output === '' || cfg.output.endsWith('/')) throw new UsageError(`--output: '${cfg.output}' is not a file prefix`);
-    // Checked here (a file in the way names its path); the prefix's missing directories are made by
-    // the sweep once every usage check has passed (makeOutputDir), so a refused run leaves nothing behind.
+    // Checked here (a file in the way names its path; the directory, or its nearest existing parent,
+    // must take new files); the prefix's missing directories are made when the first files are written
+    // (RowSinks.begin, after the model loaded), so a refused run leaves nothing behind.
     const dir = path.dirname(path.resolve(cfg.output));
     checkOutputDir('--output', dir);
     if (existsSync(dir)) for (const ext of OUTPUT_EXTENSIONS) checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`);

@@ -1,8 +1,10 @@
 // Output paths named on the command line, checked (or, for a directory, made) before any work, so every
-// failure is one line naming the flag: a file's directory must exist and the file must not be a
-// directory; an output directory is made one missing level at a time below the nearest existing one
-// (Node's recursive mkdir loops for ever under some read-only trees, such as /proc).
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+// failure is one line naming the flag: a file's directory must exist and take new files (tried, not
+// inferred from its mode: root passes every permission check, and /proc or /sys still refuse), and the
+// file must not be a directory, nor an existing file this process cannot write; an output directory is
+// made one missing level at a time below the nearest existing one (Node's recursive mkdir loops for
+// ever under some read-only trees, such as /proc).
+import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, statSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import { UsageError } from './usage-error.js';
 
@@ -22,9 +24,27 @@ function missingLevels(flag: string, dir: string): string[] {
   return missing;
 }
 
+/** A file can be created in `dir` (an existing directory): a file created and removed at once. */
+function checkCanCreateIn(flag: string, dir: string): void {
+  const probe = path.join(dir, `.bench-write-check-${process.pid}`);
+  try {
+    closeSync(openSync(probe, 'wx'));
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') return; // another check of this process left it: the directory takes files
+    throw new UsageError(`${flag}: cannot create files in ${dir} (${code ?? (err as Error).message})`);
+  }
+  try {
+    unlinkSync(probe);
+  } catch {
+    // Created but not removable: the directory takes files, which is what was asked.
+  }
+}
+
 /** What ensureOutputDir would refuse, refused now, without making anything (for checks before the rest of a command's usage checks). */
 export function checkOutputDir(flag: string, dir: string): void {
-  missingLevels(flag, dir);
+  const missing = missingLevels(flag, dir);
+  checkCanCreateIn(flag, missing.length > 0 ? path.dirname(missing[0]!) : path.resolve(dir));
 }
 
 export function ensureOutputDir(flag: string, dir: string): void {
@@ -43,16 +63,23 @@ export function prepareOutputFile(flag: string, file: string): void {
   checkWritableFile(flag, path.resolve(file));
 }
 
-/** A file a command will write: its directory exists and the path is not a directory. */
+/** A file a command will write: its directory exists and takes files, and the path is not a directory nor a file it cannot write. */
 export function checkWritableFile(flag: string, file: string): void {
   checkWritableParent(flag, file);
-  if (existsSync(file) && statSync(file).isDirectory()) throw new UsageError(`${flag}: ${file} is a directory, not a file`);
+  if (!existsSync(file)) return;
+  if (statSync(file).isDirectory()) throw new UsageError(`${flag}: ${file} is a directory, not a file`);
+  try {
+    accessSync(file, constants.W_OK);
+  } catch (err) {
+    throw new UsageError(`${flag}: cannot write ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
 }
 
-/** The directory a file would be written in exists. */
+/** The directory a file would be written in exists and takes new files. */
 export function checkWritableParent(flag: string, file: string): void {
   const dir = path.dirname(file);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) {
     throw new UsageError(`${flag}: directory ${dir} does not exist`);
   }
+  checkCanCreateIn(flag, dir);
 }
