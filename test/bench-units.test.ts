@@ -357,6 +357,19 @@ describe('row figures', () => {
     expect(computeRowFigures(16, 5, timed(a, { ...b, preemptedAfter: undefined }), null).distributions.itl_ms.max).toBe(220);
   });
 
+  it('a request\'s prefill time sums its prefill steps up to its first token, not a recompute after a later preemption', () => {
+    // B's prompt took one 10 ms step before its first token; its recompute after the preemption one 5 ms step.
+    const b = req(2, 0, [10, 20, 30, 250, 260], { prefillChunkMs: [10, 5], prefillChunksToFirst: 1, preemptedAfter: [3], readmitMs: [245] });
+    const f = computeRowFigures(16, 5, timed(b), null);
+    expect(f.distributions.prefill_ms.max).toBe(10);
+    expect(f.distributions.prefill_ms.max).toBeLessThanOrEqual(f.distributions.ttft_ms.max!);
+    // Every step is still a prefill chunk sample.
+    expect(f.distributions.prefill_chunk_ms.n).toBe(2);
+    expect(f.prefillChunkMaxMs).toBe(10);
+    // Not known (a server, an older addon): every step counts, as before.
+    expect(computeRowFigures(16, 5, timed({ ...b, prefillChunksToFirst: undefined }), null).distributions.prefill_ms.max).toBe(15);
+  });
+
   it('steady-state decode rate counts only the window where every stream decodes', () => {
     // A: first token at 10, then every 10 ms to 100; B: first token at 40 (its prefill delayed it), to 130.
     const a = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];

@@ -184,6 +184,13 @@ describe('memory pressure and cancellation', () => {
     expect(both.reduce((n, r) => n + (r.preemptedAfter?.length ?? 0), 0)).toBe(s.preemptions - base.preemptions);
     for (const r of both) for (const g of r.preemptedAfter ?? []) expect(g >= 0 && g < 60).toBe(true);
     expect(solo.every((r) => r.preemptedAfter === undefined)).toBe(true);
+    // The prefill steps up to the first token are told apart from the recomputes after it (one step
+    // each here: a prompt of 40 and a recompute both fit a step).
+    for (const r of solo) expect(r.prefillChunksToFirst).toBe(r.prefillChunkMs.length);
+    for (const r of both) {
+      const later = (r.preemptedAfter ?? []).filter((g) => g >= 1).length;
+      expect(r.prefillChunkMs.length - r.prefillChunksToFirst!, JSON.stringify(r.preemptedAfter)).toBe(later);
+    }
     expect(both[0]!.tokens).toEqual(solo[0]!.tokens);
     expect(both[1]!.tokens).toEqual(solo[1]!.tokens);
     expect(s.kvBlocksUsed).toBe(base.kvBlocksUsed);

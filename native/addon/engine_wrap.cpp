@@ -302,6 +302,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           o.Set("promptTokens", e.prompt_tokens);
           o.Set("cachedPromptTokens", e.cached_prompt_tokens);
           o.Set("prefillChunkMs", to_js_array(env, e.prefill_chunk_ms, same));
+          if (e.prefill_chunks_to_first >= 0) o.Set("prefillChunksToFirst", e.prefill_chunks_to_first);
           o.Set("preemptedAfter", to_js_array(env, e.preempted_after, same));
           o.Set("readmitMs", to_js_array(env, e.readmit_ns, ms));
           if (e.logit_rows > 0) {

@@ -603,6 +603,7 @@ void Engine::finish(Sequence& s, const char* reason, const std::string& error) {
   e.prompt_tokens = s.prompt_len;
   e.cached_prompt_tokens = s.cached_prompt_tokens;
   e.prefill_chunk_ms = std::move(s.prefill_chunk_ms);
+  e.prefill_chunks_to_first = s.prefill_chunks_to_first;
   e.preempted_after = std::move(s.preempted_after);
   e.readmit_ns = std::move(s.readmit_ns);
   e.logits = std::move(s.logits);
@@ -702,6 +703,7 @@ void Engine::step_once() {
     }
     s.tokens.push_back(tok);
     s.generated++;
+    if (s.prefill_chunks_to_first < 0) s.prefill_chunks_to_first = static_cast<int>(s.prefill_chunk_ms.size());
     s.token_ns.push_back(0);  // stamped below with the step's emission time
     stamped.push_back(&s);
     ++step_tokens;

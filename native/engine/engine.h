@@ -87,6 +87,7 @@ struct EngineEvent {
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;
   std::vector<double> prefill_chunk_ms;
+  int prefill_chunks_to_first = -1;
   std::vector<int32_t> preempted_after;
   std::vector<int64_t> readmit_ns;
   std::vector<float> logits;

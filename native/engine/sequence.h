@@ -48,6 +48,9 @@ struct Sequence {
   int64_t enqueue_ns = 0;
   std::vector<int64_t> token_ns;
   std::vector<double> prefill_chunk_ms;  // wall time of each step that ran a prefill chunk of it
+  // How many of prefill_chunk_ms ran up to its first token (the rest are recomputes after a preemption
+  // that came after it); -1 before the first token.
+  int prefill_chunks_to_first = -1;
   // Tokens it had generated at each preemption: its recompute runs before token preempted_after[i]
   // (the gap from token preempted_after[i] - 1 to it holds the recompute prefill, or the TTFT when 0).
   std::vector<int32_t> preempted_after;

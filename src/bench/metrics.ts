@@ -159,9 +159,12 @@ export function computeRowFigures(
   let maxGen: number | null = null;
   let cached = 0;
   for (const r of results) {
+    // Every prefill step's wall is a chunk sample; the request's prefill time (the compute part of its
+    // TTFT) sums only those up to its first token, not the recomputes after a later preemption.
     let sum = 0;
-    for (const c of r.prefillChunkMs) { chunks.push(c); sum += c; }
-    if (r.prefillChunkMs.length) prefillSums.push(sum);
+    const toFirst = r.prefillChunksToFirst ?? r.prefillChunkMs.length;
+    r.prefillChunkMs.forEach((c, i) => { chunks.push(c); if (i < toFirst) sum += c; });
+    if (toFirst > 0 && r.prefillChunkMs.length) prefillSums.push(sum);
     const e = e2eMs(r);
     if (e !== null) e2es.push(e);
     const n = r.tokenMs.length;

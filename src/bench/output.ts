@@ -62,6 +62,7 @@ export function requestLine(isl: number, osl: number, concurrency: number, t: Ti
     ttft_ms: ttftOf(r),
     e2e_ms: e2eMs(r),
     prefill_chunk_ms: r.prefillChunkMs,
+    prefill_chunks_to_first: r.prefillChunksToFirst ?? null,
     itl_ms: gaps,
   }) + '\n';
 }

@@ -116,6 +116,7 @@ class Engine implements EngineHandle {
       enqueueMs: ev.enqueueMs ?? 0,
       tokenMs: ev.tokenMs ?? [],
       prefillChunkMs: ev.prefillChunkMs ?? [],
+      ...(ev.prefillChunksToFirst !== undefined ? { prefillChunksToFirst: ev.prefillChunksToFirst } : {}),
       cachedPromptTokens: ev.cachedPromptTokens ?? 0,
       ...(ev.preemptedAfter && ev.preemptedAfter.length > 0 ? { preemptedAfter: ev.preemptedAfter, readmitMs: ev.readmitMs ?? [] } : {}),
       finishReason: (ev.finish ?? 'error') as FinishReason,

@@ -25,6 +25,7 @@ export interface NativeEvent {
   promptTokens?: number;
   cachedPromptTokens?: number;
   prefillChunkMs?: number[];
+  prefillChunksToFirst?: number;
   preemptedAfter?: number[];
   readmitMs?: number[];
   logits?: Float32Array;

@@ -90,8 +90,11 @@ export interface RequestResult {
   /** Native monotonic times: when submitted, when each token was emitted. */
   enqueueMs: number;
   tokenMs: number[];
-  /** Wall time of each prefill step this request took part in (ms). */
+  /** Wall time of each prefill step this request took part in (ms), recomputes after a preemption included. */
   prefillChunkMs: number[];
+  /** How many of prefillChunkMs ran up to its first token (the rest: recomputes after a preemption that
+   * came after it). Absent: no token, or not known (a server). */
+  prefillChunksToFirst?: number;
   /** Prompt tokens served from the prefix cache. */
   cachedPromptTokens: number;
   /**
