@@ -591,17 +591,25 @@ describe('row runner on a simulated engine', () => {
     await e.close();
   });
 
-  it('says how much of a shared prefix the engine\'s prefix cache can serve (up to its last snapshot point)', async () => {
-    const e = createFakeEngine({ ...engineOpts, maxSeq: 1024 }); // prefix cache on: snapshots every 256 tokens
+  it('says how much of a shared prefix the prefix cache served, as measured; a prefix as long as the prompt makes the prompts identical, not cold', async () => {
+    // The fake engine serves whole cached blocks of 4 tokens (no snapshot points), so what it served
+    // is not what a snapshot rule would predict: the note reads the requests' counts.
+    const e = createFakeEngine({ ...engineOpts, maxSeq: 1024 });
     const notes = async (isl: number, sharedPrefix: number) =>
       (await runRow(e, rowSettings({ cell: { isl, osl: 4 }, sharedPrefix, maxSeq: 1024 }), new AbortController().signal)).row.notes;
-    expect(await notes(200, 128)).toContain('shared-prefix=128; the prefix cache serves none of the shared prefix (the engine snapshots every 256 tokens)');
-    expect(await notes(250, 300)).toContain('shared-prefix=250 (clamped from 300 to isl); the prefix cache serves none');
-    expect(await notes(300, 256)).not.toContain('the prefix cache serves'); // at a snapshot point: all of it
-    expect(await notes(300, 280)).toContain('the prefix cache serves 256 of the 280 shared tokens (the engine snapshots every 256 tokens)');
+    const n1 = await notes(200, 122);
+    expect(n1).toContain('prompts=cold');
+    expect(n1).toContain('shared-prefix=122; the prefix cache served 120 of the 122 shared prompt tokens per timed request (it resumes from a recurrent-state snapshot: every 256 tokens and at the end of each earlier prompt)');
+    expect(await notes(300, 128)).toMatch(/the prefix cache served 128 of the 128 shared prompt tokens per timed request(;|$)/);
+    // The whole prompt shared: identical prompts, served warm, and no "hits although unique" warning.
+    const n2 = await notes(250, 300);
+    expect(n2).toMatch(/^prompts=identical \(--shared-prefix covers the whole prompt/);
+    expect(n2).toContain('shared-prefix=250 (clamped from 300 to isl); the prefix cache served 248 of the 250 shared prompt tokens per timed request');
+    expect(n2).not.toContain('prefix-cache hits');
     await e.close();
     const off = createFakeEngine({ ...engineOpts, prefixCache: false });
-    expect((await runRow(off, rowSettings({ cell: { isl: 200, osl: 4 }, sharedPrefix: 128 }), new AbortController().signal)).row.notes).not.toContain('the prefix cache serves');
+    expect((await runRow(off, rowSettings({ cell: { isl: 200, osl: 4 }, sharedPrefix: 128, noPrefixCache: true }), new AbortController().signal)).row.notes)
+      .toContain('the prefix cache served 0 of the 128 shared prompt tokens per timed request (the engine has no prefix cache here)');
     await off.close();
   });
 

@@ -207,6 +207,20 @@ describe('bench sweep on the embedded tiny model', () => {
     expect(report.status).toBe('running');
   });
 
+  it('says what the prefix cache served of a shared prefix, as the engine counted it; a prefix covering the prompt makes it identical, not cold', async () => {
+    const r = await bench(['--cells', '128:4,300:4', '--concurrency', '1', '--warmup', '2', '--shared-prefix', '280']);
+    expect(r.code).toBe(0);
+    const [a, b] = rowsOf(r.stdout);
+    // 128 tokens, all shared: the same prompt every time, served up to its repeat point (112) from the
+    // third run of it on (the second stops there to snapshot: docs/bench.md, --repeat-prompts).
+    expect(a!.notes).toMatch(/^prompts=identical \(--shared-prefix covers the whole prompt/);
+    expect(a!.notes).toContain('shared-prefix=128 (clamped from 280 to isl); the prefix cache served 112 of the 128 shared prompt tokens per timed request');
+    expect(a!.notes).not.toContain('prefix-cache hits');
+    // 280 of 300 shared: fresh prompts, served up to the snapshot at 256.
+    expect(b!.notes).toMatch(/^prompts=cold/);
+    expect(b!.notes).toContain('shared-prefix=280; the prefix cache served 256 of the 280 shared prompt tokens per timed request');
+  });
+
   it('a closed stderr loses the diagnostics, not the run: every row on stdout, exit 0', async () => {
     const { child, done } = start(['--cells', '8:4,16:4', '--concurrency', '1,2', '--warmup', '0']);
     child.stderr!.destroy(); // before the child has written anything: its first write meets a closed pipe

@@ -246,21 +246,16 @@ export async function runRow(
   const { cell, concurrency: c } = st;
   const { isl, osl } = cell;
   const subject = probe.failureSubject ?? 'engine';
-  const notes: string[] = [promptNote(st.prompts, st.noPrefixCache ?? false)];
   const shared = Math.min(st.sharedPrefix, isl);
+  // A shared prefix as long as the prompt makes every prompt the same: not cold, whatever the mode.
+  const identical = st.prompts === 'unique' && shared === isl;
+  const notes: string[] = [identical
+    ? 'prompts=identical (--shared-prefix covers the whole prompt: every prompt is the same, and the prefix cache serves the repeats)'
+    : promptNote(st.prompts, st.noPrefixCache ?? false)];
   if (st.sharedPrefix > 0) {
     notes.push(shared < st.sharedPrefix
       ? `shared-prefix=${shared} (clamped from ${st.sharedPrefix} to isl)`
       : `shared-prefix=${shared}`);
-    // The in-process engine's prefix cache reuses a prefix up to its last snapshot point (a multiple
-    // of the interval: points that depend on the prompt alone keep warm and cold prefills the same).
-    const interval = subject === 'engine' ? (engine as Partial<EngineHandle>).info?.snapshotInterval ?? 0 : 0;
-    const served = interval > 0 ? Math.floor(shared / interval) * interval : shared;
-    if (interval > 0 && st.prompts !== 'repeat' && served < shared) {
-      notes.push(served === 0
-        ? `the prefix cache serves none of the shared prefix (the engine snapshots every ${interval} tokens)`
-        : `the prefix cache serves ${served} of the ${shared} shared tokens (the engine snapshots every ${interval} tokens)`);
-    }
   }
   const open = st.open ?? null;
   const timedCount = open ? (open.numRequests ?? c * st.iters) : c * st.iters;
@@ -355,7 +350,17 @@ export async function runRow(
     // Unique prompts should never hit a prefix cache beyond their shared prefix; a server that kept the
     // prompts of an earlier run with the same --seed serves them warm.
     // (A preempted sequence recomputes its prompt from its own cached blocks: hits, but no repeat.)
-    const expectedHits = (Math.min(st.sharedPrefix, isl) + (st.commonPrefixTokens ?? 0)) * timed.length;
+    // What the in-process engine's prefix cache served of a shared prefix, measured: how much it can
+    // serve depends on where it snapshotted the recurrent state (every snapshotInterval tokens, at the
+    // end of each prompt, earlier rows' prompts included), so the count is read, not predicted.
+    if (st.sharedPrefix > 0 && st.prompts === 'unique' && subject === 'engine' && timed.length > 0) {
+      const served = fig.cachedPromptTokens / timed.length;
+      const perRequest = Number.isInteger(served) ? String(served) : served.toFixed(1);
+      notes.push(`the prefix cache served ${perRequest} of the ${shared} shared prompt tokens per timed request` +
+        (st.noPrefixCache ? ' (the engine has no prefix cache here)'
+          : served < shared ? ` (it resumes from a recurrent-state snapshot: every ${(engine as Partial<EngineHandle>).info?.snapshotInterval ?? '?'} tokens and at the end of each earlier prompt)` : ''));
+    }
+    const expectedHits = (identical ? isl : shared + (st.commonPrefixTokens ?? 0)) * timed.length;
     let cacheHitsNote: string | null = null;
     if (st.prompts === 'unique' && fig.cachedPromptTokens > expectedHits && (counters?.preemptions ?? 0) === 0) {
       cacheHitsNote = `prefix-cache hits: ${fig.cachedPromptTokens - expectedHits} of ${isl * timed.length} prompt tokens ` +
