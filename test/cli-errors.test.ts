@@ -86,6 +86,30 @@ describe('bench prompt --logits-out beyond what one request may return', () => {
   });
 });
 
+describe('bench prompt: what the prompt flags ask that cannot be had is a usage error naming the flag', () => {
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'lumen-cli-prompt-'));
+  afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+  it('--max-new-tokens past any KV cache: the flag named (the engine\'s message said to give less KV memory, exit 1)', async () => {
+    const r = await bench(['prompt', '--prompt-ids', '1', '--max-new-tokens', '1073741824']);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --max-new-tokens: one sequence of 1073741825 tokens \(the prompt's 1 \+ 1073741824\) needs a KV cache that cannot be had \(.*\); lower --max-new-tokens$/);
+  });
+
+  it('--chat on a model without a chat template: exit 2 naming --chat and the model (it was exit 1)', async () => {
+    const dir = path.join(tmp, 'no-template');
+    expect((await bench(['synth', '--preset', 'tiny', '--out', dir])).code).toBe(0);
+    const tc = path.join(dir, 'tokenizer_config.json');
+    const cfg = JSON.parse(readFileSync(tc, 'utf8')) as Record<string, unknown>;
+    delete cfg.chat_template;
+    writeFileSync(tc, JSON.stringify(cfg));
+    rmSync(path.join(dir, 'chat_template.jinja'), { force: true });
+    const r = await bench(['prompt', '--model-path', dir, '--chat', '--prompt', 'hi', '--max-new-tokens', '1']);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --chat: .*no-template: no chat template/);
+  });
+});
+
 describe('output prefixes in a directory that does not exist yet are made (the docs\' out/run on a fresh clone)', () => {
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'lumen-cli-out-'));
   afterAll(() => rmSync(tmp, { recursive: true, force: true }));

@@ -116,9 +116,16 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
       if (err instanceof CheckpointError) throw new UsageError(`--model-path: ${err.message}`);
       throw err;
     }
-    const text = opts.chat
-      ? tokenizer.applyChatTemplate([{ role: 'user', content: opts.prompt as string }], { addGenerationPrompt: true, enableThinking: !!opts.think })
-      : (opts.prompt as string);
+    let text = opts.prompt as string;
+    if (opts.chat) {
+      try {
+        text = tokenizer.applyChatTemplate([{ role: 'user', content: text }], { addGenerationPrompt: true, enableThinking: !!opts.think });
+      } catch (err) {
+        // No template, or one that does not render: the model's, named by the message; --chat asked for it.
+        if (err instanceof CheckpointError) throw new UsageError(`--chat: ${err.message}`);
+        throw err;
+      }
+    }
     ids = tokenizer.encode(text);
     if (ids.length === 0) throw new UsageError('--prompt: the prompt encodes to no tokens');
   }
@@ -132,9 +139,20 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   }
   // One request, no prefix cache: its prefill is chunked by --prefill-chunk alone (no snapshot stops),
   // the layout the parity tests compare.
-  const engine = await loadEngine(ckpt, {
-    ...engineOptionsFrom({ ...flags, maxSeq: Math.max(total, 16) }, device, 1), prefixCache: false,
-  }, {}, { weightDtype: opts.weightDtype });
+  let engine;
+  try {
+    engine = await loadEngine(ckpt, {
+      ...engineOptionsFrom({ ...flags, maxSeq: Math.max(total, 16) }, device, 1), prefixCache: false,
+    }, {}, { weightDtype: opts.weightDtype });
+  } catch (err) {
+    // The engine sizes its KV cache for one sequence of the prompt plus --max-new-tokens (there is no
+    // --max-seq here): a cache that cannot be had is that flag's doing.
+    const msg = err instanceof Error ? err.message : String(err);
+    if (/^(KV pool too small|the KV cache \()/.test(msg)) {
+      throw new UsageError(`--max-new-tokens: one sequence of ${total} tokens (the prompt's ${ids.length} + ${opts.maxNewTokens}) needs a KV cache that cannot be had (${msg}); lower --max-new-tokens`);
+    }
+    throw err;
+  }
   try {
     const result = await engine.submit({
       prompt: ids, maxTokens: opts.maxNewTokens, temperature: opts.temperature, topK: opts.topK, topP: opts.topP,
