@@ -66,13 +66,13 @@ describe('bench prompt on bad checkpoints', () => {
   });
 });
 
-async function bench(args: string[]): Promise<{ code: number; stderr: string; signal: string | null }> {
+async function bench(args: string[]): Promise<{ code: number; stdout: string; stderr: string; signal: string | null }> {
   try {
-    await run(process.execPath, [BENCH, ...args], { timeout: 60_000, killSignal: 'SIGKILL' });
-    return { code: 0, stderr: '', signal: null };
+    const r = await run(process.execPath, [BENCH, ...args], { timeout: 60_000, killSignal: 'SIGKILL' });
+    return { code: 0, stdout: r.stdout, stderr: r.stderr, signal: null };
   } catch (err) {
-    const e = err as { code?: number; stderr?: string; signal?: string | null };
-    return { code: e.code ?? -1, stderr: e.stderr ?? '', signal: e.signal ?? null };
+    const e = err as { code?: number; stdout?: string; stderr?: string; signal?: string | null };
+    return { code: e.code ?? -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '', signal: e.signal ?? null };
   }
 }
 
@@ -94,6 +94,24 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
     const r = await bench(['prompt', '--prompt-ids', '1', '--max-new-tokens', '1073741824']);
     expect(r.code).toBe(2);
     expect(r.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --max-new-tokens: one sequence of 1073741825 tokens \(the prompt's 1 \+ 1073741824\) needs a KV cache that cannot be had \(.*\); lower --max-new-tokens$/);
+  });
+
+  it('a model whose logits are NaN: exit 1 saying so, no tokens printed (it printed token 0 every time, exit 0)', async () => {
+    const f = await smallFixture();
+    // One bf16 NaN in a layer's down_proj: every hidden state after it, and every logit, is NaN.
+    const file = path.join(f.dir, 'model.safetensors');
+    const bytes = readFileSync(file);
+    const headerLen = Number(bytes.readBigUInt64LE(0));
+    const header = JSON.parse(bytes.subarray(8, 8 + headerLen).toString('utf8')) as Record<string, { dtype: string; data_offsets: [number, number] }>;
+    const [name, t] = Object.entries(header).find(([k, v]) => k.includes('layers.1.mlp.down_proj') && v.dtype === 'BF16')!;
+    expect(name).toBeTruthy();
+    bytes.writeUInt16LE(0x7fc0, 8 + headerLen + t.data_offsets[0]);
+    writeFileSync(file, bytes);
+    const r = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1,2', '--max-new-tokens', '2']);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr.trim().split('\n').at(-1)).toBe('bench: the logits that chose generated token 0 (0-based) are not all finite (NaN or infinite): ' +
+      'the weights hold NaN or infinite values, or the computation overflowed; no tokens are printed (--logits-out, if given, was written)');
   });
 
   it('--chat on a model without a chat template: exit 2 naming --chat and the model (it was exit 1)', async () => {

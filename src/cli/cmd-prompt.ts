@@ -129,7 +129,8 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     ids = tokenizer.encode(text);
     if (ids.length === 0) throw new UsageError('--prompt: the prompt encodes to no tokens');
   }
-  const stop = [...new Set([...QWEN_STOP_IDS, ckpt.config.eosTokenId, ...(tokenizer?.eosTokenIds ?? [])])];
+  // Qwen's end-of-turn ids, where the vocabulary has them (a small synthetic vocabulary does not).
+  const stop = [...new Set([...QWEN_STOP_IDS, ckpt.config.eosTokenId, ...(tokenizer?.eosTokenIds ?? [])])].filter((t) => t >= 0 && t < ckpt.config.vocabSize);
   const total = ids.length + opts.maxNewTokens;
   const logitBytes = total * ckpt.config.vocabSize * 4;
   const maxLogitBytes = engineLimits().maxLogitsAllBytes;
@@ -157,6 +158,9 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     const result = await engine.submit({
       prompt: ids, maxTokens: opts.maxNewTokens, temperature: opts.temperature, topK: opts.topK, topP: opts.topP,
       seed: opts.seed, stopTokens: stop, ignoreEos: !!opts.ignoreEos, logits: opts.logitsOut ? 'all' : 'none',
+      // Each token's log-probability, computed from its whole logits row: NaN or infinite when any
+      // logit is, which no pick shows (a greedy pick of an all-NaN row is token 0, every time).
+      logprobs: 0,
     }).done;
     if (result.finishReason === 'error') {
       process.stderr.write(`bench: generation failed: ${result.error}\n`);
@@ -169,6 +173,12 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
         process.stderr.write(`bench: --logits-out: cannot write ${opts.logitsOut} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})\n`);
         return 1;
       }
+    }
+    const nonFinite = (result.logprobs ?? []).findIndex((l) => !Number.isFinite(l.logprob));
+    if (nonFinite >= 0) {
+      process.stderr.write(`bench: the logits that chose generated token ${nonFinite} (0-based) are not all finite (NaN or infinite): ` +
+        'the weights hold NaN or infinite values, or the computation overflowed; no tokens are printed (--logits-out, if given, was written)\n');
+      return 1;
     }
     if (opts.promptIds) {
       process.stdout.write(`${result.tokens.join(' ')}\n`);
