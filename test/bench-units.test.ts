@@ -8,7 +8,8 @@ import { PassThrough } from 'node:stream';
 import { parse } from 'csv-parse/sync';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CSV_COLUMNS, counterColumns, csvHeaderLine, csvRowLine, errorRow, formatField, markdownTable, type SweepRow } from '../src/bench/csv.js';
-import { computeRowFigures, speedupVsC1, batchingEfficiency, steadyDecodeRate, type TimedRequest } from '../src/bench/metrics.js';
+import { classifyGaps, computeRowFigures, speedupVsC1, batchingEfficiency, steadyDecodeRate, type TimedRequest } from '../src/bench/metrics.js';
+import { Rng } from '../src/util/rng.js';
 import { parseCells, parseConcurrency, resolveSweepConfig, type SweepConfig } from '../src/cli/sweep-options.js';
 import { parseKvMemory, resolveEngineFlags } from '../src/cli/engine-flags.js';
 import { registerPrompt } from '../src/cli/cmd-prompt.js';
@@ -355,6 +356,44 @@ describe('row figures', () => {
     expect(early.preemptions).toBe(1);
     // Without preemptedAfter (a server, an older addon): as before.
     expect(computeRowFigures(16, 5, timed(a, { ...b, preemptedAfter: undefined }), null).distributions.itl_ms.max).toBe(220);
+  });
+
+  it('classifies gaps exactly as the direct rule "another request prefilled during it" on random rows (seeded)', () => {
+    // The direct rule, one scan of every other request's prefill spans per gap (what classifyGaps
+    // computed before it counted overlaps by binary search).
+    const direct = (rs: RequestResult[]) => rs.map((r, idx) => {
+      const spansOf = (x: RequestResult) => {
+        const t = x.tokenMs;
+        const spans: Array<[number, number]> = [[x.enqueueMs, t.length ? t[0]! : Infinity]];
+        (x.preemptedAfter ?? []).forEach((g, i) => spans.push([x.readmitMs?.[i] ?? (g >= 1 && g - 1 < t.length ? t[g - 1]! : x.enqueueMs), g < t.length ? t[g]! : Infinity]));
+        return spans;
+      };
+      const own = new Set((r.preemptedAfter ?? []).filter((g) => g >= 1 && g < r.tokenMs.length));
+      const out = { decode: [] as number[], mixed: [] as number[], recompute: 0 };
+      for (let k = 1; k < r.tokenMs.length; k++) {
+        const a = r.tokenMs[k - 1]!;
+        const b = r.tokenMs[k]!;
+        const mixed = own.has(k) || rs.some((q, j) => j !== idx && spansOf(q).some(([s, e]) => s < b && e > a));
+        if (own.has(k)) out.recompute++;
+        (mixed ? out.mixed : out.decode).push(b - a);
+      }
+      return out;
+    });
+    const rng = new Rng(7, 'classify-gaps');
+    const int = (n: number) => Math.floor(rng.nextFloat() * n);
+    for (let c = 0; c < 300; c++) {
+      const rs: RequestResult[] = Array.from({ length: 1 + int(10) }, (_, i) => {
+        const enq = int(100);
+        let t = enq + int(30);
+        // Integer times, so gaps share their ends with other requests' spans (the strict comparisons matter).
+        const tokenMs = Array.from({ length: int(12) }, () => (t += 1 + int(8)));
+        const pre = rng.nextFloat() < 0.4 ? [int(tokenMs.length + 1)] : undefined;
+        // A re-admission after the token it precedes (s > e), now and then: not what the engine reports.
+        const readmit = pre && rng.nextFloat() < 0.7 ? [pre[0]! < tokenMs.length && rng.nextFloat() < 0.9 ? tokenMs[pre[0]!]! - int(10) : 200] : undefined;
+        return req(i, enq, tokenMs, { ...(pre ? { preemptedAfter: pre } : {}), ...(readmit ? { readmitMs: readmit } : {}) });
+      });
+      expect(classifyGaps(rs), `case ${c}`).toEqual(direct(rs));
+    }
   });
 
   it('a request\'s prefill time sums its prefill steps up to its first token, not a recompute after a later preemption', () => {
