@@ -517,17 +517,23 @@ function abortWrite(job: WriteJob): void {
   rmSync(job.tmp, { force: true });
 }
 
+/** Write every tensor in this thread, one piece per step (the caller may yield between steps). */
+function* writeSteps(job: WriteJob): Generator<void> {
+  for (const p of job.plans) {
+    for (const piece of tensorPieces(p, job.files, CHUNK_ELEMS, false)) {
+      const bytes = 'bytes' in piece ? piece.bytes : encodePiece(p, piece.vals, piece.r0);
+      job.w.writeTensor(p.ggufName, bytes);
+      job.progress(p, bytes.length);
+      yield;
+    }
+  }
+}
+
 /** Write a GGUF for an already loaded checkpoint, in this thread. The file appears atomically (temp + rename). */
 export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): ConvertResult {
   const job = startWrite(ckpt, outFile, opts);
   try {
-    for (const p of job.plans) {
-      for (const piece of tensorPieces(p, job.files, CHUNK_ELEMS, false)) {
-        const bytes = 'bytes' in piece ? piece.bytes : encodePiece(p, piece.vals, piece.r0);
-        job.w.writeTensor(p.ggufName, bytes);
-        job.progress(p, bytes.length);
-      }
-    }
+    for (const _ of writeSteps(job));
     return finishWrite(job, outFile, opts, 1);
   } catch (err) {
     abortWrite(job);
@@ -538,15 +544,8 @@ export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOption
 /** Rows per piece handed to a quantizer worker (~4 MiB of f32): small enough to spread one tensor over the pool. */
 const POOL_CHUNK_ELEMS = 1 << 20;
 
-/**
- * writeGguf with the block-quantized pieces encoded by `threads` worker threads (the same bytes;
- * in this thread when threads < 2 or no compiled worker exists). At most two pieces per worker are
- * in flight, so memory stays bounded.
- */
-export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Promise<ConvertResult> {
-  const pool = EncodePool.create(opts.threads ?? 1);
-  if (!pool) return writeGguf(ckpt, outFile, opts);
-  const job = startWrite(ckpt, outFile, opts);
+/** Write every tensor, the block-quantized pieces encoded by the pool's workers. */
+async function writeWithPool(job: WriteJob, pool: EncodePool): Promise<void> {
   const queue: Array<{ plan: TensorPlan; bytes: Promise<Uint8Array> }> = [];
   const drain = async (keep: number) => {
     while (queue.length > keep) {
@@ -556,30 +555,44 @@ export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts:
       job.progress(q.plan, bytes.length);
     }
   };
-  try {
-    for (const p of job.plans) {
-      const pooled = GGML_CODECS[p.type].block > 1;
-      for (const piece of tensorPieces(p, job.files, pooled ? POOL_CHUNK_ELEMS : CHUNK_ELEMS, true)) {
-        let bytes: Promise<Uint8Array>;
-        if ('bytes' in piece) bytes = Promise.resolve(piece.bytes);
-        else if (!pooled) bytes = Promise.resolve(encodePiece(p, piece.vals, piece.r0));
-        else {
-          checkFinite(p, piece.vals, piece.r0);
-          const r0 = piece.r0;
-          bytes = pool.encode(p.type, piece.vals).then((out) => { checkScales(p, out, r0); return out; });
-        }
-        bytes.catch(() => {}); // observed when drained; a failure must not be an unhandled rejection meanwhile
-        queue.push({ plan: p, bytes });
-        await drain(2 * pool.size);
+  for (const p of job.plans) {
+    const pooled = GGML_CODECS[p.type].block > 1;
+    for (const piece of tensorPieces(p, job.files, pooled ? POOL_CHUNK_ELEMS : CHUNK_ELEMS, true)) {
+      let bytes: Promise<Uint8Array>;
+      if ('bytes' in piece) bytes = Promise.resolve(piece.bytes);
+      else if (!pooled) bytes = Promise.resolve(encodePiece(p, piece.vals, piece.r0));
+      else {
+        checkFinite(p, piece.vals, piece.r0);
+        const r0 = piece.r0;
+        bytes = pool.encode(p.type, piece.vals).then((out) => { checkScales(p, out, r0); return out; });
       }
+      bytes.catch(() => {}); // observed when drained; a failure must not be an unhandled rejection meanwhile
+      queue.push({ plan: p, bytes });
+      await drain(2 * pool.size);
     }
-    await drain(0);
-    return finishWrite(job, outFile, opts, pool.size);
+  }
+  await drain(0);
+}
+
+/**
+ * writeGguf with the block-quantized pieces encoded by `threads` worker threads (the same bytes;
+ * in this thread when threads < 2 or no compiled worker exists). At most two pieces per worker are
+ * in flight, so memory stays bounded. Every way out, an error before the first tensor included,
+ * ends the workers: a live worker keeps the process from exiting.
+ */
+export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Promise<ConvertResult> {
+  const job = startWrite(ckpt, outFile, opts);
+  let pool: EncodePool | null = null;
+  try {
+    pool = EncodePool.create(opts.threads ?? 1);
+    if (pool) await writeWithPool(job, pool);
+    else for (const _ of writeSteps(job));
+    return finishWrite(job, outFile, opts, pool?.size ?? 1);
   } catch (err) {
     abortWrite(job);
     throw err;
   } finally {
-    await pool.close();
+    await pool?.close();
   }
 }
 
