@@ -71,3 +71,16 @@ describe('bench convert with quantizer threads: an error before the first tensor
     expect(usageLine(tok)).toMatch(/tokenizer\.json/);
   }, 150_000);
 });
+
+describe('bench convert --out that cannot be written', () => {
+  it('a directory that takes no files, or a temporary name too long: a usage error naming --out and the errno code', async () => {
+    for (const threads of ['1', '2']) {
+      const sys = await convert(['--model-path', base, '--out', '/sys/x.gguf', '--threads', threads]);
+      expect(usageLine(sys)).toMatch(/^bench: --out: cannot create files in \/sys \((EACCES|EROFS|EPERM)\)$/);
+      // The directory takes files (the up-front check passes), but ".NAME.PID.partial" is past NAME_MAX.
+      const long = join(work, `${'a'.repeat(250)}.gguf`);
+      const r = await convert(['--model-path', base, '--out', long, '--threads', threads]);
+      expect(usageLine(r)).toBe(`bench: --out ${long}: cannot create the temporary file ${join(work, `.${'a'.repeat(250)}.gguf.`)}${/\.(\d+)\.partial/.exec(r.stderr)?.[1]}.partial (ENAMETOOLONG)`);
+    }
+  }, 60_000);
+});

@@ -565,7 +565,7 @@ describe('bench convert: bad input', () => {
       [['--out', join(dir, 'x.gguf')], /--model-path/],
       [['--model-path', dir], /--out/],
       [['--model-path', join(dir, 'nope'), '--out', join(dir, 'x.gguf')], /--model-path .*nope/],
-      [['--model-path', dir, '--out', join(dir, 'no-dir', 'x.gguf')], /--out .*no-dir/],
+      [['--model-path', dir, '--out', join(dir, 'no-dir', 'x.gguf')], /--out: directory .*no-dir does not exist/],
       [['--model-path', dir, '--out', join(dir, 'x.gguf'), '--dtype', 'q3_k'], /--dtype: 'q3_k' is not one of f32, bf16, f16, q8_0, q4_0/],
       [['--model-path', dir, '--out', join(dir, 'x.gguf')], /config\.json/],
     ];

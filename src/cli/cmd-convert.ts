@@ -1,12 +1,13 @@
 // `bench convert`: Hugging Face Qwen3.5 checkpoint -> GGUF that llama.cpp loads as arch `qwen35`.
 import { existsSync, statSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { Command } from 'commander';
-import { ConvertError, OUT_DTYPES, writeGgufParallel, type OutDtype } from '../convert/convert.js';
+import { ConvertError, ConvertOutputError, OUT_DTYPES, writeGgufParallel, type OutDtype } from '../convert/convert.js';
 import { QUANT_DTYPES, QUANT_SCHEMES } from '../convert/quant-mix.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { isSyntheticModelPath } from '../model/synthetic-model.js';
 import { CheckpointError, type DType } from '../model/types.js';
+import { checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 import { usableCpus } from '../engine/native.js';
 import { oneOf, parseCount } from './flag-values.js';
@@ -53,10 +54,7 @@ export function convertCommand(setResult: (code: number) => void): Command {
         throw new UsageError(`--model-path ${raw.modelPath}: a file, not a directory (convert reads a safetensors checkpoint directory${dir.toLowerCase().endsWith('.gguf') ? '; a GGUF is already converted' : ''})`);
       }
       const out = resolve(raw.out);
-      if (!existsSync(dirname(out)) || !statSync(dirname(out)).isDirectory()) {
-        throw new UsageError(`--out ${raw.out}: directory ${dirname(out)} does not exist`);
-      }
-      if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`--out ${raw.out}: is a directory`);
+      checkWritableFile('--out', out);
       let dtype: OutDtype | undefined;
       if (raw.dtype !== undefined) dtype = oneOf('--dtype', raw.dtype.toLowerCase(), OUT_DTYPES);
       const threads = raw.threads !== undefined ? parseCount('--threads', raw.threads, 1, 1024) : undefined;
@@ -94,6 +92,7 @@ export function convertCommand(setResult: (code: number) => void): Command {
         setResult(0);
       } catch (err) {
         if (progress) process.stderr.write('\n');
+        if (err instanceof ConvertOutputError) throw new UsageError(`--out ${raw.out}: ${err.message}`);
         if (err instanceof CheckpointError || err instanceof ConvertError) throw new UsageError(err.message);
         throw err;
       }

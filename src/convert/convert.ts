@@ -32,6 +32,14 @@ export class ConvertError extends Error {
   }
 }
 
+/** A problem with the output path (the CLI puts `--out FILE: ` before the message). */
+export class ConvertOutputError extends ConvertError {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConvertOutputError';
+  }
+}
+
 export interface ConvertOptions {
   dtype: OutDtype;
   /** Also write the MTP block as layer `num_hidden_layers` (nextn tensors). */
@@ -486,7 +494,17 @@ function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Wr
   for (const p of plans) w.addTensor(p.ggufName, p.ne, p.type);
   const total = w.tensorInfos.reduce((a, t) => a + t.nbytes, 0);
   const tmp = join(dirname(outFile), `.${basename(outFile)}.${process.pid}.partial`);
-  w.open(tmp);
+  try {
+    w.open(tmp);
+  } catch (err) {
+    // A directory that takes no files, a name too long once decorated, a full disk.
+    w.abort();
+    try {
+      rmSync(tmp, { force: true }); // (when the header write failed)
+    } catch { /* not created */ }
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new ConvertOutputError(`cannot create the temporary file ${tmp} (${code ?? (err instanceof Error ? err.message : String(err))})`);
+  }
   let done = 0;
   const progress = (p: TensorPlan, bytes: number) => {
     done += bytes;
