@@ -499,11 +499,12 @@ function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Wr
   } catch (err) {
     // A directory that takes no files, a name too long once decorated, a full disk.
     w.abort();
+    const code = (err as NodeJS.ErrnoException).code;
+    if (typeof code !== 'string') throw err; // not the file system's
     try {
       rmSync(tmp, { force: true }); // (when the header write failed)
     } catch { /* not created */ }
-    const code = (err as NodeJS.ErrnoException).code;
-    throw new ConvertOutputError(`cannot create the temporary file ${tmp} (${code ?? (err instanceof Error ? err.message : String(err))})`);
+    throw new ConvertOutputError(`cannot create the temporary file ${tmp} (${code})`);
   }
   let done = 0;
   const progress = (p: TensorPlan, bytes: number) => {
