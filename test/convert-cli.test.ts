@@ -2,12 +2,16 @@
 // how it ends on bad input. Every error is one line naming the flag, file or field, exit status 2,
 // and the process exits (a quantizer pool left running kept it alive for ever).
 import { execFile } from 'node:child_process';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { convertCheckpoint } from '../src/convert/convert.js';
+import { parseGgufHeader } from '../src/model/gguf-reader.js';
+import { loadModel, loadModelTokenizer } from '../src/model/model-path.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
+import { loadTokenizer } from '../src/model/tokenizer.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const BENCH = join(ROOT, 'bin', 'bench.js');
@@ -82,5 +86,49 @@ describe('bench convert --out that cannot be written', () => {
       const r = await convert(['--model-path', base, '--out', long, '--threads', threads]);
       expect(usageLine(r)).toBe(`bench: --out ${long}: cannot create the temporary file ${join(work, `.${'a'.repeat(250)}.gguf.`)}${/\.(\d+)\.partial/.exec(r.stderr)?.[1]}.partial (ENAMETOOLONG)`);
     }
+  }, 60_000);
+});
+
+/** Reads, edits and rewrites a JSON file of a checkpoint. */
+function editJson(file: string, edit: (j: Record<string, any>) => void): void {
+  const j = JSON.parse(readFileSync(file, 'utf8')) as Record<string, any>;
+  edit(j);
+  writeFileSync(file, JSON.stringify(j));
+}
+
+describe('bench convert checks the tokenizer as the loader does', () => {
+  it('a tokenizer.json the loader refuses is a usage error naming the file and the field (no GGUF written)', async () => {
+    const cases: Array<[(tok: Record<string, any>) => void, RegExp]> = [
+      [(t) => { t.model.merges[5] = 5; }, /tokenizer\.json: model\.merges\[5\] is 5; expected a pair of token strings/],
+      [(t) => { t.model.merges[5] = ['zzqq', 'yyxx']; }, /tokenizer\.json: model\.merges\[5\] \(\["zzqq", "yyxx"\]\) uses token "zzqq", which is not in model\.vocab/],
+      [(t) => { t.added_tokens[0].special = 'yes'; }, /tokenizer\.json: added_tokens\[0\]\.special must be true or false/],
+      [(t) => { t.model.vocab['a b'] = 5; t.model.vocab.c = 6; t.model.vocab['a bc'] = 7; t.model.merges.push(['a b', 'c']); }, /tokenizer\.json: model\.merges\[\d+\] \(\["a b", "c"\]\) has a token with a space, which a GGUF merge/],
+    ];
+    for (const [edit, re] of cases) {
+      const dir = copy();
+      editJson(join(dir, 'tokenizer.json'), edit);
+      const out = join(dir, 'out.gguf');
+      const r = await convert(['--model-path', dir, '--out', out]);
+      expect(usageLine(r)).toMatch(re);
+      expect(r.stderr).toContain(join(dir, 'tokenizer.json'));
+      expect(existsSync(out)).toBe(false);
+    }
+  }, 120_000);
+
+  it('a chat template in list form (tokenizer_config.json) is written as tokenizer.chat_template, the one the loader picks', async () => {
+    const dir = copy();
+    const tcFile = join(dir, 'tokenizer_config.json');
+    const template = (JSON.parse(readFileSync(tcFile, 'utf8')) as { chat_template: string }).chat_template;
+    editJson(tcFile, (c) => { c.chat_template = [{ name: 'tool_use', template: 'TOOLS {{ messages[0].content }}' }, { name: 'default', template }]; });
+    const outDir = join(work, 'list-template');
+    mkdirSync(outDir); // nothing beside the GGUF: its tokenizer is the one in its metadata
+    const out = join(outDir, 'list.gguf');
+    await convertCheckpoint(dir, out, { dtype: 'f32' });
+    expect(parseGgufHeader(out).kv.get('tokenizer.chat_template')?.value).toBe(template);
+    // The GGUF's own tokenizer renders what the checkpoint's does.
+    const messages = [{ role: 'user', content: 'Hello' }];
+    const fromGguf = await loadModelTokenizer(loadModel(out, { hash: false }));
+    const fromDir = await loadTokenizer(dir);
+    expect(fromGguf.applyChatTemplate(messages, { addGenerationPrompt: true })).toBe(fromDir.applyChatTemplate(messages, { addGenerationPrompt: true }));
   }, 60_000);
 });

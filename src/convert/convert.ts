@@ -2,9 +2,12 @@
 // (docs/qwen35-architecture.md §4): metadata, byte-level BPE vocabulary, tensor names in ggml
 // order and the converter's value transforms. Tensors are streamed in row chunks, so memory
 // stays bounded whatever the model size.
-import { closeSync, existsSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
+import { closeSync, openSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { loadCheckpoint } from '../model/checkpoint.js';
+import { buildTokenizer, readTokenizerParts } from '../model/tokenizer.js';
+import { tokenContent } from '../model/tokenizer-files.js';
+import { preview } from '../util/json.js';
 import type { Checkpoint, LayerType, TensorRef, TextConfig } from '../model/types.js';
 import { LM_HEAD_ROLE, layerRoles, modelRole, mtpRoles, type TensorRole } from '../model/tensor-roles.js';
 import { GgmlType, GgufValueType, GgufWriter, ggmlTypeName } from './gguf-writer.js';
@@ -122,7 +125,7 @@ export function fullAttentionInterval(cfg: TextConfig): number {
 // Tokenizer metadata
 
 interface TokenizerJson {
-  model?: { type?: string; vocab?: Record<string, number>; merges?: Array<string | [string, string]> };
+  model: { vocab: Record<string, number>; merges: Array<string | [string, string]> };
   added_tokens?: Array<{ id: number; content: string; special?: boolean }>;
 }
 
@@ -136,27 +139,23 @@ export interface GgufVocab {
   chatTemplate?: string;
 }
 
-function readJson(file: string): unknown {
-  try {
-    return JSON.parse(readFileSync(file, 'utf8'));
-  } catch (err) {
-    throw new ConvertError(`${file}: ${err instanceof Error ? err.message : String(err)}`);
-  }
-}
-
-/** Build the GGUF vocabulary (padded to vocab_size) from the checkpoint's tokenizer files. */
+/**
+ * Build the GGUF vocabulary (padded to vocab_size) from the checkpoint's tokenizer files. They are
+ * read, checked and built as the loader does (readTokenizerParts, buildTokenizer: what
+ * `bench prompt --model-path DIR` refuses, convert refuses, naming the file and field), and the
+ * chat template is the loader's choice (chat_template.jinja, else tokenizer_config.json's
+ * chat_template, a string or a list of {name, template}).
+ */
 export function buildVocab(dir: string, cfg: TextConfig): GgufVocab {
-  const tokFile = join(dir, 'tokenizer.json');
-  if (!existsSync(tokFile)) throw new ConvertError(`${tokFile}: missing (GGUF needs the tokenizer)`);
-  const tj = readJson(tokFile) as TokenizerJson;
-  if (tj.model?.type !== 'BPE' || !tj.model.vocab || !tj.model.merges) {
-    throw new ConvertError(`${tokFile}: expected a BPE model with vocab and merges`);
-  }
+  const parts = readTokenizerParts(dir);
+  buildTokenizer(parts);
+  const tokFile = parts.tokFile;
+  const tj = parts.tokJson as unknown as TokenizerJson;
   const n = cfg.vocabSize;
   const tokens: (string | undefined)[] = new Array(n);
   const types = new Array<number>(n).fill(TokenType.UNUSED);
   const place = (id: number, text: string, type: number) => {
-    if (!Number.isInteger(id) || id < 0 || id >= n) {
+    if (id >= n) {
       throw new ConvertError(`${tokFile}: token id ${id} (${JSON.stringify(text)}) outside vocab_size ${n}`);
     }
     tokens[id] = text;
@@ -169,26 +168,23 @@ export function buildVocab(dir: string, cfg: TextConfig): GgufVocab {
     byContent.set(t.content, t.id);
   }
   for (let i = 0; i < n; i++) if (tokens[i] === undefined) tokens[i] = `[PAD${i}]`;
-  const merges = tj.model.merges.map((m) => (Array.isArray(m) ? `${m[0]} ${m[1]}` : m));
+  // GGUF holds a merge as "a b": a pair whose token has a space in it cannot be written.
+  const merges = tj.model.merges.map((m, i) => {
+    if (!Array.isArray(m)) return m;
+    if (m[0].includes(' ') || m[1].includes(' ')) {
+      throw new ConvertError(`${tokFile}: model.merges[${i}] (${preview(m)}) has a token with a space, which a GGUF merge ("a b") cannot hold`);
+    }
+    return `${m[0]} ${m[1]}`;
+  });
 
-  let tcfg: Record<string, unknown> = {};
-  const tcfgFile = join(dir, 'tokenizer_config.json');
-  if (existsSync(tcfgFile)) tcfg = readJson(tcfgFile) as Record<string, unknown>;
   const specialId = (key: string): number | undefined => {
-    const v = tcfg[key];
-    const content = typeof v === 'string' ? v : v && typeof v === 'object' ? (v as { content?: unknown }).content : undefined;
-    return typeof content === 'string' ? byContent.get(content) : undefined;
+    const content = tokenContent(parts.tokConfig[key]);
+    return content !== undefined ? byContent.get(content) : undefined;
   };
   const eosId = specialId('eos_token') ?? cfg.eosTokenId;
   const padId = specialId('pad_token') ?? cfg.eosTokenId;
   const bosId = byContent.get('<|endoftext|>') ?? cfg.eosTokenId;
-
-  let chatTemplate: string | undefined;
-  const jinja = join(dir, 'chat_template.jinja');
-  if (existsSync(jinja)) chatTemplate = readFileSync(jinja, 'utf8');
-  else if (typeof tcfg.chat_template === 'string') chatTemplate = tcfg.chat_template;
-
-  return { tokens: tokens as string[], tokenTypes: types, merges, eosId, padId, bosId, chatTemplate };
+  return { tokens: tokens as string[], tokenTypes: types, merges, eosId, padId, bosId, chatTemplate: parts.templateSource };
 }
 
 // ---------------------------------------------------------------------------------------------
