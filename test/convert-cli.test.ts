@@ -2,7 +2,8 @@
 // how it ends on bad input. Every error is one line naming the flag, file or field, exit status 2,
 // and the process exits (a quantizer pool left running kept it alive for ever).
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { cpSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -131,4 +132,39 @@ describe('bench convert checks the tokenizer as the loader does', () => {
     const fromDir = await loadTokenizer(dir);
     expect(fromGguf.applyChatTemplate(messages, { addGenerationPrompt: true })).toBe(fromDir.applyChatTemplate(messages, { addGenerationPrompt: true }));
   }, 60_000);
+});
+
+describe('bench convert --out naming one of its inputs', () => {
+  it('is a usage error naming --out and the file, by path, symbolic link or hard link; the checkpoint is untouched', async () => {
+    const dir = join(work, 'sharded');
+    await writeSynthCheckpoint({ preset: 'tiny', out: dir, dtype: 'f32', seed: 3, shards: 2, tokenizerBpeVocab: BPE, vision: false, overrides: SMALL });
+    const tc = JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as { chat_template: string };
+    writeFileSync(join(dir, 'chat_template.jinja'), tc.chat_template);
+    const files = readdirSync(dir).sort();
+    const snapshot = () => Object.fromEntries(files.map((f) => [f, createHash('sha256').update(readFileSync(join(dir, f))).digest('hex')]));
+    const before = snapshot();
+    const links = join(work, 'links');
+    mkdirSync(links);
+    symlinkSync(join(dir, 'chat_template.jinja'), join(links, 'sym.gguf'));
+    symlinkSync(dir, join(links, 'dir-link'));
+    linkSync(join(dir, 'tokenizer_config.json'), join(links, 'hard.gguf'));
+    const cases: Array<[string, string]> = [
+      [join(dir, 'model-00002-of-00002.safetensors'), join(dir, 'model-00002-of-00002.safetensors')],
+      [join(dir, 'model.safetensors.index.json'), join(dir, 'model.safetensors.index.json')],
+      [join(dir, 'config.json'), join(dir, 'config.json')],
+      [join(dir, 'tokenizer.json'), join(dir, 'tokenizer.json')],
+      [join(dir, 'generation_config.json'), join(dir, 'generation_config.json')],
+      [join(links, 'sym.gguf'), join(dir, 'chat_template.jinja')],
+      [join(links, 'dir-link', 'model-00001-of-00002.safetensors'), join(dir, 'model-00001-of-00002.safetensors')],
+      [join(links, 'hard.gguf'), join(dir, 'tokenizer_config.json')],
+    ];
+    for (const [out, clash] of cases) {
+      for (const threads of ['1', '2']) {
+        const r = await convert(['--model-path', dir, '--out', out, '--dtype', 'q8_0', '--threads', threads]);
+        expect(usageLine(r), out).toBe(`bench: --out ${out}: the same file as ${clash}, which convert reads; choose another path`);
+      }
+    }
+    expect(snapshot()).toEqual(before);
+    expect(readdirSync(dir).sort()).toEqual(files); // no temporary file left either
+  }, 120_000);
 });

@@ -2,10 +2,10 @@
 // (docs/qwen35-architecture.md §4): metadata, byte-level BPE vocabulary, tensor names in ggml
 // order and the converter's value transforms. Tensors are streamed in row chunks, so memory
 // stays bounded whatever the model size.
-import { closeSync, openSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readSync, renameSync, rmSync, statSync, type Stats } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { loadCheckpoint } from '../model/checkpoint.js';
-import { buildTokenizer, readTokenizerParts } from '../model/tokenizer.js';
+import { checkpointFilesOf, loadCheckpoint } from '../model/checkpoint.js';
+import { buildTokenizer, readTokenizerParts, tokenizerFilesOf } from '../model/tokenizer.js';
 import { tokenContent } from '../model/tokenizer-files.js';
 import { preview } from '../util/json.js';
 import type { Checkpoint, LayerType, TensorRef, TextConfig } from '../model/types.js';
@@ -480,8 +480,38 @@ interface WriteJob {
   progress(p: TensorPlan, bytes: number): void;
 }
 
+/** Every file a conversion of `ckpt` reads: the checkpoint's (loadCheckpoint) and the tokenizer's (buildVocab). */
+export function convertInputFiles(ckpt: Checkpoint): string[] {
+  return [...new Set([...checkpointFilesOf(ckpt), ...Object.values(tokenizerFilesOf(ckpt.dir))])].filter((f) => existsSync(f));
+}
+
+/**
+ * Refuse an output that is one of the inputs: by path, through a symbolic link or as a hard link
+ * (the same device and inode). The rename at the end would replace the checkpoint's file with the GGUF.
+ */
+function checkOutputIsNoInput(ckpt: Checkpoint, outFile: string): void {
+  let out: Stats;
+  try {
+    out = statSync(outFile);
+  } catch {
+    return; // nothing there yet: no input either
+  }
+  for (const f of convertInputFiles(ckpt)) {
+    let st: Stats;
+    try {
+      st = statSync(f);
+    } catch {
+      continue;
+    }
+    if (st.dev === out.dev && st.ino === out.ino) {
+      throw new ConvertOutputError(`the same file as ${f}, which convert reads; choose another path`);
+    }
+  }
+}
+
 function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): WriteJob {
   const t0 = performance.now();
+  checkOutputIsNoInput(ckpt, outFile);
   const withMtp = opts.mtp ?? false;
   const plans = planTensors(ckpt, opts.dtype, withMtp);
   const vocab = buildVocab(ckpt.dir, ckpt.config);

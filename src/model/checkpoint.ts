@@ -65,6 +65,16 @@ export function countParams(c: TextConfig): { text: number; mtp: number } {
   return { text, mtp };
 }
 
+/** The checkpoint's config and safetensors index, in its directory. */
+const CONFIG_FILE = 'config.json';
+const INDEX_FILE = 'model.safetensors.index.json';
+
+/** The files loadCheckpoint read for `ckpt`: config.json, the index when there is one, the shards. */
+export function checkpointFilesOf(ckpt: Checkpoint): string[] {
+  const index = path.join(ckpt.dir, INDEX_FILE);
+  return [path.join(ckpt.dir, CONFIG_FILE), ...(existsSync(index) ? [index] : []), ...ckpt.shards];
+}
+
 export interface LoadOptions {
   /** Include mtp.* tensors (validated when present). Default false. */
   mtp?: boolean;
@@ -126,7 +136,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
   if (!st.isDirectory()) throw new CheckpointError(`${absDir}: not a directory (expected a checkpoint directory)`);
 
   // --- config.json
-  const configPath = path.join(absDir, 'config.json');
+  const configPath = path.join(absDir, CONFIG_FILE);
   if (!existsSync(configPath)) throw new CheckpointError(`${configPath}: config.json not found in the checkpoint directory`);
   const configBytes = readBytes(configPath, 'config.json');
   const configJson = parseJsonBytes(configBytes);
@@ -136,7 +146,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
   const configHash = createHash('sha256').update(configBytes).digest('hex');
 
   // --- shards
-  const indexPath = path.join(absDir, 'model.safetensors.index.json');
+  const indexPath = path.join(absDir, INDEX_FILE);
   const singlePath = path.join(absDir, 'model.safetensors');
   let shards: string[];
   let weightMap: Map<string, string> | null = null;

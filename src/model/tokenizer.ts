@@ -86,19 +86,32 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   return buildTokenizer(readTokenizerParts(dir));
 }
 
+/** The files readTokenizerParts reads from a checkpoint directory (each one that exists), by role. */
+export function tokenizerFilesOf(dir: string): { tokenizer: string; config: string; template: string; generation: string; model: string } {
+  const absDir = path.resolve(dir);
+  return {
+    tokenizer: path.join(absDir, 'tokenizer.json'),
+    config: path.join(absDir, 'tokenizer_config.json'),
+    template: path.join(absDir, 'chat_template.jinja'),
+    generation: path.join(absDir, 'generation_config.json'),
+    model: path.join(absDir, 'config.json'),
+  };
+}
+
 /** What loadTokenizer builds from: a checkpoint directory's tokenizer files, read and their config checked. */
 export function readTokenizerParts(dir: string): TokenizerParts {
   const absDir = path.resolve(dir);
-  const tokFile = path.join(absDir, 'tokenizer.json');
+  const files = tokenizerFilesOf(absDir);
+  const tokFile = files.tokenizer;
   if (!existsSync(tokFile)) throw new CheckpointError(`${tokFile}: tokenizer.json not found`);
   const tokJson = readJsonFile(tokFile, 'tokenizer.json');
-  const tcFile = path.join(absDir, 'tokenizer_config.json');
+  const tcFile = files.config;
   const tokConfig = existsSync(tcFile) ? readJsonFile(tcFile, 'tokenizer_config.json') : {};
   validateTokenizerConfig(tokConfig, tcFile);
 
   // Chat template: chat_template.jinja (current HF layout) wins over tokenizer_config.json.
   let templateSource: string | undefined;
-  const jinjaFile = path.join(absDir, 'chat_template.jinja');
+  const jinjaFile = files.template;
   const templateFile = existsSync(jinjaFile) ? jinjaFile : tcFile;
   if (existsSync(jinjaFile)) {
     const bytes = readFileSync(jinjaFile);
@@ -113,13 +126,13 @@ export function readTokenizerParts(dir: string): TokenizerParts {
     }
   }
   const eosHints: unknown[] = [];
-  const genFile = path.join(absDir, 'generation_config.json');
+  const genFile = files.generation;
   if (existsSync(genFile)) {
     try {
       eosHints.push((JSON.parse(readFileSync(genFile, 'utf8')) as { eos_token_id?: unknown }).eos_token_id);
     } catch { /* a broken generation_config.json only loses its eos hint */ }
   }
-  const cfgFile = path.join(absDir, 'config.json');
+  const cfgFile = files.model;
   if (existsSync(cfgFile)) {
     try {
       const cfg = JSON.parse(readFileSync(cfgFile, 'utf8')) as { eos_token_id?: unknown; text_config?: { eos_token_id?: unknown } };
