@@ -1,7 +1,7 @@
 // `bench convert` through the compiled CLI (bin/bench.js, so the quantizer worker threads of dist/ run):
 // how it ends on bad input. Every error is one line naming the flag, file or field, exit status 2,
 // and the process exits (a quantizer pool left running kept it alive for ever).
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -167,4 +167,51 @@ describe('bench convert --out naming one of its inputs', () => {
     expect(snapshot()).toEqual(before);
     expect(readdirSync(dir).sort()).toEqual(files); // no temporary file left either
   }, 120_000);
+});
+
+/** The state letter of a process (/proc/PID/stat: R running, S sleeping, T stopped, ...), or null once it is gone. */
+function procState(pid: number): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  } catch {
+    return null;
+  }
+}
+
+describe('bench convert stopped by a signal', () => {
+  // The child stops itself right after creating its temporary file (test/helpers/stop-at-partial.cjs);
+  // the signal is sent while it is stopped, then it continues: the conversion is in progress when
+  // the signal arrives, however fast the machine.
+  it.each([
+    ['SIGINT', '1', 130],
+    ['SIGTERM', '2', 143],
+  ] as const)('%s (--threads %s): the unfinished file is removed, exit %i', async (sig, threads, code) => {
+    const outDir = join(work, `signal-${sig}`);
+    mkdirSync(outDir);
+    const out = join(outDir, 'model.gguf');
+    const child = spawn(process.execPath, ['--require', join(ROOT, 'test', 'helpers', 'stop-at-partial.cjs'), BENCH, 'convert',
+      '--model-path', base, '--out', out, '--dtype', 'q4_k_m', '--threads', threads], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) => child.on('exit', (c, s) => done({ code: c, signal: s })));
+    try {
+      // Wait until it has stopped itself (or ended: then the expectations below say how).
+      while (child.exitCode === null && child.signalCode === null && procState(child.pid!) !== 'T') await new Promise((r) => setTimeout(r, 20));
+      expect(procState(child.pid!), stderr).toBe('T');
+      const partial = join(outDir, `.model.gguf.${child.pid}.partial`);
+      expect(readdirSync(outDir)).toEqual([`.model.gguf.${child.pid}.partial`]);
+      child.kill(sig);
+      child.kill('SIGCONT');
+      const end = await exited;
+      expect(end, stderr).toEqual({ code, signal: null });
+      expect(stderr.trim()).toBe(`bench convert: ${sig}: stopped; removed the unfinished ${partial}`);
+      expect(readdirSync(outDir)).toEqual([]);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGKILL');
+        await exited;
+      }
+    }
+  }, 60_000);
 });

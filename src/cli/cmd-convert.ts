@@ -1,8 +1,8 @@
 // `bench convert`: Hugging Face Qwen3.5 checkpoint -> GGUF that llama.cpp loads as arch `qwen35`.
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, rmSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Command } from 'commander';
-import { ConvertError, ConvertOutputError, OUT_DTYPES, writeGgufParallel, type OutDtype } from '../convert/convert.js';
+import { ConvertError, ConvertOutputError, OUT_DTYPES, partialFileOf, writeGgufParallel, type OutDtype } from '../convert/convert.js';
 import { QUANT_DTYPES, QUANT_SCHEMES } from '../convert/quant-mix.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { isSyntheticModelPath } from '../model/synthetic-model.js';
@@ -10,6 +10,7 @@ import { CheckpointError, type DType } from '../model/types.js';
 import { checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 import { usableCpus } from '../engine/native.js';
+import { EXIT_INTERRUPTED, EXIT_TERMINATED } from '../bench/sweep-signals.js';
 import { oneOf, parseCount } from './flag-values.js';
 
 interface RawConvertOptions {
@@ -34,7 +35,7 @@ export function convertCommand(setResult: (code: number) => void): Command {
       QUANT_DTYPES.map((d) => `  ${d.padEnd(7)} ${QUANT_SCHEMES[d].summary}`).join('\n') +
       '\nRows whose length the type\'s block does not divide fall back as llama-quantize does: Q4_K -> Q5_0, ' +
       'Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, and F16 when 32 does not divide either. Tensors are streamed; the file appears ' +
-      'only once complete.',
+      'only once complete. Exit status: 0 written, 2 usage error, 130 SIGINT / 143 SIGTERM (the unfinished file is removed).',
     )
     .option('--model-path <dir>', 'checkpoint directory (config.json, *.safetensors, tokenizer.json)')
     .option('--out <file>', 'output GGUF file')
@@ -61,6 +62,22 @@ export function convertCommand(setResult: (code: number) => void): Command {
 
       const progress = !raw.quiet && process.stderr.isTTY === true;
       let lastPct = -1;
+      // SIGINT / SIGTERM: nothing is worth finishing; remove the unfinished file and leave at once,
+      // 130 or 143 as the sweep (src/bench/sweep-signals.ts). The writer yields between pieces, so
+      // this runs mid-conversion.
+      const partial = partialFileOf(out);
+      const onSignal = (sig: NodeJS.Signals) => {
+        let removed = false;
+        try {
+          removed = existsSync(partial);
+          rmSync(partial, { force: true });
+        } catch { /* leave at once all the same */ }
+        if (progress) process.stderr.write('\n');
+        process.stderr.write(`bench convert: ${sig}: stopped${removed ? `; removed the unfinished ${partial}` : ''}\n`);
+        process.exit(sig === 'SIGTERM' ? EXIT_TERMINATED : EXIT_INTERRUPTED);
+      };
+      process.on('SIGINT', onSignal);
+      process.on('SIGTERM', onSignal);
       try {
         const ckpt = loadCheckpoint(dir, { mtp: raw.mtp ?? false });
         const resolved = dtype ?? FROM_SOURCE[ckpt.dtype];
@@ -95,6 +112,9 @@ export function convertCommand(setResult: (code: number) => void): Command {
         if (err instanceof ConvertOutputError) throw new UsageError(`--out ${raw.out}: ${err.message}`);
         if (err instanceof CheckpointError || err instanceof ConvertError) throw new UsageError(err.message);
         throw err;
+      } finally {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
       }
     });
 }

@@ -480,6 +480,15 @@ interface WriteJob {
   progress(p: TensorPlan, bytes: number): void;
 }
 
+/**
+ * The temporary file a conversion to `outFile` writes (beside it, renamed when complete). One
+ * place for the name: `bench convert` removes it when a signal ends the process.
+ */
+export function partialFileOf(outFile: string): string {
+  const abs = resolve(outFile);
+  return join(dirname(abs), `.${basename(abs)}.${process.pid}.partial`);
+}
+
 /** Every file a conversion of `ckpt` reads: the checkpoint's (loadCheckpoint) and the tokenizer's (buildVocab). */
 export function convertInputFiles(ckpt: Checkpoint): string[] {
   return [...new Set([...checkpointFilesOf(ckpt), ...Object.values(tokenizerFilesOf(ckpt.dir))])].filter((f) => existsSync(f));
@@ -519,7 +528,7 @@ function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Wr
   addMetadata(w, ckpt, vocab, opts.dtype, withMtp);
   for (const p of plans) w.addTensor(p.ggufName, p.ne, p.type);
   const total = w.tensorInfos.reduce((a, t) => a + t.nbytes, 0);
-  const tmp = join(dirname(outFile), `.${basename(outFile)}.${process.pid}.partial`);
+  const tmp = partialFileOf(outFile);
   try {
     w.open(tmp);
   } catch (err) {
@@ -622,8 +631,9 @@ async function writeWithPool(job: WriteJob, pool: EncodePool): Promise<void> {
 /**
  * writeGguf with the block-quantized pieces encoded by `threads` worker threads (the same bytes;
  * in this thread when threads < 2 or no compiled worker exists). At most two pieces per worker are
- * in flight, so memory stays bounded. Every way out, an error before the first tensor included,
- * ends the workers: a live worker keeps the process from exiting.
+ * in flight, so memory stays bounded. The event loop runs between pieces, in this thread too (so
+ * a signal handler can run). Every way out, an error before the first tensor included, ends the
+ * workers: a live worker keeps the process from exiting.
  */
 export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Promise<ConvertResult> {
   const job = startWrite(ckpt, outFile, opts);
@@ -631,7 +641,7 @@ export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts:
   try {
     pool = EncodePool.create(opts.threads ?? 1);
     if (pool) await writeWithPool(job, pool);
-    else for (const _ of writeSteps(job));
+    else for (const _ of writeSteps(job)) await new Promise((r) => setImmediate(r));
     return finishWrite(job, outFile, opts, pool?.size ?? 1);
   } catch (err) {
     abortWrite(job);
