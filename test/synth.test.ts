@@ -180,6 +180,36 @@ describe('bench synth', () => {
   });
 });
 
+describe('more shards than tensors', () => {
+  it('bench synth: a usage error naming --shards before --out is made or its checkpoint removed (--force)', async () => {
+    const fx = await smallFixture();
+    const before = Object.fromEntries(readdirSync(fx.dir).map((f) => [f, sha(path.join(fx.dir, f))]));
+    const fresh = path.join(tempDir('cli'), 'new', 'm');
+    for (const args of [['--out', fx.dir, '--force'], ['--out', fresh]]) {
+      let code = -1;
+      const cmd = new Command('bench').exitOverride().configureOutput({ writeErr: () => {}, writeOut: () => {} });
+      registerSynth(cmd, (c) => { code = c; });
+      const err = await cmd.parseAsync(['node', 'bench', 'synth', '--preset', 'tiny', '--shards', '100', ...args]).then(() => null, (e: unknown) => e);
+      expect(err, args.join(' ')).toBeInstanceOf(UsageError);
+      expect((err as Error).message).toBe('--shards: 100 shards, but this checkpoint has only 57 tensors (at most one shard per tensor)');
+      expect(code).toBe(-1);
+    }
+    expect(Object.fromEntries(readdirSync(fx.dir).map((f) => [f, sha(path.join(fx.dir, f))]))).toEqual(before);
+    expect(existsSync(path.dirname(fresh))).toBe(false);
+  });
+
+  it('writeSynthCheckpoint refuses them before it touches the directory', async () => {
+    const fx = await smallFixture();
+    const before = readdirSync(fx.dir).sort();
+    await expect(writeSynthCheckpoint({ preset: 'tiny', out: fx.dir, shards: 56, vision: false, tokenizer: false, overrides: SMALL_VOCAB }))
+      .rejects.toThrow('synth: 56 shards but only 55 tensors');
+    expect(readdirSync(fx.dir).sort()).toEqual(before);
+    const fresh = path.join(tempDir('lib'), 'm');
+    await expect(writeSynthCheckpoint({ preset: 'tiny', out: fresh, shards: 58 })).rejects.toThrow('synth: 58 shards but only 57 tensors');
+    expect(existsSync(fresh)).toBe(false);
+  });
+});
+
 describe('embedded model', () => {
   const saved = process.env.LUMEN_CACHE_DIR;
   afterEach(() => {

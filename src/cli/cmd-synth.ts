@@ -6,7 +6,7 @@ import { UsageError } from '../util/usage-error.js';
 import { ensureOutputDir } from '../util/output-dir.js';
 import { oneOf, parseCount } from './flag-values.js';
 import { isPresetName, PRESET_NAMES } from '../model/presets.js';
-import { DEFAULT_SYNTH_SEED, resolveSynthConfig, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
+import { DEFAULT_SYNTH_SEED, resolveSynthConfig, synthTensorCount, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
 import { CheckpointError, type TextConfig } from '../model/types.js';
 
 interface SynthFlags {
@@ -106,8 +106,9 @@ export function registerSynth(program: Command, setResult: (code: number) => voi
       set('linearNumValueHeads', intFlag('--linear-value-heads', raw.linearValueHeads, 1, 1024));
       if (raw.untied) overrides.tieWordEmbeddings = false;
       if (raw.tied) overrides.tieWordEmbeddings = true;
+      let config: TextConfig;
       try {
-        resolveSynthConfig(preset, overrides);
+        config = resolveSynthConfig(preset, overrides);
       } catch (err) {
         if (err instanceof CheckpointError) {
           // e.g. "synth config (preset tiny): text_config.num_attention_heads (3) must be a multiple of ..."
@@ -116,6 +117,12 @@ export function registerSynth(program: Command, setResult: (code: number) => voi
           throw new UsageError(`invalid override: ${msg}`);
         }
         throw err;
+      }
+
+      // Every shard holds a tensor: checked before --out is made or its weights removed.
+      const tensors = synthTensorCount(config, { mtp: !!raw.mtp, vision: raw.vision });
+      if (shards > tensors) {
+        throw new UsageError(`--shards: ${shards} shards, but this checkpoint has only ${tensors} tensors (at most one shard per tensor)`);
       }
 
       const out = path.resolve(raw.out);

@@ -225,36 +225,13 @@ const VISION_STUB: Array<{ name: string; shape: number[] }> = [
 ];
 
 /**
- * Writes a synthetic Qwen3.5 checkpoint directory: config.json, generation_config.json,
- * model.safetensors (or N shards + model.safetensors.index.json), tokenizer.json,
- * tokenizer_config.json. Streams tensor data; memory use stays at a few MB for any preset.
+ * Every tensor a synth checkpoint of `config` holds, in natural order (one shard at least each: the
+ * most shards there can be is their number).
  */
-export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthResult> {
-  const t0 = performance.now();
-  const dtype: SynthDType = opts.dtype ?? 'bf16';
-  if (dtype !== 'bf16' && dtype !== 'f32') throw new Error(`synth: dtype must be bf16 or f32 (got ${String(dtype)})`);
-  const seed = opts.seed ?? DEFAULT_SYNTH_SEED;
-  if (!Number.isSafeInteger(seed) || seed < 0) throw new Error(`synth: seed must be a non-negative integer (got ${seed})`);
-  const nShards = opts.shards ?? 1;
-  if (!Number.isInteger(nShards) || nShards < 1) throw new Error(`synth: shards must be a positive integer (got ${nShards})`);
-  const config = resolveSynthConfig(opts.preset, opts.overrides);
-  const withTokenizer = opts.tokenizer ?? true;
-  const bpeVocab = opts.tokenizerBpeVocab ?? BPE_VOCAB_SIZE;
-  const tokenizerSize = bpeVocab + SPECIAL_TOKENS.length;
-  if (withTokenizer && config.vocabSize < tokenizerSize) {
-    throw new Error(`synth: vocab_size ${config.vocabSize} is smaller than the tokenizer (${tokenizerSize} ids); pass tokenizer: false or a smaller tokenizerBpeVocab`);
-  }
+function planSynthTensors(config: TextConfig, opts: Pick<SynthOptions, 'mtp' | 'vision' | 'prefix' | 'dtype' | 'f32SsmParams'>): PlannedTensor[] {
   const prefix = opts.prefix ?? PREFIX_NESTED;
-  const mainDType: DType = dtype === 'bf16' ? 'BF16' : 'F32';
+  const mainDType: DType = (opts.dtype ?? 'bf16') === 'bf16' ? 'BF16' : 'F32';
   const f32Ssm = opts.f32SsmParams ?? true;
-  const dir = path.resolve(opts.out);
-  mkdirSync(dir, { recursive: true });
-  // Weight files of an earlier write (another shard count) would be picked up by a loader.
-  for (const f of readdirSync(dir)) {
-    if (/^model.*\.safetensors$/.test(f) || f === 'model.safetensors.index.json') rmSync(path.join(dir, f), { force: true });
-  }
-
-  // --- plan tensors (natural order), then shards
   const planned: PlannedTensor[] = [];
   for (const t of expectedTensors(config, { mtp: !!opts.mtp })) {
     const fullName = t.group === 'text' ? prefix + t.name : t.name;
@@ -277,7 +254,44 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
       });
     }
   }
+  return planned;
+}
+
+/** How many tensors a synth checkpoint of `config` holds: the largest shard count it can be written in. */
+export function synthTensorCount(config: TextConfig, opts: Pick<SynthOptions, 'mtp' | 'vision'>): number {
+  return planSynthTensors(config, opts).length;
+}
+
+/**
+ * Writes a synthetic Qwen3.5 checkpoint directory: config.json, generation_config.json,
+ * model.safetensors (or N shards + model.safetensors.index.json), tokenizer.json,
+ * tokenizer_config.json. Streams tensor data; memory use stays at a few MB for any preset.
+ */
+export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthResult> {
+  const t0 = performance.now();
+  const dtype: SynthDType = opts.dtype ?? 'bf16';
+  if (dtype !== 'bf16' && dtype !== 'f32') throw new Error(`synth: dtype must be bf16 or f32 (got ${String(dtype)})`);
+  const seed = opts.seed ?? DEFAULT_SYNTH_SEED;
+  if (!Number.isSafeInteger(seed) || seed < 0) throw new Error(`synth: seed must be a non-negative integer (got ${seed})`);
+  const nShards = opts.shards ?? 1;
+  if (!Number.isInteger(nShards) || nShards < 1) throw new Error(`synth: shards must be a positive integer (got ${nShards})`);
+  const config = resolveSynthConfig(opts.preset, opts.overrides);
+  const withTokenizer = opts.tokenizer ?? true;
+  const bpeVocab = opts.tokenizerBpeVocab ?? BPE_VOCAB_SIZE;
+  const tokenizerSize = bpeVocab + SPECIAL_TOKENS.length;
+  if (withTokenizer && config.vocabSize < tokenizerSize) {
+    throw new Error(`synth: vocab_size ${config.vocabSize} is smaller than the tokenizer (${tokenizerSize} ids); pass tokenizer: false or a smaller tokenizerBpeVocab`);
+  }
+  const planned = planSynthTensors(config, opts);
+  // Before anything on disk changes: a refused write leaves an existing checkpoint as it was.
   if (nShards > planned.length) throw new Error(`synth: ${nShards} shards but only ${planned.length} tensors`);
+  const dir = path.resolve(opts.out);
+  mkdirSync(dir, { recursive: true });
+  // Weight files of an earlier write (another shard count) would be picked up by a loader.
+  for (const f of readdirSync(dir)) {
+    if (/^model.*\.safetensors$/.test(f) || f === 'model.safetensors.index.json') rmSync(path.join(dir, f), { force: true });
+  }
+
   const totalData = planned.reduce((s, t) => s + t.nbytes, 0);
   const shardOf: PlannedTensor[][] = Array.from({ length: nShards }, () => []);
   {
