@@ -78,6 +78,30 @@ function splitGguf(src: string, base: string, n: number): string[] {
   return files;
 }
 
+/** A copy of a (single-file) GGUF with metadata keys set (`undefined`: removed); tensors as they are. */
+function withMetadata(src: string, dst: string, set: Record<string, { type: number; value: unknown } | undefined>): string {
+  const g = parseGgufHeader(src);
+  const buf = readFileSync(src);
+  const w = new GgufWriter(g.alignment);
+  for (const [k, v] of g.kv) {
+    if (k === 'general.alignment' || k in set) continue;
+    if (v.itemType !== undefined) w.addArray(k, v.itemType as GgufScalarType, v.value as never[]);
+    else w.add(k, { type: v.type as GgufScalarType, value: v.value as never });
+  }
+  for (const [k, v] of Object.entries(set)) if (v) w.add(k, { type: v.type as GgufScalarType, value: v.value as never });
+  for (const name of g.tensorOrder) {
+    const t = g.tensors.get(name)!;
+    w.addTensor(name, t.ne, t.type);
+  }
+  w.open(dst);
+  for (const name of g.tensorOrder) {
+    const t = g.tensors.get(name)!;
+    w.writeTensor(name, buf.subarray(g.dataStart + t.offset, g.dataStart + t.offset + t.nbytes));
+  }
+  w.close();
+  return dst;
+}
+
 async function benchPrompt(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
     const { stdout, stderr } = await execFileP(process.execPath, [BENCH, 'prompt', ...args], { cwd: ROOT, maxBuffer: 64 << 20, timeout: 100_000 });
@@ -182,6 +206,27 @@ describe('a GGUF model', () => {
     const file = join(work, 'q41.gguf');
     writeFileSync(file, buf);
     expect(() => loadGgufCheckpoint(file, { hash: false })).toThrow(/tensor blk\.0\.ffn_gate\.weight has type Q4_1, which the engine does not run/);
+  });
+});
+
+describe('qwen35.block_count below the layers the tensors hold', () => {
+  const U32 = 4;
+  it('a tensor beyond block_count is an error naming it and the key (it ran with fewer layers, the rest called MTP)', async () => {
+    const short = withMetadata(q8, join(work, 'short-Q8_0.gguf'), { 'qwen35.block_count': { type: U32, value: 3 } });
+    expect(() => loadGgufCheckpoint(short, { hash: false })).toThrow(/short-Q8_0\.gguf: tensor blk\.3\.[a-z_.]+ belongs to layer 3, but qwen35\.block_count is 3$/);
+    const r = await benchPrompt(['--model-path', short, '--prompt-ids', '1,2', '--max-new-tokens', '0']);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr.trim().split('\n').pop()).toMatch(/^bench: --model-path: .*short-Q8_0\.gguf: tensor blk\.3\.[a-z_.]+ belongs to layer 3, but qwen35\.block_count is 3$/);
+    // Declared MTP layers are counted in block_count: a tensor past them is refused too.
+    const past = withMetadata(q8, join(work, 'past-Q8_0.gguf'), { 'qwen35.block_count': { type: U32, value: 3 }, 'qwen35.nextn_predict_layers': { type: U32, value: 1 } });
+    expect(() => loadGgufCheckpoint(past, { hash: false })).toThrow(/tensor blk\.3\.[a-z_.]+ belongs to layer 3, but qwen35\.block_count is 3 \(2 layers \+ 1 from qwen35\.nextn_predict_layers\)$/);
+  }, 60_000);
+
+  it('the MTP layers qwen35.nextn_predict_layers declares are skipped, with a note', () => {
+    const mtp = withMetadata(q8, join(work, 'mtp-Q8_0.gguf'), { 'qwen35.nextn_predict_layers': { type: U32, value: 1 } });
+    const g = loadGgufCheckpoint(mtp, { hash: false });
+    expect(g.config.numLayers).toBe(3);
+    expect(g.notes.join(' ')).toMatch(/skipped \d+ MTP tensor\(s\) \(blk\.3\.\*\)/);
   });
 });
 

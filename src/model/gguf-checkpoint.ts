@@ -279,10 +279,26 @@ export function loadGgufCheckpoint(file: string, opts: { hash?: boolean } = {}):
     typeCounts[dtype] = (typeCounts[dtype] ?? 0) + 1;
     typeParams.set(dtype, (typeParams.get(dtype) ?? 0) + n);
   }
-  const extras = [...all.keys()].filter((n) => !used.has(n));
-  const mtpExtras = extras.filter((n) => n.startsWith(`blk.${config.numLayers}.`));
-  if (mtpExtras.length) notes.push(`skipped ${mtpExtras.length} MTP tensor(s) (blk.${config.numLayers}.*)`);
-  if (extras.length > mtpExtras.length) notes.push(`ignored ${extras.length - mtpExtras.length} unexpected tensor(s), e.g. ${extras.find((n) => !mtpExtras.includes(n))}`);
+  // Layers past the model's: the MTP layers the metadata declares (nextn_predict_layers of the
+  // block_count) are skipped; a tensor beyond block_count is refused, as the safetensors loader
+  // refuses layers beyond num_hidden_layers (running fewer layers than the file holds is silently
+  // another model).
+  const blockCount = config.numLayers + config.mtpNumHiddenLayers;
+  const extras: string[] = [];
+  let mtpSkipped = 0;
+  for (const [n, { g }] of all) {
+    if (used.has(n)) continue;
+    const m = /^blk\.(\d+)\./.exec(n);
+    const layer = m ? Number(m[1]) : -1;
+    if (layer >= blockCount) {
+      const nextn = config.mtpNumHiddenLayers ? ` (${config.numLayers} layers + ${config.mtpNumHiddenLayers} from ${ARCH}.nextn_predict_layers)` : '';
+      throw new CheckpointError(`${g.file}: tensor ${displayName(n)} belongs to layer ${layer}, but ${ARCH}.block_count is ${blockCount}${nextn}`);
+    }
+    if (layer >= config.numLayers) mtpSkipped++;
+    else extras.push(n);
+  }
+  if (mtpSkipped) notes.push(`skipped ${mtpSkipped} MTP tensor(s) (blk.${config.numLayers}.*)`);
+  if (extras.length) notes.push(`ignored ${extras.length} unexpected tensor(s), e.g. ${extras[0]}`);
 
   let dtype: WeightDType = 'F32';
   for (const [d, n] of typeParams) if (n > (typeParams.get(dtype) ?? 0)) dtype = d;
