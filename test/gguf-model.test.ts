@@ -4,7 +4,7 @@
 // the errors (unsupported type, missing split part, none or several files for --quant).
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -130,6 +130,24 @@ describe('choosing a GGUF file', () => {
     expect(() => selectGguf(two, 'q8_0')).toThrow(/more than one GGUF file named for --quant q8_0 \(the directory holds: a-Q8_0\.gguf, b\.q8_0\.gguf\)/);
     expect(selectGguf(join(two, 'a-Q8_0.gguf'), 'Q8_0')).toBe(join(two, 'a-Q8_0.gguf'));
   });
+
+  it('a dangling or looping *.gguf symlink is skipped, and named only when nothing else matches', async () => {
+    const links = join(work, 'links');
+    mkdirSync(links);
+    copyFileSync(q8, join(links, 'm-Q8_0.gguf'));
+    symlinkSync(join(links, 'gone.gguf'), join(links, 'broken-Q4_K_M.gguf'));
+    symlinkSync(join(links, 'loop.gguf'), join(links, 'loop.gguf'));
+    expect(selectGguf(links, 'Q8_0')).toBe(join(links, 'm-Q8_0.gguf'));
+    expect(selectGguf(links)).toBe(join(links, 'm-Q8_0.gguf'));
+    expect(() => selectGguf(links, 'Q4_K_M')).toThrow(/no GGUF file named for --quant Q4_K_M \(the directory holds: m-Q8_0\.gguf; unreadable: broken-Q4_K_M\.gguf \(ENOENT\), loop\.gguf \(ELOOP\)\)$/);
+    const ok = await benchPrompt(['--model-path', links, '--quant', 'Q8_0', '--prompt-ids', '1,2', '--max-new-tokens', '1']);
+    expect(ok.code, ok.stderr).toBe(0);
+    rmSync(join(links, 'm-Q8_0.gguf'));
+    expect(() => loadModel(links, { hash: false })).toThrow(/links: no readable \.gguf files; unreadable: broken-Q4_K_M\.gguf \(ENOENT\), loop\.gguf \(ELOOP\)$/);
+    const bad = await benchPrompt(['--model-path', links, '--quant', 'Q4_K_M', '--prompt-ids', '1,2', '--max-new-tokens', '1']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr.trim().split('\n').pop()).toMatch(/^bench: --model-path: .*links: no GGUF file named for --quant Q4_K_M \(the directory holds: no readable \.gguf files; unreadable: broken-Q4_K_M\.gguf \(ENOENT\), loop\.gguf \(ELOOP\)\)$/);
+  }, 60_000);
 
   it('the CLI: a --quant that matches nothing is a usage error naming the flag and the files (exit 2)', async () => {
     const r = await benchPrompt(['--model-path', dir, '--quant', 'Q6_K', '--prompt-ids', '1,2', '--max-new-tokens', '0']);

@@ -55,19 +55,36 @@ export function nameHasQuant(file: string, quant: string): boolean {
 
 /**
  * The GGUF model files of a directory, one entry per model: a single file, or the first file of
- * a split set (its other parts are found from it).
+ * a split set (its other parts are found from it). `*.gguf` entries that cannot be followed (a
+ * dangling symbolic link, one without permission) are left out and listed apart, `name (CODE)`.
  */
-function ggufModelsIn(dir: string): string[] {
-  return readdirSync(dir)
-    .filter((f) => isGgufPath(f) && statSync(path.join(dir, f)).isFile())
-    .filter((f) => { const m = SPLIT_RE.exec(f); return !m || Number(m[2]) === 1; })
-    .sort()
-    .map((f) => path.join(dir, f));
+function ggufModelsIn(dir: string): { models: string[]; unreadable: string[] } {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (err) {
+    throw new CheckpointError(`${dir}: cannot list the directory (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+  }
+  const models: string[] = [];
+  const unreadable: string[] = [];
+  for (const f of names.filter((n) => isGgufPath(n)).sort()) {
+    let isFile: boolean;
+    try {
+      isFile = statSync(path.join(dir, f)).isFile();
+    } catch (err) {
+      unreadable.push(`${f} (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`);
+      continue;
+    }
+    const m = SPLIT_RE.exec(f);
+    if (isFile && (!m || Number(m[2]) === 1)) models.push(path.join(dir, f));
+  }
+  return { models, unreadable };
 }
 
-/** Whether a directory holds GGUF model files. */
+/** Whether a directory holds GGUF model files, or `*.gguf` entries that cannot be read (selectGguf names them). */
 export function dirHasGguf(dir: string): boolean {
-  return ggufModelsIn(dir).length > 0;
+  const { models, unreadable } = ggufModelsIn(dir);
+  return models.length + unreadable.length > 0;
 }
 
 /**
@@ -89,16 +106,18 @@ export function selectGguf(modelPath: string, quant?: string): string {
     }
     return abs;
   }
-  const models = ggufModelsIn(abs);
-  const listed = models.length ? models.map((f) => path.basename(f)).join(', ') : 'no .gguf files';
+  const { models, unreadable } = ggufModelsIn(abs);
+  const listed = models.length ? models.map((f) => path.basename(f)).join(', ') : `no ${unreadable.length ? 'readable ' : ''}.gguf files`;
+  // Entries that cannot be read are named only when nothing else matches (they may be what was meant).
+  const withUnreadable = unreadable.length ? `${listed}; unreadable: ${unreadable.join(', ')}` : listed;
   if (quant === undefined) {
     if (models.length === 1) return models[0]!;
-    throw new CheckpointError(`${abs}: ${models.length === 0 ? 'no .gguf file' : 'several GGUF files'} (${listed}); choose one with --quant`);
+    if (models.length === 0) throw new CheckpointError(`${abs}: ${withUnreadable}`);
+    throw new CheckpointError(`${abs}: several GGUF files (${listed}); choose one with --quant`);
   }
   const hits = models.filter((f) => nameHasQuant(f, quant));
-  if (hits.length !== 1) {
-    throw new CheckpointError(`${abs}: ${hits.length === 0 ? 'no' : 'more than one'} GGUF file named for --quant ${quant} (the directory holds: ${listed})`);
-  }
+  if (hits.length === 0) throw new CheckpointError(`${abs}: no GGUF file named for --quant ${quant} (the directory holds: ${withUnreadable})`);
+  if (hits.length > 1) throw new CheckpointError(`${abs}: more than one GGUF file named for --quant ${quant} (the directory holds: ${listed})`);
   return hits[0]!;
 }
 
