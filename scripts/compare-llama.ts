@@ -84,7 +84,7 @@ async function run(opts: Opts): Promise<number> {
       try {
         writeGguf(ckpt, gguf, { dtype: 'f32' });
       } catch (err) {
-        if (err instanceof ConvertError) throw new UsageError(err.message);
+        if (err instanceof ConvertError || err instanceof CheckpointError) throw new UsageError(err.message); // (the tokenizer files: CheckpointError)
         throw err;
       }
       t.convert = performance.now() - t0;
