@@ -184,14 +184,15 @@ describe('bench convert stopped by a signal', () => {
   // the signal is sent while it is stopped, then it continues: the conversion is in progress when
   // the signal arrives, however fast the machine.
   it.each([
-    ['SIGINT', '1', 130],
-    ['SIGTERM', '2', 143],
-  ] as const)('%s (--threads %s): the unfinished file is removed, exit %i', async (sig, threads, code) => {
-    const outDir = join(work, `signal-${sig}`);
+    ['SIGINT', '1', 'q4_k_m', 130],
+    ['SIGTERM', '2', 'q4_k_m', 143],
+    ['SIGINT', '2', 'f32', 130], // threads, but nothing for them to quantize
+  ] as const)('%s (--threads %s, --dtype %s): the unfinished file is removed, exit %i', async (sig, threads, dtype, code) => {
+    const outDir = join(work, `signal-${sig}-${threads}-${dtype}`);
     mkdirSync(outDir);
     const out = join(outDir, 'model.gguf');
     const child = spawn(process.execPath, ['--require', join(ROOT, 'test', 'helpers', 'stop-at-partial.cjs'), BENCH, 'convert',
-      '--model-path', base, '--out', out, '--dtype', 'q4_k_m', '--threads', threads], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+      '--model-path', base, '--out', out, '--dtype', dtype, '--threads', threads], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) => child.on('exit', (c, s) => done({ code: c, signal: s })));

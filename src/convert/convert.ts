@@ -623,6 +623,9 @@ async function writeWithPool(job: WriteJob, pool: EncodePool): Promise<void> {
       bytes.catch(() => {}); // observed when drained; a failure must not be an unhandled rejection meanwhile
       queue.push({ plan: p, bytes });
       await drain(2 * pool.size);
+      // A turn of the event loop per piece, so a signal handler runs (pieces the workers do not
+      // encode, and every piece of a float --dtype, never wait on them).
+      await new Promise((r) => setImmediate(r));
     }
   }
   await drain(0);
