@@ -1,7 +1,7 @@
 // Bad checkpoints through the real CLI: one clear line naming the file or tensor, a non-zero exit,
 // never a crash (signals) or a hang.
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -112,6 +112,21 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
     expect(r.stdout).toBe('');
     expect(r.stderr.trim().split('\n').at(-1)).toBe('bench: the logits that chose generated token 0 (0-based) are not all finite (NaN or infinite): ' +
       'the weights hold NaN or infinite values, or the computation overflowed; no tokens are printed (--logits-out, if given, was written)');
+  });
+
+  it('--logits-out naming one of the model\'s files (directly or through a link): exit 2, the model untouched (it was overwritten, exit 0)', async () => {
+    const dir = path.join(tmp, 'model');
+    expect((await bench(['synth', '--preset', 'tiny', '--out', dir])).code).toBe(0);
+    const shard = path.join(dir, 'model.safetensors');
+    const before = readFileSync(shard);
+    const link = path.join(tmp, 'logits.f32');
+    symlinkSync(path.join(dir, 'tokenizer.json'), link);
+    for (const [out, clash] of [[shard, shard], [link, path.join(dir, 'tokenizer.json')]] as const) {
+      const r = await bench(['prompt', '--model-path', dir, '--prompt-ids', '1,2', '--max-new-tokens', '1', '--logits-out', out]);
+      expect(r.code).toBe(2);
+      expect(r.stderr.trim().split('\n').at(-1)).toBe(`bench: --logits-out ${out}: the same file as ${clash}, which the model is read from; choose another path`);
+    }
+    expect(readFileSync(shard).equals(before)).toBe(true);
   });
 
   it('--chat on a model without a chat template: exit 2 naming --chat and the model (it was exit 1)', async () => {

@@ -4,7 +4,8 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, Option } from 'commander';
 import { loadModel, loadModelTokenizer } from '../model/model-path.js';
-import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
+import { checkTokenizerFitsModel, tokenizerFilesOf, type loadTokenizer } from '../model/tokenizer.js';
+import { checkpointFilesOf } from '../model/checkpoint.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError } from '../model/types.js';
@@ -15,6 +16,7 @@ import { checkKvMemoryForDevice, engineOptionsFrom } from '../engine/options.js'
 import { ENGINE_FLAG_MAX, ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
 import { checkWritableFile } from '../util/output-dir.js';
+import { sameFileAmong } from '../util/same-file.js';
 import { UsageError } from '../util/usage-error.js';
 
 interface PromptOpts extends Omit<RawEngineFlags, 'maxSeq' | 'maxSeqs'> {
@@ -101,6 +103,12 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     // A bad checkpoint is the --model-path argument's fault, as in the sweep: exit 2.
     if (err instanceof CheckpointError) throw new UsageError(`--model-path: ${err.message}`);
     throw err;
+  }
+  if (opts.logitsOut !== undefined) {
+    // The model's own files (its weights, config, tokenizer): writing the logits there would destroy it.
+    const inputs = [...checkpointFilesOf(ckpt), ...Object.values(tokenizerFilesOf(ckpt.dir))];
+    const clash = sameFileAmong(path.resolve(opts.logitsOut), inputs);
+    if (clash !== null) throw new UsageError(`--logits-out ${opts.logitsOut}: the same file as ${clash}, which the model is read from; choose another path`);
   }
   let ids: number[];
   let tokenizer: Awaited<ReturnType<typeof loadTokenizer>> | undefined;

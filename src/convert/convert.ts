@@ -2,9 +2,10 @@
 // (docs/qwen35-architecture.md §4): metadata, byte-level BPE vocabulary, tensor names in ggml
 // order and the converter's value transforms. Tensors are streamed in row chunks, so memory
 // stays bounded whatever the model size.
-import { closeSync, existsSync, openSync, readSync, renameSync, rmSync, statSync, type Stats } from 'node:fs';
+import { closeSync, existsSync, openSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { checkpointFilesOf, loadCheckpoint } from '../model/checkpoint.js';
+import { sameFileAmong } from '../util/same-file.js';
 import { buildTokenizer, readTokenizerParts, tokenizerFilesOf } from '../model/tokenizer.js';
 import { tokenContent } from '../model/tokenizer-files.js';
 import { preview } from '../util/json.js';
@@ -499,23 +500,8 @@ export function convertInputFiles(ckpt: Checkpoint): string[] {
  * (the same device and inode). The rename at the end would replace the checkpoint's file with the GGUF.
  */
 function checkOutputIsNoInput(ckpt: Checkpoint, outFile: string): void {
-  let out: Stats;
-  try {
-    out = statSync(outFile);
-  } catch {
-    return; // nothing there yet: no input either
-  }
-  for (const f of convertInputFiles(ckpt)) {
-    let st: Stats;
-    try {
-      st = statSync(f);
-    } catch {
-      continue;
-    }
-    if (st.dev === out.dev && st.ino === out.ino) {
-      throw new ConvertOutputError(`the same file as ${f}, which convert reads; choose another path`);
-    }
-  }
+  const f = sameFileAmong(outFile, convertInputFiles(ckpt));
+  if (f !== null) throw new ConvertOutputError(`the same file as ${f}, which convert reads; choose another path`);
 }
 
 function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): WriteJob {

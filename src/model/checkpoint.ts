@@ -70,7 +70,7 @@ const CONFIG_FILE = 'config.json';
 const INDEX_FILE = 'model.safetensors.index.json';
 
 /** The files loadCheckpoint read for `ckpt`: config.json, the index when there is one, the shards. */
-export function checkpointFilesOf(ckpt: Checkpoint): string[] {
+export function checkpointFilesOf(ckpt: Pick<Checkpoint, 'dir' | 'shards'>): string[] {
   const index = path.join(ckpt.dir, INDEX_FILE);
   return [path.join(ckpt.dir, CONFIG_FILE), ...(existsSync(index) ? [index] : []), ...ckpt.shards];
 }
