@@ -130,6 +130,24 @@ describe('config.json', () => {
       .toMatch(/text_config\.hidden_size must be a positive integer/);
   });
 
+  it('refuses settings that change the computation to what the engine does not implement (it ran them as Qwen3.5, silently)', () => {
+    const bad = (patch: Record<string, unknown>, top: Record<string, unknown> = {}) =>
+      checkpointError(() => parseConfig({ ...top, text_config: { ...tc, ...patch } }, 'config.json'));
+    expect(bad({ hidden_act: 'gelu' })).toBe('config.json: text_config.hidden_act is "gelu"; the engine implements "silu" only (the SwiGLU MLP)');
+    expect(bad({ attention_bias: true })).toBe('config.json: text_config.attention_bias is true; the engine implements false only (attention projections without biases)');
+    expect(bad({ attn_output_gate: false })).toMatch(/attn_output_gate is false; the engine implements true only/);
+    expect(bad({ rope_parameters: { ...(tc.rope_parameters as object), rope_type: 'yarn', factor: 4 } }))
+      .toBe('config.json: text_config.rope_parameters.rope_type is "yarn"; the engine implements "default" or "mrope" only (unscaled rotary positions)');
+    expect(bad({ num_experts: 256 })).toBe('config.json: text_config.num_experts is 256: a mixture-of-experts model, which the engine does not run (dense Qwen3.5 only)');
+    expect(bad({ model_type: 'llama' })).toMatch(/text_config\.model_type is "llama"; the engine implements "qwen3_5_text" or "qwen3_5" only/);
+    expect(bad({}, { model_type: 'qwen3_5_moe' })).toBe('config.json: model_type is "qwen3_5_moe"; the engine implements "qwen3_5" only (Qwen3.5 dense models)');
+    // The values a real Qwen3.5 config.json states, and their absence, pass.
+    expect(parseConfig({ model_type: 'qwen3_5', text_config: { ...tc, num_experts: 0 } }, 'config.json')).toEqual(presetConfig('tiny'));
+    const bare: Record<string, unknown> = { ...tc };
+    for (const k of ['model_type', 'hidden_act', 'attention_bias', 'attn_output_gate']) delete bare[k];
+    expect(parseConfig({ text_config: bare }, 'config.json')).toEqual(presetConfig('tiny'));
+  });
+
   it('rejects values the engine cannot take, with bounded messages', () => {
     const bad = (patch: Record<string, unknown>) => checkpointError(() => parseConfig({ text_config: { ...tc, ...patch } }, 'config.json'));
     // A deeply nested value is shown elided (JSON.stringify of it would overflow the stack).
