@@ -145,6 +145,27 @@ describe('prefix cache', () => {
     expect(runs[3]!.logitRows).toBe(rows);
   });
 
+  it('counts the blocks and snapshots only the prefix cache holds out of activeBytes: the same request peaks at the same level after others were cached', async () => {
+    const e = await engine({ prefixCache: true }, { snapshotInterval: 64 });
+    const idle = e.stats();
+    const peakOf = async (seed: number) => {
+      e.resetCounters();
+      await greedy(e, promptIds(150, seed), 8);
+      return e.stats();
+    };
+    const first = await peakOf(31);
+    // Its prompt's blocks stay cached (reclaimable) after it finished: used, but not active.
+    expect(first.prefixCachedBlocks).toBeGreaterThan(0);
+    expect(first.kvBlocksUsed).toBeGreaterThan(idle.kvBlocksUsed);
+    expect(first.activeBytes).toBe(idle.activeBytes);
+    // Four more unique prompts cached: a request of the same shape peaks where the first did.
+    for (let i = 0; i < 4; i++) await peakOf(40 + i);
+    const later = await peakOf(32);
+    expect(later.prefixCachedBlocks).toBeGreaterThan(first.prefixCachedBlocks);
+    expect(later.peakActiveBytes).toBe(first.peakActiveBytes);
+    expect(later.peakActiveBytes).toBeGreaterThan(idle.activeBytes);
+  });
+
   it('reuses a shared prefix at a snapshot point', async () => {
     const e = await engine({ prefixCache: true }, { snapshotInterval: 64 });
     const shared = promptIds(64, 6);

@@ -2,6 +2,8 @@
 // KV block pool: fixed-size blocks of `block_size` token positions for every full-attention layer,
 // handed out by id with reference counts (a block can be shared by sequences through the prefix
 // cache). Free blocks are kept on a stack so recently freed (cache-warm) blocks are reused first.
+// The prefix cache marks the blocks it holds a reference on; the pool counts those it alone holds
+// (reclaimable: the cache can evict them), kept up to date on every reference change.
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
@@ -10,7 +12,7 @@ namespace lumen {
 
 class BlockPool {
  public:
-  explicit BlockPool(int n_blocks) : refs_(n_blocks, 0) {
+  explicit BlockPool(int n_blocks) : refs_(n_blocks, 0), cached_(n_blocks, 0) {
     free_.reserve(n_blocks);
     for (int i = n_blocks - 1; i >= 0; --i) free_.push_back(i);
   }
@@ -40,17 +42,41 @@ class BlockPool {
     ++allocs_;
     return true;
   }
-  void retain(int b) { ++refs_[b]; }
+  void retain(int b) {
+    if (cached_[b] && refs_[b] == 1) --cache_only_;
+    ++refs_[b];
+  }
   void release(int b) {
     if (refs_[b] <= 0) throw std::logic_error("KV block released twice");
-    if (--refs_[b] == 0) free_.push_back(b);
+    if (--refs_[b] == 0) {
+      if (cached_[b]) throw std::logic_error("KV block released while the prefix cache holds it");
+      free_.push_back(b);
+    } else if (cached_[b] && refs_[b] == 1) {
+      ++cache_only_;
+    }
+  }
+  // The prefix cache took a reference on b (mark after its retain), or is about to drop it (unmark
+  // before its release).
+  void mark_cached(int b) {
+    if (cached_[b]) throw std::logic_error("KV block cached twice");
+    cached_[b] = 1;
+    if (refs_[b] == 1) ++cache_only_;
+  }
+  void unmark_cached(int b) {
+    if (!cached_[b]) throw std::logic_error("KV block not cached");
+    if (refs_[b] == 1) --cache_only_;
+    cached_[b] = 0;
   }
   int refs(int b) const { return refs_[b]; }
+  // Blocks only the prefix cache holds: in use, but reclaimable.
+  int cache_only() const { return cache_only_; }
   uint64_t allocs() const { return allocs_; }
 
  private:
   std::vector<int> refs_;
+  std::vector<uint8_t> cached_;
   std::vector<int> free_;
+  int cache_only_ = 0;
   uint64_t allocs_ = 0;
 };
 

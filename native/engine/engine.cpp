@@ -473,9 +473,13 @@ void Engine::sync_pool_stats() {
   stats_.state_slots_free = slots_->free_count();
   stats_.prefix_cached_blocks = prefix_ ? prefix_->cached_blocks() : 0;
   stats_.snapshots_used = prefix_ ? prefix_->snapshots_used() : 0;
+  // What the running requests hold: the workspace, their KV blocks (shared ones with the cache
+  // included) and their state slots. Blocks only the prefix cache holds, and its snapshots, are
+  // reclaimable and left out (prefix_cached_blocks and snapshots_used count them), so a row's
+  // figure does not depend on the prompts of the rows before it.
   stats_.active_bytes = static_cast<int64_t>(workspace_bytes_) +
-                        static_cast<int64_t>(block_bytes_) * blocks_->used() +
-                        static_cast<int64_t>(state_bytes_) * (slots_->used() + stats_.snapshots_used);
+                        static_cast<int64_t>(block_bytes_) * (blocks_->used() - blocks_->cache_only()) +
+                        static_cast<int64_t>(state_bytes_) * slots_->used();
   // On CUDA the peak and the allocation count are the device allocator's (sync_device_stats).
   if (!device_mem_) stats_.peak_active_bytes = std::max(stats_.peak_active_bytes, stats_.active_bytes);
 }

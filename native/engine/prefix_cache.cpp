@@ -88,6 +88,7 @@ void PrefixCache::after_step(Sequence& s) {
     if (!by_hash_.count(h)) {
       const int blk = s.block_table[i];
       blocks_.retain(blk);
+      blocks_.mark_cached(blk);
       CachedBlock cb;
       cb.hash = h;
       cb.last_use = ++use_clock_;
@@ -142,11 +143,7 @@ int PrefixCache::snapshot_stop(const Sequence& s) const {
   return next < s.prompt_len ? next : INT32_MAX;
 }
 
-int PrefixCache::evictable() const {
-  int n = 0;
-  for (const auto& [blk, cb] : by_block_) n += blocks_.refs(blk) == 1;
-  return n;
-}
+int PrefixCache::evictable() const { return blocks_.cache_only(); }
 
 bool PrefixCache::evict_one() {
   int victim = -1;
@@ -159,6 +156,7 @@ bool PrefixCache::evict_one() {
   if (victim < 0) return false;
   by_hash_.erase(by_block_[victim].hash);
   by_block_.erase(victim);
+  blocks_.unmark_cached(victim);
   blocks_.release(victim);
   counters_.count_eviction();
   counters_.memory_changed();
