@@ -649,6 +649,8 @@ describe('row runner on a simulated engine', () => {
     const off = createFakeEngine({ ...engineOpts, prefixCache: false });
     expect((await runRow(off, rowSettings({ cell: { isl: 200, osl: 4 }, sharedPrefix: 128, noPrefixCache: true }), new AbortController().signal)).row.notes)
       .toContain('the prefix cache served 0 of the 128 shared prompt tokens per timed request (the engine has no prefix cache here)');
+    expect((await runRow(off, rowSettings({ cell: { isl: 100, osl: 4 }, sharedPrefix: 128, noPrefixCache: true }), new AbortController().signal)).row.notes)
+      .toMatch(/^prompts=identical \(--shared-prefix covers the whole prompt: every prompt is the same; the engine has no prefix cache here, so each is prefilled cold\)/);
     await off.close();
   });
 

@@ -93,7 +93,11 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
   it('--max-new-tokens past any KV cache: the flag named (the engine\'s message said to give less KV memory, exit 1)', async () => {
     const r = await bench(['prompt', '--prompt-ids', '1', '--max-new-tokens', '1073741824']);
     expect(r.code).toBe(2);
-    expect(r.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --max-new-tokens: one sequence of 1073741825 tokens \(the prompt's 1 \+ 1073741824\) needs a KV cache that cannot be had \(.*\); lower --max-new-tokens$/);
+    expect(r.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --max-new-tokens: one sequence of 1073741825 tokens \(the prompt's 1 \+ 1073741824 new\) needs a KV cache that cannot be had \(.*\); lower --max-new-tokens$/);
+    // A --kv-memory too small for the sequence: that flag is named, whatever --max-new-tokens says.
+    const small = await bench(['prompt', '--prompt-ids', '1', '--max-new-tokens', '4000', '--kv-memory', '64KiB']);
+    expect(small.code).toBe(2);
+    expect(small.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --kv-memory: KV pool too small: /);
   });
 
   it('a model whose logits are NaN: exit 1 saying so, no tokens printed (it printed token 0 every time, exit 0)', async () => {

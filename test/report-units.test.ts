@@ -114,6 +114,8 @@ describe('the noise floor (noise.ts)', () => {
     expect(moving).toMatchObject({ df: 2, passes: 3, n: 9 });
     expect(moving.se).toBeGreaterThan(0.3);
     expect(known(spread(p50, perRequest, pass)).se).toBeLessThan(1e-12);
+    // A pass without decode gaps (every gap overlapped a prefill): draws of it alone are left out.
+    expect(known(withGaps([[10, 10, 10], [], [20, 20, 20]])).se).toBeGreaterThan(0.1);
     // One pass: unknown, counted in gaps.
     expect(rowSpreads({ osl: 8, samples: { pass: [0, 0], itl_p50_ms: [1, 1], itl_bins_per_octave: ITL_BINS_PER_OCTAVE, itl_gap_bins: [gapHistogram([1, 2, 3])] } }, [['x', p50]]).get('x'))
       .toEqual({ unknown: 'one timed pass (3 decode gaps)' });
@@ -471,11 +473,11 @@ describe('checkReport and the chart points', () => {
       ['a missing sample column', (r) => { r.rows[0]!.samples.ttft_ms = null; }, 'x.json: rows[0].samples.ttft_ms is null, expected an array'],
       ['a short sample column', (r) => { r.rows[0]!.samples.itl_p99_ms.pop(); }, 'x.json: rows[0].samples.itl_p99_ms has 2 entries, samples.pass 3'],
       ['a string sample', (r) => { r.rows[0]!.samples.decode_tok_s[2] = '1'; }, 'x.json: rows[0].samples.decode_tok_s[2] is "1", expected a number or null'],
-      ['gap bins without their scale', (r) => { r.rows[0]!.samples.itl_gap_bins = [[], [], []]; }, 'x.json: rows[0].samples.itl_bins_per_octave is missing, expected a whole number >= 1 beside itl_gap_bins'],
+      ['gap bins without their scale', (r) => { r.rows[0]!.samples.itl_gap_bins = [[], [], []]; }, 'x.json: rows[0].samples.itl_bins_per_octave is missing, expected a whole number 1..65536 beside itl_gap_bins'],
       ['a scale without gap bins', (r) => { r.rows[0]!.samples.itl_bins_per_octave = 128; }, 'x.json: rows[0].samples.itl_gap_bins is missing, expected an array beside itl_bins_per_octave'],
       ['gap bins for too few passes', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 128, itl_gap_bins: [[], []] }); }, 'x.json: rows[0].samples.itl_gap_bins has 2 entries, samples.pass has 3 timed passes'],
       ['a bin that is not a pair', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 128, itl_gap_bins: [[], [[3]], []] }); }, 'x.json: rows[0].samples.itl_gap_bins[1][0] is [3], expected a [bin, count] pair'],
-      ['a bin past any number of ms', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 1, itl_gap_bins: [[], [], [[5000, 1]]] }); }, 'x.json: rows[0].samples.itl_gap_bins[2][0] has the bin 5000, expected a whole number (2^(bin / 1) ms)'],
+      ['a bin past any number of ms', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 1, itl_gap_bins: [[], [], [[5000, 1]]] }); }, 'x.json: rows[0].samples.itl_gap_bins[2][0] has the bin 5000, expected a whole number whose gap, 2^(bin / 1) ms, is a measurement (1e-9 to 1e+15)'],
       ['a zero count', (r) => { Object.assign(r.rows[0]!.samples, { itl_bins_per_octave: 128, itl_gap_bins: [[[425, 0]], [], []] }); }, 'x.json: rows[0].samples.itl_gap_bins[0][0] has the count 0, expected a whole number >= 1'],
       ['notes as a string', (r) => { (r as any).notes = 'a note'; }, 'x.json: notes is "a note", expected an array of strings'],
       ['a number among the notes', (r) => { (r as any).notes = ['a', 1]; }, 'x.json: notes[1] is 1, expected a string'],

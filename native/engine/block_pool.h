@@ -48,8 +48,8 @@ class BlockPool {
   }
   void release(int b) {
     if (refs_[b] <= 0) throw std::logic_error("KV block released twice");
+    if (cached_[b] && refs_[b] == 1) throw std::logic_error("KV block released while the prefix cache holds it");
     if (--refs_[b] == 0) {
-      if (cached_[b]) throw std::logic_error("KV block released while the prefix cache holds it");
       free_.push_back(b);
     } else if (cached_[b] && refs_[b] == 1) {
       ++cache_only_;

@@ -29,13 +29,14 @@ void Scheduler::admit() {
     s.admit_order = ++admissions_;
     backend_.reset_state(s.slot);
     counters_.count_allocs(1);
-    counters_.memory_changed();
     // Re-admitted after a preemption: its recompute starts now (the sweep's gap figures need when,
     // not only after which token). A request for every position's logits recomputes them all: a
     // hit on its own cached blocks would skip rows it lost.
     const bool readmitted = !s.preempted_after.empty();
     if (readmitted) s.readmit_ns.push_back(now_ns());
     if (s.n_computed == 0 && !(readmitted && s.req.logits_all)) prefix_.lookup(s);
+    // After the lookup: cached blocks it took are the request's now (active, not only the cache's).
+    counters_.memory_changed();
     running_.push_back(&s);
   }
   for (Sequence* s : waiting_)

@@ -24,7 +24,7 @@ export const CSV_COLUMNS = [
   { name: 'batching_efficiency', kind: 'figure', source: 'derived', meaning: 'speedup_vs_c1 / concurrency' },
   { name: 'admitted_tok', kind: 'figure', source: { counter: 'prefixAdmittedTokens' }, meaning: 'prompt tokens admitted into the prefix cache' },
   { name: 'retires', kind: 'figure', source: { counter: 'retires' }, meaning: 'sequences retired' },
-  { name: 'peak_active_bytes', kind: 'figure', source: { counter: 'peakActiveBytes' }, meaning: 'high-water mark of workspace + KV blocks + states (CPU); on CUDA the device allocator\'s high-water mark since load' },
+  { name: 'peak_active_bytes', kind: 'figure', source: { counter: 'peakActiveBytes' }, meaning: 'high-water mark of workspace + the KV blocks and states the running requests hold (CPU); on CUDA the device allocator\'s high-water mark since load' },
   { name: 'num_allocs', kind: 'figure', source: { counter: 'numAllocs' }, meaning: 'KV-block and state allocations (CPU); on CUDA the device allocator\'s cudaMalloc calls' },
   { name: 'num_inflight_park_waits', kind: 'figure', source: { counter: 'parkWaits' }, meaning: 'times a request waited for a slot or KV blocks' },
   { name: 'status', kind: 'status', source: 'outcome', meaning: 'ok, or error when the row could not be measured' },

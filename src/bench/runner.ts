@@ -250,7 +250,7 @@ export async function runRow(
   // A shared prefix as long as the prompt makes every prompt the same: not cold, whatever the mode.
   const identical = st.prompts === 'unique' && shared === isl;
   const notes: string[] = [identical
-    ? 'prompts=identical (--shared-prefix covers the whole prompt: every prompt is the same, and the prefix cache serves the repeats)'
+    ? `prompts=identical (--shared-prefix covers the whole prompt: every prompt is the same${st.noPrefixCache ? '; the engine has no prefix cache here, so each is prefilled cold' : ', and the prefix cache serves the repeats'})`
     : promptNote(st.prompts, st.noPrefixCache ?? false)];
   if (st.sharedPrefix > 0) {
     notes.push(shared < st.sharedPrefix
@@ -356,9 +356,13 @@ export async function runRow(
     if (st.sharedPrefix > 0 && st.prompts === 'unique' && subject === 'engine' && timed.length > 0) {
       const served = fig.cachedPromptTokens / timed.length;
       const perRequest = Number.isInteger(served) ? String(served) : served.toFixed(1);
+      const why = st.noPrefixCache ? 'the engine has no prefix cache here'
+        : identical ? 'a prompt seen before is served up to the last block boundary before its last token, once a snapshot was taken there: from its third run on'
+        : served < shared ? `it resumes from a recurrent-state snapshot: every ${(engine as Partial<EngineHandle>).info?.snapshotInterval ?? '?'} tokens and at the end of each earlier prompt`
+        : null;
+      const preempted = Math.max(counters?.preemptions ?? 0, fig.preemptions) > 0;
       notes.push(`the prefix cache served ${perRequest} of the ${shared} shared prompt tokens per timed request` +
-        (st.noPrefixCache ? ' (the engine has no prefix cache here)'
-          : served < shared ? ` (it resumes from a recurrent-state snapshot: every ${(engine as Partial<EngineHandle>).info?.snapshotInterval ?? '?'} tokens and at the end of each earlier prompt)` : ''));
+        (why !== null ? ` (${why})` : '') + (preempted ? ' (hits of the recomputes after preemptions included)' : ''));
     }
     const expectedHits = (identical ? isl : shared + (st.commonPrefixTokens ?? 0)) * timed.length;
     let cacheHitsNote: string | null = null;

@@ -11,17 +11,17 @@ export interface Distribution {
   max: number | null;
 }
 
-/**
- * Nearest-rank percentile of an ascending-sorted sample: the value at rank ceil(p/100 * n)
- * (1-based), with rank clamped to [1, n]. p50 of [1,2,3,4] is 2, p99 of 100 values is the 99th.
- * Returns null for an empty sample.
- */
 /** The 1-based rank of the nearest-rank p-th percentile of n ascending samples (n >= 1). */
 export function nearestRank(n: number, p: number): number {
   if (!(p >= 0 && p <= 100)) throw new RangeError(`percentile out of range: ${p}`);
   return Math.min(n, Math.max(1, Math.ceil((p / 100) * n)));
 }
 
+/**
+ * Nearest-rank percentile of an ascending-sorted sample: the value at rank ceil(p/100 * n)
+ * (1-based), with rank clamped to [1, n]. p50 of [1,2,3,4] is 2, p99 of 100 values is the 99th.
+ * Returns null for an empty sample.
+ */
 export function percentileSorted(sorted: readonly number[], p: number): number | null {
   const n = sorted.length;
   if (n === 0) return null;

@@ -55,7 +55,7 @@ export function convertCommand(setResult: (code: number) => void): Command {
         throw new UsageError(`--model-path ${raw.modelPath}: a file, not a directory (convert reads a safetensors checkpoint directory${dir.toLowerCase().endsWith('.gguf') ? '; a GGUF is already converted' : ''})`);
       }
       const out = resolve(raw.out);
-      checkWritableFile('--out', out);
+      checkWritableFile('--out', out, { replaced: true }); // written beside it, renamed over it
       let dtype: OutDtype | undefined;
       if (raw.dtype !== undefined) dtype = oneOf('--dtype', raw.dtype.toLowerCase(), OUT_DTYPES);
       const threads = raw.threads !== undefined ? parseCount('--threads', raw.threads, 1, 1024) : undefined;

@@ -105,8 +105,9 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     throw err;
   }
   if (opts.logitsOut !== undefined) {
-    // The model's own files (its weights, config, tokenizer): writing the logits there would destroy it.
-    const inputs = [...checkpointFilesOf(ckpt), ...Object.values(tokenizerFilesOf(ckpt.dir))];
+    // The model's own files (its weights, a checkpoint's config, the tokenizer files beside it, which a
+    // GGUF's loader reads too when present): writing the logits there would destroy them.
+    const inputs = [...(ckpt.format?.container === 'gguf' ? ckpt.shards : checkpointFilesOf(ckpt)), ...Object.values(tokenizerFilesOf(ckpt.dir))];
     const clash = sameFileAmong(path.resolve(opts.logitsOut), inputs);
     if (clash !== null) throw new UsageError(`--logits-out ${opts.logitsOut}: the same file as ${clash}, which the model is read from; choose another path`);
   }
@@ -154,11 +155,16 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
       ...engineOptionsFrom({ ...flags, maxSeq: Math.max(total, 16) }, device, 1), prefixCache: false,
     }, {}, { weightDtype: opts.weightDtype });
   } catch (err) {
-    // The engine sizes its KV cache for one sequence of the prompt plus --max-new-tokens (there is no
-    // --max-seq here): a cache that cannot be had is that flag's doing.
+    // A KV cache that cannot be had: --kv-memory's doing when given; else (the CPU sizes the pool for
+    // one sequence: there is no --max-seq here) the prompt's and --max-new-tokens'.
     const msg = err instanceof Error ? err.message : String(err);
-    if (/^(KV pool too small|the KV cache \()/.test(msg)) {
-      throw new UsageError(`--max-new-tokens: one sequence of ${total} tokens (the prompt's ${ids.length} + ${opts.maxNewTokens}) needs a KV cache that cannot be had (${msg}); lower --max-new-tokens`);
+    if (/^(KV pool too small|the KV cache \(|out of host memory allocating the caches)/.test(msg)) {
+      if (flags.kvMemory !== null) throw new UsageError(`--kv-memory: ${msg}`);
+      if (device === 'cpu') {
+        const flag = opts.maxNewTokens > 0 ? '--max-new-tokens' : opts.promptIds ? '--prompt-ids' : '--prompt';
+        throw new UsageError(`${flag}: one sequence of ${total} tokens (the prompt's ${ids.length} + ${opts.maxNewTokens} new) needs a KV cache that cannot be had (${msg}); ` +
+          (opts.maxNewTokens > 0 ? 'lower --max-new-tokens' : 'shorten the prompt'));
+      }
     }
     throw err;
   }

@@ -311,7 +311,10 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     // (RowSinks.begin, after the model loaded), so a refused run leaves nothing behind.
     const dir = path.dirname(path.resolve(cfg.output));
     checkOutputDir('--output', dir);
-    if (existsSync(dir)) for (const ext of OUTPUT_EXTENSIONS) checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`);
+    if (existsSync(dir)) for (const ext of OUTPUT_EXTENSIONS) {
+      // .json is renamed over, .html removed first; .csv and .jsonl are opened in place.
+      checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`, { replaced: ext === '.json' || ext === '.html' });
+    }
   }
   return cfg;
 }

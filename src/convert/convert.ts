@@ -496,8 +496,9 @@ export function convertInputFiles(ckpt: Checkpoint): string[] {
 }
 
 /**
- * Refuse an output that is one of the inputs: by path, through a symbolic link or as a hard link
- * (the same device and inode). The rename at the end would replace the checkpoint's file with the GGUF.
+ * Refuse an output that is one of the inputs (the same device and inode): by path, also through a
+ * linked directory, the rename at the end would replace the checkpoint's file with the GGUF; a link to
+ * an input or a hard link of one would survive the rename, but naming one is surely a mistake.
  */
 function checkOutputIsNoInput(ckpt: Checkpoint, outFile: string): void {
   const f = sameFileAmong(outFile, convertInputFiles(ckpt));

@@ -112,7 +112,8 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
   const hasGapBins = Array.isArray(gapBins) && typeof binsPerOctave === 'number' && binsPerOctave > 0;
   const col = (name: SampleName): ReadonlyArray<number | null> => s[name] ?? [];
   const valid = (name: SampleName, i: number): boolean => finite(col(name)[i]);
-  const boot: Array<{ key: K; eval: (drawn: Int32Array) => number; n: number; of?: string; atLeast?: () => number }> = [];
+  /** eval: the figure on a draw of passes; null when the draw has no figure (left out of the spread). */
+  const boot: Array<{ key: K; eval: (drawn: Int32Array) => number | null; n: number; of?: string; atLeast?: () => number }> = [];
   // A draw of k passes with replacement holds up to k x the largest pass (passes differ in size in open-loop rows).
   const scratch = new Float64Array(k * Math.max(0, ...groups.map((g) => g.length)));
   for (const [key, asked] of rules) {
@@ -138,15 +139,16 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
         const all = new Float64Array(bins.length);
         for (const h of sparse) for (let j = 0; j < h.at.length; j++) all[h.at[j]!] += h.count[j]!;
         const sd = Math.sqrt(n * (rule.p / 100) * (1 - rule.p / 100));
-        const valueAtRank = (r: number): number => {
-          let c = 0;
-          for (let j = 0; j < bins.length; j++) { c += all[j]!; if (c >= r) return binValueMs(bins[j]!, binsPerOctave!); }
-          return binValueMs(bins[bins.length - 1]!, binsPerOctave!);
-        };
         const r = nearestRank(n, rule.p);
-        const lo = valueAtRank(Math.max(1, Math.floor(r - RANK_REACH * sd)));
-        const hi = valueAtRank(Math.min(n, Math.ceil(r + RANK_REACH * sd)));
+        const lo = valueAtRank(all, Math.max(1, Math.floor(r - RANK_REACH * sd)));
+        const hi = valueAtRank(all, Math.min(n, Math.ceil(r + RANK_REACH * sd)));
         return Math.log(hi / lo) / (2 * RANK_REACH);
+      };
+      /** The value of the rank-th smallest gap of a histogram over `bins`. */
+      const valueAtRank = (counts: Float64Array, rank: number): number => {
+        let c = 0;
+        for (let j = 0; j < bins.length; j++) { c += counts[j]!; if (c >= rank) return binValueMs(bins[j]!, binsPerOctave!); }
+        return binValueMs(bins[bins.length - 1]!, binsPerOctave!);
       };
       boot.push({ key, n: passGaps.reduce((a, b) => a + b, 0), of: 'decode gap', atLeast: rankSe, eval: (drawn) => {
         acc.fill(0);
@@ -156,14 +158,9 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
           for (let j = 0; j < h.at.length; j++) acc[h.at[j]!] += h.count[j]!;
           total += passGaps[gi]!;
         }
-        if (total === 0) return Number.NaN;
-        const rank = nearestRank(total, rule.p);
-        let c = 0;
-        for (let j = 0; j < bins.length; j++) {
-          c += acc[j]!;
-          if (c >= rank) return binValueMs(bins[j]!, binsPerOctave!);
-        }
-        return Number.NaN;
+        // A draw of passes that hold no decode gap (high concurrency, a short osl: every gap overlapped
+        // a prefill) has no figure: it is left out of the spread, not taken for a bad sample.
+        return total === 0 ? null : valueAtRank(acc, nearestRank(total, rule.p));
       } });
     } else if (rule.stat === 'aggregate-rate') {
       // Per pass: decode tokens, and the decode window from the first first token to the last last token
@@ -236,24 +233,28 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
   const B = GATE.resamples;
   const drawn = new Int32Array(k);
   const logs = todo.map(() => new Float64Array(B));
+  const used = new Int32Array(todo.length);
   const bad = new Uint8Array(todo.length);
   for (let b = 0; b < B; b++) {
     for (let c = 0; c < k; c++) drawn[c] = Math.min(k - 1, Math.floor(rng.nextFloat() * k));
     todo.forEach((t, ti) => {
       const v = t.eval(drawn);
+      if (v === null) return;
       if (!(v > 0) || !Number.isFinite(v)) bad[ti] = 1;
-      else logs[ti]![b] = Math.log(v);
+      else logs[ti]![used[ti]!++] = Math.log(v);
     });
   }
   todo.forEach((t, ti) => {
     if (bad[ti]) { out.set(t.key, { unknown: 'samples not all positive' }); return; }
+    const m = used[ti]!;
+    if (m < 2) { out.set(t.key, { unknown: 'too few passes hold a sample' }); return; }
     const l = logs[ti]!;
     let mean = 0;
-    for (let b = 0; b < B; b++) mean += l[b]!;
-    mean /= B;
+    for (let b = 0; b < m; b++) mean += l[b]!;
+    mean /= m;
     let ss = 0;
-    for (let b = 0; b < B; b++) ss += (l[b]! - mean) ** 2;
-    const se = Math.sqrt(((ss / (B - 1)) * k) / (k - 1));
+    for (let b = 0; b < m; b++) ss += (l[b]! - mean) ** 2;
+    const se = Math.sqrt(((ss / (m - 1)) * k) / (k - 1));
     out.set(t.key, { se: Math.max(se, t.atLeast?.() ?? 0), df: k - 1, passes: k, n: t.n });
   });
   return out;

@@ -52,7 +52,7 @@ function checkGapBins(so: Record<string, unknown>, pass: number[], at: string, b
   const per = so.itl_bins_per_octave;
   const bins = so.itl_gap_bins;
   if (per === undefined && bins === undefined) return;
-  if (typeof per !== 'number' || !Number.isInteger(per) || per < 1) bad(`${at}.itl_bins_per_octave`, `is ${show(per)}, expected a whole number >= 1 beside itl_gap_bins`);
+  if (typeof per !== 'number' || !Number.isInteger(per) || per < 1 || per > 65536) bad(`${at}.itl_bins_per_octave`, `is ${show(per)}, expected a whole number 1..65536 beside itl_gap_bins`);
   if (!Array.isArray(bins)) return bad(`${at}.itl_gap_bins`, `is ${show(bins)}, expected an array beside itl_bins_per_octave`);
   const passes = pass.reduce((m, p) => Math.max(m, p + 1), 0);
   if (bins.length !== passes) bad(`${at}.itl_gap_bins`, `has ${bins.length} entries, samples.pass has ${passes} timed passes`);
@@ -63,7 +63,9 @@ function checkGapBins(so: Record<string, unknown>, pass: number[], at: string, b
       if (!Array.isArray(pair) || pair.length !== 2) return bad(where, `is ${show(pair)}, expected a [bin, count] pair`);
       const [b, c] = pair as unknown[];
       const ms = typeof b === 'number' && Number.isInteger(b) ? 2 ** (b / (per as number)) : Number.NaN;
-      if (!(ms > 0 && Number.isFinite(ms))) bad(where, `has the bin ${show(b)}, expected a whole number (2^(bin / ${per as number}) ms)`);
+      if (!(ms >= FIGURE_RANGE.min && ms <= FIGURE_RANGE.max)) {
+        bad(where, `has the bin ${show(b)}, expected a whole number whose gap, 2^(bin / ${per as number}) ms, is a measurement (${FIGURE_RANGE.min.toExponential()} to ${FIGURE_RANGE.max.toExponential()})`);
+      }
       if (typeof c !== 'number' || !Number.isInteger(c) || c < 1) bad(where, `has the count ${show(c)}, expected a whole number >= 1`);
       return undefined;
     });

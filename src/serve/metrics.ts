@@ -85,11 +85,11 @@ export class ServeMetrics {
     engineCounter('lumen:num_allocs_total', 'KV-block and recurrent-state allocations (native counter).', (s) => s.numAllocs);
     engineCounter('lumen:num_park_waits_total', 'Times a request waited for a sequence slot or KV blocks (native counter).', (s) => s.parkWaits);
     new Gauge({
-      name: 'lumen:peak_active_bytes', help: 'High-water mark of workspace + KV blocks + states since the engine loaded.', registers: [r],
+      name: 'lumen:peak_active_bytes', help: 'High-water mark of workspace + the KV blocks and states running requests hold (not what only the prefix cache holds) since the engine loaded.', registers: [r],
       collect() { this.set(source.stats().peakActiveBytes); },
     });
     new Gauge({
-      name: 'lumen:active_bytes', help: 'Workspace + KV blocks + states in use now.', registers: [r],
+      name: 'lumen:active_bytes', help: 'Workspace + the KV blocks and states running requests hold now.', registers: [r],
       collect() { this.set(source.stats().activeBytes); },
     });
     this.promptTokens = new Counter({ name: 'lumen:prompt_tokens_total', help: 'Prompt tokens of finished requests.', registers: [r] });

@@ -63,11 +63,15 @@ export function prepareOutputFile(flag: string, file: string): void {
   checkWritableFile(flag, path.resolve(file));
 }
 
-/** A file a command will write: its directory exists and takes files, and the path is not a directory nor a file it cannot write. */
-export function checkWritableFile(flag: string, file: string): void {
+/**
+ * A file a command will write: its directory exists and takes files, and the path is not a directory,
+ * nor (unless `replaced`: written beside it and renamed over it, or removed first) a file it cannot write.
+ */
+export function checkWritableFile(flag: string, file: string, opts: { replaced?: boolean } = {}): void {
   checkWritableParent(flag, file);
   if (!existsSync(file)) return;
   if (statSync(file).isDirectory()) throw new UsageError(`${flag}: ${file} is a directory, not a file`);
+  if (opts.replaced) return;
   try {
     accessSync(file, constants.W_OK);
   } catch (err) {
