@@ -248,25 +248,17 @@ function slowDecode(rep: Json, f: number): Json {
 }
 
 /**
- * A factor beyond any noise floor the run can have. A figure computed on a draw of passes lies between the
- * sample's min and max (the aggregate rate between those of the decode rates, the windows scaling alike),
- * so a run's standard error of ln(figure) is at most sqrt(3/2) ln(max/min) / 2 (3 passes), two runs' at
- * most sqrt(2) times that, and the floor at most t(2 degrees of freedom, 1 - 0.05/20) = 14.1 times it:
- * below 13 ln(max/min). The samples' spread to the 16th power is beyond it.
+ * A factor beyond every noise floor of a comparison of `file` with a copy of itself slowed by it. The
+ * floors are taken on the log scale, so they do not depend on the scale of the figures: those of the
+ * file against itself are the same (to the ITL bins' rounding), read from `bench compare`'s JSON. (A
+ * bound from the samples' spread alone, its 16th power, became ~1e48 once the ITL floors were drawn
+ * from every gap, and a figure divided by it is no measurement.)
  */
-function factorAboveSpread(rep: Json): number {
-  let spread = 1;
-  for (const r of rep.rows) {
-    if (r.status !== 'ok') continue;
-    for (const k of ['decode_tok_s', 'itl_p50_ms', 'itl_p99_ms', 'ttft_ms']) {
-      const v = (r.samples[k] as Array<number | null>).filter((x): x is number => x !== null && x > 0);
-      spread = Math.max(spread, Math.max(...v) / Math.min(...v));
-    }
-    // The pooled ITL figures are drawn from every gap: their range bounds those draws.
-    const bins = (r.samples.itl_gap_bins as Array<Array<[number, number]>>).flat().map(([b]) => b);
-    spread = Math.max(spread, 2 ** ((Math.max(...bins) - Math.min(...bins)) / r.samples.itl_bins_per_octave));
-  }
-  return 2 * spread ** 16;
+async function factorBeyondFloors(file: string): Promise<number> {
+  const r = await bench(['compare', file, file, '--format', 'json', '--threshold', '1000000']);
+  let floor = 0;
+  for (const row of (JSON.parse(r.stdout) as Json).rows) for (const f of row.figures ?? []) if (typeof f.floor === 'number') floor = Math.max(floor, f.floor);
+  return 1.5 * Math.exp(floor);
 }
 
 /** The figures a slower decode moves: ITL p99 is not judged (21 gaps or fewer in these rows: a p99 is judged from 500). */
@@ -338,7 +330,7 @@ describe('bench compare', () => {
     const base = quiet(readJson(`${A}.json`));
     const quietA = path.join(tmp, 'a-quiet.json');
     writeFileSync(quietA, JSON.stringify(base));
-    const f = factorAboveSpread(base);
+    const f = await factorBeyondFloors(quietA);
     const slowed = path.join(tmp, 'slowed.json');
     writeFileSync(slowed, JSON.stringify(slowDecode(base, f)));
     const md = await bench(['compare', quietA, slowed]);
