@@ -347,9 +347,9 @@ export async function runRow(
     }
     if (fig.itlP50Ms === null && osl > 1) notes.push('no decode-only inter-token gap (every gap overlapped another prefill)');
     if (osl === 1) notes.push('osl=1: no decode phase, so no itl or decode_tok_s');
-    // Unique prompts should never hit a prefix cache beyond their shared prefix; a server that kept the
-    // prompts of an earlier run with the same --seed serves them warm.
-    // (A preempted sequence recomputes its prompt from its own cached blocks: hits, but no repeat.)
+    // A preempted request recomputed its tokens (a prefill) inside one of its own gaps; those gaps are kept
+    // out of itl like any gap a prefill ran in. The engine's counter, or the requests' own count.
+    const preemptions = Math.max(counters?.preemptions ?? 0, fig.preemptions);
     // What the in-process engine's prefix cache served of a shared prefix, measured: how much it can
     // serve depends on where it snapshotted the recurrent state (every snapshotInterval tokens, at the
     // end of each prompt, earlier rows' prompts included), so the count is read, not predicted.
@@ -360,10 +360,12 @@ export async function runRow(
         : identical ? 'a prompt seen before is served up to the last block boundary before its last token, once a snapshot was taken there: from its third run on'
         : served < shared ? `it resumes from a recurrent-state snapshot: every ${(engine as Partial<EngineHandle>).info?.snapshotInterval ?? '?'} tokens and at the end of each earlier prompt`
         : null;
-      const preempted = Math.max(counters?.preemptions ?? 0, fig.preemptions) > 0;
       notes.push(`the prefix cache served ${perRequest} of the ${shared} shared prompt tokens per timed request` +
-        (why !== null ? ` (${why})` : '') + (preempted ? ' (hits of the recomputes after preemptions included)' : ''));
+        (why !== null ? ` (${why})` : '') + (preemptions > 0 ? ' (hits of the recomputes after preemptions included)' : ''));
     }
+    // Unique prompts should never hit a prefix cache beyond their shared prefix; a server that kept the
+    // prompts of an earlier run with the same --seed serves them warm.
+    // (A preempted sequence recomputes its prompt from its own cached blocks: hits, but no repeat.)
     const expectedHits = (identical ? isl : shared + (st.commonPrefixTokens ?? 0)) * timed.length;
     let cacheHitsNote: string | null = null;
     if (st.prompts === 'unique' && fig.cachedPromptTokens > expectedHits && (counters?.preemptions ?? 0) === 0) {
@@ -371,9 +373,6 @@ export async function runRow(
         `came from the prefix cache although the prompts are unique (seen before: a rerun with the same --seed against the same server?), so ttft_ms and prefill_tok_s are not cold`;
       notes.push(cacheHitsNote);
     }
-    // A preempted request recomputed its tokens (a prefill) inside one of its own gaps; those gaps are kept
-    // out of itl like any gap a prefill ran in. The engine's counter, or the requests' own count.
-    const preemptions = Math.max(counters?.preemptions ?? 0, fig.preemptions);
     let preemptionNote: string | null = null;
     if (preemptions > 0) {
       preemptionNote = `preempted ${preemptions} time${preemptions === 1 ? '' : 's'} (KV memory full: a sequence gave up its KV blocks and recomputed its tokens later)` +

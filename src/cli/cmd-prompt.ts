@@ -3,9 +3,8 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, Option } from 'commander';
-import { loadModel, loadModelTokenizer } from '../model/model-path.js';
-import { checkTokenizerFitsModel, tokenizerFilesOf, type loadTokenizer } from '../model/tokenizer.js';
-import { checkpointFilesOf } from '../model/checkpoint.js';
+import { loadModel, loadModelTokenizer, modelInputFiles } from '../model/model-path.js';
+import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError } from '../model/types.js';
@@ -105,10 +104,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     throw err;
   }
   if (opts.logitsOut !== undefined) {
-    // The model's own files (its weights, a checkpoint's config, the tokenizer files beside it, which a
-    // GGUF's loader reads too when present): writing the logits there would destroy them.
-    const inputs = [...(ckpt.format?.container === 'gguf' ? ckpt.shards : checkpointFilesOf(ckpt)), ...Object.values(tokenizerFilesOf(ckpt.dir))];
-    const clash = sameFileAmong(path.resolve(opts.logitsOut), inputs);
+    const clash = sameFileAmong(path.resolve(opts.logitsOut), modelInputFiles(ckpt));
     if (clash !== null) throw new UsageError(`--logits-out ${opts.logitsOut}: the same file as ${clash}, which the model is read from; choose another path`);
   }
   let ids: number[];

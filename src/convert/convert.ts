@@ -2,11 +2,12 @@
 // (docs/qwen35-architecture.md §4): metadata, byte-level BPE vocabulary, tensor names in ggml
 // order and the converter's value transforms. Tensors are streamed in row chunks, so memory
 // stays bounded whatever the model size.
-import { closeSync, existsSync, openSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
+import { closeSync, openSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { checkpointFilesOf, loadCheckpoint } from '../model/checkpoint.js';
+import { loadCheckpoint } from '../model/checkpoint.js';
+import { modelInputFiles } from '../model/model-path.js';
 import { sameFileAmong } from '../util/same-file.js';
-import { buildTokenizer, readTokenizerParts, tokenizerFilesOf } from '../model/tokenizer.js';
+import { buildTokenizer, readTokenizerParts } from '../model/tokenizer.js';
 import { tokenContent } from '../model/tokenizer-files.js';
 import { preview } from '../util/json.js';
 import type { Checkpoint, LayerType, TensorRef, TextConfig } from '../model/types.js';
@@ -490,18 +491,13 @@ export function partialFileOf(outFile: string): string {
   return join(dirname(abs), `.${basename(abs)}.${process.pid}.partial`);
 }
 
-/** Every file a conversion of `ckpt` reads: the checkpoint's (loadCheckpoint) and the tokenizer's (buildVocab). */
-export function convertInputFiles(ckpt: Checkpoint): string[] {
-  return [...new Set([...checkpointFilesOf(ckpt), ...Object.values(tokenizerFilesOf(ckpt.dir))])].filter((f) => existsSync(f));
-}
-
 /**
  * Refuse an output that is one of the inputs (the same device and inode): by path, also through a
  * linked directory, the rename at the end would replace the checkpoint's file with the GGUF; a link to
  * an input or a hard link of one would survive the rename, but naming one is surely a mistake.
  */
 function checkOutputIsNoInput(ckpt: Checkpoint, outFile: string): void {
-  const f = sameFileAmong(outFile, convertInputFiles(ckpt));
+  const f = sameFileAmong(outFile, modelInputFiles(ckpt));
   if (f !== null) throw new ConvertOutputError(`the same file as ${f}, which convert reads; choose another path`);
 }
 

@@ -136,20 +136,19 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
 
   // Settings that change the computation where the engine implements one value only: another value
   // is another model, which would run here with wrong numbers rather than fail. Absent: the value below.
-  const implemented = (v: unknown, key: string, accepted: readonly unknown[], what: string): void => {
+  // `at`: the key as named in the message (a text key gets its text_config. prefix).
+  const implemented = (v: unknown, at: string, accepted: readonly unknown[], what: string): void => {
     if (v !== undefined && v !== null && !accepted.includes(v)) {
-      fail(key, `is ${preview(v)}; the engine implements ${accepted.map((a) => JSON.stringify(a)).join(' or ')} only (${what})`);
+      throw new CheckpointError(`${file}: ${at} is ${preview(v)}; the engine implements ${accepted.map((a) => JSON.stringify(a)).join(' or ')} only (${what})`);
     }
   };
-  implemented(tc.model_type, 'model_type', ['qwen3_5_text', 'qwen3_5'], 'Qwen3.5 dense models');
-  if (nested && json.model_type !== undefined && json.model_type !== null && json.model_type !== 'qwen3_5') {
-    throw new CheckpointError(`${file}: model_type is ${preview(json.model_type)}; the engine implements "qwen3_5" only (Qwen3.5 dense models)`);
-  }
-  implemented(tc.hidden_act, 'hidden_act', ['silu'], 'the SwiGLU MLP');
-  implemented(tc.attention_bias, 'attention_bias', [false], 'attention projections without biases');
-  implemented(tc.attn_output_gate, 'attn_output_gate', [true], 'the gated attention output');
+  implemented(tc.model_type, where('model_type'), ['qwen3_5_text', 'qwen3_5'], 'Qwen3.5 dense models');
+  if (nested) implemented(json.model_type, 'model_type', ['qwen3_5'], 'Qwen3.5 dense models');
+  implemented(tc.hidden_act, where('hidden_act'), ['silu'], 'the SwiGLU MLP');
+  implemented(tc.attention_bias, where('attention_bias'), [false], 'attention projections without biases');
+  implemented(tc.attn_output_gate, where('attn_output_gate'), [true], 'the gated attention output');
   // Qwen2-VL's older configs call the default multimodal rotary "mrope".
-  implemented(rope.rope_type ?? rope.type, `${ropeKey}.rope_type`, ['default', 'mrope'], 'unscaled rotary positions');
+  implemented(rope.rope_type ?? rope.type, where(`${ropeKey}.rope_type`), ['default', 'mrope'], 'unscaled rotary positions');
   for (const k of ['num_experts', 'num_local_experts']) {
     const n = tc[k];
     if (typeof n === 'number' && n > 0) fail(k, `is ${n}: a mixture-of-experts model, which the engine does not run (dense Qwen3.5 only)`);

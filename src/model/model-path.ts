@@ -7,11 +7,11 @@
 
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { loadCheckpoint, type LoadOptions } from './checkpoint.js';
+import { checkpointFilesOf, loadCheckpoint, type LoadOptions } from './checkpoint.js';
 import { dirHasGguf, ggufHeaderOf, isGgufPath, loadGgufCheckpoint, selectGguf, type LoadedModel } from './gguf-checkpoint.js';
 import { ggufTokenizerParts } from './gguf-tokenizer.js';
 import { syntheticModel, syntheticTokenizerParts, syntheticWeightsOf } from './synthetic-model.js';
-import { buildTokenizer, readTokenizerParts, type LoadedTokenizer, type TokenizerParts } from './tokenizer.js';
+import { buildTokenizer, readTokenizerParts, tokenizerFilesOf, type LoadedTokenizer, type TokenizerParts } from './tokenizer.js';
 import { CheckpointError, type ModelCheckpoint } from './types.js';
 
 export interface ModelPathOptions extends LoadOptions {
@@ -78,4 +78,14 @@ export async function loadModelTokenizerParts(model: ModelCheckpoint): Promise<{
     );
   }
   return beside;
+}
+
+/**
+ * Every file a model is read from, as far as it exists: its weights (a checkpoint's config.json, index
+ * and shards; a GGUF's parts) and the tokenizer files beside them (a GGUF's loader reads a
+ * tokenizer.json there too). An output that is one of them would destroy the model.
+ */
+export function modelInputFiles(ckpt: Pick<ModelCheckpoint, 'dir' | 'shards' | 'format'>): string[] {
+  const weights = ckpt.format?.container === 'gguf' ? ckpt.shards : checkpointFilesOf(ckpt);
+  return [...new Set([...weights, ...Object.values(tokenizerFilesOf(ckpt.dir))])].filter((f) => existsSync(f));
 }

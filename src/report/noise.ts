@@ -116,17 +116,12 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
   const boot: Array<{ key: K; eval: (drawn: Int32Array) => number | null; n: number; of?: string; atLeast?: () => number }> = [];
   // A draw of k passes with replacement holds up to k x the largest pass (passes differ in size in open-loop rows).
   const scratch = new Float64Array(k * Math.max(0, ...groups.map((g) => g.length)));
+  // The passes' gap histograms, read once for the pooled-gaps rules (ITL p50 and p99).
+  let gaps: PooledGaps | undefined;
   for (const [key, asked] of rules) {
     const rule = asked.stat === 'pooled-gaps' && !hasGapBins ? asked.fallback : asked;
     if (rule.stat === 'pooled-gaps') {
-      // Each pass's histogram over one ascending list of the row's bins; a draw adds its passes' counts
-      // and reads the nearest-rank percentile off the cumulative count.
-      const hist = passIds.map((id) => gapBins![id] ?? []);
-      const bins = Int32Array.from(new Set(hist.flatMap((h) => h.map(([b]) => b)))).sort();
-      const at = new Map<number, number>();
-      bins.forEach((b, j) => at.set(b, j));
-      const sparse = hist.map((h) => ({ at: Int32Array.from(h, ([b]) => at.get(b)!), count: Float64Array.from(h, ([, c]) => c) }));
-      const passGaps = sparse.map((h) => h.count.reduce((a, b) => a + b, 0));
+      const { bins, sparse, passGaps, n, all } = (gaps ??= pooledGaps(passIds.map((id) => gapBins![id] ?? [])));
       const acc = new Float64Array(bins.length);
       // At least the percentile's own rank uncertainty, from the whole row: ln of the ratio of the values
       // RANK_REACH binomial standard deviations of rank, sqrt(n p (1 - p)), either side of it, over
@@ -135,9 +130,6 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
       // other side half the time; drawing this run's passes does not see that when its own stalls lie a
       // few ranks away, the values around the rank do.
       const rankSe = (): number => {
-        const n = passGaps.reduce((a, b) => a + b, 0);
-        const all = new Float64Array(bins.length);
-        for (const h of sparse) for (let j = 0; j < h.at.length; j++) all[h.at[j]!] += h.count[j]!;
         const sd = Math.sqrt(n * (rule.p / 100) * (1 - rule.p / 100));
         const r = nearestRank(n, rule.p);
         const lo = valueAtRank(all, Math.max(1, Math.floor(r - RANK_REACH * sd)));
@@ -150,7 +142,7 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
         for (let j = 0; j < bins.length; j++) { c += counts[j]!; if (c >= rank) return binValueMs(bins[j]!, binsPerOctave!); }
         return binValueMs(bins[bins.length - 1]!, binsPerOctave!);
       };
-      boot.push({ key, n: passGaps.reduce((a, b) => a + b, 0), of: 'decode gap', atLeast: rankSe, eval: (drawn) => {
+      boot.push({ key, n, of: 'decode gap', atLeast: rankSe, eval: (drawn) => {
         acc.fill(0);
         let total = 0;
         for (const gi of drawn) {
@@ -258,6 +250,28 @@ export function rowSpreads<K extends string>(row: RowSampleData, rules: Readonly
     out.set(t.key, { se: Math.max(se, t.atLeast?.() ?? 0), df: k - 1, passes: k, n: t.n });
   });
   return out;
+}
+
+/** The passes' decode-gap histograms (samples.itl_gap_bins) over one ascending list of the row's bins. */
+interface PooledGaps {
+  bins: Int32Array;
+  /** Per pass (in the order given): its bins' indices in `bins`, and their counts. */
+  sparse: Array<{ at: Int32Array; count: Float64Array }>;
+  passGaps: Float64Array;
+  /** Every pass's gaps, and their histogram over `bins`. */
+  n: number;
+  all: Float64Array;
+}
+
+function pooledGaps(hist: ReadonlyArray<ReadonlyArray<readonly [number, number]>>): PooledGaps {
+  const bins = Int32Array.from(new Set(hist.flatMap((h) => h.map(([b]) => b)))).sort();
+  const at = new Map<number, number>();
+  bins.forEach((b, j) => at.set(b, j));
+  const sparse = hist.map((h) => ({ at: Int32Array.from(h, ([b]) => at.get(b)!), count: Float64Array.from(h, ([, c]) => c) }));
+  const passGaps = Float64Array.from(sparse, (h) => h.count.reduce((a, b) => a + b, 0));
+  const all = new Float64Array(bins.length);
+  for (const h of sparse) for (let j = 0; j < h.at.length; j++) all[h.at[j]!] += h.count[j]!;
+  return { bins, sparse, passGaps, n: passGaps.reduce((a, b) => a + b, 0), all };
 }
 
 /**

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { CSV_COLUMNS } from '../bench/csv.js';
 import type { ReportRow } from '../bench/report.js';
 import { REPORT_SCHEMA_VERSION } from '../bench/report.js';
+import { binValueMs } from '../bench/row-samples.js';
 import { isJsonObject, parseJsonBytes } from '../util/json.js';
 import { UsageError } from '../util/usage-error.js';
 
@@ -46,7 +47,7 @@ const DISTRIBUTION_FIELDS = ['n', 'mean', 'p50', 'p90', 'p99', 'min', 'max'] as 
 /**
  * rows[].samples.itl_bins_per_octave and itl_gap_bins (src/bench/row-samples.ts): both or neither (a
  * report written before them has neither); one histogram per timed pass, each [bin, count] a whole bin
- * whose value 2^(bin / bins_per_octave) ms is a positive finite number, and a count >= 1.
+ * whose value 2^(bin / bins_per_octave) ms is a measurement (FIGURE_RANGE), and a count >= 1.
  */
 function checkGapBins(so: Record<string, unknown>, pass: number[], at: string, bad: (field: string, why: string) => never): void {
   const per = so.itl_bins_per_octave;
@@ -62,7 +63,7 @@ function checkGapBins(so: Record<string, unknown>, pass: number[], at: string, b
       const where = `${at}.itl_gap_bins[${p}][${j}]`;
       if (!Array.isArray(pair) || pair.length !== 2) return bad(where, `is ${show(pair)}, expected a [bin, count] pair`);
       const [b, c] = pair as unknown[];
-      const ms = typeof b === 'number' && Number.isInteger(b) ? 2 ** (b / (per as number)) : Number.NaN;
+      const ms = typeof b === 'number' && Number.isInteger(b) ? binValueMs(b, per as number) : Number.NaN;
       if (!(ms >= FIGURE_RANGE.min && ms <= FIGURE_RANGE.max)) {
         bad(where, `has the bin ${show(b)}, expected a whole number whose gap, 2^(bin / ${per as number}) ms, is a measurement (${FIGURE_RANGE.min.toExponential()} to ${FIGURE_RANGE.max.toExponential()})`);
       }
