@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cleanupAllFixtures, editConfig, smallFixture } from './helpers/synth-fixture.js';
+import { cleanupAllFixtures, editConfig, nanFixture, nanLogitsError, SMALL_VOCAB, smallFixture } from './helpers/synth-fixture.js';
 
 const run = promisify(execFile);
 const BENCH = path.resolve('bin/bench.js');
@@ -76,6 +76,9 @@ async function bench(args: string[]): Promise<{ code: number; stdout: string; st
   }
 }
 
+/** The engine's error for a request whose logits hold NaN (it fails the request: no token is picked). */
+const NAN_LOGITS_ERROR = nanLogitsError(0);
+
 describe('bench prompt --logits-out beyond what one request may return', () => {
   it('is a usage error naming the flag, before the model loads (it was the engine\'s error, exit 1, after the load)', async () => {
     const ids = Array.from({ length: 2200 }, (_, i) => 100 + i).join(',');
@@ -101,21 +104,37 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
   });
 
   it('a model whose logits are NaN: exit 1 saying so, no tokens printed (it printed token 0 every time, exit 0)', async () => {
-    const f = await smallFixture();
-    // One bf16 NaN in a layer's down_proj: every hidden state after it, and every logit, is NaN.
-    const file = path.join(f.dir, 'model.safetensors');
-    const bytes = readFileSync(file);
-    const headerLen = Number(bytes.readBigUInt64LE(0));
-    const header = JSON.parse(bytes.subarray(8, 8 + headerLen).toString('utf8')) as Record<string, { dtype: string; data_offsets: [number, number] }>;
-    const [name, t] = Object.entries(header).find(([k, v]) => k.includes('layers.1.mlp.down_proj') && v.dtype === 'BF16')!;
-    expect(name).toBeTruthy();
-    bytes.writeUInt16LE(0x7fc0, 8 + headerLen + t.data_offsets[0]);
-    writeFileSync(file, bytes);
+    const f = await nanFixture();
     const r = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1,2', '--max-new-tokens', '2']);
     expect(r.code).toBe(1);
     expect(r.stdout).toBe('');
-    expect(r.stderr.trim().split('\n').at(-1)).toBe('bench: the logits that chose generated token 0 (0-based) are not all finite (NaN or infinite): ' +
-      'the weights hold NaN or infinite values, or the computation overflowed; no tokens are printed (--logits-out, if given, was written)');
+    expect(r.stderr.trim().split('\n').at(-1)).toBe(`bench: generation failed: ${NAN_LOGITS_ERROR}`);
+    // Sampling (top-k on the pick's path, and top-k 0: the sampler's whole-row path) fails alike.
+    for (const extra of [['--temperature', '0.8', '--top-k', '5'], ['--temperature', '0.8']]) {
+      const s = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1,2', '--max-new-tokens', '2', ...extra]);
+      expect(s.code, extra.join(' ')).toBe(1);
+      expect(s.stderr.trim().split('\n').at(-1)).toBe(`bench: generation failed: ${NAN_LOGITS_ERROR}`);
+    }
+    // --logits-out keeps the rows that show the NaNs.
+    const out = path.join(tmp, 'nan-logits.f32');
+    const w = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1,2', '--max-new-tokens', '2', '--logits-out', out]);
+    expect(w.code).toBe(1);
+    expect(w.stderr.trim().split('\n').at(-1)).toBe(`bench: generation failed: ${NAN_LOGITS_ERROR} (--logits-out holds the 2 rows computed)`);
+    const rows = new Float32Array(readFileSync(out).buffer.slice(0));
+    expect(rows.length).toBe(2 * SMALL_VOCAB.vocabSize!);
+    expect(rows.every((v) => Number.isNaN(v))).toBe(true);
+  });
+
+  it('a sweep on a model whose logits are NaN: each row an error saying so, exit 3 (it timed token 0 every time)', async () => {
+    const f = await nanFixture();
+    const r = await bench(['--model-path', f.dir, '--cells', '8:4', '--concurrency', '1,2', '--warmup', '0']);
+    expect(r.code).toBe(3);
+    const rows = r.stdout.trim().split('\n').slice(1);
+    expect(rows.length).toBe(2);
+    for (const row of rows) {
+      expect(row).toContain('error');
+      expect(row).toContain('not all finite (NaN or infinite)');
+    }
   });
 
   it('--logits-out naming one of the model\'s files (directly or through a link): exit 2, the model untouched (it was overwritten, exit 0)', async () => {

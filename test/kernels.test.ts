@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { loadAddon } from '../src/engine/native.js';
 
 interface TableCheck {
-  argmaxCases: number; argmaxMismatches: number; maxValueMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
+  argmaxCases: number; argmaxMismatches: number; argmaxNonFiniteMissed: number; maxValueMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; attnTileMaxErr: number; attnTileOrderDiffs: number; attnF16Diffs: number; toF16Diffs: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number; gdnSpanCases: number; gdnSpanMismatches: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
@@ -39,7 +39,8 @@ describe('CPU kernels against scalar references', () => {
     it.runIf(res[isa] !== undefined)(`${isa}: argmax, SwiGLU, conv+SiLU, gated RMSNorm, softmax exp, attention rows and the sigmoid gate match${why}`, () => {
       const r = res[isa]!;
       expect(r.argmaxCases).toBeGreaterThan(30);
-      expect(r.argmaxMismatches).toBe(0); // first index of the maximum, NaN ignored, as the scalar pick
+      expect(r.argmaxMismatches).toBe(0); // first index of the maximum, as the scalar pick
+      expect(r.argmaxNonFiniteMissed).toBe(0); // -1 for a row holding a NaN or an infinity, wherever it sits
       expect(r.maxValueMismatches).toBe(0); // the largest value, NaN ignored, as std::max in order
       expect(r.swigluMaxRelErr).toBeLessThan(2e-6); // vectorised exp within a few ulp over [-100, 100]
       expect(r.swigluNanPropagates).toBe(true);

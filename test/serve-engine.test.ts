@@ -3,7 +3,10 @@
 // min_tokens (the stop tokens cannot be picked before n tokens).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineHandle } from '../src/engine/types.js';
-import { greedy, logSoftmaxRow, promptIds, tinyEngine } from './helpers/engine-fixture.js';
+import { loadEngine } from '../src/engine/engine.js';
+import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { baseOptions, greedy, logSoftmaxRow, promptIds, tinyEngine } from './helpers/engine-fixture.js';
+import { cleanupAllFixtures, nanFixture, nanLogitsError } from './helpers/synth-fixture.js';
 
 const VOCAB = 248320;
 
@@ -75,5 +78,38 @@ describe('engine: logprobs and min_tokens', () => {
     // Sampling (top-k 1 over the allowed ids) honours the ban the same way.
     const sampled = await engine.submit({ prompt, maxTokens: 1, stopTokens: stop, minTokens: 1, temperature: 1, topK: 1, seed: 3 }).done;
     expect(sampled.tokens).toEqual([order[3]]);
+  });
+});
+
+describe('engine: a request whose logits are not finite fails, whichever way its token is picked', () => {
+  let engine: EngineHandle;
+  beforeAll(async () => {
+    const f = await nanFixture();
+    engine = await loadEngine(loadCheckpoint(f.dir), { ...baseOptions, maxSeq: 128, maxSeqs: 4 });
+  });
+  afterAll(async () => {
+    await engine.close();
+    cleanupAllFixtures();
+  });
+
+  it('greedy, top-k on the pick, the whole-row sampler, min_tokens, logprobs, streamed: each an error naming the token (all were token 0, finish length)', async () => {
+    const base = { prompt: [1, 2, 3], maxTokens: 3, ignoreEos: true };
+    const asks = [
+      base,                                             // the greedy pick
+      { ...base, temperature: 0.8, topK: 5, seed: 1 },  // top-k candidates from the pick
+      { ...base, temperature: 0.8, seed: 1 },           // the sampler over the whole row
+      { ...base, minTokens: 2, stopTokens: [0] },       // greedy with a stop token banned
+      { ...base, logprobs: 2 },                         // logprobs: the whole row
+    ];
+    // Submitted together: one step picks for all of them.
+    const results = await Promise.all(asks.map((a) => engine.submit(a).done));
+    const streamed: number[] = [];
+    results.push(await engine.submit(base, (ev) => streamed.push(ev.token)).done);
+    for (const [i, r] of results.entries()) {
+      expect(r.finishReason, `ask ${i}`).toBe('error');
+      expect(r.error, `ask ${i}`).toBe(nanLogitsError(0));
+      expect(r.tokens, `ask ${i}`).toEqual([]);
+    }
+    expect(streamed).toEqual([]);
   });
 });

@@ -25,8 +25,10 @@ void Backend::pick_rows(const float* logits, int n, int vocab, const RowPick* pi
   std::vector<PickCandidate> work;
   for (int i = 0; i < n; ++i) {
     if (picks[i].mode != RowPick::kTopK) continue;
-    const int got = top_candidates(host_logits + i * V, vocab, picks[i].k, picks[i].temperature, nullptr, work);
+    const float* row = host_logits + i * V;
+    const int got = top_candidates(row, vocab, picks[i].k, picks[i].temperature, nullptr, work);
     std::copy(work.begin(), work.begin() + got, cands + picks[i].cand_offset);
+    if (!row_finite(row, V)) cands[picks[i].cand_offset].id = -1;
   }
 }
 

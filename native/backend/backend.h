@@ -163,12 +163,12 @@ class Backend {
   // host buffer (at 8 rows a copy was 8 MB per step on one thread).
   virtual bool host_memory() const { return false; }
   // Greedy picks of host logit rows: out[i] = argmax(logits[rows[i] * vocab ...]), lowest index on
-  // ties, NaN ignored. One call per head group (pick_rows) so a backend can spread the rows over
+  // ties, -1 for a row holding a NaN or an infinity (core/argmax.h). One call per head group (pick_rows) so a backend can spread the rows over
   // its threads.
   virtual void argmax_rows(const float* logits, const int* rows, int n, int vocab, int32_t* out);
   // Rows [0, n) of a head group (`logits`: backend memory, [n, vocab]) reduced as picks[i] asks:
   // kLogits rows copied to host_logits + i * vocab, kArgmax ids to ids[i], kTopK candidates to
-  // cands + picks[i].cand_offset. This default copies the group to the host when backend memory is
+  // cands + picks[i].cand_offset, the first of id -1 when the row holds a NaN or an infinity. This default copies the group to the host when backend memory is
   // not host memory, then picks there (argmax_rows; the sampler's own top-k).
   virtual void pick_rows(const float* logits, int n, int vocab, const RowPick* picks, float* host_logits,
                          int32_t* ids, PickCandidate* cands);

@@ -675,6 +675,7 @@ void Engine::step_once() {
   std::vector<EngineEvent> evs;
   int step_tokens = 0;
   std::vector<Sequence*> finished;
+  std::vector<Sequence*> failed;  // logits that were not finite: nothing to pick from
   std::vector<Sequence*> stamped;
   for (size_t i = 0; i < order.size(); ++i) {
     Sequence& s = *order[i];
@@ -704,6 +705,10 @@ void Engine::step_once() {
       tok = s.sampler->draw(pick_cands_.data() + pick.cand_offset, pick.k);
     } else {
       tok = s.sampler->sample(last, cfg_.vocab, suppress ? &s.req.stop : nullptr);
+    }
+    if (tok < 0) {
+      failed.push_back(&s);
+      continue;
     }
     s.tokens.push_back(tok);
     s.generated++;
@@ -776,6 +781,9 @@ void Engine::step_once() {
     last_step_notify_ns_ = t_emit;
   }
   for (Sequence* s : finished) finish(*s, s->stop_hit ? "stop" : "length");
+  for (Sequence* s : failed)
+    finish(*s, "error", "the logits that choose generated token " + std::to_string(s->generated) +
+                            " (0-based) are not all finite (NaN or infinite): the weights hold NaN or infinite values, or the computation overflowed");
 }
 
 }  // namespace lumen

@@ -18,18 +18,20 @@ bool is_banned(const std::vector<int32_t>* banned, int32_t id) {
 int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_t>* banned) {
   if (p_.temperature <= 0.f) {
     const int32_t best = argmax_scalar(logits, vocab);
-    if (!is_banned(banned, best)) return best;
+    if (best < 0 || !is_banned(banned, best)) return best;
     int32_t pick = -1;
     for (int i = 0; i < vocab; ++i)
       if (!is_banned(banned, i) && (pick < 0 || logits[i] > logits[pick])) pick = i;
     return pick < 0 ? best : pick;
   }
+  if (!row_finite(logits, vocab)) return -1;
   const int n = top_candidates(logits, vocab, p_.top_k, p_.temperature, banned, cand_);
   if (n == 0) return argmax_scalar(logits, vocab);
   return draw(cand_.data(), n);
 }
 
 int32_t Sampler::draw(const PickCandidate* cand, int n) {
+  if (n > 0 && cand[0].id < 0) return -1;  // the pick marked a row that is not finite
   const float mx = cand[0].value;
   double sum = 0;
   probs_.resize(static_cast<size_t>(n));

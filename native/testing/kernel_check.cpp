@@ -48,19 +48,22 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   auto obj = Napi::Object::New(env);
 
-  // argmax: random rows (odd lengths reach the scalar tails), planted ties, NaNs, signed zeros;
-  // the kernel keeps a first index per vector lane: ties within one lane (32 apart), across lanes,
-  // between the vector part and the tail, and a maximum that moves every step. max_value on the
-  // same rows against std::max in order (and n = 0: -inf).
-  int mismatches = 0, cases = 0, max_mismatches = 0;
+  // argmax: random rows (odd lengths reach the scalar tails), planted ties, NaNs and infinities
+  // (the row's pick is then -1, wherever they sit: the first value, the vector part, the tail),
+  // signed zeros; the kernel keeps a first index per vector lane: ties within one lane (32 apart),
+  // across lanes, between the vector part and the tail, and a maximum that moves every step.
+  // max_value on the same rows against std::max in order (and n = 0: -inf).
+  int mismatches = 0, cases = 0, max_mismatches = 0, non_finite_missed = 0;
   max_mismatches += K.max_value(nullptr, 0) != -std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (int n : {1, 7, 16, 33, 64, 1000, 248077}) {
-    for (int variant = 0; variant < 11; ++variant) {
+    for (int variant = 0; variant < 14; ++variant) {
       std::vector<float> x(n);
       for (auto& v : x) v = u(rng);
+      bool planted = false;  // a NaN or an infinity in the row
       if (variant == 1 && n > 2) x[n - 1] = x[n / 2] = 5.f;                       // tie: first wins
-      if (variant == 2 && n > 3) x[1] = std::numeric_limits<float>::quiet_NaN();  // NaN ignored
-      if (variant == 3) x[0] = std::numeric_limits<float>::quiet_NaN();           // NaN at 0 wins
+      if (variant == 2 && n > 3) { x[1] = nan; planted = true; }                      // NaN in the vector part
+      if (variant == 3) { x[0] = nan; planted = true; }                               // NaN first
       if (variant == 4) for (auto& v : x) v = -std::fabs(v) - 1.f;                // all negative
       if (variant == 5 && n > 2) { for (auto& v : x) v = -1.f; x[n - 1] = 0.f; x[n / 2] = -0.f; }
       if (variant == 6 && n > 40) x[3] = x[35] = 5.f;                              // one lane twice
@@ -68,11 +71,17 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
       if (variant == 8 && n > 2) x[0] = x[n - 1] = 5.f;                             // x[0] and the tail
       if (variant == 9) for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i);  // rising: n - 1
       if (variant == 10 && n > 2) {                                                  // NaN but x[0]
-        for (auto& v : x) v = std::numeric_limits<float>::quiet_NaN();
+        for (auto& v : x) v = nan;
         x[0] = -2.f;
-        x[n / 2] = std::numeric_limits<float>::infinity();
+        x[n / 2] = inf;
+        planted = true;
       }
-      mismatches += K.argmax(x.data(), n) != argmax_scalar(x.data(), n);
+      if (variant == 11) { x[n - 1] = inf; planted = true; }                          // +inf last (the tail)
+      if (variant == 12) { x[n / 2] = -inf; planted = true; }                         // -inf in the middle
+      if (variant == 13 && n > 40) { x[n - 33] = nan; planted = true; }               // NaN in the last vectors
+      const int32_t got = K.argmax(x.data(), n);
+      mismatches += got != argmax_scalar(x.data(), n);
+      non_finite_missed += planted && got != -1;
       float mx = -std::numeric_limits<float>::infinity();
       for (float v : x) mx = std::max(mx, v);
       max_mismatches += K.max_value(x.data(), n) != mx;
@@ -81,6 +90,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   }
   obj.Set("argmaxCases", cases);
   obj.Set("argmaxMismatches", mismatches);
+  obj.Set("argmaxNonFiniteMissed", non_finite_missed);
   obj.Set("maxValueMismatches", max_mismatches);
 
   // SwiGLU over a wide input range (exp clamps at both ends), and NaN propagation.

@@ -168,26 +168,21 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     const result = await engine.submit({
       prompt: ids, maxTokens: opts.maxNewTokens, temperature: opts.temperature, topK: opts.topK, topP: opts.topP,
       seed: opts.seed, stopTokens: stop, ignoreEos: !!opts.ignoreEos, logits: opts.logitsOut ? 'all' : 'none',
-      // Each token's log-probability, computed from its whole logits row: NaN or infinite when any
-      // logit is, which no pick shows (a greedy pick of an all-NaN row is token 0, every time).
-      logprobs: 0,
     }).done;
-    if (result.finishReason === 'error') {
-      process.stderr.write(`bench: generation failed: ${result.error}\n`);
-      return 1;
-    }
+    // The rows computed are written even when generation failed (the engine fails a request whose
+    // logits hold NaN or infinite values rather than pick a token from them): they show where.
+    let logitsNote = '';
     if (opts.logitsOut && result.logits) {
       try {
         writeFileSync(opts.logitsOut, Buffer.from(result.logits.buffer, result.logits.byteOffset, result.logits.byteLength));
+        logitsNote = ` (--logits-out holds the ${result.logits.length / ckpt.config.vocabSize} rows computed)`;
       } catch (err) {
         process.stderr.write(`bench: --logits-out: cannot write ${opts.logitsOut} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})\n`);
         return 1;
       }
     }
-    const nonFinite = (result.logprobs ?? []).findIndex((l) => !Number.isFinite(l.logprob));
-    if (nonFinite >= 0) {
-      process.stderr.write(`bench: the logits that chose generated token ${nonFinite} (0-based) are not all finite (NaN or infinite): ` +
-        'the weights hold NaN or infinite values, or the computation overflowed; no tokens are printed (--logits-out, if given, was written)\n');
+    if (result.finishReason === 'error') {
+      process.stderr.write(`bench: generation failed: ${result.error}${logitsNote}\n`);
       return 1;
     }
     if (opts.promptIds) {

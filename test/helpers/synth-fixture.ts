@@ -95,3 +95,23 @@ export function editConfig(dir: string, edit: (cfg: Record<string, any>) => Reco
   const out = edit(cfg) ?? cfg;
   writeFileSync(file, JSON.stringify(out, null, 2));
 }
+
+/** A smallFixture with one bf16 NaN in layer 1's down_proj: every hidden state after it, and every logit, is NaN. */
+export async function nanFixture(): Promise<Fixture> {
+  const f = await smallFixture();
+  const file = path.join(f.dir, 'model.safetensors');
+  const bytes = readFileSync(file);
+  const headerLen = Number(bytes.readBigUInt64LE(0));
+  const header = JSON.parse(bytes.subarray(8, 8 + headerLen).toString('utf8')) as Record<string, { dtype: string; data_offsets: [number, number] }>;
+  const hit = Object.entries(header).find(([k, v]) => k.includes('layers.1.mlp.down_proj') && v.dtype === 'BF16');
+  if (!hit) throw new Error('nanFixture: no bf16 layers.1.mlp.down_proj in the fixture');
+  bytes.writeUInt16LE(0x7fc0, 8 + headerLen + hit[1].data_offsets[0]);
+  writeFileSync(file, bytes);
+  return f;
+}
+
+/** The engine's error for a request whose logits for generated token `index` hold NaN or infinite values. */
+export function nanLogitsError(index: number): string {
+  return `the logits that choose generated token ${index} (0-based) are not all finite (NaN or infinite): ` +
+    'the weights hold NaN or infinite values, or the computation overflowed';
+}

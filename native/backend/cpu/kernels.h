@@ -92,7 +92,8 @@ struct Kernels {
                     int64_t c1, float* out, int64_t os);
   // o = o / rms(o) * w * silu(z) over n elements.
   void (*gated_rmsnorm)(float* o, const float* z, const float* w, int64_t n, float eps);
-  // Same result as core/argmax.h's argmax_scalar (first index of the maximum, NaN ignored).
+  // Same result as core/argmax.h's argmax_scalar (first index of the maximum; -1 when a value is
+  // NaN or infinite).
   int32_t (*argmax)(const float* x, int64_t n);
   // The largest of x[0, n): what std::max over the elements in order gives (NaN never taken; -inf
   // for n = 0 or all NaN), the same value in any order (±0 aside, equal for every use here).

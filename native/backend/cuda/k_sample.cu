@@ -3,8 +3,9 @@
 // instead of whole 248k-wide rows. One block per row.
 //
 // Both give exactly what the host gives (core/argmax.h, core/top_k.h), which the emulation check
-// compares: argmax is the lowest index of the largest value, NaN never winning unless it is the
-// row's first value; top-k orders by value, ties by lower id, -0 equal to +0. Top-k is a radix
+// compares: argmax is the lowest index of the largest value, or -1 when the row holds a NaN or an
+// infinity; top-k orders by value, ties by lower id, -0 equal to +0, and marks a row holding a NaN
+// or an infinity by a first candidate of id -1. Top-k is a radix
 // select on a 64-bit key (value bits made order-preserving, then the id inverted, so every key is
 // distinct and larger is better), eight bits a pass from the top, stopping as soon as every key
 // sharing the selected prefix is taken; then the k keys are collected and bitonic-sorted in
@@ -21,6 +22,9 @@ namespace {
 
 constexpr int kThreads = 1024;  // block size; also the most candidates (kMaxPickK)
 
+// Neither NaN nor an infinity: the exponent bits not all ones.
+__device__ __forceinline__ bool finite_value(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
+
 // Larger float -> larger key; -0 and +0 one key; NaN below everything.
 __device__ __forceinline__ uint32_t order_key(float v) {
   if (v != v) return 0u;
@@ -36,18 +40,24 @@ __device__ __forceinline__ uint64_t cand_key(float v, int id) {
 __device__ void argmax_row(const float* __restrict__ x, int vocab, int32_t* out) {
   __shared__ float sv[kThreads];
   __shared__ int si[kThreads];
+  __shared__ int s_bad;
   const int t = threadIdx.x;
+  if (t == 0) s_bad = 0;
   float bv = 0.f;
   int bi = INT_MAX;  // no candidate yet
+  bool bad = false;
   for (int i = t; i < vocab; i += blockDim.x) {
     const float v = x[i];
-    if (v == v && (bi == INT_MAX || v > bv)) {  // NaN never; the first of equal values
+    bad |= !finite_value(v);
+    if (bi == INT_MAX || v > bv) {  // the first of equal values
       bv = v;
       bi = i;
     }
   }
   sv[t] = bv;
   si[t] = bi;
+  __syncthreads();     // s_bad's reset is seen by every thread
+  if (bad) s_bad = 1;  // the same value from any thread; read after the loop's barriers
   for (int half = blockDim.x / 2; half > 0; half >>= 1) {
     __syncthreads();
     if (t < half) {
@@ -60,7 +70,7 @@ __device__ void argmax_row(const float* __restrict__ x, int vocab, int32_t* out)
     }
   }
   __syncthreads();
-  if (t == 0) *out = (si[0] == INT_MAX || x[0] != x[0]) ? 0 : si[0];
+  if (t == 0) *out = (s_bad || si[0] == INT_MAX) ? -1 : si[0];
 }
 
 __device__ void topk_row(const float* __restrict__ x, int vocab, int k, float temperature,
@@ -68,11 +78,12 @@ __device__ void topk_row(const float* __restrict__ x, int vocab, int k, float te
   __shared__ unsigned hist[256];
   __shared__ uint64_t keys[kThreads];
   __shared__ uint64_t s_prefix, s_mask;
-  __shared__ int s_remaining, s_done;
+  __shared__ int s_remaining, s_done, s_bad;
   __shared__ unsigned s_count;
   const int t = threadIdx.x;
   if (k > vocab) k = vocab;
   if (t == 0) {
+    s_bad = 0;
     s_prefix = 0;
     s_mask = 0;
     s_remaining = k;
@@ -83,10 +94,13 @@ __device__ void topk_row(const float* __restrict__ x, int vocab, int k, float te
     for (int d = t; d < 256; d += blockDim.x) hist[d] = 0;
     __syncthreads();
     const uint64_t prefix = s_prefix, mask = s_mask;
+    bool bad = false;
     for (int i = t; i < vocab; i += blockDim.x) {
+      bad |= shift == 56 && !finite_value(x[i]);  // the first pass reads every value
       const uint64_t key = cand_key(x[i] / temperature, i);
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u);
     }
+    if (bad) s_bad = 1;
     __syncthreads();
     if (t == 0) {
       // The digit holding the remaining-th best key; keys of larger digits are all taken.
@@ -140,6 +154,7 @@ __device__ void topk_row(const float* __restrict__ x, int vocab, int k, float te
     out[i].value = x[id] / temperature;
     out[i].id = id;
   }
+  if (t == 0 && s_bad) out[0].id = -1;  // thread 0 wrote out[0] above
 }
 
 __global__ void pick_kernel(const float* __restrict__ logits, int vocab, const PickArgs* __restrict__ rows,

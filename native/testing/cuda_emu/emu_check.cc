@@ -871,9 +871,10 @@ void gdn_conv_tests() {
 void pick_kernel_tests() {
   Lcg rng{2026};
   // Row kinds: 0 spread values, 1 few levels (many ties), 2 NaN first, 3 NaN and -inf scattered,
-  // 4 signed zeros and a few +-1, 5 all -inf. Top-k is checked on rows without NaN (the host
-  // sort has no order for NaN); argmax on all.
-  constexpr int kKinds = 6;
+  // 4 signed zeros and a few +-1, 5 all -inf, 6 one +inf. Argmax on all (-1 where a value is not
+  // finite); top-k on all: the host's candidates where every value is finite, else a first
+  // candidate of id -1 (the host sort has no order for NaN).
+  constexpr int kKinds = 7;
   auto row_of = [&](int kind, int vocab) {
     std::vector<float> x(static_cast<size_t>(vocab));
     for (int i = 0; i < vocab; ++i) {
@@ -886,6 +887,7 @@ void pick_kernel_tests() {
       x[static_cast<size_t>(i)] = v;
     }
     if (kind == 2) x[0] = NAN;
+    if (kind == 6) x[static_cast<size_t>(vocab / 3)] = INFINITY;
     return x;
   };
   int launches = 0, bad = 0;
@@ -893,7 +895,7 @@ void pick_kernel_tests() {
     for (float temp : {1.f, 0.7f}) {
       for (int k_req : {1, 3, 64, 1000, 1024}) {
         const int k = std::min(k_req, vocab);
-        // Rows [0, kKinds): argmax; rows [kKinds, 2 kKinds): top-k (mode 0 where the row has NaN).
+        // Rows [0, kKinds): argmax; rows [kKinds, 2 kKinds): top-k.
         const int n = 2 * kKinds;
         std::vector<float> logits;
         std::vector<cuda::PickArgs> args(static_cast<size_t>(n));
@@ -904,7 +906,7 @@ void pick_kernel_tests() {
           logits.insert(logits.end(), x.begin(), x.end());
           if (r < kKinds) {
             args[r] = cuda::PickArgs{1, 0, 1.f, 0};
-          } else if (kind != 2 && kind != 3) {
+          } else {
             args[r] = cuda::PickArgs{2, k, temp, n_cands};
             n_cands += k;
           }
@@ -923,8 +925,13 @@ void pick_kernel_tests() {
           if (args[r].mode == 1 && got_ids[r] != argmax_scalar(x, vocab)) {
             if (bad++ < 5) std::printf("  argmax vocab %d kind %d: got %d, host %d\n", vocab, r % kKinds, got_ids[r], argmax_scalar(x, vocab));
           }
-          if (args[r].mode == 0 && got_ids[r] != -7) ++bad;  // untouched
           if (args[r].mode != 2) continue;
+          if (!row_finite(x, vocab)) {
+            if (got_cands[static_cast<size_t>(args[r].out)].id != -1 && bad++ < 5)
+              std::printf("  top-%d vocab %d kind %d: a row not finite, first candidate id %d\n", k, vocab, r % kKinds,
+                          got_cands[static_cast<size_t>(args[r].out)].id);
+            continue;
+          }
           const int m = top_candidates(x, vocab, k, temp, nullptr, work);
           for (int j = 0; j < m; ++j) {
             const PickCandidate& g = got_cands[static_cast<size_t>(args[r].out + j)];
@@ -945,7 +952,7 @@ void pick_kernel_tests() {
     }
   }
   char buf[160];
-  std::snprintf(buf, sizeof buf, "sampling picks: argmax and top-k (k 1..1024, vocab 1..4099, ties, signed zeros, -inf, NaN) = host, %d launches", launches);
+  std::snprintf(buf, sizeof buf, "sampling picks: argmax and top-k (k 1..1024, vocab 1..4099, ties, signed zeros, -inf, NaN, +inf) = host, %d launches", launches);
   report(bad == 0, buf);
 }
 

@@ -100,12 +100,13 @@ float exp_shift_sum(float* x, int64_t n, float shift) {
 int32_t argmax(const float* x, int64_t n) {
   // One pass (the logits row is read once: a decode step's picks read rows of ~1 MB that the head
   // just wrote): per lane the largest value and the index it was first seen at (a lane takes a
-  // value only when strictly greater; NaN never is; indices as floats, exact below 2^24), then the
-  // largest value over the lanes and the lowest index holding it, then the tail in order. As
-  // argmax_scalar: the lowest index of a tie, and NaN never wins unless it is x[0].
+  // value only when strictly greater; indices as floats, exact below 2^24), and per lane the sum
+  // of x - x, which is 0 for finite values and NaN once a NaN or infinity passed; then the largest
+  // value over the lanes and the lowest index holding it, then the tail in order. As
+  // argmax_scalar: the lowest index of a tie, and -1 when a value is not finite.
   if (n <= 0) return 0;
-  if (x[0] != x[0]) return 0;
-  vf v0 = vset1(x[0]), v1 = v0, i0 = vzero(), i1 = i0;
+  if (!std::isfinite(x[0])) return -1;
+  vf v0 = vset1(x[0]), v1 = v0, i0 = vzero(), i1 = i0, f0 = vzero(), f1 = vzero();
   int64_t i = 0;
   if (n < (int64_t{1} << 24)) {
     alignas(64) static constexpr float kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
@@ -117,14 +118,19 @@ int32_t argmax(const float* x, int64_t n) {
       v0 = vgt_select(a, v0, a, v0);
       i1 = vgt_select(b, v1, vadd(idx, half), i1);
       v1 = vgt_select(b, v1, b, v1);
+      f0 = vadd(f0, vsub(a, a));
+      f1 = vadd(f1, vsub(b, b));
       idx = vadd(idx, step);
     }
   }
-  alignas(64) float v[2 * VW], ix[2 * VW];
+  alignas(64) float v[2 * VW], ix[2 * VW], fin[VW];
   vstore(v, v0);
   vstore(v + VW, v1);
   vstore(ix, i0);
   vstore(ix + VW, i1);
+  vstore(fin, vadd(f0, f1));
+  for (int l = 0; l < VW; ++l)
+    if (fin[l] != 0.f) return -1;
   float best = x[0];
   int64_t at = 0;
   for (int l = 0; l < 2 * VW; ++l) {
@@ -134,11 +140,13 @@ int32_t argmax(const float* x, int64_t n) {
       at = li;
     }
   }
-  for (; i < n; ++i)
+  for (; i < n; ++i) {
+    if (!std::isfinite(x[i])) return -1;
     if (x[i] > best) {
       best = x[i];
       at = i;
     }
+  }
   return static_cast<int32_t>(at);
 }
 
