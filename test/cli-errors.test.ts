@@ -103,6 +103,15 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
     expect(small.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --kv-memory: KV pool too small: /);
   });
 
+  it('a KV cache the flags ask for that cannot be had: serve exits 2 naming the flag, a sweep row names it (both quoted the engine alone)', async () => {
+    const serve = await bench(['serve', '--port', '0', '--kv-memory', '64KiB']);
+    expect(serve.code).toBe(2);
+    expect(serve.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --kv-memory: KV pool too small: /);
+    const sweep = await bench(['--cells', '8:4', '--concurrency', '1', '--warmup', '0', '--kv-memory', '64KiB']);
+    expect(sweep.code).toBe(3);
+    expect(sweep.stdout).toContain('model failed to load: --kv-memory: KV pool too small: ');
+  });
+
   it('a model whose logits are NaN: exit 1 saying so, no tokens printed (it printed token 0 every time, exit 0)', async () => {
     const f = await nanFixture();
     const r = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1,2', '--max-new-tokens', '2']);

@@ -324,6 +324,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
         case EngineEvent::kLoadError:
           o.Set("type", "loadError");
           o.Set("error", e.error);
+          if (!e.error_code.empty()) o.Set("code", e.error_code);
           break;
       }
       arr.Set(i++, o);

@@ -183,7 +183,7 @@ void Engine::load() {
   try {
     init_kv_caches(n_snapshots);
   } catch (const std::bad_alloc&) {
-    throw std::runtime_error("out of host memory allocating the caches (the KV pool: " + pool_request_ +
+    throw KvMemoryError("out of host memory allocating the caches (the KV pool: " + pool_request_ +
                              "); give less KV memory (a smaller kv_memory_bytes or max_seq x max_seqs)");
   }
   CounterSink& counters = *this;
@@ -281,7 +281,7 @@ void Engine::size_kv_pool(int n_snapshots) {
     how = buf;
   }
   if (ec_.paged && block_bytes_ > 0 && n_blocks < blocks_per_seq_)
-    throw std::runtime_error("KV pool too small: " + how + " holds " + std::to_string(n_blocks) + " blocks of " +
+    throw KvMemoryError("KV pool too small: " + how + " holds " + std::to_string(n_blocks) + " blocks of " +
                              std::to_string(ec_.block_size) + " tokens (" + std::to_string(block_bytes_) +
                              " bytes each), one max_seq " + std::to_string(ec_.max_seq) + " sequence needs " +
                              std::to_string(blocks_per_seq_) + " (" +
@@ -298,7 +298,7 @@ void Engine::size_kv_pool(int n_snapshots) {
       std::snprintf(buf, sizeof buf, "the KV cache (%.1f MiB: %lld blocks of %zu bytes, sized by %s, and the recurrent states) "
                     "exceeds the %.1f MiB of available host memory; give less KV memory",
                     want / 1048576.0, static_cast<long long>(n_blocks), block_bytes_, source.c_str(), avail / 1048576.0);
-      throw std::runtime_error(buf);
+      throw KvMemoryError(buf);
     }
   }
   {
@@ -542,6 +542,7 @@ void Engine::run() {
     EngineEvent e;
     e.kind = EngineEvent::kLoadError;
     e.error = ex.what();
+    if (dynamic_cast<const KvMemoryError*>(&ex)) e.error_code = "kv_memory";
     push(std::move(e));
     return;
   }

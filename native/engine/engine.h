@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -66,6 +67,13 @@ struct EngineConfig {
   uint64_t synthetic_seed = 1;
 };
 
+// The KV cache the options ask for cannot be had (a pool too small for one max_seq sequence, or
+// more than the memory there is): a load error the caller can answer by naming the option that
+// sized it. It reaches JS as an error whose code is "kv_memory".
+struct KvMemoryError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct EngineEvent {
   // kStep: once per step that generated tokens, with their count (progress without per-token events).
   enum Kind { kToken, kStep, kDone, kLoadProgress, kLoaded, kLoadError } kind = kToken;
@@ -81,6 +89,7 @@ struct EngineEvent {
   // kDone
   std::string finish;
   std::string error;
+  std::string error_code;  // kLoadError: "kv_memory" for a KvMemoryError, else empty
   std::vector<int32_t> tokens;
   std::vector<int64_t> token_ns;
   int64_t enqueue_ns = 0;

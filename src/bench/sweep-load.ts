@@ -1,6 +1,8 @@
 // The sweep's model load: the checkpoint (a bad --model-path is a usage error), then the engine,
 // each stage rendered and recorded in the report; the engine is null when it failed to load.
 import { performance } from 'node:perf_hooks';
+import { KvMemoryError } from '../engine/engine.js';
+import { kvMemoryFlags } from '../engine/options.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError, type ModelCheckpoint, type SyntheticWeights } from '../model/types.js';
@@ -63,7 +65,8 @@ export async function loadModel(
   try {
     engine = await backend.loadEngine(ckpt, opts, { onLoadProgress: (d, t) => renderer.loadProgress(d, t) });
   } catch (err) {
-    loadError = errMessage(err);
+    // A KV cache the flags ask for that cannot be had: the flags named, as a usage error would.
+    loadError = err instanceof KvMemoryError ? `${kvMemoryFlags(cfg.kvMemory)}: ${err.message}` : errMessage(err);
   }
   const loadMs = performance.now() - te0;
   if (engine === null) return { ckpt, opts, engine, loadError };

@@ -8,7 +8,7 @@ import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError } from '../model/types.js';
-import { loadEngine } from '../engine/engine.js';
+import { KvMemoryError, loadEngine } from '../engine/engine.js';
 import { resolveDevice } from '../engine/device.js';
 import { engineLimits } from '../engine/limits.js';
 import { checkKvMemoryForDevice, engineOptionsFrom } from '../engine/options.js';
@@ -153,8 +153,8 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   } catch (err) {
     // A KV cache that cannot be had: --kv-memory's doing when given; else (the CPU sizes the pool for
     // one sequence: there is no --max-seq here) the prompt's and --max-new-tokens'.
-    const msg = err instanceof Error ? err.message : String(err);
-    if (/^(KV pool too small|the KV cache \(|out of host memory allocating the caches)/.test(msg)) {
+    if (err instanceof KvMemoryError) {
+      const msg = err.message;
       if (flags.kvMemory !== null) throw new UsageError(`--kv-memory: ${msg}`);
       if (device === 'cpu') {
         const flag = opts.maxNewTokens > 0 ? '--max-new-tokens' : opts.promptIds ? '--prompt-ids' : '--prompt';

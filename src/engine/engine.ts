@@ -242,7 +242,7 @@ export function loadEngine(
         } else if (ev.type === 'loadError' && !settled) {
           settled = true;
           native?.close();
-          reject(new Error(ev.error));
+          reject(ev.code === 'kv_memory' ? new KvMemoryError(ev.error) : new Error(ev.error));
         }
       }
       if (engine) engine.handle(events.filter((e) => e.type === 'token' || e.type === 'step' || e.type === 'done'));
@@ -253,6 +253,15 @@ export function loadEngine(
       reject(err instanceof Error ? err : new Error(String(err)));
     }
   });
+}
+
+/**
+ * A load failure because the KV cache the options ask for cannot be had: a pool too small for one
+ * max-seq sequence, or more than the memory there is (the engine's KvMemoryError, event code
+ * 'kv_memory'). Callers name the flag that sized it (options.ts, kvMemoryFlags).
+ */
+export class KvMemoryError extends Error {
+  readonly code = 'kv_memory';
 }
 
 /** True when this build has the CUDA backend and a GPU is visible. */

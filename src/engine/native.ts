@@ -18,6 +18,8 @@ export interface NativeEvent {
   topLogprobs?: number[];
   finish?: string;
   error?: string;
+  /** 'loadError': 'kv_memory' when the KV cache the options ask for cannot be had. */
+  code?: string;
   tokens?: number[];
   tokenMs?: number[];
   enqueueMs?: number;

@@ -43,6 +43,15 @@ export interface ServingFlags {
   kvCacheDtype: KvCacheDtype;
 }
 
+/**
+ * The flags that sized a KV cache the engine could not have (a KvMemoryError at load): --kv-memory
+ * when given; else --max-seq and --max-seqs (the CPU's pool holds max-seq x max-seqs tokens; the
+ * CUDA default share must hold one max-seq sequence).
+ */
+export function kvMemoryFlags(kv: KvMemory | null): string {
+  return kv !== null ? '--kv-memory' : '--max-seq / --max-seqs';
+}
+
 /** The KV pool options of the engine: --kv-memory, or the device's default (paged pools only). */
 export function kvMemoryOptions(kv: KvMemory | null, device: Device, layout: KvLayout): Pick<EngineOptions, 'kvMemoryBytes' | 'kvMemoryFraction'> {
   if (layout !== 'paged') return {};

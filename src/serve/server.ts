@@ -7,8 +7,9 @@ import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { colorEnabled, engineLine, HumanRenderer, kvPoolFacts, LogRenderer, type SweepRenderer } from '../bench/render.js';
 import { createLogger } from '../bench/logger.js';
 import { usableCpus } from '../engine/native.js';
-import { engineOptionsFrom, type ServingFlags } from '../engine/options.js';
-import { loadEngine, type EngineInternals } from '../engine/engine.js';
+import { engineOptionsFrom, kvMemoryFlags, type ServingFlags } from '../engine/options.js';
+import { KvMemoryError, loadEngine, type EngineInternals } from '../engine/engine.js';
+import { UsageError } from '../util/usage-error.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { loadModel, loadModelTokenizerParts } from '../model/model-path.js';
 import { synthGenerationConfig } from '../model/synth.js';
@@ -234,7 +235,8 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     await app.close();
     await encoder.close();
     renderer.close();
-    throw err;
+    // A KV cache the flags ask for that cannot be had: a usage error naming them.
+    throw err instanceof KvMemoryError ? new UsageError(`${kvMemoryFlags(o.engine.kvMemory)}: ${err.message}`) : err;
   }
   const serveEngine = new ServeEngine(engine);
   ctx.engine = serveEngine;
