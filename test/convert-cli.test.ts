@@ -8,7 +8,10 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { convertCheckpoint } from '../src/convert/convert.js';
+import { convertCheckpoint, planTensors, quantizerWorkers } from '../src/convert/convert.js';
+import { GGML_CODECS } from '../src/convert/ggml-codec.js';
+import { usableCpus } from '../src/engine/native.js';
+import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { parseGgufHeader } from '../src/model/gguf-reader.js';
 import { loadModel, loadModelTokenizer } from '../src/model/model-path.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
@@ -87,6 +90,17 @@ describe('bench convert --out that cannot be written', () => {
       const r = await convert(['--model-path', base, '--out', long, '--threads', threads]);
       expect(usageLine(r)).toBe(`bench: --out ${long}: cannot create the temporary file ${join(work, `.${'a'.repeat(250)}.gguf.`)}${/\.(\d+)\.partial/.exec(r.stderr)?.[1]}.partial (ENAMETOOLONG)`);
     }
+  }, 60_000);
+
+  it('a path that names a directory by its form (a trailing "/", a last part "." or ".."): a usage error, no file written', async () => {
+    const at = join(work, 'slash');
+    mkdirSync(at);
+    // "new/" does not exist: path.resolve drops the slash, and the GGUF was written as a file named "new".
+    for (const out of [`${join(at, 'new')}/`, `${at}/.`, `${join(at, 'sub')}/..`]) {
+      const r = await convert(['--model-path', base, '--out', out, '-q']);
+      expect(usageLine(r)).toBe(`bench: --out ${out}: names a directory, not a file; give the file's name too`);
+    }
+    expect(readdirSync(at)).toEqual([]);
   }, 60_000);
 });
 
@@ -169,6 +183,96 @@ describe('bench convert --out naming one of its inputs', () => {
   }, 120_000);
 });
 
+describe('bench convert --out naming a file the checkpoint directory would read, not there yet', () => {
+  it('is a usage error naming --out and the name (by path or through a linked directory); nothing is written; another name there is fine', async () => {
+    const dir = copy(); // no chat_template.jinja, no index, one model.safetensors
+    const files = readdirSync(dir).sort();
+    const links = join(work, 'links-missing');
+    mkdirSync(links);
+    symlinkSync(dir, join(links, 'dir-link'));
+    const cases: Array<[string, string]> = [
+      [join(dir, 'chat_template.jinja'), 'chat_template.jinja'],
+      [join(dir, 'model.safetensors.index.json'), 'model.safetensors.index.json'],
+      [join(dir, 'model-00001-of-00002.safetensors'), 'model-00001-of-00002.safetensors'],
+      [join(links, 'dir-link', 'chat_template.jinja'), 'chat_template.jinja'],
+    ];
+    for (const [out, name] of cases) {
+      for (const threads of ['1', '2']) {
+        const r = await convert(['--model-path', dir, '--out', out, '--dtype', 'q8_0', '--threads', threads]);
+        expect(usageLine(r), out).toBe(`bench: --out ${out}: ${name} in the checkpoint directory ${dir} is a file its loader reads as part of the model; choose another name or directory`);
+      }
+    }
+    expect(readdirSync(dir).sort()).toEqual(files);
+    // A name the loader does not read: the GGUF may sit beside the checkpoint, which still loads as one.
+    const ok = await convert(['--model-path', dir, '--out', join(dir, 'model.gguf'), '-q']);
+    expect(ok, ok.stderr).toEqual({ code: 0, signal: null, stderr: '' });
+    expect(loadModel(dir, { hash: false }).format?.container).not.toBe('gguf');
+  }, 120_000);
+});
+
+describe('bench convert when a write fails part way', () => {
+  // A real file-size limit (bash's `ulimit -f`, in KiB): a write past it fails with EFBIG (Node
+  // ignores SIGXFSZ), as a write to a full disk fails with ENOSPC, through the same path.
+  function limited(kib: number, args: string[]): Promise<Run> {
+    return new Promise((done) => {
+      execFile('bash', ['-c', `ulimit -f ${kib} && exec "$0" "$@"`, process.execPath, BENCH, 'convert', ...args],
+        { cwd: ROOT, timeout: 60_000, killSignal: 'SIGKILL' }, (err, _stdout, stderr) => {
+          const e = err as (Error & { code?: number | string; signal?: NodeJS.Signals | null }) | null;
+          done({ code: e ? (typeof e.code === 'number' ? e.code : null) : 0, signal: e?.signal ?? null, stderr });
+        });
+    });
+  }
+
+  it('in the header or in a tensor: exit 1, one line naming the temporary file and the errno, and the file is removed', async () => {
+    const ref = join(work, 'write-fail-ref.gguf');
+    await convertCheckpoint(base, ref, { dtype: 'q8_0' });
+    const { dataStart, fileSize } = parseGgufHeader(ref);
+    const inHeader = Math.floor(dataStart / 2048); // half the header
+    const inData = Math.floor(fileSize / 2048); // half the file: inside the tensor data
+    expect(inHeader).toBeGreaterThan(0);
+    expect(inData * 1024).toBeGreaterThan(dataStart);
+    for (const kib of [inHeader, inData]) {
+      for (const threads of ['1', '2']) {
+        const outDir = join(work, `write-fail-${kib}-${threads}`);
+        mkdirSync(outDir);
+        const r = await limited(kib, ['--model-path', base, '--out', join(outDir, 'm.gguf'), '--dtype', 'q8_0', '--threads', threads]);
+        expect(r.signal, r.stderr).toBeNull();
+        expect(r.code, r.stderr).toBe(1);
+        const pid = /\.m\.gguf\.(\d+)\.partial/.exec(r.stderr)?.[1];
+        expect(r.stderr).toBe(`bench convert: writing ${join(outDir, `.m.gguf.${pid}.partial`)} failed: file too large (EFBIG)\n`);
+        expect(readdirSync(outDir)).toEqual([]);
+      }
+    }
+  }, 120_000);
+});
+
+describe('bench convert --threads', () => {
+  it('starts no more quantizer workers than the usable CPUs, and none for a float dtype', async () => {
+    const cpus = usableCpus();
+    const out = join(work, 'threads.gguf');
+    const r = await convert(['--model-path', base, '--out', out, '--dtype', 'q8_0', '--threads', '1024']);
+    expect(r.code, r.stderr).toBe(0);
+    const workers = quantizerWorkers(planTensors(loadCheckpoint(base), 'q8_0'), cpus);
+    expect(r.stderr).toContain(`(${workers > 1 ? `${workers} quantizer threads; ` : ''}--threads 1024 capped at the ${cpus} usable CPUs)\n`);
+    const f = await convert(['--model-path', base, '--out', out, '--dtype', 'f32', '--threads', '2']);
+    expect(f.code, f.stderr).toBe(0);
+    expect(f.stderr).not.toContain('quantizer threads');
+  }, 60_000);
+
+  it('no more workers than the pieces there are to quantize', () => {
+    const ckpt = loadCheckpoint(base);
+    const q8 = planTensors(ckpt, 'q8_0');
+    // writeWithPool's pieces: about 2^20 values of whole rows each, for every block-quantized tensor.
+    const pieces = q8.filter((p) => GGML_CODECS[p.type].block > 1)
+      .reduce((n, p) => n + Math.ceil(p.rows / Math.max(1, Math.floor(2 ** 20 / p.rowLen))), 0);
+    expect(pieces).toBeGreaterThan(1);
+    expect(pieces).toBeLessThan(1024);
+    expect(quantizerWorkers(q8, 1024)).toBe(pieces);
+    expect(quantizerWorkers(q8, 2)).toBe(2);
+    expect(quantizerWorkers(planTensors(ckpt, 'f32'), 1024)).toBe(1);
+  });
+});
+
 /** The state letter of a process (/proc/PID/stat: R running, S sleeping, T stopped, ...), or null once it is gone. */
 function procState(pid: number): string | null {
   try {
@@ -208,6 +312,45 @@ describe('bench convert stopped by a signal', () => {
       expect(end, stderr).toEqual({ code, signal: null });
       expect(stderr.trim()).toBe(`bench convert: ${sig}: stopped; removed the unfinished ${partial}`);
       expect(readdirSync(outDir)).toEqual([]);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGKILL');
+        await exited;
+      }
+    }
+  }, 60_000);
+});
+
+describe('bench convert: a signal once the file is in place', () => {
+  // The child stops itself right after the rename of its complete temporary file
+  // (test/helpers/stop-after-rename.cjs); the signal is sent while it is stopped, then it continues.
+  it.each([
+    ['SIGINT', '2', 'q4_k_m'],
+    ['SIGTERM', '2', 'q8_0'],
+    ['SIGINT', '1', 'f32'],
+  ] as const)('%s (--threads %s, --dtype %s): the conversion stands, exit 0, the file kept', async (sig, threads, dtype) => {
+    const outDir = join(work, `late-${sig}-${threads}-${dtype}`);
+    mkdirSync(outDir);
+    const out = join(outDir, 'model.gguf');
+    const child = spawn(process.execPath, ['--require', join(ROOT, 'test', 'helpers', 'stop-after-rename.cjs'), BENCH, 'convert',
+      '--model-path', base, '--out', out, '--dtype', dtype, '--threads', threads], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) => child.on('exit', (c, s) => done({ code: c, signal: s })));
+    try {
+      while (child.exitCode === null && child.signalCode === null && procState(child.pid!) !== 'T') await new Promise((r) => setTimeout(r, 20));
+      expect(procState(child.pid!), stderr).toBe('T');
+      expect(readdirSync(outDir)).toEqual(['model.gguf']);
+      child.kill(sig);
+      child.kill('SIGCONT');
+      const end = await exited;
+      expect(end, stderr).toEqual({ code: 0, signal: null });
+      expect(stderr).toMatch(new RegExp(`^convert: wrote ${out.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(${dtype}; `));
+      expect(stderr).not.toContain('stopped');
+      expect(readdirSync(outDir)).toEqual(['model.gguf']);
+      const ref = join(work, `late-ref-${dtype}.gguf`);
+      if (!existsSync(ref)) await convertCheckpoint(base, ref, { dtype });
+      expect(createHash('sha256').update(readFileSync(out)).digest('hex')).toBe(createHash('sha256').update(readFileSync(ref)).digest('hex'));
     } finally {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGKILL');

@@ -2,12 +2,12 @@
 import { existsSync, rmSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Command } from 'commander';
-import { ConvertError, ConvertOutputError, OUT_DTYPES, partialFileOf, writeGgufParallel, type OutDtype } from '../convert/convert.js';
+import { ConvertError, ConvertIoError, ConvertOutputError, OUT_DTYPES, partialFileOf, writeGgufParallel, type OutDtype } from '../convert/convert.js';
 import { QUANT_DTYPES, QUANT_SCHEMES } from '../convert/quant-mix.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { isSyntheticModelPath } from '../model/synthetic-model.js';
 import { CheckpointError, type DType } from '../model/types.js';
-import { checkWritableFile } from '../util/output-dir.js';
+import { checkNamesFile, checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 import { usableCpus } from '../engine/native.js';
 import { EXIT_INTERRUPTED, EXIT_TERMINATED } from '../bench/sweep-signals.js';
@@ -35,13 +35,14 @@ export function convertCommand(setResult: (code: number) => void): Command {
       QUANT_DTYPES.map((d) => `  ${d.padEnd(7)} ${QUANT_SCHEMES[d].summary}`).join('\n') +
       '\nRows whose length the type\'s block does not divide fall back as llama-quantize does: Q4_K -> Q5_0, ' +
       'Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, and F16 when 32 does not divide either. Tensors are streamed; the file appears ' +
-      'only once complete. Exit status: 0 written, 2 usage error, 130 SIGINT / 143 SIGTERM (the unfinished file is removed).',
+      'only once complete. Exit status: 0 written, 1 a read or write failed (a full disk), 2 usage error, 130 SIGINT / ' +
+      '143 SIGTERM (the unfinished file is removed).',
     )
     .option('--model-path <dir>', 'checkpoint directory (config.json, *.safetensors, tokenizer.json)')
     .option('--out <file>', 'output GGUF file')
     .option('--dtype <dtype>', `weight type: ${OUT_DTYPES.join(' | ')} (default: the checkpoint's dtype)`)
     .option('--mtp', 'also write the MTP block (nextn tensors at layer num_hidden_layers)')
-    .option('--threads <n>', 'quantizer threads for the block types (the bytes do not depend on it) (default: the usable CPUs)')
+    .option('--threads <n>', 'quantizer threads for the block types, at most the usable CPUs (the bytes do not depend on it) (default: the usable CPUs)')
     .option('-q, --quiet', 'no progress or summary on stderr')
     .action(async (raw: RawConvertOptions) => {
       if (!raw.modelPath) throw new UsageError('convert: --model-path <dir> is required');
@@ -54,19 +55,27 @@ export function convertCommand(setResult: (code: number) => void): Command {
       if (!statSync(dir).isDirectory()) {
         throw new UsageError(`--model-path ${raw.modelPath}: a file, not a directory (convert reads a safetensors checkpoint directory${dir.toLowerCase().endsWith('.gguf') ? '; a GGUF is already converted' : ''})`);
       }
+      checkNamesFile('--out', raw.out);
       const out = resolve(raw.out);
       checkWritableFile('--out', out, { replaced: true }); // written beside it, renamed over it
       let dtype: OutDtype | undefined;
       if (raw.dtype !== undefined) dtype = oneOf('--dtype', raw.dtype.toLowerCase(), OUT_DTYPES);
       const threads = raw.threads !== undefined ? parseCount('--threads', raw.threads, 1, 1024) : undefined;
+      // More CPU-bound workers than CPUs only add memory (each its own heap, two pieces in flight).
+      const cpus = usableCpus();
+      const maxThreads = Math.min(threads ?? cpus, cpus);
 
       const progress = !raw.quiet && process.stderr.isTTY === true;
       let lastPct = -1;
       // SIGINT / SIGTERM: nothing is worth finishing; remove the unfinished file and leave at once,
       // 130 or 143 as the sweep (src/bench/sweep-signals.ts). The writer yields between pieces, so
-      // this runs mid-conversion.
+      // this runs mid-conversion. Once the complete file is in place (onComplete, right after the
+      // rename) a signal has nothing left to stop: what remains is the summary line, and the run
+      // ends 0 as it was going to.
       const partial = partialFileOf(out);
+      let complete = false;
       const onSignal = (sig: NodeJS.Signals) => {
+        if (complete) return;
         let removed = false;
         try {
           removed = existsSync(partial);
@@ -84,7 +93,8 @@ export function convertCommand(setResult: (code: number) => void): Command {
         const res = await writeGgufParallel(ckpt, out, {
           dtype: resolved,
           mtp: raw.mtp ?? false,
-          threads: threads ?? usableCpus(),
+          threads: maxThreads,
+          onComplete: () => { complete = true; },
           onProgress: progress
             ? (done, total) => {
               const pct = Math.floor((100 * done) / Math.max(1, total));
@@ -100,15 +110,25 @@ export function convertCommand(setResult: (code: number) => void): Command {
           const counts = new Map<string, number>();
           for (const t of res.tensorTypes.values()) counts.set(t, (counts.get(t) ?? 0) + 1);
           const types = [...counts].map(([t, n]) => `${n} ${t}`).join(', ');
+          const notes: string[] = [];
+          if (res.quantizerThreads > 1) notes.push(`${res.quantizerThreads} quantizer threads`);
+          if (threads !== undefined && threads > cpus) notes.push(`--threads ${threads} capped at the ${cpus} usable CPUs`);
           process.stderr.write(
             `convert: wrote ${out} (${res.dtype}; ${res.tensorCount} tensors: ${types}; ` +
             `${(res.fileBytes / 2 ** 20).toFixed(1)} MiB) in ${res.seconds.toFixed(1)} s` +
-            `${res.quantizerThreads > 1 ? ` (${res.quantizerThreads} quantizer threads)` : ''}\n`,
+            `${notes.length > 0 ? ` (${notes.join('; ')})` : ''}\n`,
           );
         }
         setResult(0);
       } catch (err) {
         if (progress) process.stderr.write('\n');
+        if (err instanceof ConvertIoError) {
+          // The temporary file was removed on the way out; say so only if it is still there.
+          const left = existsSync(partial) ? `; the unfinished ${partial} could not be removed` : '';
+          process.stderr.write(`bench convert: ${err.message}${left}\n`);
+          setResult(1);
+          return;
+        }
         if (err instanceof ConvertOutputError) throw new UsageError(`--out ${raw.out}: ${err.message}`);
         if (err instanceof CheckpointError || err instanceof ConvertError) throw new UsageError(err.message);
         throw err;

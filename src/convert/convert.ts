@@ -5,7 +5,8 @@
 import { closeSync, openSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { loadCheckpoint } from '../model/checkpoint.js';
-import { modelInputFiles } from '../model/model-path.js';
+import { isModelInputName, modelInputFiles } from '../model/model-path.js';
+import { errnoText } from '../util/errno-text.js';
 import { sameFileAmong } from '../util/same-file.js';
 import { buildTokenizer, readTokenizerParts } from '../model/tokenizer.js';
 import { tokenContent } from '../model/tokenizer-files.js';
@@ -37,6 +38,18 @@ export class ConvertError extends Error {
   }
 }
 
+/**
+ * A read or write that failed part way (a full disk, a file-size limit, an I/O error): one line naming
+ * the file and the errno's meaning. Not the input's fault nor the command line's: `bench convert`
+ * exits 1, not 2. The temporary file is removed before it is thrown.
+ */
+export class ConvertIoError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConvertIoError';
+  }
+}
+
 /** A problem with the output path (the CLI puts `--out FILE: ` before the message). */
 export class ConvertOutputError extends ConvertError {
   constructor(message: string) {
@@ -49,10 +62,18 @@ export interface ConvertOptions {
   dtype: OutDtype;
   /** Also write the MTP block as layer `num_hidden_layers` (nextn tensors). */
   mtp?: boolean;
-  /** Worker threads for the block-quantized types (writeGgufParallel; default 1: in this thread). */
+  /**
+   * Worker threads for the block-quantized types (writeGgufParallel; default 1: in this thread): at
+   * most this many, and never more than the pieces there are to quantize (quantizerWorkers).
+   */
   threads?: number;
   /** Progress: bytes of tensor data written so far out of the total. */
   onProgress?: (done: number, total: number, tensor: string) => void;
+  /**
+   * Called the moment the rename has put the complete file in place, before the call returns
+   * (`bench convert`: a signal from then on has nothing left to stop).
+   */
+  onComplete?: () => void;
 }
 
 export interface ConvertResult {
@@ -375,7 +396,14 @@ class SourceFiles {
     const fd = this.fd(file);
     let done = 0;
     while (done < into.length) {
-      const n = readSync(fd, into, done, into.length - done, position + done);
+      let n: number;
+      try {
+        n = readSync(fd, into, done, into.length - done, position + done);
+      } catch (err) {
+        const why = errnoText(err);
+        if (why === null) throw err;
+        throw new ConvertIoError(`reading ${file} failed: ${why}`);
+      }
       if (n === 0) throw new ConvertError(`${file}: unexpected end of file at byte ${position + done}`);
       done += n;
     }
@@ -479,7 +507,8 @@ interface WriteJob {
   files: SourceFiles;
   tmp: string;
   t0: number;
-  progress(p: TensorPlan, bytes: number): void;
+  /** Append the next bytes of `p` to the temporary file and count them. */
+  put(p: TensorPlan, bytes: Uint8Array): void;
 }
 
 /**
@@ -494,11 +523,34 @@ export function partialFileOf(outFile: string): string {
 /**
  * Refuse an output that is one of the inputs (the same device and inode): by path, also through a
  * linked directory, the rename at the end would replace the checkpoint's file with the GGUF; a link to
- * an input or a hard link of one would survive the rename, but naming one is surely a mistake.
+ * an input or a hard link of one would survive the rename, but naming one is surely a mistake. Refuse
+ * too a file not there yet whose name the checkpoint's loader reads in its directory (a GGUF written
+ * as DIR/tokenizer.json or DIR/chat_template.jinja would be read back as part of the model).
  */
 function checkOutputIsNoInput(ckpt: Checkpoint, outFile: string): void {
   const f = sameFileAmong(outFile, modelInputFiles(ckpt));
   if (f !== null) throw new ConvertOutputError(`the same file as ${f}, which convert reads; choose another path`);
+  if (isModelInputName(ckpt.dir, outFile)) {
+    throw new ConvertOutputError(`${basename(outFile)} in the checkpoint directory ${ckpt.dir} is a file its loader reads as part of the model; choose another name or directory`);
+  }
+}
+
+/** `step`, a write of the temporary file: a failed system call becomes a ConvertIoError naming the file. */
+function writing<T>(tmp: string, step: () => T): T {
+  try {
+    return step();
+  } catch (err) {
+    const why = errnoText(err);
+    if (why === null) throw err;
+    throw new ConvertIoError(`writing ${tmp} failed: ${why}`);
+  }
+}
+
+/** Remove a temporary file, whatever happens (a failure to remove it must not hide why it is removed). */
+function removeQuietly(file: string): void {
+  try {
+    rmSync(file, { force: true });
+  } catch { /* the caller reports what is left */ }
 }
 
 function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): WriteJob {
@@ -515,52 +567,64 @@ function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Wr
   try {
     w.open(tmp);
   } catch (err) {
-    // A directory that takes no files, a name too long once decorated, a full disk.
     w.abort();
+    removeQuietly(tmp); // (when the header write failed)
     const code = (err as NodeJS.ErrnoException).code;
     if (typeof code !== 'string') throw err; // not the file system's
-    try {
-      rmSync(tmp, { force: true }); // (when the header write failed)
-    } catch { /* not created */ }
-    throw new ConvertOutputError(`cannot create the temporary file ${tmp} (${code})`);
+    // Not created (a directory that takes no files, a name too long once decorated): the path's
+    // fault. Created, but the header did not fit (a full disk, a file-size limit): a write failure.
+    if ((err as NodeJS.ErrnoException).syscall === 'open') throw new ConvertOutputError(`cannot create the temporary file ${tmp} (${code})`);
+    throw new ConvertIoError(`writing ${tmp} failed: ${errnoText(err)}`);
   }
   let done = 0;
-  const progress = (p: TensorPlan, bytes: number) => {
-    done += bytes;
+  const put = (p: TensorPlan, bytes: Uint8Array) => {
+    writing(tmp, () => w.writeTensor(p.ggufName, bytes));
+    done += bytes.length;
     opts.onProgress?.(done, total, p.ggufName);
   };
-  return { plans, w, files: new SourceFiles(), tmp, t0, progress };
+  return { plans, w, files: new SourceFiles(), tmp, t0, put };
 }
 
-/** Complete the file and move it into place. */
+/** Complete the file and move it into place; `onComplete` runs at once after the rename. */
 function finishWrite(job: WriteJob, outFile: string, opts: ConvertOptions, quantizerThreads: number): ConvertResult {
   job.files.close();
-  job.w.close();
-  renameSync(job.tmp, outFile);
+  writing(job.tmp, () => job.w.close());
+  const fileBytes = writing(job.tmp, () => statSync(job.tmp).size);
+  try {
+    renameSync(job.tmp, outFile);
+  } catch (err) {
+    const why = errnoText(err);
+    if (why === null) throw err;
+    throw new ConvertIoError(`renaming ${job.tmp} to ${outFile} failed: ${why}`);
+  }
+  opts.onComplete?.();
   return {
     outFile,
     dtype: opts.dtype,
     tensorCount: job.plans.length,
-    fileBytes: statSync(outFile).size,
+    fileBytes,
     tensorTypes: new Map(job.plans.map((p) => [p.ggufName, ggmlTypeName(p.type)])),
     quantizerThreads,
     seconds: (performance.now() - job.t0) / 1000,
   };
 }
 
+/** Close everything and remove the temporary file; never throws (the error that led here is the one to report). */
 function abortWrite(job: WriteJob): void {
-  job.files.close();
-  job.w.abort();
-  rmSync(job.tmp, { force: true });
+  try {
+    job.files.close();
+  } catch { /* closing a read descriptor cannot lose anything */ }
+  try {
+    job.w.abort();
+  } catch { /* the file is removed below all the same */ }
+  removeQuietly(job.tmp);
 }
 
 /** Write every tensor in this thread, one piece per step (the caller may yield between steps). */
 function* writeSteps(job: WriteJob): Generator<void> {
   for (const p of job.plans) {
     for (const piece of tensorPieces(p, job.files, CHUNK_ELEMS, false)) {
-      const bytes = 'bytes' in piece ? piece.bytes : encodePiece(p, piece.vals, piece.r0);
-      job.w.writeTensor(p.ggufName, bytes);
-      job.progress(p, bytes.length);
+      job.put(p, 'bytes' in piece ? piece.bytes : encodePiece(p, piece.vals, piece.r0));
       yield;
     }
   }
@@ -581,23 +645,39 @@ export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOption
 /** Rows per piece handed to a quantizer worker (~4 MiB of f32): small enough to spread one tensor over the pool. */
 const POOL_CHUNK_ELEMS = 1 << 20;
 
+/** Whether the plan's pieces go to the quantizer workers (the block types; the float types are encoded here). */
+const pooled = (p: TensorPlan) => GGML_CODECS[p.type].block > 1;
+
+/** The pieces writeWithPool hands to the workers: more workers than these would have nothing to do. */
+function pooledPieces(plans: readonly TensorPlan[]): number {
+  let n = 0;
+  for (const p of plans) if (pooled(p)) n += Math.ceil(p.rows / Math.max(1, Math.floor(POOL_CHUNK_ELEMS / p.rowLen)));
+  return n;
+}
+
+/**
+ * The quantizer workers a conversion starts: `threads` (the caller's cap; the CLI's is the usable
+ * CPUs), but no more than the pieces there are to quantize (none for a float dtype).
+ */
+export function quantizerWorkers(plans: readonly TensorPlan[], threads: number): number {
+  return Math.max(1, Math.min(threads, pooledPieces(plans)));
+}
+
 /** Write every tensor, the block-quantized pieces encoded by the pool's workers. */
 async function writeWithPool(job: WriteJob, pool: EncodePool): Promise<void> {
   const queue: Array<{ plan: TensorPlan; bytes: Promise<Uint8Array> }> = [];
   const drain = async (keep: number) => {
     while (queue.length > keep) {
       const q = queue.shift()!;
-      const bytes = await q.bytes;
-      job.w.writeTensor(q.plan.ggufName, bytes);
-      job.progress(q.plan, bytes.length);
+      job.put(q.plan, await q.bytes);
     }
   };
   for (const p of job.plans) {
-    const pooled = GGML_CODECS[p.type].block > 1;
-    for (const piece of tensorPieces(p, job.files, pooled ? POOL_CHUNK_ELEMS : CHUNK_ELEMS, true)) {
+    const toPool = pooled(p);
+    for (const piece of tensorPieces(p, job.files, toPool ? POOL_CHUNK_ELEMS : CHUNK_ELEMS, true)) {
       let bytes: Promise<Uint8Array>;
       if ('bytes' in piece) bytes = Promise.resolve(piece.bytes);
-      else if (!pooled) bytes = Promise.resolve(encodePiece(p, piece.vals, piece.r0));
+      else if (!toPool) bytes = Promise.resolve(encodePiece(p, piece.vals, piece.r0));
       else {
         checkFinite(p, piece.vals, piece.r0);
         const r0 = piece.r0;
@@ -607,7 +687,7 @@ async function writeWithPool(job: WriteJob, pool: EncodePool): Promise<void> {
       queue.push({ plan: p, bytes });
       await drain(2 * pool.size);
       // A turn of the event loop per piece, so a signal handler runs (pieces the workers do not
-      // encode, and every piece of a float --dtype, never wait on them).
+      // encode never wait on them).
       await new Promise((r) => setImmediate(r));
     }
   }
@@ -615,20 +695,24 @@ async function writeWithPool(job: WriteJob, pool: EncodePool): Promise<void> {
 }
 
 /**
- * writeGguf with the block-quantized pieces encoded by `threads` worker threads (the same bytes;
- * in this thread when threads < 2 or no compiled worker exists). At most two pieces per worker are
- * in flight, so memory stays bounded. The event loop runs between pieces, in this thread too (so
- * a signal handler can run). Every way out, an error before the first tensor included, ends the
- * workers: a live worker keeps the process from exiting.
+ * writeGguf with the block-quantized pieces encoded by worker threads (quantizerWorkers: at most
+ * `threads`, at most the pieces to quantize; the same bytes; in this thread when that is 1 or no
+ * compiled worker exists). At most two pieces per worker are in flight, so memory stays bounded.
+ * The event loop runs between pieces, in this thread too (so a signal handler can run). Every way
+ * out, an error before the first tensor included, ends the workers: a live worker keeps the process
+ * from exiting. They are ended before the rename, so nothing is awaited once the file is in place.
  */
 export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Promise<ConvertResult> {
   const job = startWrite(ckpt, outFile, opts);
   let pool: EncodePool | null = null;
   try {
-    pool = EncodePool.create(opts.threads ?? 1);
+    pool = EncodePool.create(quantizerWorkers(job.plans, opts.threads ?? 1));
     if (pool) await writeWithPool(job, pool);
     else for (const _ of writeSteps(job)) await new Promise((r) => setImmediate(r));
-    return finishWrite(job, outFile, opts, pool?.size ?? 1);
+    const workers = pool?.size ?? 1;
+    await pool?.close();
+    pool = null;
+    return finishWrite(job, outFile, opts, workers);
   } catch (err) {
     abortWrite(job);
     throw err;

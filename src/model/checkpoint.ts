@@ -75,6 +75,14 @@ export function checkpointFilesOf(ckpt: Pick<Checkpoint, 'dir' | 'shards'>): str
   return [path.join(ckpt.dir, CONFIG_FILE), ...(existsSync(index) ? [index] : []), ...ckpt.shards];
 }
 
+/**
+ * Whether loadCheckpoint reads a file of this name in a checkpoint directory once it exists: config.json,
+ * the index, and *.safetensors (model.safetensors, the shards, or every one when there is neither).
+ */
+export function isCheckpointFileName(name: string): boolean {
+  return name === CONFIG_FILE || name === INDEX_FILE || name.endsWith('.safetensors');
+}
+
 export interface LoadOptions {
   /** Include mtp.* tensors (validated when present). Default false. */
   mtp?: boolean;

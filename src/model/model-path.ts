@@ -7,12 +7,13 @@
 
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { checkpointFilesOf, loadCheckpoint, type LoadOptions } from './checkpoint.js';
+import { checkpointFilesOf, isCheckpointFileName, loadCheckpoint, type LoadOptions } from './checkpoint.js';
 import { dirHasGguf, ggufHeaderOf, isGgufPath, loadGgufCheckpoint, selectGguf, type LoadedModel } from './gguf-checkpoint.js';
 import { ggufTokenizerParts } from './gguf-tokenizer.js';
 import { syntheticModel, syntheticTokenizerParts, syntheticWeightsOf } from './synthetic-model.js';
 import { buildTokenizer, readTokenizerParts, tokenizerFilesOf, type LoadedTokenizer, type TokenizerParts } from './tokenizer.js';
 import { CheckpointError, type ModelCheckpoint } from './types.js';
+import { isSameFile } from '../util/same-file.js';
 
 export interface ModelPathOptions extends LoadOptions {
   /** `--quant`: the GGUF quantization to choose by file name (e.g. `Q4_K_M`, any case). */
@@ -88,4 +89,17 @@ export async function loadModelTokenizerParts(model: ModelCheckpoint): Promise<{
 export function modelInputFiles(ckpt: Pick<ModelCheckpoint, 'dir' | 'shards' | 'format'>): string[] {
   const weights = ckpt.format?.container === 'gguf' ? ckpt.shards : checkpointFilesOf(ckpt);
   return [...new Set([...weights, ...Object.values(tokenizerFilesOf(ckpt.dir))])].filter((f) => existsSync(f));
+}
+
+/**
+ * Whether `file`, which need not exist, lies in the safetensors checkpoint directory `dir` (by path or
+ * through a link) under a name its loaders read there once it exists: config.json, the safetensors
+ * index, any *.safetensors, the tokenizer files. An output written there would be read back as part
+ * of the model; modelInputFiles sees only the files that exist.
+ */
+export function isModelInputName(dir: string, file: string): boolean {
+  const abs = path.resolve(file);
+  if (!isSameFile(path.dirname(abs), dir)) return false;
+  const name = path.basename(abs);
+  return isCheckpointFileName(name) || Object.values(tokenizerFilesOf(dir)).some((f) => path.basename(f) === name);
 }

@@ -64,6 +64,18 @@ export function prepareOutputFile(flag: string, file: string): void {
 }
 
 /**
+ * A file path as the user gave it does not name a directory by its form: a trailing "/" (or a last
+ * part "." or ".."). path.resolve drops that, so "--out models/new/" would otherwise write a file
+ * called "new" when the directory does not exist yet.
+ */
+export function checkNamesFile(flag: string, given: string): void {
+  const last = given.split('/').pop()!;
+  if (last === '' || last === '.' || last === '..') {
+    throw new UsageError(`${flag} ${given}: names a directory, not a file; give the file's name too`);
+  }
+}
+
+/**
  * A file a command will write: its directory exists and takes files, and the path is not a directory,
  * nor (unless `replaced`: written beside it and renamed over it, or removed first) a file it cannot write.
  */

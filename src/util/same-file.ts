@@ -3,6 +3,17 @@
 // shard, its tokenizer) with the command's output.
 import { statSync, type Stats } from 'node:fs';
 
+/** Whether `a` and `b` both exist and are the same file or directory (links followed). */
+export function isSameFile(a: string, b: string): boolean {
+  try {
+    const sa = statSync(a);
+    const sb = statSync(b);
+    return sa.dev === sb.dev && sa.ino === sb.ino;
+  } catch {
+    return false;
+  }
+}
+
 /** The first of `inputs` that is the same file as `out`; null when `out` does not exist or is none of them. */
 export function sameFileAmong(out: string, inputs: readonly string[]): string | null {
   let o: Stats;
