@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cleanupAllFixtures, editConfig, nanFixture, nanLogitsError, SMALL_VOCAB, smallFixture } from './helpers/synth-fixture.js';
+import { cleanupAllFixtures, editConfig, nanFixture, nanLogitsError, rewriteSafetensors, SMALL_VOCAB, smallFixture, synthFixture } from './helpers/synth-fixture.js';
 
 const run = promisify(execFile);
 const BENCH = path.resolve('bin/bench.js');
@@ -110,6 +110,23 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
     const sweep = await bench(['--cells', '8:4', '--concurrency', '1', '--warmup', '0', '--kv-memory', '64KiB']);
     expect(sweep.code).toBe(3);
     expect(sweep.stdout).toContain('model failed to load: --kv-memory: KV pool too small: ');
+  });
+
+  it('what the loader left out is shown: the sweep\'s header and JSON, serve\'s header, convert\'s summary (each was silent)', async () => {
+    const f = await synthFixture(); // with a tokenizer: serve needs one
+    rewriteSafetensors(path.join(f.dir, 'model.safetensors'), (ts) => [...ts,
+      { name: 'extra_probe.weight', dtype: 'BF16', shape: [2, 2], data: new Uint8Array(8) }]);
+    const note = 'model: ignored 1 unrecognised tensor(s), e.g. extra_probe.weight';
+    const out = path.join(tmp, 'notes-run');
+    const sweep = await bench(['--model-path', f.dir, '--cells', '8:2', '--concurrency', '1', '--warmup', '0', '--output', out]);
+    expect(sweep.code).toBe(0);
+    expect(sweep.stderr).toContain(note);
+    expect((JSON.parse(readFileSync(`${out}.json`, 'utf8')) as { notes: string[] }).notes).toContain(note);
+    const serve = await bench(['serve', '--model-path', f.dir, '--port', '0', '--kv-memory', '64KiB']);
+    expect(serve.stderr).toContain(note); // the header, before the load fails on purpose
+    const conv = await bench(['convert', '--model-path', f.dir, '--out', path.join(tmp, 'notes.gguf'), '--dtype', 'bf16']);
+    expect(conv.code).toBe(0);
+    expect(conv.stderr).toContain(`convert: ${note}`);
   });
 
   it('a model whose logits are NaN: exit 1 saying so, no tokens printed (it printed token 0 every time, exit 0)', async () => {

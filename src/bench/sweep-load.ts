@@ -5,7 +5,7 @@ import { KvMemoryError } from '../engine/engine.js';
 import { kvMemoryFlags } from '../engine/options.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
-import { CheckpointError, type ModelCheckpoint, type SyntheticWeights } from '../model/types.js';
+import { CheckpointError, loadedModelNotes, type ModelCheckpoint, type SyntheticWeights } from '../model/types.js';
 import { weightFormatLine } from '../model/weight-format.js';
 import type { GpuInfo } from '../util/machine.js';
 import { UsageError } from '../util/usage-error.js';
@@ -52,6 +52,10 @@ export async function loadModel(
   renderer.weights(weights);
   if (ckpt.syntheticWeights) report.notes.push(`model: ${describeSynthetic(ckpt.syntheticWeights)}`);
   report.notes.push(`weights: ${weights}`);
+  for (const n of loadedModelNotes(ckpt)) {
+    renderer.note(n);
+    report.notes.push(n);
+  }
   renderer.loadStage('checkpoint', {
     path: ckpt.dir, shards: ckpt.shards.length, bytes_on_disk: ckpt.bytesOnDisk, param_count: ckpt.paramCount,
     dtype: ckpt.dtype, layers: ckpt.config.numLayers, ms: checkpointMs,

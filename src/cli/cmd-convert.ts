@@ -6,7 +6,7 @@ import { ConvertError, ConvertIoError, ConvertOutputError, OUT_DTYPES, partialFi
 import { QUANT_DTYPES, QUANT_SCHEMES } from '../convert/quant-mix.js';
 import { loadCheckpoint } from '../model/checkpoint.js';
 import { isSyntheticModelPath } from '../model/synthetic-model.js';
-import { CheckpointError, type DType } from '../model/types.js';
+import { CheckpointError, loadedModelNotes, type DType } from '../model/types.js';
 import { checkNamesFile, checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 import { usableCpus } from '../engine/native.js';
@@ -118,6 +118,8 @@ export function convertCommand(setResult: (code: number) => void): Command {
             `${(res.fileBytes / 2 ** 20).toFixed(1)} MiB) in ${res.seconds.toFixed(1)} s` +
             `${notes.length > 0 ? ` (${notes.join('; ')})` : ''}\n`,
           );
+          // What the loader left out or decided (vision or MTP tensors not written, the embeddings' tie).
+          for (const n of loadedModelNotes(ckpt)) process.stderr.write(`convert: ${n}\n`);
         }
         setResult(0);
       } catch (err) {

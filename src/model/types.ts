@@ -128,6 +128,16 @@ export interface ModelCheckpoint extends Omit<Checkpoint, 'tensors' | 'dtype'> {
   format?: WeightFormat;
   /** Set for `synthetic:<preset>`: `tensors` and `shards` are empty and the engine generates the weights. */
   syntheticWeights?: SyntheticWeights;
+  /**
+   * What the loader tolerated, skipped or decided (tensors left out, the tie of the embeddings): every
+   * command that reads a model shows them (loadedModelNotes), so nothing is left out silently.
+   */
+  notes?: readonly string[];
+}
+
+/** A loaded model's notes, each prefixed as the sweep, serve and convert show them. */
+export function loadedModelNotes(ckpt: Pick<ModelCheckpoint, 'notes'>): string[] {
+  return (ckpt.notes ?? []).map((n) => `model: ${n}`);
 }
 
 /**

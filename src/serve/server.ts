@@ -15,7 +15,7 @@ import { loadModel, loadModelTokenizerParts } from '../model/model-path.js';
 import { synthGenerationConfig } from '../model/synth.js';
 import { syntheticWeightsOf } from '../model/synthetic-model.js';
 import { weightFormatLine } from '../model/weight-format.js';
-import type { ModelCheckpoint } from '../model/types.js';
+import { loadedModelNotes, type ModelCheckpoint } from '../model/types.js';
 import { machineInfo } from '../util/machine.js';
 import { TOOL_VERSION } from '../util/version.js';
 import { ServeContext } from './context.js';
@@ -191,6 +191,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   const ckpt = loadModel(o.modelDir, { quant: o.quant, hash: false });
   const { tokenizer, parts } = await loadModelTokenizerParts(ckpt);
   renderer.weights(weightFormatLine(ckpt));
+  for (const n of loadedModelNotes(ckpt)) renderer.note(n);
   const askedWorkers = o.tokenizerWorkers ?? DEFAULT_TOKENIZER_WORKERS;
   const encoder = TokenizePool.start(parts, tokenizer, askedWorkers, {
     onFailure: (err) => {
