@@ -1,7 +1,7 @@
 // Unit tests of the sweep's parts: flags, statistics, figures, CSV/JSON output, rendering, and the row runner and
 // whole sweep driven by a simulated engine (the real engine is exercised by test/sweep.test.ts).
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, type PathLike } from 'node:fs';
+import { createRequire, syncBuiltinESMExports } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -80,6 +80,41 @@ describe('flags', () => {
     mkdirSync(path.join(tmp, 'run.jsonl'), { recursive: true });
     expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'run') }))).toBe(`--output: ${path.join(tmp, 'run.jsonl')} is a directory, not a file`);
     expect(usageMessage(() => resolveSweepConfig({ threads: '1.5' }))).toMatch(/^--threads/);
+  });
+
+  it('tries each output directory once (a file created and removed), however many outputs go there; a refusing one is still one line naming its flag', () => {
+    // Every creation of the write-check file, seen through the fs module's own export (what the checks call).
+    const fs = createRequire(import.meta.url)('node:fs') as typeof import('node:fs');
+    const realOpen = fs.openSync;
+    const tried: string[] = [];
+    fs.openSync = ((file: PathLike, ...rest: Parameters<typeof realOpen> extends [unknown, ...infer R] ? R : never) => {
+      if (String(file).includes('.bench-write-check-')) tried.push(path.dirname(String(file)));
+      return realOpen(file, ...rest);
+    }) as typeof realOpen;
+    syncBuiltinESMExports();
+    try {
+      const out = path.join(tmp, 'probe-once');
+      mkdirSync(out, { recursive: true });
+      const other = mkdtempSync(path.join(tmp, 'probe-other-'));
+      // --output's directory and its four files (.csv, .json, .jsonl, .html), and --memory-stages beside them: one try.
+      resolveSweepConfig({ output: path.join(out, 'run'), memoryStages: path.join(out, 'stages.jsonl') });
+      expect(tried).toEqual([out]);
+      tried.length = 0;
+      resolveSweepConfig({ output: path.join(out, 'run'), memoryStages: path.join(other, 'stages.jsonl') });
+      expect(tried).toEqual([other, out]);
+      // A missing level of the prefix: its nearest existing directory is the one tried, once.
+      tried.length = 0;
+      resolveSweepConfig({ output: path.join(out, 'new', 'run') });
+      expect(tried).toEqual([out]);
+      expect(readdirSync(out)).toEqual([]); // nothing left behind
+      // A directory that takes no files: the same one-line error, naming the flag that asked first.
+      expect(usageMessage(() => resolveSweepConfig({ output: '/proc/bench-out' }))).toBe('--output: cannot create files in /proc (ENOENT)');
+      expect(usageMessage(() => resolveSweepConfig({ output: '/proc/bench-out', memoryStages: '/proc/stages.jsonl' })))
+        .toBe('--memory-stages: cannot create files in /proc (ENOENT)');
+    } finally {
+      fs.openSync = realOpen;
+      syncBuiltinESMExports();
+    }
   });
 
   it('bounds every numeric engine flag (the engine reads them as 32-bit integers: a larger value would wrap)', () => {

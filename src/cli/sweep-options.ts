@@ -4,7 +4,7 @@ import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
-import { checkOutputDir, checkWritableFile } from '../util/output-dir.js';
+import { checkOutputDir, checkWritableFile, type CheckedDirs } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 import { ENGINE_DEFAULTS, ENGINE_FLAG_MAX, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { isInfinityWord, oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
@@ -303,17 +303,19 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     warnings,
   };
 
-  if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages);
+  // Each directory an output goes to is tried once (a file created and removed), whichever flags share it.
+  const checked: CheckedDirs = new Set();
+  if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages, { checked });
   if (cfg.output !== null) {
     if (cfg.output === '' || cfg.output.endsWith('/')) throw new UsageError(`--output: '${cfg.output}' is not a file prefix`);
     // Checked here (a file in the way names its path; the directory, or its nearest existing parent,
     // must take new files); the prefix's missing directories are made when the first files are written
     // (RowSinks.begin, after the model loaded), so a refused run leaves nothing behind.
     const dir = path.dirname(path.resolve(cfg.output));
-    checkOutputDir('--output', dir);
+    checkOutputDir('--output', dir, checked);
     if (existsSync(dir)) for (const ext of OUTPUT_EXTENSIONS) {
       // .json is renamed over, .html removed first; .csv and .jsonl are opened in place.
-      checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`, { replaced: ext === '.json' || ext === '.html' });
+      checkWritableFile('--output', `${path.resolve(cfg.output)}${ext}`, { replaced: ext === '.json' || ext === '.html', checked });
     }
   }
   return cfg;

@@ -24,16 +24,27 @@ function missingLevels(flag: string, dir: string): string[] {
   return missing;
 }
 
+/**
+ * The directories a command's checks have already found to take new files: a command whose outputs
+ * share a directory hands the same set to each check, so the directory is tried once. (A directory that
+ * refuses is never in it: its first check throws.)
+ */
+export type CheckedDirs = Set<string>;
+
 /** A file can be created in `dir` (an existing directory): a file created and removed at once. */
-function checkCanCreateIn(flag: string, dir: string): void {
+function checkCanCreateIn(flag: string, dir: string, checked?: CheckedDirs): void {
+  const key = path.resolve(dir);
+  if (checked?.has(key)) return;
   const probe = path.join(dir, `.bench-write-check-${process.pid}`);
   try {
     closeSync(openSync(probe, 'wx'));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST') return; // another check of this process left it: the directory takes files
-    throw new UsageError(`${flag}: cannot create files in ${dir} (${code ?? (err as Error).message})`);
+    if (code !== 'EEXIST') throw new UsageError(`${flag}: cannot create files in ${dir} (${code ?? (err as Error).message})`);
+    checked?.add(key); // another check of this process left it: the directory takes files
+    return;
   }
+  checked?.add(key);
   try {
     unlinkSync(probe);
   } catch {
@@ -42,9 +53,9 @@ function checkCanCreateIn(flag: string, dir: string): void {
 }
 
 /** What ensureOutputDir would refuse, refused now, without making anything (for checks before the rest of a command's usage checks). */
-export function checkOutputDir(flag: string, dir: string): void {
+export function checkOutputDir(flag: string, dir: string, checked?: CheckedDirs): void {
   const missing = missingLevels(flag, dir);
-  checkCanCreateIn(flag, missing.length > 0 ? path.dirname(missing[0]!) : path.resolve(dir));
+  checkCanCreateIn(flag, missing.length > 0 ? path.dirname(missing[0]!) : path.resolve(dir), checked);
 }
 
 export function ensureOutputDir(flag: string, dir: string): void {
@@ -79,8 +90,8 @@ export function checkNamesFile(flag: string, given: string): void {
  * A file a command will write: its directory exists and takes files, and the path is not a directory,
  * nor (unless `replaced`: written beside it and renamed over it, or removed first) a file it cannot write.
  */
-export function checkWritableFile(flag: string, file: string, opts: { replaced?: boolean } = {}): void {
-  checkWritableParent(flag, file);
+export function checkWritableFile(flag: string, file: string, opts: { replaced?: boolean; checked?: CheckedDirs } = {}): void {
+  checkWritableParent(flag, file, opts.checked);
   if (!existsSync(file)) return;
   if (statSync(file).isDirectory()) throw new UsageError(`${flag}: ${file} is a directory, not a file`);
   if (opts.replaced) return;
@@ -92,10 +103,10 @@ export function checkWritableFile(flag: string, file: string, opts: { replaced?:
 }
 
 /** The directory a file would be written in exists and takes new files. */
-export function checkWritableParent(flag: string, file: string): void {
+export function checkWritableParent(flag: string, file: string, checked?: CheckedDirs): void {
   const dir = path.dirname(file);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) {
     throw new UsageError(`${flag}: directory ${dir} does not exist`);
   }
-  checkCanCreateIn(flag, dir);
+  checkCanCreateIn(flag, dir, checked);
 }
