@@ -24,7 +24,9 @@ import { formatOpsReport, formatPipelineReport, rankGroups } from '../src/bench/
 import { colorEnabled, HumanRenderer, LogRenderer } from '../src/bench/render.js';
 import { bytesText } from '../src/util/bytes-text.js';
 import type { Logger } from '../src/bench/logger.js';
-import { runRow, type RowSettings } from '../src/bench/runner.js';
+import { runRow, type RowOutcome, type RowSettings } from '../src/bench/runner.js';
+import { gapHistogram, rowSamples } from '../src/bench/row-samples.js';
+import { toReportRow } from '../src/bench/row-sinks.js';
 import { percentile, summarize, unionLength } from '../src/bench/stats.js';
 import { engineOptions, runSweep, type SweepIO } from '../src/bench/sweep.js';
 import type { EngineStats, RequestResult } from '../src/engine/types.js';
@@ -429,6 +431,34 @@ describe('row figures', () => {
       });
       expect(classifyGaps(rs), `case ${c}`).toEqual(direct(rs));
     }
+  });
+
+  it("the JSON's per-request samples take the figures' gap split (one split a row), the same as a split of their own", () => {
+    const rng = new Rng(11, 'samples-gaps');
+    const int = (n: number) => Math.floor(rng.nextFloat() * n);
+    for (let c = 0; c < 50; c++) {
+      const rs: RequestResult[] = Array.from({ length: 1 + int(9) }, (_, i) => {
+        const enq = int(100);
+        let t = enq + int(30);
+        const tokenMs = Array.from({ length: int(12) }, () => (t += 1 + int(8)));
+        return req(i, enq, tokenMs, rng.nextFloat() < 0.3 && tokenMs.length > 2 ? { preemptedAfter: [1 + int(tokenMs.length - 1)] } : {});
+      });
+      // Three timed passes after two warm-up ones, in the runner's order (pass, then session).
+      const tr: TimedRequest[] = rs.map((result, i) => ({ pass: 2 + Math.floor((i * 3) / rs.length), session: i, result }));
+      const f = computeRowFigures(16, 8, tr, null);
+      expect(f.requestGaps, `case ${c}`).toEqual(classifyGaps(rs));
+      const out: RowOutcome = { row: errorRow(16, 8, 3, 'x'), figures: f, counters: null, timed: tr, profile: null, timedWallMs: null, interrupted: false };
+      expect(toReportRow(out).samples, `case ${c}`).toEqual(rowSamples(tr, classifyGaps(rs)));
+    }
+    // The report row reads the split it is handed rather than splitting the gaps again.
+    const a = req(1, 0, [10, 12, 20]);
+    const tr = timed(a);
+    const f = computeRowFigures(16, 3, tr, null);
+    const handed: RowOutcome = {
+      row: errorRow(16, 3, 1, 'x'), figures: { ...f, requestGaps: [{ decode: [7], mixed: [2, 8], recompute: 0 }] },
+      counters: null, timed: tr, profile: null, timedWallMs: null, interrupted: false,
+    };
+    expect(toReportRow(handed).samples).toMatchObject({ itl_p50_ms: [7], itl_p99_ms: [7], itl_gap_bins: [gapHistogram([7])] });
   });
 
   it('a request\'s prefill time sums its prefill steps up to its first token, not a recompute after a later preemption', () => {

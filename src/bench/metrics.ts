@@ -42,6 +42,9 @@ export interface RowFigures {
   /** Preemptions of the timed requests (from their results). */
   preemptions: number;
   cachedPromptTokens: number;
+  /** Each timed request's gaps, split as the itl figures split them (classifyGaps), in the order given:
+   * the JSON's per-request samples (row-samples.ts) read them rather than split them again. */
+  requestGaps: RequestGaps[];
   distributions: {
     ttft_ms: Distribution;
     /** Decode-only inter-token gaps (what itl_p50_ms/itl_p99_ms read). */
@@ -242,6 +245,7 @@ export function computeRowFigures(
     recomputeGaps,
     preemptions,
     cachedPromptTokens: cached,
+    requestGaps: gaps,
     distributions: {
       ttft_ms: ttft,
       itl_ms: itl,

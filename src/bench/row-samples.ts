@@ -1,7 +1,7 @@
 // A row's per-request samples for the JSON report (`rows[].samples`): what `bench compare` needs to put a
 // noise floor under each figure. Column form, one entry per timed request, in pass then session order.
 import { percentile } from './stats.js';
-import { classifyGaps, requestDecodeTokS, ttftOf, type TimedRequest } from './metrics.js';
+import { requestDecodeTokS, ttftOf, type RequestGaps, type TimedRequest } from './metrics.js';
 
 export interface RowSamples {
   /** The timed pass each request ran in, 0 = the row's first timed pass (open loop: request i is in pass floor(i / concurrency)). */
@@ -50,11 +50,12 @@ export function firstTimedPass(timed: readonly TimedRequest[]): number {
   return Math.min(...timed.map((t) => t.pass));
 }
 
-/** The samples of a row's timed requests; null for a row without any. */
-export function rowSamples(timed: readonly TimedRequest[]): RowSamples | null {
+/** The samples of a row's timed requests, with their gaps as the row's figures split them
+ * (RowFigures.requestGaps: one entry per request, in the same order); null for a row without any. */
+export function rowSamples(timed: readonly TimedRequest[], gaps: readonly RequestGaps[]): RowSamples | null {
   if (timed.length === 0) return null;
+  if (gaps.length !== timed.length) throw new Error(`internal: ${gaps.length} gap splits for ${timed.length} timed requests`);
   const first = firstTimedPass(timed);
-  const gaps = classifyGaps(timed.map((t) => t.result));
   const pass = timed.map((t) => t.pass - first);
   const byPass: number[][] = Array.from({ length: pass.reduce((m, p) => Math.max(m, p), 0) + 1 }, () => []);
   gaps.forEach((g, i) => { for (const v of g.decode) byPass[pass[i]!]!.push(v); });

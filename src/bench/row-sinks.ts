@@ -21,7 +21,7 @@ export function toReportRow(out: RowOutcome): ReportRow {
   return {
     ...out.row,
     distributions: f ? f.distributions : null,
-    samples: f ? rowSamples(out.timed) : null,
+    samples: f ? rowSamples(out.timed, f.requestGaps) : null,
     latency: f && out.row.status === 'ok' ? latencyBlock(out.row, f) : null,
     timed_requests: out.timed.length,
     generated_tokens: f ? f.generatedTokens : null,
