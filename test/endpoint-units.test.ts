@@ -169,6 +169,34 @@ describe('open-loop arrivals and load figures', () => {
     expect(arrivalOffsetsMs(5, 4, 1, 8, 's')).not.toEqual(arrivalOffsetsMs(5, 4, 1, 7, 's'));
   });
 
+  it("gives every row of a cell the same arrival times, whatever its concurrency (speedup_vs_c1 compares rows under one schedule)", async () => {
+    // A row's arrivals as the runner scheduled them: request i (pass warmup + floor(i / c), session i mod c)
+    // at t0 + offset i, with offset 0 = 0; read from the requests' scheduled times, not from when they ran.
+    const arrivals = async (c: number, cell = { isl: 8, osl: 2 }, seed = 3): Promise<number[]> => {
+      const e = createFakeEngine({ device: 'cpu', threads: 2, blockSize: 4, kvcache: 'paged', maxSeq: 256, maxSeqs: 4, prefillChunk: 8, stepTokenBudget: 64, prefixCache: true });
+      const st: RowSettings = {
+        cell, concurrency: c, warmup: 1, iters: 1, maxSeq: 256, seed, prompts: 'unique', sharedPrefix: 0, vocab: 1000,
+        profile: false, c1DecodeTokS: null, open: { rate: 20_000, burstiness: 0.5, numRequests: 6 }, goodput: null,
+      };
+      const out = await runRow(e, st, new AbortController().signal);
+      await e.close();
+      expect(out.row.status).toBe('ok');
+      const at: number[] = [];
+      for (const t of out.timed) at[(t.pass - st.warmup) * c + t.session] = t.scheduledMs!;
+      return at.map((x) => x - at[0]!);
+    };
+    const c1 = await arrivals(1);
+    expect(c1).toHaveLength(6);
+    expect(c1[5]).toBeGreaterThan(0);
+    for (const c of [2, 4]) {
+      const other = await arrivals(c);
+      other.forEach((x, i) => expect(x, `c=${c}, request ${i}`).toBeCloseTo(c1[i]!, 9));
+    }
+    // The schedule is the cell's and the seed's: another cell, or another --seed, draws another one.
+    expect((await arrivals(1, { isl: 8, osl: 3 }))[1]).not.toBeCloseTo(c1[1]!, 6);
+    expect((await arrivals(1, undefined, 4))[1]).not.toBeCloseTo(c1[1]!, 6);
+  });
+
   const req = (enqueueMs: number, tokenMs: number[], extra: Partial<TimedRequest> = {}): TimedRequest => ({
     pass: 0, session: 0, ...extra,
     result: { id: 1, tokens: tokenMs.map(() => 0), promptTokens: 1, enqueueMs, tokenMs, prefillChunkMs: [], cachedPromptTokens: 0, finishReason: 'length' } as RequestResult,

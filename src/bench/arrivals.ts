@@ -1,7 +1,8 @@
 // Open-loop arrivals (--request-rate, --burstiness), as the serving benchmarks draw them: the gaps
 // between requests are gamma distributed with shape = burstiness and mean 1/rate (burstiness 1 is a
 // Poisson process; below 1 burstier, above 1 more even); an infinite rate sends every request at once.
-// Seeded: the schedule is a pure function of (seed, stream).
+// Seeded: the schedule is a pure function of (seed, stream). A row's timed requests take the schedule of
+// its cell (cellArrivalOffsetsMs), not of its concurrency, so every row of a cell sees the same arrivals.
 import { Rng } from '../util/rng.js';
 
 /** A gamma(shape, 1) draw (Marsaglia and Tsang; shape < 1 by the boost gamma(shape + 1) * U^(1/shape)). */
@@ -35,4 +36,16 @@ export function arrivalOffsetsMs(n: number, rate: number, burstiness: number, se
     t += gammaDraw(rng, burstiness) * scaleMs;
   }
   return out;
+}
+
+/**
+ * The arrival offsets of a row's `n` timed requests: one sequence per (seed, cell, rate, burstiness), the
+ * same at every concurrency, so the rows of a cell (and the c=1 row their speedup_vs_c1 divides by) are
+ * measured under the same arrival times. The draws are sequential, so a row with fewer requests sees the
+ * first `n` arrivals of the same sequence.
+ */
+export function cellArrivalOffsetsMs(
+  n: number, load: { rate: number; burstiness: number }, seed: number, cell: { isl: number; osl: number },
+): number[] {
+  return arrivalOffsetsMs(n, load.rate, load.burstiness, seed, `timed:${cell.isl}:${cell.osl}`);
 }

@@ -211,7 +211,7 @@ export class Report {
           ? { kind: 'closed loop' }
           : {
             kind: 'open loop', request_rate: Number.isFinite(cfg.load.requestRate) ? cfg.load.requestRate : 'inf', burstiness: cfg.load.burstiness,
-            num_requests: cfg.load.numRequests, arrivals: 'gamma gaps, shape = burstiness, mean 1/rate; seeded', cap: 'concurrency',
+            num_requests: cfg.load.numRequests, arrivals: 'gamma gaps, shape = burstiness, mean 1/rate; seeded per cell (the same arrival times at every concurrency)', cap: 'concurrency',
           },
         goodput: cfg.load.goodput,
         percentile_method: 'nearest-rank',

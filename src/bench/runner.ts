@@ -1,6 +1,6 @@
 // One sweep row: a cell (isl:osl) at one concurrency, run as a closed loop of sessions on a loaded engine.
 import type { EngineHandle, EngineStats, ProfileReport, RequestEngine, RequestHandle, RequestResult } from '../engine/types.js';
-import { arrivalOffsetsMs } from './arrivals.js';
+import { cellArrivalOffsetsMs } from './arrivals.js';
 import { errorRow, type SweepRow } from './csv.js';
 import { loadFigures, type GoodputBounds, type LoadFigures } from './load-figures.js';
 import {
@@ -280,7 +280,7 @@ export async function runRow(
   };
   const promptFor = (pass: number, session: number) => makePrompt(plan, pass, session);
   const timedPlan = open
-    ? openPlan(c, st.warmup, timedCount, arrivalOffsetsMs(timedCount, open.rate, open.burstiness, st.seed, `${isl}:${osl}:${c}`))
+    ? openPlan(c, st.warmup, timedCount, cellArrivalOffsetsMs(timedCount, open, st.seed, cell))
     : closedPlan(c, st.warmup, st.iters);
 
   let firstCall: RequestResult | null = null;
