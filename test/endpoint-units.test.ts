@@ -2,8 +2,8 @@
 // /metrics columns, prompt fitting, gamma arrivals, goodput, the flags, the open loop on a simulated
 // engine, and the overall progress line. Pure inputs, exact outputs.
 import { PassThrough } from 'node:stream';
-import { describe, expect, it } from 'vitest';
-import { arrivalOffsetsMs } from '../src/bench/arrivals.js';
+import { describe, expect, it, vi } from 'vitest';
+import { arrivalOffsetsMs, cellArrivalOffsetsMs } from '../src/bench/arrivals.js';
 import { loadFigures, meetsGoodput, queueMs, tpotMs } from '../src/bench/load-figures.js';
 import type { TimedRequest } from '../src/bench/metrics.js';
 import { formatDuration, HumanRenderer, overallProgress } from '../src/bench/render.js';
@@ -11,6 +11,7 @@ import { runRow, type RowSettings } from '../src/bench/runner.js';
 import { parseEndpointUrl } from '../src/cli/flag-values.js';
 import { parseGoodput, resolveSweepConfig } from '../src/cli/sweep-options.js';
 import { setupLimits } from '../src/endpoint/connect.js';
+import { MAX_TIMER_MS, waitUntil } from '../src/util/wait-until.js';
 import { countsFromRunningUsage, reconcileCounts, tokenTimeline, type WireChunk } from '../src/endpoint/chunk-timeline.js';
 import { choiceText, errorText, usageOf } from '../src/endpoint/completion-stream.js';
 import { fitPrompt } from '../src/endpoint/prompt-text.js';
@@ -195,6 +196,78 @@ describe('open-loop arrivals and load figures', () => {
     // The schedule is the cell's and the seed's: another cell, or another --seed, draws another one.
     expect((await arrivals(1, { isl: 8, osl: 3 }))[1]).not.toBeCloseTo(c1[1]!, 6);
     expect((await arrivals(1, undefined, 4))[1]).not.toBeCloseTo(c1[1]!, 6);
+  });
+
+  it('waits past the longest setTimeout (2^31 - 1 ms) in pieces, never firing early; a wake ends the wait at once', async () => {
+    vi.useFakeTimers();
+    try {
+      const now = () => Date.now();
+      const start = now();
+      const at = start + 3 * MAX_TIMER_MS + 5; // 74 days: one setTimeout of that would fire after 1 ms
+      let done = false;
+      const w = waitUntil(at, now);
+      void w.done.then(() => { done = true; });
+      await vi.advanceTimersByTimeAsync(1);
+      expect(done).toBe(false);
+      await vi.advanceTimersByTimeAsync(3 * MAX_TIMER_MS + 3);
+      expect(done).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(done).toBe(true);
+      expect(now() - start).toBe(3 * MAX_TIMER_MS + 5);
+      // A wait within the limit is one timer, and a time already past resolves at once.
+      let short = false;
+      void waitUntil(now() + 10, now).done.then(() => { short = true; });
+      await vi.advanceTimersByTimeAsync(9);
+      expect(short).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(short).toBe(true);
+      let past = false;
+      void waitUntil(now() - 1, now).done.then(() => { past = true; });
+      await Promise.resolve();
+      expect(past).toBe(true);
+      // An abort wakes a far-off wait; no timer is left behind.
+      const far = waitUntil(now() + 10 * MAX_TIMER_MS, now);
+      let woken = false;
+      void far.done.then(() => { woken = true; });
+      far.wake();
+      await Promise.resolve();
+      expect(woken).toBe(true);
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('keeps an arrival weeks off at its time, at the lowest --request-rate (a longer setTimeout fired after 1 ms)', async () => {
+    // Every timer of the row (the arrivals', the simulated engine's steps and wake-ups) and the runner's clock on one
+    // fake clock: the row runs as its schedule says, without waiting it.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setImmediate', 'clearImmediate', 'Date'] });
+    try {
+      const e = createFakeEngine({ device: 'cpu', threads: 2, blockSize: 4, kvcache: 'paged', maxSeq: 256, maxSeqs: 4, prefillChunk: 8, stepTokenBudget: 64, prefixCache: true });
+      e.nowMs = () => Date.now();
+      let submitted = 0;
+      const submit = e.submit.bind(e);
+      e.submit = (r, cb) => { submitted++; return submit(r, cb); };
+      const open = { rate: 1e-6, burstiness: 1, numRequests: 4 };
+      const cell = { isl: 8, osl: 2 };
+      const offsets = cellArrivalOffsetsMs(4, open, 0, cell);
+      expect(offsets[1]).toBeGreaterThan(MAX_TIMER_MS); // this seed's second arrival is 52 days in
+      const st: RowSettings = {
+        cell, concurrency: 4, warmup: 0, iters: 1, maxSeq: 256, seed: 0, prompts: 'unique', sharedPrefix: 0, vocab: 1000,
+        profile: false, c1DecodeTokS: null, open, goodput: null,
+      };
+      const row = runRow(e, st, new AbortController().signal);
+      await vi.advanceTimersByTimeAsync(1000);
+      expect(submitted).toBe(1); // the first arrival only
+      await vi.advanceTimersByTimeAsync(offsets[3]! + 1000);
+      const out = await row;
+      expect(out.row.status).toBe('ok');
+      expect(submitted).toBe(4);
+      for (const t of out.timed) expect(t.submittedMs!).toBeGreaterThan(t.scheduledMs! - 1);
+      await e.close();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   const req = (enqueueMs: number, tokenMs: number[], extra: Partial<TimedRequest> = {}): TimedRequest => ({

@@ -13,6 +13,7 @@ import {
 import type { Cell, PromptMode } from './sweep-config.js';
 import { makePrompt, type PromptPlan } from './prompts.js';
 import { engineCounterProbe, type RowProbe } from './row-probe.js';
+import { waitUntil } from '../util/wait-until.js';
 
 export interface RowSettings {
   cell: Cell;
@@ -126,20 +127,19 @@ async function runPhase(
   signal.addEventListener('abort', onAbort);
   const stopped = () => failure !== null || cancelled || signal.aborted;
   const t0 = engine.nowMs();
-  const waitUntil = (at: number) => new Promise<void>((resolve) => {
-    const ms = at - engine.nowMs();
-    if (ms <= 0) return resolve();
-    const done = () => { clearTimeout(timer); wake.delete(done); resolve(); };
-    const timer = setTimeout(done, ms);
-    wake.add(done);
-  });
+  const arrival = async (at: number) => {
+    const w = waitUntil(at, () => engine.nowMs());
+    wake.add(w.wake);
+    await w.done;
+    wake.delete(w.wake);
+  };
 
   /** Returns false when the lane must stop. */
   const one = async (slot: PhaseSlot): Promise<boolean> => {
     let scheduledMs: number | undefined;
     if (slot.atMs !== undefined) {
       scheduledMs = t0 + slot.atMs;
-      await waitUntil(scheduledMs);
+      await arrival(scheduledMs);
       if (stopped()) return false;
     }
     let handle: RequestHandle;
