@@ -145,6 +145,19 @@ describe('flags', () => {
     for (const v of ['inf', 'INF', 'Infinity', 'infinity', ' Inf ']) expect(resolveSweepConfig({ requestRate: v }).load.requestRate, v).toBe(Infinity);
     expect(usageMessage(() => resolveSweepConfig({ requestRate: '1e-7' }))).toBe('--request-rate: 1e-7 is below the minimum of 0.000001');
     expect(usageMessage(() => resolveSweepConfig({ requestRate: 'fast' }))).toBe("--request-rate: 'fast' is not a number");
+    // A number beyond a double is too large or too small, not "not a number".
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: '1e400' }))).toBe('--request-rate: 1e400 is too large (beyond the largest number, 1.8e308)');
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: '2', burstiness: '-1e999' }))).toBe('--burstiness: -1e999 is too small (at least 0.001)');
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: '2', burstiness: '1e999' }))).toBe('--burstiness: 1e999 is too large (at most 1000)');
+  });
+
+  it('refuses open-loop flags that would change nothing or contradict each other', () => {
+    // --burstiness shapes gaps, and inf has none.
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: 'inf', burstiness: '2' }))).toMatch(/^--burstiness shapes the gaps between arrivals; with --request-rate inf/);
+    expect(resolveSweepConfig({ requestRate: '4', burstiness: '2' }).load.burstiness).toBe(2);
+    // --iters was ignored when --num-requests was given, while the JSON still reported it.
+    expect(usageMessage(() => resolveSweepConfig({ requestRate: '2', numRequests: '4', iters: '2' }))).toMatch(/^--iters and --num-requests both set/);
+    expect(resolveSweepConfig({ requestRate: '2', numRequests: '4' }).load.numRequests).toBe(4);
   });
 
   it('rejects contradictions', () => {

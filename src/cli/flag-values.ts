@@ -17,7 +17,13 @@ export function parseCount(flag: string, value: string, min: number, max = Numbe
 /** A finite decimal number in [min, max]. An unbounded side is not printed: the message names the bound that was crossed. */
 export function parseNumber(flag: string, value: string, min = -Infinity, max = Infinity): number {
   const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n)) throw new UsageError(`${flag}: '${value}' is not a number`);
+  if (value.trim() === '' || Number.isNaN(n)) throw new UsageError(`${flag}: '${value}' is not a number`);
+  // A number beyond a double (1e400) reads as infinite: too large, or too small, rather than not a number.
+  if (!Number.isFinite(n)) {
+    const bound = n > 0 ? max : min;
+    throw new UsageError(`${flag}: ${value.trim()} is ${n > 0 ? 'too large' : 'too small'} ` +
+      `(${Number.isFinite(bound) ? `${n > 0 ? 'at most' : 'at least'} ${bound}` : `beyond the ${n > 0 ? 'largest' : 'most negative'} number, ${n > 0 ? '' : '-'}1.8e308`})`);
+  }
   if (n < min || n > max) {
     if (max === Infinity) throw new UsageError(`${flag}: ${value} is below the minimum of ${min}`);
     if (min === -Infinity) throw new UsageError(`${flag}: ${value} is above the maximum of ${max}`);

@@ -135,7 +135,13 @@ function resolveLoad(raw: RawSweepOptions): LoadConfig {
     if (raw.numRequests !== undefined) throw new UsageError('--num-requests counts the arrivals of --request-rate; give --request-rate too');
   }
   const burstiness = raw.burstiness === undefined ? DEFAULTS.burstiness : parseNumber('--burstiness', raw.burstiness, 1e-3, 1000);
+  if (requestRate === Infinity && raw.burstiness !== undefined) {
+    throw new UsageError('--burstiness shapes the gaps between arrivals; with --request-rate inf every request arrives at once, so it would change nothing');
+  }
   const numRequests = raw.numRequests === undefined ? null : parseCount('--num-requests', raw.numRequests, 1, 1_000_000);
+  if (numRequests !== null && raw.iters !== undefined) {
+    throw new UsageError('--iters and --num-requests both set an open-loop row\'s timed requests (concurrency x --iters, or --num-requests); give one');
+  }
   const goodput = raw.goodput === undefined ? null : parseGoodput('--goodput', raw.goodput);
   return { requestRate, burstiness, numRequests, goodput };
 }
