@@ -13,7 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { convertCheckpoint } from '../src/convert/convert.js';
 import { GgufWriter, type GgufScalarType } from '../src/convert/gguf-writer.js';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
-import { loadGgufCheckpoint, selectGguf } from '../src/model/gguf-checkpoint.js';
+import { QUANT_DTYPES, QUANT_SCHEMES } from '../src/convert/quant-mix.js';
+import { GGUF_QUANT_NAMES, loadGgufCheckpoint, quantOfGgufName, selectGguf } from '../src/model/gguf-checkpoint.js';
 import { parseGgufHeader } from '../src/model/gguf-reader.js';
 import { loadModel, loadModelTokenizer } from '../src/model/model-path.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
@@ -148,6 +149,49 @@ describe('choosing a GGUF file', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr.trim().split('\n').pop()).toMatch(/^bench: --model-path: .*links: no GGUF file named for --quant Q4_K_M \(the directory holds: no readable \.gguf files; unreadable: broken-Q4_K_M\.gguf \(ENOENT\), loop\.gguf \(ELOOP\)\)$/);
   }, 60_000);
+
+  it('--quant is the name\'s last component, a known quantization: --quant 8B picked …-0.8B.gguf (the selection runs on names alone)', async () => {
+    const d = join(work, 'names');
+    mkdirSync(d);
+    const names = ['Qwen3.5-0.8B.gguf', 'Qwen3.5-9B-Q4_K_M.gguf', 'Qwen3.5-9B_IQ4_XS.gguf', 'm.q8_0-00001-of-00002.gguf', 'm.q8_0-00002-of-00002.gguf', 'BF16.gguf'];
+    for (const n of names) writeFileSync(join(d, n), '');
+    const holds = 'the directory holds: BF16\\.gguf, Qwen3\\.5-0\\.8B\\.gguf, Qwen3\\.5-9B-Q4_K_M\\.gguf, Qwen3\\.5-9B_IQ4_XS\\.gguf, m\\.q8_0-00001-of-00002\\.gguf';
+    for (const q of ['8B', '0', 'K_M', 'M', '9B']) {
+      expect(() => selectGguf(d, q)).toThrow(new RegExp(`: --quant ${q} is not a quantization name \\(F32, .*Q4_K_M, .*; any case\\); ${holds}$`));
+    }
+    // A file given as is: the same refusal (it accepted --quant 8B for …-0.8B.gguf).
+    expect(() => selectGguf(join(d, 'Qwen3.5-0.8B.gguf'), '8B')).toThrow(/Qwen3\.5-0\.8B\.gguf: --quant 8B is not a quantization name/);
+    expect(() => selectGguf(join(d, 'Qwen3.5-0.8B.gguf'), 'Q8_0')).toThrow(/--quant Q8_0 does not match this file's name \(it names no quantization; /);
+    expect(() => selectGguf(join(d, 'BF16.gguf'), 'F16')).toThrow(/--quant F16 does not match this file's name \(it names BF16; /);
+    // After -, . or _, any case; the split suffix set aside.
+    expect(selectGguf(d, 'q4_k_m')).toBe(join(d, 'Qwen3.5-9B-Q4_K_M.gguf'));
+    expect(selectGguf(d, 'IQ4_XS')).toBe(join(d, 'Qwen3.5-9B_IQ4_XS.gguf'));
+    expect(selectGguf(d, 'Q8_0')).toBe(join(d, 'm.q8_0-00001-of-00002.gguf'));
+    expect(selectGguf(d, 'bf16')).toBe(join(d, 'BF16.gguf'));
+    // Known, but the whole component only: Q4_K is not Q4_K_M, F16 not BF16.
+    expect(() => selectGguf(d, 'Q4_K')).toThrow(/no GGUF file named for --quant Q4_K \(/);
+    expect(() => selectGguf(d, 'F16')).toThrow(/no GGUF file named for --quant F16 \(/);
+    const r = await benchPrompt(['--model-path', d, '--quant', '8B', '--prompt-ids', '1,2', '--max-new-tokens', '1']);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(new RegExp(`^bench: --model-path: .*names: --quant 8B is not a quantization name \\(.*\\); ${holds}\\n$`));
+  });
+
+  it('the quantization names: llama.cpp\'s file types and `bench convert`\'s, none a component-suffix of another', () => {
+    for (const d of QUANT_DTYPES) {
+      expect(GGUF_QUANT_NAMES).toContain(d.toUpperCase());
+      expect(GGUF_QUANT_NAMES).toContain(QUANT_SCHEMES[d].llama.ftypeName);
+    }
+    for (const d of ['F32', 'F16', 'BF16', 'Q4_K_S', 'Q5_K_S', 'Q3_K_M', 'IQ2_XXS', 'TQ1_0']) expect(GGUF_QUANT_NAMES).toContain(d);
+    for (const a of GGUF_QUANT_NAMES) {
+      expect(a).toBe(a.toUpperCase());
+      expect(quantOfGgufName(`model-${a}.gguf`)).toBe(a);
+      for (const b of GGUF_QUANT_NAMES) if (a !== b) expect(a.endsWith(`_${b}`), `${a} ends in _${b}`).toBe(false);
+    }
+    expect(quantOfGgufName('Qwen3.5-0.8B.gguf')).toBeNull();
+    expect(quantOfGgufName('modelQ8_0.gguf')).toBeNull();
+    expect(quantOfGgufName('m-q4_k_m-00002-of-00003.GGUF')).toBe('Q4_K_M');
+  });
 
   it('the CLI: a --quant that matches nothing is a usage error naming the flag and the files (exit 2)', async () => {
     const r = await benchPrompt(['--model-path', dir, '--quant', 'Q6_K', '--prompt-ids', '1,2', '--max-new-tokens', '0']);

@@ -23,12 +23,30 @@ import {
 const ARCH = 'qwen35';
 const SPLIT_RE = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/i;
 
-/** llama.cpp's `llama_ftype` (general.file_type) names. */
+/**
+ * llama.cpp's file types (`llama_ftype` in include/llama.h of the bundled release; 4 to 6 and 33 to 35
+ * are retired): general.file_type's names, which llama-quantize and the usual GGUF file naming use.
+ */
 const FILE_TYPE_NAMES: ReadonlyMap<number, string> = new Map([
   [0, 'F32'], [1, 'F16'], [2, 'Q4_0'], [3, 'Q4_1'], [7, 'Q8_0'], [8, 'Q5_0'], [9, 'Q5_1'], [10, 'Q2_K'],
   [11, 'Q3_K_S'], [12, 'Q3_K_M'], [13, 'Q3_K_L'], [14, 'Q4_K_S'], [15, 'Q4_K_M'], [16, 'Q5_K_S'], [17, 'Q5_K_M'],
-  [18, 'Q6_K'], [25, 'IQ4_NL'], [30, 'IQ4_XS'], [32, 'BF16'],
+  [18, 'Q6_K'], [19, 'IQ2_XXS'], [20, 'IQ2_XS'], [21, 'Q2_K_S'], [22, 'IQ3_XS'], [23, 'IQ3_XXS'], [24, 'IQ1_S'],
+  [25, 'IQ4_NL'], [26, 'IQ3_S'], [27, 'IQ3_M'], [28, 'IQ2_S'], [29, 'IQ2_M'], [30, 'IQ4_XS'], [31, 'IQ1_M'],
+  [32, 'BF16'], [36, 'TQ1_0'], [37, 'TQ2_0'], [38, 'MXFP4_MOE'], [39, 'NVFP4'], [40, 'Q1_0'], [41, 'Q2_0'],
 ]);
+
+/**
+ * The names `--quant` takes (upper case): the file types above, llama-quantize's aliases Q3_K, Q4_K
+ * and Q5_K, and Q6_K_M, `bench convert`'s name for llama-quantize's Q6_K mix. A name that is none of
+ * these (`8B`, `K_M`) is refused rather than matched against file names, where it could only match
+ * something else (`…-0.8B.gguf`).
+ */
+export const GGUF_QUANT_NAMES: readonly string[] = [...new Set([...FILE_TYPE_NAMES.values(), 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K_M'])];
+
+/** Whether `--quant` names a quantization (GGUF_QUANT_NAMES, any case). */
+export function isGgufQuantName(quant: string): boolean {
+  return GGUF_QUANT_NAMES.includes(quant.toUpperCase());
+}
 
 export interface LoadedModel extends ModelCheckpoint {
   notes: string[];
@@ -46,11 +64,25 @@ function ggufStem(file: string): string {
   return m ? m[1]! : base.replace(/\.gguf$/i, '');
 }
 
-/** Whether a GGUF file name carries the quantization `quant` (`…-Q4_K_M.gguf`, `….q4_k_m.gguf`; any case). */
-export function nameHasQuant(file: string, quant: string): boolean {
-  const stem = ggufStem(file).toLowerCase();
-  const q = quant.toLowerCase();
-  return stem === q || stem.endsWith(`-${q}`) || stem.endsWith(`.${q}`);
+/**
+ * The quantization a GGUF file's name carries (upper case), or null: the name of GGUF_QUANT_NAMES
+ * that is the last component of the name without its split suffix and extension, after a `-`, `.`
+ * or `_` (`m-Q4_K_M.gguf`, `m.q8_0.gguf`, `m_IQ4_XS-00001-of-00002.gguf`, `BF16.gguf`; any case).
+ */
+export function quantOfGgufName(file: string): string | null {
+  const stem = ggufStem(file).toUpperCase();
+  let found: string | null = null;
+  for (const q of GGUF_QUANT_NAMES) {
+    const at = stem.length - q.length;
+    if (!stem.endsWith(q) || (at > 0 && !'-._'.includes(stem[at - 1]!))) continue;
+    if (found === null || q.length > found.length) found = q;
+  }
+  return found;
+}
+
+/** Whether a GGUF file's name carries the quantization `quant` (quantOfGgufName; any case). */
+function nameHasQuant(file: string, quant: string): boolean {
+  return quantOfGgufName(file) === quant.toUpperCase();
 }
 
 /**
@@ -100,9 +132,14 @@ export function selectGguf(modelPath: string, quant?: string): string {
   } catch {
     throw new CheckpointError(`${abs}: does not exist`);
   }
+  const unknownQuant = quant !== undefined && !isGgufQuantName(quant)
+    ? `--quant ${quant} is not a quantization name (${GGUF_QUANT_NAMES.join(', ')}; any case)`
+    : null;
   if (st.isFile()) {
+    if (unknownQuant !== null) throw new CheckpointError(`${abs}: ${unknownQuant}`);
     if (quant !== undefined && !nameHasQuant(abs, quant)) {
-      throw new CheckpointError(`${abs}: --quant ${quant} does not match this file's name (give the directory to choose among files)`);
+      const carried = quantOfGgufName(abs);
+      throw new CheckpointError(`${abs}: --quant ${quant} does not match this file's name (${carried === null ? 'it names no quantization' : `it names ${carried}`}; give the directory to choose among files)`);
     }
     return abs;
   }
@@ -115,6 +152,7 @@ export function selectGguf(modelPath: string, quant?: string): string {
     if (models.length === 0) throw new CheckpointError(`${abs}: ${withUnreadable}`);
     throw new CheckpointError(`${abs}: several GGUF files (${listed}); choose one with --quant`);
   }
+  if (unknownQuant !== null) throw new CheckpointError(`${abs}: ${unknownQuant}; the directory holds: ${withUnreadable}`);
   const hits = models.filter((f) => nameHasQuant(f, quant));
   if (hits.length === 0) throw new CheckpointError(`${abs}: no GGUF file named for --quant ${quant} (the directory holds: ${withUnreadable})`);
   if (hits.length > 1) throw new CheckpointError(`${abs}: more than one GGUF file named for --quant ${quant} (the directory holds: ${listed})`);
