@@ -5,8 +5,10 @@ import { statSync } from 'node:fs';
 import { loadEngine } from '../src/engine/engine.js';
 import type { EngineOptions } from '../src/engine/types.js';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
+import { modelMaxPositions } from '../src/model/model-path.js';
 import { parseGguf, parseGgufHeader } from '../src/model/gguf-reader.js';
 import { checkTokenizerFitsModel, loadTokenizer } from '../src/model/tokenizer.js';
+import { UsageError } from '../src/util/usage-error.js';
 import { checkCheckpoint, checkGguf, judgeError, Violation } from './fuzz/oracle.js';
 import type { CaseRequest, CaseResult } from './fuzz/protocol.js';
 
@@ -21,6 +23,9 @@ const USER_TURN = 'Hello there, how are you?';
  * parser defect.
  */
 const MAX_PROMPT_CHARS = 4096;
+
+/** Tokens the request generates. */
+const MAX_TOKENS = 2;
 
 /** Stages after which an error is the engine's (the loaders accepted the input). */
 const ENGINE_STAGES = new Set(['engine', 'request']);
@@ -39,12 +44,18 @@ async function loadCheckpointCase(dir: string, setStage: (s: string) => void): P
   const vocab = ckpt.config.vocabSize;
   const badId = ids.find((t) => !Number.isInteger(t) || t < 0 || t >= vocab);
   if (badId !== undefined) throw new Violation(`loaded, but the tokenizer produced id ${badId} outside the vocabulary (${vocab})`);
+  // The positions the model was built for bound the request, as in every command (`bench prompt`
+  // refuses more with a usage error naming max_position_embeddings and the file, before the engine).
+  const positions = modelMaxPositions(ckpt);
+  if (ids.length + MAX_TOKENS > positions.max) {
+    throw new UsageError(`the prompt's ${ids.length} tokens + ${MAX_TOKENS} new need more than the model's maximum of ${positions.max} positions (${positions.source})`);
+  }
   setStage('engine');
-  const engine = await loadEngine(ckpt, { ...ENGINE, maxSeq: Math.max(64, ids.length + 8) });
+  const engine = await loadEngine(ckpt, { ...ENGINE, maxSeq: Math.min(Math.max(64, ids.length + 8), positions.max) });
   try {
     setStage('request');
     const res = await engine.submit({
-      prompt: ids, maxTokens: 2, temperature: 0, stopTokens: [...new Set([ckpt.config.eosTokenId, ...tok.eosTokenIds])],
+      prompt: ids, maxTokens: MAX_TOKENS, temperature: 0, stopTokens: [...new Set([ckpt.config.eosTokenId, ...tok.eosTokenIds])],
     }).done;
     if (res.finishReason === 'error') throw new Error(`the request failed: ${res.error ?? 'no reason given'}`);
     const out = res.tokens.find((t) => !Number.isInteger(t) || t < 0 || t >= vocab);

@@ -93,8 +93,32 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'lumen-cli-prompt-'));
   afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
+  it('past the model\'s positions (max_position_embeddings): the flag named, with the maximum and where it is written (it ran on)', async () => {
+    const f = await smallFixture({ overrides: { maxPositionEmbeddings: 8 } });
+    const cfg = path.join(f.dir, 'config.json');
+    const out = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1,2,3', '--max-new-tokens', '6']);
+    expect(out.code).toBe(2);
+    expect(out.stderr.trim().split('\n')).toEqual([
+      `bench: --max-new-tokens: the prompt's 3 tokens + 6 new need 9 positions, more than the model's maximum of 8 (max_position_embeddings in ${cfg}); give --max-new-tokens 5 or less`,
+    ]);
+    const long = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1,2,3,4,5,6,7,8,9', '--max-new-tokens', '0']);
+    expect(long.code).toBe(2);
+    expect(long.stderr.trim().split('\n')).toEqual([
+      `bench: --prompt-ids: the prompt is 9 tokens, more than the model's maximum of 8 positions (max_position_embeddings in ${cfg})`,
+    ]);
+    const fits = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1,2,3', '--max-new-tokens', '5', '--ignore-eos']);
+    expect(fits.code, fits.stderr).toBe(0);
+    expect(fits.stdout.trim().split(' ')).toHaveLength(5);
+    // The embedded model: the real Qwen3.5 maximum.
+    const embedded = await bench(['prompt', '--prompt-ids', '1', '--max-new-tokens', '1073741824']);
+    expect(embedded.code).toBe(2);
+    expect(embedded.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --max-new-tokens: the prompt's 1 token \+ 1073741824 new need 1073741825 positions, more than the model's maximum of 262144 \(max_position_embeddings in .*config\.json\); give --max-new-tokens 262143 or less$/);
+  });
+
   it('--max-new-tokens past any KV cache: the flag named (the engine\'s message said to give less KV memory, exit 1)', async () => {
-    const r = await bench(['prompt', '--prompt-ids', '1', '--max-new-tokens', '1073741824']);
+    // A model built for more positions than any KV cache holds.
+    const f = await smallFixture({ overrides: { maxPositionEmbeddings: 2 ** 31 - 1 } });
+    const r = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1', '--max-new-tokens', '1073741824']);
     expect(r.code).toBe(2);
     expect(r.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --max-new-tokens: one sequence of 1073741825 tokens \(the prompt's 1 \+ 1073741824 new\) needs a KV cache that cannot be had \(.*\); lower --max-new-tokens$/);
     // A --kv-memory too small for the sequence: that flag is named, whatever --max-new-tokens says.

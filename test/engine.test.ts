@@ -226,6 +226,13 @@ describe('memory pressure and cancellation', () => {
     expect(e.info.kvPoolBytes).toBe(4 * 16 * 2 * 256 * 4); // 4 blocks of 32 KiB
   });
 
+  it('refuses a max_seq past the positions the model was built for (max_position_embeddings): it ran sequences past them', async () => {
+    await expect(tinyEngine({ maxSeq: 65 }, {}, { maxPositionEmbeddings: 64 }))
+      .rejects.toThrow(/^options\.maxSeq 65 is more than the model's maximum of 64 positions \(max_position_embeddings\)$/);
+    const e = await engine({ maxSeq: 64 }, {}, { maxPositionEmbeddings: 64 });
+    expect((await greedy(e, promptIds(60, 4), 4)).tokens).toHaveLength(4);
+  });
+
   it('an option the engine refuses as it is built is an error, and leaves nothing holding the process open', () => {
     // In a child process that must end on its own (before the fix, the events function made for
     // the engine kept Node's event loop alive for ever after the constructor threw).

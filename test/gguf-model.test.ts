@@ -292,6 +292,25 @@ describe('qwen35.block_count below the layers the tensors hold', () => {
   });
 });
 
+describe('qwen35.context_length: the positions the model was built for', () => {
+  const U32 = 4;
+  it('bounds the prompt and its output: past it, a usage error naming the flag and the key (it ran on, silently)', async () => {
+    const ctx = withMetadata(q8, join(work, 'ctx8-Q8_0.gguf'), { 'qwen35.context_length': { type: U32, value: 8 } });
+    expect(loadGgufCheckpoint(ctx, { hash: false }).config.maxPositionEmbeddings).toBe(8);
+    const over = await benchPrompt(['--model-path', ctx, '--prompt-ids', '1,2,3', '--max-new-tokens', '6']);
+    expect(over.code, over.stderr).toBe(2);
+    expect(over.stderr.trim().split('\n')).toEqual([
+      `bench: --max-new-tokens: the prompt's 3 tokens + 6 new need 9 positions, more than the model's maximum of 8 (qwen35.context_length in ${ctx}); give --max-new-tokens 5 or less`,
+    ]);
+    const ok = await benchPrompt(['--model-path', ctx, '--prompt-ids', '1,2,3', '--max-new-tokens', '5', '--ignore-eos']);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout.trim().split(' ')).toHaveLength(5);
+    // Absent: the config parser's default (the real Qwen3.5 value), as for a config.json without the key.
+    const none = withMetadata(q8, join(work, 'noctx-Q8_0.gguf'), { 'qwen35.context_length': undefined });
+    expect(loadGgufCheckpoint(none, { hash: false }).config.maxPositionEmbeddings).toBe(262144);
+  }, 60_000);
+});
+
 describe('the tiled value heads (4B layout)', () => {
   it('decode steps on an f32 GGUF give the safetensors checkpoint\'s tokens and logits', async () => {
     // Prefill of 20 tokens (the chunked DeltaNet), then 8 decode steps (the per-key-head decode path).

@@ -14,6 +14,8 @@ import type { TokenizePool } from '../src/serve/tokenize-pool.js';
 import { REPO_ROOT } from '../src/util/version.js';
 import { promptIds } from './helpers/engine-fixture.js';
 import { API_KEY, parsePrometheus, promValue, readSse, ScriptedEngine, startTestServer, until } from './helpers/serve-fixture.js';
+import { cleanupAllFixtures, synthFixture, type Fixture } from './helpers/synth-fixture.js';
+import { UsageError } from '../src/util/usage-error.js';
 
 type Json = Record<string, any>;
 
@@ -1108,5 +1110,43 @@ describe('bench serve: tool calls, thinking and UTF-8 over a scripted engine', (
     }
     // One chunk per step: as many token chunks as tokens (the held bytes give empty-content chunks).
     expect(chunks.filter((c) => c.choices[0]?.finish_reason === null)).toHaveLength(ids.length + 1); // + the role chunk
+  });
+});
+
+describe('the positions the model was built for (max_position_embeddings 64)', () => {
+  let fx: Fixture;
+  beforeAll(async () => { fx = await synthFixture({ overrides: { maxPositionEmbeddings: 64 } }); }, 60_000);
+  afterAll(() => cleanupAllFixtures());
+
+  it('--max-seq past them: a usage error naming the flag and the maximum, before the engine loads (it served past them)', async () => {
+    let loaded = false;
+    const start = startTestServer({ modelDir: fx.dir, apiKey: null, maxSeq: 128, loadEngine: async () => { loaded = true; return new ScriptedEngine(); } });
+    await expect(start).rejects.toThrow(UsageError);
+    await expect(start).rejects.toThrow(
+      `--max-seq 128 is more than the model's maximum of 64 positions (max_position_embeddings in ${path.join(fx.dir, 'config.json')}); give --max-seq 64 or less`);
+    expect(loaded).toBe(false);
+  });
+
+  it('--max-seq not given: the model\'s maximum, in /v1/models; a request past it is a 400 naming the field', async () => {
+    let maxSeq = 0;
+    const s = await startTestServer({ modelDir: fx.dir, apiKey: null, maxSeq: null, loadEngine: async (opts) => { maxSeq = opts.maxSeq; return new ScriptedEngine(); } });
+    try {
+      expect(maxSeq).toBe(64);
+      const models = (await (await fetch(`${s.url}/v1/models`)).json()) as Json;
+      expect(models.data[0].max_model_len).toBe(64);
+      const over = await fetch(`${s.url}/v1/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: promptIds(40, 3), max_tokens: 30 }),
+      });
+      expect(over.status).toBe(400);
+      const b = (await over.json()) as Json;
+      expect(b.error.param).toBe('max_tokens');
+      expect(b.error.message).toMatch(/maximum context length \(--max-seq\) is 64 tokens, but the request needs 70 \(40 in the prompt, 30 for the output\)/);
+      const fits = await fetch(`${s.url}/v1/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: promptIds(40, 3), max_tokens: 24 }),
+      });
+      expect(fits.status).toBe(200);
+    } finally {
+      await s.close();
+    }
   });
 });

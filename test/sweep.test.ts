@@ -9,6 +9,7 @@ import { parse } from 'csv-parse/sync';
 import { afterAll, describe, expect, it } from 'vitest';
 import { fmt } from '../src/bench/render.js';
 import { bytesText } from '../src/util/bytes-text.js';
+import { cleanupAllFixtures, SMALL_VOCAB, smallFixture } from './helpers/synth-fixture.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const BENCH = path.join(ROOT, 'bin', 'bench.js');
@@ -274,6 +275,43 @@ describe('usage errors', () => {
     expect(r.stderr).toMatch(message as RegExp);
     expect(r.stdout).toBe('');
     expect(readdirSync(cache)).toEqual([]);
+  });
+
+  describe('the positions the model was built for (max_position_embeddings 64)', () => {
+    afterAll(() => cleanupAllFixtures());
+    const model = () => smallFixture({ overrides: { ...SMALL_VOCAB, maxPositionEmbeddings: 64 } });
+    const run = ['--concurrency', '1', '--warmup', '0', '--iters', '1'];
+
+    it('--max-seq past them, or a cell that needs more: exit 2 naming the flag and the maximum, before the engine loads (they ran)', async () => {
+      const m = await model();
+      const cfgFile = path.join(m.dir, 'config.json');
+      const out = path.join(tmp, 'positions-never-made');
+      const maxSeq = await bench(['--model-path', m.dir, '--cells', '16:8', '--max-seq', '128', '--output', path.join(out, 'run'), ...run]);
+      expect(maxSeq.code).toBe(2);
+      expect(maxSeq.stderr.trim().split('\n').at(-1)).toBe(
+        `bench: --max-seq 128 is more than the model's maximum of 64 positions (max_position_embeddings in ${cfgFile}); give --max-seq 64 or less`);
+      expect(existsSync(out)).toBe(false);
+      const cells = await bench(['--model-path', m.dir, '--cells', '16:8,60:16', '--max-seq', '64', ...run]);
+      expect(cells.code).toBe(2);
+      expect(cells.stderr.trim().split('\n').at(-1)).toBe(
+        `bench: --cells: the cell 60:16 needs 76 positions (isl + osl), more than the model's maximum of 64 (max_position_embeddings in ${cfgFile})`);
+      expect(cells.stdout).toBe('');
+      const isl = await bench(['--model-path', m.dir, '--isl', '60', '--osl', '8', ...run]);
+      expect(isl.code).toBe(2);
+      expect(isl.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --isl\/--osl: the cell 60:8 needs 68 positions \(isl \+ osl\), more than the model's maximum of 64 /);
+    }, 60_000);
+
+    it('--max-seq not given: the default lowered to the model\'s maximum, said in the notes; the engine runs with it', async () => {
+      const m = await model();
+      const prefix = path.join(tmp, 'positions-default');
+      const r = await bench(['--model-path', m.dir, '--cells', '16:8', '--output', prefix, ...run]);
+      expect(r.code, r.stderr).toBe(0);
+      const note = `--max-seq 64: the model's maximum (max_position_embeddings in ${path.join(m.dir, 'config.json')}), below the default 4096`;
+      expect(r.stderr).toContain(note);
+      const report = JSON.parse(readFileSync(`${prefix}.json`, 'utf8')) as { engine: { max_seq: number }; notes: string[] };
+      expect(report.engine.max_seq).toBe(64);
+      expect(report.notes).toContain(note);
+    }, 60_000);
   });
 
   it('a --model-path refused after the usage checks (a broken config.json) leaves no --output directory behind', async () => {

@@ -46,6 +46,8 @@ export interface SweepConfig {
   device: DeviceChoice;
   threads: number;
   cells: Cell[];
+  /** The flag the cells came from, for messages: `--cells`, `--isl`, `--isl/--osl`, ...; absent: the default cells. */
+  cellsFlag?: string;
   /** Ascending, without duplicates. */
   concurrency: number[];
   sharedPrefix: number;
@@ -57,6 +59,8 @@ export interface SweepConfig {
   prefillChunk: number;
   stepTokenBudget: number;
   maxSeq: number;
+  /** Whether --max-seq was given (else maxSeq is the default, lowered to a smaller model's maximum at load). */
+  maxSeqGiven?: boolean;
   /** --cuda-graphs on|off (CUDA only). */
   cudaGraphs: boolean;
   /** --kv-memory; null: the default (a fraction of free device memory on CUDA, max-seq x max-seqs on the CPU). */

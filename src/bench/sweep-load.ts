@@ -4,6 +4,8 @@ import { performance } from 'node:perf_hooks';
 import { KvMemoryError } from '../engine/engine.js';
 import { kvMemoryFlags } from '../engine/options.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
+import { fitMaxSeq } from '../engine/options.js';
+import { modelMaxPositions } from '../model/model-path.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError, loadedModelNotes, type ModelCheckpoint, type SyntheticWeights } from '../model/types.js';
 import { weightFormatLine } from '../model/weight-format.js';
@@ -17,6 +19,7 @@ import type { SweepBackend } from './sweep.js';
 
 export interface LoadedModel {
   ckpt: ModelCheckpoint;
+  /** The options the engine was loaded with: the caller's, with --max-seq fitted to the model (fitMaxSeq). */
   opts: EngineOptions;
   engine: EngineHandle | null;
   /** Why the engine did not load (engine null). */
@@ -24,7 +27,7 @@ export interface LoadedModel {
 }
 
 export async function loadModel(
-  cfg: SweepConfig, backend: SweepBackend, device: Device, opts: EngineOptions, gpus: readonly GpuInfo[],
+  cfg: SweepConfig, backend: SweepBackend, device: Device, flagOpts: EngineOptions, gpus: readonly GpuInfo[],
   renderer: SweepRenderer, report: Report,
 ): Promise<LoadedModel> {
   const embedded = cfg.modelPath === null;
@@ -61,6 +64,20 @@ export async function loadModel(
     dtype: ckpt.dtype, layers: ckpt.config.numLayers, ms: checkpointMs,
     ...(ckpt.syntheticWeights ? { synthetic: { ...ckpt.syntheticWeights } } : {}),
   });
+
+  // The positions the model was built for bound --max-seq and every cell: usage errors, before the engine loads.
+  const positions = modelMaxPositions(ckpt);
+  const fit = fitMaxSeq(cfg, positions);
+  if (fit.note !== null) {
+    renderer.note(fit.note);
+    report.notes.push(fit.note);
+  }
+  const over = cfg.cells.find((c) => c.isl + c.osl > positions.max);
+  if (over !== undefined) {
+    throw new UsageError(`${cfg.cellsFlag ?? 'the default --cells'}: the cell ${over.isl}:${over.osl} needs ${over.isl + over.osl} positions (isl + osl), ` +
+      `more than the model's maximum of ${positions.max} (${positions.source})`);
+  }
+  const opts: EngineOptions = { ...flagOpts, maxSeq: fit.maxSeq };
 
   renderer.loadStage('engine_load_start', { device, options: opts });
   const te0 = performance.now();

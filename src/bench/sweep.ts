@@ -138,7 +138,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
       engine = local;
       loadError = loaded.loadError;
       target = {
-        local: local && { engine: local, ckpt: loaded.ckpt }, vocab: promptVocab(loaded.ckpt.config.vocabSize), maxSeq: cfg.maxSeq,
+        local: local && { engine: local, ckpt: loaded.ckpt }, vocab: promptVocab(loaded.ckpt.config.vocabSize), maxSeq: loaded.opts.maxSeq,
         probe: () => engineCounterProbe(local!), // rows run only once the engine loaded
       };
     }

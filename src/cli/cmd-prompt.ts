@@ -3,7 +3,7 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, Option } from 'commander';
-import { loadModel, loadModelTokenizer, modelInputFiles } from '../model/model-path.js';
+import { loadModel, loadModelTokenizer, modelInputFiles, modelMaxPositions } from '../model/model-path.js';
 import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
@@ -137,6 +137,17 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   // Qwen's end-of-turn ids, where the vocabulary has them (a small synthetic vocabulary does not).
   const stop = [...new Set([...QWEN_STOP_IDS, ckpt.config.eosTokenId, ...(tokenizer?.eosTokenIds ?? [])])].filter((t) => t >= 0 && t < ckpt.config.vocabSize);
   const total = ids.length + opts.maxNewTokens;
+  // One position per token, prompt and output together: past the model's, the engine would run where
+  // the model never trained, silently.
+  const positions = modelMaxPositions(ckpt);
+  const tokens = (n: number) => `${n} token${n === 1 ? '' : 's'}`;
+  if (ids.length > positions.max) {
+    throw new UsageError(`${opts.promptIds ? '--prompt-ids' : '--prompt'}: the prompt is ${tokens(ids.length)}, more than the model's maximum of ${positions.max} positions (${positions.source})`);
+  }
+  if (total > positions.max) {
+    throw new UsageError(`--max-new-tokens: the prompt's ${tokens(ids.length)} + ${opts.maxNewTokens} new need ${total} positions, more than the model's maximum of ${positions.max} ` +
+      `(${positions.source}); give --max-new-tokens ${positions.max - ids.length} or less`);
+  }
   const logitBytes = total * ckpt.config.vocabSize * 4;
   const maxLogitBytes = engineLimits().maxLogitsAllBytes;
   if (opts.logitsOut !== undefined && logitBytes > maxLogitBytes) {
@@ -148,7 +159,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   let engine;
   try {
     engine = await loadEngine(ckpt, {
-      ...engineOptionsFrom({ ...flags, maxSeq: Math.max(total, 16) }, device, 1), prefixCache: false,
+      ...engineOptionsFrom({ ...flags, maxSeq: Math.min(Math.max(total, 16), positions.max) }, device, 1), prefixCache: false,
     }, {}, { weightDtype: opts.weightDtype });
   } catch (err) {
     // A KV cache that cannot be had: --kv-memory's doing when given; else (the CPU sizes the pool for

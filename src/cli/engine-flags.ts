@@ -82,7 +82,8 @@ export const ENGINE_FLAGS = {
   blockSize: () => new Option('--block-size <n>', `tokens per KV block (default ${ENGINE_DEFAULTS.blockSize})`),
   prefillChunk: () => new Option('--prefill-chunk <n>', `largest prefill chunk per sequence per step (default ${ENGINE_DEFAULTS.prefillChunk})`),
   stepTokenBudget: () => new Option('--step-token-budget <n>', `most tokens in one forward step (default ${ENGINE_DEFAULTS.stepTokenBudget})`),
-  maxSeq: () => new Option('--max-seq <n>', `longest sequence (prompt + output) the engine accepts (default ${ENGINE_DEFAULTS.maxSeq})`),
+  maxSeq: () => new Option('--max-seq <n>', `longest sequence (prompt + output) the engine accepts, at most the positions the model was built for (max_position_embeddings) ` +
+    `(default ${ENGINE_DEFAULTS.maxSeq}, or that maximum when smaller)`),
   modelPath: () => new Option('--model-path <path>', `checkpoint directory, GGUF file (split: its -00001-of-0000N part), a directory of GGUF files with --quant, or synthetic:<preset> (${PRESET_NAMES.join(' | ')}: random weights generated in memory) (default: the embedded synthetic model)`),
   quant: () => new Option('--quant <type>', 'with --model-path DIR: the GGUF file whose name carries this quantization (e.g. Q4_K_M, Q8_0; any case)'),
   cudaGraphs: () => new Option('--cuda-graphs <on|off>', `with --device cuda: capture and replay decode steps as CUDA graphs (default ${ENGINE_DEFAULTS.cudaGraphs}; no effect on the CPU)`),
@@ -177,6 +178,7 @@ export function resolveEngineFlags(raw: RawEngineFlags, maxSeqsDefault?: number)
     prefillChunk: num('--prefill-chunk', raw.prefillChunk, ENGINE_DEFAULTS.prefillChunk, 1, ENGINE_FLAG_MAX.tokens),
     stepTokenBudget: num('--step-token-budget', raw.stepTokenBudget, ENGINE_DEFAULTS.stepTokenBudget, 1, ENGINE_FLAG_MAX.tokens),
     maxSeq: num('--max-seq', raw.maxSeq, ENGINE_DEFAULTS.maxSeq, 2, ENGINE_FLAG_MAX.tokens),
+    maxSeqGiven: raw.maxSeq !== undefined,
     cudaGraphs: oneOf('--cuda-graphs', raw.cudaGraphs ?? ENGINE_DEFAULTS.cudaGraphs, ['on', 'off'] as const) === 'on',
     kvMemory: raw.kvMemory === undefined ? null : parseKvMemory('--kv-memory', raw.kvMemory),
     kvCacheDtype: oneOf('--kv-cache-dtype', raw.kvCacheDtype ?? ENGINE_DEFAULTS.kvCacheDtype, KV_CACHE_DTYPES),

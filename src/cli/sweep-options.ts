@@ -221,7 +221,9 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
   const oslRaw = raw.osl ?? raw.maxOutputTokens;
   const warnings: string[] = [];
   let cells: Cell[];
+  let cellsFlag: string | undefined;
   if (raw.cells !== undefined) {
+    cellsFlag = '--cells';
     if (islRaw !== undefined || oslRaw !== undefined) {
       throw new UsageError(`--cells and ${islRaw !== undefined ? islFlag : oslFlag} both choose the cells; give one`);
     }
@@ -230,6 +232,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     if (w !== null) warnings.push(w);
     cells = uniqueBy(given, cellKey);
   } else if (islRaw !== undefined || oslRaw !== undefined) {
+    cellsFlag = [islRaw !== undefined ? islFlag : null, oslRaw !== undefined ? oslFlag : null].filter((f) => f !== null).join('/');
     cells = [{
       isl: islRaw !== undefined ? parseCount(islFlag, islRaw, 1, ENGINE_FLAG_MAX.tokens) : DEFAULT_ISL,
       osl: oslRaw !== undefined ? parseCount(oslFlag, oslRaw, 1, ENGINE_FLAG_MAX.tokens) : DEFAULT_OSL,
@@ -284,6 +287,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     device,
     threads: engine.threads,
     cells,
+    ...(cellsFlag !== undefined ? { cellsFlag } : {}),
     concurrency,
     sharedPrefix: num('--shared-prefix', raw.sharedPrefix, DEFAULTS.sharedPrefix, 0, ENGINE_FLAG_MAX.tokens),
     prompts,
@@ -294,6 +298,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     prefillChunk: engine.prefillChunk,
     stepTokenBudget: engine.stepTokenBudget,
     maxSeq: engine.maxSeq,
+    maxSeqGiven: engine.maxSeqGiven ?? false,
     cudaGraphs: engine.cudaGraphs,
     kvMemory: engine.kvMemory,
     kvCacheDtype: engine.kvCacheDtype,

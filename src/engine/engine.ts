@@ -228,6 +228,11 @@ export function loadEngine(
     cudaGraphs: opts.cudaGraphs ?? true, kvCacheDtype: opts.kvCacheDtype ?? 'f32', profile: opts.profile ?? false, ...nativeInternals,
     ...(generated ? { syntheticDtype: generated.dtype, syntheticSeed: generated.seed } : {}),
   };
+  // The commands refuse this with the flag's name first (engine/options.ts, fitMaxSeq); a caller of
+  // the API gets it here: a sequence past the model's positions would run where it never trained.
+  if (opts.maxSeq > config.maxPositionEmbeddings) {
+    return Promise.reject(new Error(`options.maxSeq ${opts.maxSeq} is more than the model's maximum of ${config.maxPositionEmbeddings} positions (max_position_embeddings)`));
+  }
   return new Promise<EngineHandle>((resolve, reject) => {
     let engine: Engine | undefined;
     let native: NativeEngine | undefined;

@@ -28,6 +28,22 @@ export function checkKvMemoryForDevice(kv: KvMemory | null, device: Device): voi
   }
 }
 
+/**
+ * --max-seq for a model built for `model.max` positions (src/model/model-path.ts, modelMaxPositions):
+ * a sequence needs one position per token, and past the model's positions the rotary embedding runs
+ * where the model never trained, so the engine would answer with numbers nobody asked for. Given: at
+ * most the model's maximum, else a usage error naming the flag and the maximum (vLLM refuses a
+ * max_model_len above max_position_embeddings the same way). Not given: the default, or the model's
+ * maximum when that is smaller, with a note saying so.
+ */
+export function fitMaxSeq(flags: { maxSeq: number; maxSeqGiven?: boolean }, model: { max: number; source: string }): { maxSeq: number; note: string | null } {
+  if (flags.maxSeq <= model.max) return { maxSeq: flags.maxSeq, note: null };
+  if (flags.maxSeqGiven) {
+    throw new UsageError(`--max-seq ${flags.maxSeq} is more than the model's maximum of ${model.max} positions (${model.source}); give --max-seq ${model.max} or less`);
+  }
+  return { maxSeq: model.max, note: `--max-seq ${model.max}: the model's maximum (${model.source}), below the default ${flags.maxSeq}` };
+}
+
 export interface ServingFlags {
   threads: number;
   kvcache: KvLayout;
@@ -35,6 +51,8 @@ export interface ServingFlags {
   prefillChunk: number;
   stepTokenBudget: number;
   maxSeq: number;
+  /** Whether --max-seq was given (else maxSeq is the default, which fitMaxSeq lowers to a smaller model's maximum). */
+  maxSeqGiven?: boolean;
   /** --cuda-graphs: capture and replay decode steps as CUDA graphs (CUDA only; no effect on the CPU). */
   cudaGraphs: boolean;
   /** --kv-memory; null: the default (CUDA_KV_MEMORY_FRACTION on CUDA, max-seq x max-seqs on the CPU). */

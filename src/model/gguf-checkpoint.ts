@@ -21,6 +21,8 @@ import {
 } from './types.js';
 
 const ARCH = 'qwen35';
+/** The metadata key of the positions the model was built for (config.json's max_position_embeddings). */
+export const GGUF_CONTEXT_LENGTH_KEY = `${ARCH}.context_length`;
 const SPLIT_RE = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/i;
 
 /**
@@ -233,7 +235,8 @@ function configJson(g: GgufFile, vocabSize: number, tied: boolean): Record<strin
     layer_types: Array.from({ length: numLayers }, (_, i) => ((i + 1) % interval === 0 ? 'full_attention' : 'linear_attention')),
     tie_word_embeddings: tied,
     eos_token_id: eos,
-    max_position_embeddings: meta(g, `${ARCH}.context_length`, 'n', true) ?? 262144,
+    // Absent: the config parser's default, as for a config.json without the key.
+    max_position_embeddings: meta(g, GGUF_CONTEXT_LENGTH_KEY, 'n', true),
     mtp_num_hidden_layers: nextn,
   };
 }

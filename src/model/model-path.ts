@@ -8,7 +8,9 @@
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { checkpointFilesOf, isCheckpointFileName, loadCheckpoint, type LoadOptions } from './checkpoint.js';
-import { dirHasGguf, ggufHeaderOf, isGgufPath, loadGgufCheckpoint, selectGguf, type LoadedModel } from './gguf-checkpoint.js';
+import {
+  dirHasGguf, GGUF_CONTEXT_LENGTH_KEY, ggufHeaderOf, isGgufPath, loadGgufCheckpoint, selectGguf, type LoadedModel,
+} from './gguf-checkpoint.js';
 import { ggufTokenizerParts } from './gguf-tokenizer.js';
 import { syntheticModel, syntheticTokenizerParts, syntheticWeightsOf } from './synthetic-model.js';
 import { buildTokenizer, readTokenizerParts, tokenizerFilesOf, type LoadedTokenizer, type TokenizerParts } from './tokenizer.js';
@@ -44,6 +46,25 @@ export function loadModel(modelPath: string, opts: ModelPathOptions = {}): Loade
     return loadGgufCheckpoint(selectGguf(modelPath, opts.quant), { hash: opts.hash });
   }
   return loadCheckpoint(modelPath, opts);
+}
+
+/** The most positions (prompt + output) a model was built for, and where that is written. */
+export interface ModelPositions {
+  max: number;
+  /** For messages: `max_position_embeddings in DIR/config.json`, `qwen35.context_length in FILE.gguf`, a preset's. */
+  source: string;
+}
+
+/**
+ * The positions the model was built for, as its loader read them (TextConfig.maxPositionEmbeddings:
+ * config.json's max_position_embeddings, a GGUF's qwen35.context_length, a preset's): a sequence
+ * needs one per token, prompt and output together, and the commands refuse more (engine/options.ts).
+ */
+export function modelMaxPositions(model: ModelCheckpoint): ModelPositions {
+  const max = model.config.maxPositionEmbeddings;
+  if (model.syntheticWeights) return { max, source: `max_position_embeddings of the ${model.syntheticWeights.preset} preset` };
+  if (model.format?.container === 'gguf') return { max, source: `${GGUF_CONTEXT_LENGTH_KEY} in ${model.shards[0] ?? model.dir}` };
+  return { max, source: `max_position_embeddings in ${path.join(model.dir, 'config.json')}` };
 }
 
 /** A short fixed text whose ids the two tokenizers of a GGUF model must agree on. */

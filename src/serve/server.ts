@@ -7,11 +7,11 @@ import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { colorEnabled, engineLine, HumanRenderer, kvPoolFacts, LogRenderer, type SweepRenderer } from '../bench/render.js';
 import { createLogger } from '../bench/logger.js';
 import { usableCpus } from '../engine/native.js';
-import { engineOptionsFrom, kvMemoryFlags, type ServingFlags } from '../engine/options.js';
+import { engineOptionsFrom, fitMaxSeq, kvMemoryFlags, type ServingFlags } from '../engine/options.js';
 import { KvMemoryError, loadEngine, type EngineInternals } from '../engine/engine.js';
 import { UsageError } from '../util/usage-error.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
-import { loadModel, loadModelTokenizerParts } from '../model/model-path.js';
+import { loadModel, loadModelTokenizerParts, modelMaxPositions } from '../model/model-path.js';
 import { synthGenerationConfig } from '../model/synth.js';
 import { syntheticWeightsOf } from '../model/synthetic-model.js';
 import { weightFormatLine } from '../model/weight-format.js';
@@ -189,9 +189,14 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   renderer.modelPath(o.modelDir, o.embedded, syntheticWeightsOf(o.modelDir) ?? undefined);
   const t0 = performance.now();
   const ckpt = loadModel(o.modelDir, { quant: o.quant, hash: false });
+  // --max-seq within the positions the model was built for (a usage error past them; the default
+  // lowered to a smaller model's maximum): every request is held to it (a 400 naming the field).
+  const fit = fitMaxSeq(o.engine, modelMaxPositions(ckpt));
+  const flags = { ...o.engine, maxSeq: fit.maxSeq };
   const { tokenizer, parts } = await loadModelTokenizerParts(ckpt);
   renderer.weights(weightFormatLine(ckpt));
   for (const n of loadedModelNotes(ckpt)) renderer.note(n);
+  if (fit.note !== null) renderer.note(fit.note);
   const askedWorkers = o.tokenizerWorkers ?? DEFAULT_TOKENIZER_WORKERS;
   const encoder = TokenizePool.start(parts, tokenizer, askedWorkers, {
     onFailure: (err) => {
@@ -203,14 +208,14 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   if (encoder.workers < askedWorkers) renderer.warn(`no compiled tokenizer worker (run \`npm run build\`): long prompt texts are tokenized on the server's JS thread`);
   const name = o.servedModelName ?? ckpt.dir.split(/[/\\]/).filter(Boolean).pop() ?? 'model';
   const model = makeServeModel({
-    name, root: ckpt.dir, tokenizer, encoder, configEos: ckpt.config.eosTokenId, maxSeq: o.engine.maxSeq, vocabSize: ckpt.config.vocabSize,
+    name, root: ckpt.dir, tokenizer, encoder, configEos: ckpt.config.eosTokenId, maxSeq: flags.maxSeq, vocabSize: ckpt.config.vocabSize,
     // Synthetic weights: the generation_config.json `bench synth` writes, in memory.
     ...(ckpt.syntheticWeights ? { generationConfig: synthGenerationConfig() } : {}),
   });
   const ctx = new ServeContext(model, log);
   let app: FastifyInstance;
   try {
-    app = buildApp(ctx, o.apiKey, bodyLimitFor(o.engine.maxSeq));
+    app = buildApp(ctx, o.apiKey, bodyLimitFor(flags.maxSeq));
     await app.listen({ host: o.host, port: o.port });
   } catch (err) {
     await encoder.close(); // the workers' threads (a copy of the tokenizer each) go with the failed start
@@ -226,7 +231,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
 
   o.onListening?.(url);
 
-  const opts = engineOptionsFrom(o.engine, o.device, o.engine.maxSeqs);
+  const opts = engineOptionsFrom(flags, o.device, flags.maxSeqs);
   let engine: EngineHandle;
   try {
     engine = o.loadEngine

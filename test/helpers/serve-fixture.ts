@@ -13,7 +13,10 @@ import { startServer, type RunningServer, type ServeOptions } from '../../src/se
 export const API_KEY = 'test-key-123';
 
 export interface TestServerOptions {
-  maxSeq?: number;
+  /** Default: the embedded model. */
+  modelDir?: string;
+  /** --max-seq (default 1024); null: not given. */
+  maxSeq?: number | null;
   maxSeqs?: number;
   apiKey?: string | null;
   internals?: EngineInternals;
@@ -25,12 +28,13 @@ export interface TestServerOptions {
 }
 
 export async function startTestServer(o: TestServerOptions = {}): Promise<RunningServer> {
-  const dir = await ensureEmbeddedModel();
-  const engine = resolveEngineFlags({ device: 'cpu', threads: '2', maxSeq: String(o.maxSeq ?? 1024), maxSeqs: String(o.maxSeqs ?? 8) }, 8) as
+  const dir = o.modelDir ?? (await ensureEmbeddedModel());
+  const maxSeq = o.maxSeq === null ? {} : { maxSeq: String(o.maxSeq ?? 1024) };
+  const engine = resolveEngineFlags({ device: 'cpu', threads: '2', ...maxSeq, maxSeqs: String(o.maxSeqs ?? 8) }, 8) as
     ReturnType<typeof resolveEngineFlags> & { maxSeqs: number };
   const sink = new Writable({ write(_c, _e, cb) { cb(); } });
   return startServer({
-    modelDir: dir, embedded: true, host: '127.0.0.1', port: 0, engine, device: 'cpu', verbosity: -1, stderr: sink, stderrIsTTY: false,
+    modelDir: dir, embedded: o.modelDir === undefined, host: '127.0.0.1', port: 0, engine, device: 'cpu', verbosity: -1, stderr: sink, stderrIsTTY: false,
     ...(o.apiKey === null ? {} : { apiKey: o.apiKey ?? API_KEY }),
     ...(o.internals ? { internals: o.internals } : {}),
     ...(o.loadEngine ? { loadEngine: (_ckpt, opts) => o.loadEngine!(opts) } : {}),
