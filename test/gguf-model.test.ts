@@ -150,6 +150,18 @@ describe('choosing a GGUF file', () => {
     expect(bad.stderr.trim().split('\n').pop()).toMatch(/^bench: --model-path: .*links: no GGUF file named for --quant Q4_K_M \(the directory holds: no readable \.gguf files; unreadable: broken-Q4_K_M\.gguf \(ENOENT\), loop\.gguf \(ELOOP\)\)$/);
   }, 60_000);
 
+  it('a vision projector (mmproj-*.gguf) and a split part without its first part are no models: left out, named only when nothing matches', () => {
+    const d = join(work, 'projector');
+    mkdirSync(d);
+    for (const n of ['Qwen3.5-4B-Q4_K_M.gguf', 'mmproj-F16.gguf', 'MMPROJ-Qwen3.5-4B-BF16.gguf', 'x-Q8_0-00002-of-00002.gguf']) writeFileSync(join(d, n), '');
+    // One model beside its projector needs no --quant; --quant F16 no longer picks the projector.
+    expect(selectGguf(d)).toBe(join(d, 'Qwen3.5-4B-Q4_K_M.gguf'));
+    expect(() => selectGguf(d, 'F16')).toThrow(/no GGUF file named for --quant F16 \(the directory holds: Qwen3\.5-4B-Q4_K_M\.gguf; left out: MMPROJ-Qwen3\.5-4B-BF16\.gguf \(a vision projector\), mmproj-F16\.gguf \(a vision projector\), x-Q8_0-00002-of-00002\.gguf \(part 2 of 2, whose first part is missing\)\)$/);
+    expect(() => selectGguf(d, 'Q8_0')).toThrow(/no GGUF file named for --quant Q8_0 .*part 2 of 2, whose first part is missing/);
+    rmSync(join(d, 'Qwen3.5-4B-Q4_K_M.gguf'));
+    expect(() => selectGguf(d)).toThrow(/projector: no model \.gguf files; left out: /);
+  });
+
   it('--quant is the name\'s last component, a known quantization: --quant 8B picked …-0.8B.gguf (the selection runs on names alone)', async () => {
     const d = join(work, 'names');
     mkdirSync(d);

@@ -92,7 +92,18 @@ function nameHasQuant(file: string, quant: string): boolean {
  * a split set (its other parts are found from it). `*.gguf` entries that cannot be followed (a
  * dangling symbolic link, one without permission) are left out and listed apart, `name (CODE)`.
  */
-function ggufModelsIn(dir: string): { models: string[]; unreadable: string[] } {
+/**
+ * llama.cpp's name for a multimodal projector shipped beside a model's GGUFs (`mmproj-F16.gguf`,
+ * `mmproj-Qwen3.5-4B-BF16.gguf`): a vision encoder, not a model this engine runs.
+ */
+const PROJECTOR_RE = /^mmproj/i;
+
+/**
+ * The model files of a GGUF directory (a split set by its first part), and the entries left out:
+ * `unreadable` (a link that cannot be followed, no permission), `ignored` (a vision projector, a
+ * split part whose first part is missing). selectGguf names both only when nothing else matches.
+ */
+function ggufModelsIn(dir: string): { models: string[]; unreadable: string[]; ignored: string[] } {
   let names: string[];
   try {
     names = readdirSync(dir);
@@ -101,6 +112,7 @@ function ggufModelsIn(dir: string): { models: string[]; unreadable: string[] } {
   }
   const models: string[] = [];
   const unreadable: string[] = [];
+  const ignored: string[] = [];
   for (const f of names.filter((n) => isGgufPath(n)).sort()) {
     let isFile: boolean;
     try {
@@ -109,16 +121,22 @@ function ggufModelsIn(dir: string): { models: string[]; unreadable: string[] } {
       unreadable.push(`${f} (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`);
       continue;
     }
+    if (!isFile) continue;
+    if (PROJECTOR_RE.test(f)) {
+      ignored.push(`${f} (a vision projector)`);
+      continue;
+    }
     const m = SPLIT_RE.exec(f);
-    if (isFile && (!m || Number(m[2]) === 1)) models.push(path.join(dir, f));
+    if (!m || Number(m[2]) === 1) models.push(path.join(dir, f));
+    else if (!existsSync(path.join(dir, `${m[1]}-00001-of-${m[3]}.gguf`))) ignored.push(`${f} (part ${Number(m[2])} of ${Number(m[3])}, whose first part is missing)`);
   }
-  return { models, unreadable };
+  return { models, unreadable, ignored };
 }
 
 /** Whether a directory holds GGUF model files, or `*.gguf` entries that cannot be read (selectGguf names them). */
 export function dirHasGguf(dir: string): boolean {
-  const { models, unreadable } = ggufModelsIn(dir);
-  return models.length + unreadable.length > 0;
+  const { models, unreadable, ignored } = ggufModelsIn(dir);
+  return models.length + unreadable.length + ignored.length > 0;
 }
 
 /**
@@ -145,10 +163,10 @@ export function selectGguf(modelPath: string, quant?: string): string {
     }
     return abs;
   }
-  const { models, unreadable } = ggufModelsIn(abs);
-  const listed = models.length ? models.map((f) => path.basename(f)).join(', ') : `no ${unreadable.length ? 'readable ' : ''}.gguf files`;
-  // Entries that cannot be read are named only when nothing else matches (they may be what was meant).
-  const withUnreadable = unreadable.length ? `${listed}; unreadable: ${unreadable.join(', ')}` : listed;
+  const { models, unreadable, ignored } = ggufModelsIn(abs);
+  const listed = models.length ? models.map((f) => path.basename(f)).join(', ') : `no ${unreadable.length ? 'readable ' : ignored.length ? 'model ' : ''}.gguf files`;
+  // Entries that cannot be read or are no model are named only when nothing else matches (they may be what was meant).
+  const withUnreadable = listed + (unreadable.length ? `; unreadable: ${unreadable.join(', ')}` : '') + (ignored.length ? `; left out: ${ignored.join(', ')}` : '');
   if (quant === undefined) {
     if (models.length === 1) return models[0]!;
     if (models.length === 0) throw new CheckpointError(`${abs}: ${withUnreadable}`);
