@@ -256,6 +256,21 @@ describe('a GGUF model', () => {
     expect(own.eosTokenIds).toContain(248046);
   });
 
+  it('a tokenizer.json alone beside the file keeps the GGUF\'s chat template (it was dropped: --chat failed)', async () => {
+    const d = join(work, 'tok-alone');
+    mkdirSync(d);
+    copyFileSync(q8, join(d, 'm-Q8_0.gguf'));
+    copyFileSync(join(dir, 'tokenizer.json'), join(d, 'tokenizer.json'));
+    const t = await loadModelTokenizer(loadModel(d, { hash: false }));
+    const ref = await loadTokenizer(dir);
+    const msgs = [{ role: 'user', content: 'Hi' }];
+    expect(t.applyChatTemplate(msgs, { addGenerationPrompt: true })).toBe(ref.applyChatTemplate(msgs, { addGenerationPrompt: true }));
+    // A template beside it wins over the GGUF's.
+    writeFileSync(join(d, 'chat_template.jinja'), 'BESIDE{% for m in messages %}{{ m.content }}{% endfor %}');
+    const t2 = await loadModelTokenizer(loadModel(d, { hash: false }));
+    expect(t2.applyChatTemplate(msgs, { addGenerationPrompt: true })).toBe('BESIDEHi');
+  }, 60_000);
+
   it('a tokenizer.json beside the file that disagrees with the GGUF vocabulary is an error', async () => {
     // tokenizer.json with the ids of two byte tokens swapped: a valid tokenizer, other ids.
     const tok = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as { model: { vocab: Record<string, number> } };

@@ -91,7 +91,14 @@ export async function loadModelTokenizerParts(model: ModelCheckpoint): Promise<{
   const header = ggufHeaderOf(model);
   const own = built(ggufTokenizerParts(header));
   if (!existsSync(path.join(model.dir, 'tokenizer.json'))) return own;
-  const beside = built(readTokenizerParts(model.dir));
+  // The files beside it give the vocabulary; the chat template too when they hold one
+  // (tokenizer_config.json's chat_template, chat_template.jinja), else the GGUF's own is kept: a
+  // tokenizer.json alone said nothing of the template, and --chat failed.
+  const besideParts = readTokenizerParts(model.dir);
+  const ownParts = ggufTokenizerParts(header);
+  const beside = built(besideParts.templateSource === undefined && ownParts.templateSource !== undefined
+    ? { ...besideParts, templateSource: ownParts.templateSource, templateFile: ownParts.templateFile }
+    : besideParts);
   const a = beside.tokenizer.encode(TOKENIZER_CHECK_TEXT);
   const b = own.tokenizer.encode(TOKENIZER_CHECK_TEXT);
   if (a.length !== b.length || a.some((id, i) => id !== b[i])) {
