@@ -1,7 +1,7 @@
 // Bad checkpoints through the real CLI: one clear line naming the file or tensor, a non-zero exit,
 // never a crash (signals) or a hang.
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -200,7 +200,21 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
       expect(r.stderr.trim().split('\n').at(-1)).toBe(`bench: --logits-out ${out}: the same file as ${clash}, which the model is read from; choose another path`);
     }
     expect(readFileSync(shard).equals(before)).toBe(true);
-  });
+    // A name the loader would read there once written: the logits would be read back as the model's.
+    rmSync(path.join(dir, 'chat_template.jinja'), { force: true });
+    const gguf = path.join(tmp, 'gguf-dir');
+    mkdirSync(gguf);
+    expect((await bench(['convert', '--model-path', dir, '--out', path.join(gguf, 'm-BF16.gguf')])).code).toBe(0);
+    for (const [model, out] of [[dir, path.join(dir, 'chat_template.jinja')], [dir, path.join(dir, 'extra.safetensors')],
+      [gguf, path.join(gguf, 'tokenizer.json')], [gguf, path.join(gguf, 'logits.gguf')]] as const) {
+      const r = await bench(['prompt', '--model-path', model, '--prompt-ids', '1,2', '--max-new-tokens', '1', '--logits-out', out]);
+      expect(r.code, out).toBe(2);
+      expect(r.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --logits-out .*: .* in the model's directory .* is a name its loader reads as part of the model; choose another name or directory$/);
+      expect(existsSync(out), out).toBe(false);
+    }
+    const fine = await bench(['prompt', '--model-path', gguf, '--prompt-ids', '1,2', '--max-new-tokens', '1', '--logits-out', path.join(gguf, 'logits.f32')]);
+    expect(fine.code, fine.stderr).toBe(0);
+  }, 120_000);
 
   it('--chat on a model without a chat template: exit 2 naming --chat and the model (it was exit 1)', async () => {
     const dir = path.join(tmp, 'no-template');

@@ -3,7 +3,7 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, Option } from 'commander';
-import { loadModel, loadModelTokenizer, modelInputFiles, modelMaxPositions } from '../model/model-path.js';
+import { isModelInputName, loadModel, loadModelTokenizer, modelInputFiles, modelMaxPositions } from '../model/model-path.js';
 import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
@@ -106,6 +106,9 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   if (opts.logitsOut !== undefined) {
     const clash = sameFileAmong(path.resolve(opts.logitsOut), modelInputFiles(ckpt));
     if (clash !== null) throw new UsageError(`--logits-out ${opts.logitsOut}: the same file as ${clash}, which the model is read from; choose another path`);
+    if (isModelInputName(ckpt, opts.logitsOut)) {
+      throw new UsageError(`--logits-out ${opts.logitsOut}: ${path.basename(opts.logitsOut)} in the model's directory ${ckpt.dir} is a name its loader reads as part of the model; choose another name or directory`);
+    }
   }
   let ids: number[];
   let tokenizer: Awaited<ReturnType<typeof loadTokenizer>> | undefined;

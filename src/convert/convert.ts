@@ -530,7 +530,7 @@ export function partialFileOf(outFile: string): string {
 function checkOutputIsNoInput(ckpt: Checkpoint, outFile: string): void {
   const f = sameFileAmong(outFile, modelInputFiles(ckpt));
   if (f !== null) throw new ConvertOutputError(`the same file as ${f}, which convert reads; choose another path`);
-  if (isModelInputName(ckpt.dir, outFile)) {
+  if (isModelInputName(ckpt, outFile)) {
     throw new ConvertOutputError(`${basename(outFile)} in the checkpoint directory ${ckpt.dir} is a file its loader reads as part of the model; choose another name or directory`);
   }
 }

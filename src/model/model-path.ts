@@ -120,14 +120,16 @@ export function modelInputFiles(ckpt: Pick<ModelCheckpoint, 'dir' | 'shards' | '
 }
 
 /**
- * Whether `file`, which need not exist, lies in the safetensors checkpoint directory `dir` (by path or
- * through a link) under a name its loaders read there once it exists: config.json, the safetensors
- * index, any *.safetensors, the tokenizer files. An output written there would be read back as part
- * of the model; modelInputFiles sees only the files that exist.
+ * Whether `file`, which need not exist, lies in the model's directory (by path or through a link)
+ * under a name its loaders read there once it exists: the tokenizer files, and for a safetensors
+ * checkpoint config.json, the index and any *.safetensors; for a GGUF any *.gguf (a directory's files
+ * are chosen among by name). An output written there would be read back as part of the model;
+ * modelInputFiles sees only the files that exist.
  */
-export function isModelInputName(dir: string, file: string): boolean {
+export function isModelInputName(model: Pick<ModelCheckpoint, 'dir' | 'format'>, file: string): boolean {
   const abs = path.resolve(file);
-  if (!isSameFile(path.dirname(abs), dir)) return false;
+  if (!isSameFile(path.dirname(abs), model.dir)) return false;
   const name = path.basename(abs);
-  return isCheckpointFileName(name) || Object.values(tokenizerFilesOf(dir)).some((f) => path.basename(f) === name);
+  const weights = model.format?.container === 'gguf' ? isGgufPath(name) : isCheckpointFileName(name);
+  return weights || Object.values(tokenizerFilesOf(model.dir)).some((f) => path.basename(f) === name);
 }
