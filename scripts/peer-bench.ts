@@ -2,8 +2,10 @@
 // weights, per `--quant` type (scripts/bench-quant-model.ts): bf16 (the default) is our engine on
 // the safetensors checkpoint and llama.cpp on its `bench convert --dtype bf16` GGUF; every other
 // type is one GGUF, made once by the project's converter, that both engines load. Same thread
-// count; after a warm-up of each, rounds are interleaved across engines and types (round r: for
-// each type, ours then llama.cpp), so the machine's drift hits all alike; medians per figure.
+// count; after a warm-up of each, rounds are interleaved across engines and types, their order
+// rotated every round (scripts/peer-rounds.ts, peerRoundOrder), so the machine's drift and a
+// measurement's place in the sequence hit all alike; medians per figure, and every judged ratio of
+// two of our figures (c=8 over c=1, a fraction of a roofline) taken within each round, then the median.
 // llama.cpp is the native build of scripts/build-llama-native.sh when it exists (its llama-bench and
 // llama-batched-bench, flash attention on), else the prebuilt library of node-llama-cpp 3.21.1; the
 // header and JSON say which, and which file each engine loaded. Also measures this machine's two
@@ -33,9 +35,10 @@ import { findNativeLlama, llamaBatchedDecode, llamaBench, type NativeLlama } fro
 import {
   DECODE_BYTES_RULE, PREFILL_FLOPS_RULE, decodeStepBytes, formatTarget, judgeTargets, prefillFlopsPerToken, type StepBytes, type TargetResult,
 } from './peer-roofline.js';
+import {
+  higherLimit, peerRoundOrder, prefillRate, summarizeRounds, type Bandwidth, type FractionSet, type Figures, type PeerRound,
+} from './peer-rounds.js';
 
-interface Figures { prefill: number; decode1: number; decode8: number }
-interface Bandwidth { readGBs: number; readGBsMedian: number }
 interface Peak { peakGflops: number; peakKind: string }
 type Probe = Bandwidth & Peak & { readGBs1Stream: number };
 type ProbeParts = 'all' | 'bandwidth' | 'peak';
@@ -100,13 +103,13 @@ async function oursRound(opt: Options, e: EngineHandle, round: number, probes?: 
   await e.submit({ prompt: ids(opt.isl, 500 + round), maxTokens: 1, ignoreEos: true }).done;
   const peakBefore = probes?.peak?.().peakGflops ?? NaN;
   const p = await e.submit({ prompt: ids(opt.isl, 1000 + round), maxTokens: 1, ignoreEos: true }).done;
-  const prefill = opt.isl / ((p.tokenMs[0]! - p.enqueueMs) / 1000);
+  const prefill = prefillRate(opt.isl, p.enqueueMs, p.tokenMs[0]!);
   const peakGflops = Math.max(peakBefore, probes?.peak?.().peakGflops ?? NaN);
   const unprobed: Bandwidth = { readGBs: NaN, readGBsMedian: NaN };
   const before = probes?.bandwidth() ?? unprobed;
   const one = await e.submit({ prompt: ids(opt.decodePrompt, 2000 + round), maxTokens: opt.decodeTokens, ignoreEos: true }).done;
   const after = probes?.bandwidth() ?? unprobed;
-  const bw = { readGBs: Math.max(before.readGBs, after.readGBs), readGBsMedian: Math.max(before.readGBsMedian, after.readGBsMedian) };
+  const bw = higherLimit(before, after);
   const eight = await Promise.all(Array.from({ length: 8 }, (_, i) =>
     e.submit({ prompt: ids(opt.decodePrompt, 3000 + 10 * round + i), maxTokens: opt.decodeTokens, ignoreEos: true }).done));
   return { prefill, decode1: decodeRate([one.tokenMs]), decode8: decodeRate(eight.map((r) => r.tokenMs)), bw, peakGflops };
@@ -121,13 +124,8 @@ interface Entry {
   ref: Reference;
   step: StepBytes;
   prefillFlops: number;
-  ours: Figures[];
-  llamaRounds: Figures[];
-  /** Sustained (median pass) and best-pass read bandwidth around each round's c=1 decode of ours. */
-  roundGBs: number[];
-  roundBestGBs: number[];
-  /** The multiply-add peak around each round's prefill of ours (float weights; NaN otherwise). */
-  roundPeaks: number[];
+  /** Both engines' figures and the limits probed around ours, one record a round. */
+  rounds: PeerRound[];
 }
 
 const label = (q: OutDtype) => q.toUpperCase();
@@ -160,8 +158,7 @@ async function main(): Promise<void> {
     });
     const ref = await referenceLlama(opt, shared, f.llama, ctxLen);
     entries.push({
-      files: f, ourModel, llamaModel, engine, ref, step: decodeStepBytes(ourModel), prefillFlops: prefillFlopsPerToken(ourModel),
-      ours: [], llamaRounds: [], roundGBs: [], roundBestGBs: [], roundPeaks: [],
+      files: f, ourModel, llamaModel, engine, ref, step: decodeStepBytes(ourModel), prefillFlops: prefillFlopsPerToken(ourModel), rounds: [],
     });
   }
   const cpu = machineInfo().cpuModel;
@@ -173,29 +170,43 @@ async function main(): Promise<void> {
     await oursRound(opt, e.engine, 99);
     await e.ref.round(99);
   }
+  const roundOrders: string[][] = [];
   for (let r = 0; r < opt.rounds; r++) {
-    for (const e of entries) {
-      const o = await oursRound(opt, e.engine, r, {
+    const order = peerRoundOrder(entries, r);
+    roundOrders.push(order.map((s) => slotName(s.type.files.quant, s.engine)));
+    log(`round ${r + 1}/${opt.rounds}: ${roundOrders[r]!.join(', ')}`);
+    const ours = new Map<Entry, Awaited<ReturnType<typeof oursRound>>>();
+    const llama = new Map<Entry, Figures>();
+    for (const { type: e, engine } of order) {
+      if (engine === 'llama') {
+        llama.set(e, await e.ref.round(r));
+        continue;
+      }
+      ours.set(e, await oursRound(opt, e.engine, r, {
         bandwidth: () => addon.probeMachine(opt.threads, 'bandwidth'),
         // Block-quantized prefill is set against llama.cpp, not against the peak (see report).
         ...(isQuantDtype(e.files.quant) ? {} : { peak: () => addon.probeMachine(opt.threads, 'peak') }),
-      });
-      e.ours.push({ prefill: o.prefill, decode1: o.decode1, decode8: o.decode8 });
-      e.roundGBs.push(o.bw.readGBsMedian);
-      e.roundBestGBs.push(o.bw.readGBs);
-      e.roundPeaks.push(o.peakGflops);
-      e.llamaRounds.push(await e.ref.round(r));
-      const peak = Number.isNaN(o.peakGflops) ? '' : `, peak ${o.peakGflops.toFixed(0)} GFLOP/s`;
-      log(`round ${r + 1}/${opt.rounds} ${label(e.files.quant)}: read ${e.roundGBs[r]!.toFixed(1)} GB/s sustained, ${e.roundBestGBs[r]!.toFixed(1)} best pass${peak}; ours ${fmt(e.ours[r]!)} | llama.cpp ${fmt(e.llamaRounds[r]!)}`);
+      }));
+    }
+    for (const e of entries) {
+      const o = ours.get(e)!;
+      const rec: PeerRound = {
+        ours: { prefill: o.prefill, decode1: o.decode1, decode8: o.decode8 }, llama: llama.get(e)!,
+        readGBs: o.bw.readGBsMedian, readBestGBs: o.bw.readGBs, peakGflops: o.peakGflops,
+      };
+      e.rounds.push(rec);
+      const peak = Number.isNaN(rec.peakGflops) ? '' : `, peak ${rec.peakGflops.toFixed(0)} GFLOP/s`;
+      log(`round ${r + 1}/${opt.rounds} ${label(e.files.quant)}: read ${rec.readGBs.toFixed(1)} GB/s sustained, ${rec.readBestGBs.toFixed(1)} best pass${peak}; ours ${fmt(rec.ours)} | llama.cpp ${fmt(rec.llama)}`);
     }
   }
 
-  const allGBs = entries.flatMap((e) => e.roundGBs);
+  const allGBs = entries.flatMap((e) => e.rounds.map((x) => x.readGBs));
   const out: string[] = [];
   out.push(`CPU: ${cpu}; our ISA path: ${isa}; llama.cpp: ${shared.describe}`);
   out.push(`machine: ${opt.threads} threads, read bandwidth ${median(allGBs).toFixed(1)} GB/s sustained (median pass of the best of 1, 4 and 8 read streams per thread, 4 passes of 1 GiB before and after each of our c=1 decodes; the median of all those limits), one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start; peak ${machine.peakGflops.toFixed(0)} GFLOP/s at start (${machine.peakKind}; float weights' prefill is set against the higher of the peaks probed just before and just after it, per round)`);
   out.push(`KV cache: ours ${entries[0]!.engine.info.kvCacheDtype}; llama.cpp F16 (its default)`);
-  out.push(`rounds: ${opt.rounds}, interleaved (round r: for each of ${entries.map((e) => label(e.files.quant)).join(', ')}: ours, then llama.cpp), after one warm-up round of each; medians; prefill ${opt.isl} tokens (each engine's timed prefill after an untimed one of its own), decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
+  out.push(`rounds: ${opt.rounds}, interleaved, after one warm-up round of each; the order rotated every round (the types by one, ours or llama.cpp first alternating every ${entries.length} round${entries.length === 1 ? '' : 's'}): ${roundOrders.map((o, i) => `${i + 1}: ${o.join(', ')}`).join('; ')}`);
+  out.push(`figures: medians over the rounds; c=8 / c=1 and every roofline fraction the median of each round's own ratio (a round above 100 % of its roofline is left out of that median, and under 2 rounds left is not judged); prefill ${opt.isl} tokens (each engine's timed prefill after an untimed one of its own), decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
   out.push(`decode bytes per step: ${DECODE_BYTES_RULE}`);
   out.push(`prefill FLOPs per token: ${PREFILL_FLOPS_RULE}`);
   const results = entries.map((e) => report(opt, e, machine, out));
@@ -204,7 +215,7 @@ async function main(): Promise<void> {
     writeFileSync(opt.json, JSON.stringify({
       cpu, isa, llama: shared.describe, llamaKind: shared.kind, kvCache: { ours: entries[0]!.engine.info.kvCacheDtype, llama: 'f16' }, preset: opt.preset, threads: opt.threads, rounds: opt.rounds,
       isl: opt.isl, decodePrompt: opt.decodePrompt, decodeTokens: opt.decodeTokens, machine,
-      decodeBytesRule: DECODE_BYTES_RULE, prefillFlopsRule: PREFILL_FLOPS_RULE, quants: results,
+      decodeBytesRule: DECODE_BYTES_RULE, prefillFlopsRule: PREFILL_FLOPS_RULE, roundOrders, quants: results,
     }, null, 2));
   }
   for (const e of entries) {
@@ -217,76 +228,79 @@ async function main(): Promise<void> {
 /** The printed section and the JSON object of one weight type. */
 function report(opt: Options, e: Entry, machine: Probe, out: string[]): Record<string, unknown> {
   const q = e.files.quant;
-  const med = (f: Figures[], k: keyof Figures) => median(f.map((x) => x[k]));
-  const ours = { prefill: med(e.ours, 'prefill'), decode1: med(e.ours, 'decode1'), decode8: med(e.ours, 'decode8') };
-  const llama = { prefill: med(e.llamaRounds, 'prefill'), decode1: med(e.llamaRounds, 'decode1'), decode8: med(e.llamaRounds, 'decode8') };
-  const readGBs = median(e.roundGBs);
-  const decodeRoof = (readGBs * 1e9) / e.step.total;
-  // Fraction of the roofline per round (each against the bandwidth measured around it), median;
-  // also against the best single pass, the stricter and noisier limit.
-  const fractions = (gbs: number[]) => e.ours.map((f, i) => f.decode1 / ((gbs[i]! * 1e9) / e.step.total));
-  const roundFracs = fractions(e.roundGBs);
-  const decodeFrac = median(roundFracs);
-  const roundBestFracs = fractions(e.roundBestGBs);
-  const decodeBestFrac = median(roundBestFracs);
   const blockQuant = isQuantDtype(q);
+  const sum = summarizeRounds(e.rounds, e.step.total, e.prefillFlops, blockQuant);
+  const { ours, llama, ratios: ratio, c8OverC1 } = sum;
   // Prefill: float weights run the multiply-add kernels whose peak the probe measures; the
   // block-quantized ones integer dot products (maddubs/madd, dpbusd), whose peak it does not, so
   // their prefill is set against llama.cpp (the issue's target) and its FLOP rate shown beside the
-  // probed peak for scale only.
+  // probed peak for scale only. Float weights: each round's prefill against the peak probed around
+  // it; the roofline printed is the one at the median of those peaks.
   const gflops = (tokS: number) => (tokS * e.prefillFlops) / 1e9;
-  // Float weights: each round's prefill against the peak probed around it, median of the rounds;
-  // the roofline printed is the one at the median of those peaks.
-  const prefillPeak = blockQuant ? machine.peakGflops : median(e.roundPeaks);
+  const prefillPeak = blockQuant ? machine.peakGflops : sum.prefillPeak;
   const prefillRoof = (prefillPeak * 1e9) / e.prefillFlops;
-  const prefillRoundFracs = blockQuant ? [] : e.ours.map((f, i) => gflops(f.prefill) / e.roundPeaks[i]!);
-  const prefillFrac = blockQuant ? NaN : median(prefillRoundFracs);
-  const ratio = { prefill: ours.prefill / llama.prefill, decode1: ours.decode1 / llama.decode1, decode8: ours.decode8 / llama.decode8 };
-  const c8OverC1 = { ours: ours.decode8 / ours.decode1, llama: llama.decode8 / llama.decode1 };
   const same = e.files.ours === e.files.llama;
+  const pct = (f: number) => `${(100 * f).toFixed(0)} %`;
+  const x2 = (v: number) => v.toFixed(2);
+  const roundsLine = (f: FractionSet) => `${f.rounds.map(pct).join(' / ')}${leftOutNote(f)}`;
+  const roundGBs = e.rounds.map((r) => r.readGBs);
 
   out.push('');
   out.push(`== ${label(q)} ==`);
   out.push(`ours:      ${e.files.ours} (${weightFormatLine(e.ourModel)}; ${mib(e.ourModel.bytesOnDisk)})`);
   out.push(`llama.cpp: ${same ? 'the same file' : `${e.files.llama} (${weightFormatLine(e.llamaModel)}; ${mib(e.llamaModel.bytesOnDisk)})`}`);
-  out.push(`decode reads ${(e.step.total / 1e9).toFixed(3)} GB/step (matrices ${(e.step.matrixBytes / 1e9).toFixed(3)} GB + state ${(e.step.stateBytes / 1e6).toFixed(1)} MB) -> roofline ${decodeRoof.toFixed(1)} tok/s at ${readGBs.toFixed(1)} GB/s (median of this type's rounds: ${e.roundGBs.map((x) => x.toFixed(1)).join(' / ')})`);
-  out.push(`prefill ${(e.prefillFlops / 1e9).toFixed(3)} GFLOP/token -> ${blockQuant ? `ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s, llama.cpp ${gflops(llama.prefill).toFixed(0)} GFLOP/s; limit: llama.cpp (integer dot products: their peak is not probed; the ${machine.peakKind} peak of ${machine.peakGflops.toFixed(0)} GFLOP/s, for scale only, would be ${prefillRoof.toFixed(0)} tok/s)` : `roofline ${prefillRoof.toFixed(0)} tok/s at the ${machine.peakKind} peak (median of the peaks probed around each round's prefill: ${e.roundPeaks.map((x) => x.toFixed(0)).join(' / ')} GFLOP/s); ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s`}`);
+  out.push(`decode reads ${(e.step.total / 1e9).toFixed(3)} GB/step (matrices ${(e.step.matrixBytes / 1e9).toFixed(3)} GB + state ${(e.step.stateBytes / 1e6).toFixed(1)} MB) -> roofline ${sum.decodeRoof.toFixed(1)} tok/s at ${sum.readGBs.toFixed(1)} GB/s (median of this type's rounds: ${roundGBs.map((x) => x.toFixed(1)).join(' / ')})`);
+  out.push(`prefill ${(e.prefillFlops / 1e9).toFixed(3)} GFLOP/token -> ${blockQuant ? `ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s, llama.cpp ${gflops(llama.prefill).toFixed(0)} GFLOP/s; limit: llama.cpp (integer dot products: their peak is not probed; the ${machine.peakKind} peak of ${machine.peakGflops.toFixed(0)} GFLOP/s, for scale only, would be ${prefillRoof.toFixed(0)} tok/s)` : `roofline ${prefillRoof.toFixed(0)} tok/s at the ${machine.peakKind} peak (median of the peaks probed around each round's prefill: ${e.rounds.map((r) => r.peakGflops.toFixed(0)).join(' / ')} GFLOP/s); ours ${gflops(ours.prefill).toFixed(0)} GFLOP/s`}`);
   out.push(`${'figure'.padEnd(32)}${'ours'.padStart(10)}${'llama.cpp'.padStart(12)}${'ratio'.padStart(8)}${'ours/roofline'.padStart(15)}`);
-  const rows: Array<[string, keyof Figures, number]> = [
-    [`prefill tok/s (isl ${opt.isl})`, 'prefill', prefillFrac],
-    ['decode tok/s c=1', 'decode1', decodeFrac],
-    ['decode tok/s c=8 (aggregate)', 'decode8', NaN],
+  const rows: Array<[string, keyof Figures, FractionSet | null]> = [
+    [`prefill tok/s (isl ${opt.isl})`, 'prefill', sum.prefill],
+    ['decode tok/s c=1', 'decode1', sum.decode],
+    ['decode tok/s c=8 (aggregate)', 'decode8', null],
   ];
   for (const [name, k, frac] of rows) {
-    out.push(`${name.padEnd(32)}${ours[k].toFixed(1).padStart(10)}${llama[k].toFixed(1).padStart(12)}${ratio[k].toFixed(2).padStart(8)}${(Number.isNaN(frac) ? '-' : `${(100 * frac).toFixed(0)} %`).padStart(15)}`);
+    const cell = frac === null ? '-' : frac.judged ? pct(frac.median) : 'not judged';
+    out.push(`${name.padEnd(32)}${ours[k].toFixed(1).padStart(10)}${llama[k].toFixed(1).padStart(12)}${ratio[k].toFixed(2).padStart(8)}${cell.padStart(15)}`);
   }
-  out.push(`c=8 / c=1 (ours): ${c8OverC1.ours.toFixed(2)}x; (llama.cpp): ${c8OverC1.llama.toFixed(2)}x`);
-  out.push(`decode roofline fraction per round: ${roundFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')}; against the best single pass instead: ${roundBestFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')} (median ${(100 * decodeBestFrac).toFixed(0)} %)`);
-  if (!blockQuant) out.push(`prefill peak fraction per round (each against the higher of the peaks probed just before and after it): ${prefillRoundFracs.map((f) => `${(100 * f).toFixed(0)} %`).join(' / ')}`);
-  roundFracs.forEach((frac, i) => {
-    if (frac > 1) out.push(`note: round ${i + 1}'s decode ran at ${(100 * frac).toFixed(0)} % of the roofline its probes gave: the bandwidth changed within the round; that round's fraction is not a measurement`);
-  });
+  out.push(`c=8 / c=1, the median of each round's own ratio (ours): ${x2(c8OverC1.ours)}x (rounds ${c8OverC1.rounds.ours.map(x2).join(' / ')}); (llama.cpp): ${x2(c8OverC1.llama)}x (rounds ${c8OverC1.rounds.llama.map(x2).join(' / ')})`);
+  out.push(`decode roofline fraction per round: ${roundsLine(sum.decode)}; against the best single pass instead: ${roundsLine(sum.decodeBest)} (median ${sum.decodeBest.judged ? pct(sum.decodeBest.median) : 'not judged'})`);
+  if (sum.prefill !== null) out.push(`prefill peak fraction per round (each against the higher of the peaks probed just before and after it): ${roundsLine(sum.prefill)}`);
+  for (const i of sum.decode.leftOut) {
+    out.push(`note: round ${i}'s decode ran at ${pct(sum.decode.rounds[i - 1]!)} of the roofline its probes gave: the bandwidth changed within the round; that round's fraction is not a measurement and is left out of the median`);
+  }
   let targets: TargetResult[] | null = null;
   if (blockQuant) {
-    targets = judgeTargets({ isl: opt.isl, prefillRatio: ratio.prefill, decodeRatio: ratio.decode1, decodeRoofFraction: decodeFrac, c8OverC1: c8OverC1.ours });
+    targets = judgeTargets({ isl: opt.isl, prefillRatio: ratio.prefill, decodeRatio: ratio.decode1, decodeRoof: sum.decode, c8OverC1: c8OverC1.ours });
     // The targets are stated for the 0.8B shape; another preset's verdicts are a check of the flow.
     out.push(`issue 19 targets (${label(q)})${opt.preset === '0.8b' ? '' : `, stated for the 0.8B shape: on ${opt.preset} these verdicts are not the issue's`}:`);
     for (const t of targets) out.push(`  ${formatTarget(t)}`);
   }
+  const fractionJson = (f: FractionSet) => ({ median: f.judged ? f.median : null, judged: f.judged, rounds: f.rounds, leftOut: f.leftOut, validRounds: f.valid });
   return {
     quant: q,
-    ours: { path: e.files.ours, weightFormat: weightFormatJson(e.ourModel), bytes: e.ourModel.bytesOnDisk, rounds: e.ours, medians: ours },
-    llama: { path: e.files.llama, weightFormat: weightFormatJson(e.llamaModel), bytes: e.llamaModel.bytesOnDisk, rounds: e.llamaRounds, medians: llama },
-    ratios: ratio, c8OverC1, roundGBs: e.roundGBs, roundBestGBs: e.roundBestGBs,
+    ours: { path: e.files.ours, weightFormat: weightFormatJson(e.ourModel), bytes: e.ourModel.bytesOnDisk, rounds: e.rounds.map((r) => r.ours), medians: ours },
+    llama: { path: e.files.llama, weightFormat: weightFormatJson(e.llamaModel), bytes: e.llamaModel.bytesOnDisk, rounds: e.rounds.map((r) => r.llama), medians: llama },
+    ratios: ratio,
+    c8OverC1: { ...c8OverC1, rule: 'the median over the rounds of each round\'s c=8 over the same round\'s c=1' },
+    roundGBs, roundBestGBs: e.rounds.map((r) => r.readBestGBs),
     decodeBytes: e.step.total, decodeMatrixBytes: e.step.matrixBytes, decodeStateBytes: e.step.stateBytes,
-    decodeRoof, decodeFrac, roundFracs, decodeBestFrac, roundBestFracs,
+    decodeRoof: sum.decodeRoof,
+    decodeFraction: fractionJson(sum.decode), decodeBestFraction: fractionJson(sum.decodeBest),
     prefillFlops: e.prefillFlops, prefillGflops: { ours: gflops(ours.prefill), llama: gflops(llama.prefill) },
     prefillLimit: blockQuant ? 'llama.cpp (the integer kernels\' peak is not probed)' : `${machine.peakKind} peak`,
-    prefillRoof: blockQuant ? null : prefillRoof, prefillFrac: blockQuant ? null : prefillFrac,
-    roundPeakGflops: blockQuant ? null : e.roundPeaks, prefillRoundFracs: blockQuant ? null : prefillRoundFracs,
+    prefillRoof: blockQuant ? null : prefillRoof, prefillFraction: sum.prefill === null ? null : fractionJson(sum.prefill),
+    roundPeakGflops: blockQuant ? null : e.rounds.map((r) => r.peakGflops),
     targets,
   };
 }
+
+/** ` (round 2 left out: above 100 %)`, or nothing. */
+function leftOutNote(f: FractionSet): string {
+  if (f.leftOut.length === 0) return '';
+  const which = `round${f.leftOut.length > 1 ? 's' : ''} ${f.leftOut.join(', ')}`;
+  return ` (${which} left out: above 100 %${f.judged ? '' : `; ${f.valid} left, not judged`})`;
+}
+
+const slotName = (q: OutDtype, engine: 'ours' | 'llama') => `${label(q)} ${engine === 'ours' ? 'ours' : 'llama.cpp'}`;
 
 interface Reference { round(r: number): Promise<Figures>; dispose(): Promise<void> }
 
