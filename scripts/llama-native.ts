@@ -31,7 +31,8 @@ export function findNativeLlama(): NativeLlama | null {
 
 function run(n: NativeLlama, tool: string, args: string[]): string {
   try {
-    // Both streams: the tools print their results on stdout or through their logger.
+    // stdout only: llama-bench prints its JSON and llama-batched-bench its jsonl there (its LOG
+    // lines go to stdout); stderr, the tools' progress and errors, is kept for the error below.
     return execFileSync(path.join(n.bin, tool), args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 << 20, timeout: 900_000 });
   } catch (err) {
     const e = err as { stderr?: string; message: string };
@@ -39,14 +40,67 @@ function run(n: NativeLlama, tool: string, args: string[]): string {
   }
 }
 
+/** What one llama-bench test was asked for: the file, the threads, and its prompt / generation / depth. */
+export interface LlamaBenchAsk { model: string; threads: number; prompt: number; gen: number; depth: number }
+
+/** The fields of a llama-bench JSON row that say which test it is (tools/llama-bench/llama-bench.cpp). */
+interface LlamaBenchRow {
+  model_filename: string; n_threads: number; flash_attn: number; n_prompt: number; n_gen: number; n_depth: number; avg_ts: number;
+}
+
+/**
+ * The tokens/s of the test asked for, from llama-bench's `-o json` output: the row with that prompt,
+ * generation and depth, which must also be of that file and thread count with flash attention on
+ * (llama-bench prints `flash_attn` as its enum: 1 = enabled). A row that differs in any of those
+ * is an error naming each difference, not a figure of some other test.
+ */
+export function parseLlamaBench(out: string, ask: LlamaBenchAsk): number {
+  const open = out.indexOf('[');
+  const close = out.lastIndexOf(']');
+  if (open < 0 || close < open) throw new Error(`llama-bench printed no JSON array (asked for ${describeAsk(ask)})`);
+  const rows = JSON.parse(out.slice(open, close + 1)) as Partial<LlamaBenchRow>[];
+  const row = rows.find((r) => r.n_prompt === ask.prompt && r.n_gen === ask.gen && (r.n_depth ?? 0) === ask.depth);
+  if (row === undefined) throw new Error(`llama-bench printed no result for ${describeAsk(ask)}`);
+  const wrong: string[] = [];
+  if (row.model_filename !== ask.model) wrong.push(`model_filename ${JSON.stringify(row.model_filename)}, asked ${JSON.stringify(ask.model)}`);
+  if (row.n_threads !== ask.threads) wrong.push(`n_threads ${String(row.n_threads)}, asked ${ask.threads}`);
+  if (row.flash_attn !== 1) wrong.push(`flash_attn ${String(row.flash_attn)}, asked 1 (on)`);
+  if (typeof row.avg_ts !== 'number' || !(row.avg_ts > 0)) wrong.push(`avg_ts ${String(row.avg_ts)}, not a rate`);
+  if (wrong.length > 0) throw new Error(`llama-bench's row for ${describeAsk(ask)} is not the test asked for: ${wrong.join('; ')}`);
+  return row.avg_ts!;
+}
+
+const describeAsk = (a: LlamaBenchAsk) => `prompt ${a.prompt}, gen ${a.gen}, depth ${a.depth}`;
+
 /** llama-bench: tokens/s of one test (a prompt of `prompt` tokens, or `gen` tokens after `depth` tokens of context), flash attention on. */
 export function llamaBench(n: NativeLlama, gguf: string, threads: number, t: { prompt: number; gen: number; depth: number }): number {
   const out = run(n, 'llama-bench', ['-m', gguf, '-t', String(threads), '-fa', '1', '-ngl', '0', '-r', '1', '-o', 'json',
     '-p', String(t.prompt), '-n', String(t.gen), '-d', String(t.depth)]);
-  const rows = JSON.parse(out.slice(out.indexOf('['), out.lastIndexOf(']') + 1)) as { avg_ts: number; n_prompt: number; n_gen: number }[];
-  const row = rows.find((r) => r.n_prompt === t.prompt && r.n_gen === t.gen);
-  if (row === undefined) throw new Error(`llama-bench printed no result for prompt ${t.prompt}, gen ${t.gen}`);
-  return row.avg_ts;
+  return parseLlamaBench(out, { model: gguf, threads, ...t });
+}
+
+/** What one llama-batched-bench run was asked for: threads, and `sequences` sequences of a `prompt`-token prompt and `gen` tokens. */
+export interface BatchedAsk { threads: number; prompt: number; gen: number; sequences: number }
+
+/**
+ * The aggregate decode tokens/s (`speed_tg`) from llama-batched-bench's `--output-format jsonl`
+ * output: the line of the prompt length, generation length and sequence count asked for, which must
+ * also be of that thread count (both kinds) with flash attention on. It does not print the file.
+ */
+export function parseBatchedBench(out: string, ask: BatchedAsk): number {
+  const lines = out.split('\n').filter((l) => l.startsWith('{') && l.includes('"speed_tg"'));
+  if (lines.length === 0) throw new Error('llama-batched-bench printed no jsonl result');
+  const rows = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+  const row = rows.find((r) => r.pp === ask.prompt && r.tg === ask.gen && r.pl === ask.sequences);
+  const what = `pp ${ask.prompt}, tg ${ask.gen}, pl ${ask.sequences}`;
+  if (row === undefined) throw new Error(`llama-batched-bench printed no result for ${what}`);
+  const wrong: string[] = [];
+  if (row.n_threads !== ask.threads) wrong.push(`n_threads ${String(row.n_threads)}, asked ${ask.threads}`);
+  if (row.n_threads_batch !== ask.threads) wrong.push(`n_threads_batch ${String(row.n_threads_batch)}, asked ${ask.threads}`);
+  if (row.flash_attn !== 1) wrong.push(`flash_attn ${String(row.flash_attn)}, asked 1 (on)`);
+  if (typeof row.speed_tg !== 'number' || !(row.speed_tg > 0)) wrong.push(`speed_tg ${String(row.speed_tg)}, not a rate`);
+  if (wrong.length > 0) throw new Error(`llama-batched-bench's result for ${what} is not the run asked for: ${wrong.join('; ')}`);
+  return row.speed_tg as number;
 }
 
 /** llama-batched-bench: the aggregate decode tokens/s of `sequences` sequences after each prefilled `prompt` tokens. */
@@ -54,7 +108,5 @@ export function llamaBatchedDecode(n: NativeLlama, gguf: string, threads: number
   const out = run(n, 'llama-batched-bench', ['-m', gguf, '-t', String(threads), '-tb', String(threads), '-fa', 'on', '-ngl', '0',
     '-c', String(sequences * (prompt + gen) + 16), '-b', '2048', '-ub', '512', '-npp', String(prompt), '-ntg', String(gen), '-npl', String(sequences),
     '--output-format', 'jsonl']);
-  const line = out.split('\n').find((l) => l.startsWith('{') && l.includes('"speed_tg"'));
-  if (line === undefined) throw new Error('llama-batched-bench printed no jsonl result');
-  return (JSON.parse(line) as { speed_tg: number }).speed_tg;
+  return parseBatchedBench(out, { threads, prompt, gen, sequences });
 }

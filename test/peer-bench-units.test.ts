@@ -1,7 +1,8 @@
 // The pure parts of bench:peer (scripts/peer-bench.ts): the --quant list, the cached GGUFs' names and
 // content keys (scripts/bench-quant-model.ts), the roofline arithmetic and target verdicts
 // (scripts/peer-roofline.ts), the figures of a run from its round records and the order of a round
-// (scripts/peer-rounds.ts). No engine runs and nothing is timed.
+// (scripts/peer-rounds.ts), and what is read from llama.cpp's tools (scripts/llama-native.ts). No
+// engine runs and nothing is timed.
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -18,6 +19,7 @@ import { UsageError } from '../src/util/usage-error.js';
 import {
   conversionKey, converterCodeFiles, parseQuantList, quantModelFile, staleQuantModels,
 } from '../scripts/bench-quant-model.js';
+import { parseBatchedBench, parseLlamaBench } from '../scripts/llama-native.js';
 import {
   decodeStepBytes, formatTarget, formatTargetValue, judgeTargets, prefillFlopsPerToken, recurrentStateBytes,
 } from '../scripts/peer-roofline.js';
@@ -349,5 +351,46 @@ describe('the order of a round', () => {
     expect(peerRoundOrder(['q8_0', 'q4_k_m'], 0).map((s) => `${s.type} ${s.engine}`)).toEqual(['q8_0 ours', 'q8_0 llama', 'q4_k_m ours', 'q4_k_m llama']);
     expect(peerRoundOrder(['q8_0', 'q4_k_m'], 1).map((s) => `${s.type} ${s.engine}`)).toEqual(['q4_k_m ours', 'q4_k_m llama', 'q8_0 ours', 'q8_0 llama']);
     expect(peerRoundOrder(['q8_0', 'q4_k_m'], 2).map((s) => `${s.type} ${s.engine}`)).toEqual(['q8_0 llama', 'q8_0 ours', 'q4_k_m llama', 'q4_k_m ours']);
+  });
+});
+
+describe('llama.cpp\'s tools\' output', () => {
+  // The shape tools/llama-bench/llama-bench.cpp prints with -o json (fields abridged), after log lines.
+  const benchRow = (o: Record<string, unknown>) => ({
+    build_commit: '80fb11ac', model_filename: '/m/peer-0.8b-q8_0-abc.gguf', model_type: 'qwen35 0.8B Q8_0', n_batch: 2048, n_ubatch: 512,
+    n_threads: 2, type_k: 'f16', type_v: 'f16', n_gpu_layers: 0, flash_attn: 1, n_prompt: 0, n_gen: 48, n_depth: 128,
+    avg_ns: 1_700_000_000, stddev_ns: 0, avg_ts: 28.25, stddev_ts: 0, samples_ns: [1_700_000_000], samples_ts: [28.25], ...o,
+  });
+  const benchOut = (...rows: Record<string, unknown>[]) => `load_backend: loaded CPU backend\n${JSON.stringify(rows.map(benchRow), null, 2)}\n`;
+  const ask = { model: '/m/peer-0.8b-q8_0-abc.gguf', threads: 2, prompt: 0, gen: 48, depth: 128 };
+
+  it('reads the row of the test asked for', () => {
+    expect(parseLlamaBench(benchOut({ n_prompt: 512, n_gen: 0, n_depth: 0, avg_ts: 160 }, {}), ask)).toBe(28.25);
+    expect(parseLlamaBench(benchOut({ n_prompt: 512, n_gen: 0, n_depth: 0, avg_ts: 160 }), { ...ask, prompt: 512, gen: 0, depth: 0 })).toBe(160);
+  });
+
+  it('fails loudly on a row of other threads, flash attention off, another file or another depth', () => {
+    expect(() => parseLlamaBench(benchOut({ n_threads: 16 }), ask)).toThrow(/not the test asked for: n_threads 16, asked 2/);
+    expect(() => parseLlamaBench(benchOut({ flash_attn: 0 }), ask)).toThrow(/flash_attn 0, asked 1/);
+    expect(() => parseLlamaBench(benchOut({ flash_attn: -1 }), ask)).toThrow(/flash_attn -1, asked 1/);
+    expect(() => parseLlamaBench(benchOut({ model_filename: '/m/peer-0.8b-q4_k_m-abc.gguf' }), ask)).toThrow(/model_filename "\/m\/peer-0.8b-q4_k_m-abc.gguf", asked "\/m\/peer-0.8b-q8_0-abc.gguf"/);
+    expect(() => parseLlamaBench(benchOut({ n_threads: 1, flash_attn: 0 }), ask)).toThrow(/n_threads 1, asked 2; flash_attn 0/);
+    expect(() => parseLlamaBench(benchOut({ n_depth: 0 }), ask)).toThrow(/no result for prompt 0, gen 48, depth 128/);
+    expect(() => parseLlamaBench('error: failed to load model\n', ask)).toThrow(/no JSON array/);
+  });
+
+  // tools/batched-bench/batched-bench.cpp with --output-format jsonl.
+  const batchedLine = (o: Record<string, unknown>) => JSON.stringify({
+    n_kv_max: 1424, n_batch: 2048, n_ubatch: 512, flash_attn: 1, is_pp_shared: 0, n_gpu_layers: 0, n_threads: 2, n_threads_batch: 2,
+    pp: 128, tg: 48, pl: 8, n_kv: 1408, t_pp: 5.1, speed_pp: 200.7, t_tg: 6.9, speed_tg: 55.6, t: 12, speed: 117.3, ...o,
+  });
+  const bAsk = { threads: 2, prompt: 128, gen: 48, sequences: 8 };
+
+  it('reads the aggregate decode rate of the run asked for, and fails loudly on another', () => {
+    expect(parseBatchedBench(`main: n_kv_max = 1424\n${batchedLine({})}\n`, bAsk)).toBe(55.6);
+    expect(() => parseBatchedBench(`${batchedLine({ n_threads: 4, n_threads_batch: 4 })}\n`, bAsk)).toThrow(/n_threads 4, asked 2; n_threads_batch 4, asked 2/);
+    expect(() => parseBatchedBench(`${batchedLine({ flash_attn: -1 })}\n`, bAsk)).toThrow(/flash_attn -1, asked 1/);
+    expect(() => parseBatchedBench(`${batchedLine({ pl: 4 })}\n`, bAsk)).toThrow(/no result for pp 128, tg 48, pl 8/);
+    expect(() => parseBatchedBench('nothing\n', bAsk)).toThrow(/no jsonl result/);
   });
 });
