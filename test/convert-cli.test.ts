@@ -283,10 +283,37 @@ function procState(pid: number): string | null {
   }
 }
 
+/**
+ * `bench convert` run with a hook (test/helpers/*.cjs) that stops the process itself at a chosen
+ * point; resolves once it is stopped (state T), so a test's signal arrives exactly there however
+ * fast the machine. `end()` sends SIGCONT and waits for the exit; `kill()` ends a child left running.
+ */
+async function stoppedConvert(hook: string, out: string, dtype: string, threads: string) {
+  const child = spawn(process.execPath, ['--require', join(ROOT, 'test', 'helpers', hook), BENCH, 'convert',
+    '--model-path', base, '--out', out, '--dtype', dtype, '--threads', threads], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) => child.on('exit', (c, s) => done({ code: c, signal: s })));
+  // Wait until it has stopped itself (or ended: then the caller's expectations say how).
+  while (child.exitCode === null && child.signalCode === null && procState(child.pid!) !== 'T') await new Promise((r) => setTimeout(r, 20));
+  return {
+    child,
+    stderr: () => stderr,
+    end: () => {
+      child.kill('SIGCONT');
+      return exited;
+    },
+    kill: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
 describe('bench convert stopped by a signal', () => {
-  // The child stops itself right after creating its temporary file (test/helpers/stop-at-partial.cjs);
-  // the signal is sent while it is stopped, then it continues: the conversion is in progress when
-  // the signal arrives, however fast the machine.
+  // The child stops itself right after creating its temporary file (test/helpers/stop-at-partial.cjs):
+  // the conversion is in progress when the signal arrives.
   it.each([
     ['SIGINT', '1', 'q4_k_m', 130],
     ['SIGTERM', '2', 'q4_k_m', 143],
@@ -294,36 +321,24 @@ describe('bench convert stopped by a signal', () => {
   ] as const)('%s (--threads %s, --dtype %s): the unfinished file is removed, exit %i', async (sig, threads, dtype, code) => {
     const outDir = join(work, `signal-${sig}-${threads}-${dtype}`);
     mkdirSync(outDir);
-    const out = join(outDir, 'model.gguf');
-    const child = spawn(process.execPath, ['--require', join(ROOT, 'test', 'helpers', 'stop-at-partial.cjs'), BENCH, 'convert',
-      '--model-path', base, '--out', out, '--dtype', dtype, '--threads', threads], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) => child.on('exit', (c, s) => done({ code: c, signal: s })));
+    const c = await stoppedConvert('stop-at-partial.cjs', join(outDir, 'model.gguf'), dtype, threads);
     try {
-      // Wait until it has stopped itself (or ended: then the expectations below say how).
-      while (child.exitCode === null && child.signalCode === null && procState(child.pid!) !== 'T') await new Promise((r) => setTimeout(r, 20));
-      expect(procState(child.pid!), stderr).toBe('T');
-      const partial = join(outDir, `.model.gguf.${child.pid}.partial`);
-      expect(readdirSync(outDir)).toEqual([`.model.gguf.${child.pid}.partial`]);
-      child.kill(sig);
-      child.kill('SIGCONT');
-      const end = await exited;
-      expect(end, stderr).toEqual({ code, signal: null });
-      expect(stderr.trim()).toBe(`bench convert: ${sig}: stopped; removed the unfinished ${partial}`);
+      expect(procState(c.child.pid!), c.stderr()).toBe('T');
+      const partial = join(outDir, `.model.gguf.${c.child.pid}.partial`);
+      expect(readdirSync(outDir)).toEqual([`.model.gguf.${c.child.pid}.partial`]);
+      c.child.kill(sig);
+      expect(await c.end(), c.stderr()).toEqual({ code, signal: null });
+      expect(c.stderr().trim()).toBe(`bench convert: ${sig}: stopped; removed the unfinished ${partial}`);
       expect(readdirSync(outDir)).toEqual([]);
     } finally {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGKILL');
-        await exited;
-      }
+      await c.kill();
     }
   }, 60_000);
 });
 
 describe('bench convert: a signal once the file is in place', () => {
   // The child stops itself right after the rename of its complete temporary file
-  // (test/helpers/stop-after-rename.cjs); the signal is sent while it is stopped, then it continues.
+  // (test/helpers/stop-after-rename.cjs).
   it.each([
     ['SIGINT', '2', 'q4_k_m'],
     ['SIGTERM', '2', 'q8_0'],
@@ -332,30 +347,20 @@ describe('bench convert: a signal once the file is in place', () => {
     const outDir = join(work, `late-${sig}-${threads}-${dtype}`);
     mkdirSync(outDir);
     const out = join(outDir, 'model.gguf');
-    const child = spawn(process.execPath, ['--require', join(ROOT, 'test', 'helpers', 'stop-after-rename.cjs'), BENCH, 'convert',
-      '--model-path', base, '--out', out, '--dtype', dtype, '--threads', threads], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) => child.on('exit', (c, s) => done({ code: c, signal: s })));
+    const c = await stoppedConvert('stop-after-rename.cjs', out, dtype, threads);
     try {
-      while (child.exitCode === null && child.signalCode === null && procState(child.pid!) !== 'T') await new Promise((r) => setTimeout(r, 20));
-      expect(procState(child.pid!), stderr).toBe('T');
+      expect(procState(c.child.pid!), c.stderr()).toBe('T');
       expect(readdirSync(outDir)).toEqual(['model.gguf']);
-      child.kill(sig);
-      child.kill('SIGCONT');
-      const end = await exited;
-      expect(end, stderr).toEqual({ code: 0, signal: null });
-      expect(stderr).toMatch(new RegExp(`^convert: wrote ${out.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(${dtype}; `));
-      expect(stderr).not.toContain('stopped');
+      c.child.kill(sig);
+      expect(await c.end(), c.stderr()).toEqual({ code: 0, signal: null });
+      expect(c.stderr()).toMatch(new RegExp(`^convert: wrote ${out.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(${dtype}; `));
+      expect(c.stderr()).not.toContain('stopped');
       expect(readdirSync(outDir)).toEqual(['model.gguf']);
       const ref = join(work, `late-ref-${dtype}.gguf`);
       if (!existsSync(ref)) await convertCheckpoint(base, ref, { dtype });
       expect(createHash('sha256').update(readFileSync(out)).digest('hex')).toBe(createHash('sha256').update(readFileSync(ref)).digest('hex'));
     } finally {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGKILL');
-        await exited;
-      }
+      await c.kill();
     }
   }, 60_000);
 });
