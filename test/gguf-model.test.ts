@@ -150,6 +150,15 @@ describe('choosing a GGUF file', () => {
     expect(bad.stderr.trim().split('\n').pop()).toMatch(/^bench: --model-path: .*links: no GGUF file named for --quant Q4_K_M \(the directory holds: no readable \.gguf files; unreadable: broken-Q4_K_M\.gguf \(ENOENT\), loop\.gguf \(ELOOP\)\)$/);
   }, 60_000);
 
+  it('--quant Q4_K_XL chooses a publisher\'s mix named in llama.cpp\'s shape', () => {
+    const d = join(work, 'shaped');
+    mkdirSync(d);
+    for (const n of ['Qwen3.5-4B-UD-Q4_K_XL.gguf', 'Qwen3.5-4B-Q4_K_M.gguf']) writeFileSync(join(d, n), '');
+    expect(selectGguf(d, 'q4_k_xl')).toBe(join(d, 'Qwen3.5-4B-UD-Q4_K_XL.gguf'));
+    expect(selectGguf(d, 'Q4_K_M')).toBe(join(d, 'Qwen3.5-4B-Q4_K_M.gguf'));
+    expect(() => selectGguf(d, 'Q4_K_L')).toThrow(/no GGUF file named for --quant Q4_K_L/);
+  });
+
   it('a vision projector (mmproj-*.gguf) and a split part without its first part are no models: left out, named only when nothing matches', () => {
     const d = join(work, 'projector');
     mkdirSync(d);
@@ -203,6 +212,11 @@ describe('choosing a GGUF file', () => {
     expect(quantOfGgufName('Qwen3.5-0.8B.gguf')).toBeNull();
     expect(quantOfGgufName('modelQ8_0.gguf')).toBeNull();
     expect(quantOfGgufName('m-q4_k_m-00002-of-00003.GGUF')).toBe('Q4_K_M');
+    // Publishers' own mixes, named in llama.cpp's shape: taken (they were refused as "not a quantization name").
+    expect(quantOfGgufName('Qwen3.5-4B-UD-Q4_K_XL.gguf')).toBe('Q4_K_XL');
+    expect(quantOfGgufName('Qwen3.5-4B-Q8_K_XL.gguf')).toBe('Q8_K_XL');
+    expect(quantOfGgufName('Qwen3.5-4B-Q4_K_L.gguf')).toBe('Q4_K_L');
+    for (const notQuant of ['Qwen3.5-4B.gguf', 'm-K_XL.gguf', 'm-Q4.gguf', 'm-8B.gguf']) expect(quantOfGgufName(notQuant), notQuant).toBeNull();
   });
 
   it('the CLI: a --quant that matches nothing is a usage error naming the flag and the files (exit 2)', async () => {

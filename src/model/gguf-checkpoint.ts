@@ -45,9 +45,17 @@ const FILE_TYPE_NAMES: ReadonlyMap<number, string> = new Map([
  */
 export const GGUF_QUANT_NAMES: readonly string[] = [...new Set([...FILE_TYPE_NAMES.values(), 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K_M'])];
 
-/** Whether `--quant` names a quantization (GGUF_QUANT_NAMES, any case). */
+/**
+ * A name shaped as llama.cpp's quantization names are (upper case): publishers name their own mixes
+ * the same way (`Q4_K_XL`, `Q8_K_XL`, `Q4_K_L` beside llama-quantize's `Q4_K_M`), so these are taken
+ * too; a model size (`8B`, `0.8B`) or a fragment (`K_M`, `0`) is not.
+ */
+const QUANT_SHAPE_RE = /^(?:I?Q\d_(?:\d|K)(?:_[A-Z]{1,3})?|IQ\d_[A-Z]{1,3}|TQ\d_0|MXFP4(?:_MOE)?|NVFP4|B?F16|F32)$/;
+
+/** Whether `--quant` names a quantization (GGUF_QUANT_NAMES, or a name of their shape; any case). */
 export function isGgufQuantName(quant: string): boolean {
-  return GGUF_QUANT_NAMES.includes(quant.toUpperCase());
+  const q = quant.toUpperCase();
+  return GGUF_QUANT_NAMES.includes(q) || QUANT_SHAPE_RE.test(q);
 }
 
 export interface LoadedModel extends ModelCheckpoint {
@@ -67,19 +75,18 @@ function ggufStem(file: string): string {
 }
 
 /**
- * The quantization a GGUF file's name carries (upper case), or null: the name of GGUF_QUANT_NAMES
- * that is the last component of the name without its split suffix and extension, after a `-`, `.`
- * or `_` (`m-Q4_K_M.gguf`, `m.q8_0.gguf`, `m_IQ4_XS-00001-of-00002.gguf`, `BF16.gguf`; any case).
+ * The quantization a GGUF file's name carries (upper case), or null: the longest end of the name
+ * (without its split suffix and extension) that starts after a `-`, `.` or `_` (or at the start) and
+ * is a quantization name (isGgufQuantName): `m-Q4_K_M.gguf`, `m.q8_0.gguf`,
+ * `m_IQ4_XS-00001-of-00002.gguf`, `BF16.gguf`, `Qwen3.5-4B-UD-Q4_K_XL.gguf`; any case.
  */
 export function quantOfGgufName(file: string): string | null {
   const stem = ggufStem(file).toUpperCase();
-  let found: string | null = null;
-  for (const q of GGUF_QUANT_NAMES) {
-    const at = stem.length - q.length;
-    if (!stem.endsWith(q) || (at > 0 && !'-._'.includes(stem[at - 1]!))) continue;
-    if (found === null || q.length > found.length) found = q;
+  for (let at = 0; at < stem.length; at++) {
+    if (at > 0 && !'-._'.includes(stem[at - 1]!)) continue;
+    if (isGgufQuantName(stem.slice(at))) return stem.slice(at);
   }
-  return found;
+  return null;
 }
 
 /** Whether a GGUF file's name carries the quantization `quant` (quantOfGgufName; any case). */
@@ -153,7 +160,7 @@ export function selectGguf(modelPath: string, quant?: string): string {
     throw new CheckpointError(`${abs}: does not exist`);
   }
   const unknownQuant = quant !== undefined && !isGgufQuantName(quant)
-    ? `--quant ${quant} is not a quantization name (${GGUF_QUANT_NAMES.join(', ')}; any case)`
+    ? `--quant ${quant} is not a quantization name (${GGUF_QUANT_NAMES.join(', ')}, or one of their shape such as Q4_K_XL; any case)`
     : null;
   if (st.isFile()) {
     if (unknownQuant !== null) throw new CheckpointError(`${abs}: ${unknownQuant}`);
