@@ -108,6 +108,7 @@ describe('engine: a request whose logits are not finite fails, whichever way its
     for (const [i, r] of results.entries()) {
       expect(r.finishReason, `ask ${i}`).toBe('error');
       expect(r.error, `ask ${i}`).toBe(nanLogitsError(0));
+      expect(r.errorCode, `ask ${i}`).toBe('non_finite_logits');
       expect(r.tokens, `ask ${i}`).toEqual([]);
     }
     expect(streamed).toEqual([]);

@@ -293,6 +293,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
           o.Set("id", static_cast<double>(e.id));
           o.Set("finish", e.finish);
           if (!e.error.empty()) o.Set("error", e.error);
+          if (!e.error_code.empty()) o.Set("errorCode", e.error_code);
           const auto same = [](auto v) { return v; };
           const auto ms = [](int64_t ns) { return ns_to_ms(ns); };
           o.Set("tokens", to_js_array(env, e.tokens, same));

@@ -593,7 +593,7 @@ void Engine::admit_incoming() {
   }
 }
 
-void Engine::finish(Sequence& s, const char* reason, const std::string& error) {
+void Engine::finish(Sequence& s, const char* reason, const std::string& error, const char* error_code) {
   if (s.done) return;
   s.done = true;
   scheduler_->remove(s);
@@ -602,6 +602,7 @@ void Engine::finish(Sequence& s, const char* reason, const std::string& error) {
   e.id = s.id;
   e.finish = reason;
   e.error = error;
+  e.error_code = error_code;
   e.tokens.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
   e.token_ns = std::move(s.token_ns);
   e.enqueue_ns = s.enqueue_ns;
@@ -784,7 +785,8 @@ void Engine::step_once() {
   for (Sequence* s : finished) finish(*s, s->stop_hit ? "stop" : "length");
   for (Sequence* s : failed)
     finish(*s, "error", "the logits that choose generated token " + std::to_string(s->generated) +
-                            " (0-based) are not all finite (NaN or infinite): the weights hold NaN or infinite values, or the computation overflowed");
+                            " (0-based) are not all finite (NaN or infinite): the weights hold NaN or infinite values, or the computation overflowed",
+           "non_finite_logits");
 }
 
 }  // namespace lumen

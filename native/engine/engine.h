@@ -89,7 +89,9 @@ struct EngineEvent {
   // kDone
   std::string finish;
   std::string error;
-  std::string error_code;  // kLoadError: "kv_memory" for a KvMemoryError, else empty
+  // kLoadError: "kv_memory" for a KvMemoryError; kDone: "non_finite_logits" for a request failed
+  // because its logits held NaN or infinite values; else empty
+  std::string error_code;
   std::vector<int32_t> tokens;
   std::vector<int64_t> token_ns;
   int64_t enqueue_ns = 0;
@@ -200,7 +202,7 @@ class Engine : private CounterSink {
   void load();
   void step_once();
   void admit_incoming();
-  void finish(Sequence& s, const char* reason, const std::string& error = {});
+  void finish(Sequence& s, const char* reason, const std::string& error = {}, const char* error_code = "");
   void push(EngineEvent e);
   void sync_pool_stats();  // with mu_ held
   void size_kv_pool(int n_snapshots);  // load(): blocks_ and pool_tokens_, after the weights are bound

@@ -121,6 +121,7 @@ class Engine implements EngineHandle {
       ...(ev.preemptedAfter && ev.preemptedAfter.length > 0 ? { preemptedAfter: ev.preemptedAfter, readmitMs: ev.readmitMs ?? [] } : {}),
       finishReason: (ev.finish ?? 'error') as FinishReason,
       ...(ev.error ? { error: ev.error } : {}),
+      ...(ev.errorCode === 'non_finite_logits' ? { errorCode: ev.errorCode } : {}),
       ...(ev.logits ? { logits: ev.logits, logitRows: ev.logitRows } : {}),
       ...(p.logprobs ? { logprobs: p.logprobs } : {}),
     };

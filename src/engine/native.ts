@@ -20,6 +20,8 @@ export interface NativeEvent {
   error?: string;
   /** 'loadError': 'kv_memory' when the KV cache the options ask for cannot be had. */
   code?: string;
+  /** 'done' with finish 'error': 'non_finite_logits' when the logits to pick from were not all finite. */
+  errorCode?: string;
   tokens?: number[];
   tokenMs?: number[];
   enqueueMs?: number;

@@ -107,6 +107,11 @@ export interface RequestResult {
   readmitMs?: number[];
   finishReason: FinishReason;
   error?: string;
+  /**
+   * With finishReason 'error': 'non_finite_logits' when the engine failed the request because a logits
+   * row it had to pick from held NaN or infinite values (broken weights or an overflow).
+   */
+  errorCode?: 'non_finite_logits';
   /** Per generated token, when the request asked for logprobs. */
   logprobs?: TokenLogprobs[];
   /** Row-major float32 [rows, vocab] when logits: 'all'. */
