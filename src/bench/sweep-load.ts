@@ -87,7 +87,7 @@ export async function loadModel(
     engine = await backend.loadEngine(ckpt, opts, { onLoadProgress: (d, t) => renderer.loadProgress(d, t) });
   } catch (err) {
     // A KV cache the flags ask for that cannot be had: the flags named, as a usage error would.
-    loadError = err instanceof KvMemoryError ? `${kvMemoryFlags(cfg.kvMemory)}: ${err.message}` : errMessage(err);
+    loadError = err instanceof KvMemoryError ? `${kvMemoryFlags(cfg.kvMemory, '--concurrency')}: ${err.message}` : errMessage(err);
   }
   const loadMs = performance.now() - te0;
   if (engine === null) return { ckpt, opts, engine, loadError };

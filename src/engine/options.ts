@@ -63,11 +63,12 @@ export interface ServingFlags {
 
 /**
  * The flags that sized a KV cache the engine could not have (a KvMemoryError at load): --kv-memory
- * when given; else --max-seq and --max-seqs (the CPU's pool holds max-seq x max-seqs tokens; the
- * CUDA default share must hold one max-seq sequence).
+ * when given; else --max-seq and the command's flag for the sequences at once (`seqsFlag`: serve's
+ * --max-seqs, the sweep's --concurrency): the CPU's pool holds max-seq x max-seqs tokens, the CUDA
+ * default share must hold one max-seq sequence.
  */
-export function kvMemoryFlags(kv: KvMemory | null): string {
-  return kv !== null ? '--kv-memory' : '--max-seq / --max-seqs';
+export function kvMemoryFlags(kv: KvMemory | null, seqsFlag: string): string {
+  return kv !== null ? '--kv-memory' : `--max-seq / ${seqsFlag}`;
 }
 
 /** The KV pool options of the engine: --kv-memory, or the device's default (paged pools only). */

@@ -242,7 +242,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     await encoder.close();
     renderer.close();
     // A KV cache the flags ask for that cannot be had: a usage error naming them.
-    throw err instanceof KvMemoryError ? new UsageError(`${kvMemoryFlags(o.engine.kvMemory)}: ${err.message}`) : err;
+    throw err instanceof KvMemoryError ? new UsageError(`${kvMemoryFlags(o.engine.kvMemory, '--max-seqs')}: ${err.message}`) : err;
   }
   const serveEngine = new ServeEngine(engine);
   ctx.engine = serveEngine;
