@@ -113,6 +113,12 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
     const embedded = await bench(['prompt', '--prompt-ids', '1', '--max-new-tokens', '1073741824']);
     expect(embedded.code).toBe(2);
     expect(embedded.stderr.trim().split('\n').at(-1)).toMatch(/^bench: --max-new-tokens: the prompt's 1 token \+ 1073741824 new need 1073741825 positions, more than the model's maximum of 262144 \(max_position_embeddings in .*config\.json\); give --max-new-tokens 262143 or less$/);
+    // A config that does not state it: the default, named as such (it was reported as the file's).
+    editConfig(f.dir, (c) => { delete c.text_config.max_position_embeddings; delete c.max_position_embeddings; });
+    const dflt = await bench(['prompt', '--model-path', f.dir, '--prompt-ids', '1', '--max-new-tokens', '1073741824']);
+    expect(dflt.code).toBe(2);
+    expect(dflt.stderr.trim().split('\n').at(-1)).toBe(`bench: --max-new-tokens: the prompt's 1 token + 1073741824 new need 1073741825 positions, more than the model's maximum of 262144 ` +
+      `(the default 262144: ${cfg} does not state max_position_embeddings); give --max-new-tokens 262143 or less`);
   });
 
   it('--max-new-tokens past any KV cache: the flag named (the engine\'s message said to give less KV memory, exit 1)', async () => {

@@ -21,6 +21,9 @@ const MAX_F32 = 3.4028234663852886e38;
 export const DEFAULT_FULL_ATTENTION_INTERVAL = 4;
 
 /** Derives layer types from a full-attention interval. */
+/** max_position_embeddings when a config (or a GGUF's qwen35.context_length) does not state it: Qwen3.5's. */
+export const DEFAULT_MAX_POSITIONS = 262144;
+
 export function deriveLayerTypes(numLayers: number, interval = DEFAULT_FULL_ATTENTION_INTERVAL): LayerType[] {
   const out: LayerType[] = [];
   for (let i = 0; i < numLayers; i++) out.push((i + 1) % interval === 0 ? 'full_attention' : 'linear_attention');
@@ -94,7 +97,7 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   const linearValueHeadDim = posInt('linear_value_head_dim');
   const linearConvKernelDim = posInt('linear_conv_kernel_dim');
   const vocabSize = posInt('vocab_size');
-  const maxPositionEmbeddings = posInt('max_position_embeddings', 262144);
+  const maxPositionEmbeddings = posInt('max_position_embeddings', DEFAULT_MAX_POSITIONS);
 
   const rmsNormEps = posNum(tc.rms_norm_eps, 'rms_norm_eps', 1e-6);
   if (rmsNormEps >= 1) fail('rms_norm_eps', `must be below 1 (got ${rmsNormEps})`);

@@ -5,8 +5,9 @@
 // and the tokenizer that goes with the model (tokenizer.json beside a GGUF when there is one,
 // checked against the GGUF's own vocabulary; otherwise the GGUF's tokenizer.ggml.* metadata).
 
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
+import { DEFAULT_MAX_POSITIONS } from './config.js';
 import { checkpointFilesOf, isCheckpointFileName, loadCheckpoint, type LoadOptions } from './checkpoint.js';
 import {
   dirHasGguf, GGUF_CONTEXT_LENGTH_KEY, ggufHeaderOf, isGgufPath, loadGgufCheckpoint, selectGguf, type LoadedModel,
@@ -63,8 +64,18 @@ export interface ModelPositions {
 export function modelMaxPositions(model: ModelCheckpoint): ModelPositions {
   const max = model.config.maxPositionEmbeddings;
   if (model.syntheticWeights) return { max, source: `max_position_embeddings of the ${model.syntheticWeights.preset} preset` };
-  if (model.format?.container === 'gguf') return { max, source: `${GGUF_CONTEXT_LENGTH_KEY} in ${model.shards[0] ?? model.dir}` };
-  return { max, source: `max_position_embeddings in ${path.join(model.dir, 'config.json')}` };
+  // A file that does not state it gets DEFAULT_MAX_POSITIONS from the loaders; the source says so.
+  const unstated = (file: string, key: string) => ({ max, source: `the default ${DEFAULT_MAX_POSITIONS}: ${file} does not state ${key}` });
+  if (model.format?.container === 'gguf') {
+    const file = model.shards[0] ?? model.dir;
+    if (!ggufHeaderOf(model).kv.has(GGUF_CONTEXT_LENGTH_KEY)) return unstated(file, GGUF_CONTEXT_LENGTH_KEY);
+    return { max, source: `${GGUF_CONTEXT_LENGTH_KEY} in ${file}` };
+  }
+  const file = path.join(model.dir, 'config.json');
+  const json = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+  const text = json.text_config !== null && typeof json.text_config === 'object' && !Array.isArray(json.text_config) ? (json.text_config as Record<string, unknown>) : json;
+  if (text.max_position_embeddings === undefined || text.max_position_embeddings === null) return unstated(file, 'max_position_embeddings');
+  return { max, source: `max_position_embeddings in ${file}` };
 }
 
 /** A short fixed text whose ids the two tokenizers of a GGUF model must agree on. */
