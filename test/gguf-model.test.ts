@@ -279,6 +279,7 @@ describe('a GGUF model', () => {
     const ref = await loadTokenizer(dir);
     const msgs = [{ role: 'user', content: 'Hi' }];
     expect(t.applyChatTemplate(msgs, { addGenerationPrompt: true })).toBe(ref.applyChatTemplate(msgs, { addGenerationPrompt: true }));
+    expect(t.eosTokenIds).toContain(248046); // the GGUF's end-of-sequence id (it was dropped too)
     // A template beside it wins over the GGUF's.
     writeFileSync(join(d, 'chat_template.jinja'), 'BESIDE{% for m in messages %}{{ m.content }}{% endfor %}');
     const t2 = await loadModelTokenizer(loadModel(d, { hash: false }));

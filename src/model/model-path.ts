@@ -104,12 +104,16 @@ export async function loadModelTokenizerParts(model: ModelCheckpoint): Promise<{
   if (!existsSync(path.join(model.dir, 'tokenizer.json'))) return own;
   // The files beside it give the vocabulary; the chat template too when they hold one
   // (tokenizer_config.json's chat_template, chat_template.jinja), else the GGUF's own is kept: a
-  // tokenizer.json alone said nothing of the template, and --chat failed.
+  // tokenizer.json alone said nothing of the template, and --chat failed. The GGUF's end-of-sequence
+  // id stays among the ids that end generation, whatever the files beside it say.
   const besideParts = readTokenizerParts(model.dir);
-  const ownParts = ggufTokenizerParts(header);
-  const beside = built(besideParts.templateSource === undefined && ownParts.templateSource !== undefined
-    ? { ...besideParts, templateSource: ownParts.templateSource, templateFile: ownParts.templateFile }
-    : besideParts);
+  const ownParts = own.parts;
+  const beside = built({
+    ...besideParts,
+    ...(besideParts.templateSource === undefined && ownParts.templateSource !== undefined
+      ? { templateSource: ownParts.templateSource, templateFile: ownParts.templateFile } : {}),
+    eosHints: [...besideParts.eosHints, ...ownParts.eosHints],
+  });
   const a = beside.tokenizer.encode(TOKENIZER_CHECK_TEXT);
   const b = own.tokenizer.encode(TOKENIZER_CHECK_TEXT);
   if (a.length !== b.length || a.some((id, i) => id !== b[i])) {
