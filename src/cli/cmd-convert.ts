@@ -69,13 +69,11 @@ export function convertCommand(setResult: (code: number) => void): Command {
       let lastPct = -1;
       // SIGINT / SIGTERM: nothing is worth finishing; remove the unfinished file and leave at once,
       // 130 or 143 as the sweep (src/bench/sweep-signals.ts). The writer yields between pieces, so
-      // this runs mid-conversion. Once the complete file is in place (onComplete, right after the
-      // rename) a signal has nothing left to stop: what remains is the summary line, and the run
-      // ends 0 as it was going to.
+      // this runs mid-conversion. The writer awaits nothing after its rename (its quantizer workers
+      // end before it), so this handler cannot run once the complete file is in place: it is
+      // removed before the event loop runs again.
       const partial = partialFileOf(out);
-      let complete = false;
       const onSignal = (sig: NodeJS.Signals) => {
-        if (complete) return;
         let removed = false;
         try {
           removed = existsSync(partial);
@@ -94,7 +92,6 @@ export function convertCommand(setResult: (code: number) => void): Command {
           dtype: resolved,
           mtp: raw.mtp ?? false,
           threads: maxThreads,
-          onComplete: () => { complete = true; },
           onProgress: progress
             ? (done, total) => {
               const pct = Math.floor((100 * done) / Math.max(1, total));

@@ -69,11 +69,6 @@ export interface ConvertOptions {
   threads?: number;
   /** Progress: bytes of tensor data written so far out of the total. */
   onProgress?: (done: number, total: number, tensor: string) => void;
-  /**
-   * Called the moment the rename has put the complete file in place, before the call returns
-   * (`bench convert`: a signal from then on has nothing left to stop).
-   */
-  onComplete?: () => void;
 }
 
 export interface ConvertResult {
@@ -585,7 +580,7 @@ function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Wr
   return { plans, w, files: new SourceFiles(), tmp, t0, put };
 }
 
-/** Complete the file and move it into place; `onComplete` runs at once after the rename. */
+/** Complete the file and move it into place (nothing is awaited after the rename). */
 function finishWrite(job: WriteJob, outFile: string, opts: ConvertOptions, quantizerThreads: number): ConvertResult {
   job.files.close();
   writing(job.tmp, () => job.w.close());
@@ -597,7 +592,6 @@ function finishWrite(job: WriteJob, outFile: string, opts: ConvertOptions, quant
     if (why === null) throw err;
     throw new ConvertIoError(`renaming ${job.tmp} to ${outFile} failed: ${why}`);
   }
-  opts.onComplete?.();
   return {
     outFile,
     dtype: opts.dtype,

@@ -129,8 +129,9 @@ export interface ModelCheckpoint extends Omit<Checkpoint, 'tensors' | 'dtype'> {
   /** Set for `synthetic:<preset>`: `tensors` and `shards` are empty and the engine generates the weights. */
   syntheticWeights?: SyntheticWeights;
   /**
-   * What the loader tolerated, skipped or decided (tensors left out, the tie of the embeddings): every
-   * command that reads a model shows them (loadedModelNotes), so nothing is left out silently.
+   * What the loader tolerated, skipped or decided (tensors left out, the tie of the embeddings): the
+   * sweep, serve and convert show them (loadedModelNotes), so nothing is left out silently; bench
+   * prompt, the verification interface, prints only its result.
    */
   notes?: readonly string[];
 }
