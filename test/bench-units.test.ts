@@ -79,6 +79,7 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'a-file', 'x') }))).toBe(`--output: ${path.join(tmp, 'a-file')} is a file, not a directory`);
     // A path the sweep would write that is a directory: named before anything loads (it was EISDIR after).
     expect(usageMessage(() => resolveSweepConfig({ memoryStages: tmp }))).toBe(`--memory-stages: ${tmp} is a directory, not a file`);
+    expect(usageMessage(() => resolveSweepConfig({ memoryStages: `${tmp}/not-yet/` }))).toBe(`--memory-stages ${tmp}/not-yet/: names a directory, not a file; give the file's name too`);
     mkdirSync(path.join(tmp, 'run.jsonl'), { recursive: true });
     expect(usageMessage(() => resolveSweepConfig({ output: path.join(tmp, 'run') }))).toBe(`--output: ${path.join(tmp, 'run.jsonl')} is a directory, not a file`);
     expect(usageMessage(() => resolveSweepConfig({ threads: '1.5' }))).toMatch(/^--threads/);

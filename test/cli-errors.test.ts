@@ -281,6 +281,8 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['prompt', '--prompt', 'hi', '--think'], /^bench: --think applies with --chat/],
     [['prompt', '--prompt', 'hi', '--logits-out', path.join(tmp, 'no-dir', 'x.bin')], /^bench: --logits-out: directory .*no-dir does not exist$/],
     [['prompt', '--prompt', 'hi', '--logits-out', tmp], /^bench: --logits-out: .* is a directory, not a file$/],
+    // A directory by its form, not there yet: before the model loads (it ran, then failed with EISDIR).
+    [['prompt', '--prompt', 'hi', '--logits-out', `${path.join(tmp, 'not-yet')}/`], /^bench: --logits-out .*not-yet\/: names a directory, not a file; give the file's name too$/],
   ])('%j', async (args, message) => {
     const r = await bench(args as string[]);
     expect(r.signal).toBeNull();

@@ -175,7 +175,7 @@ describe('bench convert --out naming one of its inputs', () => {
     for (const [out, clash] of cases) {
       for (const threads of ['1', '2']) {
         const r = await convert(['--model-path', dir, '--out', out, '--dtype', 'q8_0', '--threads', threads]);
-        expect(usageLine(r), out).toBe(`bench: --out ${out}: the same file as ${clash}, which convert reads; choose another path`);
+        expect(usageLine(r), out).toBe(`bench: --out ${out}: the same file as ${clash}, which the model is read from; choose another path`);
       }
     }
     expect(snapshot()).toEqual(before);
@@ -199,7 +199,7 @@ describe('bench convert --out naming a file the checkpoint directory would read,
     for (const [out, name] of cases) {
       for (const threads of ['1', '2']) {
         const r = await convert(['--model-path', dir, '--out', out, '--dtype', 'q8_0', '--threads', threads]);
-        expect(usageLine(r), out).toBe(`bench: --out ${out}: ${name} in the checkpoint directory ${dir} is a file its loader reads as part of the model; choose another name or directory`);
+        expect(usageLine(r), out).toBe(`bench: --out ${out}: ${name} in the model's directory ${dir} is a name its loader reads as part of the model; choose another name or directory`);
       }
     }
     expect(readdirSync(dir).sort()).toEqual(files);

@@ -3,7 +3,7 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, Option } from 'commander';
-import { isModelInputName, loadModel, loadModelTokenizer, modelInputFiles, modelMaxPositions } from '../model/model-path.js';
+import { loadModel, loadModelTokenizer, modelMaxPositions, outputClashWithModel } from '../model/model-path.js';
 import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
 import { ensureEmbeddedModel } from '../model/embedded.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
@@ -14,8 +14,7 @@ import { engineLimits } from '../engine/limits.js';
 import { checkKvMemoryForDevice, engineOptionsFrom } from '../engine/options.js';
 import { ENGINE_FLAG_MAX, ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
-import { checkWritableFile } from '../util/output-dir.js';
-import { sameFileAmong } from '../util/same-file.js';
+import { checkNamesFile, checkWritableFile } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 
 interface PromptOpts extends Omit<RawEngineFlags, 'maxSeq' | 'maxSeqs'> {
@@ -80,7 +79,10 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   }
   if (opts.chat && opts.promptIds) throw new UsageError('--chat applies to --prompt TEXT, not --prompt-ids');
   if (opts.think && !opts.chat) throw new UsageError('--think applies with --chat (it switches the chat template\'s thinking on)');
-  if (opts.logitsOut !== undefined) checkWritableFile('--logits-out', path.resolve(opts.logitsOut));
+  if (opts.logitsOut !== undefined) {
+    checkNamesFile('--logits-out', opts.logitsOut);
+    checkWritableFile('--logits-out', path.resolve(opts.logitsOut));
+  }
   // The engine flags mean what they mean in the sweep and serve; max-seq is the request's length.
   const { modelPath, quant } = resolveModelPathFlags(opts);
   const flags = resolveEngineFlags(opts);
@@ -104,11 +106,8 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     throw err;
   }
   if (opts.logitsOut !== undefined) {
-    const clash = sameFileAmong(path.resolve(opts.logitsOut), modelInputFiles(ckpt));
-    if (clash !== null) throw new UsageError(`--logits-out ${opts.logitsOut}: the same file as ${clash}, which the model is read from; choose another path`);
-    if (isModelInputName(ckpt, opts.logitsOut)) {
-      throw new UsageError(`--logits-out ${opts.logitsOut}: ${path.basename(opts.logitsOut)} in the model's directory ${ckpt.dir} is a name its loader reads as part of the model; choose another name or directory`);
-    }
+    const why = outputClashWithModel(ckpt, path.resolve(opts.logitsOut));
+    if (why !== null) throw new UsageError(`--logits-out ${opts.logitsOut}: ${why}`);
   }
   let ids: number[];
   let tokenizer: Awaited<ReturnType<typeof loadTokenizer>> | undefined;

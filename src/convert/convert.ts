@@ -5,9 +5,8 @@
 import { closeSync, openSync, readSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { loadCheckpoint } from '../model/checkpoint.js';
-import { isModelInputName, modelInputFiles } from '../model/model-path.js';
+import { outputClashWithModel } from '../model/model-path.js';
 import { errnoText } from '../util/errno-text.js';
-import { sameFileAmong } from '../util/same-file.js';
 import { buildTokenizer, readTokenizerParts } from '../model/tokenizer.js';
 import { tokenContent } from '../model/tokenizer-files.js';
 import { preview } from '../util/json.js';
@@ -523,11 +522,8 @@ export function partialFileOf(outFile: string): string {
  * as DIR/tokenizer.json or DIR/chat_template.jinja would be read back as part of the model).
  */
 function checkOutputIsNoInput(ckpt: Checkpoint, outFile: string): void {
-  const f = sameFileAmong(outFile, modelInputFiles(ckpt));
-  if (f !== null) throw new ConvertOutputError(`the same file as ${f}, which convert reads; choose another path`);
-  if (isModelInputName(ckpt, outFile)) {
-    throw new ConvertOutputError(`${basename(outFile)} in the checkpoint directory ${ckpt.dir} is a file its loader reads as part of the model; choose another name or directory`);
-  }
+  const why = outputClashWithModel(ckpt, outFile);
+  if (why !== null) throw new ConvertOutputError(why);
 }
 
 /** `step`, a write of the temporary file: a failed system call becomes a ConvertIoError naming the file. */

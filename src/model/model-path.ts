@@ -16,7 +16,7 @@ import { ggufTokenizerParts } from './gguf-tokenizer.js';
 import { syntheticModel, syntheticTokenizerParts, syntheticWeightsOf } from './synthetic-model.js';
 import { buildTokenizer, readTokenizerParts, tokenizerFilesOf, type LoadedTokenizer, type TokenizerParts } from './tokenizer.js';
 import { CheckpointError, type ModelCheckpoint } from './types.js';
-import { isSameFile } from '../util/same-file.js';
+import { isSameFile, sameFileAmong } from '../util/same-file.js';
 
 export interface ModelPathOptions extends LoadOptions {
   /** `--quant`: the GGUF quantization to choose by file name (e.g. `Q4_K_M`, any case). */
@@ -147,4 +147,19 @@ export function isModelInputName(model: Pick<ModelCheckpoint, 'dir' | 'format'>,
   const name = path.basename(abs);
   const weights = model.format?.container === 'gguf' ? isGgufPath(name) : isCheckpointFileName(name);
   return weights || Object.values(tokenizerFilesOf(model.dir)).some((f) => path.basename(f) === name);
+}
+
+/**
+ * Why an output `file` (which need not exist) would destroy or join the model it was made from, or
+ * null: one of the files the model is read from (by path, link or hard link: modelInputFiles), or a
+ * name its loader would read in its directory once written (isModelInputName). The words a command
+ * puts after its flag: `--out F: <why>`.
+ */
+export function outputClashWithModel(model: Pick<ModelCheckpoint, 'dir' | 'shards' | 'format'>, file: string): string | null {
+  const same = sameFileAmong(file, modelInputFiles(model));
+  if (same !== null) return `the same file as ${same}, which the model is read from; choose another path`;
+  if (isModelInputName(model, file)) {
+    return `${path.basename(file)} in the model's directory ${model.dir} is a name its loader reads as part of the model; choose another name or directory`;
+  }
+  return null;
 }
