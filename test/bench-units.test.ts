@@ -152,6 +152,16 @@ describe('flags', () => {
     expect(usageMessage(() => resolveSweepConfig({ requestRate: '2', burstiness: '1e999' }))).toBe('--burstiness: 1e999 is too large (at most 1000)');
   });
 
+  it('says at the start when the open-loop arrivals alone would take over an hour (the sweep waits for each)', () => {
+    const slow = resolveSweepConfig({ requestRate: '1e-6', numRequests: '4', concurrency: '1,4', cells: '8:2' });
+    expect(slow.warnings).toContain('--request-rate 0.000001: the 8 timed requests arrive over about 93 days (requests / rate, summed over the rows), and the sweep waits for each arrival');
+    // Default counts: concurrency x --iters per row, 1 + 2 requests at 0.001/s: 50 minutes, no warning; 0.0005/s: 1h40m.
+    expect(resolveSweepConfig({ requestRate: '0.001', concurrency: '1,2', cells: '8:2' }).warnings ?? []).toEqual([]);
+    expect(resolveSweepConfig({ requestRate: '0.0005', concurrency: '1,2', cells: '8:2' }).warnings).toContain(
+      '--request-rate 0.0005: the 3 timed requests arrive over about 1h40m (requests / rate, summed over the rows), and the sweep waits for each arrival');
+    expect(resolveSweepConfig({ requestRate: 'inf', numRequests: '100000' }).warnings ?? []).toEqual([]);
+  });
+
   it('refuses open-loop flags that would change nothing or contradict each other', () => {
     // --burstiness shapes gaps, and inf has none.
     expect(usageMessage(() => resolveSweepConfig({ requestRate: 'inf', burstiness: '2' }))).toMatch(/^--burstiness shapes the gaps between arrivals; with --request-rate inf/);

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
 import { checkNamesFile, checkOutputDir, checkWritableFile, type CheckedDirs } from '../util/output-dir.js';
+import { formatDuration } from '../bench/render.js';
 import { UsageError } from '../util/usage-error.js';
 import { ENGINE_DEFAULTS, ENGINE_FLAG_MAX, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { isInfinityWord, oneOf, parseCount, parseEndpointUrl, parseNumber } from './flag-values.js';
@@ -314,6 +315,9 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
     warnings,
   };
 
+  const span = openLoopSpanWarning(cfg);
+  if (span !== null) warnings.push(span);
+
   // Each directory an output goes to is tried once (a file created and removed), whichever flags share it.
   const checked: CheckedDirs = new Set();
   if (raw.memoryStages !== undefined) checkNamesFile('--memory-stages', raw.memoryStages);
@@ -336,3 +340,23 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
 /** The files `--output PREFIX` writes. */
 const OUTPUT_EXTENSIONS = ['.csv', '.json', '.jsonl', '.html'] as const;
 
+
+/** An open-loop schedule longer than this is said at the start (the sweep waits for every arrival). */
+const LONG_SCHEDULE_MS = 3_600_000;
+
+/**
+ * A warning when --request-rate's arrivals alone would take more than an hour over the whole sweep
+ * (each row's timed requests over the rate, summed over the rows): a rate of 1e-6/s is honoured,
+ * request by request, and the progress line shows nothing moving in between.
+ */
+function openLoopSpanWarning(cfg: SweepConfig): string | null {
+  const rate = cfg.load.requestRate;
+  if (rate === null || !Number.isFinite(rate)) return null;
+  const perRow = (c: number) => cfg.load.numRequests ?? c * cfg.iters;
+  const requests = cfg.cells.length * cfg.concurrency.reduce((sum, c) => sum + perRow(c), 0);
+  const ms = (requests / rate) * 1000;
+  if (ms <= LONG_SCHEDULE_MS) return null;
+  const days = ms / 86_400_000;
+  return `--request-rate ${rate}: the ${requests} timed requests arrive over about ${days >= 2 ? `${Math.round(days)} days` : formatDuration(ms)} ` +
+    '(requests / rate, summed over the rows), and the sweep waits for each arrival';
+}
