@@ -308,8 +308,9 @@ describe('usage errors', () => {
       expect(r.code, r.stderr).toBe(0);
       const note = `--max-seq 64: the model's maximum (max_position_embeddings in ${path.join(m.dir, 'config.json')}), below the default 4096`;
       expect(r.stderr).toContain(note);
-      const report = JSON.parse(readFileSync(`${prefix}.json`, 'utf8')) as { engine: { max_seq: number }; notes: string[] };
+      const report = JSON.parse(readFileSync(`${prefix}.json`, 'utf8')) as { engine: { max_seq: number }; model: { max_position_embeddings: number }; notes: string[] };
       expect(report.engine.max_seq).toBe(64);
+      expect(report.model.max_position_embeddings).toBe(64);
       expect(report.notes).toContain(note);
     }, 60_000);
   });

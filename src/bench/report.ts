@@ -70,6 +70,8 @@ export interface ModelSection {
   num_layers: number;
   hidden_size: number;
   vocab_size: number;
+  /** The positions the model was built for (max_position_embeddings; a GGUF's qwen35.context_length): --max-seq's bound. */
+  max_position_embeddings: number;
   /** How the weights are stored: GGUF quantization, bits per weight, tensors per type, content hash. */
   weight_format: WeightFormatJson;
 }
@@ -108,6 +110,7 @@ export function modelSection(ckpt: ModelCheckpoint, embedded: boolean): ModelSec
     num_layers: ckpt.config.numLayers,
     hidden_size: ckpt.config.hiddenSize,
     vocab_size: ckpt.config.vocabSize,
+    max_position_embeddings: ckpt.config.maxPositionEmbeddings,
     weight_format: weightFormatJson(ckpt),
   };
 }
