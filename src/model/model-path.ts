@@ -65,17 +65,24 @@ export function modelMaxPositions(model: ModelCheckpoint): ModelPositions {
   const max = model.config.maxPositionEmbeddings;
   if (model.syntheticWeights) return { max, source: `max_position_embeddings of the ${model.syntheticWeights.preset} preset` };
   // A file that does not state it gets DEFAULT_MAX_POSITIONS from the loaders; the source says so.
-  const unstated = (file: string, key: string) => ({ max, source: `the default ${DEFAULT_MAX_POSITIONS}: ${file} does not state ${key}` });
-  if (model.format?.container === 'gguf') {
-    const file = model.shards[0] ?? model.dir;
-    if (!ggufHeaderOf(model).kv.has(GGUF_CONTEXT_LENGTH_KEY)) return unstated(file, GGUF_CONTEXT_LENGTH_KEY);
-    return { max, source: `${GGUF_CONTEXT_LENGTH_KEY} in ${file}` };
-  }
-  const file = path.join(model.dir, 'config.json');
-  const json = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-  const text = json.text_config !== null && typeof json.text_config === 'object' && !Array.isArray(json.text_config) ? (json.text_config as Record<string, unknown>) : json;
-  if (text.max_position_embeddings === undefined || text.max_position_embeddings === null) return unstated(file, 'max_position_embeddings');
-  return { max, source: `max_position_embeddings in ${file}` };
+  // Only that value can be the default, so only then is the file read again (a file that cannot be
+  // read now is taken as stating it: the source names it as before).
+  const gguf = model.format?.container === 'gguf';
+  const file = gguf ? model.shards[0] ?? model.dir : path.join(model.dir, 'config.json');
+  const key = gguf ? GGUF_CONTEXT_LENGTH_KEY : 'max_position_embeddings';
+  const stated = (): boolean => {
+    if (max !== DEFAULT_MAX_POSITIONS) return true;
+    try {
+      if (gguf) return ggufHeaderOf(model).kv.has(GGUF_CONTEXT_LENGTH_KEY);
+      const json = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+      const tc = json.text_config;
+      const text = tc !== null && typeof tc === 'object' && !Array.isArray(tc) ? (tc as Record<string, unknown>) : json;
+      return text.max_position_embeddings !== undefined && text.max_position_embeddings !== null;
+    } catch {
+      return true;
+    }
+  };
+  return { max, source: stated() ? `${key} in ${file}` : `the default ${DEFAULT_MAX_POSITIONS}: ${file} does not state ${key}` };
 }
 
 /** A short fixed text whose ids the two tokenizers of a GGUF model must agree on. */
