@@ -118,7 +118,7 @@ export async function ensurePeerFiles(root: string, preset: string, quants: read
       rmSync(stale, { force: true });
     }
     if (!existsSync(file)) {
-      log(`converting ${base.dir} to ${quant} (${threads} quantizer thread${threads === 1 ? '' : 's'}; once, then cached) ...`);
+      log(`converting ${base.dir} to ${quant} (up to ${threads} quantizer thread${threads === 1 ? '' : 's'}; once, then cached) ...`);
       const res = await writeGgufParallel(loadCheckpoint(base.dir), file, { dtype: quant, threads });
       log(`  wrote ${file}: ${(res.fileBytes / 2 ** 20).toFixed(0)} MiB in ${res.seconds.toFixed(0)} s on ${res.quantizerThreads} thread(s)`);
     }
