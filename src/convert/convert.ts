@@ -390,14 +390,7 @@ class SourceFiles {
     const fd = this.fd(file);
     let done = 0;
     while (done < into.length) {
-      let n: number;
-      try {
-        n = readSync(fd, into, done, into.length - done, position + done);
-      } catch (err) {
-        const why = errnoText(err);
-        if (why === null) throw err;
-        throw new ConvertIoError(`reading ${file} failed: ${why}`);
-      }
+      const n = failingAs(`reading ${file}`, () => readSync(fd, into, done, into.length - done, position + done));
       if (n === 0) throw new ConvertError(`${file}: unexpected end of file at byte ${position + done}`);
       done += n;
     }
@@ -414,6 +407,11 @@ const SAME_TYPE = { F32: GgmlType.F32, BF16: GgmlType.BF16, F16: GgmlType.F16 } 
 /** One piece of a tensor's output (whole rows): final bytes, or f32 rows still to encode as the plan's type. */
 type Piece = { bytes: Uint8Array } | { vals: Float32Array; r0: number };
 
+/** The rows of one piece of a tensor split into pieces of about `chunkElems` values (at least one row). */
+function rowsPerPiece(rowLen: number, chunkElems: number): number {
+  return Math.max(1, Math.floor(chunkElems / rowLen));
+}
+
 /**
  * The plan's output piece by piece. `owned`: every piece gets buffers of its own (for pieces that
  * are queued); otherwise the buffers are reused and a piece is valid until the next one.
@@ -424,7 +422,7 @@ function* tensorPieces(plan: TensorPlan, files: SourceFiles, chunkElems: number,
   if (src.nbytes !== rows * rowLen * eb) {
     throw new ConvertError(`${src.file}: tensor ${src.name} holds ${src.nbytes} bytes, expected ${rows * rowLen * eb}`);
   }
-  const rowsPerChunk = Math.max(1, Math.floor(chunkElems / rowLen));
+  const rowsPerChunk = rowsPerPiece(rowLen, chunkElems);
   const passthrough = !plan.op && !plan.colPerm && SAME_TYPE[src.dtype] === plan.type;
   const raw = new Uint8Array(Math.min(rows, rowsPerChunk) * rowLen * eb);
   const f32 = new Float32Array(passthrough ? 0 : Math.min(rows, rowsPerChunk) * rowLen);
@@ -526,14 +524,17 @@ function checkOutputIsNoInput(ckpt: Checkpoint, outFile: string): void {
   if (why !== null) throw new ConvertOutputError(why);
 }
 
-/** `step`, a write of the temporary file: a failed system call becomes a ConvertIoError naming the file. */
-function writing<T>(tmp: string, step: () => T): T {
+/**
+ * `step`, a read, write or rename of a conversion's files: a failed system call becomes a
+ * ConvertIoError, `${what} failed: <the errno in words>` (`writing F failed: no space left on device (ENOSPC)`).
+ */
+function failingAs<T>(what: string, step: () => T): T {
   try {
     return step();
   } catch (err) {
     const why = errnoText(err);
     if (why === null) throw err;
-    throw new ConvertIoError(`writing ${tmp} failed: ${why}`);
+    throw new ConvertIoError(`${what} failed: ${why}`);
   }
 }
 
@@ -569,7 +570,7 @@ function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Wr
   }
   let done = 0;
   const put = (p: TensorPlan, bytes: Uint8Array) => {
-    writing(tmp, () => w.writeTensor(p.ggufName, bytes));
+    failingAs(`writing ${tmp}`, () => w.writeTensor(p.ggufName, bytes));
     done += bytes.length;
     opts.onProgress?.(done, total, p.ggufName);
   };
@@ -579,15 +580,9 @@ function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Wr
 /** Complete the file and move it into place (nothing is awaited after the rename). */
 function finishWrite(job: WriteJob, outFile: string, opts: ConvertOptions, quantizerThreads: number): ConvertResult {
   job.files.close();
-  writing(job.tmp, () => job.w.close());
-  const fileBytes = writing(job.tmp, () => statSync(job.tmp).size);
-  try {
-    renameSync(job.tmp, outFile);
-  } catch (err) {
-    const why = errnoText(err);
-    if (why === null) throw err;
-    throw new ConvertIoError(`renaming ${job.tmp} to ${outFile} failed: ${why}`);
-  }
+  failingAs(`writing ${job.tmp}`, () => job.w.close());
+  const fileBytes = failingAs(`writing ${job.tmp}`, () => statSync(job.tmp).size);
+  failingAs(`renaming ${job.tmp} to ${outFile}`, () => renameSync(job.tmp, outFile));
   return {
     outFile,
     dtype: opts.dtype,
@@ -641,7 +636,7 @@ const pooled = (p: TensorPlan) => GGML_CODECS[p.type].block > 1;
 /** The pieces writeWithPool hands to the workers: more workers than these would have nothing to do. */
 function pooledPieces(plans: readonly TensorPlan[]): number {
   let n = 0;
-  for (const p of plans) if (pooled(p)) n += Math.ceil(p.rows / Math.max(1, Math.floor(POOL_CHUNK_ELEMS / p.rowLen)));
+  for (const p of plans) if (pooled(p)) n += Math.ceil(p.rows / rowsPerPiece(p.rowLen, POOL_CHUNK_ELEMS));
   return n;
 }
 
