@@ -2,9 +2,8 @@
 // each stage rendered and recorded in the report; the engine is null when it failed to load.
 import { performance } from 'node:perf_hooks';
 import { KvMemoryError } from '../engine/engine.js';
-import { kvMemoryFlags } from '../engine/options.js';
+import { fitMaxSeq, kvMemoryFlags } from '../engine/options.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
-import { fitMaxSeq } from '../engine/options.js';
 import { modelMaxPositions } from '../model/model-path.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError, loadedModelNotes, type ModelCheckpoint, type SyntheticWeights } from '../model/types.js';

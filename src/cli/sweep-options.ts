@@ -340,7 +340,6 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
 /** The files `--output PREFIX` writes. */
 const OUTPUT_EXTENSIONS = ['.csv', '.json', '.jsonl', '.html'] as const;
 
-
 /** An open-loop schedule longer than this is said at the start (the sweep waits for every arrival). */
 const LONG_SCHEDULE_MS = 3_600_000;
 

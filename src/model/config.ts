@@ -20,10 +20,10 @@ const MAX_F32 = 3.4028234663852886e38;
 /** Default full-attention interval: layer i is full attention iff (i + 1) % 4 == 0. */
 export const DEFAULT_FULL_ATTENTION_INTERVAL = 4;
 
-/** Derives layer types from a full-attention interval. */
 /** max_position_embeddings when a config (or a GGUF's qwen35.context_length) does not state it: Qwen3.5's. */
 export const DEFAULT_MAX_POSITIONS = 262144;
 
+/** Derives layer types from a full-attention interval. */
 export function deriveLayerTypes(numLayers: number, interval = DEFAULT_FULL_ATTENTION_INTERVAL): LayerType[] {
   const out: LayerType[] = [];
   for (let i = 0; i < numLayers; i++) out.push((i + 1) % interval === 0 ? 'full_attention' : 'linear_attention');

@@ -95,20 +95,16 @@ function nameHasQuant(file: string, quant: string): boolean {
 }
 
 /**
- * The GGUF model files of a directory, one entry per model: a single file, or the first file of
- * a split set (its other parts are found from it). `*.gguf` entries that cannot be followed (a
- * dangling symbolic link, one without permission) are left out and listed apart, `name (CODE)`.
- */
-/**
  * llama.cpp's name for a multimodal projector shipped beside a model's GGUFs (`mmproj-F16.gguf`,
  * `mmproj-Qwen3.5-4B-BF16.gguf`): a vision encoder, not a model this engine runs.
  */
 const PROJECTOR_RE = /^mmproj/i;
 
 /**
- * The model files of a GGUF directory (a split set by its first part), and the entries left out:
- * `unreadable` (a link that cannot be followed, no permission), `ignored` (a vision projector, a
- * split part whose first part is missing). selectGguf names both only when nothing else matches.
+ * The model files of a GGUF directory, one entry per model (a single file, or the first file of a
+ * split set: its other parts are found from it), and the entries left out: `unreadable` (a link that
+ * cannot be followed, no permission: `name (CODE)`), `ignored` (a vision projector, a split part
+ * whose first part is missing). selectGguf names both only when nothing else matches.
  */
 function ggufModelsIn(dir: string): { models: string[]; unreadable: string[]; ignored: string[] } {
   let names: string[];
@@ -173,15 +169,15 @@ export function selectGguf(modelPath: string, quant?: string): string {
   const { models, unreadable, ignored } = ggufModelsIn(abs);
   const listed = models.length ? models.map((f) => path.basename(f)).join(', ') : `no ${unreadable.length ? 'readable ' : ignored.length ? 'model ' : ''}.gguf files`;
   // Entries that cannot be read or are no model are named only when nothing else matches (they may be what was meant).
-  const withUnreadable = listed + (unreadable.length ? `; unreadable: ${unreadable.join(', ')}` : '') + (ignored.length ? `; left out: ${ignored.join(', ')}` : '');
+  const withLeftOut = listed + (unreadable.length ? `; unreadable: ${unreadable.join(', ')}` : '') + (ignored.length ? `; left out: ${ignored.join(', ')}` : '');
   if (quant === undefined) {
     if (models.length === 1) return models[0]!;
-    if (models.length === 0) throw new CheckpointError(`${abs}: ${withUnreadable}`);
+    if (models.length === 0) throw new CheckpointError(`${abs}: ${withLeftOut}`);
     throw new CheckpointError(`${abs}: several GGUF files (${listed}); choose one with --quant`);
   }
-  if (unknownQuant !== null) throw new CheckpointError(`${abs}: ${unknownQuant}; the directory holds: ${withUnreadable}`);
+  if (unknownQuant !== null) throw new CheckpointError(`${abs}: ${unknownQuant}; the directory holds: ${withLeftOut}`);
   const hits = models.filter((f) => nameHasQuant(f, quant));
-  if (hits.length === 0) throw new CheckpointError(`${abs}: no GGUF file named for --quant ${quant} (the directory holds: ${withUnreadable})`);
+  if (hits.length === 0) throw new CheckpointError(`${abs}: no GGUF file named for --quant ${quant} (the directory holds: ${withLeftOut})`);
   if (hits.length > 1) throw new CheckpointError(`${abs}: more than one GGUF file named for --quant ${quant} (the directory holds: ${listed})`);
   return hits[0]!;
 }

@@ -1,7 +1,7 @@
 // Whether a path a command will write is one of the files it reads: by path, through a symbolic link
 // or as a hard link (the same device and inode). Writing it would replace an input (a checkpoint's
 // shard, its tokenizer) with the command's output.
-import { statSync, type Stats } from 'node:fs';
+import { statSync } from 'node:fs';
 
 /** Whether `a` and `b` both exist and are the same file or directory (links followed). */
 export function isSameFile(a: string, b: string): boolean {
@@ -16,20 +16,5 @@ export function isSameFile(a: string, b: string): boolean {
 
 /** The first of `inputs` that is the same file as `out`; null when `out` does not exist or is none of them. */
 export function sameFileAmong(out: string, inputs: readonly string[]): string | null {
-  let o: Stats;
-  try {
-    o = statSync(out);
-  } catch {
-    return null; // nothing there yet: no input either
-  }
-  for (const f of inputs) {
-    let st: Stats;
-    try {
-      st = statSync(f);
-    } catch {
-      continue;
-    }
-    if (st.dev === o.dev && st.ino === o.ino) return f;
-  }
-  return null;
+  return inputs.find((f) => isSameFile(out, f)) ?? null;
 }
