@@ -4,8 +4,8 @@
 // type is one GGUF, made once by the project's converter, that both engines load. Same thread
 // count; after a warm-up of each, rounds are interleaved across engines and types, their order
 // rotated every round (scripts/peer-rounds.ts, peerRoundOrder), so the machine's drift and a
-// measurement's place in the sequence hit all alike; medians per figure, and every judged ratio of
-// two of our figures (c=8 over c=1, a fraction of a roofline) taken within each round, then the median.
+// measurement's place in the sequence hit all alike; medians per figure, and every judged ratio (ours
+// over llama.cpp, c=8 over c=1, a fraction of a roofline) taken within each round, then the median.
 // llama.cpp is the native build of scripts/build-llama-native.sh when it exists (its llama-bench and
 // llama-batched-bench, flash attention on), else the prebuilt library of node-llama-cpp 3.21.1; the
 // header and JSON say which, and which file each engine loaded. Also measures this machine's two
@@ -206,7 +206,7 @@ async function main(): Promise<void> {
   out.push(`machine: ${opt.threads} threads, read bandwidth ${median(allGBs).toFixed(1)} GB/s sustained (median pass of the best of 1, 4 and 8 read streams per thread, 4 passes of 1 GiB before and after each of our c=1 decodes; the median of all those limits), one stream per thread read ${machine.readGBs1Stream.toFixed(1)} at start; peak ${machine.peakGflops.toFixed(0)} GFLOP/s at start (${machine.peakKind}; float weights' prefill is set against the higher of the peaks probed just before and just after it, per round)`);
   out.push(`KV cache: ours ${entries[0]!.engine.info.kvCacheDtype}; llama.cpp F16 (its default)`);
   out.push(`rounds: ${opt.rounds}, interleaved, after one warm-up round of each; the order rotated every round (the types by one, ours or llama.cpp first alternating every ${entries.length} round${entries.length === 1 ? '' : 's'}): ${roundOrders.map((o, i) => `${i + 1}: ${o.join(', ')}`).join('; ')}`);
-  out.push(`figures: medians over the rounds; c=8 / c=1 and every roofline fraction the median of each round's own ratio (a round above 100 % of its roofline is left out of that median, and under 2 rounds left is not judged); prefill ${opt.isl} tokens (each engine's timed prefill after an untimed one of its own), decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
+  out.push(`figures: medians over the rounds; ours / llama.cpp, c=8 / c=1 and every roofline fraction the median of each round's own ratio (a round above 100 % of its roofline is left out of that median, and under 2 rounds left is not judged); prefill ${opt.isl} tokens (each engine's timed prefill after an untimed one of its own), decode ${opt.decodeTokens} tokens after a ${opt.decodePrompt}-token prompt`);
   out.push(`decode bytes per step: ${DECODE_BYTES_RULE}`);
   out.push(`prefill FLOPs per token: ${PREFILL_FLOPS_RULE}`);
   const results = entries.map((e) => report(opt, e, machine, out));
@@ -261,6 +261,8 @@ function report(opt: Options, e: Entry, machine: Probe, out: string[]): Record<s
     const cell = frac === null ? '-' : frac.judged ? pct(frac.median) : 'not judged';
     out.push(`${name.padEnd(32)}${ours[k].toFixed(1).padStart(10)}${llama[k].toFixed(1).padStart(12)}${ratio[k].toFixed(2).padStart(8)}${cell.padStart(15)}`);
   }
+  const r3 = sum.ratioRounds;
+  out.push(`ours / llama.cpp per round: prefill ${r3.prefill.map(x2).join(' / ')}; decode c=1 ${r3.decode1.map(x2).join(' / ')}; c=8 ${r3.decode8.map(x2).join(' / ')}`);
   out.push(`c=8 / c=1, the median of each round's own ratio (ours): ${x2(c8OverC1.ours)}x (rounds ${c8OverC1.rounds.ours.map(x2).join(' / ')}); (llama.cpp): ${x2(c8OverC1.llama)}x (rounds ${c8OverC1.rounds.llama.map(x2).join(' / ')})`);
   out.push(`decode roofline fraction per round: ${roundsLine(sum.decode)}; against the best single pass instead: ${roundsLine(sum.decodeBest)} (median ${sum.decodeBest.judged ? pct(sum.decodeBest.median) : 'not judged'})`);
   if (sum.prefill !== null) out.push(`prefill peak fraction per round (each against the higher of the peaks probed just before and after it): ${roundsLine(sum.prefill)}`);
@@ -279,7 +281,7 @@ function report(opt: Options, e: Entry, machine: Probe, out: string[]): Record<s
     quant: q,
     ours: { path: e.files.ours, weightFormat: weightFormatJson(e.ourModel), bytes: e.ourModel.bytesOnDisk, rounds: e.rounds.map((r) => r.ours), medians: ours },
     llama: { path: e.files.llama, weightFormat: weightFormatJson(e.llamaModel), bytes: e.llamaModel.bytesOnDisk, rounds: e.rounds.map((r) => r.llama), medians: llama },
-    ratios: ratio,
+    ratios: { ...ratio, rounds: sum.ratioRounds, rule: 'ours over llama.cpp: the median over the rounds of each round\'s own ratio' },
     c8OverC1: { ...c8OverC1, rule: 'the median over the rounds of each round\'s c=8 over the same round\'s c=1' },
     roundGBs, roundBestGBs: e.rounds.map((r) => r.readBestGBs),
     decodeBytes: e.step.total, decodeMatrixBytes: e.step.matrixBytes, decodeStateBytes: e.step.stateBytes,

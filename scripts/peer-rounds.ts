@@ -1,6 +1,6 @@
 // The arithmetic of bench:peer (scripts/peer-bench.ts) over its round records, apart from the engines
 // so that tests can hold it: the order of a round, the limits a round is set against, and the figures
-// of a run. Every ratio of two figures of ours that is judged (c=8 over c=1, a decode or prefill
+// of a run. Every ratio that is judged (ours over llama.cpp, c=8 over c=1, a decode or prefill
 // against its roofline) is taken within each round and the median of those per-round ratios is the
 // figure: a median of c=8 over a median of c=1 pairs one round's c=8 with another round's c=1, and
 // on this project's hosts the memory's speed moves between rounds (docs/performance.md, "A
@@ -98,8 +98,13 @@ export interface PeerSummary {
   /** Medians over the rounds, per engine and figure. */
   ours: Figures;
   llama: Figures;
-  /** Ours over llama.cpp, of those medians. */
+  /**
+   * Ours over llama.cpp: the median over the rounds of each round's own ratio (the two engines ran one
+   * after the other in the round, in the same memory phase).
+   */
   ratios: Figures;
+  /** Each round's ours over llama.cpp, in round order. */
+  ratioRounds: { prefill: number[]; decode1: number[]; decode8: number[] };
   c8OverC1: C8OverC1;
   /** The median of the rounds' sustained read bandwidth, and the decode roofline (tok/s) at it, for the header. */
   readGBs: number;
@@ -129,6 +134,8 @@ export function summarizeRounds(rounds: readonly PeerRound[], stepBytes: number,
   });
   const ours = medians((r) => r.ours);
   const llama = medians((r) => r.llama);
+  const paired = (k: keyof Figures) => rounds.map((r) => r.ours[k] / r.llama[k]);
+  const ratioRounds = { prefill: paired('prefill'), decode1: paired('decode1'), decode8: paired('decode8') };
   const oursRatios = ratiosOf(rounds.map((r) => r.ours));
   const llamaRatios = ratiosOf(rounds.map((r) => r.llama));
   const readGBs = median(rounds.map((r) => r.readGBs));
@@ -137,7 +144,8 @@ export function summarizeRounds(rounds: readonly PeerRound[], stepBytes: number,
   return {
     ours,
     llama,
-    ratios: { prefill: ours.prefill / llama.prefill, decode1: ours.decode1 / llama.decode1, decode8: ours.decode8 / llama.decode8 },
+    ratios: { prefill: median(ratioRounds.prefill), decode1: median(ratioRounds.decode1), decode8: median(ratioRounds.decode8) },
+    ratioRounds,
     c8OverC1: { ours: median(oursRatios), llama: median(llamaRatios), rounds: { ours: oursRatios, llama: llamaRatios } },
     readGBs,
     decodeRoof: roof(readGBs),

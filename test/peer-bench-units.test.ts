@@ -299,6 +299,24 @@ describe('a run\'s figures from its rounds', () => {
     expect(up.c8OverC1.ours).toBe(306 / 60);
   });
 
+  it('takes ours / llama.cpp within each round, then the median', () => {
+    // llama.cpp's c=1 ran fast in the round where ours ran slow: the medians (69.0 / 27.4) pair ours of
+    // round 1 with llama.cpp's of round 1 by chance only; each round's own ratio is 2.51, 2.27, 2.81.
+    const rs = [round([700, 69, 340], [160, 27.5, 52]), round([720, 62, 330], [165, 27.3, 50]), round([690, 76, 345], [150, 27.0, 55])];
+    const s = summarizeRounds(rs, 1e9, 1e9, true);
+    expect(s.ratioRounds.decode1).toEqual([69 / 27.5, 62 / 27.3, 76 / 27]);
+    expect(s.ratios.decode1).toBe(69 / 27.5);
+    expect(s.ours.decode1 / s.llama.decode1).not.toBe(s.ratios.decode1); // 69 / 27.3: rounds 1 and 2
+    expect(s.ratioRounds.prefill).toEqual([700 / 160, 720 / 165, 690 / 150]);
+    expect(s.ratios.prefill).toBe(700 / 160);
+    expect(s.ratios.decode8).toBe(340 / 52);
+    // A prefill ratio that crosses 2x only as a ratio of medians is not met paired.
+    const p = summarizeRounds([round([400, 1, 1], [210, 1, 1]), round([430, 1, 1], [200, 1, 1]), round([380, 1, 1], [195, 1, 1])], 1, 1, true);
+    expect(p.ours.prefill / p.llama.prefill).toBe(2); // 400 / 200: round 1's ours over round 2's llama.cpp
+    expect(p.ratios.prefill).toBe(380 / 195); // rounds 1.90, 2.15, 1.95
+    expect(judgeTargets({ isl: 512, prefillRatio: p.ratios.prefill, decodeRatio: p.ratios.decode1, decodeRoof: p.decode, c8OverC1: p.c8OverC1.ours })[2]!.met).toBe(false);
+  });
+
   it('sets each round\'s c=1 against the bandwidth probed around it, and leaves a round above 100 % out of the median', () => {
     const step = 1e9; // 1 GB a step: the roofline in tok/s is the read in GB/s
     const rs = [round([1, 60, 1], [1, 1, 1], 80, 90), round([1, 50, 1], [1, 1, 1], 48, 60), round([1, 62, 1], [1, 1, 1], 70, 75)];
