@@ -40,9 +40,7 @@ __device__ __forceinline__ uint64_t cand_key(float v, int id) {
 __device__ void argmax_row(const float* __restrict__ x, int vocab, int32_t* out) {
   __shared__ float sv[kThreads];
   __shared__ int si[kThreads];
-  __shared__ int s_bad;
   const int t = threadIdx.x;
-  if (t == 0) s_bad = 0;
   float bv = 0.f;
   int bi = INT_MAX;  // no candidate yet
   bool bad = false;
@@ -56,8 +54,7 @@ __device__ void argmax_row(const float* __restrict__ x, int vocab, int32_t* out)
   }
   sv[t] = bv;
   si[t] = bi;
-  __syncthreads();     // s_bad's reset is seen by every thread
-  if (bad) s_bad = 1;  // the same value from any thread; read after the loop's barriers
+  const bool any_bad = __syncthreads_or(bad) != 0;
   for (int half = blockDim.x / 2; half > 0; half >>= 1) {
     __syncthreads();
     if (t < half) {
@@ -70,7 +67,7 @@ __device__ void argmax_row(const float* __restrict__ x, int vocab, int32_t* out)
     }
   }
   __syncthreads();
-  if (t == 0) *out = (s_bad || si[0] == INT_MAX) ? -1 : si[0];
+  if (t == 0) *out = (any_bad || si[0] == INT_MAX) ? -1 : si[0];
 }
 
 __device__ void topk_row(const float* __restrict__ x, int vocab, int k, float temperature,
@@ -78,12 +75,12 @@ __device__ void topk_row(const float* __restrict__ x, int vocab, int k, float te
   __shared__ unsigned hist[256];
   __shared__ uint64_t keys[kThreads];
   __shared__ uint64_t s_prefix, s_mask;
-  __shared__ int s_remaining, s_done, s_bad;
+  __shared__ int s_remaining, s_done;
   __shared__ unsigned s_count;
   const int t = threadIdx.x;
   if (k > vocab) k = vocab;
+  bool any_bad = false;  // a value of the row is not finite (every thread learns it at the first pass)
   if (t == 0) {
-    s_bad = 0;
     s_prefix = 0;
     s_mask = 0;
     s_remaining = k;
@@ -100,8 +97,7 @@ __device__ void topk_row(const float* __restrict__ x, int vocab, int k, float te
       const uint64_t key = cand_key(x[i] / temperature, i);
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u);
     }
-    if (bad) s_bad = 1;
-    __syncthreads();
+    if (__syncthreads_or(bad)) any_bad = true;
     if (t == 0) {
       // The digit holding the remaining-th best key; keys of larger digits are all taken.
       int above = 0, digit = 0;
@@ -154,7 +150,7 @@ __device__ void topk_row(const float* __restrict__ x, int vocab, int k, float te
     out[i].value = x[id] / temperature;
     out[i].id = id;
   }
-  if (t == 0 && s_bad) out[0].id = -1;  // thread 0 wrote out[0] above
+  if (t == 0 && any_bad) out[0].id = -1;  // thread 0 wrote out[0] above
 }
 
 __global__ void pick_kernel(const float* __restrict__ logits, int vocab, const PickArgs* __restrict__ rows,

@@ -85,6 +85,7 @@ struct Fiber {
   int lane = 0, warp = 0;
   St st = St::Ready;
   int parity = 0;
+  unsigned barriers = 0;  // __syncthreads passed: the parity of the next one's predicate slot
 };
 
 struct WarpSlots {
@@ -102,6 +103,10 @@ struct BlockRun {
   void* sched_sp = nullptr;
   Fiber* cur = nullptr;
   std::string error;
+  // __syncthreads_or's result, one slot per barrier parity: a barrier's slot is cleared when the one
+  // before it is released (every thread has read it by then: all of them reached the next barrier).
+  int bar_or[2] = {0, 0};
+  unsigned bar_gen = 0;  // barriers released
 #if LUMEN_EMU_ASAN
   void* fake_stack = nullptr;
   const void* main_bottom = nullptr;
@@ -207,6 +212,8 @@ void run_block(BlockRun& r) {
   const int n = static_cast<int>(r.bdim.x * r.bdim.y * r.bdim.z);
   r.fibers.assign(n, Fiber{});
   r.slots.assign((n + 31) / 32, WarpSlots{});
+  r.bar_or[0] = r.bar_or[1] = 0;
+  r.bar_gen = 0;
   for (int i = 0; i < n; ++i) {
     Fiber& f = r.fibers[i];
     f.tid = uint3{static_cast<unsigned>(i % r.bdim.x), static_cast<unsigned>((i / r.bdim.x) % r.bdim.y),
@@ -248,6 +255,8 @@ void run_block(BlockRun& r) {
     if (bar > 0 && bar + done == n) {
       if (done > 0) throw EmuFailure("__syncthreads reached by " + std::to_string(bar) + " threads while " + std::to_string(done) + " had exited");
       for (auto& f : r.fibers) f.st = St::Ready;
+      r.bar_or[(r.bar_gen + 1) & 1] = 0;
+      ++r.bar_gen;
       released = true;
     }
     if (!ran && !released) {
@@ -357,11 +366,17 @@ const uint3& block_idx() { return g_run->bidx; }
 const dim3& block_dim() { return g_run->bdim; }
 const dim3& grid_dim() { return g_run->gdim; }
 
-void syncthreads() {
-  Fiber* f = g_run->cur;
+int syncthreads_or(int predicate) {
+  BlockRun* r = g_run;
+  Fiber* f = r->cur;
+  const unsigned p = f->barriers++ & 1;
+  if (predicate) r->bar_or[p] = 1;
   f->st = St::AtBar;
   to_sched(f);
+  return r->bar_or[p];
 }
+
+void syncthreads() { syncthreads_or(0); }
 
 float shfl_xor(float v, int lane_mask) {
   uint32_t u;

@@ -19,6 +19,7 @@ const uint3& block_idx();
 const dim3& block_dim();
 const dim3& grid_dim();
 void syncthreads();
+int syncthreads_or(int predicate);
 float shfl_xor(float v, int lane_mask);
 void cp_async16(uint32_t smem_off, const void* src, bool valid);
 void ldmatrix_x4(uint32_t smem_off, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3);
@@ -49,6 +50,7 @@ void launch(const char* name, void (*k)(P...), dim3 grid, dim3 block, size_t sme
 #define gridDim (::lumen::emu::grid_dim())
 
 inline void __syncthreads() { ::lumen::emu::syncthreads(); }
+inline int __syncthreads_or(int predicate) { return ::lumen::emu::syncthreads_or(predicate); }
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) { return ::lumen::emu::shfl_xor(v, lane_mask); }
 // Fibers switch only at collectives and barriers, so a read-modify-write is atomic here.
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
