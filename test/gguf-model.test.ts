@@ -16,7 +16,7 @@ import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { QUANT_DTYPES, QUANT_SCHEMES } from '../src/convert/quant-mix.js';
 import { GGUF_QUANT_NAMES, loadGgufCheckpoint, quantOfGgufName, selectGguf } from '../src/model/gguf-checkpoint.js';
 import { parseGgufHeader } from '../src/model/gguf-reader.js';
-import { loadModel, loadModelTokenizer } from '../src/model/model-path.js';
+import { loadModel, loadModelTokenizer, modelMaxPositions } from '../src/model/model-path.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
 import { loadTokenizer } from '../src/model/tokenizer.js';
 
@@ -349,7 +349,12 @@ describe('qwen35.context_length: the positions the model was built for', () => {
     expect(ok.stdout.trim().split(' ')).toHaveLength(5);
     // Absent: the config parser's default (the real Qwen3.5 value), as for a config.json without the key.
     const none = withMetadata(q8, join(work, 'noctx-Q8_0.gguf'), { 'qwen35.context_length': undefined });
-    expect(loadGgufCheckpoint(none, { hash: false }).config.maxPositionEmbeddings).toBe(262144);
+    const noneModel = loadGgufCheckpoint(none, { hash: false });
+    expect(noneModel.config.maxPositionEmbeddings).toBe(262144);
+    expect(modelMaxPositions(noneModel).source).toBe(`the default 262144: ${none} does not state qwen35.context_length`);
+    // Stated at the default's value (as real Qwen3.5 files do): the file's, not the default.
+    const stated = withMetadata(q8, join(work, 'ctxdefault-Q8_0.gguf'), { 'qwen35.context_length': { type: U32, value: 262144 } });
+    expect(modelMaxPositions(loadGgufCheckpoint(stated, { hash: false })).source).toBe(`qwen35.context_length in ${stated}`);
   }, 60_000);
 });
 

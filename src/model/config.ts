@@ -98,6 +98,7 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
   const linearConvKernelDim = posInt('linear_conv_kernel_dim');
   const vocabSize = posInt('vocab_size');
   const maxPositionEmbeddings = posInt('max_position_embeddings', DEFAULT_MAX_POSITIONS);
+  const maxPositionsDefaulted = tc.max_position_embeddings === undefined || tc.max_position_embeddings === null;
 
   const rmsNormEps = posNum(tc.rms_norm_eps, 'rms_norm_eps', 1e-6);
   if (rmsNormEps >= 1) fail('rms_norm_eps', `must be below 1 (got ${rmsNormEps})`);
@@ -218,6 +219,7 @@ export function parseConfigDetailed(json: unknown, file: string): ParsedConfig {
     linearNumKeyHeads, linearNumValueHeads, linearKeyHeadDim, linearValueHeadDim, linearConvKernelDim,
     vocabSize, rmsNormEps, ropeTheta, partialRotaryFactor, mropeSection, layerTypes,
     tieWordEmbeddings, eosTokenId, maxPositionEmbeddings, mtpNumHiddenLayers,
+    ...(maxPositionsDefaulted ? { maxPositionsDefaulted } : {}),
   };
   return { config, nested, tie };
 }

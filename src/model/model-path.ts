@@ -5,7 +5,7 @@
 // and the tokenizer that goes with the model (tokenizer.json beside a GGUF when there is one,
 // checked against the GGUF's own vocabulary; otherwise the GGUF's tokenizer.ggml.* metadata).
 
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { DEFAULT_MAX_POSITIONS } from './config.js';
 import { checkpointFilesOf, isCheckpointFileName, loadCheckpoint, type LoadOptions } from './checkpoint.js';
@@ -64,25 +64,11 @@ export interface ModelPositions {
 export function modelMaxPositions(model: ModelCheckpoint): ModelPositions {
   const max = model.config.maxPositionEmbeddings;
   if (model.syntheticWeights) return { max, source: `max_position_embeddings of the ${model.syntheticWeights.preset} preset` };
-  // A file that does not state it gets DEFAULT_MAX_POSITIONS from the loaders; the source says so.
-  // Only that value can be the default, so only then is the file read again (a file that cannot be
-  // read now is taken as stating it: the source names it as before).
+  // A file that does not state it gets DEFAULT_MAX_POSITIONS from the loaders, which mark it; the source says so.
   const gguf = model.format?.container === 'gguf';
   const file = gguf ? model.shards[0] ?? model.dir : path.join(model.dir, 'config.json');
   const key = gguf ? GGUF_CONTEXT_LENGTH_KEY : 'max_position_embeddings';
-  const stated = (): boolean => {
-    if (max !== DEFAULT_MAX_POSITIONS) return true;
-    try {
-      if (gguf) return ggufHeaderOf(model).kv.has(GGUF_CONTEXT_LENGTH_KEY);
-      const json = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-      const tc = json.text_config;
-      const text = tc !== null && typeof tc === 'object' && !Array.isArray(tc) ? (tc as Record<string, unknown>) : json;
-      return text.max_position_embeddings !== undefined && text.max_position_embeddings !== null;
-    } catch {
-      return true;
-    }
-  };
-  return { max, source: stated() ? `${key} in ${file}` : `the default ${DEFAULT_MAX_POSITIONS}: ${file} does not state ${key}` };
+  return { max, source: model.config.maxPositionsDefaulted !== true ? `${key} in ${file}` : `the default ${DEFAULT_MAX_POSITIONS}: ${file} does not state ${key}` };
 }
 
 /** A short fixed text whose ids the two tokenizers of a GGUF model must agree on. */

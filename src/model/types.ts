@@ -40,6 +40,8 @@ export interface TextConfig {
   tieWordEmbeddings: boolean;
   eosTokenId: number;
   maxPositionEmbeddings: number;
+  /** Set when the file did not state it and maxPositionEmbeddings is DEFAULT_MAX_POSITIONS (src/model/config.ts). */
+  maxPositionsDefaulted?: boolean;
   mtpNumHiddenLayers: number;
   /**
    * DeltaNet value heads in llama.cpp's tiled order (value head j reads key head j mod nk) rather
