@@ -1,7 +1,9 @@
 // Batching benchmark (the engine issue's measurement): aggregate decode tok/s at concurrency 1, 4
 // and 8 on the synthetic Qwen3.5-0.8B-shaped bf16 checkpoint, 128-token prompts, and the batching
 // efficiency aggregate(c) / (c x aggregate(1)). Each round runs every concurrency once, in turn
-// (interleaved, so drift on a shared machine hits all of them alike); medians over rounds.
+// (interleaved, so drift on a shared machine hits all of them alike); medians over rounds, and the
+// speedup over c=1 (and the efficiency) the median of each round's own ratio: a median c=8 over a
+// median c=1 divides one round's figure by another's (docs/performance.md, "How to measure").
 // The c requests of a measurement are submitted together and admitted in one step; the rate is
 // the steady-state one (the window where all c streams decode).
 // `--addons A,B` loads two builds of the native addon into this process and interleaves them in
@@ -30,7 +32,7 @@ import { KV_CACHE_DTYPES, type EngineHandle, type KvCacheDtype, type ProfileRepo
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { formatOpsReport } from '../src/bench/profile.js';
 import { machineInfo } from '../src/util/machine.js';
-import { benchIds, ensureBenchModel, geoMeanRatio, median, roundOrder } from './bench-model.js';
+import { benchIds, ensureBenchModel, geoMeanRatio, median, roundOrder, speedupsOverC1 } from './bench-model.js';
 
 const program = new Command('batch-bench')
   .option('--threads <n>', 'engine threads', (v) => Number(v), 2)
@@ -135,14 +137,22 @@ async function main(): Promise<void> {
   const cpu = machineInfo().cpuModel;
   out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.isa).join(' / ')}; device: ${device}${device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
   out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16${opt.inMemory ? ' (generated in memory)' : ''}`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; KV cache ${kvs.join(' / ')}; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}`);
+  const speedups = new Map<Variant, Map<number, number[]> | null>();
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
-    const base = median(v.rates.get(1) ?? v.rates.get(levels.find((c) => c > 0) ?? levels[0]!)!);
+    const perRound = speedupsOverC1(v.rates);
+    speedups.set(v, perRound);
     out.push(`${'concurrency'.padEnd(12)}${'tok/s'.padStart(10)}${'step ms'.padStart(10)}${'speedup'.padStart(10)}${'efficiency'.padStart(12)}`);
     for (const c of levels) {
       const m = median(v.rates.get(c)!);
       if (c === 0) { out.push(`${`prefill ${opt.prefillTokens}`.padEnd(12)}${m.toFixed(1).padStart(10)}  (prompt tok/s, one sequence)`); continue; }
-      out.push(`${String(c).padEnd(12)}${m.toFixed(1).padStart(10)}${((1000 * c) / m).toFixed(1).padStart(10)}${(m / base).toFixed(2).padStart(10)}${(m / (c * base)).toFixed(2).padStart(12)}`);
+      const sp = perRound === null ? NaN : median(perRound.get(c)!);
+      const cell = (x: number) => (Number.isNaN(x) ? '-' : x.toFixed(2));
+      out.push(`${String(c).padEnd(12)}${m.toFixed(1).padStart(10)}${((1000 * c) / m).toFixed(1).padStart(10)}${cell(sp).padStart(10)}${cell(sp / c).padStart(12)}`);
+    }
+    if (perRound === null) out.push('speedup and efficiency: - (they are over c=1, which --concurrency does not list)');
+    else if (perRound.size > 1) {
+      out.push(`speedup: the median of each round's c over the same round's c=1 (efficiency: that / c); rounds: ${[...perRound].filter(([c]) => c > 1).map(([c, rs]) => `c=${c} ${rs.map((x) => x.toFixed(2)).join(' / ')}`).join('; ')}`);
     }
   }
   // Each build after the first as the geometric mean of its per-round ratios to the first: with
@@ -170,7 +180,10 @@ async function main(): Promise<void> {
     }
   }
   if (opt.json) {
-    writeFileSync(opt.json, JSON.stringify({ cpu, threads: opt.threads, model: opt.gguf ?? `synthetic ${opt.preset} bf16`, reloads: opt.reloads, variants: variants.map((v) => ({ name: v.name, isa: v.isa, rates: Object.fromEntries(v.rates) })) }, null, 2));
+    writeFileSync(opt.json, JSON.stringify({ cpu, threads: opt.threads, model: opt.gguf ?? `synthetic ${opt.preset} bf16`, reloads: opt.reloads, variants: variants.map((v) => ({
+      name: v.name, isa: v.isa, rates: Object.fromEntries(v.rates),
+      speedupOverC1: Object.fromEntries([...(speedups.get(v) ?? [])].map(([c, rs]) => [c, { median: median(rs), rounds: rs }])),
+    })), speedupRule: 'the median over the rounds of each round\'s aggregate decode at c over the same round\'s at c=1' }, null, 2));
   }
 }
 

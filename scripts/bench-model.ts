@@ -32,6 +32,23 @@ export const median = (a: readonly number[]): number => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 
+/** Each round's b[i] / a[i], in round order: the figures a ratio judged by round takes the median of. */
+export const pairedRatios = (b: readonly number[], a: readonly number[]): number[] => {
+  if (b.length !== a.length) throw new Error(`pairedRatios: ${b.length} rounds against ${a.length}`);
+  return b.map((x, i) => x / a[i]!);
+};
+
+/**
+ * Each round's aggregate decode at every concurrency c >= 1 over the same round's at c=1 (bench:batch's
+ * speedup; its median is the figure, and efficiency that over c), or null when c=1 was not measured.
+ * `rates`: per concurrency, one figure a round, in round order (0: prefill, left out).
+ */
+export function speedupsOverC1(rates: ReadonlyMap<number, readonly number[]>): Map<number, number[]> | null {
+  const one = rates.get(1);
+  if (one === undefined) return null;
+  return new Map([...rates].filter(([c]) => c >= 1).map(([c, r]) => [c, pairedRatios(r, one)]));
+}
+
 /** Geometric mean of the per-round ratios b[i] / a[i] (an A/B of two builds measured round by round). */
 export const geoMeanRatio = (b: readonly number[], a: readonly number[]): number =>
   Math.exp(b.reduce((acc, x, i) => acc + Math.log(x / a[i]!), 0) / b.length);

@@ -1,8 +1,8 @@
 // The pure parts of bench:peer (scripts/peer-bench.ts): the --quant list, the cached GGUFs' names and
 // content keys (scripts/bench-quant-model.ts), the roofline arithmetic and target verdicts
 // (scripts/peer-roofline.ts), the figures of a run from its round records and the order of a round
-// (scripts/peer-rounds.ts), and what is read from llama.cpp's tools (scripts/llama-native.ts). No
-// engine runs and nothing is timed.
+// (scripts/peer-rounds.ts), and what is read from llama.cpp's tools (scripts/llama-native.ts); and
+// bench:batch's speedup over c=1 (scripts/bench-model.ts). No engine runs and nothing is timed.
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -19,6 +19,7 @@ import { UsageError } from '../src/util/usage-error.js';
 import {
   conversionKey, converterCodeFiles, parseQuantList, quantModelFile, staleQuantModels,
 } from '../scripts/bench-quant-model.js';
+import { median, pairedRatios, roundOrder, speedupsOverC1 } from '../scripts/bench-model.js';
 import { parseBatchedBench, parseLlamaBench } from '../scripts/llama-native.js';
 import {
   decodeStepBytes, formatTarget, formatTargetValue, judgeTargets, prefillFlopsPerToken, recurrentStateBytes,
@@ -410,5 +411,30 @@ describe('llama.cpp\'s tools\' output', () => {
     expect(() => parseBatchedBench(`${batchedLine({ flash_attn: -1 })}\n`, bAsk)).toThrow(/flash_attn -1, asked 1/);
     expect(() => parseBatchedBench(`${batchedLine({ pl: 4 })}\n`, bAsk)).toThrow(/no result for pp 128, tg 48, pl 8/);
     expect(() => parseBatchedBench('nothing\n', bAsk)).toThrow(/no jsonl result/);
+  });
+});
+
+describe('bench:batch: the speedup over c=1, paired by round', () => {
+  it('divides each round\'s c by the same round\'s c=1, then takes the median', () => {
+    // Round 2 ran slow throughout and round 1 fast: each round's own c=8 over c=1 is 5.14, 5.10, 4.85
+    // (median 5.10), but the median c=8 over the median c=1 (both round 3's here) reads 4.85.
+    const rates = new Map([[0, [500, 510, 505]], [1, [70, 60, 66]], [8, [360, 306, 320]]]);
+    const s = speedupsOverC1(rates)!;
+    expect([...s.keys()]).toEqual([1, 8]); // the prefill (0) left out
+    expect(s.get(1)).toEqual([1, 1, 1]);
+    expect(s.get(8)).toEqual([360 / 70, 306 / 60, 320 / 66]);
+    expect(median(s.get(8)!)).toBe(306 / 60);
+    expect(median(rates.get(8)!) / median(rates.get(1)!)).toBeLessThan(5);
+    expect(median(s.get(8)!)).toBeGreaterThan(5);
+  });
+
+  it('has no speedup without c=1 (it was taken over the first level listed), and refuses rounds that do not pair', () => {
+    expect(speedupsOverC1(new Map([[4, [100, 110]], [8, [180, 190]]]))).toBeNull();
+    expect(() => pairedRatios([1, 2, 3], [1, 2])).toThrow(/3 rounds against 2/);
+  });
+
+  it('rotates an A/B\'s order so each build takes each slot once over their number of rounds', () => {
+    const orders = [0, 1, 2].map((r) => roundOrder(['a', 'b', 'c'], r));
+    expect(orders).toEqual([['a', 'b', 'c'], ['b', 'c', 'a'], ['c', 'a', 'b']]);
   });
 });
