@@ -37,7 +37,8 @@ describe('kernelBench', () => {
         expect(r.storedBytes).toBe(r.n * ROW_BYTES[type]!);
         // Repacked panels hold the same bytes as the rows they replace, or more (none fewer).
         expect(r.bytes).toBeGreaterThanOrEqual(r.storedBytes);
-        expect(r.macPerByte).toBeCloseTo((rows * 1024) / ROW_BYTES[type]!, 10);
+        expect(r.macPerByte).toBeCloseTo((rows * 1024 * r.n) / r.bytes, 10);
+        expect(r.macPerByte).toBeCloseTo((rows * 1024) / ROW_BYTES[type]!, 10); // at K = 1024 no type pads
         for (const v of [r.kernelGBs, r.readGBs, r.kernelOverRead, r.kernelGBsBest, r.readGBsBest, r.cacheGBs]) {
           expect(Number.isFinite(v)).toBe(true);
           expect(v).toBeGreaterThan(0);
@@ -48,6 +49,16 @@ describe('kernelBench', () => {
         expect(r.outputsWritten).toBe(r.outputs);
       });
     }
+
+  it('Q8_0 with an odd number of blocks a row: every figure over the bytes the kernel reads (the panels pad a pair)', () => {
+    const r = addon.kernelBench({ type: 'Q8_0', rows: 8, k: 1056, mib: 1, threads: 2, pairs: 1 });
+    expect(r.storedBytes).toBe(r.n * 33 * 34);
+    expect(r.bytes).toBeGreaterThan(r.storedBytes);
+    expect(r.macPerByte).toBeCloseTo((8 * 1056 * r.n) / r.bytes, 10);
+    // The L2 pass covers whole panels as read: a multiple of a packed panel's bytes.
+    const panelBytes = r.bytes / (r.n / 16);
+    expect(r.cacheBytes % panelBytes).toBe(0);
+  });
 
   // GDN: the DeltaNet decode recurrence over 128 x 128 f32 states, --rows tokens per head.
   for (const rows of [1, 3])

@@ -396,14 +396,17 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     read();
     const Pairs pairs = alternate(o.pairs, kernel_pass, read);
     const double bytes = static_cast<double>(mat.size());
+    // A panel's bytes as the kernel reads them: the packed layout's where the type is packed (Q8_0's
+    // panels pad a row's odd block to a pair, so they can exceed the stored rows').
+    const int64_t read_panel_bytes = static_cast<int64_t>(mat.size()) / panels;
     // In L2: one thread over the first ~256 KiB of the matrix (at least one panel: more for long
     // rows, reported as cacheBytes), repeated.
-    const int64_t small_panels = std::clamp<int64_t>((int64_t{256} << 10) / panel_bytes, 1, panels);
+    const int64_t small_panels = std::clamp<int64_t>((int64_t{256} << 10) / read_panel_bytes, 1, panels);
     const Product small{K, t, quant, panel_type, packed_bf16, o.rows, o.k, small_panels * cpu::kPanel, mat.data(), act, prod.xa, y.data()};
     const std::vector<double> tc = cache_passes([&] { small.run(0, 1); });
-    const double small_bytes = static_cast<double>(small_panels * panel_bytes);
-    // Multiply-adds per weight byte: rows x elements per byte of the stored type.
-    const double macs_per_byte = static_cast<double>(o.rows) * static_cast<double>(o.k) / static_cast<double>(wrow);
+    const double small_bytes = static_cast<double>(small_panels * read_panel_bytes);
+    // Multiply-adds per byte read: rows x a panel's elements over its bytes as read.
+    const double macs_per_byte = static_cast<double>(o.rows) * static_cast<double>(o.k) * cpu::kPanel / static_cast<double>(read_panel_bytes);
 
     auto res = Napi::Object::New(env);
     res.Set("isa", active_isa_name());  // the ISA path as every bench header names it (cpuInfo().isa)
