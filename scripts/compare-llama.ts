@@ -149,7 +149,9 @@ async function run(opts: Opts): Promise<number> {
           log(`  llama.cpp ${refRes.greedy.join(' ')}`);
         }
       }
-      log(`time      convert ${((t.convert ?? 0) / 1000).toFixed(1)} s, llama.cpp ${(t.llama / 1000).toFixed(1)} s, ours ${(t.ours / 1000).toFixed(1)} s`);
+      // Wall time of each side's steps, not a speed comparison: ours is one or two `bench prompt`
+      // processes (each loads the model), llama.cpp one load in this process.
+      log(`time      convert ${((t.convert ?? 0) / 1000).toFixed(1)} s, llama.cpp ${(t.llama / 1000).toFixed(1)} s (one load in this process), ours ${(t.ours / 1000).toFixed(1)} s (${opts.newTokens > 0 ? 'two `bench prompt` processes, each loading the model' : 'one `bench prompt` process'}); wall times of the steps, not a speed comparison`);
       log(pass ? 'PASS' : 'FAIL');
     }
     return pass ? 0 : 1;
