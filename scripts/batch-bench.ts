@@ -82,7 +82,7 @@ async function main(): Promise<void> {
   const device = resolveDevice(choiceArg('--device', ['cpu', 'cuda', 'auto'] as const)(opt.device));
   const ckpt = opt.gguf !== undefined ? loadGgufCheckpoint(opt.gguf)
     : opt.inMemory ? syntheticModel({ preset: opt.preset, dtype: 'bf16', seed: DEFAULT_SYNTH_SEED })
-      : loadCheckpoint((await ensureBenchModel(opt.preset, log, false)).dir);
+      : loadCheckpoint((await ensureBenchModel(opt.preset, log)).dir);
   const addons: (string | undefined)[] = opt.addons ? opt.addons.split(',') : [undefined];
   if (!Number.isInteger(opt.reloads) || opt.reloads < 1) throw new Error(`--reloads: not a positive integer: ${opt.reloads}`);
   if (!Number.isInteger(opt.rounds) || opt.rounds < 1) throw new Error(`--rounds: not a positive integer: ${opt.rounds}`);

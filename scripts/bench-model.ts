@@ -1,24 +1,18 @@
-// The synthetic bf16 checkpoint (and its GGUF twin) the side-by-side benchmarks share, written
-// once into .models/ and reused.
+// The synthetic bf16 checkpoint the side-by-side benchmarks share, written once into .models/ and
+// reused (its GGUFs: scripts/bench-quant-model.ts), and the round arithmetic they share.
 import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
-import { convertCheckpoint } from '../src/convert/convert.js';
 import { REPO_ROOT } from '../src/util/version.js';
 
-export async function ensureBenchModel(preset: string, log: (s: string) => void, gguf = true): Promise<{ dir: string; gguf: string }> {
+export async function ensureBenchModel(preset: string, log: (s: string) => void): Promise<{ dir: string }> {
   const dir = path.join(REPO_ROOT, '.models', `peer-${preset}-bf16`);
-  const file = `${dir}.gguf`;
   if (!existsSync(path.join(dir, 'config.json'))) {
     log(`writing synthetic ${preset} bf16 checkpoint to ${dir} ...`);
     mkdirSync(path.dirname(dir), { recursive: true });
     await writeSynthCheckpoint({ preset: preset as '0.8b', out: dir, dtype: 'bf16', seed: 1 });
   }
-  if (gguf && !existsSync(file)) {
-    log(`converting to ${file} ...`);
-    await convertCheckpoint(dir, file, { dtype: 'bf16' });
-  }
-  return { dir, gguf: file };
+  return { dir };
 }
 
 /** Deterministic pseudo-random token ids below 240000 (inside every Qwen3.5 vocabulary). */

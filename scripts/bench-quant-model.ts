@@ -1,9 +1,9 @@
 // The weight files bench:peer measures per `--quant` entry: bf16 is today's pair (our engine on the
 // safetensors checkpoint, llama.cpp on its bf16 GGUF, scripts/bench-model.ts); every other type is
 // one GGUF that both engines load, made once from the same synthetic checkpoint by the project's
-// converter (the code `bench convert --dtype TYPE` runs) and cached in .models/ under a name that
-// carries a hash of the converter's code, the source checkpoint's bytes and the type, so a changed
-// converter or source makes a new file (and the stale one is removed).
+// converter (the code `bench convert --dtype TYPE` runs). Every GGUF (bf16's too) is cached in
+// .models/ under a name that carries a hash of the converter's code, the source checkpoint's bytes
+// and the type, so a changed converter or source makes a new file (and the stale one is removed).
 import { createHash } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -73,14 +73,27 @@ function hashFileInto(h: ReturnType<typeof createHash>, file: string): void {
 
 /**
  * The converter's code as it runs: every module of src/convert (compiled or not, whichever this
- * process loaded) and the tensor-role table it names tensors by.
+ * process loaded) and every project module they import, transitively (the checkpoint loader, the
+ * tensor-role table, the GGUF reader, the tokenizer files ...): a change to any of them can change
+ * the file written.
  */
 export function converterCodeFiles(): string[] {
   const convertDir = fileURLToPath(new URL('../src/convert/', import.meta.url));
+  const srcRoot = path.dirname(convertDir);
   const ext = path.extname(fileURLToPath(import.meta.url));
-  const files = readdirSync(convertDir).filter((f) => f.endsWith(ext) && !f.endsWith(`.d${ext}`)).sort().map((f) => path.join(convertDir, f));
-  files.push(fileURLToPath(new URL(`../src/model/tensor-roles${ext}`, import.meta.url)));
-  return files;
+  const seen = new Set<string>();
+  const todo = readdirSync(convertDir).filter((f) => f.endsWith(ext) && !f.endsWith(`.d${ext}`)).map((f) => path.join(convertDir, f));
+  while (todo.length > 0) {
+    const f = todo.pop()!;
+    if (seen.has(f)) continue;
+    seen.add(f);
+    // Relative imports name the compiled file ('./x.js'); the process may run the .ts source.
+    for (const m of readFileSync(f, 'utf8').matchAll(/(?:from|import)\s*\(?\s*'(\.\.?\/[^']+)'/g)) {
+      const target = path.resolve(path.dirname(f), m[1]!.replace(/\.js$/, ext));
+      if (target.startsWith(srcRoot + path.sep) && existsSync(target)) todo.push(target);
+    }
+  }
+  return [...seen].sort();
 }
 
 /** sha256 (hex) over the type, the converter's code and the source checkpoint's files. */
@@ -105,13 +118,15 @@ export function conversionKey(sourceDir: string, quant: OutDtype, codeFiles: rea
  * `threads` quantizer threads) and reused while their key matches.
  */
 export async function ensurePeerFiles(root: string, preset: string, quants: readonly OutDtype[], threads: number, log: (s: string) => void): Promise<PeerFiles[]> {
-  const base = await ensureBenchModel(preset, log, quants.includes('bf16'));
+  const base = await ensureBenchModel(preset, log);
+  // The bf16 GGUF of earlier versions, named without a key: never checked against its source.
+  const unkeyed = `${base.dir}.gguf`;
+  if (existsSync(unkeyed)) {
+    log(`removing ${unkeyed} (made without a content key)`);
+    rmSync(unkeyed, { force: true });
+  }
   const out: PeerFiles[] = [];
   for (const quant of quants) {
-    if (quant === 'bf16') {
-      out.push({ quant, ours: base.dir, llama: base.gguf });
-      continue;
-    }
     const file = quantModelFile(MODELS_DIR(root), preset, quant, conversionKey(base.dir, quant));
     for (const stale of staleQuantModels(MODELS_DIR(root), preset, quant, file)) {
       log(`removing ${stale} (made by another converter or from another source)`);
@@ -122,7 +137,7 @@ export async function ensurePeerFiles(root: string, preset: string, quants: read
       const res = await writeGgufParallel(loadCheckpoint(base.dir), file, { dtype: quant, threads });
       log(`  wrote ${file}: ${(res.fileBytes / 2 ** 20).toFixed(0)} MiB in ${res.seconds.toFixed(0)} s on ${res.quantizerThreads} thread(s)`);
     }
-    out.push({ quant, ours: file, llama: file });
+    out.push({ quant, ours: quant === 'bf16' ? base.dir : file, llama: file });
   }
   return out;
 }

@@ -56,7 +56,7 @@ function figuresOf(timed: readonly TimedRequest[], f: { decodeTokS: number | nul
 async function main(): Promise<void> {
   if (opt.rounds < 5) throw new Error('--rounds: at least 5 (medians over a noisy machine)');
   const levels = opt.concurrency.split(',').map(Number);
-  const { dir } = await ensureBenchModel(opt.preset, log, false);
+  const { dir } = await ensureBenchModel(opt.preset, log);
   const maxSeq = opt.isl + opt.osl + 16;
   const engineFlags = resolveEngineFlags({ device: 'cpu', threads: opt.threads, maxSeq: String(maxSeq), maxSeqs: String(Math.max(...levels)) }, 8) as
     ReturnType<typeof resolveEngineFlags> & { maxSeqs: number };

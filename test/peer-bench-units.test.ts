@@ -7,6 +7,7 @@ import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { planTensors } from '../src/convert/convert.js';
@@ -28,6 +29,7 @@ import {
   higherLimit, judgedFractions, peerRoundOrder, prefillRate, summarizeRounds, type Figures, type PeerRound,
 } from '../scripts/peer-rounds.js';
 
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'peer-units-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
@@ -127,9 +129,14 @@ describe('cached quantized GGUFs', () => {
     expect(conversionKey(src, 'q8_0', [code])).not.toBe(key2);
   });
 
-  it('hashes the converter modules and the tensor-role table that this process runs', () => {
-    const names = converterCodeFiles().map((f) => path.basename(f));
-    expect(names).toEqual(expect.arrayContaining(['convert.ts', 'quant-k.ts', 'quant-mix.ts', 'tensor-roles.ts']));
+  it('hashes the converter modules that this process runs and every project module they import', () => {
+    const files = converterCodeFiles();
+    const rel = files.map((f) => path.relative(path.join(ROOT, 'src'), f));
+    expect(rel).toEqual(expect.arrayContaining(['convert/convert.ts', 'convert/quant-k.ts', 'convert/quant-mix.ts', 'model/tensor-roles.ts']));
+    // Imported by the converter, not in src/convert: the loader it converts from and what that reads.
+    expect(rel).toEqual(expect.arrayContaining(['model/checkpoint.ts', 'model/config.ts', 'model/gguf-reader.ts', 'model/safetensors.ts']));
+    expect(rel.every((f) => !f.startsWith('..') && f.endsWith('.ts'))).toBe(true);
+    expect(new Set(rel).size).toBe(rel.length);
   });
 });
 
