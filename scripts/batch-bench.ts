@@ -59,7 +59,10 @@ interface Variant { name: string; addon?: string; kv: KvCacheDtype; engine?: Eng
 
 async function measure(engine: EngineHandle, c: number, seed: number): Promise<number> {
   if (c === 0) {
-    // Prefill of one --prefill-tokens prompt: prompt tokens over enqueue -> first token.
+    // Prefill of one --prefill-tokens prompt: prompt tokens over enqueue -> first token, after an
+    // untimed prefill of another prompt on the same engine (the first prefill after other work ran
+    // 5-35 % slower: docs/performance.md, twenty-ninth session; bench:peer does the same).
+    await engine.submit({ prompt: benchIds(opt.prefillTokens, seed + 7777), maxTokens: 1, ignoreEos: true }).done;
     const r = await engine.submit({ prompt: benchIds(opt.prefillTokens, seed), maxTokens: 1, ignoreEos: true }).done;
     return opt.prefillTokens / ((r.tokenMs[0]! - r.enqueueMs) / 1000);
   }
@@ -136,7 +139,7 @@ async function main(): Promise<void> {
   const out: string[] = [];
   const cpu = machineInfo().cpuModel;
   out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.isa).join(' / ')}; device: ${device}${device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
-  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16${opt.inMemory ? ' (generated in memory)' : ''}`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; KV cache ${kvs.join(' / ')}; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}`);
+  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16${opt.inMemory ? ' (generated in memory)' : ''}`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; KV cache ${kvs.join(' / ')}; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}${levels.includes(0) ? '; prefill timed after an untimed one of its own' : ''}${opt.profile ? '; measured with the per-op profile on (its clocks add to every op: compare rates only with rates taken the same way)' : ''}`);
   const speedups = new Map<Variant, Map<number, number[]> | null>();
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
@@ -158,9 +161,11 @@ async function main(): Promise<void> {
   // Each build after the first as the geometric mean of its per-round ratios to the first: with
   // the rotating order, a multiple of the number of builds in rounds cancels the slot effect. A
   // byte-identical copy of the first build listed as well (an A/A control) shows what two copies
-  // differ by on their own (docs/performance.md, twenty-sixth session).
+  // differ by on their own (docs/performance.md, twenty-sixth session). With several KV cache
+  // types, a build is set against the first build with the same cache, and the first build's other
+  // caches against its first: each ratio changes one thing.
   for (const b of variants.slice(1)) {
-    const a = variants[0]!;
+    const a = b.addon === variants[0]!.addon ? variants[0]! : variants.find((v) => v.addon === variants[0]!.addon && v.kv === b.kv)!;
     out.push(`ratio ${b.name} / ${a.name} (geometric mean of per-round ratios, order rotated${total % variants.length ? `; use a multiple of ${variants.length} rounds` : ''}): ` + levels.map((c) => {
       return `c=${c} ${geoMeanRatio(b.rates.get(c)!, a.rates.get(c)!).toFixed(3)}`;
     }).join(', '));
