@@ -185,7 +185,9 @@ void set_rates(Napi::Object& res, double bytes, const Pairs& p, double small_byt
 // the matrix apart (packed bf16 at 7..16 rows: three, a third apart), each thread its share of
 // every quarter and the panels past the last whole quarter a piece of their own (decode_region);
 // more rows in pieces of ~256 KiB of weights, each thread its own contiguous share
-// (matmul_quantized's two runs).
+// (matmul_quantized's two runs). Unlike the backend, whose threads take pieces from a shared list
+// (a core that is late takes fewer), each thread here keeps a fixed share: a pass lasts as long as
+// its slower thread, so a descheduled core slows this figure more than it slows the engine's.
 struct Product {
   const cpu::Kernels& K;
   DType t;
