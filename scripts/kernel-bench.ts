@@ -138,6 +138,9 @@ function main(): void {
     `medians of ${opt.pairs} kernel / read pass pairs${opt.rounds > 1 ? `, then of ${opt.rounds} rounds` : ''}; L2: one thread over ${cacheKiB.toFixed(0)} KiB at most` +
     `${many ? `; ×: geometric mean of the per-round ratios to ${names[0]} (order rotated${opt.rounds % addons.length ? `; a multiple of ${addons.length} rounds balances it` : ''})` : ''}\n`);
   process.stdout.write(`${head.join('\t')}\n${out.join('\n')}\n`);
+  if (cells.some((c) => c.type === 'GDN')) {
+    process.stdout.write('GDN: its rates count each state byte once, though a pass reads and writes it; its kernel/read sets that read-and-write pass against a read-only pass of the same bytes\n');
+  }
   if (opt.json) {
     const results = cells.flatMap((c) => c.runs.map((runs, i) => ({ addon: names[i], type: c.type, rows: c.rows, rounds: runs })));
     writeFileSync(opt.json, `${JSON.stringify({ cpu, isa, options: opt, results }, null, 2)}\n`);
