@@ -1,7 +1,10 @@
 // Serving overhead benchmark (`npm run bench:serve`): the same sweep cell driven in-process (the
 // sweep's own runRow on the engine) and over HTTP (`bench serve` in this process, an SSE client here:
-// c concurrent streamed /v1/completions with the same kind of token-id prompts), interleaved round by
-// round (the order alternating, so drift and position hit both alike); medians over the rounds. Both
+// c concurrent streamed /v1/completions with the same kind of token-id prompts) and through the endpoint
+// sweep's client (below), interleaved round by round, the three rotated every round (scripts/serve-rounds.ts,
+// serveRoundOrder: over a multiple of 3 rounds each takes each slot equally often, so drift and position hit
+// all alike). Each side's figures are medians over the rounds; every comparison of two sides (a ratio, a
+// TTFT delta) is taken within each round and the median of those per-round figures is printed. Both
 // sides are reduced by the same functions: the steady-state aggregate decode tok/s (the window where
 // all c streams decode, as bench:batch), the sweep's decode_tok_s (computeRowFigures: decode tokens over
 // the union of the decode windows, which also prices how the c requests happened to be admitted) and
@@ -11,8 +14,9 @@
 // `paired TTFT overhead`: per HTTP request, the client's TTFT minus the engine's own TTFT of that same
 // request (native enqueue -> first token): what HTTP adds, free of the prefill time's noise. `endpoint
 // sweep`: the same cell through `bench --endpoint`'s own client (runRow over src/endpoint's EngineHandle,
-// text prompts of exactly isl tokens), its decode_tok_s and TTFT as multiples of the in-process row's.
-// Usage: npm run bench:serve -- [--rounds 7] [--isl 128] [--osl 64] [--concurrency 1,8] [--threads 2] [--json FILE]
+// text prompts of exactly isl tokens), its decode_tok_s and TTFT as multiples of the in-process row's
+// (each round's own, and their median).
+// Usage: npm run bench:serve -- [--rounds 6] [--isl 128] [--osl 64] [--concurrency 1,8] [--threads 2] [--json FILE]
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { Writable } from 'node:stream';
@@ -31,10 +35,14 @@ import { serverTokenizer } from '../src/endpoint/text-tokenizer.js';
 import { startServer } from '../src/serve/server.js';
 import { cpuSample, otherCpuShare } from '../src/util/machine.js';
 import { ensureBenchModel, median } from './bench-model.js';
+import {
+  formatServeRows, roundsAdvice, SERVE_FIGURE_RULES, SERVE_SIDES, SERVE_TABLE_HEAD, SERVE_TABLE_RULE, serveRoundOrder, summarizeServe,
+  type EndpointFigures, type ServeFigures as Figures, type ServeSide, type ServeSummary,
+} from './serve-rounds.js';
 
 const program = new Command('serve-bench')
   .option('--threads <n>', 'engine threads', '2')
-  .option('--rounds <n>', 'interleaved rounds (medians reported; at least 5)', (v) => Number(v), 7)
+  .option('--rounds <n>', 'interleaved rounds, the order rotated every round (medians reported; at least 5; a multiple of 3 gives each measurement each slot equally often)', (v) => Number(v), 6)
   .option('--isl <n>', 'prompt tokens', (v) => Number(v), 128)
   .option('--osl <n>', 'generated tokens', (v) => Number(v), 64)
   .option('--concurrency <list>', 'concurrencies', '1,8')
@@ -43,8 +51,6 @@ const program = new Command('serve-bench')
   .parse(process.argv);
 const opt = program.opts<{ threads: string; rounds: number; isl: number; osl: number; concurrency: string; preset: string; json?: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
-
-interface Figures { steadyTokS: number; decodeTokS: number; ttftMs: number; spreadMs: number; pairedTtftMs?: number }
 
 function figuresOf(timed: readonly TimedRequest[], f: { decodeTokS: number | null; ttftMs: number | null }): Figures {
   const firsts = timed.map((t) => t.result.tokenMs[0]!);
@@ -55,6 +61,8 @@ function figuresOf(timed: readonly TimedRequest[], f: { decodeTokS: number | nul
 
 async function main(): Promise<void> {
   if (opt.rounds < 5) throw new Error('--rounds: at least 5 (medians over a noisy machine)');
+  const advice = roundsAdvice(opt.rounds, SERVE_SIDES.length);
+  if (advice) log(`--rounds: ${advice}`);
   const levels = opt.concurrency.split(',').map(Number);
   const { dir } = await ensureBenchModel(opt.preset, log);
   const maxSeq = opt.isl + opt.osl + 16;
@@ -133,7 +141,7 @@ async function main(): Promise<void> {
   // are the benchmark behind docs/endpoint.md's "how close the endpoint sweep comes".
   const tokenizer = (await serverTokenizer(pool, server.ctx.model.name, { timeoutMs: 30_000 })).tok!;
   const endpointEngine = new EndpointEngine(pool, tokenizer, { api: 'completions', model: server.ctx.model.name, timeoutMs: 600_000 });
-  const endpointSweep = async (c: number, seed: number): Promise<{ decodeTokS: number; ttftMs: number }> => {
+  const endpointSweep = async (c: number, seed: number): Promise<EndpointFigures> => {
     const probe = endpointProbe(endpointEngine, { isl: opt.isl, osl: opt.osl, seed, overheadTokens: 0 });
     const out = await runRow(endpointEngine, {
       cell, concurrency: c, warmup: 0, iters: 1, maxSeq, seed, prompts: 'unique', sharedPrefix: 0, vocab: tokenizer.vocab, profile: false, c1DecodeTokS: null,
@@ -146,29 +154,35 @@ async function main(): Promise<void> {
   for (const c of levels) {
     await inProcess(c, 90 + c);
     await overHttp(c, 95 + c);
+    await endpointSweep(c, 97 + c);
   }
-  const res = new Map<number, { inproc: Figures[]; http: Figures[]; endpoint: { decodeTokS: number; ttftMs: number }[] }>(
+  const res = new Map<number, { inproc: Figures[]; http: Figures[]; endpoint: EndpointFigures[] }>(
     levels.map((c) => [c, { inproc: [], http: [], endpoint: [] }]));
-  // Share of the machine's CPU that other processes took during each pair of measurements.
+  // Share of the machine's CPU that other processes took during each round's three measurements of a concurrency.
   const others: number[] = [];
+  const roundOrders: ServeSide[][] = [];
   for (let r = 0; r < opt.rounds; r++) {
+    // The three measurements rotated by one every round (the same order for every concurrency).
+    const order = serveRoundOrder(r);
+    roundOrders.push(order);
     const line: string[] = [];
     for (const c of levels) {
       const slot = res.get(c)!;
-      // Fresh prompts every measurement (no prefix-cache hits); the order alternates each round.
-      const a = async () => { slot.inproc.push(await inProcess(c, 1000 + r * 10 + c)); };
-      const b = async () => { slot.http.push(await overHttp(c, 2000 + r * 10 + c)); };
+      // Fresh prompts every measurement (no prefix-cache hits).
       const before = cpuSample();
-      if (r % 2 === 0) { await a(); await b(); } else { await b(); await a(); }
-      slot.endpoint.push(await endpointSweep(c, 3000 + r * 10 + c));
+      for (const side of order) {
+        if (side === 'in-process') slot.inproc.push(await inProcess(c, 1000 + r * 10 + c));
+        else if (side === 'http') slot.http.push(await overHttp(c, 2000 + r * 10 + c));
+        else slot.endpoint.push(await endpointSweep(c, 3000 + r * 10 + c));
+      }
       const other = otherCpuShare(before, cpuSample());
       if (other !== null) others.push(other);
-      const i = slot.inproc[slot.inproc.length - 1]!, h = slot.http[slot.http.length - 1]!;
+      const i = slot.inproc[slot.inproc.length - 1]!, h = slot.http[slot.http.length - 1]!, e = slot.endpoint[slot.endpoint.length - 1]!;
       line.push(`c=${c} in-process ${i.steadyTokS.toFixed(1)} tok/s (sweep ${i.decodeTokS.toFixed(1)}) ttft ${i.ttftMs.toFixed(1)} ms | ` +
         `http ${h.steadyTokS.toFixed(1)} tok/s (sweep ${h.decodeTokS.toFixed(1)}) ttft ${h.ttftMs.toFixed(1)} ms spread ${h.spreadMs.toFixed(0)} ms` +
-        ` paired +${(h.pairedTtftMs ?? NaN).toFixed(2)} ms`);
+        ` paired +${(h.pairedTtftMs ?? NaN).toFixed(2)} ms | endpoint sweep ${e.decodeTokS.toFixed(1)} tok/s ttft ${e.ttftMs.toFixed(1)} ms`);
     }
-    log(`round ${r + 1}/${opt.rounds}: ${line.join('; ')}; other processes ${others.slice(-levels.length).map((x) => `${(x * 100).toFixed(0)}%`).join('/')} of the CPU`);
+    log(`round ${r + 1}/${opt.rounds} (${order.join(', ')}): ${line.join('; ')}; other processes ${others.slice(-levels.length).map((x) => `${(x * 100).toFixed(0)}%`).join('/')} of the CPU`);
   }
   pool.close();
   await server.close();
@@ -178,41 +192,25 @@ async function main(): Promise<void> {
     cpu = /Model name:\s*(.+)/.exec(execFileSync('lscpu', { encoding: 'utf8' }))?.[1]?.trim() ?? cpu;
   } catch { /* no lscpu */ }
   const out: string[] = [];
-  out.push(`model: synthetic ${opt.preset} bf16; cell ${opt.isl}:${opt.osl}; ${opt.threads} engine threads; CPU ${cpu}; medians of ${opt.rounds} interleaved rounds; ` +
+  out.push(`model: synthetic ${opt.preset} bf16; cell ${opt.isl}:${opt.osl}; ${opt.threads} engine threads; CPU ${cpu}; ${opt.rounds} interleaved rounds; ` +
     `other processes took ${others.length ? `${(median(others) * 100).toFixed(0)}% (median; ${(Math.min(...others) * 100).toFixed(0)}-${(Math.max(...others) * 100).toFixed(0)}%)` : 'an unknown share'} of the CPU`);
-  out.push(`${'c'.padEnd(3)}${'steady tok/s in-proc'.padStart(22)}${'http'.padStart(8)}${'ratio'.padStart(7)}${'sweep tok/s in-proc'.padStart(21)}${'http'.padStart(8)}${'ratio'.padStart(7)}` +
-    `${'TTFT ms in-proc'.padStart(17)}${'http'.padStart(9)}${'delta'.padStart(8)}${'http spread ms'.padStart(16)}`);
-  const summary: Record<string, unknown>[] = [];
-  const med = (xs: Figures[], k: 'steadyTokS' | 'decodeTokS' | 'ttftMs' | 'spreadMs') => median(xs.map((x) => x[k]));
+  out.push(`order rotated every round${advice ? ` (${advice})` : ''}: ${roundOrders.map((o, r) => `${r + 1}: ${o.join(', ')}`).join('; ')}`);
+  out.push(SERVE_TABLE_RULE);
+  out.push(SERVE_TABLE_HEAD);
+  const summary: ServeSummary[] = [];
   for (const c of levels) {
     const s = res.get(c)!;
-    const row = {
-      concurrency: c,
-      inprocess_steady_tok_s: med(s.inproc, 'steadyTokS'), http_steady_tok_s: med(s.http, 'steadyTokS'),
-      inprocess_decode_tok_s: med(s.inproc, 'decodeTokS'), http_decode_tok_s: med(s.http, 'decodeTokS'),
-      inprocess_ttft_ms: med(s.inproc, 'ttftMs'), http_ttft_ms: med(s.http, 'ttftMs'),
-      inprocess_spread_ms: med(s.inproc, 'spreadMs'), http_spread_ms: med(s.http, 'spreadMs'),
-      median_round_steady_ratio: median(s.inproc.map((x, k) => s.http[k]!.steadyTokS / x.steadyTokS)),
-      median_round_ttft_delta_ms: median(s.inproc.map((x, k) => s.http[k]!.ttftMs - x.ttftMs)),
-      http_paired_ttft_overhead_ms: median(s.http.map((x) => x.pairedTtftMs ?? NaN)),
-      rounds: s,
-    };
-    out.push(`${String(c).padEnd(3)}${row.inprocess_steady_tok_s.toFixed(1).padStart(22)}${row.http_steady_tok_s.toFixed(1).padStart(8)}` +
-      `${(row.http_steady_tok_s / row.inprocess_steady_tok_s).toFixed(3).padStart(7)}${row.inprocess_decode_tok_s.toFixed(1).padStart(21)}` +
-      `${row.http_decode_tok_s.toFixed(1).padStart(8)}${(row.http_decode_tok_s / row.inprocess_decode_tok_s).toFixed(3).padStart(7)}` +
-      `${row.inprocess_ttft_ms.toFixed(1).padStart(17)}${row.http_ttft_ms.toFixed(1).padStart(9)}${(row.http_ttft_ms - row.inprocess_ttft_ms).toFixed(2).padStart(8)}` +
-      `${row.http_spread_ms.toFixed(0).padStart(16)}`);
-    out.push(`   per-round steady ratios ${s.inproc.map((x, k) => (s.http[k]!.steadyTokS / x.steadyTokS).toFixed(3)).join(' ')}; ` +
-      `TTFT deltas ${s.inproc.map((x, k) => (s.http[k]!.ttftMs - x.ttftMs).toFixed(2)).join(' ')} ms; ` +
-      `paired TTFT overhead (median ${row.http_paired_ttft_overhead_ms.toFixed(2)} ms) ${s.http.map((x) => (x.pairedTtftMs ?? NaN).toFixed(2)).join(' ')} ms`);
-    const ep = { decode_tok_s: median(s.endpoint.map((x) => x.decodeTokS)), ttft_ms: median(s.endpoint.map((x) => x.ttftMs)) };
-    out.push(`   endpoint sweep (bench --endpoint's client, text prompts): decode_tok_s ${ep.decode_tok_s.toFixed(1)} ` +
-      `(${(ep.decode_tok_s / row.inprocess_decode_tok_s).toFixed(3)} x in-process), TTFT ${ep.ttft_ms.toFixed(1)} ms ` +
-      `(${(ep.ttft_ms / row.inprocess_ttft_ms).toFixed(3)} x in-process)`);
-    summary.push({ ...row, endpoint_sweep: ep });
+    const row = summarizeServe(c, s.inproc, s.http, s.endpoint);
+    out.push(...formatServeRows(row));
+    summary.push(row);
   }
   process.stdout.write(`${out.join('\n')}\n`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ cpu, isl: opt.isl, osl: opt.osl, threads: opt.threads, rounds: opt.rounds, other_cpu_share: others, results: summary }, null, 2));
+  if (opt.json) {
+    writeFileSync(opt.json, JSON.stringify({
+      cpu, isl: opt.isl, osl: opt.osl, threads: opt.threads, rounds: opt.rounds, round_orders: roundOrders, figure_rules: SERVE_FIGURE_RULES,
+      other_cpu_share: others, results: summary,
+    }, null, 2));
+  }
 }
 
 main().catch((err) => {

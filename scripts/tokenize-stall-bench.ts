@@ -1,11 +1,14 @@
 // What a long prompt's tokenizing does to the other streams of `bench serve` (`npm run
 // bench:tokenize-stall`). Two servers over the same synthetic model (the tokenizer of Qwen3.5's
 // 248k vocabulary), one with --tokenizer-workers 0 (every text on the JS thread) and one with the
-// default, both loaded once. Each round, on each server in turn (the order alternating): one streamed
-// completion (greedy, ignore_eos, --osl tokens); at its --at-th token a second client POSTs /tokenize
-// with a text of --kb KiB (English-like words, a fresh text each round so no cache helps); and, as the
-// control, the same stream with no text sent. Medians over the rounds of: the stream's longest gap
-// between two token chunks, its median gap, and the /tokenize answer's latency. Usage: npm run bench:tokenize-stall -- [--rounds 7] [--kb 1024] [--osl 64] [--at 16]
+// default, both loaded once. Each round, on each server in turn: one streamed completion (greedy,
+// ignore_eos, --osl tokens); at its --at-th token a second client POSTs /tokenize with a text of --kb
+// KiB (English-like words, a fresh text each round so no cache helps); and, as the control, the same
+// stream with no text sent. The three configurations are rotated by one every round (scripts/serve-rounds.ts,
+// stallRoundOrder), so over a multiple of 3 rounds each takes each slot equally often (until the
+// forty-second session the order was reversed every other round, which kept the middle one in the middle
+// slot). Medians over the rounds of: the stream's longest gap between two token chunks, its median gap,
+// and the /tokenize answer's latency. Usage: npm run bench:tokenize-stall -- [--rounds 6] [--kb 1024] [--osl 64] [--at 16]
 import { writeFileSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { Command } from 'commander';
@@ -16,10 +19,11 @@ import { DEFAULT_TOKENIZER_WORKERS } from '../src/serve/tokenize-pool.js';
 import { machineInfo } from '../src/util/machine.js';
 import { Rng } from '../src/util/rng.js';
 import { median } from './bench-model.js';
+import { roundsAdvice, stallRoundOrder } from './serve-rounds.js';
 
 const program = new Command('tokenize-stall-bench')
   .option('--threads <n>', 'engine threads', '2')
-  .option('--rounds <n>', 'interleaved rounds (medians reported; at least 5)', (v) => Number(v), 7)
+  .option('--rounds <n>', 'interleaved rounds, the order rotated every round (medians reported; at least 5; a multiple of 3 gives each configuration each slot equally often)', (v) => Number(v), 6)
   .option('--kb <n>', 'KiB of text the second client sends to /tokenize', (v) => Number(v), 1024)
   .option('--osl <n>', "the stream's tokens", (v) => Number(v), 64)
   .option('--at <n>', 'the stream token at which the text is sent', (v) => Number(v), 16)
@@ -107,10 +111,15 @@ async function main(): Promise<void> {
   const configs = [...servers.keys()].map((w) => ({ name: `${w}`, workers: w, send: true }));
   configs.push({ name: `${DEFAULT_TOKENIZER_WORKERS}, no text sent`, workers: DEFAULT_TOKENIZER_WORKERS, send: false });
   const results = new Map<string, Round[]>(configs.map((c) => [c.name, []]));
+  const advice = roundsAdvice(opt.rounds, configs.length, 'configurations');
+  if (advice) log(`--rounds: ${advice}`);
+  const roundOrders: string[][] = [];
   try {
     for (const [w, s] of servers) await round(s, text(4096, -1 - w)); // warm-up: the engines' first steps, the workers' first texts
     for (let r = 0; r < opt.rounds; r++) {
-      const order = r % 2 === 0 ? configs : [...configs].reverse();
+      // Rotated by one every round: each configuration in each slot equally often over a multiple of 3 rounds.
+      const order = stallRoundOrder(configs, r);
+      roundOrders.push(order.map((c) => c.name));
       for (const c of order) {
         const x = await round(servers.get(c.workers)!, c.send ? text(opt.kb * 1024, r * 16 + c.workers) : null);
         results.get(c.name)!.push(x);
@@ -123,6 +132,7 @@ async function main(): Promise<void> {
   }
   const m = machineInfo();
   log(`\n${m.cpuModel}, ${opt.threads} engine threads; ${opt.kb} KiB to /tokenize at token ${opt.at} of a ${opt.osl}-token stream; medians of ${opt.rounds} rounds`);
+  log(`order rotated every round${advice ? ` (${advice})` : ''}: ${roundOrders.map((o, r) => `${r + 1}: ${o.join(' / ')}`).join('; ')}`);
   log('| --tokenizer-workers | longest gap (ms) | median gap (ms) | /tokenize (ms) | tokens counted |');
   log('|---|---|---|---|---|');
   const summary: Record<string, unknown> = {};
@@ -135,7 +145,7 @@ async function main(): Promise<void> {
     const sent = rs[0]!.tokenizeCount > 0;
     log(`| ${name} | ${row.maxGapMs.toFixed(1)} | ${row.medianGapMs.toFixed(1)} | ${sent ? row.tokenizeMs.toFixed(0) : '–'} | ${sent ? row.tokenizeCount : '–'} |`);
   }
-  if (opt.json) writeFileSync(opt.json, `${JSON.stringify({ cpu: m.cpuModel, options: opt, results: summary }, null, 2)}\n`);
+  if (opt.json) writeFileSync(opt.json, `${JSON.stringify({ cpu: m.cpuModel, options: opt, round_orders: roundOrders, results: summary }, null, 2)}\n`);
 }
 
 main().catch((err: unknown) => {
