@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { classifyGaps } from '../src/bench/metrics.js';
 import type { EngineHandle } from '../src/engine/types.js';
-import { baseOptions, greedy, logSoftmaxRow, maxAbsDiff, promptIds, tinyEngine } from './helpers/engine-fixture.js';
+import { loadEngine } from '../src/engine/engine.js';
+import { baseOptions, greedy, logSoftmaxRow, maxAbsDiff, promptIds, tinyConfig, tinyEngine } from './helpers/engine-fixture.js';
 
 const V = 248320;
 const baseOptionsMaxSeqs = (e: EngineHandle) => e.stats().stateSlotsTotal;
@@ -454,6 +455,32 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     await expect(tinyEngine({ prefixCache: true }, { snapshotInterval: 0 })).rejects.toThrow(
       /^options\.snapshotInterval must be an integer in \[1, 2147483647\] \(got 0\)$/);
     await expect(tinyEngine({ prefixCache: true }, { snapshotInterval: -16 })).rejects.toThrow(/options\.snapshotInterval/);
+  });
+});
+
+describe('a caller\'s function that throws', () => {
+  it('a request\'s onToken that throws ends that request with an error naming it; the requests beside it lose no event', async () => {
+    const e = await engine();
+    // Submitted in one turn: admitted in one step, so A's first token and B's end (one token) are
+    // events of the same step; before, A's throw ended the loop over them and B never resolved.
+    const a = e.submit({ prompt: promptIds(20, 1), maxTokens: 3, ignoreEos: true }, (ev) => { if (ev.index === 0) throw new Error('callback of A threw'); });
+    const b = e.submit({ prompt: promptIds(20, 2), maxTokens: 1, ignoreEos: true });
+    const seen: number[] = [];
+    const c = e.submit({ prompt: promptIds(20, 3), maxTokens: 3, ignoreEos: true }, (ev) => { seen.push(ev.index); });
+    const [ra, rb, rc] = await Promise.all([a.done, b.done, c.done]);
+    expect(ra.finishReason).toBe('error');
+    expect(ra.error).toBe('the request\'s onToken threw at token 0: callback of A threw');
+    expect(rb.finishReason).toBe('length');
+    expect(rb.tokens).toHaveLength(1);
+    expect(rc.finishReason).toBe('length');
+    expect(seen).toEqual([0, 1, 2]);
+    // The engine goes on serving.
+    expect((await greedy(e, promptIds(20, 4), 2)).tokens).toHaveLength(2);
+  });
+
+  it('a load progress hook that throws fails the load with its error (the load never settled)', async () => {
+    const load = loadEngine({ synthetic: tinyConfig() }, baseOptions, { onLoadProgress: () => { throw new Error('hook threw'); } }, { syntheticDtype: 'f32', syntheticSeed: 7 });
+    await expect(load).rejects.toThrow('hook threw');
   });
 });
 

@@ -38,6 +38,8 @@ export type ModelSource = ModelCheckpoint | { synthetic: TextConfig };
 interface Pending {
   resolve: (r: RequestResult) => void;
   onToken?: (ev: TokenEvent) => void;
+  /** What the request's onToken threw: the request was cancelled and ends with this error. */
+  callbackError?: string;
   /** Collected from the token events when the request asked for logprobs. */
   logprobs?: TokenLogprobs[];
 }
@@ -76,10 +78,26 @@ class Engine implements EngineHandle {
     };
   }
 
+  /**
+   * One engine batch of events. Whatever a caller's function throws stays with it: a request's
+   * onToken that throws ends that request (cancelled, its result an error naming what was thrown),
+   * and a step listener's error is thrown again once every event of the batch is delivered, so no
+   * other request loses an event (an exception here used to end the loop: the rest of the batch was
+   * dropped, and a request finishing in it never resolved).
+   */
   handle(events: NativeEvent[]): void {
+    let listenerError: unknown;
+    let listenerThrew = false;
     for (const ev of events) {
       if (ev.type === 'step') {
-        for (const l of this.stepListeners) l(ev.count ?? 0);
+        for (const l of this.stepListeners) {
+          try {
+            l(ev.count ?? 0);
+          } catch (err) {
+            if (!listenerThrew) listenerError = err;
+            listenerThrew = true;
+          }
+        }
         continue;
       }
       if (ev.type !== 'token' && ev.type !== 'done') continue;
@@ -94,6 +112,7 @@ class Engine implements EngineHandle {
       }
       this.dispatch(id, p, ev);
     }
+    if (listenerThrew) queueMicrotask(() => { throw listenerError; });
   }
 
   private dispatch(id: number, p: Pending, ev: NativeEvent): void {
@@ -105,7 +124,13 @@ class Engine implements EngineHandle {
         tok.logprobs = { logprob: ev.logprob, top: ids.map((t, k) => ({ token: t, logprob: lps[k]! })) };
         p.logprobs?.push(tok.logprobs);
       }
-      p.onToken?.(tok);
+      if (p.onToken === undefined || p.callbackError !== undefined) return;
+      try {
+        p.onToken(tok);
+      } catch (err) {
+        p.callbackError = `the request's onToken threw at token ${tok.index}: ${err instanceof Error ? err.message : String(err)}`;
+        this.native.cancel(id);
+      }
       return;
     }
     this.pending.delete(id);
@@ -119,8 +144,8 @@ class Engine implements EngineHandle {
       ...(ev.prefillChunksToFirst !== undefined ? { prefillChunksToFirst: ev.prefillChunksToFirst } : {}),
       cachedPromptTokens: ev.cachedPromptTokens ?? 0,
       ...(ev.preemptedAfter && ev.preemptedAfter.length > 0 ? { preemptedAfter: ev.preemptedAfter, readmitMs: ev.readmitMs ?? [] } : {}),
-      finishReason: (ev.finish ?? 'error') as FinishReason,
-      ...(ev.error ? { error: ev.error } : {}),
+      finishReason: (p.callbackError !== undefined ? 'error' : ev.finish ?? 'error') as FinishReason,
+      ...(p.callbackError !== undefined ? { error: p.callbackError } : ev.error ? { error: ev.error } : {}),
       ...(ev.errorCode === 'non_finite_logits' ? { errorCode: ev.errorCode } : {}),
       ...(ev.logits ? { logits: ev.logits, logitRows: ev.logitRows } : {}),
       ...(p.logprobs ? { logprobs: p.logprobs } : {}),
@@ -240,8 +265,19 @@ export function loadEngine(
     let settled = false;
     const onEvents = (events: NativeEvent[]) => {
       for (const ev of events) {
-        if (ev.type === 'load') hooks.onLoadProgress?.(ev.done ?? 0, ev.total ?? 0);
-        else if (ev.type === 'loaded' && !settled && native) {
+        if (ev.type === 'load') {
+          try {
+            hooks.onLoadProgress?.(ev.done ?? 0, ev.total ?? 0);
+          } catch (err) {
+            // The caller's hook failed: the load fails with its error (it used to end this loop, and a
+            // 'loaded' event in the same batch was lost: the load never settled).
+            if (!settled) {
+              settled = true;
+              native?.close();
+              reject(err instanceof Error ? err : new Error(String(err)));
+            }
+          }
+        } else if (ev.type === 'loaded' && !settled && native) {
           settled = true;
           engine = new Engine(native, opts.profile ?? false, internals.manualSteps ?? false);
           resolve(engine);

@@ -225,7 +225,9 @@ export interface RequestHandle {
 export interface RequestEngine {
   /**
    * Queues a request. With `onToken` the request streams: one event per generated token crosses to
-   * JS (prompt, serve). Without it, only the result does; progress comes from onStep.
+   * JS (prompt, serve). Without it, only the result does; progress comes from onStep. An onToken
+   * that throws ends its own request (finishReason 'error', the error naming what was thrown) and
+   * no other.
    */
   submit(req: RequestOptions, onToken?: (ev: TokenEvent) => void): RequestHandle;
   /** Calls `listener` once per engine step that generated tokens, with their count; returns the unsubscribe. */
