@@ -17,14 +17,14 @@ inline bool candidate_before(const PickCandidate& a, const PickCandidate& b) {
   return a.value > b.value || (a.value == b.value && a.id < b.id);
 }
 
-// Fills `work` with the candidates of the row (ids in `banned` left out), sorted; keeps the best k
-// (k <= 0: all). Returns how many were kept.
+// Fills `work` with the candidates of the row (ids in `banned`, sorted ascending, left out), sorted;
+// keeps the best k (k <= 0: all). Returns how many were kept.
 inline int top_candidates(const float* logits, int vocab, int k, float temperature, const std::vector<int32_t>* banned,
                           std::vector<PickCandidate>& work) {
   work.clear();
   work.reserve(static_cast<size_t>(vocab));
   for (int i = 0; i < vocab; ++i) {
-    if (banned && std::find(banned->begin(), banned->end(), i) != banned->end()) continue;
+    if (banned && std::binary_search(banned->begin(), banned->end(), i)) continue;
     work.push_back({logits[i] / temperature, i});
   }
   const size_t n = work.size();

@@ -76,6 +76,14 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
   if (ec_.threads <= 0) ec_.threads = usable_cpus();
   if (ec_.block_size <= 0) throw std::invalid_argument("block size must be positive");
   if (ec_.max_seqs <= 0) throw std::invalid_argument("max sequences must be positive");
+  // Bounds that keep the slot and snapshot counts (max_seqs + 1 + 2 x max_seqs at most) in an int.
+  constexpr int kMaxSeqsLimit = 1 << 20;
+  if (ec_.max_seqs > kMaxSeqsLimit)
+    throw std::invalid_argument("max sequences (" + std::to_string(ec_.max_seqs) + ") is more than the engine supports (" +
+                                std::to_string(kMaxSeqsLimit) + ")");
+  if (ec_.max_snapshots > 2 * kMaxSeqsLimit)
+    throw std::invalid_argument("max snapshots (" + std::to_string(ec_.max_snapshots) + ") is more than the engine supports (" +
+                                std::to_string(2 * kMaxSeqsLimit) + ")");
   if (ec_.max_seq <= 0) throw std::invalid_argument("max_seq must be positive");
   if (ec_.prefill_chunk <= 0) throw std::invalid_argument("prefill chunk must be positive");
   if (ec_.step_token_budget < ec_.max_seqs)
@@ -84,7 +92,16 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
   if (ec_.snapshot_interval <= 0) throw std::invalid_argument("snapshot interval must be positive");
   if (ec_.max_snapshots < 0) throw std::invalid_argument("max snapshots must be >= 0 (0: 2 x max sequences)");
   if (ec_.gdn_chunk_min <= 0) throw std::invalid_argument("gdn chunk minimum must be positive");
-  if (ec_.snapshot_interval % ec_.block_size != 0) ec_.snapshot_interval = (ec_.snapshot_interval / ec_.block_size + 1) * ec_.block_size;
+  if (ec_.snapshot_interval % ec_.block_size != 0) {
+    // Rounded up to a whole number of blocks, in 64 bits: near INT32_MAX the int overflowed, the
+    // interval went negative and the worker spun for ever on prefills of no tokens.
+    const int64_t rounded = (static_cast<int64_t>(ec_.snapshot_interval) / ec_.block_size + 1) * ec_.block_size;
+    if (rounded > std::numeric_limits<int32_t>::max())
+      throw std::invalid_argument("snapshot interval " + std::to_string(ec_.snapshot_interval) + " rounded up to a multiple of the block size (" +
+                                  std::to_string(ec_.block_size) + ") is " + std::to_string(rounded) + ", past the largest supported (" +
+                                  std::to_string(std::numeric_limits<int32_t>::max()) + ")");
+    ec_.snapshot_interval = static_cast<int>(rounded);
+  }
   if (!ec_.paged) ec_.prefix_cache = false;
   if (ec_.kv_dtype != DType::f32 && ec_.kv_dtype != DType::f16)
     throw std::invalid_argument(std::string("KV cache dtype ") + dtype_name(ec_.kv_dtype) + " is not supported (f32 or f16)");
@@ -343,6 +360,11 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
   };
   check_ids(r.prompt, "request.prompt");
   check_ids(r.stop, "request.stopTokens");
+  // A set, kept sorted: the per-token checks (is this a stop token; min_tokens' ban while sampling a
+  // whole row) are binary searches, so a long list costs its request a log factor, not the batch a
+  // scan of the list per vocabulary entry.
+  std::sort(r.stop.begin(), r.stop.end());
+  r.stop.erase(std::unique(r.stop.begin(), r.stop.end()), r.stop.end());
   if (r.max_tokens < 0) throw std::invalid_argument("request.maxTokens must be >= 0");
   if (r.min_tokens < 0) throw std::invalid_argument("request.minTokens must be >= 0");
   if (r.logprobs > kMaxTopLogprobs)
@@ -733,9 +755,7 @@ void Engine::step_once() {
       }
       evs.push_back(std::move(e));
     }
-    bool stop = false;
-    if (!s.req.ignore_eos)
-      for (int32_t st : s.req.stop) stop |= st == tok;
+    const bool stop = !s.req.ignore_eos && std::binary_search(s.req.stop.begin(), s.req.stop.end(), tok);
     if (stop || s.generated >= s.req.max_tokens) {
       if (s.req.logits_all && !stop) {
         s.logits_only_step = true;  // evaluate the last token once more for its logits row

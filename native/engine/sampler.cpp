@@ -10,7 +10,7 @@ namespace lumen {
 namespace {
 
 bool is_banned(const std::vector<int32_t>* banned, int32_t id) {
-  return banned && std::find(banned->begin(), banned->end(), id) != banned->end();
+  return banned && std::binary_search(banned->begin(), banned->end(), id);
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ class Sampler {
     // probabilities). vLLM draws the same line.
     if (p_.temperature < kGreedyBelowTemperature) p_.temperature = 0.f;
   }
-  // `banned` (optional): ids that may not be picked (min_tokens suppressing the stop tokens).
+  // `banned` (optional): ids that may not be picked, sorted ascending (min_tokens suppressing the stop tokens).
   // -1 when the row holds a NaN or an infinity (nothing to pick from).
   int32_t sample(const float* logits, int vocab, const std::vector<int32_t>* banned = nullptr);
   // The draw of a non-greedy pick from the top_k best candidates (top_candidates' order), as
