@@ -308,6 +308,38 @@ describe('memory pressure and cancellation', () => {
     expect(r.status).toBe(0);
   });
 
+  it.skipIf((process.env.LD_PRELOAD ?? '').includes('libasan'))('a request whose every-position logits cannot be held is refused at submit, alone: the requests beside it finish', () => {
+    // Under a 2.6 GB address-space limit, 2160 rows of logits (2046 MiB, inside the 2 GiB a request
+    // may hold) cannot be had. Before, the worker grew the request's rows as it went, and the failed
+    // growth (std::bad_alloc) failed every request in flight with it.
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const limitKiB = 2_600_000;
+    const script = `const { loadEngine } = await import(${JSON.stringify(`${root}dist/src/engine/engine.js`)});
+      const { readFileSync } = await import('node:fs');
+      const cfg = ${JSON.stringify(tinyConfig())};
+      const e = await loadEngine({ synthetic: cfg }, { ...${JSON.stringify({ ...baseOptions, maxSeq: 2200, maxSeqs: 4, prefillChunk: 256, stepTokenBudget: 512 })} }, {}, { syntheticDtype: 'f32', syntheticSeed: 7 });
+      const vmKiB = Number(readFileSync('/proc/self/status', 'utf8').match(/VmSize:\\s+(\\d+)/)[1]);
+      const ids = (n, k) => Array.from({ length: n }, (_, i) => (i * 7919 + k * 104729) % 240000);
+      const b = e.submit({ prompt: ids(10, 2), maxTokens: 8, ignoreEos: true }).done;
+      let refused = '';
+      try { e.submit({ prompt: ids(2100, 1), maxTokens: 60, logits: 'all' }); } catch (err) { refused = err.message; }
+      const c = e.submit({ prompt: ids(300, 3), maxTokens: 8, ignoreEos: true }).done;
+      const [rb, rc] = await Promise.all([b, c]);
+      console.log(JSON.stringify({ vmKiB, refused, b: rb.finishReason + ' ' + rb.tokens.length, c: rc.finishReason + ' ' + rc.tokens.length }));
+      await e.close();`;
+    const r = spawnSync('bash', ['-c', `ulimit -v ${limitKiB} && exec "$0" --input-type=module -e "$1"`, process.execPath, script], {
+      encoding: 'utf8', timeout: 200_000, killSignal: 'SIGKILL',
+    });
+    expect(r.signal).toBeNull();
+    expect(r.status, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout.trim()) as { vmKiB: number; refused: string; b: string; c: string };
+    // The situation is forced only if the engine's address space and the rows exceed the limit.
+    expect(out.vmKiB + 2046 * 1024, 'the loaded engine leaves room for the rows under this limit: the case is not reached').toBeGreaterThan(limitKiB);
+    expect(out.refused).toBe('logits for every position need 2046 MiB (2160 positions x vocabulary 248320 x 4 bytes), more memory than there is now');
+    expect(out.b).toBe('length 8');
+    expect(out.c).toBe('length 8');
+  });
+
   it('refuses at load a KV pool larger than the host memory left (the kernel would kill the process as it filled it), naming the sizes', async () => {
     await expect(tinyEngine({ kvMemoryBytes: 2 ** 50 })).rejects.toThrow(
       /^the KV cache \([\d.]+ MiB: \d+ blocks of 32768 bytes, sized by kv_memory_bytes, and the recurrent states\) exceeds the [\d.]+ MiB of available host memory; give less KV memory$/);
@@ -455,6 +487,56 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     await expect(tinyEngine({ prefixCache: true }, { snapshotInterval: 0 })).rejects.toThrow(
       /^options\.snapshotInterval must be an integer in \[1, 2147483647\] \(got 0\)$/);
     await expect(tinyEngine({ prefixCache: true }, { snapshotInterval: -16 })).rejects.toThrow(/options\.snapshotInterval/);
+    // Rounded up to a multiple of the 16-token block, past the largest int: it overflowed negative,
+    // and the worker spun on prefills of no tokens.
+    await expect(tinyEngine({ prefixCache: true }, { snapshotInterval: 2 ** 31 - 1 })).rejects.toThrow(
+      /^snapshot interval 2147483647 rounded up to a multiple of the block size \(16\) is 2147483648, past the largest supported \(2147483647\)$/);
+    expect((await engine({ prefixCache: true }, { snapshotInterval: 2 ** 31 - 16 })).info.snapshotInterval).toBe(2 ** 31 - 16);
+  });
+
+  it('every position\'s logits: prompt + generated rows however the request ends (a stop token\'s row was left out)', async () => {
+    const e = await engine();
+    const p = promptIds(20, 8);
+    const g = (await greedy(e, p, 6)).tokens;
+    const k = g.indexOf(g[3]!); // the first generation of that token
+    const byLength = await e.submit({ prompt: p, maxTokens: k + 1, logits: 'all' }).done;
+    const byStop = await e.submit({ prompt: p, maxTokens: 6, stopTokens: [g[3]!], logits: 'all' }).done;
+    expect(byLength.finishReason).toBe('length');
+    expect(byStop.finishReason).toBe('stop');
+    expect(byStop.tokens).toEqual(byLength.tokens);
+    expect(byLength.logitRows).toBe(20 + k + 1);
+    expect(byStop.logitRows).toBe(20 + k + 1);
+    expect(maxAbsDiff(byStop.logits!, byLength.logits!)).toBe(0);
+  });
+
+  it('a stop list given in any order, with repeats, stops and bans (min_tokens) as the set it is', async () => {
+    const e = await engine();
+    const p = promptIds(20, 9);
+    const g = (await greedy(e, p, 8)).tokens;
+    const t = g[4]!;
+    const k = g.indexOf(t);
+    // Many ids around it, unsorted and repeated: a stop at its first generation.
+    const many = [...Array.from({ length: 3000 }, (_, i) => (t + 1 + i * 37) % V), t, t, ...Array.from({ length: 50 }, (_, i) => 1000 + i)].filter((x) => !g.slice(0, k).includes(x) || x === t);
+    const r = await e.submit({ prompt: p, maxTokens: 8, stopTokens: many }).done;
+    expect(r.finishReason).toBe('stop');
+    expect(r.tokens).toEqual(g.slice(0, k + 1));
+    // min_tokens past it: the banned token is never generated before then.
+    const m = await e.submit({ prompt: p, maxTokens: k + 2, minTokens: k + 2, stopTokens: [...many].reverse() }).done;
+    expect(m.tokens.slice(0, k + 1)).not.toContain(t);
+    expect(m.tokens.slice(0, k)).toEqual(g.slice(0, k));
+  });
+
+  it('sampling from the whole vocabulary (top_k 0) draws what the sorted candidates give (top_k of all but one)', async () => {
+    // top_k 0 walks a prefix of the candidates put in order only as far as the draw goes; top_k
+    // V - 1 sorts them all first: the same draws (the one left out is the least likely).
+    const e = await engine();
+    const p = promptIds(16, 10);
+    for (const topP of [1, 0.95, 0.8]) {
+      const all = await e.submit({ prompt: p, maxTokens: 16, ignoreEos: true, temperature: 2.5, topP, seed: 11 }).done;
+      const sorted = await e.submit({ prompt: p, maxTokens: 16, ignoreEos: true, temperature: 2.5, topP, topK: V - 1, seed: 11 }).done;
+      expect(all.tokens, `topP ${topP}`).toEqual(sorted.tokens);
+      expect(new Set(all.tokens).size, `topP ${topP}: not a greedy run`).toBeGreaterThan(1);
+    }
   });
 });
 

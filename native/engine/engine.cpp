@@ -212,7 +212,7 @@ void Engine::load() {
   sc.prefill_chunk = ec_.prefill_chunk;
   sc.step_token_budget = ec_.step_token_budget;
   scheduler_ = std::make_unique<Scheduler>(sc, *blocks_, *slots_, *prefix_, *backend_, counters);
-  logits_buf_.resize(static_cast<size_t>(kLogitGroup) * cfg_.vocab);
+  logits_buf_.resize(static_cast<size_t>(kLogitGroup) * cfg_.vocab);  // step_once grows it for more rows, then shrinks it back
   workspace_bytes_ = model_->workspace_bytes();
   std::lock_guard<std::mutex> lk(mu_);
   info_.backend = backend_->name();
@@ -402,6 +402,17 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
     throw std::invalid_argument("out of KV memory: request needs " + std::to_string(need) +
                                 " tokens of KV cache, the pool holds " + std::to_string(pool_tokens));
   auto s = std::make_unique<Sequence>();
+  if (r.logits_all) {
+    // Every row it can have, held now: a request whose rows do not fit is refused here, alone, and
+    // the worker's appends never reallocate (a failed growth there used to fail every request).
+    try {
+      s->logits.reserve(static_cast<size_t>(need) * static_cast<size_t>(cfg_.vocab));
+    } catch (const std::bad_alloc&) {
+      throw std::invalid_argument("logits for every position need " + std::to_string((need * cfg_.vocab * 4) >> 20) +
+                                  " MiB (" + std::to_string(need) + " positions x vocabulary " + std::to_string(cfg_.vocab) +
+                                  " x 4 bytes), more memory than there is now");
+    }
+  }
   s->req = std::move(r);
   s->tokens = s->req.prompt;
   s->prompt_len = static_cast<int>(s->tokens.size());
@@ -654,7 +665,28 @@ void Engine::step_once() {
   if (!scheduler_->schedule(b, order)) return;
   const int64_t t_fwd = now_ns();
   const int n_rows = static_cast<int>(b.logit_rows.size());
-  if (logits_buf_.size() < static_cast<size_t>(n_rows) * cfg_.vocab) logits_buf_.resize(static_cast<size_t>(n_rows) * cfg_.vocab);
+  // Back to its load-time size after a step of many rows (a logits-"all" prompt of 2048 tokens took
+  // 2 GB, which stayed for the engine's life).
+  const size_t group_floats = static_cast<size_t>(kLogitGroup) * cfg_.vocab;
+  if (n_rows <= kLogitGroup && logits_buf_.size() > group_floats) std::vector<float>(group_floats).swap(logits_buf_);
+  if (logits_buf_.size() < static_cast<size_t>(n_rows) * cfg_.vocab) {
+    try {
+      logits_buf_.resize(static_cast<size_t>(n_rows) * cfg_.vocab);
+    } catch (const std::bad_alloc&) {
+      // The rows past one a sequence are the logits-"all" segments': fail those requests alone and
+      // skip the step (nothing was computed; the others are scheduled again next step).
+      const std::string why = "out of memory for this step's " + std::to_string(n_rows) + " logits rows (" +
+                              std::to_string((static_cast<int64_t>(n_rows) * cfg_.vocab * 4) >> 20) + " MiB)";
+      int failed_all = 0;
+      for (Sequence* s : order)
+        if (s->req.logits_all) {
+          finish(*s, "error", why);
+          ++failed_all;
+        }
+      if (failed_all == 0) throw;
+      return;
+    }
+  }
   // Logit row of each segment's last position (-1 when it has none): logits_all segments own a
   // row per token, others one row when they reach their end; rows were appended in this order.
   // What each row is for (RowPick): a greedy pick or a top-k sample is reduced where the logits
@@ -757,8 +789,10 @@ void Engine::step_once() {
     }
     const bool stop = !s.req.ignore_eos && std::binary_search(s.req.stop.begin(), s.req.stop.end(), tok);
     if (stop || s.generated >= s.req.max_tokens) {
-      if (s.req.logits_all && !stop) {
-        s.logits_only_step = true;  // evaluate the last token once more for its logits row
+      if (s.req.logits_all) {
+        // Evaluate the last token once more for its logits row, a stop token's too: every request
+        // for every position's logits gets prompt + generated rows, however it ended.
+        s.logits_only_step = true;
       } else {
         finished.push_back(&s);
       }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace lumen {
 
@@ -25,9 +26,70 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
     return pick < 0 ? best : pick;
   }
   if (!row_finite(logits, vocab)) return -1;
-  const int n = top_candidates(logits, vocab, p_.top_k, p_.temperature, banned, cand_);
+  if (p_.top_k > 0 && p_.top_k < vocab) {
+    const int n = top_candidates(logits, vocab, p_.top_k, p_.temperature, banned, cand_);
+    if (n == 0) return argmax_scalar(logits, vocab);
+    return draw(cand_.data(), n);
+  }
+  return draw_all(logits, vocab, banned);
+}
+
+int32_t Sampler::draw_all(const float* logits, int vocab, const std::vector<int32_t>* banned) {
+  // Every candidate of the row (top_k 0): the same draw as draw() after a sort of the whole row, but
+  // only as much of the row is sorted as the draw walks (the candidates are put in order a growing
+  // prefix at a time), so a request sampling from the whole vocabulary costs its step O(vocab)
+  // instead of a sort of 248 k candidates per token (~20 ms, on the thread every request's step
+  // runs on). The prefix is the full sort's prefix: the order is strict (value, then id).
+  cand_.clear();
+  cand_.reserve(static_cast<size_t>(vocab));
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab; ++i) {
+    if (banned && std::binary_search(banned->begin(), banned->end(), i)) continue;
+    const float v = logits[i] / p_.temperature;
+    cand_.push_back({v, i});
+    mx = std::max(mx, v);
+  }
+  const int n = static_cast<int>(cand_.size());
   if (n == 0) return argmax_scalar(logits, vocab);
-  return draw(cand_.data(), n);
+  double total = 0;
+  for (const PickCandidate& c : cand_) total += std::exp(static_cast<double>(c.value - mx));
+  int sorted = 0;  // cand_[0, sorted) in draw order
+  const auto extend = [&](int want) {
+    want = std::min(want, n);
+    if (want <= sorted) return;
+    std::nth_element(cand_.begin() + sorted, cand_.begin() + (want - 1), cand_.end(), candidate_before);
+    std::sort(cand_.begin() + sorted, cand_.begin() + want, candidate_before);
+    sorted = want;
+  };
+  extend(256);
+  if (!(total > 0 && std::isfinite(total))) return cand_[0].id;  // a scaled logit overflowed: the most likely
+  // top_p: the shortest prefix whose probability reaches it (as draw()), the weights in draw order.
+  int keep = n;
+  double kept = total;
+  probs_.clear();
+  if (p_.top_p < 1.f) {
+    double acc = 0;
+    for (int i = 0;; ++i) {
+      if (i == sorted) extend(sorted * 8);
+      probs_.push_back(std::exp(static_cast<double>(cand_[i].value - mx)));
+      acc += probs_.back() / total;
+      if (acc >= p_.top_p || i == n - 1) {
+        keep = i + 1;
+        break;
+      }
+    }
+    kept = 0;
+    for (int i = 0; i < keep; ++i) kept += probs_[i];
+  }
+  std::uniform_real_distribution<double> u(0.0, kept);
+  double r = u(rng_);
+  for (int i = 0; i < keep; ++i) {
+    if (i == sorted) extend(sorted * 8);
+    const double w = i < static_cast<int>(probs_.size()) ? probs_[i] : std::exp(static_cast<double>(cand_[i].value - mx));
+    r -= w;
+    if (r <= 0) return cand_[i].id;
+  }
+  return cand_[keep - 1].id;
 }
 
 int32_t Sampler::draw(const PickCandidate* cand, int n) {
@@ -36,6 +98,7 @@ int32_t Sampler::draw(const PickCandidate* cand, int n) {
   double sum = 0;
   probs_.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) sum += probs_[i] = std::exp(static_cast<double>(cand[i].value - mx));
+  if (!(sum > 0 && std::isfinite(sum))) return cand[0].id;  // a scaled logit overflowed: the most likely
   if (p_.top_p < 1.f) {
     double acc = 0;
     int keep = n;

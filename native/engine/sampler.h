@@ -36,6 +36,8 @@ class Sampler {
   const SamplingParams& params() const { return p_; }
 
  private:
+  // sample() with every candidate of the row (top_k 0 or at least the vocabulary).
+  int32_t draw_all(const float* logits, int vocab, const std::vector<int32_t>* banned);
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<PickCandidate> cand_;
