@@ -38,7 +38,7 @@ int32_t Sampler::draw_all(const float* logits, int vocab, const std::vector<int3
   // Every candidate of the row (top_k 0): the same draw as draw() after a sort of the whole row, but
   // only as much of the row is sorted as the draw walks (the candidates are put in order a growing
   // prefix at a time), so a request sampling from the whole vocabulary costs its step O(vocab)
-  // instead of a sort of 248 k candidates per token (~20 ms, on the thread every request's step
+  // instead of a sort of 248 k candidates per token (on the thread every request's step
   // runs on). The prefix is the full sort's prefix: the order is strict (value, then id).
   cand_.clear();
   cand_.reserve(static_cast<size_t>(vocab));
