@@ -219,4 +219,12 @@ describe('CUDA backend on the CPU emulation', () => {
     const r = spawnSync('bash', ['native/testing/cuda_emu/run.sh', 'quick'], { cwd: ROOT, encoding: 'utf8', timeout: 1_800_000 });
     expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
   }, 1_900_000);
+
+  // The threads of a block (between barriers) and the blocks of a grid in a shuffled order: a kernel
+  // whose result depends on the order reads memory another thread writes without a barrier between.
+  it.skipIf(!emu)(`matches it with the threads and blocks run in a shuffled order${emu ? '' : ' [skipped: set LUMEN_TEST_CUDA_EMU=1 to run it]'}`, () => {
+    const r = spawnSync('bash', ['native/testing/cuda_emu/run.sh', 'quick', '--schedule=shuffle:11'], { cwd: ROOT, encoding: 'utf8', timeout: 1_800_000 });
+    expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+    expect(r.stdout).toContain('PASS schedule: threads and blocks ran in the order LUMEN_EMU_SCHEDULE=shuffle:11 asks for');
+  }, 1_900_000);
 });

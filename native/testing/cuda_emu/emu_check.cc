@@ -6,6 +6,7 @@
 //
 // Usage: emu_check [quick|kernels|cases]   (exit status 0 when every check passes)
 //        emu_check gguf SPEC...            (quantized GGUF models, see gguf_cases)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "core/top_k.h"
 #include "backend/cuda/cuda_backend.h"
 #include "engine/engine.h"
+#include "emu_device.h"
 
 using namespace lumen;
 
@@ -176,6 +178,39 @@ void report(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "PASS" : "FAIL", what.c_str());
   std::fflush(stdout);
   if (!ok) ++g_fail;
+}
+
+// Each thread takes the next number of a counter as it starts: the order the emulation ran the
+// threads (and the blocks) in, which LUMEN_EMU_SCHEDULE sets.
+void schedule_probe_kernel(unsigned* counter, unsigned* order) {
+  order[blockIdx.x * blockDim.x + threadIdx.x] = atomicAdd(counter, 1u);
+}
+
+// The order the threads and blocks ran in is the one LUMEN_EMU_SCHEDULE asks for: the checks under
+// --schedule test something only if the schedule is applied.
+void schedule_tests() {
+  const char* env = std::getenv("LUMEN_EMU_SCHEDULE");
+  const std::string mode = env ? env : "forward";
+  constexpr unsigned kBlocks = 3, kThreads = 64, kN = kBlocks * kThreads;
+  unsigned counter = 0;
+  std::vector<unsigned> order(kN, ~0u);
+  ::lumen::emu::launch("schedule_probe_kernel", schedule_probe_kernel, dim3(kBlocks), dim3(kThreads), 0, nullptr, &counter,
+                       order.data());
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("the probe kernel failed");
+  std::vector<unsigned> fwd(kN), want(kN);
+  for (unsigned i = 0; i < kN; ++i) fwd[i] = i;
+  bool ok = counter == kN;
+  if (mode == "forward" || mode.empty()) {
+    ok = ok && order == fwd;
+  } else if (mode == "reverse") {
+    for (unsigned i = 0; i < kN; ++i) want[i] = kN - 1 - i;  // the last block first, its last thread first
+    ok = ok && order == want;
+  } else {
+    std::vector<unsigned> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    ok = ok && sorted == fwd && order != fwd;  // a permutation, not the index order
+  }
+  report(ok, "schedule: threads and blocks ran in the order LUMEN_EMU_SCHEDULE=" + mode + " asks for");
 }
 
 std::string read_last_line(const std::string& path) {
@@ -1128,6 +1163,11 @@ int main(int argc, char** argv) {
     }
     return v;
   };
+  try {
+    schedule_tests();
+  } catch (const std::exception& e) {
+    report(false, std::string("schedule tests: ") + e.what());
+  }
   try {
     kernel_tests();
   } catch (const std::exception& e) {

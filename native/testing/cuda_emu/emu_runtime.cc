@@ -10,6 +10,12 @@
 // illegal during stream capture. Fresh device and shared memory is filled with 0xFF bytes (NaN
 // floats) so reads of unwritten data show. A failure is reported on stderr and becomes a sticky
 // cudaErrorLaunchFailure, as a device fault would.
+//
+// LUMEN_EMU_SCHEDULE sets the order in which the fibers of a block run between barriers and
+// collectives, and the blocks of a grid run: "forward" (the default: thread and block index order),
+// "reverse", or "shuffle:SEED" (a seeded random order, drawn again at every pass). A kernel whose
+// result depends on that order reads or writes memory other threads write without a barrier
+// between (a race a GPU would show some day): run the checks under each order (run.sh --schedule).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +23,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -115,6 +123,42 @@ struct BlockRun {
 };
 
 thread_local BlockRun* g_run = nullptr;
+
+// LUMEN_EMU_SCHEDULE (see the top of this file).
+struct Schedule {
+  enum Mode { kForward, kReverse, kShuffle } mode = kForward;
+  std::mt19937_64 rng;
+};
+Schedule& schedule() {
+  static Schedule s = [] {
+    Schedule r;
+    const char* v = std::getenv("LUMEN_EMU_SCHEDULE");
+    const std::string m = v ? v : "";
+    if (m.empty() || m == "forward") return r;
+    if (m == "reverse") {
+      r.mode = Schedule::kReverse;
+      return r;
+    }
+    char* end = nullptr;
+    const unsigned long long seed = m.rfind("shuffle:", 0) == 0 ? std::strtoull(m.c_str() + 8, &end, 10) : 0;
+    if (end == nullptr || end == m.c_str() + 8 || *end != 0) {
+      std::fprintf(stderr, "[cuda-emu] LUMEN_EMU_SCHEDULE=%s: expected forward, reverse or shuffle:SEED\n", m.c_str());
+      std::exit(2);
+    }
+    r.mode = Schedule::kShuffle;
+    r.rng.seed(seed);
+    return r;
+  }();
+  return s;
+}
+// 0..n-1 in the schedule's order.
+void schedule_order(std::vector<int64_t>& order, int64_t n) {
+  order.resize(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  Schedule& s = schedule();
+  if (s.mode == Schedule::kReverse) std::reverse(order.begin(), order.end());
+  if (s.mode == Schedule::kShuffle) std::shuffle(order.begin(), order.end(), s.rng);
+}
 std::mutex g_exec_mu;  // static __shared__ arrays are process-wide: one grid at a time
 
 struct Stacks {
@@ -223,10 +267,12 @@ void run_block(BlockRun& r) {
     init_fiber(f, g_stacks.get(i));
   }
   const int nwarps = (n + 31) / 32;
+  std::vector<int64_t> order;
   for (;;) {
     bool ran = false;
-    for (auto& f : r.fibers)
-      if (f.st == St::Ready) {
+    schedule_order(order, n);
+    for (const int64_t i : order)
+      if (Fiber& f = r.fibers[static_cast<size_t>(i)]; f.st == St::Ready) {
         to_fiber(&r, &f);
         ran = true;
         if (!r.error.empty()) throw EmuFailure(r.error);
@@ -342,14 +388,17 @@ void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, const std::f
   BlockRun* prev = g_run;
   g_run = &r;
   try {
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          r.bidx = uint3{x, y, z};
-          r.arena.assign(std::max<size_t>(smem, 16), static_cast<char>(0xFF));
-          r.error.clear();
-          run_block(r);
-        }
+    const int64_t nblocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+    std::vector<int64_t> order;
+    schedule_order(order, nblocks);
+    for (const int64_t b : order) {
+      const unsigned x = static_cast<unsigned>(b % grid.x), y = static_cast<unsigned>((b / grid.x) % grid.y),
+                     z = static_cast<unsigned>(b / (static_cast<int64_t>(grid.x) * grid.y));
+      r.bidx = uint3{x, y, z};
+      r.arena.assign(std::max<size_t>(smem, 16), static_cast<char>(0xFF));
+      r.error.clear();
+      run_block(r);
+    }
   } catch (const EmuFailure& e) {
     std::fprintf(stderr, "[cuda-emu] kernel %s, block (%u,%u,%u): %s\n", name, r.bidx.x, r.bidx.y, r.bidx.z, e.what());
     g_sticky = cudaErrorLaunchFailure;

@@ -4,6 +4,8 @@
 # synthetic models. No GPU or nvcc needed. The source lists are CMakeLists.txt's.
 #   native/testing/cuda_emu/run.sh [quick|kernels|cases] [--asan]
 #   native/testing/cuda_emu/run.sh gguf SPEC... [--asan]   (GGUF files; specs: test/cuda-emu-gguf.test.ts)
+# --schedule=MODE runs the fibers of a block (between barriers) and the blocks of a grid in another
+# order: reverse, or shuffle:SEED (LUMEN_EMU_SCHEDULE; a result that depends on it is a race).
 # --asan adds AddressSanitizer (device buffers are heap blocks: out-of-bounds accesses report) and
 # the alignment check (a misaligned float4/uint4 access, which faults on a GPU, aborts here).
 # Build folder: $LUMEN_EMU_BUILD (default /tmp/lumen-cuda-emu); parallel jobs: $EMU_JOBS (default 2).
@@ -16,6 +18,7 @@ SAN=OFF
 for a in "$@"; do
   case "$a" in
     --asan) SAN=ON ;;
+    --schedule=*) export LUMEN_EMU_SCHEDULE="${a#--schedule=}" ;;
     *) ARGS+=("$a") ;;
   esac
 done
