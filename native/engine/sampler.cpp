@@ -25,8 +25,8 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
       if (!is_banned(banned, i) && (pick < 0 || logits[i] > logits[pick])) pick = i;
     return pick < 0 ? best : pick;
   }
-  if (!row_finite(logits, vocab)) return -1;
   if (p_.top_k > 0 && p_.top_k < vocab) {
+    if (!row_finite(logits, vocab)) return -1;
     const int n = top_candidates(logits, vocab, p_.top_k, p_.temperature, banned, cand_);
     if (n == 0) return argmax_scalar(logits, vocab);
     return draw(cand_.data(), n);
@@ -44,6 +44,7 @@ int32_t Sampler::draw_all(const float* logits, int vocab, const std::vector<int3
   cand_.reserve(static_cast<size_t>(vocab));
   float mx = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < vocab; ++i) {
+    if (!std::isfinite(logits[i])) return -1;  // a NaN or an infinity anywhere in the row: nothing to pick from
     if (banned && std::binary_search(banned->begin(), banned->end(), i)) continue;
     const float v = logits[i] / p_.temperature;
     cand_.push_back({v, i});
