@@ -219,6 +219,49 @@ describe('memory pressure and cancellation', () => {
     expect(s.activeBytes).toBe(base.activeBytes);
   });
 
+  it('counts a preemption only for a sequence that computed something, each followed by its recompute, and the requests finish with their solo tokens', async () => {
+    // Admission used to look at free (and evictable) blocks only: in the same step the running
+    // sequences, planned first, took them, and the sequence just admitted was preempted before it
+    // computed anything, each bounce counted as a preemption and a readmit (the sweep reports them as
+    // KV pressure: 10 preemptions with at most 7 recomputes in the first shape here, one request
+    // preemptedAfter [1,1,17] with 2 recompute chunks). Two shapes from the audit that found it, and
+    // the parking test's (six requests submitted together: those past the second bounced).
+    const blk = 16 * 2 * 256 * 4;
+    const shapes = [
+      { blocks: 8, maxSeq: 128, maxSeqs: 6, n: 5, prompt: (i: number) => promptIds(24 + (i % 2) * 8, 50 + i), max: (i: number) => 40 + ((i * 7 + 5) % 30) },
+      { blocks: 10, maxSeq: 128, maxSeqs: 6, n: 5, prompt: (i: number) => promptIds(24, 20 + i), max: (i: number) => 40 + ((i * 7 + 2) % 30) },
+      { blocks: 20, maxSeq: 200, maxSeqs: 8, n: 6, prompt: (i: number) => promptIds(100, 20 + i), max: () => 30 },
+    ];
+    let preempted = 0;
+    for (const [k, sh] of shapes.entries()) {
+      const e = await engine({ kvMemoryBytes: sh.blocks * blk, maxSeq: sh.maxSeq, maxSeqs: sh.maxSeqs });
+      const ids = Array.from({ length: sh.n }, (_, i) => i);
+      const solo = [];
+      for (const i of ids) solo.push(await greedy(e, sh.prompt(i), sh.max(i)));  // alone, cache off
+      const base = e.stats();
+      // One JS turn: the requests reach the engine together, and its schedule is deterministic.
+      const rs = await Promise.all(ids.map((i) => greedy(e, sh.prompt(i), sh.max(i))));
+      const s = e.stats();
+      const what = (r: (typeof rs)[number]) => `shape ${k} request ${r.id}: preemptedAfter ${JSON.stringify(r.preemptedAfter ?? [])}, `
+        + `${r.prefillChunkMs.length} prefill chunks, ${r.prefillChunksToFirst} up to the first token`;
+      expect(rs.reduce((n, r) => n + (r.preemptedAfter?.length ?? 0), 0), `shape ${k}`).toBe(s.preemptions - base.preemptions);
+      preempted += s.preemptions - base.preemptions;
+      for (const r of rs) {
+        const pre = r.preemptedAfter ?? [];
+        expect(r.readmitMs?.length ?? 0, what(r)).toBe(pre.length);
+        // Each preemption after the first token is followed by a recompute (a prefill chunk at least);
+        // each before it came after a chunk, and one more ran up to the first token.
+        expect(pre.filter((g) => g >= 1).length, what(r)).toBeLessThanOrEqual(r.prefillChunkMs.length - r.prefillChunksToFirst!);
+        expect(pre.filter((g) => g === 0).length, what(r)).toBeLessThanOrEqual(r.prefillChunksToFirst! - 1);
+      }
+      for (const i of ids) expect(rs[i]!.tokens, `shape ${k} request ${i}`).toEqual(solo[i]!.tokens);
+      expect(solo.every((r) => r.preemptedAfter === undefined)).toBe(true);
+      expect(s.kvBlocksUsed).toBe(base.kvBlocksUsed);
+      expect(s.activeBytes).toBe(base.activeBytes);
+    }
+    expect(preempted).toBeGreaterThan(0);  // real preemptions still happen, and are counted
+  });
+
   it('fails a request that can never fit with a clear error, without crashing', async () => {
     const e = await engine({ kvMemoryBytes: 4 * 16 * 2 * 256 * 4, maxSeq: 64 });
     expect(() => e.submit({ prompt: promptIds(100, 1), maxTokens: 10 })).toThrow(/max_seq/);

@@ -14,16 +14,36 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& blocks, StateSlots& 
                      Backend& backend, CounterSink& counters)
     : cfg_(cfg), blocks_(blocks), slots_(slots), prefix_(prefix), backend_(backend), counters_(counters) {}
 
+int Scheduler::tokens_to_next(const Sequence& s) const {
+  // A decoder: the token it computes this step. Otherwise everything computed so far plus the next
+  // token (the first, or the first after a recompute), never more than the request can ever use
+  // (submit() checked that this fits the pool, so a parked request always gets in once nothing runs).
+  if (s.decoding()) return s.n_computed + 1;
+  return std::min(static_cast<int>(s.tokens.size()) + 1, s.prompt_len + s.req.max_tokens);
+}
+
+int Scheduler::blocks_short(const Sequence& s) const {
+  if (s.done || s.slot < 0) return 0;
+  const int need = (tokens_to_next(s) + cfg_.block_size - 1) / cfg_.block_size;
+  return std::max(0, need - static_cast<int>(s.block_table.size()));
+}
+
 void Scheduler::admit() {
-  // Admit waiting sequences while a slot and enough KV blocks (whole prompt + first token) are free.
+  admitted_now_.clear();
+  // Admit waiting sequences while a slot is free and enough KV blocks (whole prompt + first token)
+  // are free or evictable beyond those the running sequences still need to reach their next token:
+  // a decoder's next block, a prefiller's (one admitted earlier in this loop too) rest of its prompt
+  // and first token. The step plans those first, so a sequence admitted into their blocks would be
+  // preempted before it computed anything.
+  int reserved = 0;
+  if (cfg_.paged)
+    for (const Sequence* r : running_) reserved += blocks_short(*r);
   while (!waiting_.empty() && slots_.any_free()) {
     Sequence& s = *waiting_.front();
-    // Blocks for everything computed so far plus the next token, never more than the request can
-    // ever use (submit() checked that this fits the pool, so a parked request always gets in).
-    const int need_tokens = std::min(static_cast<int>(s.tokens.size()) + 1, s.prompt_len + s.req.max_tokens);
-    const int need_blocks = (need_tokens + cfg_.block_size - 1) / cfg_.block_size;
-    if (cfg_.paged && blocks_.free_count() + prefix_.evictable() < need_blocks) break;
+    const int need_blocks = (tokens_to_next(s) + cfg_.block_size - 1) / cfg_.block_size;
+    if (cfg_.paged && blocks_.free_count() + prefix_.evictable() - reserved < need_blocks) break;
     waiting_.pop_front();
+    admitted_now_.emplace_back(&s, s.parked);
     s.parked = false;
     s.slot = slots_.take();
     s.admit_order = ++admissions_;
@@ -35,7 +55,9 @@ void Scheduler::admit() {
     const bool readmitted = !s.preempted_after.empty();
     if (readmitted) s.readmit_ns.push_back(now_ns());
     if (s.n_computed == 0 && !(readmitted && s.req.logits_all)) prefix_.lookup(s);
-    // After the lookup: cached blocks it took are the request's now (active, not only the cache's).
+    // After the lookup: cached blocks it took are the request's now (active, not only the cache's),
+    // and no longer evictable; what it still needs is set aside for the next admission.
+    if (cfg_.paged) reserved += blocks_short(s);
     counters_.memory_changed();
     running_.push_back(&s);
   }
@@ -99,6 +121,20 @@ void Scheduler::preempt(Sequence& s) {
   counters_.count_preemption();
 }
 
+void Scheduler::unadmit(Sequence& s, bool was_parked) {
+  // Admitted in this schedule() call and not planned: it computed nothing, so this is no preemption
+  // (none counted, no preempted_after entry). The admission is undone (its readmit time, the prefix
+  // hit it counted, its slot and blocks) and it waits at the front again, parked as it was before.
+  if (!s.preempted_after.empty() && !s.readmit_ns.empty()) s.readmit_ns.pop_back();
+  if (s.cached_prompt_tokens > 0) counters_.count_prefix_hit(-s.cached_prompt_tokens);
+  release(s);
+  s.n_computed = 0;
+  s.cached_prompt_tokens = 0;
+  s.parked = was_parked;
+  running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
+  waiting_.push_front(&s);
+}
+
 void Scheduler::remove(Sequence& s) {
   release(s);
   running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
@@ -145,7 +181,17 @@ bool Scheduler::schedule(StepBatch& b, std::vector<Sequence*>& order) {
           len = 0;
           break;
         }
-        preempt(*victim);
+        // One admitted by this call's admit() and not planned (the youngest are) has computed
+        // nothing: its admission is undone instead of counting a preemption.
+        auto fresh = std::find_if(admitted_now_.begin(), admitted_now_.end(),
+                                  [victim](const std::pair<Sequence*, bool>& a) { return a.first == victim; });
+        if (fresh != admitted_now_.end()) {
+          const bool was_parked = fresh->second;
+          admitted_now_.erase(fresh);
+          unadmit(*victim, was_parked);
+        } else {
+          preempt(*victim);
+        }
         if (victim == s) {
           len = 0;
           break;

@@ -1,10 +1,12 @@
 #pragma once
 // The scheduler: which sequences run in the next step and how many tokens each computes. It admits
-// waiting sequences while a state slot and their KV blocks are free (otherwise they park), puts
-// every running sequence's decode token first and prefill chunks after them, oldest first, within
-// the step token budget, allocates KV blocks on demand (evicting unused cached blocks, preempting
+// waiting sequences while a state slot and their KV blocks are free, beyond the blocks the running
+// sequences still need to reach their next token (otherwise they park), puts every running
+// sequence's decode token first and prefill chunks after them, oldest first, within the step token
+// budget, allocates KV blocks on demand (evicting unused cached blocks, preempting
 // the youngest sequence when the pool is full), and lays the step out as a StepBatch.
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "engine/block_pool.h"
@@ -46,6 +48,9 @@ class Scheduler {
   bool ensure_blocks(Sequence& s, int upto_tokens);
   void release(Sequence& s);
   void preempt(Sequence& s);
+  void unadmit(Sequence& s, bool was_parked);
+  int tokens_to_next(const Sequence& s) const;  // positions s needs KV room for before its next token
+  int blocks_short(const Sequence& s) const;    // blocks it lacks for them
 
   SchedulerConfig cfg_;
   BlockPool& blocks_;
@@ -56,6 +61,8 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
   uint64_t admissions_ = 0;
+  // The sequences the current schedule() call admitted, each with whether it was parked before.
+  std::vector<std::pair<Sequence*, bool>> admitted_now_;
 };
 
 }  // namespace lumen
