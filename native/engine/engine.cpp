@@ -539,7 +539,10 @@ void Engine::count_eviction() {
 
 void Engine::count_prefix_hit(int tokens) {
   std::lock_guard<std::mutex> lk(mu_);
-  stats_.prefix_hit_tokens += static_cast<uint64_t>(tokens);
+  // Negative: an admission undone before it ran gives its hit back (Scheduler::unadmit).
+  const uint64_t n = static_cast<uint64_t>(std::abs(static_cast<int64_t>(tokens)));
+  if (tokens >= 0) stats_.prefix_hit_tokens += n;
+  else stats_.prefix_hit_tokens -= std::min(n, stats_.prefix_hit_tokens);
 }
 
 void Engine::count_prefix_admit(int tokens) {
