@@ -57,7 +57,7 @@ const program = new Command('batch-bench')
 const opt = program.opts<{ temperature: number; topK: number; prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; inMemory?: boolean; gguf?: string; addons?: string; profile?: boolean; json?: string; kvCacheDtype: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
-interface Variant { name: string; addon?: string; kv: KvCacheDtype; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
+interface Variant { name: string; addon?: string; addonIndex: number; kv: KvCacheDtype; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
 
 async function measure(engine: EngineHandle, c: number, seed: number): Promise<number> {
   if (c === 0) {
@@ -95,8 +95,8 @@ async function main(): Promise<void> {
   if (!Number.isInteger(opt.reloads) || opt.reloads < 1) throw new Error(`--reloads: not a positive integer: ${opt.reloads}`);
   if (!Number.isInteger(opt.rounds) || opt.rounds < 1) throw new Error(`--rounds: not a positive integer: ${opt.rounds}`);
   const kvs = opt.kvCacheDtype.split(',').map((k) => choiceArg('--kv-cache-dtype', KV_CACHE_DTYPES)(k));
-  const variants: Variant[] = addons.flatMap((a) => kvs.map((kv) => ({
-    name: `${a ?? 'engine'}${kvs.length > 1 ? ` (KV ${kv})` : ''}`, addon: a, kv, rates: new Map(levels.map((c) => [c, []])), profiles: new Map(),
+  const variants: Variant[] = addons.flatMap((a, addonIndex) => kvs.map((kv) => ({
+    name: `${a ?? 'engine'}${kvs.length > 1 ? ` (KV ${kv})` : ''}`, addon: a, addonIndex, kv, rates: new Map(levels.map((c) => [c, []])), profiles: new Map(),
   })));
   const load = (a: string | undefined, kv: KvCacheDtype): Promise<EngineHandle> => loadEngine(ckpt, {
     kvCacheDtype: kv,
@@ -170,7 +170,7 @@ async function main(): Promise<void> {
   // types, a build is set against the first build with the same cache, and the first build's other
   // caches against its first: each ratio changes one thing.
   for (const b of variants.slice(1)) {
-    const a = b.addon === variants[0]!.addon ? variants[0]! : variants.find((v) => v.addon === variants[0]!.addon && v.kv === b.kv)!;
+    const a = b.addonIndex === 0 ? variants[0]! : variants.find((v) => v.addonIndex === 0 && v.kv === b.kv)!;
     out.push(`ratio ${b.name} / ${a.name} (geometric mean of per-round ratios, order rotated${total % variants.length ? `; use a multiple of ${variants.length} rounds` : ''}): ` + levels.map((c) => {
       return `c=${c} ${geoMeanRatio(b.rates.get(c)!, a.rates.get(c)!).toFixed(3)}`;
     }).join(', '));

@@ -111,7 +111,7 @@ export interface ServeSummary {
 
 /** What each figure of the JSON is, by its rule. */
 export const SERVE_FIGURE_RULES = {
-  'inprocess_*, http_*, endpoint_sweep.decode_tok_s, endpoint_sweep.ttft_ms': 'the median over the rounds of that side\'s own figure',
+  'inprocess_{steady_tok_s,decode_tok_s,ttft_ms,spread_ms}, http_{steady_tok_s,decode_tok_s,ttft_ms,spread_ms}, endpoint_sweep.decode_tok_s, endpoint_sweep.ttft_ms': 'the median over the rounds of that side\'s own figure',
   'median_round_*_ratio': 'the median over the rounds of each round\'s own http / in-process (round_*_ratios: those per-round values)',
   median_round_ttft_delta_ms: 'the median over the rounds of each round\'s own http TTFT - in-process TTFT (round_ttft_deltas_ms)',
   http_paired_ttft_overhead_ms: 'the median over the rounds of each round\'s median over its requests of the client\'s TTFT - the engine\'s own TTFT of that request',

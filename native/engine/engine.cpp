@@ -668,10 +668,12 @@ void Engine::step_once() {
   if (!scheduler_->schedule(b, order)) return;
   const int64_t t_fwd = now_ns();
   const int n_rows = static_cast<int>(b.logit_rows.size());
-  // Back to its load-time size after a step of many rows (a logits-"all" prompt of 2048 tokens took
-  // 2 GB, which stayed for the engine's life).
+  // Back to its load-time size once no request for every position's logits is left (a logits-"all"
+  // prompt of 2048 tokens took 2 GB, which stayed for the engine's life); not between such
+  // requests, which would each grow it again.
   const size_t group_floats = static_cast<size_t>(kLogitGroup) * cfg_.vocab;
-  if (n_rows <= kLogitGroup && logits_buf_.size() > group_floats) std::vector<float>(group_floats).swap(logits_buf_);
+  if (n_rows <= kLogitGroup && logits_buf_.size() > group_floats && !scheduler_->any_logits_all())
+    std::vector<float>(group_floats).swap(logits_buf_);
   if (logits_buf_.size() < static_cast<size_t>(n_rows) * cfg_.vocab) {
     try {
       logits_buf_.resize(static_cast<size_t>(n_rows) * cfg_.vocab);
@@ -793,8 +795,9 @@ void Engine::step_once() {
     const bool stop = !s.req.ignore_eos && std::binary_search(s.req.stop.begin(), s.req.stop.end(), tok);
     if (stop || s.generated >= s.req.max_tokens) {
       if (s.req.logits_all) {
-        // Evaluate the last token once more for its logits row, a stop token's too: every request
-        // for every position's logits gets prompt + generated rows, however it ended.
+        // Evaluate the last token once more for its logits row, a stop token's too: a request for
+        // every position's logits gets a row for each generated token however it ended (and one for
+        // each prompt position past what a prefix-cache hit served).
         s.logits_only_step = true;
       } else {
         finished.push_back(&s);

@@ -37,6 +37,14 @@ class Scheduler {
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   const std::vector<Sequence*>& running() const { return running_; }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
+  // Whether a running or waiting request asked for every position's logits.
+  bool any_logits_all() const {
+    for (const Sequence* s : running_)
+      if (s->req.logits_all) return true;
+    for (const Sequence* s : waiting_)
+      if (s->req.logits_all) return true;
+    return false;
+  }
 
   // Builds the next step into b; order[i] is the sequence of b.segs[i]. False when nothing can run.
   bool schedule(StepBatch& b, std::vector<Sequence*>& order);

@@ -146,7 +146,7 @@ class Engine implements EngineHandle {
       ...(ev.preemptedAfter && ev.preemptedAfter.length > 0 ? { preemptedAfter: ev.preemptedAfter, readmitMs: ev.readmitMs ?? [] } : {}),
       finishReason: (p.callbackError !== undefined ? 'error' : ev.finish ?? 'error') as FinishReason,
       ...(p.callbackError !== undefined ? { error: p.callbackError } : ev.error ? { error: ev.error } : {}),
-      ...(ev.errorCode === 'non_finite_logits' ? { errorCode: ev.errorCode } : {}),
+      ...(ev.errorCode === 'non_finite_logits' && p.callbackError === undefined ? { errorCode: ev.errorCode } : {}),
       ...(ev.logits ? { logits: ev.logits, logitRows: ev.logitRows } : {}),
       ...(p.logprobs ? { logprobs: p.logprobs } : {}),
     };
