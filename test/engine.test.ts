@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { classifyGaps } from '../src/bench/metrics.js';
 import type { EngineHandle } from '../src/engine/types.js';
 import { loadEngine } from '../src/engine/engine.js';
+import { loadAddon } from '../src/engine/native.js';
 import { baseOptions, greedy, logSoftmaxRow, maxAbsDiff, promptIds, tinyConfig, tinyEngine } from './helpers/engine-fixture.js';
 
 const V = 248320;
@@ -567,6 +568,14 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     const m = await e.submit({ prompt: p, maxTokens: k + 2, minTokens: k + 2, stopTokens: [...many].reverse() }).done;
     expect(m.tokens.slice(0, k + 1)).not.toContain(t);
     expect(m.tokens.slice(0, k)).toEqual(g.slice(0, k));
+  });
+
+  it('the whole-vocabulary draw gives the sorted row\'s draw on rows of every shape (ties, flat, one peak, far tails, banned ids, top_p 0..1)', () => {
+    const addon = loadAddon() as unknown as { samplerCheck(rows: number, seed: number): { draws: number; differences: number; first: string } };
+    const r = addon.samplerCheck(150, 5);
+    expect(r.draws).toBe(3000);
+    expect(r.first).toBe('');
+    expect(r.differences).toBe(0);
   });
 
   it('sampling from the whole vocabulary (top_k 0) draws what the sorted candidates give (top_k of all but one)', async () => {

@@ -13,6 +13,7 @@
 #if defined(LUMEN_TEST_HOOKS)
 #include "testing/kernel_check.h"
 #include "testing/pool_check.h"
+#include "testing/sampler_check.h"
 #endif
 
 namespace {
@@ -66,6 +67,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("kernelCheck", Napi::Function::New(env, lumen::KernelCheck));
   exports.Set("poolCheck", Napi::Function::New(env, lumen::PoolCheck));
   exports.Set("poolFailureCheck", Napi::Function::New(env, lumen::PoolFailureCheck));
+  exports.Set("samplerCheck", Napi::Function::New(env, lumen::SamplerCheck));
 #endif
   return exports;
 }

@@ -42,6 +42,8 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<PickCandidate> cand_;
   std::vector<double> probs_;
+  std::vector<PickCandidate> run_;  // draw_all: one bucket's candidates
+  std::vector<double> mass_;        // draw_all: the weight of each bucket
 };
 
 // Most top-logprob alternatives a request may ask for.
