@@ -592,6 +592,33 @@ describe('requests the engine refuses, and sampling at the edges', () => {
   });
 });
 
+describe('closing the engine', () => {
+  it('a request the engine finished before close() is reported as it ended, not as cancelled', async () => {
+    const e = await tinyEngine();
+    const h = e.submit({ prompt: promptIds(8, 3), maxTokens: 2, ignoreEos: true });
+    await new Promise((r) => setImmediate(r)); // the submit's flush to the worker
+    // Wait on the engine's own counter without yielding to the event loop: the result is posted
+    // natively but not delivered to JS when close() runs (the deadline only guards a broken engine).
+    const deadline = Date.now() + 60_000;
+    while (e.stats().retires < 1 && Date.now() < deadline) { /* the worker runs the request */ }
+    expect(e.stats().retires).toBe(1);
+    await e.close();
+    const r = await h.done;
+    expect(r.finishReason).toBe('length');
+    expect(r.tokens).toHaveLength(2);
+  });
+
+  it('a request still running when the engine closes is cancelled', async () => {
+    const e = await tinyEngine({}, { manualSteps: true });
+    const h = e.submit({ prompt: promptIds(8, 4), maxTokens: 2, ignoreEos: true });
+    await new Promise((r) => setImmediate(r));
+    await e.close();
+    const r = await h.done;
+    expect(r.finishReason).toBe('cancelled');
+    expect(r.error).toBe('engine closed');
+  });
+});
+
 describe('a caller\'s function that throws', () => {
   it('a request\'s onToken that throws ends that request with an error naming it; the requests beside it lose no event', async () => {
     const e = await engine();

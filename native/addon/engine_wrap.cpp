@@ -510,9 +510,16 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     }
   }
 
+  // The worker is stopped first and the events it had posted are returned: a request that finished
+  // before close() is reported as it ended, not as cancelled by the close.
   Napi::Value Close(const Napi::CallbackInfo& info) {
+    Napi::Array left = Napi::Array::New(info.Env());
+    if (engine_) {
+      engine_->stop();
+      left = EventsToJs(info.Env(), engine_->drain());
+    }
     Shutdown();
-    return info.Env().Undefined();
+    return left;
   }
 
   std::unique_ptr<Engine> engine_;

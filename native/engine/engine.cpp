@@ -118,7 +118,9 @@ Engine::Engine(ModelConfig cfg, std::vector<TensorEntry> tensors, EngineConfig e
   thread_ = std::thread([this] { run(); });
 }
 
-Engine::~Engine() {
+Engine::~Engine() { stop(); }
+
+void Engine::stop() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;

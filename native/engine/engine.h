@@ -192,6 +192,9 @@ class Engine : private CounterSink {
   // never banks a run of steps that would carry a request past the point the test holds it at.
   void allow_steps(int n);
   std::vector<EngineEvent> drain();
+  // Ends the worker (a load in progress stops at its next layer; running requests are left as they
+  // are) and waits for it; events it posted stay for drain(). The destructor does the same.
+  void stop();
   EngineStats stats();
   void reset_counters();
   EngineInfo info();

@@ -221,7 +221,9 @@ class Engine implements EngineHandle {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.native.close();
+    // What the engine finished before it stopped is delivered as it ended; only the rest is cancelled.
+    const left = this.native.close();
+    if (Array.isArray(left) && left.length > 0) this.handle(left.filter((e) => e.type === 'token' || e.type === 'step' || e.type === 'done'));
     for (const [id, p] of this.pending) {
       p.resolve({
         id, tokens: [], promptTokens: 0, enqueueMs: 0, tokenMs: [], prefillChunkMs: [], cachedPromptTokens: 0,

@@ -49,7 +49,8 @@ export interface NativeEngine {
   info(): Record<string, string | number | boolean>;
   nowMs(): number;
   takeProfile(): { name: string; group: string; calls: number; totalUs: number }[];
-  close(): void;
+  /** Stops the worker and returns the events it had posted that JS has not taken yet. */
+  close(): NativeEvent[];
 }
 
 export interface NativeAddon {
