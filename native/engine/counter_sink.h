@@ -14,7 +14,6 @@ class CounterSink {
   virtual void count_park() = 0;               // a request started waiting for memory
   virtual void count_preemption() = 0;
   virtual void count_eviction() = 0;           // a cached block dropped to make room
-  // Negative: an admission undone before it ran gives its hit back (the scheduler's unadmit).
   virtual void count_prefix_hit(int tokens) = 0;
   virtual void count_prefix_admit(int tokens) = 0;
   virtual void memory_changed() = 0;           // blocks, slots or snapshots in use changed

@@ -377,15 +377,18 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
   if (!(sp.top_p >= 0.f && sp.top_p <= 1.f)) throw std::invalid_argument("request.topP must be in [0, 1] (0: the most likely token)");
   if (sp.top_k < 0) throw std::invalid_argument("request.topK must be >= 0 (0: all)");
   const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;  // positions, KV tokens
+  // `logits for every position need N MiB (P positions x vocabulary V x 4 bytes)`, for the refusals below.
+  const auto logits_need = [&] {
+    const int64_t mib = static_cast<int64_t>(static_cast<double>(need) * cfg_.vocab * sizeof(float) / (1 << 20));
+    return "logits for every position need " + std::to_string(mib) + " MiB (" + std::to_string(need) + " positions x vocabulary " +
+           std::to_string(cfg_.vocab) + " x 4 bytes)";
+  };
   if (r.logits_all) {
     // Every position's row comes back in one buffer: bounded, so one request cannot take the
     // process's memory (and every other request with it).
     const double bytes = static_cast<double>(need) * cfg_.vocab * sizeof(float);
     if (bytes > static_cast<double>(kMaxLogitsAllBytes))
-      throw std::invalid_argument("logits for every position need " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) +
-                                  " MiB (" + std::to_string(need) + " positions x vocabulary " +
-                                  std::to_string(cfg_.vocab) + " x 4 bytes), more than the " +
-                                  std::to_string(kMaxLogitsAllBytes >> 20) + " MiB a request may hold");
+      throw std::invalid_argument(logits_need() + ", more than the " + std::to_string(kMaxLogitsAllBytes >> 20) + " MiB a request may hold");
   }
   if (need > ec_.max_seq)
     throw std::invalid_argument("request needs " + std::to_string(need) + " tokens (prompt " +
@@ -410,9 +413,7 @@ uint64_t Engine::submit(RequestSpec r, bool defer) {
     try {
       s->logits.reserve(static_cast<size_t>(need) * static_cast<size_t>(cfg_.vocab));
     } catch (const std::bad_alloc&) {
-      throw std::invalid_argument("logits for every position need " + std::to_string((need * cfg_.vocab * 4) >> 20) +
-                                  " MiB (" + std::to_string(need) + " positions x vocabulary " + std::to_string(cfg_.vocab) +
-                                  " x 4 bytes), more memory than there is now");
+      throw std::invalid_argument(logits_need() + ", more memory than there is now");
     }
   }
   s->req = std::move(r);
@@ -541,10 +542,7 @@ void Engine::count_eviction() {
 
 void Engine::count_prefix_hit(int tokens) {
   std::lock_guard<std::mutex> lk(mu_);
-  // Negative: an admission undone before it ran gives its hit back (Scheduler::unadmit).
-  const uint64_t n = static_cast<uint64_t>(std::abs(static_cast<int64_t>(tokens)));
-  if (tokens >= 0) stats_.prefix_hit_tokens += n;
-  else stats_.prefix_hit_tokens -= std::min(n, stats_.prefix_hit_tokens);
+  stats_.prefix_hit_tokens += static_cast<uint64_t>(tokens);
 }
 
 void Engine::count_prefix_admit(int tokens) {

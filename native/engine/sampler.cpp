@@ -49,7 +49,7 @@ int32_t Sampler::draw_all(const float* logits, int vocab, const std::vector<int3
   float mx = -std::numeric_limits<float>::infinity(), mn = std::numeric_limits<float>::infinity();
   for (int i = 0; i < vocab; ++i) {
     if (!std::isfinite(logits[i])) return -1;  // a NaN or an infinity anywhere in the row: nothing to pick from
-    if (banned && std::binary_search(banned->begin(), banned->end(), i)) continue;
+    if (is_banned(banned, i)) continue;
     const float v = logits[i] / p_.temperature;
     cand_.push_back({v, i});
     mx = std::max(mx, v);

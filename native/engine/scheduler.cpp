@@ -29,7 +29,6 @@ int Scheduler::blocks_short(const Sequence& s) const {
 }
 
 void Scheduler::admit() {
-  admitted_now_.clear();
   // Admit waiting sequences while a slot is free and enough KV blocks (whole prompt + first token)
   // are free or evictable beyond those the running sequences still need to reach their next token:
   // a decoder's next block, a prefiller's (one admitted earlier in this loop too) rest of its prompt
@@ -43,7 +42,6 @@ void Scheduler::admit() {
     const int need_blocks = (tokens_to_next(s) + cfg_.block_size - 1) / cfg_.block_size;
     if (cfg_.paged && blocks_.free_count() + prefix_.evictable() - reserved < need_blocks) break;
     waiting_.pop_front();
-    admitted_now_.emplace_back(&s, s.parked);
     s.parked = false;
     s.slot = slots_.take();
     s.admit_order = ++admissions_;
@@ -121,20 +119,6 @@ void Scheduler::preempt(Sequence& s) {
   counters_.count_preemption();
 }
 
-void Scheduler::unadmit(Sequence& s, bool was_parked) {
-  // Admitted in this schedule() call and not planned: it computed nothing, so this is no preemption
-  // (none counted, no preempted_after entry). The admission is undone (its readmit time, the prefix
-  // hit it counted, its slot and blocks) and it waits at the front again, parked as it was before.
-  if (!s.preempted_after.empty() && !s.readmit_ns.empty()) s.readmit_ns.pop_back();
-  if (s.cached_prompt_tokens > 0) counters_.count_prefix_hit(-s.cached_prompt_tokens);
-  release(s);
-  s.n_computed = 0;
-  s.cached_prompt_tokens = 0;
-  s.parked = was_parked;
-  running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
-  waiting_.push_front(&s);
-}
-
 void Scheduler::remove(Sequence& s) {
   release(s);
   running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
@@ -181,17 +165,7 @@ bool Scheduler::schedule(StepBatch& b, std::vector<Sequence*>& order) {
           len = 0;
           break;
         }
-        // One admitted by this call's admit() and not planned (the youngest are) has computed
-        // nothing: its admission is undone instead of counting a preemption.
-        auto fresh = std::find_if(admitted_now_.begin(), admitted_now_.end(),
-                                  [victim](const std::pair<Sequence*, bool>& a) { return a.first == victim; });
-        if (fresh != admitted_now_.end()) {
-          const bool was_parked = fresh->second;
-          admitted_now_.erase(fresh);
-          unadmit(*victim, was_parked);
-        } else {
-          preempt(*victim);
-        }
+        preempt(*victim);
         if (victim == s) {
           len = 0;
           break;

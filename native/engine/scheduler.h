@@ -6,7 +6,6 @@
 // budget, allocates KV blocks on demand (evicting unused cached blocks, preempting
 // the youngest sequence when the pool is full), and lays the step out as a StepBatch.
 #include <deque>
-#include <utility>
 #include <vector>
 
 #include "engine/block_pool.h"
@@ -56,7 +55,6 @@ class Scheduler {
   bool ensure_blocks(Sequence& s, int upto_tokens);
   void release(Sequence& s);
   void preempt(Sequence& s);
-  void unadmit(Sequence& s, bool was_parked);
   int tokens_to_next(const Sequence& s) const;  // positions s needs KV room for before its next token
   int blocks_short(const Sequence& s) const;    // blocks it lacks for them
 
@@ -69,8 +67,6 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
   uint64_t admissions_ = 0;
-  // The sequences the current schedule() call admitted, each with whether it was parked before.
-  std::vector<std::pair<Sequence*, bool>> admitted_now_;
 };
 
 }  // namespace lumen
