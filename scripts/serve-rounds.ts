@@ -1,13 +1,13 @@
-// The arithmetic of bench:serve (scripts/serve-bench.ts) over its round records, and the order of a
-// round there and in bench:tokenize-stall (scripts/tokenize-stall-bench.ts), apart from the servers so
-// that tests can hold them. Every figure that compares two sides (HTTP / in-process, the endpoint
+// The arithmetic of bench:serve (scripts/serve-bench.ts) over its round records, the order of its
+// rounds, and the advice on their count (bench:tokenize-stall's too), apart from the servers so that
+// tests can hold them. Every figure that compares two sides (HTTP / in-process, the endpoint
 // sweep / in-process, HTTP TTFT - in-process TTFT) is taken within each round and the median of those
 // per-round figures is the one printed: a median of one side over a median of the other pairs one
 // round's measurement with another round's, and this machine's speed moves between rounds
 // (docs/performance.md, "Serving over HTTP", the forty-second session's correction). Until then the
 // table printed the ratio of the medians (and the difference of the TTFT medians), and the endpoint
 // sweep always ran third in a round.
-import { median, roundOrder } from './bench-model.js';
+import { median, pairedRatios, roundOrder } from './bench-model.js';
 
 /** What one in-process or HTTP measurement of one concurrency gave in one round. */
 export interface ServeFigures {
@@ -40,15 +40,6 @@ export function serveRoundOrder(r: number): ServeSide[] {
   return roundOrder(SERVE_SIDES, r);
 }
 
-/**
- * The order of bench:tokenize-stall's round r: its configurations rotated by r. Until the
- * forty-second session the order was reversed every other round, which kept the middle one of three
- * in the middle slot every round.
- */
-export function stallRoundOrder<T>(configs: readonly T[], r: number): T[] {
-  return roundOrder(configs, r);
-}
-
 /** '' when `rounds` rounds give each of `n` rotated measurements each slot equally often, else the advice to say so. */
 export function roundsAdvice(rounds: number, n: number, what = 'measurements'): string {
   if (n <= 1 || rounds % n === 0) return '';
@@ -63,8 +54,8 @@ export interface Paired { median: number; rounds: number[] }
 
 /** The median over the rounds of num[i] / den[i]. */
 export function pairedRatio(num: readonly number[], den: readonly number[]): Paired {
-  if (num.length !== den.length || num.length === 0) throw new Error(`pairedRatio: ${num.length} against ${den.length} rounds`);
-  const rounds = num.map((x, i) => x / den[i]!);
+  if (num.length === 0) throw new Error('pairedRatio: no rounds');
+  const rounds = pairedRatios(num, den);
   return { median: median(rounds), rounds };
 }
 

@@ -4,8 +4,8 @@
 // default, both loaded once. Each round, on each server in turn: one streamed completion (greedy,
 // ignore_eos, --osl tokens); at its --at-th token a second client POSTs /tokenize with a text of --kb
 // KiB (English-like words, a fresh text each round so no cache helps); and, as the control, the same
-// stream with no text sent. The three configurations are rotated by one every round (scripts/serve-rounds.ts,
-// stallRoundOrder), so over a multiple of 3 rounds each takes each slot equally often (until the
+// stream with no text sent. The three configurations are rotated by one every round (roundOrder of
+// scripts/bench-model.ts), so over a multiple of 3 rounds each takes each slot equally often (until the
 // forty-second session the order was reversed every other round, which kept the middle one in the middle
 // slot). Medians over the rounds of: the stream's longest gap between two token chunks, its median gap,
 // and the /tokenize answer's latency. Usage: npm run bench:tokenize-stall -- [--rounds 6] [--kb 1024] [--osl 64] [--at 16]
@@ -18,8 +18,8 @@ import { startServer, type RunningServer } from '../src/serve/server.js';
 import { DEFAULT_TOKENIZER_WORKERS } from '../src/serve/tokenize-pool.js';
 import { machineInfo } from '../src/util/machine.js';
 import { Rng } from '../src/util/rng.js';
-import { median } from './bench-model.js';
-import { roundsAdvice, stallRoundOrder } from './serve-rounds.js';
+import { median, roundOrder } from './bench-model.js';
+import { roundsAdvice } from './serve-rounds.js';
 
 const program = new Command('tokenize-stall-bench')
   .option('--threads <n>', 'engine threads', '2')
@@ -118,7 +118,7 @@ async function main(): Promise<void> {
     for (const [w, s] of servers) await round(s, text(4096, -1 - w)); // warm-up: the engines' first steps, the workers' first texts
     for (let r = 0; r < opt.rounds; r++) {
       // Rotated by one every round: each configuration in each slot equally often over a multiple of 3 rounds.
-      const order = stallRoundOrder(configs, r);
+      const order = roundOrder(configs, r);
       roundOrders.push(order.map((c) => c.name));
       for (const c of order) {
         const x = await round(servers.get(c.workers)!, c.send ? text(opt.kb * 1024, r * 16 + c.workers) : null);

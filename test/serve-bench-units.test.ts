@@ -3,9 +3,10 @@
 // the table prints from the round records. No server runs and nothing is timed.
 import { describe, expect, it } from 'vitest';
 import {
-  formatServeRows, pairedDelta, pairedRatio, roundsAdvice, SERVE_SIDES, serveRoundOrder, stallRoundOrder, summarizeServe,
+  formatServeRows, pairedDelta, pairedRatio, roundsAdvice, SERVE_SIDES, serveRoundOrder, summarizeServe,
   type EndpointFigures, type ServeFigures,
 } from '../scripts/serve-rounds.js';
+import { roundOrder } from '../scripts/bench-model.js';
 
 /** Every item takes every slot exactly once over `orders` (as many orders as items). */
 function expectEachSlotOnce(orders: readonly (readonly string[])[], items: readonly string[]): void {
@@ -26,10 +27,10 @@ describe('the order of a round', () => {
 
   it('bench:tokenize-stall rotates its three configurations, so the middle one does not keep the middle slot', () => {
     const configs = ['0', '2', '2, no text sent'];
-    const orders = [0, 1, 2].map((r) => stallRoundOrder(configs, r));
+    const orders = [0, 1, 2].map((r) => roundOrder(configs, r));
     expectEachSlotOnce(orders, configs);
     expect(orders.map((o) => o[1])).not.toEqual(['2', '2', '2']);
-    expect(stallRoundOrder(configs, 3)).toEqual(configs);
+    expect(roundOrder(configs, 3)).toEqual(configs);
   });
 
   it('advises a multiple of the number of measurements when --rounds is not one', () => {

@@ -222,8 +222,7 @@ class Engine implements EngineHandle {
     if (this.closed) return;
     this.closed = true;
     // What the engine finished before it stopped is delivered as it ended; only the rest is cancelled.
-    const left = this.native.close();
-    if (Array.isArray(left) && left.length > 0) this.handle(left.filter((e) => e.type === 'token' || e.type === 'step' || e.type === 'done'));
+    this.handle(this.native.close());
     for (const [id, p] of this.pending) {
       p.resolve({
         id, tokens: [], promptTokens: 0, enqueueMs: 0, tokenMs: [], prefillChunkMs: [], cachedPromptTokens: 0,
@@ -289,7 +288,7 @@ export function loadEngine(
           reject(ev.code === 'kv_memory' ? new KvMemoryError(ev.error) : new Error(ev.error));
         }
       }
-      if (engine) engine.handle(events.filter((e) => e.type === 'token' || e.type === 'step' || e.type === 'done'));
+      if (engine) engine.handle(events);  // the step, token and done events (handle passes over the others)
     };
     try {
       native = new addon.Engine({ config: nativeConfig(config), tensors }, options, onEvents);
