@@ -570,13 +570,20 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     expect(m.tokens.slice(0, k)).toEqual(g.slice(0, k));
   });
 
-  it('the whole-vocabulary draw gives the sorted row\'s draw on rows of every shape (ties, flat, one peak, far tails, banned ids, top_p 0..1)', () => {
-    const addon = loadAddon() as unknown as { samplerCheck(rows: number, seed: number): { draws: number; differences: number; first: string } };
-    const r = addon.samplerCheck(150, 5);
-    expect(r.draws).toBe(3000);
-    expect(r.first).toBe('');
-    expect(r.differences).toBe(0);
-  });
+  for (const isa of ['avx2', 'avx512']) {
+    const addon = loadAddon() as unknown as {
+      samplerCheck(rows: number, seed: number, isa: string): { draws: number; differences: number; first: string };
+      cpuInfo(): { avx512: boolean };
+    };
+    const runs = isa === 'avx2' || addon.cpuInfo().avx512;
+    const why = runs ? '' : ` [skipped: this CPU cannot run the ${isa} table]`;
+    it.runIf(runs)(`the whole-vocabulary draw on the ${isa} table's passes gives the sorted row's draw on rows of every shape (ties, flat, one peak, far tails, banned ids, top_p 0..1)${why}`, () => {
+      const r = addon.samplerCheck(150, 5, isa);
+      expect(r.draws).toBe(3000);
+      expect(r.first).toBe('');
+      expect(r.differences).toBe(0);
+    });
+  }
 
   it('sampling from the whole vocabulary (top_k 0) draws what the sorted candidates give (top_k of all but one)', async () => {
     // top_k 0 walks a prefix of the candidates put in order only as far as the draw goes; top_k

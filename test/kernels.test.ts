@@ -7,6 +7,7 @@ interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; argmaxNonFiniteMissed: number; maxValueMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; attnTileMaxErr: number; attnTileOrderDiffs: number; attnF16Diffs: number; toF16Diffs: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number; gdnSpanCases: number; gdnSpanMismatches: number;
+  sampleBoundCases: number; sampleBoundMismatches: number; sampleMemberCases: number; sampleMemberMismatches: number; sampleWeightMaxRelErr: number; sampleMassMaxRelErr: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; packedRowCases?: number; packedRowMismatches?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
@@ -67,6 +68,19 @@ describe('CPU kernels against scalar references', () => {
       expect(r.gdnSpanMismatches).toBe(0);
       expect(r.sigmoidMaxRelErr).toBeLessThan(2e-6);
       expect(r.streamSumMaxRelErr).toBeLessThan(1e-6); // small integers: exact in fp32
+    });
+
+    it.runIf(res[isa] !== undefined)(`${isa}: the whole-vocabulary sampler's passes (a row's bounds, each bucket's weight, one bucket's candidates) follow the scalar rule${why}`, () => {
+      const r = res[isa]!;
+      // the smallest and largest value, and false for a row holding a NaN or an infinity anywhere
+      expect(r.sampleBoundCases).toBe(128);
+      expect(r.sampleBoundMismatches).toBe(0);
+      // every candidate in the bucket the scalar rule gives, in id order, its value x / t bit for bit,
+      // cut into pieces or not
+      expect(r.sampleMemberCases).toBeGreaterThan(500000);
+      expect(r.sampleMemberMismatches).toBe(0);
+      expect(r.sampleWeightMaxRelErr).toBeLessThan(5e-7); // the vectorised exp: within 4 ulp of exp
+      expect(r.sampleMassMaxRelErr).toBeLessThan(1e-6);
     });
   }
 

@@ -34,6 +34,18 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
   return draw_all(logits, vocab, banned);
 }
 
+void Sampler::allowed_runs(int vocab, const std::vector<int32_t>* banned) {
+  runs_.clear();
+  int32_t from = 0;
+  if (banned)
+    for (const int32_t id : *banned) {  // sorted; ids outside the row ignored
+      if (id < from || id >= vocab) continue;
+      if (id > from) runs_.emplace_back(from, id);
+      from = id + 1;
+    }
+  if (from < vocab) runs_.emplace_back(from, vocab);
+}
+
 int32_t Sampler::draw_all(const float* logits, int vocab, const std::vector<int32_t>* banned) {
   // Every candidate of the row (top_k 0): the same draw as draw() after a sort of the whole row
   // (walk the candidates from the most likely, subtracting each one's weight from a uniform r), but
@@ -41,56 +53,59 @@ int32_t Sampler::draw_all(const float* logits, int vocab, const std::vector<int3
   // (kBucketNats / kBuckets wide), which the sorted order visits one after another; the weights of
   // each bucket are summed in one pass, the bucket where the walk ends is found from those sums,
   // and only that bucket's candidates are put in order. A request sampling from the whole
-  // vocabulary costs its step a few passes over the row, not a sort of 248 k candidates a token on
-  // the thread every request's step runs on. (The sums are added in another order than the sorted
-  // walk's, which moves a draw only when r falls within a rounding error of a boundary.)
-  cand_.clear();
-  cand_.reserve(static_cast<size_t>(vocab));
-  float mx = -std::numeric_limits<float>::infinity(), mn = std::numeric_limits<float>::infinity();
-  for (int i = 0; i < vocab; ++i) {
-    if (!std::isfinite(logits[i])) return -1;  // a NaN or an infinity anywhere in the row: nothing to pick from
-    if (is_banned(banned, i)) continue;
-    const float v = logits[i] / p_.temperature;
-    cand_.push_back({v, i});
-    mx = std::max(mx, v);
-    mn = std::min(mn, v);
+  // vocabulary costs its step a few vectorised passes over the row (the CPU kernel table's
+  // row_bounds, bucket_mass and bucket_members), not a sort of 248 k candidates a token on the
+  // thread every request's step runs on. (The weights are float exps summed in double, in another
+  // order than the sorted walk's, which moves a draw only when r falls within a rounding error of a
+  // boundary.)
+  float lo = 0, hi = 0;
+  if (!k_->row_bounds(logits, vocab, &lo, &hi)) return -1;  // a NaN or an infinity anywhere in the row
+  allowed_runs(vocab, banned);
+  if (runs_.empty()) return argmax_scalar(logits, vocab);  // every id banned
+  if (banned) {  // the bounds of the allowed ids only
+    lo = std::numeric_limits<float>::infinity();
+    hi = -lo;
+    for (const auto& [b, e] : runs_) {
+      float l = 0, h = 0;
+      k_->row_bounds(logits + b, e - b, &l, &h);
+      lo = std::min(lo, l);
+      hi = std::max(hi, h);
+    }
   }
-  if (cand_.empty()) return argmax_scalar(logits, vocab);
+  // Dividing by a positive temperature keeps the order, so these are the candidates' extremes.
+  const float mx = hi / p_.temperature, mn = lo / p_.temperature;
+  // The most likely allowed candidate (the lowest id of the best value).
+  const auto most_likely = [&]() {
+    for (const auto& [b, e] : runs_)
+      for (int32_t i = b; i < e; ++i)
+        if (logits[i] / p_.temperature == mx) return i;
+    return runs_.front().first;  // not reached: mx is one of them
+  };
+  if (!std::isfinite(mx)) return most_likely();  // a scaled logit overflowed: the most likely
   // The buckets span the row's values (at most kBucketNats below the best: past that, weights below
   // e^-64 of the best share the last bucket), so a narrow row is cut as finely as a wide one.
   constexpr int kBuckets = 1024;
   constexpr float kBucketNats = 64.f;
   const float span = std::min(kBucketNats, mx - mn);
-  const float scale = span > 0 ? kBuckets / span : 0.f;
-  // Non-increasing in the value (a larger value is never in a later bucket), so the sorted order is
-  // the buckets in turn, each in its own order.
-  const auto bucket_of = [&](float v) {
-    const float d = (mx - v) * scale;
-    return d < static_cast<float>(kBuckets - 1) ? static_cast<int>(d) : kBuckets - 1;
-  };
-  // In float (a quarter of a double exp's time over 248 k values), summed in double.
-  const auto weight = [&](float v) { return static_cast<double>(std::exp(v - mx)); };
+  // A larger value is never in a later bucket, so the sorted order is the buckets in turn, each in
+  // its own order.
+  const cpu::BucketRule rule{p_.temperature, mx, span > 0 ? kBuckets / span : 0.f, kBuckets};
   mass_.assign(kBuckets, 0.0);
+  for (const auto& [b, e] : runs_) k_->bucket_mass(logits + b, e - b, rule, mass_.data());
   double total = 0;
-  for (const PickCandidate& c : cand_) {
-    const double w = weight(c.value);
-    mass_[static_cast<size_t>(bucket_of(c.value))] += w;
-    total += w;
-  }
-  if (!(total > 0 && std::isfinite(total))) {  // a scaled logit overflowed: the most likely
-    return std::min_element(cand_.begin(), cand_.end(), candidate_before)->id;
-  }
-  // Bucket b's candidates in draw order (into run_): gathered in id order, which is already the
+  for (const double m : mass_) total += m;
+  if (!(total > 0 && std::isfinite(total))) return most_likely();  // not reached: the best weighs 1
+  // Bucket b's candidates in draw order (into members_): gathered in id order, which is already the
   // draw order when their values are all equal.
   const auto bucket_run = [&](int b) {
-    run_.clear();
-    bool equal = true;
-    for (const PickCandidate& c : cand_)
-      if (bucket_of(c.value) == b) {
-        equal = equal && (run_.empty() || c.value == run_.front().value);
-        run_.push_back(c);
-      }
-    if (!equal) std::sort(run_.begin(), run_.end(), candidate_before);
+    members_.clear();
+    for (const auto& [r0, r1] : runs_) k_->bucket_members(logits + r0, r1 - r0, r0, rule, b, members_);
+    const bool equal = std::all_of(members_.begin(), members_.end(),
+                                   [&](const cpu::BucketMember& m) { return m.value == members_.front().value; });
+    if (!equal)
+      std::sort(members_.begin(), members_.end(), [](const cpu::BucketMember& x, const cpu::BucketMember& y) {
+        return x.value > y.value || (x.value == y.value && x.id < y.id);
+      });
   };
   // top_p: the shortest prefix whose probability reaches it (draw()'s rule): it ends in bucket
   // keep_b, after its first keep_j candidates; kept is its weight.
@@ -107,8 +122,8 @@ int32_t Sampler::draw_all(const float* logits, int vocab, const std::vector<int3
         continue;
       }
       bucket_run(b);
-      for (size_t j = 0; j < run_.size(); ++j) {
-        acc += weight(run_[j].value);
+      for (size_t j = 0; j < members_.size(); ++j) {
+        acc += members_[j].weight;
         if (acc / total >= p_.top_p) {
           keep_b = b;
           keep_j = j + 1;
@@ -134,13 +149,13 @@ int32_t Sampler::draw_all(const float* logits, int vocab, const std::vector<int3
       continue;
     }
     bucket_run(b);
-    const size_t end_j = partial ? std::min(keep_j, run_.size()) : run_.size();
+    const size_t end_j = partial ? std::min(keep_j, members_.size()) : members_.size();
     for (size_t j = 0; j < end_j; ++j) {
-      r -= weight(run_[j].value);
-      if (r <= 0 || (b == last_b && j + 1 == end_j)) return run_[j].id;
+      r -= members_[j].weight;
+      if (r <= 0 || (b == last_b && j + 1 == end_j)) return members_[j].id;
     }
   }
-  return std::min_element(cand_.begin(), cand_.end(), candidate_before)->id;  // not reached: last_b is walked
+  return most_likely();  // not reached: last_b is walked
 }
 
 int32_t Sampler::draw(const PickCandidate* cand, int n) {

@@ -2,8 +2,10 @@
 // Token sampling: greedy (temperature 0), or temperature with top-k / top-p from a seeded stream.
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "core/top_k.h"
 
 namespace lumen {
@@ -20,7 +22,9 @@ struct SamplingParams {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+  // k: the CPU kernel table whose passes the whole-vocabulary draw runs (the sampler runs on the
+  // host whatever the backend; samplerCheck names a table to check each).
+  explicit Sampler(const SamplingParams& p, const cpu::Kernels& k = cpu::kernels()) : p_(p), k_(&k), rng_(p.seed) {
     // A temperature this small is greedy: dividing logits by it would overflow to inf (and NaN
     // probabilities). vLLM draws the same line.
     if (p_.temperature < kGreedyBelowTemperature) p_.temperature = 0.f;
@@ -38,12 +42,16 @@ class Sampler {
  private:
   // sample() with every candidate of the row (top_k 0 or at least the vocabulary).
   int32_t draw_all(const float* logits, int vocab, const std::vector<int32_t>* banned);
+  // draw_all's pieces: the runs of ids between the banned ones.
+  void allowed_runs(int vocab, const std::vector<int32_t>* banned);
   SamplingParams p_;
+  const cpu::Kernels* k_;
   std::mt19937_64 rng_;
   std::vector<PickCandidate> cand_;
   std::vector<double> probs_;
-  std::vector<PickCandidate> run_;  // draw_all: one bucket's candidates
-  std::vector<double> mass_;        // draw_all: the weight of each bucket
+  std::vector<std::pair<int32_t, int32_t>> runs_;  // draw_all: [begin, end) of the allowed ids
+  std::vector<cpu::BucketMember> members_;         // draw_all: one bucket's candidates
+  std::vector<double> mass_;                       // draw_all: the weight of each bucket
 };
 
 // Most top-logprob alternatives a request may ask for.

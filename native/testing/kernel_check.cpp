@@ -179,6 +179,93 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   }
   obj.Set("expMaxRelErr", std::max(exp_err, rel_err(sum, sum_ref)));
 
+  // The whole-vocabulary sampler's passes (row_bounds, bucket_mass, bucket_members) against the
+  // rule in scalar code: rows of every length class (a vector tail, the vocabulary), each as one
+  // piece and as pieces cut at odd offsets; planted NaNs and infinities (the vector part, the tail);
+  // rows narrow and wide against kBucketNats, values far below the rest (a weight of 0) and
+  // temperatures 0.7, 1 and 2.5. Each bucket's members: the ids the scalar rule puts there, in order,
+  // with the value x / t bit for bit and the weight within 4 ulp of std::exp (0 below e^-87.3); each
+  // bucket's mass within 1e-6 of the reference weights' sum.
+  {
+    int64_t bound_cases = 0, bound_mismatches = 0, member_cases = 0, member_mismatches = 0;
+    double weight_err = 0, mass_err = 0;
+    const float temps[] = {0.7f, 1.f, 2.5f};
+    int variant = 0;
+    for (int n : {1, 5, 16, 37, 100, 1000, 4099, 248320}) {
+      for (int kind = 0; kind < 4; ++kind, ++variant) {
+        std::normal_distribution<float> nd(0.f, kind == 1 ? 0.02f : kind == 2 ? 30.f : 3.2f);
+        std::vector<float> x(static_cast<size_t>(n));
+        for (float& v : x) v = nd(rng);
+        if (kind == 3)
+          for (int i = 0; i < n; i += 7) x[static_cast<size_t>(i)] = -300.f;  // weights of 0
+        // Bounds: the row as it is, then with a NaN or an infinity planted.
+        float lo = 0, hi = 0;
+        ++bound_cases;
+        bound_mismatches += !K.row_bounds(x.data(), n, &lo, &hi) || lo != *std::min_element(x.begin(), x.end()) ||
+                            hi != *std::max_element(x.begin(), x.end());
+        for (float bad : {nan, inf, -inf}) {
+          std::vector<float> y = x;
+          y[static_cast<size_t>((variant * 131 + 17) % n)] = bad;
+          float l2 = 0, h2 = 0;
+          ++bound_cases;
+          bound_mismatches += K.row_bounds(y.data(), n, &l2, &h2);
+        }
+        const float t = temps[variant % 3];
+        constexpr int kBuckets = 64;  // fewer than the sampler's 1024, so every bucket is checked on the small rows
+        const float vmax = hi / t, span = std::min(64.f, vmax - lo / t);
+        const cpu::BucketRule rule{t, vmax, span > 0 ? kBuckets / span : 0.f, kBuckets};
+        const auto bucket_ref = [&](float v) {
+          const float d = (vmax - v) * rule.scale;
+          return d < static_cast<float>(kBuckets - 1) ? static_cast<int>(d) : kBuckets - 1;
+        };
+        std::vector<double> ref(kBuckets, 0.0);
+        for (const float xi : x) {
+          const float v = xi / t;
+          ref[static_cast<size_t>(bucket_ref(v))] += v - vmax >= -87.3f ? std::exp(static_cast<double>(v - vmax)) : 0.0;
+        }
+        // Cut points: none, and pieces at offsets that are no multiple of a vector.
+        std::vector<int> cuts = {0};
+        for (int c = 13; c < n; c += 13 + c / 3) cuts.push_back(c);
+        cuts.push_back(n);
+        for (int whole = 0; whole < 2; ++whole) {
+          const std::vector<int> at = whole ? std::vector<int>{0, n} : cuts;
+          std::vector<double> mass(kBuckets, 0.0);
+          for (size_t c = 0; c + 1 < at.size(); ++c) K.bucket_mass(x.data() + at[c], at[c + 1] - at[c], rule, mass.data());
+          for (int b = 0; b < kBuckets; ++b)
+            mass_err = std::max(mass_err, std::fabs(mass[static_cast<size_t>(b)] - ref[static_cast<size_t>(b)]) /
+                                              std::max(1e-30, ref[static_cast<size_t>(b)]));
+          for (int b = 0; b < kBuckets; b += n > 5000 ? 9 : 1) {
+            std::vector<cpu::BucketMember> got;
+            for (size_t c = 0; c + 1 < at.size(); ++c)
+              K.bucket_members(x.data() + at[c], at[c + 1] - at[c], at[c], rule, b, got);
+            size_t k = 0;
+            for (int i = 0; i < n; ++i) {
+              const float v = x[static_cast<size_t>(i)] / t;
+              if (bucket_ref(v) != b) continue;
+              ++member_cases;
+              if (k >= got.size() || got[k].id != i || std::memcmp(&got[k].value, &v, 4) != 0) {
+                ++member_mismatches;
+                continue;
+              }
+              const float e = v - vmax;
+              const double want = e >= -87.3f ? std::exp(static_cast<double>(e)) : 0.0;
+              weight_err = std::max(weight_err, want == 0 ? std::fabs(static_cast<double>(got[k].weight))
+                                                          : std::fabs(got[k].weight - want) / want);
+              ++k;
+            }
+            member_mismatches += static_cast<int64_t>(got.size() - std::min(got.size(), k));  // members the rule does not give
+          }
+        }
+      }
+    }
+    obj.Set("sampleBoundCases", static_cast<double>(bound_cases));
+    obj.Set("sampleBoundMismatches", static_cast<double>(bound_mismatches));
+    obj.Set("sampleMemberCases", static_cast<double>(member_cases));
+    obj.Set("sampleMemberMismatches", static_cast<double>(member_mismatches));
+    obj.Set("sampleWeightMaxRelErr", weight_err);
+    obj.Set("sampleMassMaxRelErr", mass_err);
+  }
+
   // Attention over a paged run: every query-group size the kernels specialise (1, 2, 4, 8) and
   // the generic path (3, 5); contexts that end inside a block, on a block boundary, and that leave
   // full blocks after the side-by-side groups (2, 5, 9 blocks); blocks scattered and out of order;

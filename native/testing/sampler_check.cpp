@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/top_k.h"
 #include "engine/sampler.h"
 
@@ -17,10 +18,17 @@ namespace lumen {
 // draws a row. Returns { draws, differences, first } (first: the first difference, or "").
 Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsNumber()) {
-    Napi::TypeError::New(env, "samplerCheck(rows, seed)").ThrowAsJavaScriptException();
+  if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsString()) {
+    Napi::TypeError::New(env, "samplerCheck(rows, seed, 'avx2' | 'avx512')").ThrowAsJavaScriptException();
     return env.Undefined();
   }
+  const std::string isa = info[2].As<Napi::String>().Utf8Value();
+  const auto& f = cpu_features();
+  if (!(isa == "avx2" && f.avx2 && f.fma) && !(isa == "avx512" && f.avx512)) {
+    Napi::Error::New(env, "samplerCheck: this machine has no '" + isa + "' kernel table").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  const cpu::Kernels& table = isa == "avx512" ? cpu::avx512::table : cpu::avx2::table;
   const int rows = info[0].As<Napi::Number>().Int32Value();
   std::mt19937_64 g(static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
   int64_t draws = 0, diffs = 0;
@@ -54,7 +62,7 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
     p.top_p = top_ps[row % 5];
     p.top_k = 0;
     p.seed = static_cast<uint64_t>(row);
-    Sampler whole(p), sorted(p);
+    Sampler whole(p, table), sorted(p, table);
     const std::vector<int32_t>* ban = banned.empty() ? nullptr : &banned;
     for (int k = 0; k < 20; ++k) {
       const int32_t got = whole.sample(x.data(), vocab, ban);

@@ -11,6 +11,22 @@
 
 namespace lumen::cpu {
 
+// The whole-vocabulary sampler's rule for one logits row (engine/sampler.cpp): a candidate's value
+// is v = x / temperature, its weight exp(v - vmax) (the kernels' vectorised exp; 0 below e^-87.3,
+// where that exp stops), its bucket min(trunc((vmax - v) * scale), buckets - 1).
+struct BucketRule {
+  float temperature;
+  float vmax;   // the largest value of the row's candidates (finite)
+  float scale;  // buckets per unit of value below vmax (0: one bucket)
+  int buckets;
+};
+// A candidate of one bucket: its value, id and weight, by the rule above.
+struct BucketMember {
+  float value;
+  int32_t id;
+  float weight;
+};
+
 struct Kernels {
   // y[m*ldy + n] = dot(x[m*K ..], W[n*K ..]) for m in [0, M), n in [n0, n1). W is f32 or bf16.
   void (*matmul)(const float* x, int64_t M, int64_t K, const void* w, DType wt, int64_t n0, int64_t n1,
@@ -134,6 +150,15 @@ struct Kernels {
                         std::vector<float>& scratch);
   void (*to_f16)(const float* x, uint16_t* out, int64_t n);
   void (*mul_sigmoid)(float* o, const float* gate, int64_t n);  // o *= sigmoid(gate)
+  // The whole-vocabulary sampler's passes over a piece x[0, n) of a logits row whose first id is
+  // id0 (isa/sample.cpp; BucketRule above): row_bounds writes the smallest and the largest value of
+  // x and returns true, or returns false (nothing written) when one is NaN or infinite (n = 0: true,
+  // +inf and -inf); bucket_mass adds each candidate's weight, in double, to mass[its bucket];
+  // bucket_members appends the candidates of bucket b to out, in id order.
+  bool (*row_bounds)(const float* x, int64_t n, float* lo, float* hi);
+  void (*bucket_mass)(const float* x, int64_t n, const BucketRule& rule, double* mass);
+  void (*bucket_members)(const float* x, int64_t n, int32_t id0, const BucketRule& rule, int b,
+                         std::vector<BucketMember>& out);
 };
 
 constexpr int kPanel = 16;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/gdn_cpu.h"
+#include "backend/cpu/kernels.h"
 #include "core/dtype.h"
 
 #ifndef LUMEN_ISA
@@ -91,6 +92,12 @@ void gdn_chunked(float* S, const lumen::cpu::GdnHeadIO& io, int n, int dk, int d
 void gdn_chunked_128(float* S, const lumen::cpu::GdnHeadIO& io, int n, std::vector<float>& scratch);
 void conv_silu(const float* x, int64_t xs, int T, float* state, const float* wT, int kc, int64_t cd, int64_t c0,
                int64_t c1, float* out, int64_t os);
+
+// sample.cpp
+bool row_bounds(const float* x, int64_t n, float* lo, float* hi);
+void bucket_mass(const float* x, int64_t n, const lumen::cpu::BucketRule& rule, double* mass);
+void bucket_members(const float* x, int64_t n, int32_t id0, const lumen::cpu::BucketRule& rule, int b,
+                    std::vector<lumen::cpu::BucketMember>& out);
 
 }  // namespace lumen::cpu::LUMEN_ISA
 #pragma GCC visibility pop

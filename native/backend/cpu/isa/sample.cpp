@@ -1,0 +1,142 @@
+// The whole-vocabulary sampler's passes over a logits row (kernels.h, BucketRule): the row's
+// bounds, each bucket's weight, and one bucket's candidates. Every lane computes the same IEEE
+// operations in the same order (a division, a subtraction, a product, vexp), and a piece's tail
+// goes through the same vector code on a padded copy, so a value, weight and bucket are the same
+// bits in both passes, on both tables and wherever the piece starts.
+#include <algorithm>
+#include <limits>
+
+#include "backend/cpu/isa/entry_points.h"
+#include "backend/cpu/isa/simd.h"
+
+namespace lumen::cpu::LUMEN_ISA {
+
+namespace {
+
+// Per lane: 1 where a >= b, as a bit of the result (lane i: bit i).
+#if defined(__AVX512F__)
+inline void store_trunc(int32_t* p, vf a) { _mm512_store_si512(p, _mm512_cvttps_epi32(a)); }
+inline void store_f64(double* p, vf a) {
+  _mm512_store_pd(p, _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
+  _mm512_store_pd(p + 8, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+}
+inline unsigned ge_bits(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+inline unsigned lt_bits(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+inline vf keep_where_ge(vf x, vf a, vf b) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, b, _CMP_GE_OQ), x); }
+#else
+inline void store_trunc(int32_t* p, vf a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), _mm256_cvttps_epi32(a)); }
+inline void store_f64(double* p, vf a) {
+  _mm256_store_pd(p, _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
+  _mm256_store_pd(p + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+}
+inline unsigned ge_bits(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ))); }
+inline unsigned lt_bits(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ))); }
+inline vf keep_where_ge(vf x, vf a, vf b) { return _mm256_and_ps(x, _mm256_cmp_ps(a, b, _CMP_GE_OQ)); }
+#endif
+
+// vexp's lower clamp: below it the weight is 0 rather than exp(-87.3).
+constexpr float kExpFloor = -87.3f;
+
+struct Lanes {
+  vf t, top, scale, last;
+  explicit Lanes(const BucketRule& r)
+      : t(vset1(r.temperature)), top(vset1(r.vmax)), scale(vset1(r.scale)), last(vset1(static_cast<float>(r.buckets - 1))) {}
+  vf value(vf x) const { return vdiv(x, t); }
+  // min(d, buckets - 1) with d = (vmax - v) * scale: its truncation is the bucket (d >= 0; vmin
+  // returns its second operand for a NaN, so nothing reaches past the last bucket).
+  vf bucket(vf v) const { return vmin(vmul(vsub(top, v), scale), last); }
+  vf weight(vf v) const {
+    const vf e = vsub(v, top);
+    return keep_where_ge(vexp(e), e, vset1(kExpFloor));
+  }
+};
+
+// A piece's last n < VW values as a vector (the rest of the lanes 0; the caller uses only n).
+inline vf load_tail(const float* x, int64_t n) {
+  alignas(64) float buf[VW] = {};
+  std::copy(x, x + n, buf);
+  return vload(buf);
+}
+
+}  // namespace
+
+bool row_bounds(const float* x, int64_t n, float* lo, float* hi) {
+  // x - x is 0 for a finite value and NaN otherwise: summed per lane, NaN once one is not finite.
+  vf mx[2] = {vset1(-INFINITY), vset1(-INFINITY)}, mn[2] = {vset1(INFINITY), vset1(INFINITY)}, bad = vzero();
+  int64_t i = 0;
+  for (; i + 2 * VW <= n; i += 2 * VW)
+    for (int u = 0; u < 2; ++u) {
+      const vf v = vload(x + i + u * VW);
+      mx[u] = vmax(mx[u], v);
+      mn[u] = vmin(mn[u], v);
+      bad = vadd(bad, vsub(v, v));
+    }
+  alignas(64) float a[VW], b[VW], c[VW];
+  vstore(a, vmax(mx[0], mx[1]));
+  vstore(b, vmin(mn[0], mn[1]));
+  vstore(c, bad);
+  float h = -std::numeric_limits<float>::infinity(), l = std::numeric_limits<float>::infinity();
+  for (int j = 0; j < VW; ++j) {
+    if (c[j] != 0.f) return false;
+    h = std::max(h, a[j]);
+    l = std::min(l, b[j]);
+  }
+  for (; i < n; ++i) {
+    if (!std::isfinite(x[i])) return false;
+    h = std::max(h, x[i]);
+    l = std::min(l, x[i]);
+  }
+  *lo = l;
+  *hi = h;
+  return true;
+}
+
+void bucket_mass(const float* x, int64_t n, const BucketRule& rule, double* mass) {
+  // Four vectors' weights and buckets at a time, then their additions: the four exps' chains of
+  // dependent FMAs run side by side rather than each behind the previous vector's additions.
+  constexpr int kU = 4;
+  const Lanes L(rule);
+  alignas(64) double w[kU * VW];
+  alignas(64) int32_t d[kU * VW];
+  const auto put = [&](int u, vf xv) {
+    const vf v = L.value(xv);
+    store_f64(w + u * VW, L.weight(v));
+    store_trunc(d + u * VW, L.bucket(v));
+  };
+  int64_t i = 0;
+  for (; i + kU * VW <= n; i += kU * VW) {
+    for (int u = 0; u < kU; ++u) put(u, vload(x + i + u * VW));
+    for (int j = 0; j < kU * VW; ++j) mass[d[j]] += w[j];
+  }
+  for (; i < n; i += VW) {
+    const int64_t lanes = std::min<int64_t>(VW, n - i);
+    put(0, lanes == VW ? vload(x + i) : load_tail(x + i, lanes));
+    for (int64_t j = 0; j < lanes; ++j) mass[d[j]] += w[j];
+  }
+}
+
+void bucket_members(const float* x, int64_t n, int32_t id0, const BucketRule& rule, int b,
+                    std::vector<BucketMember>& out) {
+  // A candidate is in bucket b when b <= min(d, buckets - 1) < b + 1 (the truncation, for d >= 0).
+  const Lanes L(rule);
+  const vf lo = vset1(static_cast<float>(b)), hi = vset1(static_cast<float>(b + 1));
+  alignas(64) float v[VW], w[VW];
+  const auto scan = [&](vf xv, int64_t at, int64_t lanes) {
+    const vf val = L.value(xv);
+    const vf d = L.bucket(val);
+    unsigned bits = ge_bits(d, lo) & lt_bits(d, hi);
+    if (lanes < VW) bits &= (1u << lanes) - 1;
+    if (bits == 0) return;
+    vstore(v, val);
+    vstore(w, L.weight(val));
+    for (; bits != 0; bits &= bits - 1) {
+      const int j = __builtin_ctz(bits);
+      out.push_back({v[j], id0 + static_cast<int32_t>(at + j), w[j]});
+    }
+  };
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) scan(vload(x + i), i, VW);
+  if (i < n) scan(load_tail(x + i, n - i), i, n - i);
+}
+
+}  // namespace lumen::cpu::LUMEN_ISA
