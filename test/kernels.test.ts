@@ -8,6 +8,7 @@ interface TableCheck {
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; attnTileMaxErr: number; attnTileOrderDiffs: number; attnF16Diffs: number; toF16Diffs: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number; gdnSpanCases: number; gdnSpanMismatches: number;
   sampleBoundCases: number; sampleBoundMismatches: number; sampleMemberCases: number; sampleMemberMismatches: number; sampleWeightMaxRelErr: number; sampleMassMaxRelErr: number;
+  logprobSumMaxRelErr: number; topValueCases: number; topValueMismatches: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; packedRowCases?: number; packedRowMismatches?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
@@ -81,6 +82,14 @@ describe('CPU kernels against scalar references', () => {
       expect(r.sampleMemberMismatches).toBe(0);
       expect(r.sampleWeightMaxRelErr).toBeLessThan(5e-7); // the vectorised exp: within 4 ulp of exp
       expect(r.sampleMassMaxRelErr).toBeLessThan(1e-6);
+    });
+
+    it.runIf(res[isa] !== undefined)(`${isa}: log-softmax's passes (the sum of a row's exps, its k largest values) follow the scalar code${why}`, () => {
+      const r = res[isa]!;
+      expect(r.logprobSumMaxRelErr).toBeLessThan(1e-6); // f32 exps summed in double, against double
+      // the ids and values of the scalar insertion in order (ties: the lower id first)
+      expect(r.topValueCases).toBe(96);
+      expect(r.topValueMismatches).toBe(0);
     });
   }
 

@@ -18,7 +18,7 @@ bool is_banned(const std::vector<int32_t>* banned, int32_t id) {
 
 int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_t>* banned) {
   if (p_.temperature <= 0.f) {
-    const int32_t best = argmax_scalar(logits, vocab);
+    const int32_t best = k_->argmax(logits, vocab);  // argmax_scalar's pick, vectorised
     if (best < 0 || !is_banned(banned, best)) return best;
     int32_t pick = -1;
     for (int i = 0; i < vocab; ++i)
@@ -189,27 +189,13 @@ int32_t Sampler::draw(const PickCandidate* cand, int n) {
 }
 
 void row_logprobs(const float* logits, int vocab, int32_t token, int n, float* token_logprob, int32_t* top_ids,
-                  float* top_logprobs) {
-  // One pass for the maximum and the n best (kept sorted, most likely first), one for the sum.
+                  float* top_logprobs, const cpu::Kernels& k) {
+  // One pass for the maximum, one for the n best (kept sorted, most likely first), one for the sum:
+  // the CPU kernel table's, vectorised.
   n = std::clamp(n, 0, std::min(kMaxTopLogprobs, vocab));
-  int kept = 0;
-  float mx = logits[0];
-  for (int i = 0; i < vocab; ++i) {
-    const float v = logits[i];
-    mx = std::max(mx, v);
-    if (n == 0 || (kept == n && !(v > top_logprobs[n - 1]))) continue;
-    int j = kept < n ? kept++ : n - 1;
-    while (j > 0 && v > top_logprobs[j - 1]) {
-      top_logprobs[j] = top_logprobs[j - 1];
-      top_ids[j] = top_ids[j - 1];
-      --j;
-    }
-    top_logprobs[j] = v;
-    top_ids[j] = i;
-  }
-  double sum = 0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
-  const double lse = static_cast<double>(mx) + std::log(sum);
+  const float mx = k.max_value(logits, vocab);
+  k.top_values(logits, vocab, n, top_ids, top_logprobs);
+  const double lse = static_cast<double>(mx) + std::log(k.exp_sum(logits, vocab, mx));
   *token_logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
   for (int j = 0; j < n; ++j) top_logprobs[j] = static_cast<float>(static_cast<double>(top_logprobs[j]) - lse);
 }

@@ -59,8 +59,9 @@ constexpr int kMaxTopLogprobs = 20;
 
 // Log-softmax of one logits row (raw logits, before temperature or any ban): the logprob of
 // `token`, and the `n` most likely ids with their logprobs, most likely first (ties: lower id).
-// n <= kMaxTopLogprobs; top_ids / top_logprobs hold n entries.
+// n <= kMaxTopLogprobs; top_ids / top_logprobs hold n entries. k: the CPU kernel table whose
+// passes it runs (as Sampler's).
 void row_logprobs(const float* logits, int vocab, int32_t token, int n, float* token_logprob, int32_t* top_ids,
-                  float* top_logprobs);
+                  float* top_logprobs, const cpu::Kernels& k = cpu::kernels());
 
 }  // namespace lumen

@@ -266,6 +266,54 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
     obj.Set("sampleMassMaxRelErr", mass_err);
   }
 
+  // Log-softmax's passes: exp_sum against the sum of exps in double (rows down to -300 below the
+  // shift: terms of 0), top_values against the scalar insertion of each value in order (k of 0, 1,
+  // 5 and 20, rows shorter than k, ties planted across vectors and in the tail; a rising row, where
+  // every vector beats the k-th).
+  {
+    int64_t top_cases = 0, top_mismatches = 0;
+    double sum_err = 0;
+    int variant = 0;
+    for (int n : {1, 3, 16, 19, 100, 1000, 4099, 248320}) {
+      for (int kind = 0; kind < 3; ++kind, ++variant) {
+        std::normal_distribution<float> nd(0.f, 3.2f);
+        std::vector<float> x(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) {
+          float& v = x[static_cast<size_t>(i)];
+          v = kind == 2 ? static_cast<float>(i) * 1e-3f : nd(rng);
+          if (kind == 1) v = std::round(v);  // ties everywhere
+          if (kind == 0 && i % 11 == 0) v = -300.f;
+        }
+        const float shift = *std::max_element(x.begin(), x.end());
+        double want = 0;
+        for (const float v : x) want += v - shift >= -87.3f ? std::exp(static_cast<double>(v - shift)) : 0.0;
+        sum_err = std::max(sum_err, rel_err(K.exp_sum(x.data(), n, shift), want));
+        for (int k : {0, 1, 5, 20}) {
+          std::vector<int32_t> ids(20, -1), rids(20, -1);
+          std::vector<float> vals(20, nan), rvals(20, nan);
+          int kept = 0;
+          for (int i = 0; i < n && k > 0; ++i) {
+            const float v = x[static_cast<size_t>(i)];
+            if (kept == k && !(v > rvals[static_cast<size_t>(k - 1)])) continue;
+            int j = kept < k ? kept++ : k - 1;
+            for (; j > 0 && v > rvals[static_cast<size_t>(j - 1)]; --j) {
+              rvals[static_cast<size_t>(j)] = rvals[static_cast<size_t>(j - 1)];
+              rids[static_cast<size_t>(j)] = rids[static_cast<size_t>(j - 1)];
+            }
+            rvals[static_cast<size_t>(j)] = v;
+            rids[static_cast<size_t>(j)] = i;
+          }
+          ++top_cases;
+          top_mismatches += K.top_values(x.data(), n, k, ids.data(), vals.data()) != kept || ids != rids ||
+                            std::memcmp(vals.data(), rvals.data(), sizeof(float) * static_cast<size_t>(kept)) != 0;
+        }
+      }
+    }
+    obj.Set("logprobSumMaxRelErr", sum_err);
+    obj.Set("topValueCases", static_cast<double>(top_cases));
+    obj.Set("topValueMismatches", static_cast<double>(top_mismatches));
+  }
+
   // Attention over a paged run: every query-group size the kernels specialise (1, 2, 4, 8) and
   // the generic path (3, 5); contexts that end inside a block, on a block boundary, and that leave
   // full blocks after the side-by-side groups (2, 5, 9 blocks); blocks scattered and out of order;

@@ -159,6 +159,13 @@ struct Kernels {
   void (*bucket_mass)(const float* x, int64_t n, const BucketRule& rule, double* mass);
   void (*bucket_members)(const float* x, int64_t n, int32_t id0, const BucketRule& rule, int b,
                          std::vector<BucketMember>& out);
+  // Log-softmax's passes over a logits row (engine/sampler.cpp, row_logprobs; isa/sample.cpp):
+  // exp_sum returns the sum of exp(x[i] - shift) in double, each term the vectorised exp of x[i] -
+  // shift in f32 (0 below e^-87.3); top_values writes the k largest of x[0, n) to vals and their
+  // ids to ids, largest first and of equal values the lower id first (what offering each value in
+  // order, kept when it beats the k-th, gives), and returns how many (min(k, n)).
+  double (*exp_sum)(const float* x, int64_t n, float shift);
+  int (*top_values)(const float* x, int64_t n, int k, int32_t* ids, float* vals);
 };
 
 constexpr int kPanel = 16;

@@ -98,6 +98,8 @@ bool row_bounds(const float* x, int64_t n, float* lo, float* hi);
 void bucket_mass(const float* x, int64_t n, const lumen::cpu::BucketRule& rule, double* mass);
 void bucket_members(const float* x, int64_t n, int32_t id0, const lumen::cpu::BucketRule& rule, int b,
                     std::vector<lumen::cpu::BucketMember>& out);
+double exp_sum(const float* x, int64_t n, float shift);
+int top_values(const float* x, int64_t n, int k, int32_t* ids, float* vals);
 
 }  // namespace lumen::cpu::LUMEN_ISA
 #pragma GCC visibility pop

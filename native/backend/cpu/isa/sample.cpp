@@ -1,5 +1,6 @@
 // The whole-vocabulary sampler's passes over a logits row (kernels.h, BucketRule): the row's
-// bounds, each bucket's weight, and one bucket's candidates. Every lane computes the same IEEE
+// bounds, each bucket's weight, and one bucket's candidates; and log-softmax's (logprobs): the sum
+// of the row's exps and its k largest values. Every lane computes the same IEEE
 // operations in the same order (a division, a subtraction, a product, vexp), and a piece's tail
 // goes through the same vector code on a padded copy, so a value, weight and bucket are the same
 // bits in both passes, on both tables and wherever the piece starts.
@@ -21,6 +22,7 @@ inline void store_f64(double* p, vf a) {
   _mm512_store_pd(p + 8, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
 }
 inline unsigned ge_bits(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+inline unsigned gt_bits(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
 inline unsigned lt_bits(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 inline vf keep_where_ge(vf x, vf a, vf b) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, b, _CMP_GE_OQ), x); }
 #else
@@ -30,12 +32,15 @@ inline void store_f64(double* p, vf a) {
   _mm256_store_pd(p + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
 }
 inline unsigned ge_bits(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ))); }
+inline unsigned gt_bits(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ))); }
 inline unsigned lt_bits(vf a, vf b) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ))); }
 inline vf keep_where_ge(vf x, vf a, vf b) { return _mm256_and_ps(x, _mm256_cmp_ps(a, b, _CMP_GE_OQ)); }
 #endif
 
 // vexp's lower clamp: below it the weight is 0 rather than exp(-87.3).
 constexpr float kExpFloor = -87.3f;
+
+inline vf floored_exp(vf e) { return keep_where_ge(vexp(e), e, vset1(kExpFloor)); }
 
 struct Lanes {
   vf t, top, scale, last;
@@ -45,10 +50,7 @@ struct Lanes {
   // min(d, buckets - 1) with d = (vmax - v) * scale: its truncation is the bucket (d >= 0; vmin
   // returns its second operand for a NaN, so nothing reaches past the last bucket).
   vf bucket(vf v) const { return vmin(vmul(vsub(top, v), scale), last); }
-  vf weight(vf v) const {
-    const vf e = vsub(v, top);
-    return keep_where_ge(vexp(e), e, vset1(kExpFloor));
-  }
+  vf weight(vf v) const { return floored_exp(vsub(v, top)); }
 };
 
 // A piece's last n < VW values as a vector (the rest of the lanes 0; the caller uses only n).
@@ -137,6 +139,51 @@ void bucket_members(const float* x, int64_t n, int32_t id0, const BucketRule& ru
   int64_t i = 0;
   for (; i + VW <= n; i += VW) scan(vload(x + i), i, VW);
   if (i < n) scan(load_tail(x + i, n - i), i, n - i);
+}
+
+double exp_sum(const float* x, int64_t n, float shift) {
+  // Two vectors at a time, each term widened to double and summed per lane.
+  const vf sh = vset1(shift);
+  alignas(64) double w[2 * VW];
+  double acc[2 * VW] = {};
+  int64_t i = 0;
+  for (; i + 2 * VW <= n; i += 2 * VW) {
+    store_f64(w, floored_exp(vsub(vload(x + i), sh)));
+    store_f64(w + VW, floored_exp(vsub(vload(x + i + VW), sh)));
+    for (int j = 0; j < 2 * VW; ++j) acc[j] += w[j];
+  }
+  for (; i < n; i += VW) {
+    const int64_t lanes = std::min<int64_t>(VW, n - i);
+    store_f64(w, floored_exp(vsub(lanes == VW ? vload(x + i) : load_tail(x + i, lanes), sh)));
+    for (int64_t j = 0; j < lanes; ++j) acc[j] += w[j];
+  }
+  double s = 0;
+  for (const double a : acc) s += a;
+  return s;
+}
+
+int top_values(const float* x, int64_t n, int k, int32_t* ids, float* vals) {
+  // Each value offered in id order, as the scalar insertion does; a vector whose values none beat
+  // the k-th is passed over whole (a superset of the lanes to offer: the k-th only rises within it).
+  if (k <= 0) return 0;
+  int kept = 0;
+  const auto offer = [&](int64_t i) {
+    const float v = x[i];
+    if (kept == k && !(v > vals[k - 1])) return;
+    int j = kept < k ? kept++ : k - 1;
+    for (; j > 0 && v > vals[j - 1]; --j) {
+      vals[j] = vals[j - 1];
+      ids[j] = ids[j - 1];
+    }
+    vals[j] = v;
+    ids[j] = static_cast<int32_t>(i);
+  };
+  int64_t i = 0;
+  for (; i < n && kept < k; ++i) offer(i);
+  for (; i + VW <= n; i += VW)
+    for (unsigned bits = gt_bits(vload(x + i), vset1(vals[k - 1])); bits != 0; bits &= bits - 1) offer(i + __builtin_ctz(bits));
+  for (; i < n; ++i) offer(i);
+  return kept;
 }
 
 }  // namespace lumen::cpu::LUMEN_ISA
