@@ -4,6 +4,7 @@
 #include "addon/engine_wrap.h"
 #include "addon/kernel_bench.h"
 #include "addon/machine_probe.h"
+#include "addon/sampler_bench.h"
 #include "checkpoint/config.h"
 #include "core/cpu_features.h"
 #include "engine/sequence.h"
@@ -62,6 +63,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Engine", lumen::InitEngineClass(env));
   exports.Set("probeMachine", Napi::Function::New(env, lumen::ProbeMachine));
   exports.Set("kernelBench", Napi::Function::New(env, lumen::KernelBench));
+  exports.Set("samplerBench", Napi::Function::New(env, lumen::SamplerBench));
 #if defined(LUMEN_TEST_HOOKS)
   // Test-only checks (native/testing/, CMake option LUMEN_TEST_HOOKS): the test suite calls them.
   exports.Set("kernelCheck", Napi::Function::New(env, lumen::KernelCheck));
