@@ -172,6 +172,13 @@ class Backend {
   // not host memory, then picks there (argmax_rows; the sampler's own top-k).
   virtual void pick_rows(const float* logits, int n, int vocab, const RowPick* picks, float* host_logits,
                          int32_t* ids, PickCandidate* cands);
+  // Runs fn(i) once for each i in [0, n) on the host, in any order, possibly on several threads (the
+  // CPU backend's pool; this default runs them in order on the calling thread); returns when all are
+  // done, rethrowing the first exception one threw. For the step's host work on its logits rows
+  // (whole-row draws, logprobs), independent from row to row.
+  virtual void host_parallel(int n, const std::function<void(int)>& fn) {
+    for (int i = 0; i < n; ++i) fn(i);
+  }
   // Scratch activation memory (backend memory), valid for the backend's lifetime.
   virtual float* scratch(size_t n_floats) = 0;
   virtual void end_step() {}

@@ -27,6 +27,14 @@ namespace {
 // Rows of the vocabulary head computed together (its activations are sized for this many).
 constexpr int kLogitGroup = 32;
 
+// A row's token drawn on the host (and its logprobs, for a streamed request that asks for them).
+struct HostDraw {
+  int32_t tok = -1;
+  float logprob = 0;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+
 // Resident set of this process (bytes), from /proc/self/statm; 0 where it cannot be read.
 int64_t process_rss_bytes() {
 #if defined(__linux__)
@@ -733,6 +741,29 @@ void Engine::step_once() {
   model_->forward(b, logits_buf_.data(), picks.data(), pick_ids.data(), pick_cands_.data());
   const int64_t t_sample = now_ns();
   const double step_ms = ns_to_ms(t_sample - t_fwd);
+  // The rows whose token is drawn on the host from the whole row (top_k 0 or past kMaxPickK,
+  // min_tokens, logprobs): each row's draw and logprobs depend on that row and its own sequence's
+  // sampler only, so they run on the backend's host threads side by side, before the walk below.
+  std::vector<size_t> host_rows;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Sequence& s = *order[i];
+    if (last_row[i] >= 0 && s.n_computed + b.segs[i].len == static_cast<int>(s.tokens.size()) && s.samples() &&
+        picks[static_cast<size_t>(last_row[i])].mode == RowPick::kLogits)
+      host_rows.push_back(i);
+  }
+  std::vector<HostDraw> host_draws(order.size());
+  backend_->host_parallel(static_cast<int>(host_rows.size()), [&](int j) {
+    const size_t i = host_rows[static_cast<size_t>(j)];
+    Sequence& s = *order[i];
+    HostDraw& d = host_draws[i];
+    const float* row = logits_buf_.data() + static_cast<int64_t>(last_row[i]) * cfg_.vocab;
+    d.tok = s.sampler->sample(row, cfg_.vocab, s.generated < s.req.min_tokens ? &s.req.stop : nullptr);
+    if (d.tok < 0 || !s.req.stream || s.req.logprobs < 0) return;
+    const size_t n_top = static_cast<size_t>(std::min(s.req.logprobs, cfg_.vocab));
+    d.top_ids.resize(n_top);
+    d.top_logprobs.resize(n_top);
+    row_logprobs(row, cfg_.vocab, d.tok, s.req.logprobs, &d.logprob, d.top_ids.data(), d.top_logprobs.data());
+  });
   std::vector<EngineEvent> evs;
   int step_tokens = 0;
   std::vector<Sequence*> finished;
@@ -757,7 +788,6 @@ void Engine::step_once() {
       finished.push_back(&s);
       continue;
     }
-    const bool suppress = s.generated < s.req.min_tokens;
     const RowPick& pick = picks[last_row[i]];
     int32_t tok;
     if (pick.mode == RowPick::kArgmax) {
@@ -765,7 +795,7 @@ void Engine::step_once() {
     } else if (pick.mode == RowPick::kTopK) {
       tok = s.sampler->draw(pick_cands_.data() + pick.cand_offset, pick.k);
     } else {
-      tok = s.sampler->sample(last, cfg_.vocab, suppress ? &s.req.stop : nullptr);
+      tok = host_draws[i].tok;  // drawn above
     }
     if (tok < 0) {
       failed.push_back(&s);
@@ -783,12 +813,12 @@ void Engine::step_once() {
       e.id = s.id;
       e.token = tok;
       e.index = s.generated - 1;
-      if (s.req.logprobs >= 0) {
+      if (s.req.logprobs >= 0) {  // computed with the draw (a request with logprobs takes the whole row)
+        HostDraw& d = host_draws[i];
         e.has_logprobs = true;
-        const size_t n_top = static_cast<size_t>(std::min(s.req.logprobs, cfg_.vocab));
-        e.top_ids.resize(n_top);
-        e.top_logprobs.resize(n_top);
-        row_logprobs(last, cfg_.vocab, tok, s.req.logprobs, &e.logprob, e.top_ids.data(), e.top_logprobs.data());
+        e.logprob = d.logprob;
+        e.top_ids = std::move(d.top_ids);
+        e.top_logprobs = std::move(d.top_logprobs);
       }
       evs.push_back(std::move(e));
     }

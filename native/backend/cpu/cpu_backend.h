@@ -89,6 +89,7 @@ class CpuBackend final : public Backend {
            const float* decay_in, float* out) override;
   void gather_rows(const float* x, int first, int count, float* y, int dim) override;
   void argmax_rows(const float* logits, const int* rows, int n, int vocab, int32_t* out) override;
+  void host_parallel(int n, const std::function<void(int)>& fn) override;
   bool host_memory() const override { return true; }
   void logits_to_host(const float* src, float* dst, int64_t n) override {
     if (src != dst) std::copy(src, src + n, dst);
