@@ -47,6 +47,30 @@ describe('engine: logprobs and min_tokens', () => {
     }
   });
 
+  it('sampled requests in one step each get their own row\'s draw and logprobs (a step\'s host draws run side by side)', async () => {
+    // Four whole-vocabulary draws with logprobs in every decode step (four rows drawn on the
+    // backend's threads): each token and its logprobs as the same request gives alone, the logprobs
+    // those of its own row.
+    const reqs = [0, 1, 2, 3].map((k) => ({
+      prompt: promptIds(11 + 7 * k, 30 + k), maxTokens: 6, ignoreEos: true, temperature: 1.3, seed: 100 + k, logits: 'all' as const, logprobs: 3,
+    }));
+    const alone = [];
+    for (const q of reqs) alone.push(await engine.submit(q).done);
+    const stepsBefore = engine.stats().steps;
+    const together = await Promise.all(reqs.map((q) => engine.submit(q).done));
+    expect(engine.stats().steps - stepsBefore).toBeLessThan(4 * 6); // they shared steps
+    for (let k = 0; k < 4; k++) {
+      const r = together[k]!;
+      expect(r.tokens, `request ${k}`).toEqual(alone[k]!.tokens);
+      for (let i = 0; i < 6; i++) {
+        const row = reqs[k]!.prompt.length - 1 + i;
+        const ref = logSoftmaxRow(r.logits!, row, VOCAB);
+        expect(r.logprobs![i]!.logprob).toBeCloseTo(ref[r.tokens[i]!]!, 4);
+        expect(r.logprobs![i]!.top.map((t) => t.token)).toEqual(ranked(r.logits!, row).slice(0, 3));
+      }
+    }
+  });
+
   it('logprobs 0 gives the sampled token\'s logprob alone; more than 20 alternatives is refused', async () => {
     const r = await engine.submit({ prompt: promptIds(9, 2), maxTokens: 3, ignoreEos: true, logprobs: 0 }).done;
     expect(r.logprobs!.map((l) => l.top.length)).toEqual([0, 0, 0]);
