@@ -19,7 +19,7 @@ import { median, pairedRatios, roundOrder } from './bench-model.js';
 interface SamplerBenchResult { isa: string; vocab: number; rows: number; draws: number; drawMs: number; sortedDrawMs: number; argmaxMs: number; logprobsMs: number }
 interface SamplerBenchAddon {
   samplerBench?: (o: { vocab: number; rows: number; draws: number; temperature: number; topP: number; topLogprobs: number; isa: string }) => SamplerBenchResult;
-  cpuInfo(): { avx2: boolean; avx512: boolean };
+  cpuInfo(): { avx2: boolean; avx512: boolean; avx512bf16: boolean };
 }
 
 interface Options { rounds: number; draws: number; rows: number; vocab: number; temperature: number; topP: number; topLogprobs: number; json?: string }
@@ -48,8 +48,8 @@ function main(): void {
   const bench = addon.samplerBench;
   if (typeof bench !== 'function') throw new Error('this build of the native addon has no samplerBench: rebuild it with `npm run build:native`');
   const info = addon.cpuInfo();
-  const isas = [...(info.avx2 ? ['avx2'] : []), ...(info.avx512 ? ['avx512'] : [])];
-  if (isas.length === 0) throw new Error('this CPU runs neither kernel table (AVX2 + FMA, AVX-512)');
+  const isas = [...(info.avx2 ? ['avx2'] : []), ...(info.avx512 && info.avx512bf16 ? ['avx512'] : [])]; // the AVX-512 table needs BF16 (and VNNI)
+  if (isas.length === 0) throw new Error('this CPU runs neither kernel table (AVX2 + FMA, AVX-512 BF16)');
   const runs = new Map<string, SamplerBenchResult[]>(isas.map((i) => [i, []]));
   for (let r = 0; r < opt.rounds; r++) {
     log(`round ${r + 1}/${opt.rounds} ...`);

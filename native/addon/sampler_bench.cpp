@@ -46,7 +46,8 @@ Opts parse(const Napi::CallbackInfo& info) {
   b.temperature = static_cast<float>(num_field(o, "temperature", b.temperature, 1e-3, 100, false));
   b.top_p = static_cast<float>(num_field(o, "topP", b.top_p, 0, 1, false));
   b.top_logprobs = static_cast<int>(num_field(o, "topLogprobs", b.top_logprobs, 0, kMaxTopLogprobs, true));
-  b.isa = o.Has("isa") && o.Get("isa").IsString() ? o.Get("isa").As<Napi::String>().Utf8Value() : active_isa_name();
+  b.isa = o.Has("isa") && o.Get("isa").IsString() ? o.Get("isa").As<Napi::String>().Utf8Value()
+                                                   : active_isa() == Isa::avx512 ? "avx512" : "avx2";
   return b;
 }
 
@@ -62,9 +63,10 @@ Napi::Value SamplerBench(const Napi::CallbackInfo& info) {
   try {
     const Opts o = parse(info);
     const auto& f = cpu_features();
-    const bool avx512 = o.isa.rfind("avx512", 0) == 0;
-    if (!(avx512 ? f.avx512 : o.isa == "avx2" && f.avx2 && f.fma))
-      throw std::invalid_argument("samplerBench: this machine has no '" + o.isa + "' kernel table");
+    const bool avx512 = o.isa == "avx512";
+    // The AVX-512 table is built for AVX-512 BF16 + VNNI (what the engine requires to pick it).
+    if (!(avx512 ? f.avx512 && f.avx512bf16 && f.avx512vnni : o.isa == "avx2" && f.avx2 && f.fma))
+      throw std::invalid_argument("samplerBench: isa must be 'avx2' or 'avx512', a table this machine runs; got '" + o.isa + "'");
     const cpu::Kernels& K = avx512 ? cpu::avx512::table : cpu::avx2::table;
     // Rows of normal logits (spread 3.2, the synthetic models' head), one after another as a step's
     // rows are: o.rows of them, so with the vocabulary's 1 MB rows the set is past a core's L2.

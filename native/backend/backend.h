@@ -195,7 +195,9 @@ class Backend {
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 #if defined(LUMEN_WITH_CUDA)
-std::unique_ptr<Backend> make_cuda_backend(int device);
+// host_threads: the threads of host_parallel (the step's whole-row draws and logprobs), made at
+// its first call with more than one row.
+std::unique_ptr<Backend> make_cuda_backend(int device, int host_threads);
 bool cuda_available(std::string* why);
 #endif
 

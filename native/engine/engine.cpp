@@ -179,7 +179,7 @@ void Engine::load() {
 #if defined(LUMEN_WITH_CUDA)
     std::string why;
     if (!cuda_available(&why)) throw std::runtime_error("--device cuda: " + why);
-    backend_ = make_cuda_backend(0);
+    backend_ = make_cuda_backend(0, ec_.threads);
     cuda_set_graphs(*backend_, ec_.cuda_graphs);
 #else
     throw std::runtime_error("--device cuda: this build has no CUDA backend (nvcc was not found when it was built)");

@@ -182,22 +182,26 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   // The whole-vocabulary sampler's passes (row_bounds, bucket_mass, bucket_members) against the
   // rule in scalar code: rows of every length class (a vector tail, the vocabulary), each as one
   // piece and as pieces cut at odd offsets; planted NaNs and infinities (the vector part, the tail);
-  // rows narrow and wide against kBucketNats, values far below the rest (a weight of 0) and
-  // temperatures 0.7, 1 and 2.5. Each bucket's members: the ids the scalar rule puts there, in order,
-  // with the value x / t bit for bit and the weight within 4 ulp of std::exp (0 below e^-87.3); each
-  // bucket's mass within 1e-6 of the reference weights' sum.
+  // rows narrow and wide against kBucketNats, values far below the rest (a weight of 0), a span of
+  // one denormal (an infinite scale: every candidate in the last bucket) and temperatures 0.7, 1
+  // and 2.5 (the engine's threads flush denormals; this thread does not). Each bucket's members: the ids the scalar rule puts there, in order,
+  // with the value x / t bit for bit and the weight within 4 ulp of std::exp (0 below e^-87.3; every
+  // bucket on rows up to 5000 values, every ninth past that); each bucket's mass within 1e-6 of the
+  // reference weights' sum.
   {
     int64_t bound_cases = 0, bound_mismatches = 0, member_cases = 0, member_mismatches = 0;
     double weight_err = 0, mass_err = 0;
     const float temps[] = {0.7f, 1.f, 2.5f};
     int variant = 0;
     for (int n : {1, 5, 16, 37, 100, 1000, 4099, 248320}) {
-      for (int kind = 0; kind < 4; ++kind, ++variant) {
+      for (int kind = 0; kind < 5; ++kind, ++variant) {
         std::normal_distribution<float> nd(0.f, kind == 1 ? 0.02f : kind == 2 ? 30.f : 3.2f);
         std::vector<float> x(static_cast<size_t>(n));
         for (float& v : x) v = nd(rng);
         if (kind == 3)
           for (int i = 0; i < n; i += 7) x[static_cast<size_t>(i)] = -300.f;  // weights of 0
+        if (kind == 4)  // a span of one denormal: the scale overflows to inf, the best's distance is 0 * inf
+          for (int i = 0; i < n; ++i) x[static_cast<size_t>(i)] = i % 3 == 1 ? 1e-40f : 0.f;
         // Bounds: the row as it is, then with a NaN or an infinity planted.
         float lo = 0, hi = 0;
         ++bound_cases;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,7 +25,8 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
   }
   const std::string isa = info[2].As<Napi::String>().Utf8Value();
   const auto& f = cpu_features();
-  if (!(isa == "avx2" && f.avx2 && f.fma) && !(isa == "avx512" && f.avx512)) {
+  // The AVX-512 table is built for AVX-512 BF16 + VNNI (what the engine requires to pick it).
+  if (!(isa == "avx2" && f.avx2 && f.fma) && !(isa == "avx512" && f.avx512 && f.avx512bf16 && f.avx512vnni)) {
     Napi::Error::New(env, "samplerCheck: this machine has no '" + isa + "' kernel table").ThrowAsJavaScriptException();
     return env.Undefined();
   }
@@ -77,6 +79,52 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
         ++diffs;
       }
     }
+  }
+  // Rows at the edges of the rule: all values equal; a span of one denormal (an infinite scale);
+  // +-FLT_MAX among ordinary values; values whose scaled logits overflow at temperature 1e-5 (the
+  // most likely is drawn); each at top_p 1 and 0.5.
+  {
+    const float big = std::numeric_limits<float>::max();
+    struct Edge {
+      std::vector<float> x;
+      float t;
+    };
+    std::vector<Edge> edges;
+    edges.push_back({std::vector<float>(1000, 0.5f), 1.f});
+    std::vector<float> den(37);
+    for (size_t i = 0; i < den.size(); ++i) den[i] = i % 3 == 1 ? 1e-40f : 0.f;
+    edges.push_back({den, 1.f});
+    std::normal_distribution<float> nd(0.f, 3.f);
+    std::vector<float> ext(100);
+    for (float& v : ext) v = nd(g);
+    ext[7] = big;
+    ext[50] = -big;
+    ext[93] = big;
+    edges.push_back({ext, 1.f});
+    std::vector<float> ovf(300);
+    for (float& v : ovf) v = 3e34f * nd(g);
+    edges.push_back({ovf, 1e-5f});
+    for (size_t e = 0; e < edges.size(); ++e)
+      for (const float top_p : {1.f, 0.5f}) {
+        SamplingParams p;
+        p.temperature = edges[e].t;
+        p.top_p = top_p;
+        p.seed = 77 + e;
+        Sampler whole(p, table), sorted(p, table);
+        const int vocab = static_cast<int>(edges[e].x.size());
+        for (int k = 0; k < 20; ++k) {
+          const int32_t got = whole.sample(edges[e].x.data(), vocab);
+          const int n = top_candidates(edges[e].x.data(), vocab, 0, p.temperature, nullptr, work);
+          const int32_t want = sorted.draw(work.data(), n);
+          ++draws;
+          if (got != want) {
+            if (diffs == 0)
+              first = "edge row " + std::to_string(e) + " (top_p " + std::to_string(top_p) + "), draw " + std::to_string(k) +
+                      ": " + std::to_string(got) + " where the sorted draw gives " + std::to_string(want);
+            ++diffs;
+          }
+        }
+      }
   }
   Napi::Object out = Napi::Object::New(env);
   out.Set("draws", static_cast<double>(draws));

@@ -13,7 +13,8 @@ namespace lumen::cpu {
 
 // The whole-vocabulary sampler's rule for one logits row (engine/sampler.cpp): a candidate's value
 // is v = x / temperature, its weight exp(v - vmax) (the kernels' vectorised exp; 0 below e^-87.3,
-// where that exp stops), its bucket min(trunc((vmax - v) * scale), buckets - 1).
+// where that exp stops), its bucket trunc(min(d, buckets - 1)) with d = (vmax - v) * scale, and
+// the last bucket where d is NaN (0 * an infinite scale: a row whose span is one denormal).
 struct BucketRule {
   float temperature;
   float vmax;   // the largest value of the row's candidates (finite)

@@ -28,6 +28,7 @@
 #include "backend/op_profile.h"
 #include "backend/weight_binding.h"
 #include "core/clock.h"
+#include "core/thread_pool.h"
 
 namespace lumen {
 namespace {
@@ -47,7 +48,7 @@ int decode_splits(int bucket) { return std::clamp(256 / std::max(1, bucket), 1, 
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, int host_threads) : device_(device), host_threads_(std::max(1, host_threads)) {
     const cuda::DeviceInfo d = cuda::open_device(device_);
     name_ = d.name;
     total_mem_ = d.total_memory;
@@ -62,6 +63,17 @@ class CudaBackend final : public Backend {
     if (stream_) (void)cudaStreamSynchronize(stream_->get());
     cuda::write_stats_file(name_, graph_stats(), mem_stats(), copies_);
     graphs_.clear();
+  }
+
+  // The rows the engine finishes on the host (top-k 0 draws, logprobs, ...) side by side on a pool
+  // of host threads, made when a step first has more than one: at high concurrency with top-k 0 a
+  // step otherwise spends ~0.3 ms a row on one core (docs/gpu.md).
+  void host_parallel(int n, const std::function<void(int)>& fn) override {
+    if (n <= 1 || host_threads_ == 1) return Backend::host_parallel(n, fn);
+    if (!host_pool_) host_pool_ = std::make_unique<ThreadPool>(host_threads_);
+    host_pool_->parallel_dealt(n, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) fn(static_cast<int>(i));
+    });
   }
 
   std::string name() const override { return "cuda"; }
@@ -545,6 +557,8 @@ class CudaBackend final : public Backend {
   // Declared first: destroyed last, after every buffer it handed out.
   cuda::DeviceAllocator alloc_;
   int device_;
+  int host_threads_;
+  std::unique_ptr<ThreadPool> host_pool_;  // host_parallel's, made at its first use
   std::string name_;
   size_t total_mem_ = 0;
   std::unique_ptr<cuda::Stream> stream_;
@@ -600,7 +614,9 @@ const CudaBackend* as_cuda(const Backend& be) { return dynamic_cast<const CudaBa
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, int host_threads) {
+  return std::make_unique<CudaBackend>(device, host_threads);
+}
 
 bool cuda_set_graphs(Backend& be, bool on) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
