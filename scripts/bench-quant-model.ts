@@ -2,8 +2,9 @@
 // safetensors checkpoint, llama.cpp on its bf16 GGUF, scripts/bench-model.ts); every other type is
 // one GGUF that both engines load, made once from the same synthetic checkpoint by the project's
 // converter (the code `bench convert --dtype TYPE` runs). Every GGUF (bf16's too) is cached in
-// .models/ under a name that carries a hash of the converter's code, the source checkpoint's bytes
-// and the type, so a changed converter or source makes a new file (and the stale one is removed).
+// .models/ under a name that carries a hash of the converter's code, the versions of the packages it
+// imports, the source checkpoint's bytes and the type, so a changed converter, package or source
+// makes a new file (and the stale one is removed).
 import { createHash } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -11,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { OUT_DTYPES, writeGgufParallel, type OutDtype } from '../src/convert/convert.js';
 import { loadCheckpoint } from '../src/model/checkpoint.js';
 import { UsageError } from '../src/util/usage-error.js';
+import { REPO_ROOT } from '../src/util/version.js';
 import { ensureBenchModel } from './bench-model.js';
 
 /** `--quant`'s default: the bf16 pair of the earlier figures. */
@@ -96,14 +98,40 @@ export function converterCodeFiles(): string[] {
   return [...seen].sort();
 }
 
-/** sha256 (hex) over the type, the converter's code and the source checkpoint's files. */
-export function conversionKey(sourceDir: string, quant: OutDtype, codeFiles: readonly string[] = converterCodeFiles()): string {
+/**
+ * The npm packages those modules import (the tokenizer and template libraries), as `name@version`
+ * from their installed package.json (`?` where it cannot be read), sorted: an upgrade of one can
+ * change the file written as much as a change to the project's own code.
+ */
+export function converterPackages(codeFiles: readonly string[] = converterCodeFiles(), nodeModules = path.join(REPO_ROOT, 'node_modules')): string[] {
+  const names = new Set<string>();
+  for (const f of codeFiles)
+    for (const m of readFileSync(f, 'utf8').matchAll(/(?:from|import)\s*\(?\s*'([^.'][^']*)'/g)) {
+      const spec = m[1]!;
+      if (spec.startsWith('node:')) continue;
+      const parts = spec.split('/');
+      names.add(spec.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!);
+    }
+  return [...names].sort().map((name) => {
+    try {
+      const version = (JSON.parse(readFileSync(path.join(nodeModules, name, 'package.json'), 'utf8')) as { version?: unknown }).version;
+      return `${name}@${typeof version === 'string' ? version : '?'}`;
+    } catch {
+      return `${name}@?`;
+    }
+  });
+}
+
+/** sha256 (hex) over the type, the converter's code, the packages it imports and the source checkpoint's files. */
+export function conversionKey(sourceDir: string, quant: OutDtype, codeFiles: readonly string[] = converterCodeFiles(),
+  packages: readonly string[] = converterPackages(codeFiles)): string {
   const h = createHash('sha256');
   h.update(`peer quant ${quant}\n`);
   for (const f of codeFiles) {
     h.update(`${path.basename(f)}\n`);
     h.update(readFileSync(f));
   }
+  for (const p of packages) h.update(`package ${p}\n`);
   for (const f of readdirSync(sourceDir).sort()) {
     const p = path.join(sourceDir, f);
     if (!statSync(p).isFile()) continue;

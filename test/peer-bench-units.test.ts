@@ -4,7 +4,7 @@
 // (scripts/peer-rounds.ts), and what is read from llama.cpp's tools (scripts/llama-native.ts); and
 // bench:batch's speedup over c=1 (scripts/bench-model.ts). No engine runs and nothing is timed.
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,7 +18,7 @@ import { presetConfig } from '../src/model/presets.js';
 import type { Checkpoint, ModelCheckpoint, TextConfig, WeightRef } from '../src/model/types.js';
 import { UsageError } from '../src/util/usage-error.js';
 import {
-  conversionKey, converterCodeFiles, parseQuantList, quantModelFile, staleQuantModels,
+  conversionKey, converterCodeFiles, converterPackages, parseQuantList, quantModelFile, staleQuantModels,
 } from '../scripts/bench-quant-model.js';
 import { median, pairedRatios, roundOrder, speedupsOverC1 } from '../scripts/bench-model.js';
 import { parseBatchedBench, parseLlamaBench } from '../scripts/llama-native.js';
@@ -126,7 +126,25 @@ describe('cached quantized GGUFs', () => {
     const key2 = conversionKey(src, 'q8_0', [code]);
     expect(key2).not.toBe(key);
     writeFileSync(path.join(src, 'model.safetensors'), 'weightz');
-    expect(conversionKey(src, 'q8_0', [code])).not.toBe(key2);
+    const key3 = conversionKey(src, 'q8_0', [code]);
+    expect(key3).not.toBe(key2);
+    // An upgraded package the converter imports changes it too.
+    expect(conversionKey(src, 'q8_0', [code], ['@huggingface/jinja@0.5.11'])).not.toBe(conversionKey(src, 'q8_0', [code], ['@huggingface/jinja@0.5.12']));
+  });
+
+  it('names the packages the converter imports with their installed versions', () => {
+    const pkgs = converterPackages();
+    const lock = JSON.parse(readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, { version: string }> };
+    for (const name of ['@huggingface/tokenizers', '@huggingface/jinja'])
+      expect(pkgs).toContain(`${name}@${lock.packages[`node_modules/${name}`]!.version}`);
+    expect(pkgs.every((p) => !p.startsWith('node:'))).toBe(true);
+    // Bare, scoped and sub-path imports; a package that is not installed reads '?'.
+    const code = path.join(tmp, 'imports.js');
+    writeFileSync(code, "import { a } from 'left-pad/sub/x.js';\nimport b from '@scope/pkg/deep';\nimport { c } from './local.js';\nimport d from 'node:fs';\n");
+    const nm = path.join(tmp, 'nm');
+    mkdirSync(path.join(nm, '@scope', 'pkg'), { recursive: true });
+    writeFileSync(path.join(nm, '@scope', 'pkg', 'package.json'), '{"version":"1.2.3"}');
+    expect(converterPackages([code], nm)).toEqual(['@scope/pkg@1.2.3', 'left-pad@?']);
   });
 
   it('hashes the converter modules that this process runs and every project module they import', () => {
