@@ -2,7 +2,8 @@
 // logits row of the vocabulary's width, per CPU kernel table this machine runs (AVX2, AVX-512):
 // the whole-vocabulary draw (top_k 0 with a temperature: the OpenAI and Anthropic defaults), the
 // same draw after a sort of the whole row (the reference samplerCheck holds it to, and what the
-// engine did before the forty-second session), the greedy pick and the logprobs. Every measurement
+// engine did before the forty-second session), the greedy pick, the logprobs, and a top-k pick (the
+// table's, as the CPU backend picks; core/top_k.h's scalar one, as it did before). Every measurement
 // reads the next of --rows rows (a step's rows, past a core's L2 at the vocabulary's width); the
 // tables alternate, their order rotated every round. Reported: medians over the rounds of each
 // round's median, and the sorted draw over the draw per round (its median).
@@ -16,13 +17,13 @@ import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
 import { median, pairedRatios, roundOrder } from './bench-model.js';
 
 /** What the addon's samplerBench returns (native/addon/sampler_bench.cpp). */
-interface SamplerBenchResult { isa: string; vocab: number; rows: number; draws: number; drawMs: number; sortedDrawMs: number; argmaxMs: number; logprobsMs: number }
+interface SamplerBenchResult { isa: string; vocab: number; rows: number; draws: number; drawMs: number; sortedDrawMs: number; argmaxMs: number; logprobsMs: number; topKPickMs: number; scalarTopKPickMs: number }
 interface SamplerBenchAddon {
-  samplerBench?: (o: { vocab: number; rows: number; draws: number; temperature: number; topP: number; topLogprobs: number; isa: string }) => SamplerBenchResult;
+  samplerBench?: (o: { vocab: number; rows: number; draws: number; temperature: number; topP: number; topLogprobs: number; topK: number; isa: string }) => SamplerBenchResult;
   cpuInfo(): { avx2: boolean; avx512: boolean; avx512bf16: boolean };
 }
 
-interface Options { rounds: number; draws: number; rows: number; vocab: number; temperature: number; topP: number; topLogprobs: number; json?: string }
+interface Options { rounds: number; draws: number; rows: number; vocab: number; temperature: number; topP: number; topLogprobs: number; topK: number; json?: string }
 
 function parseOptions(argv: string[]): Options {
   const program = new Command('sampler-bench')
@@ -34,6 +35,7 @@ function parseOptions(argv: string[]): Options {
     .option('--temperature <t>', 'the draw\'s temperature', numberArg('--temperature', 0.001, 100), 1)
     .option('--top-p <p>', 'the draw\'s top_p', numberArg('--top-p', 0, 1), 1)
     .option('--top-logprobs <n>', 'alternatives the logprobs list', countArg('--top-logprobs', 0, 20), 5)
+    .option('--top-k <k>', 'the top-k pick\'s k (Qwen3.5\'s generation config: 20)', countArg('--top-k', 1, 1024), 20)
     .option('--json <file>', 'also write the results as JSON');
   program.parse(argv);
   return program.opts<Options>();
@@ -54,20 +56,21 @@ function main(): void {
   for (let r = 0; r < opt.rounds; r++) {
     log(`round ${r + 1}/${opt.rounds} ...`);
     for (const isa of roundOrder(isas, r)) {
-      runs.get(isa)!.push(bench({ vocab: opt.vocab, rows: opt.rows, draws: opt.draws, temperature: opt.temperature, topP: opt.topP, topLogprobs: opt.topLogprobs, isa }));
+      runs.get(isa)!.push(bench({ vocab: opt.vocab, rows: opt.rows, draws: opt.draws, temperature: opt.temperature, topP: opt.topP, topLogprobs: opt.topLogprobs, topK: opt.topK, isa }));
     }
   }
   const cpu = machineInfo();
   const ms = (v: number) => v.toFixed(3);
   const out = [`CPU: ${cpu.cpuModel}; a row of ${opt.vocab} logits (normal, spread 3.2), ${opt.rows} rows cycled; temperature ${opt.temperature}, top_p ${opt.topP}, ` +
-    `${opt.topLogprobs} top logprobs; ms per token and sequence, medians over ${opt.rounds} rounds of each round's median of ${opt.draws}`];
-  out.push(['table', 'draw (top_k 0)', 'sorted draw', 'sorted ÷ draw', 'greedy pick', 'logprobs'].join('\t'));
+    `${opt.topLogprobs} top logprobs, top-k ${opt.topK}; ms per token and sequence, medians over ${opt.rounds} rounds of each round's median of ${opt.draws}`];
+  out.push(['table', 'draw (top_k 0)', 'sorted draw', 'sorted ÷ draw', 'greedy pick', 'logprobs', 'top-k pick', 'scalar top-k pick', 'scalar ÷ pick'].join('\t'));
   for (const [isa, rs] of runs) {
     const ratios = pairedRatios(rs.map((r) => r.sortedDrawMs), rs.map((r) => r.drawMs));
     out.push([isa, ms(median(rs.map((r) => r.drawMs))), ms(median(rs.map((r) => r.sortedDrawMs))), median(ratios).toFixed(2),
-      ms(median(rs.map((r) => r.argmaxMs))), ms(median(rs.map((r) => r.logprobsMs)))].join('\t'));
+      ms(median(rs.map((r) => r.argmaxMs))), ms(median(rs.map((r) => r.logprobsMs))), ms(median(rs.map((r) => r.topKPickMs))),
+      ms(median(rs.map((r) => r.scalarTopKPickMs))), median(pairedRatios(rs.map((r) => r.scalarTopKPickMs), rs.map((r) => r.topKPickMs))).toFixed(2)].join('\t'));
   }
-  out.push('sorted ÷ draw: the median of each round\'s own ratio; the draw and the sorted draw pick the same tokens (samplerCheck)');
+  out.push('sorted ÷ draw, scalar ÷ pick: the medians of each round\'s own ratio; the draw and the sorted draw pick the same tokens (samplerCheck), the two top-k picks the same candidates (kernelCheck)');
   process.stdout.write(`${out.join('\n')}\n`);
   if (opt.json) writeFileSync(opt.json, `${JSON.stringify({ cpu, options: opt, results: Object.fromEntries(runs) }, null, 2)}\n`);
 }

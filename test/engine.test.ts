@@ -597,6 +597,22 @@ describe('requests the engine refuses, and sampling at the edges', () => {
       expect(new Set(all.tokens).size, `topP ${topP}: not a greedy run`).toBeGreaterThan(1);
     }
   });
+
+  it('a top-k pick (the CPU backend\'s, vectorised, several rows a step) draws what the host\'s scalar top-k gives', async () => {
+    // top_k 20 / 40 / 1024 are picked by the backend (the kernel table's top_candidates, rows side by
+    // side); asking for logprobs sends the whole row to the host, where core/top_k.h's scalar
+    // top_candidates picks: the same candidates, so the same draws.
+    const e = await engine();
+    const reqs = [20, 40, 1024].flatMap((topK, i) => [1, 0.9].map((topP, j) => ({
+      prompt: promptIds(12 + 5 * i, 40 + 2 * i + j), maxTokens: 10, ignoreEos: true, temperature: 2.5, topK, topP, seed: 70 + 2 * i + j,
+    })));
+    const picked = await Promise.all(reqs.map((q) => e.submit(q).done));
+    const host = await Promise.all(reqs.map((q) => e.submit({ ...q, logprobs: 0 }).done));
+    for (let i = 0; i < reqs.length; i++) {
+      expect(picked[i]!.tokens, `top_k ${reqs[i]!.topK}, top_p ${reqs[i]!.topP}`).toEqual(host[i]!.tokens);
+      expect(new Set(picked[i]!.tokens).size, 'not a greedy run').toBeGreaterThan(1);
+    }
+  });
 });
 
 describe('closing the engine', () => {

@@ -8,7 +8,7 @@ interface TableCheck {
   convMaxRelErr: number; gatedNormMaxRelErr: number; expMaxRelErr: number; attnRowsMaxErr: number; attnTileMaxErr: number; attnTileOrderDiffs: number; attnF16Diffs: number; toF16Diffs: number; sigmoidMaxRelErr: number;
   gdnRecurrentMaxErr: number; gdnChunkedMaxErr: number; gdnGemmFormCases: number; gdnGemmFormMismatches: number; gdnSpanCases: number; gdnSpanMismatches: number;
   sampleBoundCases: number; sampleBoundMismatches: number; sampleMemberCases: number; sampleMemberMismatches: number; sampleWeightMaxRelErr: number; sampleMassMaxRelErr: number;
-  logprobSumMaxRelErr: number; topValueCases: number; topValueMismatches: number;
+  logprobSumMaxRelErr: number; topValueCases: number; topValueMismatches: number; topKCases: number; topKMismatches: number; topKMarksMissed: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; packedRowCases?: number; packedRowMismatches?: number; // AVX-512 BF16 only
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
@@ -90,6 +90,13 @@ describe('CPU kernels against scalar references', () => {
       // the ids and values of the scalar insertion in order (ties: the lower id first)
       expect(r.topValueCases).toBe(96);
       expect(r.topValueMismatches).toBe(0);
+    });
+
+    it.runIf(res[isa] !== undefined)(`${isa}: a top-k pick gives top_candidates' candidates, values and order, and marks a row that is not finite${why}`, () => {
+      const r = res[isa]!;
+      expect(r.topKCases).toBe(7 * 7 * (5 + 3 * 2));
+      expect(r.topKMismatches).toBe(0);
+      expect(r.topKMarksMissed).toBe(0);
     });
   }
 

@@ -10,6 +10,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/clock.h"
 #include "core/cpu_features.h"
+#include "backend/backend.h"
 #include "core/top_k.h"
 #include "engine/sampler.h"
 
@@ -23,6 +24,7 @@ struct Opts {
   float temperature = 1.f;
   float top_p = 1.f;
   int top_logprobs = 5;
+  int top_k = 20;
   std::string isa;
 };
 
@@ -46,6 +48,7 @@ Opts parse(const Napi::CallbackInfo& info) {
   b.temperature = static_cast<float>(num_field(o, "temperature", b.temperature, 1e-3, 100, false));
   b.top_p = static_cast<float>(num_field(o, "topP", b.top_p, 0, 1, false));
   b.top_logprobs = static_cast<int>(num_field(o, "topLogprobs", b.top_logprobs, 0, kMaxTopLogprobs, true));
+  b.top_k = static_cast<int>(num_field(o, "topK", b.top_k, 1, kMaxPickK, true));
   b.isa = o.Has("isa") && o.Get("isa").IsString() ? o.Get("isa").As<Napi::String>().Utf8Value()
                                                    : active_isa() == Isa::avx512 ? "avx512" : "avx2";
   return b;
@@ -80,7 +83,8 @@ Napi::Value SamplerBench(const Napi::CallbackInfo& info) {
     p.seed = 11;
     Sampler whole(p, K), sorted(p, K);
     std::vector<PickCandidate> work;
-    std::vector<double> draw_ns, sort_ns, argmax_ns, lp_ns;
+    std::vector<double> draw_ns, sort_ns, argmax_ns, lp_ns, pick_ns, scalar_pick_ns;
+    std::vector<PickCandidate> picked(static_cast<size_t>(o.top_k)), pick_scratch;
     std::vector<int32_t> top_ids(static_cast<size_t>(kMaxTopLogprobs));
     std::vector<float> top_lp(static_cast<size_t>(kMaxTopLogprobs));
     double sink = 0;
@@ -105,6 +109,14 @@ Napi::Value SamplerBench(const Napi::CallbackInfo& info) {
       row_logprobs(x, o.vocab, d % o.vocab, o.top_logprobs, &lp, top_ids.data(), top_lp.data(), K);
       lp_ns.push_back(static_cast<double>(now_ns() - t0));
       sink += lp;
+      x = rows.data() + static_cast<size_t>((d + 4) % o.rows) * static_cast<size_t>(o.vocab);
+      t0 = now_ns();
+      sink += K.top_candidates(x, o.vocab, o.top_k, p.temperature, picked.data(), pick_scratch);
+      pick_ns.push_back(static_cast<double>(now_ns() - t0));
+      x = rows.data() + static_cast<size_t>((d + 5) % o.rows) * static_cast<size_t>(o.vocab);
+      t0 = now_ns();
+      sink += top_candidates(x, o.vocab, o.top_k, p.temperature, nullptr, work);
+      scalar_pick_ns.push_back(static_cast<double>(now_ns() - t0));
     }
     auto res = Napi::Object::New(env);
     res.Set("isa", avx512 ? "avx512" : "avx2");
@@ -115,6 +127,8 @@ Napi::Value SamplerBench(const Napi::CallbackInfo& info) {
     res.Set("sortedDrawMs", median_ms(sort_ns));
     res.Set("argmaxMs", median_ms(argmax_ns));
     res.Set("logprobsMs", median_ms(lp_ns));
+    res.Set("topKPickMs", median_ms(pick_ns));
+    res.Set("scalarTopKPickMs", median_ms(scalar_pick_ns));
     res.Set("sink", sink);
     return res;
   } catch (const std::exception& e) {

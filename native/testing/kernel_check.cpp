@@ -13,6 +13,7 @@
 #include "core/argmax.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/top_k.h"
 #include "testing/quant_check.h"
 
 namespace lumen {
@@ -316,6 +317,68 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
     obj.Set("logprobSumMaxRelErr", sum_err);
     obj.Set("topValueCases", static_cast<double>(top_cases));
     obj.Set("topValueMismatches", static_cast<double>(top_mismatches));
+  }
+
+  // A top-k pick against core/top_k.h's top_candidates: the same candidates, values bit for bit and
+  // in the same order, for k of 1, 3, 20, 40 and 1024 (more than some rows hold) on rows with ties
+  // everywhere, all equal, rising and falling (the bar moves at every cut, or never; falling with
+  // late values just above the k-th best: a bar set too high drops them), ordinary
+  // rows at temperatures 0.7, 1, 2.5 and 1e-5 over values that overflow to +-inf there; and the
+  // first id -1 for a row holding a NaN or an infinity (all NaN included).
+  {
+    int64_t cases = 0, mismatches = 0, marks_missed = 0;
+    std::vector<PickCandidate> want, got(1024), scratch;
+    int variant = 0;
+    for (int n : {1, 5, 17, 100, 1000, 4099, 248320}) {
+      for (int kind = 0; kind < 7; ++kind, ++variant) {
+        std::normal_distribution<float> nd(0.f, 3.2f);
+        std::vector<float> x(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) {
+          float& v = x[static_cast<size_t>(i)];
+          v = nd(rng);
+          if (kind == 1) v = std::round(v);                                // ties everywhere
+          if (kind == 2) v = 0.25f;                                          // all equal
+          if (kind == 3) v = static_cast<float>(i) * 1e-3f;                  // rising
+          if (kind == 4) v = -static_cast<float>(i) * 1e-3f;                 // falling
+          if (kind == 5) v = (i % 2 ? 3e33f : -3e33f) * std::fabs(v) + v;  // past FLT_MAX at t = 1e-5
+          if (kind == 6) v = -static_cast<float>(i) * 1e-3f;
+        }
+        // Falling, then at the end for each k a value between the k-th and the (k-1)-th best seen
+        // before: it is among the k best, and only a bar at the k-th value (not above) keeps it.
+        if (kind == 6 && n > 4 + 2 * 1024 + 64)
+          for (int j = 0; j < 4; ++j)
+            x[static_cast<size_t>(n - 1 - j)] = -(static_cast<float>(std::array<int, 4>{3, 20, 40, 1024}[static_cast<size_t>(j)]) - 1.5f) * 1e-3f;
+        const float t = kind == 5 ? 1e-5f : std::array<float, 3>{0.7f, 1.f, 2.5f}[static_cast<size_t>(variant % 3)];
+        for (int k : {1, 3, 20, 40, 1024}) {
+          const int nw = top_candidates(x.data(), n, k, t, nullptr, want);
+          std::fill(got.begin(), got.end(), PickCandidate{nan, -7});
+          const int ng = K.top_candidates(x.data(), n, k, t, got.data(), scratch);
+          ++cases;
+          bool same = ng == nw;
+          for (int j = 0; same && j < nw; ++j)
+            same = got[static_cast<size_t>(j)].id == want[static_cast<size_t>(j)].id &&
+                   std::memcmp(&got[static_cast<size_t>(j)].value, &want[static_cast<size_t>(j)].value, 4) == 0;
+          mismatches += !same;
+        }
+        for (float bad : {nan, inf, -inf}) {
+          std::vector<float> y = x;
+          y[static_cast<size_t>((variant * 37 + 11) % n)] = bad;
+          for (int k : {1, 40}) {
+            got[0] = {0.f, 5};
+            K.top_candidates(y.data(), n, k, t, got.data(), scratch);
+            ++cases;
+            marks_missed += got[0].id != -1;
+          }
+        }
+      }
+    }
+    std::vector<float> all_nan(50, nan);
+    got[0] = {0.f, 5};
+    K.top_candidates(all_nan.data(), 50, 3, 1.f, got.data(), scratch);
+    marks_missed += got[0].id != -1;
+    obj.Set("topKCases", static_cast<double>(cases));
+    obj.Set("topKMismatches", static_cast<double>(mismatches));
+    obj.Set("topKMarksMissed", static_cast<double>(marks_missed));
   }
 
   // Attention over a paged run: every query-group size the kernels specialise (1, 2, 4, 8) and

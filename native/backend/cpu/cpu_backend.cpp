@@ -102,6 +102,22 @@ void CpuBackend::argmax_rows(const float* logits, const int* rows, int n, int vo
   });
 }
 
+void CpuBackend::pick_rows(const float* logits, int n, int vocab, const RowPick* picks, float* host_logits, int32_t* ids,
+                           PickCandidate* cands) {
+  // Host memory: the head wrote the rows into host_logits (logits is the same buffer).
+  (void)logits;
+  const int64_t V = vocab;
+  pool_.parallel_dealt(n, 1, [&](int tid, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const RowPick& p = picks[i];
+      const float* row = host_logits + i * V;
+      if (p.mode == RowPick::kArgmax) ids[i] = kernels_.argmax(row, V);
+      if (p.mode == RowPick::kTopK)
+        kernels_.top_candidates(row, V, p.k, p.temperature, cands + p.cand_offset, per_thread_[static_cast<size_t>(tid)].pick);
+    }
+  });
+}
+
 void CpuBackend::host_parallel(int n, const std::function<void(int)>& fn) {
   // One row a claim from a shared counter: a draw costs a fraction of a millisecond, and a core
   // shared with another process claims fewer.

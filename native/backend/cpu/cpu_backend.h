@@ -90,6 +90,10 @@ class CpuBackend final : public Backend {
   void gather_rows(const float* x, int first, int count, float* y, int dim) override;
   void argmax_rows(const float* logits, const int* rows, int n, int vocab, int32_t* out) override;
   void host_parallel(int n, const std::function<void(int)>& fn) override;
+  // Greedy and top-k picks of a head group's rows side by side on the pool, by the table's argmax
+  // and top_candidates (the base class picks top-k rows one after another in scalar code).
+  void pick_rows(const float* logits, int n, int vocab, const RowPick* picks, float* host_logits, int32_t* ids,
+                 PickCandidate* cands) override;
   bool host_memory() const override { return true; }
   void logits_to_host(const float* src, float* dst, int64_t n) override {
     if (src != dst) std::copy(src, src + n, dst);
@@ -141,6 +145,7 @@ class CpuBackend final : public Backend {
 
   struct PerThread {
     std::vector<float> scores;
+    std::vector<PickCandidate> pick;  // pick_rows' top-k scratch
     // An attention item's KV block addresses (keys, values, the next item's keys), per cache type.
     template <typename KV>
     struct KvBlocks {

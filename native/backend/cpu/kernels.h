@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/gdn_cpu.h"
+#include "core/top_k.h"
 #include "core/dtype.h"
 
 namespace lumen::cpu {
@@ -167,6 +168,11 @@ struct Kernels {
   // order, kept when it beats the k-th, gives), and returns how many (min(k, n)).
   double (*exp_sum)(const float* x, int64_t n, float shift);
   int (*top_values)(const float* x, int64_t n, int k, int32_t* ids, float* vals);
+  // A top-k pick (isa/sample.cpp): the k best candidates of the row x[0, n) (value x / t) in
+  // core/top_k.h's top_candidates order and values, bit for bit, written to out (min(k, n) of them,
+  // returned); when a value of the row is NaN or infinite, out[0].id is -1 (and only out[0] is
+  // meaningful). k >= 1. scratch: the caller's, grown as needed (about 2 k candidates).
+  int (*top_candidates)(const float* x, int64_t n, int k, float t, PickCandidate* out, std::vector<PickCandidate>& scratch);
 };
 
 constexpr int kPanel = 16;

@@ -100,6 +100,7 @@ void bucket_members(const float* x, int64_t n, int32_t id0, const lumen::cpu::Bu
                     std::vector<lumen::cpu::BucketMember>& out);
 double exp_sum(const float* x, int64_t n, float shift);
 int top_values(const float* x, int64_t n, int k, int32_t* ids, float* vals);
+int top_candidates(const float* x, int64_t n, int k, float t, PickCandidate* out, std::vector<PickCandidate>& scratch);
 
 }  // namespace lumen::cpu::LUMEN_ISA
 #pragma GCC visibility pop

@@ -1,6 +1,6 @@
 // The whole-vocabulary sampler's passes over a logits row (kernels.h, BucketRule): the row's
-// bounds, each bucket's weight, and one bucket's candidates; and log-softmax's (logprobs): the sum
-// of the row's exps and its k largest values. Every lane computes the same IEEE
+// bounds, each bucket's weight, and one bucket's candidates; log-softmax's (logprobs): the sum of
+// the row's exps and its k largest values; and a top-k pick's k best candidates. Every lane computes the same IEEE
 // operations in the same order (a division, a subtraction, a product, vexp), and a piece's tail
 // goes through the same vector code on a padded copy, so a value, weight and bucket are the same
 // bits in both passes, on both tables and wherever the piece starts.
@@ -184,6 +184,58 @@ int top_values(const float* x, int64_t n, int k, int32_t* ids, float* vals) {
     for (unsigned bits = gt_bits(vload(x + i), vset1(vals[k - 1])); bits != 0; bits &= bits - 1) offer(i + __builtin_ctz(bits));
   for (; i < n; ++i) offer(i);
   return kept;
+}
+
+int top_candidates(const float* x, int64_t n, int k, float t, PickCandidate* out, std::vector<PickCandidate>& scratch) {
+  // One pass: each value x / t (vdiv, the scalar division's bits) that can still be among the k
+  // best is kept in scratch; whenever scratch reaches its cap, the k best of it are kept and the
+  // k-th's value becomes the bar. Past the bar only a value above it can be among the k best: a
+  // value equal to it comes at a higher id than every kept candidate holding it, so after the k
+  // kept. Before the first cut every ordered value passes (NaN never: nth_element needs an order).
+  const size_t cap = 2 * static_cast<size_t>(k) + 4 * VW;
+  scratch.clear();
+  scratch.reserve(cap + VW);
+  const vf tv = vset1(t), none = vset1(-INFINITY);
+  vf bad = vzero();
+  bool cut = false;
+  vf bar = none;
+  alignas(64) float v[VW];
+  const auto keep_best = [&] {
+    std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(), candidate_before);
+    scratch.resize(static_cast<size_t>(k));
+    bar = vset1(scratch[static_cast<size_t>(k - 1)].value);
+    cut = true;
+  };
+  const auto scan = [&](vf xv, int64_t at, int64_t lanes) {
+    bad = vadd(bad, vsub(xv, xv));
+    const vf val = vdiv(xv, tv);
+    unsigned bits = cut ? gt_bits(val, bar) : ge_bits(val, none);
+    if (lanes < VW) bits &= (1u << lanes) - 1;
+    if (bits == 0) return;
+    vstore(v, val);
+    for (; bits != 0; bits &= bits - 1) {
+      const int j = __builtin_ctz(bits);
+      scratch.push_back({v[j], static_cast<int32_t>(at + j)});
+    }
+    if (scratch.size() >= cap) keep_best();
+  };
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) scan(vload(x + i), i, VW);
+  if (i < n) {
+    // The tail's padding lanes are 0 (finite): only its own lanes count, for the check as for the candidates.
+    alignas(64) float buf[VW];
+    std::fill(buf, buf + VW, 0.f);
+    std::copy(x + i, x + n, buf);
+    scan(vload(buf), i, n - i);
+  }
+  alignas(64) float b[VW];
+  vstore(b, bad);
+  const bool finite = std::all_of(b, b + VW, [](float e) { return e == 0.f; });
+  const size_t m = std::min(scratch.size(), static_cast<size_t>(k));
+  std::partial_sort(scratch.begin(), scratch.begin() + static_cast<int64_t>(m), scratch.end(), candidate_before);
+  std::copy(scratch.begin(), scratch.begin() + static_cast<int64_t>(m), out);
+  if (!finite) out[0] = {m > 0 ? out[0].value : 0.f, -1};  // a row of NaNs keeps no candidate: the mark still goes out
+  return static_cast<int>(m);
 }
 
 }  // namespace lumen::cpu::LUMEN_ISA
