@@ -104,6 +104,7 @@ void CpuBackend::argmax_rows(const float* logits, const int* rows, int n, int vo
 
 void CpuBackend::pick_rows(const float* logits, int n, int vocab, const RowPick* picks, float* host_logits, int32_t* ids,
                            PickCandidate* cands) {
+  ScopedOp op(profiling_, stats_, "pick", "sample");
   // Host memory: the head wrote the rows into host_logits (logits is the same buffer).
   (void)logits;
   const int64_t V = vocab;

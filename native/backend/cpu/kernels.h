@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "backend/cpu/gdn_cpu.h"
-#include "core/top_k.h"
 #include "core/dtype.h"
+#include "core/top_k.h"
 
 namespace lumen::cpu {
 

@@ -192,6 +192,7 @@ int top_candidates(const float* x, int64_t n, int k, float t, PickCandidate* out
   // k-th's value becomes the bar. Past the bar only a value above it can be among the k best: a
   // value equal to it comes at a higher id than every kept candidate holding it, so after the k
   // kept. Before the first cut every ordered value passes (NaN never: nth_element needs an order).
+  if (k < 1) return 0;  // the contract is k >= 1 (nothing to keep, no row to mark)
   const size_t cap = 2 * static_cast<size_t>(k) + 4 * VW;
   scratch.clear();
   scratch.reserve(cap + VW);
