@@ -65,10 +65,8 @@ Napi::Value SamplerBench(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   try {
     const Opts o = parse(info);
-    const auto& f = cpu_features();
     const bool avx512 = o.isa == "avx512";
-    // The AVX-512 table is built for AVX-512 BF16 + VNNI (what the engine requires to pick it).
-    if (!(avx512 ? f.avx512 && f.avx512bf16 && f.avx512vnni : o.isa == "avx2" && f.avx2 && f.fma))
+    if (!(avx512 || o.isa == "avx2") || !isa_supported(avx512 ? Isa::avx512 : Isa::avx2))
       throw std::invalid_argument("samplerBench: isa must be 'avx2' or 'avx512', a table this machine runs; got '" + o.isa + "'");
     const cpu::Kernels& K = avx512 ? cpu::avx512::table : cpu::avx2::table;
     // Rows of normal logits (spread 3.2, the synthetic models' head), one after another as a step's

@@ -35,10 +35,14 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
+bool isa_supported(Isa isa) {
+  const auto& f = cpu_features();
+  return isa == Isa::avx512 ? f.avx512 && f.avx512bf16 && f.avx512vnni : f.avx2 && f.fma;
+}
+
 Isa active_isa() {
   static const Isa isa = [] {
-    const auto& f = cpu_features();
-    const bool can512 = f.avx512 && f.avx512bf16 && f.avx512vnni;
+    const bool can512 = isa_supported(Isa::avx512);
     const char* env = std::getenv("LUMEN_ISA");
     if (env && std::strcmp(env, "avx2") == 0) return Isa::avx2;
     if (env && std::strcmp(env, "avx512") == 0) {

@@ -19,6 +19,10 @@ int usable_cpus();
 
 enum class Isa { avx2, avx512 };
 
+// Whether this CPU runs that ISA's kernel table: AVX2 + FMA; AVX-512 F/BW/VL/DQ with BF16 and VNNI
+// (the AVX-512 table is built with them).
+bool isa_supported(Isa isa);
+
 // The ISA the kernels run with: the best the CPU supports, unless LUMEN_ISA=avx2|avx512 forces one
 // (forcing a path the CPU lacks falls back to avx2 with a warning on stderr).
 Isa active_isa();

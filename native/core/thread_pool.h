@@ -100,6 +100,15 @@ class ThreadPool {
     run_dealt(n_claims, f, from_both_ends);
   }
 
+  // fn(i) once for each i in [0, n), one item a claim (parallel_dealt's dealing): for items of
+  // uneven or unknown cost, such as a step's logits rows finished on the host.
+  template <typename F>
+  void parallel_each(int64_t n, F&& fn) {
+    parallel_dealt(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) fn(i);
+    });
+  }
+
   // Splits [0, n) into contiguous ranges, one per thread; fn(begin, end).
   template <typename F>
   void parallel_for(int64_t n, F&& fn, int64_t grain = 1) {

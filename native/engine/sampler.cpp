@@ -190,11 +190,11 @@ int32_t Sampler::draw(const PickCandidate* cand, int n) {
 
 void row_logprobs(const float* logits, int vocab, int32_t token, int n, float* token_logprob, int32_t* top_ids,
                   float* top_logprobs, const cpu::Kernels& k) {
-  // One pass for the maximum, one for the n best (kept sorted, most likely first), one for the sum:
-  // the CPU kernel table's, vectorised.
+  // One pass for the n best (kept sorted, most likely first: the first is the maximum), one for the
+  // sum: the CPU kernel table's, vectorised. With no alternatives asked for, a pass for the maximum.
   n = std::clamp(n, 0, std::min(kMaxTopLogprobs, vocab));
-  const float mx = k.max_value(logits, vocab);
   k.top_values(logits, vocab, n, top_ids, top_logprobs);
+  const float mx = n > 0 ? top_logprobs[0] : k.max_value(logits, vocab);
   const double lse = static_cast<double>(mx) + std::log(k.exp_sum(logits, vocab, mx));
   *token_logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
   for (int j = 0; j < n; ++j) top_logprobs[j] = static_cast<float>(static_cast<double>(top_logprobs[j]) - lse);

@@ -21,6 +21,10 @@ namespace {
 
 double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
 
+// The sampler kernels' weight exp(e) for e = v - shift in f32 (e <= 0), in double: 0 below e^-87.3,
+// where their vectorised exp stops.
+double floored_exp_ref(float e) { return e >= -87.3f ? std::exp(static_cast<double>(e)) : 0.0; }
+
 // Relative error with an absolute floor (values near zero).
 double rel_err(double got, double want) { return std::fabs(got - want) / std::max(1e-6, std::fabs(want)); }
 
@@ -185,10 +189,10 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
   // piece and as pieces cut at odd offsets; planted NaNs and infinities (the vector part, the tail);
   // rows narrow and wide against kBucketNats, values far below the rest (a weight of 0), a span of
   // one denormal (an infinite scale: every candidate in the last bucket) and temperatures 0.7, 1
-  // and 2.5 (the engine's threads flush denormals; this thread does not). Each bucket's members: the ids the scalar rule puts there, in order,
-  // with the value x / t bit for bit and the weight within 4 ulp of std::exp (0 below e^-87.3; every
-  // bucket on rows up to 5000 values, every ninth past that); each bucket's mass within 1e-6 of the
-  // reference weights' sum.
+  // and 2.5 (the engine's threads flush denormals; this thread does not). Each bucket's members:
+  // the ids the scalar rule puts there, in order, with the value x / t bit for bit and the weight
+  // within 4 ulp of std::exp (0 below e^-87.3; every bucket on rows up to 5000 values, every ninth
+  // past that); each bucket's mass within 1e-6 of the reference weights' sum.
   {
     int64_t bound_cases = 0, bound_mismatches = 0, member_cases = 0, member_mismatches = 0;
     double weight_err = 0, mass_err = 0;
@@ -226,7 +230,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         std::vector<double> ref(kBuckets, 0.0);
         for (const float xi : x) {
           const float v = xi / t;
-          ref[static_cast<size_t>(bucket_ref(v))] += v - vmax >= -87.3f ? std::exp(static_cast<double>(v - vmax)) : 0.0;
+          ref[static_cast<size_t>(bucket_ref(v))] += floored_exp_ref(v - vmax);
         }
         // Cut points: none, and pieces at offsets that are no multiple of a vector.
         std::vector<int> cuts = {0};
@@ -253,7 +257,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
                 continue;
               }
               const float e = v - vmax;
-              const double want = e >= -87.3f ? std::exp(static_cast<double>(e)) : 0.0;
+              const double want = floored_exp_ref(e);
               weight_err = std::max(weight_err, want == 0 ? std::fabs(static_cast<double>(got[k].weight))
                                                           : std::fabs(got[k].weight - want) / want);
               ++k;
@@ -291,7 +295,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
         }
         const float shift = *std::max_element(x.begin(), x.end());
         double want = 0;
-        for (const float v : x) want += v - shift >= -87.3f ? std::exp(static_cast<double>(v - shift)) : 0.0;
+        for (const float v : x) want += floored_exp_ref(v - shift);
         sum_err = std::max(sum_err, rel_err(K.exp_sum(x.data(), n, shift), want));
         for (int k : {0, 1, 5, 20}) {
           std::vector<int32_t> ids(20, -1), rids(20, -1);

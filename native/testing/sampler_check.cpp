@@ -24,9 +24,7 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   const std::string isa = info[2].As<Napi::String>().Utf8Value();
-  const auto& f = cpu_features();
-  // The AVX-512 table is built for AVX-512 BF16 + VNNI (what the engine requires to pick it).
-  if (!(isa == "avx2" && f.avx2 && f.fma) && !(isa == "avx512" && f.avx512 && f.avx512bf16 && f.avx512vnni)) {
+  if (!(isa == "avx2" && isa_supported(Isa::avx2)) && !(isa == "avx512" && isa_supported(Isa::avx512))) {
     Napi::Error::New(env, "samplerCheck: this machine has no '" + isa + "' kernel table").ThrowAsJavaScriptException();
     return env.Undefined();
   }
@@ -36,6 +34,25 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
   int64_t draws = 0, diffs = 0;
   std::string first;
   std::vector<PickCandidate> work;
+  // 20 draws from row x by the whole-vocabulary sampler and by the sorted row's draw, the same seed;
+  // `what` names the row in the first difference.
+  const auto compare = [&](const std::vector<float>& x, const SamplingParams& p, const std::vector<int32_t>* ban,
+                           const std::string& what) {
+    Sampler whole(p, table), sorted(p, table);
+    const int vocab = static_cast<int>(x.size());
+    for (int k = 0; k < 20; ++k) {
+      const int32_t got = whole.sample(x.data(), vocab, ban);
+      const int n = top_candidates(x.data(), vocab, 0, p.temperature, ban, work);
+      const int32_t want = n == 0 ? got : sorted.draw(work.data(), n);
+      ++draws;
+      if (got != want) {
+        if (diffs == 0)
+          first = what + ", draw " + std::to_string(k) + ": " + std::to_string(got) + " where the sorted draw gives " +
+                  std::to_string(want);
+        ++diffs;
+      }
+    }
+  };
   for (int row = 0; row < rows; ++row) {
     const int vocab = row % 25 == 24 ? 248320 : 1 + static_cast<int>(g() % 9000);
     const int kind = row % 6;
@@ -64,21 +81,9 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
     p.top_p = top_ps[row % 5];
     p.top_k = 0;
     p.seed = static_cast<uint64_t>(row);
-    Sampler whole(p, table), sorted(p, table);
-    const std::vector<int32_t>* ban = banned.empty() ? nullptr : &banned;
-    for (int k = 0; k < 20; ++k) {
-      const int32_t got = whole.sample(x.data(), vocab, ban);
-      const int n = top_candidates(x.data(), vocab, 0, p.temperature, ban, work);
-      const int32_t want = n == 0 ? got : sorted.draw(work.data(), n);
-      ++draws;
-      if (got != want) {
-        if (diffs == 0)
-          first = "row " + std::to_string(row) + " (" + std::to_string(vocab) + " values, kind " + std::to_string(kind) +
-                  ", top_p " + std::to_string(p.top_p) + "), draw " + std::to_string(k) + ": " + std::to_string(got) +
-                  " where the sorted draw gives " + std::to_string(want);
-        ++diffs;
-      }
-    }
+    compare(x, p, banned.empty() ? nullptr : &banned,
+            "row " + std::to_string(row) + " (" + std::to_string(vocab) + " values, kind " + std::to_string(kind) +
+                ", top_p " + std::to_string(p.top_p) + ")");
   }
   // Rows at the edges of the rule: all values equal; a span of one denormal (an infinite scale);
   // +-FLT_MAX among ordinary values; values whose scaled logits overflow at temperature 1e-5 (the
@@ -110,20 +115,7 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
         p.temperature = edges[e].t;
         p.top_p = top_p;
         p.seed = 77 + e;
-        Sampler whole(p, table), sorted(p, table);
-        const int vocab = static_cast<int>(edges[e].x.size());
-        for (int k = 0; k < 20; ++k) {
-          const int32_t got = whole.sample(edges[e].x.data(), vocab);
-          const int n = top_candidates(edges[e].x.data(), vocab, 0, p.temperature, nullptr, work);
-          const int32_t want = sorted.draw(work.data(), n);
-          ++draws;
-          if (got != want) {
-            if (diffs == 0)
-              first = "edge row " + std::to_string(e) + " (top_p " + std::to_string(top_p) + "), draw " + std::to_string(k) +
-                      ": " + std::to_string(got) + " where the sorted draw gives " + std::to_string(want);
-            ++diffs;
-          }
-        }
+        compare(edges[e].x, p, nullptr, "edge row " + std::to_string(e) + " (top_p " + std::to_string(top_p) + ")");
       }
   }
   Napi::Object out = Napi::Object::New(env);

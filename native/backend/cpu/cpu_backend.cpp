@@ -122,9 +122,7 @@ void CpuBackend::pick_rows(const float* logits, int n, int vocab, const RowPick*
 void CpuBackend::host_parallel(int n, const std::function<void(int)>& fn) {
   // One row a claim from a shared counter: a draw costs a fraction of a millisecond, and a core
   // shared with another process claims fewer.
-  pool_.parallel_dealt(n, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) fn(static_cast<int>(i));
-  });
+  pool_.parallel_each(n, [&](int64_t i) { fn(static_cast<int>(i)); });
 }
 
 float* CpuBackend::scratch(size_t n) {

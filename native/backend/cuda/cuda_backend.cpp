@@ -71,9 +71,7 @@ class CudaBackend final : public Backend {
   void host_parallel(int n, const std::function<void(int)>& fn) override {
     if (n <= 1 || host_threads_ == 1) return Backend::host_parallel(n, fn);
     if (!host_pool_) host_pool_ = std::make_unique<ThreadPool>(host_threads_);
-    host_pool_->parallel_dealt(n, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) fn(static_cast<int>(i));
-    });
+    host_pool_->parallel_each(n, [&](int64_t i) { fn(static_cast<int>(i)); });
   }
 
   std::string name() const override { return "cuda"; }

@@ -1,9 +1,9 @@
 // The whole-vocabulary sampler's passes over a logits row (kernels.h, BucketRule): the row's
 // bounds, each bucket's weight, and one bucket's candidates; log-softmax's (logprobs): the sum of
-// the row's exps and its k largest values; and a top-k pick's k best candidates. Every lane computes the same IEEE
-// operations in the same order (a division, a subtraction, a product, vexp), and a piece's tail
-// goes through the same vector code on a padded copy, so a value, weight and bucket are the same
-// bits in both passes, on both tables and wherever the piece starts.
+// the row's exps and its k largest values; and a top-k pick's k best candidates. Every lane
+// computes the same IEEE operations in the same order (a division, a subtraction, a product,
+// vexp), and a piece's tail goes through the same vector code on a padded copy, so a value, weight
+// and bucket are the same bits in both passes, on both tables and wherever the piece starts.
 #include <algorithm>
 #include <limits>
 
@@ -14,7 +14,9 @@ namespace lumen::cpu::LUMEN_ISA {
 
 namespace {
 
-// Per lane: 1 where a >= b, as a bit of the result (lane i: bit i).
+// store_trunc / store_f64: the lanes truncated to int32 / widened to double, stored (aligned).
+// ge_bits, gt_bits, lt_bits: per lane, 1 where the comparison holds, as bit i of the result for
+// lane i. keep_where_ge: x where a >= b, else 0.
 #if defined(__AVX512F__)
 inline void store_trunc(int32_t* p, vf a) { _mm512_store_si512(p, _mm512_cvttps_epi32(a)); }
 inline void store_f64(double* p, vf a) {
@@ -222,13 +224,7 @@ int top_candidates(const float* x, int64_t n, int k, float t, PickCandidate* out
   };
   int64_t i = 0;
   for (; i + VW <= n; i += VW) scan(vload(x + i), i, VW);
-  if (i < n) {
-    // The tail's padding lanes are 0 (finite): only its own lanes count, for the check as for the candidates.
-    alignas(64) float buf[VW];
-    std::fill(buf, buf + VW, 0.f);
-    std::copy(x + i, x + n, buf);
-    scan(vload(buf), i, n - i);
-  }
+  if (i < n) scan(load_tail(x + i, n - i), i, n - i);  // its padding lanes are 0, finite
   alignas(64) float b[VW];
   vstore(b, bad);
   const bool finite = std::all_of(b, b + VW, [](float e) { return e == 0.f; });
