@@ -602,15 +602,26 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     // top_k 20 / 40 / 1024 are picked by the backend (the kernel table's top_candidates, rows side by
     // side); asking for logprobs sends the whole row to the host, where core/top_k.h's scalar
     // top_candidates picks: the same candidates, so the same draws.
-    const e = await engine();
     const reqs = [20, 40, 1024].flatMap((topK, i) => [1, 0.9].map((topP, j) => ({
       prompt: promptIds(12 + 5 * i, 40 + 2 * i + j), maxTokens: 10, ignoreEos: true, temperature: 2.5, topK, topP, seed: 70 + 2 * i + j,
     })));
-    const picked = await Promise.all(reqs.map((q) => e.submit(q).done));
-    const host = await Promise.all(reqs.map((q) => e.submit({ ...q, logprobs: 0 }).done));
+    // Each way on a fresh engine that runs no step until all six are queued: the same steps, so the
+    // same logits rows, on any machine and load.
+    const run = async (logprobs?: number) => {
+      const e = await engine({}, { manualSteps: true });
+      const pending = reqs.map((q) => e.submit({ ...q, logprobs }).done);
+      e.allowSteps!(1000);
+      const out = await Promise.all(pending);
+      e.allowSteps!(1000); // let close() find an idle engine
+      return out;
+    };
+    const picked = await run();
+    const host = await run(0);
     for (let i = 0; i < reqs.length; i++) {
       expect(picked[i]!.tokens, `top_k ${reqs[i]!.topK}, top_p ${reqs[i]!.topP}`).toEqual(host[i]!.tokens);
       expect(new Set(picked[i]!.tokens).size, 'not a greedy run').toBeGreaterThan(1);
+      expect(picked[i]!.logprobs).toBeUndefined(); // picked by the backend
+      expect(host[i]!.logprobs).toHaveLength(10); // whole rows to the host
     }
   });
 });

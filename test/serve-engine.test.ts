@@ -56,9 +56,18 @@ describe('engine: logprobs and min_tokens', () => {
     }));
     const alone = [];
     for (const q of reqs) alone.push(await engine.submit(q).done);
-    const stepsBefore = engine.stats().steps;
-    const together = await Promise.all(reqs.map((q) => engine.submit(q).done));
-    expect(engine.stats().steps - stepsBefore).toBeLessThan(4 * 6); // they shared steps
+    // The same model on an engine that runs no step until all four are queued: they share steps on
+    // any machine and load.
+    const held = await tinyEngine({ maxSeqs: 4 }, { manualSteps: true });
+    let together;
+    try {
+      const pending = reqs.map((q) => held.submit(q).done);
+      held.allowSteps!(1000);
+      together = await Promise.all(pending);
+      expect(held.stats().steps).toBeLessThan(4 * 6); // they shared steps (alone: 6 each)
+    } finally {
+      await held.close();
+    }
     for (let k = 0; k < 4; k++) {
       const r = together[k]!;
       expect(r.tokens, `request ${k}`).toEqual(alone[k]!.tokens);
