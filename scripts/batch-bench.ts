@@ -52,9 +52,10 @@ const program = new Command('batch-bench')
   .option('--profile', 'print the per-op profile of each concurrency (decode steps after every stream has started, summed over rounds; prefill only for concurrency 0)')
   .option('--temperature <t>', 'sample every request at this temperature (0: greedy, the default); with --top-k 0 each token is drawn from the whole vocabulary', (v) => Number(v), 0)
   .option('--top-k <k>', 'top-k of the sampled requests (0: the whole vocabulary)', (v) => Number(v), 0)
+  .option('--logprobs <n>', 'ask every request for its tokens\' logprobs and n alternatives (0..20): each token is then picked on the host from its whole logits row, as bench serve does for a request with logprobs (-1: none)', (v) => Number(v), -1)
   .option('--json <file>', 'also write the results as JSON')
   .parse(process.argv);
-const opt = program.opts<{ temperature: number; topK: number; prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; inMemory?: boolean; gguf?: string; addons?: string; profile?: boolean; json?: string; kvCacheDtype: string }>();
+const opt = program.opts<{ temperature: number; topK: number; logprobs: number; prefillTokens: number; threads: number; device: string; cudaGraphs: boolean; rounds: number; reloads: number; prompt: number; tokens: number; concurrency: string; preset: string; inMemory?: boolean; gguf?: string; addons?: string; profile?: boolean; json?: string; kvCacheDtype: string }>();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 interface Variant { name: string; addon?: string; addonIndex: number; kv: KvCacheDtype; engine?: EngineHandle; isa?: string; rates: Map<number, number[]>; profiles: Map<number, ProfileReport[]> }
@@ -72,7 +73,10 @@ async function measure(engine: EngineHandle, c: number, seed: number): Promise<n
   // the report covers decode steps (the prefill of c prompts would otherwise dominate it).
   let started = 0;
   const onToken = opt.profile ? (ev: TokenEvent) => { if (ev.index === 0 && ++started === c) engine.takeProfile(); } : undefined;
-  const sampling = opt.temperature > 0 ? { temperature: opt.temperature, topK: opt.topK, seed: seed * 100 } : {};
+  const sampling = {
+    ...(opt.temperature > 0 ? { temperature: opt.temperature, topK: opt.topK, seed: seed * 100 } : {}),
+    ...(opt.logprobs >= 0 ? { logprobs: opt.logprobs } : {}),
+  };
   const runs = await Promise.all(Array.from({ length: c }, (_, i) =>
     engine.submit({ prompt: benchIds(opt.prompt, seed * 100 + i), maxTokens: opt.tokens, ignoreEos: true, ...sampling }, onToken).done));
   for (const r of runs) if (r.finishReason !== 'length') throw new Error(`request ended with ${r.finishReason}: ${r.error ?? ''}`);
@@ -86,6 +90,7 @@ async function main(): Promise<void> {
   if (levels.some((c) => !Number.isInteger(c) || c < 0)) throw new Error(`--concurrency: not a list of positive integers: ${opt.concurrency}`);
   if (!(Number.isFinite(opt.temperature) && opt.temperature >= 0)) throw new Error(`--temperature: not a number >= 0: ${opt.temperature}`);
   if (!Number.isInteger(opt.topK) || opt.topK < 0) throw new Error(`--top-k: not an integer >= 0: ${opt.topK}`);
+  if (!Number.isInteger(opt.logprobs) || opt.logprobs < -1 || opt.logprobs > 20) throw new Error(`--logprobs: not an integer from -1 to 20: ${opt.logprobs}`);
   const maxC = Math.max(...levels);
   const device = resolveDevice(choiceArg('--device', ['cpu', 'cuda', 'auto'] as const)(opt.device));
   const ckpt = opt.gguf !== undefined ? loadGgufCheckpoint(opt.gguf)
@@ -144,7 +149,7 @@ async function main(): Promise<void> {
   const out: string[] = [];
   const cpu = machineInfo().cpuModel;
   out.push(`CPU: ${cpu}; ISA path: ${variants.map((v) => v.isa).join(' / ')}; device: ${device}${device === 'cuda' ? `, graphs ${opt.cudaGraphs ? 'on' : 'off'}` : ''}`);
-  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16${opt.inMemory ? ' (generated in memory)' : ''}`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; KV cache ${kvs.join(' / ')}; ${opt.temperature > 0 ? `sampled at temperature ${opt.temperature}, top-k ${opt.topK === 0 ? '0 (the whole vocabulary)' : opt.topK}` : 'greedy'}; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}${levels.includes(0) ? '; prefill timed after an untimed one of its own' : ''}${opt.profile ? '; measured with the per-op profile on (its clocks add to every op: compare rates only with rates taken the same way)' : ''}`);
+  out.push(`model: ${opt.gguf !== undefined ? opt.gguf : `synthetic ${opt.preset} bf16${opt.inMemory ? ' (generated in memory)' : ''}`}; ${opt.threads} threads; prompt ${opt.prompt}, ${opt.tokens} generated; KV cache ${kvs.join(' / ')}; ${opt.temperature > 0 ? `sampled at temperature ${opt.temperature}, top-k ${opt.topK === 0 ? '0 (the whole vocabulary)' : opt.topK}` : 'greedy'}${opt.logprobs >= 0 ? `; logprobs with ${opt.logprobs} alternatives (every token picked on the host)` : ''}; steady-state aggregate decode, medians of ${total} rounds${opt.reloads > 1 ? ` (${opt.reloads} loads of each engine x ${opt.rounds})` : ''}${levels.includes(0) ? '; prefill timed after an untimed one of its own' : ''}${opt.profile ? '; measured with the per-op profile on (its clocks add to every op: compare rates only with rates taken the same way)' : ''}`);
   const speedups = new Map<Variant, Map<number, number[]> | null>();
   for (const v of variants) {
     if (variants.length > 1) out.push(`addon: ${v.name}`);
@@ -191,7 +196,7 @@ async function main(): Promise<void> {
   }
   if (opt.json) {
     writeFileSync(opt.json, JSON.stringify({ cpu, threads: opt.threads, model: opt.gguf ?? `synthetic ${opt.preset} bf16`, reloads: opt.reloads,
-      sampling: opt.temperature > 0 ? { temperature: opt.temperature, topK: opt.topK } : 'greedy', variants: variants.map((v) => ({
+      sampling: opt.temperature > 0 ? { temperature: opt.temperature, topK: opt.topK } : 'greedy', logprobs: opt.logprobs, variants: variants.map((v) => ({
       name: v.name, isa: v.isa, rates: Object.fromEntries(v.rates),
       speedupOverC1: Object.fromEntries([...(speedups.get(v) ?? [])].map(([c, rs]) => [c, { median: median(rs), rounds: rs }])),
     })), speedupRule: 'the median over the rounds of each round\'s aggregate decode at c over the same round\'s at c=1' }, null, 2));

@@ -2,8 +2,10 @@
 // logits row of the vocabulary's width, per CPU kernel table this machine runs (AVX2, AVX-512):
 // the whole-vocabulary draw (top_k 0 with a temperature: the OpenAI and Anthropic defaults), the
 // same draw after a sort of the whole row (the reference samplerCheck holds it to, and what the
-// engine did before the forty-second session), the greedy pick, the logprobs, and a top-k pick (the
-// table's, as the CPU backend picks; core/top_k.h's scalar one, as it did before). Every measurement
+// engine did before the forty-second session), the greedy pick, the logprobs, a top-k pick (the
+// table's, as the CPU backend picks; core/top_k.h's scalar one, as it did before), and the host's
+// top-k draw (the table's pick and the draw: a top-k request asking for logprobs, or one whose stop
+// tokens min_tokens bans; before the forty-fourth session the scalar pick and the draw). Every measurement
 // reads the next of --rows rows (a step's rows, past a core's L2 at the vocabulary's width); the
 // tables alternate, their order rotated every round. Reported: medians over the rounds of each
 // round's median, and the sorted draw over the draw per round (its median).
@@ -17,7 +19,7 @@ import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
 import { median, pairedRatios, roundOrder } from './bench-model.js';
 
 /** What the addon's samplerBench returns (native/addon/sampler_bench.cpp). */
-interface SamplerBenchResult { isa: string; vocab: number; rows: number; draws: number; drawMs: number; sortedDrawMs: number; argmaxMs: number; logprobsMs: number; topKPickMs: number; scalarTopKPickMs: number }
+interface SamplerBenchResult { isa: string; vocab: number; rows: number; draws: number; drawMs: number; sortedDrawMs: number; argmaxMs: number; logprobsMs: number; topKPickMs: number; scalarTopKPickMs: number; topKDrawMs: number }
 interface SamplerBenchAddon {
   samplerBench?: (o: { vocab: number; rows: number; draws: number; temperature: number; topP: number; topLogprobs: number; topK: number; isa: string }) => SamplerBenchResult;
   cpuInfo(): { avx2: boolean; avx512: boolean; avx512bf16: boolean };
@@ -63,14 +65,15 @@ function main(): void {
   const ms = (v: number) => v.toFixed(3);
   const out = [`CPU: ${cpu.cpuModel}; a row of ${opt.vocab} logits (normal, spread 3.2), ${opt.rows} rows cycled; temperature ${opt.temperature}, top_p ${opt.topP}, ` +
     `${opt.topLogprobs} top logprobs, top-k ${opt.topK}; ms per token and sequence, medians over ${opt.rounds} rounds of each round's median of ${opt.draws}`];
-  out.push(['table', 'draw (top_k 0)', 'sorted draw', 'sorted ÷ draw', 'greedy pick', 'logprobs', 'top-k pick', 'scalar top-k pick', 'scalar ÷ pick'].join('\t'));
+  out.push(['table', 'draw (top_k 0)', 'sorted draw', 'sorted ÷ draw', 'greedy pick', 'logprobs', 'top-k pick', 'scalar top-k pick', 'scalar ÷ pick', 'host top-k draw'].join('\t'));
   for (const [isa, rs] of runs) {
     const ratios = pairedRatios(rs.map((r) => r.sortedDrawMs), rs.map((r) => r.drawMs));
     out.push([isa, ms(median(rs.map((r) => r.drawMs))), ms(median(rs.map((r) => r.sortedDrawMs))), median(ratios).toFixed(2),
       ms(median(rs.map((r) => r.argmaxMs))), ms(median(rs.map((r) => r.logprobsMs))), ms(median(rs.map((r) => r.topKPickMs))),
-      ms(median(rs.map((r) => r.scalarTopKPickMs))), median(pairedRatios(rs.map((r) => r.scalarTopKPickMs), rs.map((r) => r.topKPickMs))).toFixed(2)].join('\t'));
+      ms(median(rs.map((r) => r.scalarTopKPickMs))), median(pairedRatios(rs.map((r) => r.scalarTopKPickMs), rs.map((r) => r.topKPickMs))).toFixed(2),
+      ms(median(rs.map((r) => r.topKDrawMs)))].join('\t'));
   }
-  out.push('sorted ÷ draw, scalar ÷ pick: the medians of each round\'s own ratio; the draw and the sorted draw pick the same tokens (samplerCheck), the two top-k picks the same candidates (kernelCheck)');
+  out.push('sorted ÷ draw, scalar ÷ pick: the medians of each round\'s own ratio; the draw and the sorted draw pick the same tokens (samplerCheck), the two top-k picks the same candidates (kernelCheck), the host top-k draw the scalar pick\'s draws (samplerCheck)');
   process.stdout.write(`${out.join('\n')}\n`);
   if (opt.json) writeFileSync(opt.json, `${JSON.stringify({ cpu, options: opt, results: Object.fromEntries(runs) }, null, 2)}\n`);
 }

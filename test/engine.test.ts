@@ -577,9 +577,9 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     };
     const runs = isa === 'avx2' || (addon.cpuInfo().avx512 && addon.cpuInfo().avx512bf16); // the table the engine picks with AVX-512 BF16
     const why = runs ? '' : ` [skipped: this CPU cannot run the ${isa} table]`;
-    it.runIf(runs)(`the whole-vocabulary draw on the ${isa} table's passes gives the sorted row's draw on rows of every shape (ties, flat, one peak, far tails, banned ids, top_p 0..1; all equal, a denormal span, ±FLT_MAX, overflow at temperature 1e-5)${why}`, () => {
+    it.runIf(runs)(`the host draws on the ${isa} table's passes (the whole vocabulary, and the top_k best) give the scalar sorted candidates' draws on rows of every shape (ties, flat, one peak, far tails, banned ids, top_p 0..1, top_k 1..5000; all equal, a denormal span, ±FLT_MAX, overflow at temperature 1e-5; a NaN or an infinity, banned or not)${why}`, () => {
       const r = addon.samplerCheck(150, 5, isa);
-      expect(r.draws).toBe(3000 + 4 * 2 * 20); // and the edge rows
+      expect(r.draws).toBe(150 * 2 * 20 + 4 * 2 * 2 * 20 + 9 * 3 * 20); // the rows at top_k 0 and at a top_k, the edge rows, the rows not finite
       expect(r.first).toBe('');
       expect(r.differences).toBe(0);
     });
@@ -598,10 +598,11 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     }
   });
 
-  it('a top-k pick (the CPU backend\'s, vectorised, several rows a step) draws what the host\'s scalar top-k gives', async () => {
+  it('a top-k pick by the CPU backend (several rows a step, side by side) draws what the host\'s top-k draw gives', async () => {
     // top_k 20 / 40 / 1024 are picked by the backend (the kernel table's top_candidates, rows side by
-    // side); asking for logprobs sends the whole row to the host, where core/top_k.h's scalar
-    // top_candidates picks: the same candidates, so the same draws.
+    // side, their candidates at each row's offset); asking for logprobs sends the whole row to the
+    // host, where the sampler picks them itself (the same table's pass, which samplerCheck holds to
+    // core/top_k.h's scalar top_candidates) and draws: the same candidates, so the same draws.
     const reqs = [20, 40, 1024].flatMap((topK, i) => [1, 0.9].map((topP, j) => ({
       prompt: promptIds(12 + 5 * i, 40 + 2 * i + j), maxTokens: 10, ignoreEos: true, temperature: 2.5, topK, topP, seed: 70 + 2 * i + j,
     })));

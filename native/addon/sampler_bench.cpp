@@ -80,13 +80,16 @@ Napi::Value SamplerBench(const Napi::CallbackInfo& info) {
     p.top_p = o.top_p;
     p.seed = 11;
     Sampler whole(p, K), sorted(p, K);
+    SamplingParams pk = p;
+    pk.top_k = o.top_k;
+    Sampler top_k(pk, K);
     std::vector<PickCandidate> work;
-    std::vector<double> draw_ns, sort_ns, argmax_ns, lp_ns, pick_ns, scalar_pick_ns;
+    std::vector<double> draw_ns, sort_ns, argmax_ns, lp_ns, pick_ns, scalar_pick_ns, top_k_draw_ns;
     std::vector<PickCandidate> picked(static_cast<size_t>(o.top_k)), pick_scratch;
     std::vector<int32_t> top_ids(static_cast<size_t>(kMaxTopLogprobs));
     std::vector<float> top_lp(static_cast<size_t>(kMaxTopLogprobs));
     double sink = 0;
-    // Each measurement on the next row, the four interleaved.
+    // Each measurement on the next row, the seven interleaved.
     for (int d = 0; d < o.draws; ++d) {
       const float* x = rows.data() + static_cast<size_t>(d % o.rows) * static_cast<size_t>(o.vocab);
       int64_t t0 = now_ns();
@@ -115,6 +118,10 @@ Napi::Value SamplerBench(const Napi::CallbackInfo& info) {
       t0 = now_ns();
       sink += top_candidates(x, o.vocab, o.top_k, p.temperature, nullptr, work);
       scalar_pick_ns.push_back(static_cast<double>(now_ns() - t0));
+      x = rows.data() + static_cast<size_t>((d + 6) % o.rows) * static_cast<size_t>(o.vocab);
+      t0 = now_ns();
+      sink += top_k.sample(x, o.vocab);
+      top_k_draw_ns.push_back(static_cast<double>(now_ns() - t0));
     }
     auto res = Napi::Object::New(env);
     res.Set("isa", avx512 ? "avx512" : "avx2");
@@ -127,6 +134,7 @@ Napi::Value SamplerBench(const Napi::CallbackInfo& info) {
     res.Set("logprobsMs", median_ms(lp_ns));
     res.Set("topKPickMs", median_ms(pick_ns));
     res.Set("scalarTopKPickMs", median_ms(scalar_pick_ns));
+    res.Set("topKDrawMs", median_ms(top_k_draw_ns));
     res.Set("sink", sink);
     return res;
   } catch (const std::exception& e) {

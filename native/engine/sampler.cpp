@@ -25,13 +25,38 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
       if (!is_banned(banned, i) && (pick < 0 || logits[i] > logits[pick])) pick = i;
     return pick < 0 ? best : pick;
   }
-  if (p_.top_k > 0 && p_.top_k < vocab) {
-    if (!row_finite(logits, vocab)) return -1;
-    const int n = top_candidates(logits, vocab, p_.top_k, p_.temperature, banned, cand_);
-    if (n == 0) return argmax_scalar(logits, vocab);
-    return draw(cand_.data(), n);
-  }
+  if (p_.top_k > 0 && p_.top_k < vocab) return draw_top_k(logits, vocab, banned);
   return draw_all(logits, vocab, banned);
+}
+
+int32_t Sampler::draw_top_k(const float* logits, int vocab, const std::vector<int32_t>* banned) {
+  // core/top_k.h's top_candidates (the scalar reference samplerCheck compares with) by the CPU
+  // kernel table's one-pass pick, on each run of allowed ids: the k best of the row are among the
+  // k best of their runs, so the runs' picks, put in the same order, give its candidates bit for bit.
+  allowed_runs(vocab, banned);
+  float lo = 0, hi = 0;
+  // A NaN or an infinity anywhere in the row, banned ids included: nothing to pick from. (When
+  // nothing is banned the pick marks it itself.)
+  const bool whole = runs_.size() == 1 && runs_[0].first == 0 && runs_[0].second == vocab;
+  if (!whole && !k_->row_bounds(logits, vocab, &lo, &hi)) return -1;
+  if (runs_.empty()) return argmax_scalar(logits, vocab);  // every id banned
+  const size_t k = static_cast<size_t>(p_.top_k);
+  cand_.resize(k * runs_.size());
+  size_t n = 0;
+  for (const auto& [b, e] : runs_) {
+    PickCandidate* out = cand_.data() + n;
+    const int got = k_->top_candidates(logits + b, e - b, p_.top_k, p_.temperature, out, pick_scratch_);
+    if (out[0].id < 0) return -1;  // the pick's mark: a NaN or an infinity in the run
+    for (int j = 0; j < got; ++j) out[j].id += b;
+    n += static_cast<size_t>(got);
+  }
+  if (runs_.size() > 1) {  // the runs' picks in one order
+    const size_t m = std::min(n, k);
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<int64_t>(m), cand_.begin() + static_cast<int64_t>(n),
+                      candidate_before);
+    n = m;
+  }
+  return draw(cand_.data(), static_cast<int>(n));
 }
 
 void Sampler::allowed_runs(int vocab, const std::vector<int32_t>* banned) {

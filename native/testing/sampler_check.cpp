@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/argmax.h"
 #include "core/cpu_features.h"
 #include "core/top_k.h"
 #include "engine/sampler.h"
@@ -16,7 +17,8 @@ namespace lumen {
 // Rows of 1..9000 values (and some of 248 320, the Qwen3.5 vocabulary): normal with spreads from
 // 0.01 to 20, many ties, one peak over a flat floor, a few values far below the rest; a tenth of the
 // ids banned in a third of them; temperatures 0.7, 1 and 2.5; top_p 1, 0.999, 0.95, 0.5 and 0; 20
-// draws a row. Returns { draws, differences, first } (first: the first difference, or "").
+// draws a row from the whole row and 20 at a top_k of 1 to 5000. Returns { draws, differences, first }
+// (first: the first difference, or "").
 Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsString()) {
@@ -34,21 +36,26 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
   int64_t draws = 0, diffs = 0;
   std::string first;
   std::vector<PickCandidate> work;
-  // 20 draws from row x by the whole-vocabulary sampler and by the sorted row's draw, the same seed;
-  // `what` names the row in the first difference.
+  // 20 draws from row x by the sampler (on the table's passes) and by the reference: the candidates
+  // of core/top_k.h's scalar top_candidates (top_k 0: the whole row, sorted) drawn by Sampler::draw,
+  // the same seed; `what` names the row in the first difference.
   const auto compare = [&](const std::vector<float>& x, const SamplingParams& p, const std::vector<int32_t>* ban,
                            const std::string& what) {
-    Sampler whole(p, table), sorted(p, table);
+    Sampler sampler(p, table), reference(p, table);
     const int vocab = static_cast<int>(x.size());
+    const bool top_k = p.top_k > 0 && p.top_k < vocab;
     for (int k = 0; k < 20; ++k) {
-      const int32_t got = whole.sample(x.data(), vocab, ban);
-      const int n = top_candidates(x.data(), vocab, 0, p.temperature, ban, work);
-      const int32_t want = n == 0 ? got : sorted.draw(work.data(), n);
+      const int32_t got = sampler.sample(x.data(), vocab, ban);
+      int32_t want = -1;
+      if (!top_k || row_finite(x.data(), vocab)) {
+        const int n = top_candidates(x.data(), vocab, top_k ? p.top_k : 0, p.temperature, ban, work);
+        want = n > 0 ? reference.draw(work.data(), n) : top_k ? argmax_scalar(x.data(), vocab) : got;
+      }
       ++draws;
       if (got != want) {
         if (diffs == 0)
-          first = what + ", draw " + std::to_string(k) + ": " + std::to_string(got) + " where the sorted draw gives " +
-                  std::to_string(want);
+          first = what + (top_k ? ", top_k " + std::to_string(p.top_k) : "") + ", draw " + std::to_string(k) + ": " +
+                  std::to_string(got) + " where the reference gives " + std::to_string(want);
         ++diffs;
       }
     }
@@ -81,9 +88,14 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
     p.top_p = top_ps[row % 5];
     p.top_k = 0;
     p.seed = static_cast<uint64_t>(row);
-    compare(x, p, banned.empty() ? nullptr : &banned,
-            "row " + std::to_string(row) + " (" + std::to_string(vocab) + " values, kind " + std::to_string(kind) +
-                ", top_p " + std::to_string(p.top_p) + ")");
+    const std::string what = "row " + std::to_string(row) + " (" + std::to_string(vocab) + " values, kind " +
+                             std::to_string(kind) + ", top_p " + std::to_string(p.top_p) + ")";
+    compare(x, p, banned.empty() ? nullptr : &banned, what);
+    // The same row at a top_k (all but one candidate where it is not below the row's length; a row of
+    // one value draws from the whole row).
+    const int top_ks[] = {1, 20, 40, 1000, 5000, 7};
+    p.top_k = std::max(1, std::min(top_ks[row % 6], vocab - 1));
+    compare(x, p, banned.empty() ? nullptr : &banned, what);
   }
   // Rows at the edges of the rule: all values equal; a span of one denormal (an infinite scale);
   // +-FLT_MAX among ordinary values; values whose scaled logits overflow at temperature 1e-5 (the
@@ -116,6 +128,30 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
         p.top_p = top_p;
         p.seed = 77 + e;
         compare(edges[e].x, p, nullptr, "edge row " + std::to_string(e) + " (top_p " + std::to_string(top_p) + ")");
+        p.top_k = 20;
+        compare(edges[e].x, p, nullptr, "edge row " + std::to_string(e) + " (top_p " + std::to_string(top_p) + ")");
+      }
+  }
+  // Rows a top-k draw has nothing to pick from (-1): a NaN or an infinity at an allowed id, or at a
+  // banned one (min_tokens' ban hides no broken logit), with nothing banned and with a ban around it.
+  {
+    std::normal_distribution<float> nd(0.f, 3.f);
+    const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                -std::numeric_limits<float>::infinity()};
+    for (int v = 0; v < 3; ++v)
+      for (const int at : {0, 517, 4999}) {
+        std::vector<float> x(5000);
+        for (float& e : x) e = nd(g);
+        x[static_cast<size_t>(at)] = bad_values[v];
+        const std::vector<int32_t> ban_at{at}, ban_near{at == 0 ? 1 : at - 1, 2500};
+        SamplingParams p;
+        p.temperature = 1.f;
+        p.top_k = 40;
+        p.seed = 91;
+        const std::string what = "a row with " + std::to_string(bad_values[v]) + " at " + std::to_string(at);
+        compare(x, p, nullptr, what);
+        compare(x, p, &ban_at, what + " (banned)");
+        compare(x, p, &ban_near, what + " (a ban beside it)");
       }
   }
   Napi::Object out = Napi::Object::New(env);
