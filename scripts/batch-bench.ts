@@ -28,7 +28,7 @@ import { choiceArg } from '../src/cli/flag-values.js';
 import { resolveDevice } from '../src/engine/device.js';
 import { loadEngine } from '../src/engine/engine.js';
 import { loadAddon } from '../src/engine/native.js';
-import { KV_CACHE_DTYPES, type EngineHandle, type KvCacheDtype, type ProfileReport, type TokenEvent } from '../src/engine/types.js';
+import { KV_CACHE_DTYPES, type EngineHandle, type KvCacheDtype, type ProfileReport } from '../src/engine/types.js';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { formatOpsReport } from '../src/bench/profile.js';
 import { machineInfo } from '../src/util/machine.js';
@@ -69,16 +69,18 @@ async function measure(engine: EngineHandle, c: number, seed: number): Promise<n
     const r = await engine.submit({ prompt: benchIds(opt.prefillTokens, seed), maxTokens: 1, ignoreEos: true }).done;
     return opt.prefillTokens / ((r.tokenMs[0]! - r.enqueueMs) / 1000);
   }
-  // With --profile, drop what was recorded up to the moment every stream has its first token, so
-  // the report covers decode steps (the prefill of c prompts would otherwise dominate it).
-  let started = 0;
-  const onToken = opt.profile ? (ev: TokenEvent) => { if (ev.index === 0 && ++started === c) engine.takeProfile(); } : undefined;
+  // With --profile, drop what was recorded up to the first step that gave every stream a token (a
+  // step gives a sequence at most one), so the report covers decode steps (the prefill of c prompts
+  // would otherwise dominate it). A step listener, not a token event per token crossing to JS.
+  let started = false;
+  const stopListening = opt.profile ? engine.onStep((tokens) => { if (!started && tokens === c) { started = true; engine.takeProfile(); } }) : undefined;
   const sampling = {
     ...(opt.temperature > 0 ? { temperature: opt.temperature, topK: opt.topK, seed: seed * 100 } : {}),
     ...(opt.logprobs >= 0 ? { logprobs: opt.logprobs } : {}),
   };
   const runs = await Promise.all(Array.from({ length: c }, (_, i) =>
-    engine.submit({ prompt: benchIds(opt.prompt, seed * 100 + i), maxTokens: opt.tokens, ignoreEos: true, ...sampling }, onToken).done));
+    engine.submit({ prompt: benchIds(opt.prompt, seed * 100 + i), maxTokens: opt.tokens, ignoreEos: true, ...sampling }).done));
+  stopListening?.();
   for (const r of runs) if (r.finishReason !== 'length') throw new Error(`request ended with ${r.finishReason}: ${r.error ?? ''}`);
   const rate = steadyDecodeRate(runs.map((r) => r.tokenMs));
   if (rate === null) throw new Error(`c=${c}: the streams never decoded together`);

@@ -33,7 +33,7 @@ class Sampler {
   // -1 when the row holds a NaN or an infinity (nothing to pick from).
   int32_t sample(const float* logits, int vocab, const std::vector<int32_t>* banned = nullptr);
   // The draw of a non-greedy pick from the top_k best candidates (top_candidates' order), as
-  // sample() draws after its own sort: what a backend's device-side top-k hands back. -1 when the
+  // sample() draws after its own pick: what a backend's device-side top-k hands back. -1 when the
   // first candidate's id is -1 (the pick found a NaN or an infinity in the row).
   int32_t draw(const PickCandidate* cand, int n);
   bool greedy() const { return p_.temperature <= 0.f; }
