@@ -577,9 +577,9 @@ describe('requests the engine refuses, and sampling at the edges', () => {
     };
     const runs = isa === 'avx2' || (addon.cpuInfo().avx512 && addon.cpuInfo().avx512bf16); // the table the engine picks with AVX-512 BF16
     const why = runs ? '' : ` [skipped: this CPU cannot run the ${isa} table]`;
-    it.runIf(runs)(`the host draws on the ${isa} table's passes (the whole vocabulary, and the top_k best) give the scalar sorted candidates' draws on rows of every shape (ties, flat, one peak, far tails, banned ids, top_p 0..1, top_k 1..5000; all equal, a denormal span, ±FLT_MAX, overflow at temperature 1e-5; a NaN or an infinity, banned or not)${why}`, () => {
+    it.runIf(runs)(`the host draws on the ${isa} table's passes (the whole vocabulary, and the top_k best) give the scalar sorted candidates' draws on rows of every shape (ties, flat, one peak, far tails, banned ids, top_p 0..1, top_k 1..5000; all equal, a denormal span, ±FLT_MAX, overflow at temperature 1e-5; a NaN or an infinity, banned or not; the best ids or every id banned)${why}`, () => {
       const r = addon.samplerCheck(150, 5, isa);
-      expect(r.draws).toBe(150 * 2 * 20 + 4 * 2 * 2 * 20 + 9 * 3 * 20); // the rows at top_k 0 and at a top_k, the edge rows, the rows not finite
+      expect(r.draws).toBe(150 * 2 * 20 + 4 * 2 * 2 * 20 + 9 * 3 * 20 + 2 * 20); // the rows at top_k 0 and at a top_k, the edge rows, the rows not finite, the bans at the top
       expect(r.first).toBe('');
       expect(r.differences).toBe(0);
     });

@@ -31,32 +31,26 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
 
 int32_t Sampler::draw_top_k(const float* logits, int vocab, const std::vector<int32_t>* banned) {
   // core/top_k.h's top_candidates (the scalar reference samplerCheck compares with) by the CPU
-  // kernel table's one-pass pick, on each run of allowed ids: the k best of the row are among the
-  // k best of their runs, so the runs' picks, put in the same order, give its candidates bit for bit.
-  allowed_runs(vocab, banned);
-  float lo = 0, hi = 0;
-  // A NaN or an infinity anywhere in the row, banned ids included: nothing to pick from. (When
-  // nothing is banned the pick marks it itself.)
-  const bool whole = runs_.size() == 1 && runs_[0].first == 0 && runs_[0].second == vocab;
-  if (!whole && !k_->row_bounds(logits, vocab, &lo, &hi)) return -1;
-  if (runs_.empty()) return argmax_scalar(logits, vocab);  // every id banned
-  const size_t k = static_cast<size_t>(p_.top_k);
-  cand_.resize(k * runs_.size());
-  size_t n = 0;
-  for (const auto& [b, e] : runs_) {
-    PickCandidate* out = cand_.data() + n;
-    const int got = k_->top_candidates(logits + b, e - b, p_.top_k, p_.temperature, out, pick_scratch_);
-    if (out[0].id < 0) return -1;  // the pick's mark: a NaN or an infinity in the run
-    for (int j = 0; j < got; ++j) out[j].id += b;
-    n += static_cast<size_t>(got);
+  // kernel table's one-pass pick over the whole row. With ids banned (min_tokens' stop tokens, a
+  // handful as a rule, thousands at most), the pick keeps k + (banned ids in the row) candidates
+  // and the banned ones are dropped from them: at most that many of the best can be banned, so the
+  // first k left are the k best allowed ones, in the same order, bit for bit.
+  int64_t n_banned = 0;
+  if (banned)
+    for (const int32_t id : *banned) n_banned += id >= 0 && id < vocab;
+  const int keep = static_cast<int>(std::min<int64_t>(p_.top_k + n_banned, vocab));
+  cand_.resize(static_cast<size_t>(keep));
+  int n = k_->top_candidates(logits, vocab, keep, p_.temperature, cand_.data(), pick_scratch_);
+  // A NaN or an infinity anywhere in the row, banned ids included (the pick's mark): nothing to pick from.
+  if (cand_[0].id < 0) return -1;
+  if (n_banned > 0) {
+    n = static_cast<int>(std::remove_if(cand_.begin(), cand_.begin() + n,
+                                        [&](const PickCandidate& c) { return is_banned(banned, c.id); }) -
+                         cand_.begin());
+    n = std::min(n, p_.top_k);
+    if (n == 0) return argmax_scalar(logits, vocab);  // every id banned
   }
-  if (runs_.size() > 1) {  // the runs' picks in one order
-    const size_t m = std::min(n, k);
-    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<int64_t>(m), cand_.begin() + static_cast<int64_t>(n),
-                      candidate_before);
-    n = m;
-  }
-  return draw(cand_.data(), static_cast<int>(n));
+  return draw(cand_.data(), n);
 }
 
 void Sampler::allowed_runs(int vocab, const std::vector<int32_t>* banned) {

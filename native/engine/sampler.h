@@ -44,15 +44,15 @@ class Sampler {
   int32_t draw_all(const float* logits, int vocab, const std::vector<int32_t>* banned);
   // sample() with the top_k best candidates (0 < top_k < vocabulary), drawn as draw() draws.
   int32_t draw_top_k(const float* logits, int vocab, const std::vector<int32_t>* banned);
-  // The pieces draw_all and draw_top_k run their passes on: the runs of ids between the banned ones.
+  // draw_all's pieces: the runs of ids between the banned ones.
   void allowed_runs(int vocab, const std::vector<int32_t>* banned);
   SamplingParams p_;
   const cpu::Kernels* k_;
   std::mt19937_64 rng_;
-  std::vector<PickCandidate> cand_;         // draw_top_k: each run's k best, then the row's
+  std::vector<PickCandidate> cand_;         // draw_top_k: the row's best candidates
   std::vector<PickCandidate> pick_scratch_;  // draw_top_k: the table pick's scratch
   std::vector<double> probs_;
-  std::vector<std::pair<int32_t, int32_t>> runs_;  // [begin, end) of the allowed ids
+  std::vector<std::pair<int32_t, int32_t>> runs_;  // draw_all: [begin, end) of the allowed ids
   std::vector<cpu::BucketMember> members_;         // draw_all: one bucket's candidates
   std::vector<double> mass_;                       // draw_all: the weight of each bucket
 };

@@ -154,6 +154,26 @@ Napi::Value SamplerCheck(const Napi::CallbackInfo& info) {
         compare(x, p, &ban_near, what + " (a ban beside it)");
       }
   }
+  // Bans at the top: the 40 best ids of a row banned (a top_k 20 draws from the 41st to the 60th),
+  // and every id banned (the row's argmax, as min_tokens leaves nothing else).
+  {
+    std::normal_distribution<float> nd(0.f, 3.f);
+    std::vector<float> x(5000);
+    for (float& e : x) e = nd(g);
+    std::vector<int32_t> order(x.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::partial_sort(order.begin(), order.begin() + 40, order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b]; });
+    std::vector<int32_t> best(order.begin(), order.begin() + 40);
+    std::sort(best.begin(), best.end());
+    std::vector<int32_t> all(order);
+    std::sort(all.begin(), all.end());
+    SamplingParams p;
+    p.temperature = 1.f;
+    p.top_k = 20;
+    p.seed = 93;
+    compare(x, p, &best, "a row with its 40 best ids banned");
+    compare(x, p, &all, "a row with every id banned");
+  }
   Napi::Object out = Napi::Object::New(env);
   out.Set("draws", static_cast<double>(draws));
   out.Set("differences", static_cast<double>(diffs));
