@@ -115,6 +115,21 @@ describe('serve: stop strings', () => {
     const e = new StopStrings(['a', 'bc']);
     expect(e.push('xxbca').stop).toBe('bc'); // the earliest match wins
   });
+
+  it('match nothing before min_tokens (pushed unarmed), as vLLM: a match must end in text pushed armed', () => {
+    const s = new StopStrings(['ab']);
+    expect(s.push('xab', false)).toEqual({ text: 'xab', stop: null }); // a whole stop string, not matched
+    expect(s.push('a', false)).toEqual({ text: '', stop: null }); // still held back: it could start one
+    expect(s.push('b', true)).toEqual({ text: '', stop: 'ab' }); // completed by armed text: matched
+    // Overlapping stop strings: 'ab' ended in the held text (unarmed), so it stays output; 'abc'
+    // completed by the armed piece matches.
+    const o = new StopStrings(['ab', 'abc']);
+    expect(o.push('xab', false)).toEqual({ text: 'x', stop: null }); // 'ab' held: it could start 'abc'
+    expect(o.push('d', true)).toEqual({ text: 'abd', stop: null });
+    const p = new StopStrings(['ab', 'abc']);
+    p.push('xab', false);
+    expect(p.push('c', true)).toEqual({ text: '', stop: 'abc' });
+  });
 });
 
 describe('serve: reasoning split', () => {

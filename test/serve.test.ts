@@ -284,6 +284,19 @@ describe('bench serve over the embedded model', () => {
     expect(hc.finish_reason).toBe('length');
     expect(hc.token_ids).toHaveLength(4);
     expect(hc.token_ids).not.toContain(tokens[0]);
+    // min_tokens holds off stop strings too, as vLLM's: the first occurrence whose last character
+    // comes in the min_tokens-th token or later stops the output (here min_tokens is 2 past the token
+    // that completed the first one).
+    const tokensTo = (endChar: number) => { let n = 0; while (pieces.slice(0, n).join('').length < endChar) n++; return n; };
+    const minTokens = need + 2;
+    let later = -1;
+    for (let j = full.indexOf(stop); j >= 0; j = full.indexOf(stop, j + 1)) if (tokensTo(j + stop.length) >= minTokens) { later = j; break; }
+    const mt = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>({ ...req, min_tokens: minTokens }));
+    const mc = mt.choices[0] as Json;
+    expect(mt.usage!.completion_tokens).toBeGreaterThanOrEqual(minTokens);
+    expect(mc.text).toBe(later >= 0 ? full.slice(0, later) : full);
+    expect(mc.finish_reason).toBe(later >= 0 ? 'stop' : 'length');
+    expect(mc.token_ids).toEqual(later >= 0 ? tokens.slice(0, tokensTo(later + stop.length)) : tokens);
   });
 
   it('ignore_eos ignores only the end-of-sequence ids: stop_token_ids still stop the output', async () => {
@@ -347,6 +360,19 @@ describe('bench serve over the embedded model', () => {
     expect((sm.content[0] as Anthropic.TextBlock).text).toBe(text.slice(0, text.indexOf(stop)));
     const count = await a.messages.countTokens({ model: 'embedded-tiny-v2', system: 'Be brief.', messages: [{ role: 'user', content: 'Hello!' }] });
     expect(count.input_tokens).toBe(m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0));
+    // An empty final assistant message (the start of the reply) is allowed, as in Anthropic's API;
+    // the OpenAI routes' vLLM fields are not this API's, so, as any field not listed, ignored (they
+    // had reached the sampler unchecked: a seed 'abc' was a 500).
+    for (const body of [
+      { ...req, max_tokens: 1, messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: '' }] },
+      { ...req, max_tokens: 1, seed: 'abc', stop_token_ids: 'x', min_tokens: -1, ignore_eos: 'yes' },
+    ]) {
+      const res = await post(s, '/v1/messages', body, { 'anthropic-version': '2023-06-01' });
+      expect(res.status, JSON.stringify(body)).toBe(200);
+    }
+    // top_k at or beyond the vocabulary samples from all of it (vLLM's reading), not a 400 in the engine's words.
+    const huge = await post(s, '/v1/chat/completions', { model: 'embedded-tiny-v2', messages: [{ role: 'user', content: 'x' }], max_tokens: 1, top_k: 1099511627776 });
+    expect(huge.status).toBe(200);
   });
 
   it('Anthropic usage counts a prefix-cache hit as Anthropic does: input_tokens + cache_read_input_tokens = the prompt', async () => {
@@ -719,6 +745,22 @@ describe('bench serve: aborts and bad input, with the engine stepped by hand', (
       [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }], tool_choice: { type: 'any' } }, 400, 'invalid_request_error'],
       [{ model: 'embedded-tiny-v2', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, 415, 'invalid_request_error', { 'content-type': 'text/plain' }],
     ];
+    // An empty message (but a final assistant one, the reply's start: accepted in the Anthropic
+    // messages test) or an empty text block: 400 in Anthropic's words.
+    const aMsg = (messages: unknown, extra: Json = {}) => ({ model: 'embedded-tiny-v2', max_tokens: 1, messages, ...extra });
+    const emptyCases: Array<[unknown, RegExp]> = [
+      [aMsg([{ role: 'user', content: '' }]), /^messages\.0: all messages must have non-empty content except for the optional final assistant message$/],
+      [aMsg([{ role: 'user', content: [] }]), /^messages\.0: all messages must have non-empty content/],
+      [aMsg([{ role: 'user', content: 'x' }, { role: 'assistant', content: '' }, { role: 'user', content: 'y' }]), /^messages\.1: all messages must have non-empty content/],
+      [aMsg([{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: '' }] }]), /^messages\.0\.content\.1\.text: text content blocks must be non-empty$/],
+    ];
+    for (const [body, msg] of emptyCases) {
+      const res = await post(s, '/v1/messages', body, { 'anthropic-version': '2023-06-01' });
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      const b = await res.json() as Json;
+      anthropicShape(b, 'invalid_request_error');
+      expect(b.error.message, JSON.stringify(body)).toMatch(msg);
+    }
     for (const [body, status, type, headers] of aCases) {
       const res = await post(s, '/v1/messages', body, { 'anthropic-version': '2023-06-01', ...(headers ?? {}) });
       expect(res.status, JSON.stringify(body)).toBe(status);

@@ -119,8 +119,20 @@ export function anthropicInput(body: Json): ChatInput {
     const text = typeof system === 'string' ? system : system.map((b) => String(b.text ?? '')).join('\n');
     if (text) messages.push({ role: 'system', content: text });
   }
-  (body.messages as Json[]).forEach((m, i) => {
+  const list = body.messages as Json[];
+  list.forEach((m, i) => {
     const role = m.role as 'user' | 'assistant';
+    // Anthropic's rules, in its words: no empty message but a final assistant one (the start of
+    // the reply), no empty text block. (An empty user turn would otherwise drop out of the prompt.)
+    const empty = m.content === '' || (Array.isArray(m.content) && m.content.length === 0);
+    if (empty && !(role === 'assistant' && i === list.length - 1)) {
+      throw badRequest(`messages.${i}: all messages must have non-empty content except for the optional final assistant message`, `messages.${i}`);
+    }
+    if (Array.isArray(m.content)) {
+      (m.content as Json[]).forEach((b, k) => {
+        if (b.type === 'text' && !b.text) throw badRequest(`messages.${i}.content.${k}.text: text content blocks must be non-empty`, `messages.${i}.content.${k}.text`);
+      });
+    }
     if (typeof m.content === 'string') {
       messages.push({ role, content: m.content });
       return;

@@ -175,7 +175,9 @@ export class Generation {
           const own = this.text.tokenPiece(t).text;
           this.offsets.push(own === '' || own.includes('\uFFFD') ? before : Math.max(before, this.chars - codePoints(own)));
         }
-        const r = this.stops.push(piece);
+        // min_tokens holds off stop strings as vLLM does: none is matched before the output has
+        // min_tokens tokens, this one included.
+        const r = this.stops.push(piece, this.tokens.length + used >= this.p.minTokens);
         text += r.text;
         if (r.stop !== null) {
           this.stopString = r.stop;
@@ -224,7 +226,7 @@ export class Generation {
     // What the pipeline still holds: a partial character, a possible stop-string start, a partial tag.
     let tail = this.detok.flush();
     if (!this.stopped) {
-      const r = this.stops.push(tail);
+      const r = this.stops.push(tail, this.tokens.length >= this.p.minTokens);
       if (r.stop !== null) this.stopString = r.stop;
       tail = r.text + (r.stop !== null ? '' : this.stops.flush());
     }

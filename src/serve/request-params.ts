@@ -63,14 +63,20 @@ export function stopList(v: unknown): string[] {
   return (typeof v === 'string' ? [v] : (v as string[])).filter((s) => s.length > 0);
 }
 
-/** Sampling: the request's values, else the checkpoint's defaults (generation_config.json). */
+/** Seeds are taken modulo 2^53 (a negative one wraps): every seed the engine's stream takes. */
+const SEED_BITS = 53;
+
+/**
+ * Sampling: the request's values, else the checkpoint's defaults (generation_config.json). A top_k
+ * of -1 (vLLM's "all"), 0, or at least the vocabulary samples from the whole vocabulary (0).
+ */
 export function sampling(model: ServeModel, body: Json): Pick<CommonParams, 'temperature' | 'topP' | 'topK' | 'seed'> {
   const topK = given(body.top_k) ? (body.top_k as number) : model.defaults.topK;
   return {
     temperature: given(body.temperature) ? (body.temperature as number) : model.defaults.temperature,
     topP: given(body.top_p) ? (body.top_p as number) : model.defaults.topP,
-    topK: topK < 0 ? 0 : topK,
-    seed: given(body.seed) ? Number(BigInt.asUintN(32, BigInt(body.seed as number))) : randomInt(0, 2 ** 32),
+    topK: topK < 0 || topK >= model.vocabSize ? 0 : topK,
+    seed: given(body.seed) ? Number(BigInt.asUintN(SEED_BITS, BigInt(body.seed as number))) : randomInt(0, 2 ** 48 - 1),
   };
 }
 

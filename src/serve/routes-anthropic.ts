@@ -105,7 +105,9 @@ async function messages(ctx: ServeContext, req: FastifyRequest, reply: FastifyRe
   if ((body.max_tokens as number) < 1) throw badRequest(`max_tokens must be at least 1, got ${String(body.max_tokens)}`, 'max_tokens');
   const rendered = await renderChat(ctx.model, anthropicInput(body));
   const maxTokens = resolveMaxTokens(ctx.model, rendered.ids.length, body.max_tokens, 'max_tokens', 'rest');
-  const common = commonParams(ctx.model, { ...body, stop: body.stop_sequences }, maxTokens);
+  // Anthropic's own fields only: the OpenAI routes' vLLM extensions (seed, min_tokens,
+  // stop_token_ids, ignore_eos) are not in this API's schema, so, like any field not listed, ignored.
+  const common = commonParams(ctx.model, { temperature: body.temperature, top_p: body.top_p, top_k: body.top_k, stop: body.stop_sequences }, maxTokens);
   const disableParallel = (body.tool_choice as Json | undefined)?.disable_parallel_tool_use === true;
   const params: GenerationParams = {
     prompt: rendered.ids, ...common, eosTokens: ctx.model.eosTokenIds,

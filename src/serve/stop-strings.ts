@@ -28,15 +28,20 @@ export class StopStrings {
     return this.matched;
   }
 
-  push(text: string): StopResult {
+  /**
+   * The next piece of output text. `armed` false (the output is still short of min_tokens, as vLLM
+   * counts it): no stop string is matched, while text that could start one is still held back; a
+   * match then ends in the text pushed armed (one ending in the held text stays output).
+   */
+  push(text: string, armed = true): StopResult {
     if (this.matched !== null) return { text: '', stop: this.matched };
     if (!this.stops.length) return { text, stop: null };
     const buf = this.held + text;
     // The earliest occurrence of any stop string wins.
     let at = -1;
     let which: string | null = null;
-    for (const s of this.stops) {
-      const i = buf.indexOf(s);
+    for (const s of armed ? this.stops : []) {
+      const i = buf.indexOf(s, Math.max(0, this.held.length - s.length + 1));
       if (i >= 0 && (at < 0 || i < at)) {
         at = i;
         which = s;
