@@ -1,7 +1,7 @@
 // Bad checkpoints through the real CLI: one clear line naming the file or tensor, a non-zero exit,
 // never a crash (signals) or a hang.
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -236,11 +236,11 @@ describe('bench prompt: what the prompt flags ask that cannot be had is a usage 
   });
 });
 
-describe('output prefixes in a directory that does not exist yet are made (the docs\' out/run on a fresh clone)', () => {
+describe('output prefixes and files in a directory that does not exist yet are made (the docs\' out/run on a fresh clone)', () => {
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'lumen-cli-out-'));
   afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-  it('bench --output out/run and bench report --out pages/run.html make their directories', async () => {
+  it('bench --output out/run, --memory-stages, bench prompt --logits-out and bench report --out pages/run.html make their directories', async () => {
     const prefix = path.join(tmp, 'out', 'nested', 'run');
     const r = await bench(['--model-path', 'synthetic:tiny', '--cells', '8:2', '--concurrency', '1', '--warmup', '0', '-q', '--output', prefix]);
     expect(r.code, r.stderr).toBe(0);
@@ -259,6 +259,16 @@ describe('output prefixes in a directory that does not exist yet are made (the d
     expect(refused.code).toBe(2);
     expect(refused.stderr.trim()).toMatch(/^bench: --kv-memory: /);
     expect(existsSync(path.join(tmp, 'refused'))).toBe(false);
+    // --memory-stages and bench prompt --logits-out make theirs too, when they write (beside --output's).
+    const stages = path.join(tmp, 'out2', 'a', 'stages.jsonl');
+    const withStages = await bench(['--model-path', 'synthetic:tiny', '--cells', '8:2', '--concurrency', '1', '--warmup', '0', '-q',
+      '--output', path.join(tmp, 'out2', 'run'), '--memory-stages', stages]);
+    expect(withStages.code, withStages.stderr).toBe(0);
+    expect(readFileSync(stages, 'utf8').trim().split('\n').length).toBeGreaterThan(0);
+    const logits = path.join(tmp, 'logits', 'b', 'x.bin');
+    const prompted = await bench(['prompt', '--model-path', 'synthetic:tiny', '--prompt-ids', '1,2,3', '--max-new-tokens', '1', '--logits-out', logits]);
+    expect(prompted.code, prompted.stderr).toBe(0);
+    expect(statSync(logits).size).toBeGreaterThan(0);
     // A path that is a directory is still refused.
     const dir = await bench(['report', `${prefix}.json`, '--out', tmp]);
     expect(dir.code).toBe(2);
@@ -279,7 +289,8 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['synth', '--preset', 'tiny', '--out', '/proc/lumen-no-such-dir/x'], /^bench: --out: cannot create \/proc\/lumen-no-such-dir /],
     [['convert', '--model-path', file, '--out', path.join(tmp, 'x.gguf'), '--dtype', 'f32'], /^bench: --model-path .*a-file: a file, not a directory/],
     [['prompt', '--prompt', 'hi', '--think'], /^bench: --think applies with --chat/],
-    [['prompt', '--prompt', 'hi', '--logits-out', path.join(tmp, 'no-dir', 'x.bin')], /^bench: --logits-out: directory .*no-dir does not exist$/],
+    [['prompt', '--prompt', 'hi', '--logits-out', path.join(file, 'x.bin')], /^bench: --logits-out: .*a-file is a file, not a directory$/],
+    [['--model-path', 'synthetic:tiny', '--memory-stages', path.join(file, 'sub', 's.jsonl')], /^bench: --memory-stages: .*a-file is a file, not a directory$/],
     [['prompt', '--prompt', 'hi', '--logits-out', tmp], /^bench: --logits-out: .* is a directory, not a file$/],
     // A directory by its form, not there yet: before the model loads (it ran, then failed with EISDIR).
     [['prompt', '--prompt', 'hi', '--logits-out', `${path.join(tmp, 'not-yet')}/`], /^bench: --logits-out .*not-yet\/: names a directory, not a file; give the file's name too$/],

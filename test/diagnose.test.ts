@@ -8,7 +8,7 @@
 // answers that change under load, broken streams, bad usage, oversized bodies). No assertion depends
 // on timing: figures are checked for their type, never their size.
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -625,13 +625,16 @@ describe('bench diagnose (process): exit codes', () => {
     }
   });
 
+  const fileInTheWay = path.join(mkdtempSync(path.join(os.tmpdir(), 'lumen-diagnose-out-')), 'lumen-diagnose-file');
+  writeFileSync(fileInTheWay, 'x');
   it.each([
     [[], /required option '--endpoint <url>' not specified/],
     [['--endpoint', 'ftp://example.org'], /--endpoint: 'ftp:\/\/example\.org' is not an http:\/\/ or https:\/\/ URL/],
     [['--endpoint', 'not a url'], /--endpoint: 'not a url' is not a URL/],
     [['--endpoint', 'http://127.0.0.1:1', '--concurrency', '1'], /--concurrency: 1 is below the minimum of 2/],
     [['--endpoint', 'http://127.0.0.1:1', '--api-key-env', 'LUMEN_SURELY_UNSET_VAR'], /LUMEN_SURELY_UNSET_VAR is not set/],
-    [['--endpoint', 'http://127.0.0.1:1', '--output', '/nonexistent-dir/r.json'], /--output: directory \/nonexistent-dir does not exist/],
+    // A file in the way of its directory (a missing directory is made when the report is written).
+    [['--endpoint', 'http://127.0.0.1:1', '--output', path.join(fileInTheWay, 'r.json')], /--output: .*lumen-diagnose-file is a file, not a directory/],
     // A directory: refused before anything runs (the endpoint here would be exit 4 otherwise).
     [['--endpoint', 'http://127.0.0.1:1', '--output', os.tmpdir()], /--output: .* is a directory; give a file name/],
   ])('usage error %j: exit 2 naming the flag', async (args, message) => {

@@ -1,8 +1,10 @@
 // --memory-stages FILE: the engine's memory counters at each stage of the model's life, appended as JSON lines.
 import { appendFileSync } from 'node:fs';
+import path from 'node:path';
 import type { EngineHandle } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
 import { weightsPath } from '../model/weight-format.js';
+import { ensureOutputDir } from '../util/output-dir.js';
 
 export type MemoryStage = 'weights_bound' | 'warmup_forward' | 'first_generation';
 
@@ -79,6 +81,8 @@ export function memoryStageRows(stage: MemoryStage, engine: EngineHandle, ckpt: 
   }];
 }
 
+/** Appends to --memory-stages FILE, making its missing directories (checked at the start: checkOutputFile). */
 export function appendMemoryStage(file: string, rows: readonly MemoryStageRow[]): void {
+  ensureOutputDir('--memory-stages', path.dirname(path.resolve(file)));
   appendFileSync(file, rows.map((r) => JSON.stringify(r) + '\n').join(''));
 }

@@ -4,7 +4,7 @@
 // check could not run), 4 the endpoint unreachable or never answering, 2 a usage error, 1 --output
 // could not be written after the run (the report went to stdout).
 // What each check does: docs/diagnose.md; the code: src/diagnose/.
-import { accessSync, constants, existsSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
 import { DIAGNOSE_DEFAULTS, runDiagnose } from '../diagnose/diagnose.js';
@@ -12,7 +12,7 @@ import { EndpointError, normalizeBaseUrl } from '../diagnose/http-client.js';
 import { summaryTable } from '../diagnose/report.js';
 import { UsageError } from '../util/usage-error.js';
 import { countArg, endpointUrlArg, numberArg } from './flag-values.js';
-import { checkWritableParent } from '../util/output-dir.js';
+import { checkOutputFile, ensureOutputDir } from '../util/output-dir.js';
 
 /** Exit status when the endpoint cannot be reached or never answers. */
 export const EXIT_UNREACHABLE = 4;
@@ -21,17 +21,16 @@ export const EXIT_INCOMPLETE = 3;
 /** Exit status when --output could not be written after the run (the report went to stdout instead). */
 export const EXIT_OUTPUT_FAILED = 1;
 
-/** --output must name a file that can be written: not a directory, in a directory that exists, writable. */
+/**
+ * --output must name a file that can be written: not a directory, writable, its directory one that
+ * takes new files or can be made (its missing levels are made when the report is written).
+ */
 function checkOutput(output: string): void {
   const file = path.resolve(output);
-  const dir = path.dirname(file);
-  checkWritableParent('--output', file);
-  if (existsSync(file)) {
-    if (statSync(file).isDirectory()) throw new UsageError(`--output: ${output} is a directory; give a file name (such as ${path.join(output, 'report.json')})`);
-    try { accessSync(file, constants.W_OK); } catch { throw new UsageError(`--output: ${output} cannot be written`); }
-  } else {
-    try { accessSync(dir, constants.W_OK); } catch { throw new UsageError(`--output: directory ${dir} cannot be written`); }
+  if (existsSync(file) && statSync(file).isDirectory()) {
+    throw new UsageError(`--output: ${output} is a directory; give a file name (such as ${path.join(output, 'report.json')})`);
   }
+  checkOutputFile('--output', file);
 }
 
 interface DiagnoseFlags {
@@ -94,6 +93,7 @@ async function runDiagnoseCommand(f: DiagnoseFlags): Promise<number> {
   const json = `${JSON.stringify(report, null, 2)}\n`;
   if (f.output !== undefined) {
     try {
+      ensureOutputDir('--output', path.dirname(path.resolve(f.output)));
       writeFileSync(f.output, json);
     } catch (err) {
       // Checked before the run, yet it failed (the disk filled, the path changed): the report is not lost.

@@ -14,7 +14,7 @@ import { engineLimits } from '../engine/limits.js';
 import { checkKvMemoryForDevice, engineOptionsFrom } from '../engine/options.js';
 import { ENGINE_FLAG_MAX, ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
-import { checkNamesFile, checkWritableFile } from '../util/output-dir.js';
+import { checkNamesFile, checkOutputFile, ensureOutputDir } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 
 interface PromptOpts extends Omit<RawEngineFlags, 'maxSeq' | 'maxSeqs'> {
@@ -81,7 +81,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
   if (opts.think && !opts.chat) throw new UsageError('--think applies with --chat (it switches the chat template\'s thinking on)');
   if (opts.logitsOut !== undefined) {
     checkNamesFile('--logits-out', opts.logitsOut);
-    checkWritableFile('--logits-out', path.resolve(opts.logitsOut));
+    checkOutputFile('--logits-out', path.resolve(opts.logitsOut)); // its directories made when written
   }
   // The engine flags mean what they mean in the sweep and serve; max-seq is the request's length.
   const { modelPath, quant } = resolveModelPathFlags(opts);
@@ -187,6 +187,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     let logitsNote = '';
     if (opts.logitsOut && result.logits) {
       try {
+        ensureOutputDir('--logits-out', path.dirname(path.resolve(opts.logitsOut)));
         writeFileSync(opts.logitsOut, Buffer.from(result.logits.buffer, result.logits.byteOffset, result.logits.byteLength));
         logitsNote = ` (--logits-out holds the ${result.logits.length / ckpt.config.vocabSize} rows computed)`;
       } catch (err) {

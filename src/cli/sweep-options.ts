@@ -4,7 +4,7 @@ import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { GoodputBounds } from '../bench/load-figures.js';
 import type { Cell, EndpointConfig, LoadConfig, OutputFormat, PromptMode, SweepConfig } from '../bench/sweep-config.js';
-import { checkNamesFile, checkOutputDir, checkWritableFile, type CheckedDirs } from '../util/output-dir.js';
+import { checkNamesFile, checkOutputDir, checkOutputFile, checkWritableFile, type CheckedDirs } from '../util/output-dir.js';
 import { formatDuration } from '../bench/render.js';
 import { UsageError } from '../util/usage-error.js';
 import { ENGINE_DEFAULTS, ENGINE_FLAG_MAX, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
@@ -321,7 +321,7 @@ export function resolveSweepConfig(raw: RawSweepOptions, env: NodeJS.ProcessEnv 
   // Each directory an output goes to is tried once (a file created and removed), whichever flags share it.
   const checked: CheckedDirs = new Set();
   if (raw.memoryStages !== undefined) checkNamesFile('--memory-stages', raw.memoryStages);
-  if (cfg.memoryStages !== null) checkWritableFile('--memory-stages', cfg.memoryStages, { checked });
+  if (cfg.memoryStages !== null) checkOutputFile('--memory-stages', cfg.memoryStages, { checked }); // its directories made at the first stage
   if (cfg.output !== null) {
     if (cfg.output === '' || cfg.output.endsWith('/')) throw new UsageError(`--output: '${cfg.output}' is not a file prefix`);
     // Checked here (a file in the way names its path; the directory, or its nearest existing parent,

@@ -75,6 +75,18 @@ export function prepareOutputFile(flag: string, file: string): void {
 }
 
 /**
+ * A file a command writes later, its missing directories made then (ensureOutputDir, called by the
+ * writer), as `--output`'s are: checked now without making anything. With its directory there, as
+ * checkWritableFile; without it, what making it would meet (a file in the way, a parent that takes no
+ * new files), as checkOutputDir.
+ */
+export function checkOutputFile(flag: string, file: string, opts: { replaced?: boolean; checked?: CheckedDirs } = {}): void {
+  const dir = path.dirname(path.resolve(file));
+  if (existsSync(dir) && statSync(dir).isDirectory()) checkWritableFile(flag, path.resolve(file), opts);
+  else checkOutputDir(flag, dir, opts.checked);
+}
+
+/**
  * A file path as the user gave it does not name a directory by its form: a trailing "/" (or a last
  * part "." or ".."). path.resolve drops that, so "--out models/new/" would otherwise write a file
  * called "new" when the directory does not exist yet.
@@ -106,6 +118,7 @@ export function checkWritableFile(flag: string, file: string, opts: { replaced?:
 export function checkWritableParent(flag: string, file: string, checked?: CheckedDirs): void {
   const dir = path.dirname(file);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) {
+    missingLevels(flag, dir); // a file in the way is named as one
     throw new UsageError(`${flag}: directory ${dir} does not exist`);
   }
   checkCanCreateIn(flag, dir, checked);
