@@ -12,6 +12,7 @@ import { classifyGaps, computeRowFigures, speedupVsC1, batchingEfficiency, stead
 import { Rng } from '../src/util/rng.js';
 import { parseCells, parseConcurrency, resolveSweepConfig, type SweepConfig } from '../src/cli/sweep-options.js';
 import { parseKvMemory, resolveEngineFlags } from '../src/cli/engine-flags.js';
+import { parseIdList } from '../src/cli/flag-values.js';
 import { registerPrompt } from '../src/cli/cmd-prompt.js';
 import { registerServe } from '../src/cli/cmd-serve.js';
 import { registerSweep } from '../src/cli/cmd-sweep.js';
@@ -57,6 +58,13 @@ describe('flags', () => {
     expect(warning).toMatch(/--concurrency/);
     expect(warning).toMatch(/\b4\b/);
     expect(parseConcurrency('--concurrency', '2,1').warning).toBeNull();
+    // Token id lists (bench prompt --prompt-ids): commas or spaces; an empty entry is a typo, refused.
+    expect(parseIdList('--prompt-ids', ' 1, 2 3,4 ')).toEqual([1, 2, 3, 4]);
+    for (const bad of ['1,,2', '1,2,', ',1', '1, ,2']) {
+      expect(usageMessage(() => parseIdList('--prompt-ids', bad)), bad).toBe(`--prompt-ids: '${bad}' has an empty entry (a comma with no id beside it)`);
+    }
+    expect(usageMessage(() => parseIdList('--prompt-ids', ' '))).toBe('--prompt-ids: empty list');
+    expect(usageMessage(() => parseIdList('--prompt-ids', '1,x'))).toBe("--prompt-ids: 'x' is not a token id");
   });
 
   it('names the flag in every bad value', () => {

@@ -39,8 +39,12 @@ export function isInfinityWord(value: string): boolean {
 
 /** Token ids separated by commas or spaces. */
 export function parseIdList(flag: string, value: string): number[] {
-  const parts = value.split(/[\s,]+/).filter((s) => s.length > 0);
-  if (parts.length === 0) throw new UsageError(`${flag}: empty list`);
+  const v = value.trim();
+  if (v === '') throw new UsageError(`${flag}: empty list`);
+  // Ids separated by commas or spaces; an empty entry (1,,2 or a comma at either end) is a typo, not
+  // a shorter prompt.
+  const parts = v.split(/\s*,\s*|\s+/);
+  if (parts.includes('')) throw new UsageError(`${flag}: '${value}' has an empty entry (a comma with no id beside it)`);
   return parts.map((p) => {
     if (!/^\d+$/.test(p) || !Number.isSafeInteger(Number(p))) throw new UsageError(`${flag}: '${p}' is not a token id`);
     return Number(p);
