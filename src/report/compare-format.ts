@@ -121,7 +121,7 @@ export function formatMarkdown(c: Comparison): string {
   }
   if (c.measured.length) {
     const what = c.measured.map((m) => `${m.field} ${markdownCell(m.base)} → ${markdownCell(m.next)}`).join(', ');
-    out.push('', `Measured at load, not a setting: ${what} (the KV pool's size; sized by a --kv-memory fraction, it follows the memory free at load).`);
+    out.push('', `Measured at load, not a setting: ${what} (the KV pool's size, set when the engine loaded: from --kv-memory, a fraction of it following the memory free then, or without it from --max-seq and the concurrency).`);
   }
   out.push('', verdictLine(c));
   if (c.no_floor.figures > 0) {

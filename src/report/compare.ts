@@ -299,7 +299,7 @@ export function compareReports(a: SavedReport, b: SavedReport, thresholdPct: num
   }
   const lost = rows.flatMap((r) => r.figures.filter((f) => f.verdict === 'lost in NEW').map((f) => `${r.key}: ${f.label}`));
   if (lost.length > 0) {
-    notAPass.push(`${lost.length} figure${lost.length === 1 ? '' : 's'} measured in BASE ${lost.length === 1 ? 'is' : 'are'} missing in NEW (${lost.join('; ')}): a lost figure cannot be judged`);
+    notAPass.push(`${lost.length} figure${lost.length === 1 ? '' : 's'} measured in BASE ${lost.length === 1 ? 'is' : 'are'} missing in NEW or not a measurement there (${lost.join('; ')}): a lost figure cannot be judged`);
   }
   if (duplicated.length > 0) {
     notAPass.push(`a report holds more than one row for one cell and concurrency (${duplicated.join('; ')}): which to pair is unknown, so those rows were not compared`);

@@ -66,7 +66,7 @@ export function tailTooThin(row: ReportRow, name: FigureName): string | null {
   const n = valueAt(row, f.tail.count);
   const need = minTailSamples(f.tail.p);
   if (n !== null && n >= need) return null;
-  return `${n === null ? 'an unknown number of' : n} ${f.tail.of}; a p${f.tail.p} is judged from ${need}`;
+  return `${n === null ? 'an unknown number of' : n} ${n === 1 ? f.tail.of.replace(/s$/, '') : f.tail.of}; a p${f.tail.p} is judged from ${need}`;
 }
 
 export const cellOf = (row: Pick<ReportRow, 'isl' | 'osl'>): string => `${row.isl}:${row.osl}`;
