@@ -693,6 +693,8 @@ describe('rendering', () => {
     expect(text).toContain('embedded synthetic tiny model');
     expect(text).toContain('boom');
     expect(text).not.toMatch(/\x1b/);
+    expect(text).toContain('no rows'); // a summary of no rows says so instead of an empty table
+    expect(text).not.toContain('Prefill tok/s');
   });
 });
 

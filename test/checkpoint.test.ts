@@ -371,7 +371,7 @@ describe('damaged checkpoints', () => {
     expect(checkpointError(() => loadCheckpoint('/nonexistent/lumen-model'))).toMatch(/\/nonexistent\/lumen-model: checkpoint directory does not exist/);
     const fx = await smallFixture();
     rmSync(path.join(fx.dir, 'config.json'));
-    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`${path.join(fx.dir, 'config.json')}: config.json not found in the checkpoint directory`);
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`${path.join(fx.dir, 'config.json')}: not found (a Hugging Face checkpoint directory holds its config.json; a llama.cpp model is a .gguf file)`);
   });
 
   it('config without a needed field, and config that is not JSON', async () => {

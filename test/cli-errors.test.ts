@@ -289,6 +289,9 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['synth', '--preset', 'tiny', '--out', '/proc/lumen-no-such-dir/x'], /^bench: --out: cannot create \/proc\/lumen-no-such-dir /],
     [['convert', '--model-path', file, '--out', path.join(tmp, 'x.gguf'), '--dtype', 'f32'], /^bench: --model-path .*a-file: a file, not a directory/],
     [['prompt', '--prompt', 'hi', '--think'], /^bench: --think applies with --chat/],
+    // commander's own usage errors read as the others: one line after `bench:`.
+    [['--bogus'], /^bench: unknown option '--bogus'$/],
+    [['prompt', '--top-k'], /^bench: option '--top-k <k>' argument missing$/],
     [['prompt', '--prompt', 'hi', '--logits-out', path.join(file, 'x.bin')], /^bench: --logits-out: .*a-file is a file, not a directory$/],
     [['--model-path', 'synthetic:tiny', '--memory-stages', path.join(file, 'sub', 's.jsonl')], /^bench: --memory-stages: .*a-file is a file, not a directory$/],
     [['prompt', '--prompt', 'hi', '--logits-out', tmp], /^bench: --logits-out: .* is a directory, not a file$/],

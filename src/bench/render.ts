@@ -405,6 +405,11 @@ export class HumanRenderer implements SweepRenderer {
   summary(rows: readonly ReportRow[], interrupted: boolean): void {
     if (this.quiet) return;
     this.section(interrupted ? 'Benchmark results (interrupted: finished rows only)' : 'Benchmark results');
+    if (rows.length === 0) {
+      this.line(this.c.dim(interrupted ? 'no row finished before the interruption' : 'no rows'));
+      this.line();
+      return;
+    }
     // Prefill tok/s is the CSV's prefill_tok_s (isl over TTFT); Prefill ms the prefill steps' compute
     // alone (the Latency section gives its own rate), so TTFT - Prefill ms is the wait for a first step.
     const head = ['Cell', 'Conc', 'Status', 'Prefill ms', 'TTFT ms', 'Prefill tok/s', 'ITL mean', 'ITL p50', 'ITL p99', 'Decode tok/s', 'Speedup', 'Eff'];

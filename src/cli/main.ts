@@ -22,7 +22,9 @@ export async function main(argv: string[]): Promise<number> {
     .version(TOOL_VERSION)
     .description('Benchmark Qwen3.5 inference on this machine (CSV on stdout, diagnostics on stderr)')
     .exitOverride()
-    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+    // commander's own usage errors (an unknown flag, a missing argument) read as every other usage
+    // error: one line after `bench:`.
+    .configureOutput({ writeErr: (s) => process.stderr.write(s), outputError: (s, write) => write(`bench: ${s.replace(/^error: /, '')}`) });
   let result = 0;
   const setResult = (code: number) => { result = code; };
   registerSweep(program, setResult);

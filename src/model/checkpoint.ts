@@ -145,7 +145,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
 
   // --- config.json
   const configPath = path.join(absDir, CONFIG_FILE);
-  if (!existsSync(configPath)) throw new CheckpointError(`${configPath}: config.json not found in the checkpoint directory`);
+  if (!existsSync(configPath)) throw new CheckpointError(`${configPath}: not found (a Hugging Face checkpoint directory holds its config.json; a llama.cpp model is a .gguf file)`);
   const configBytes = readBytes(configPath, 'config.json');
   const configJson = parseJsonBytes(configBytes);
   if (!configJson.ok) throw new CheckpointError(`${configPath}: ${configJson.reason}`);
