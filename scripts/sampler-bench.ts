@@ -40,7 +40,10 @@ function parseOptions(argv: string[]): Options {
     .option('--top-k <k>', 'the top-k pick\'s k (Qwen3.5\'s generation config: 20)', countArg('--top-k', 1, 1024), 20)
     .option('--json <file>', 'also write the results as JSON');
   program.parse(argv);
-  return program.opts<Options>();
+  const o = program.opts<Options>();
+  // At k >= the row's width the sampler draws from the whole row: the top-k columns would time that.
+  if (o.topK >= o.vocab) throw new UsageError(`--top-k ${o.topK}: must be below --vocab (${o.vocab})`);
+  return o;
 }
 
 const log = (s: string) => process.stderr.write(`${s}\n`);

@@ -999,6 +999,19 @@ describe('sweep on a simulated engine', () => {
     expect(lines[0].kv_pool_bytes).toBe(64 * 2 * 64 * 1024); // max-seq 256 / block 4 = 64 blocks x 2 sequences
   });
 
+  it('a memory stage that cannot be written is one warning, and the sweep goes on with its rows', async () => {
+    // A file in the way of the stages' directory (as if it appeared after the start's checks).
+    const blocker = path.join(tmp, 'stages-blocker');
+    writeFileSync(blocker, 'x');
+    const { io: sio, err } = io();
+    const code = await runSweep(sweepCfg({ memoryStages: path.join(blocker, 'sub', 'stages.jsonl') }), fakeBackend(), sio);
+    expect(code).toBe(0);
+    const warnings = err.text().split('\n').filter((l) => l.includes('--memory-stages'));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(/--memory-stages: cannot write .*stages\.jsonl \(ENOTDIR\); no further stages are recorded/);
+    expect(existsSync(path.join(blocker, 'sub'))).toBe(false);
+  });
+
   it('reports the KV pool, the host-weights release and the device allocator on a CUDA engine', async () => {
     const prefix = path.join(tmp, 'cuda1');
     const stages = path.join(tmp, 'cuda-stages.jsonl');

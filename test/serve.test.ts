@@ -285,12 +285,12 @@ describe('bench serve over the embedded model', () => {
     expect(hc.token_ids).toHaveLength(4);
     expect(hc.token_ids).not.toContain(tokens[0]);
     // min_tokens holds off stop strings too, as vLLM's: the first occurrence whose last character
-    // comes in the min_tokens-th token or later stops the output (here min_tokens is 2 past the token
-    // that completed the first one).
+    // comes in a token after the first min_tokens stops the output (here min_tokens is the token that
+    // completed the first one: at exactly that token it is still held off).
     const tokensTo = (endChar: number) => { let n = 0; while (pieces.slice(0, n).join('').length < endChar) n++; return n; };
-    const minTokens = need + 2;
+    const minTokens = need;
     let later = -1;
-    for (let j = full.indexOf(stop); j >= 0; j = full.indexOf(stop, j + 1)) if (tokensTo(j + stop.length) >= minTokens) { later = j; break; }
+    for (let j = full.indexOf(stop); j >= 0; j = full.indexOf(stop, j + 1)) if (tokensTo(j + stop.length) > minTokens) { later = j; break; }
     const mt = await client.completions.create(withExtras<OpenAI.CompletionCreateParamsNonStreaming>({ ...req, min_tokens: minTokens }));
     const mc = mt.choices[0] as Json;
     expect(mt.usage!.completion_tokens).toBeGreaterThanOrEqual(minTokens);

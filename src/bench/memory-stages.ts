@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { EngineHandle } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
 import { weightsPath } from '../model/weight-format.js';
-import { ensureOutputDir } from '../util/output-dir.js';
+import { makeMissingDirs } from '../util/output-dir.js';
 
 export type MemoryStage = 'weights_bound' | 'warmup_forward' | 'first_generation';
 
@@ -81,8 +81,17 @@ export function memoryStageRows(stage: MemoryStage, engine: EngineHandle, ckpt: 
   }];
 }
 
-/** Appends to --memory-stages FILE, making its missing directories (checked at the start: checkOutputFile). */
-export function appendMemoryStage(file: string, rows: readonly MemoryStageRow[]): void {
-  ensureOutputDir('--memory-stages', path.dirname(path.resolve(file)));
-  appendFileSync(file, rows.map((r) => JSON.stringify(r) + '\n').join(''));
+/**
+ * Appends to --memory-stages FILE, making its missing directories (checked at the start:
+ * checkOutputFile). Returns null, or why it could not (the caller warns; the sweep goes on).
+ */
+export function appendMemoryStage(file: string, rows: readonly MemoryStageRow[]): string | null {
+  const dir = path.dirname(path.resolve(file));
+  try {
+    makeMissingDirs(dir);
+    appendFileSync(file, rows.map((r) => JSON.stringify(r) + '\n').join(''));
+    return null;
+  } catch (err) {
+    return `cannot write ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
+  }
 }

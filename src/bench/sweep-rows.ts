@@ -37,10 +37,19 @@ export async function runRows(
   renderer: SweepRenderer, report: Report, sinks: RowSinks, rows: SweepRow[],
 ): Promise<boolean> {
   const local = target.local;
+  // A stage that cannot be written (the disk filled, its directory went away and cannot be made) is
+  // a warning, once, not the end of the sweep: the stages are a side record (the warm-up's runs in an
+  // engine step listener, where a throw would be an uncaught exception that loses every row).
+  let stagesFailed = false;
   const stage = (s: MemoryStage) => {
-    if (cfg.memoryStages === null || local === null) return;
+    if (cfg.memoryStages === null || local === null || stagesFailed) return;
     const stageRows = memoryStageRows(s, local.engine, local.ckpt, TOOL_VERSION);
-    appendMemoryStage(cfg.memoryStages, stageRows);
+    const failure = appendMemoryStage(cfg.memoryStages, stageRows);
+    if (failure !== null) {
+      stagesFailed = true;
+      renderer.warn(`--memory-stages: ${failure}; no further stages are recorded`, { stage: s });
+      return;
+    }
     renderer.debug('memory_stage', { stage: s, rows: stageRows });
   };
   stage('weights_bound');

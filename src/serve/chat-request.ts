@@ -128,6 +128,7 @@ export function anthropicInput(body: Json): ChatInput {
     if (empty && !(role === 'assistant' && i === list.length - 1)) {
       throw badRequest(`messages.${i}: all messages must have non-empty content except for the optional final assistant message`, `messages.${i}`);
     }
+    if (empty) return; // the empty final assistant message: nothing to render, in either form
     if (Array.isArray(m.content)) {
       (m.content as Json[]).forEach((b, k) => {
         if (b.type === 'text' && !b.text) throw badRequest(`messages.${i}.content.${k}.text: text content blocks must be non-empty`, `messages.${i}.content.${k}.text`);

@@ -175,9 +175,9 @@ export class Generation {
           const own = this.text.tokenPiece(t).text;
           this.offsets.push(own === '' || own.includes('\uFFFD') ? before : Math.max(before, this.chars - codePoints(own)));
         }
-        // min_tokens holds off stop strings as vLLM does: none is matched before the output has
-        // min_tokens tokens, this one included.
-        const r = this.stops.push(piece, this.tokens.length + used >= this.p.minTokens);
+        // min_tokens holds off stop strings as vLLM (v1) does: a match must end in a token past the
+        // first min_tokens, as a stop token can only come after them.
+        const r = this.stops.push(piece, this.tokens.length + used > this.p.minTokens);
         text += r.text;
         if (r.stop !== null) {
           this.stopString = r.stop;
@@ -226,7 +226,7 @@ export class Generation {
     // What the pipeline still holds: a partial character, a possible stop-string start, a partial tag.
     let tail = this.detok.flush();
     if (!this.stopped) {
-      const r = this.stops.push(tail, this.tokens.length >= this.p.minTokens);
+      const r = this.stops.push(tail, this.tokens.length > this.p.minTokens);
       if (r.stop !== null) this.stopString = r.stop;
       tail = r.text + (r.stop !== null ? '' : this.stops.flush());
     }

@@ -29,8 +29,8 @@ export class StopStrings {
   }
 
   /**
-   * The next piece of output text. `armed` false (the output is still short of min_tokens, as vLLM
-   * counts it): no stop string is matched, while text that could start one is still held back; a
+   * The next piece of output text. `armed` false (a piece of the first min_tokens tokens, as vLLM
+   * counts them): no stop string is matched, while text that could start one is still held back; a
    * match then ends in the text pushed armed (one ending in the held text stays output).
    */
   push(text: string, armed = true): StopResult {

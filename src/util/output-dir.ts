@@ -68,6 +68,20 @@ export function ensureOutputDir(flag: string, dir: string): void {
   }
 }
 
+/**
+ * The missing levels of `dir` made, one at a time, by a writer at run time (checked before the work by
+ * checkOutputFile): a failure is a plain error with its code (ENOTDIR for a file in the way), for the
+ * writer's own message.
+ */
+export function makeMissingDirs(dir: string): void {
+  const missing: string[] = [];
+  for (let at = path.resolve(dir); !existsSync(at); at = path.dirname(at)) {
+    missing.unshift(at);
+    if (path.dirname(at) === at) break;
+  }
+  for (const d of missing) mkdirSync(d);
+}
+
 /** A file a command will write whose directory is made when missing (ensureOutputDir), and is not a directory. */
 export function prepareOutputFile(flag: string, file: string): void {
   ensureOutputDir(flag, path.dirname(path.resolve(file)));
@@ -75,7 +89,7 @@ export function prepareOutputFile(flag: string, file: string): void {
 }
 
 /**
- * A file a command writes later, its missing directories made then (ensureOutputDir, called by the
+ * A file a command writes later, its missing directories made then (makeMissingDirs, called by the
  * writer), as `--output`'s are: checked now without making anything. With its directory there, as
  * checkWritableFile; without it, what making it would meet (a file in the way, a parent that takes no
  * new files), as checkOutputDir.
