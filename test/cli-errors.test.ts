@@ -291,6 +291,7 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['prompt', '--prompt', 'hi', '--think'], /^bench: --think applies with --chat/],
     // commander's own usage errors read as the others: one line after `bench:`.
     [['--bogus'], /^bench: unknown option '--bogus'$/],
+    [['--ouput', 'x'], /^bench: unknown option '--ouput' \(did you mean --output\?\)$/],
     [['prompt', '--top-k'], /^bench: option '--top-k <k>' argument missing$/],
     [['prompt', '--prompt', 'hi', '--logits-out', path.join(file, 'x.bin')], /^bench: --logits-out: .*a-file is a file, not a directory$/],
     [['--model-path', 'synthetic:tiny', '--memory-stages', path.join(file, 'sub', 's.jsonl')], /^bench: --memory-stages: .*a-file is a file, not a directory$/],

@@ -23,8 +23,11 @@ export async function main(argv: string[]): Promise<number> {
     .description('Benchmark Qwen3.5 inference on this machine (CSV on stdout, diagnostics on stderr)')
     .exitOverride()
     // commander's own usage errors (an unknown flag, a missing argument) read as every other usage
-    // error: one line after `bench:`.
-    .configureOutput({ writeErr: (s) => process.stderr.write(s), outputError: (s, write) => write(`bench: ${s.replace(/^error: /, '')}`) });
+    // error: one line after `bench:` (its "(Did you mean --x?)" line joined to it).
+    .configureOutput({
+      writeErr: (s) => process.stderr.write(s),
+      outputError: (s, write) => write(`bench: ${s.replace(/^error: /, '').replace(/\n\(Did you mean (.*)\)\n$/, ' (did you mean $1)\n')}`),
+    });
   let result = 0;
   const setResult = (code: number) => { result = code; };
   registerSweep(program, setResult);
