@@ -313,6 +313,21 @@ describe('a GGUF model', () => {
   });
 });
 
+describe('a damaged vector in a quantized file', () => {
+  it('a NaN in a norm is refused at load, naming the tensor (the activation quantization would have hidden it: finite, wrong logits)', async () => {
+    const g = parseGgufHeader(q8);
+    const t = g.tensors.get('output_norm.weight')!;
+    expect(t.type).toBe(0); // F32
+    const buf = Buffer.from(readFileSync(q8));
+    buf.writeFloatLE(Number.NaN, g.dataStart + t.offset + 4 * 3);
+    const file = join(work, 'nan-norm-Q8_0.gguf');
+    writeFileSync(file, buf);
+    const r = await benchPrompt(['--model-path', file, '--prompt-ids', '1,2', '--max-new-tokens', '1']);
+    expect(r.code, r.stderr).not.toBe(0);
+    expect(r.stderr.trim().split('\n').pop()).toMatch(/tensor output_norm\.weight in .*nan-norm-Q8_0\.gguf: element 3 is NaN \(a damaged file: a vector's values are finite\)$/);
+  }, 60_000);
+});
+
 describe('qwen35.block_count below the layers the tensors hold', () => {
   const U32 = 4;
   it('a tensor beyond block_count is an error naming it and the key (it ran with fewer layers, the rest called MTP)', async () => {

@@ -161,7 +161,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
         for (uint32_t i = 0; i < arr.Length(); ++i) {
           auto t = arr.Get(i).As<Napi::Object>();
           TensorEntry e;
-          e.name = get_str(t, "name", "");
+          e.name = get_str(t, "storedName", get_str(t, "name", ""));  // the file's own name, for errors
           e.role = get_str(t, "role", "");
           e.layer = static_cast<int>(get_checked(t, "layer", -1, -1, INT32_MAX, true, "tensor"));
           const std::string fold = get_str(t, "fold", "");

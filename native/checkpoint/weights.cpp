@@ -132,6 +132,12 @@ HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n) {
   float* dst = new_f32(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const float v = element_f32(src, t.dtype, static_cast<size_t>(i));
+    // A NaN or an infinity in a vector (a norm, the conv taps, the gates' constants) is a damaged
+    // file: refused here, as a quantized model would not show it later (the activation quantization
+    // of a quantized matrix turns a NaN into a finite value, as llama.cpp's does).
+    if (!std::isfinite(v))
+      throw std::runtime_error("tensor " + t.name + " in " + t.file + ": element " + std::to_string(i) + " is " +
+                               (std::isnan(v) ? "NaN" : "infinite") + " (a damaged file: a vector's values are finite)");
     // Fold the checkpoint's convention in fp32, exactly as the reference computes it.
     dst[i] = t.fold == Fold::neg_exp ? -std::exp(v) : v + (t.fold == Fold::plus_one ? 1.f : 0.f);
   }

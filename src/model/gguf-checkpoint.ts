@@ -352,7 +352,7 @@ export function loadGgufCheckpoint(file: string, opts: { hash?: boolean } = {}):
       throw new CheckpointError(`${g.file}: tensor ${gname} has shape [${shape.join(', ')}] (PyTorch order), expected [${want.join(', ')}]`);
     }
     tensors.set(exp.name, {
-      name: exp.name, file: g.file, offset: g.dataStart + t.offset, nbytes: t.nbytes, dtype, shape, role: exp.role.role, layer: exp.layer,
+      name: exp.name, storedName: gname, file: g.file, offset: g.dataStart + t.offset, nbytes: t.nbytes, dtype, shape, role: exp.role.role, layer: exp.layer,
     });
     const n = shape.reduce((a, b) => a * b, 1);
     paramCount += n;

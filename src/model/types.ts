@@ -59,6 +59,8 @@ export interface TextConfig {
  */
 export interface TensorRef {
   name: string;
+  /** The tensor's own name in its file where that differs from `name` (a GGUF's `blk.0.attn_norm.weight`): what the engine's errors name. */
+  storedName?: string;
   /** Absolute path of the safetensors file. */
   file: string;
   /** Absolute byte offset of the data inside the file (header already accounted for). */
