@@ -7,7 +7,7 @@
 // by a fake that sends exactly the bytes a test wants (malformed replies, refusals by status,
 // answers that change under load, broken streams, bad usage, oversized bodies). No assertion depends
 // on timing: figures are checked for their type, never their size.
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -614,6 +614,33 @@ describe('bench diagnose (process): exit codes', () => {
       for (const sock of sockets) sock.destroy();
       await new Promise<void>((r) => srv.close(() => r()));
     }
+  });
+
+  it('--timeout-s bounds a stream whose body never ends, with garbage collections forced meanwhile; data: [DONE] ends a stream the server keeps open', () => {
+    // In a child process run with --expose-gc: a server sends one chunk and keeps the connection open.
+    // The limit was AbortSignal.timeout inside AbortSignal.any, which Node 20 can collect: then it
+    // never fired and the run waited for ever (a helper's fake server held it over 3 minutes).
+    const root = REPO_ROOT.endsWith('/') ? REPO_ROOT : `${REPO_ROOT}/`;
+    const script = `const http = await import('node:http');
+      const { DiagnoseClient } = await import(${JSON.stringify(`${root}dist/src/diagnose/http-client.js`)});
+      const chunk = 'data: ' + JSON.stringify({ choices: [{ index: 0, delta: { content: 'hi' }, finish_reason: null }] }) + '\\n\\n';
+      const srv = http.createServer((req, res) => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write(chunk);
+        if (req.url.includes('done')) res.write('data: [DONE]\\n\\n'); // and the connection stays open
+      });
+      await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+      const base = 'http://127.0.0.1:' + srv.address().port;
+      const gcs = setInterval(() => globalThis.gc(), 20);
+      const done = await new DiagnoseClient({ baseUrl: base, timeoutMs: 60000 }).stream('/done', {});
+      console.log('done: ' + done.done + ', ' + done.events.length + ' event');
+      try { await new DiagnoseClient({ baseUrl: base, timeoutMs: 500 }).stream('/open', {}); console.log('no timeout'); }
+      catch (e) { console.log('timeout: ' + e.message); }
+      clearInterval(gcs);
+      srv.closeAllConnections(); srv.close();`;
+    const r = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 50_000, killSignal: 'SIGKILL' });
+    expect(r.signal, r.stderr).toBeNull(); // not killed at the limit: both streams ended
+    expect(r.stdout.trim().split('\n')).toEqual(['done: true, 1 event', expect.stringMatching(/^timeout: .*\/open: no answer within 0\.5 s$/)]);
   });
 
   it('an --endpoint URL with credentials: exit 2 naming --endpoint and --api-key-env, the password never printed', async () => {

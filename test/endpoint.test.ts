@@ -279,6 +279,13 @@ describe('against small local servers', () => {
     expect(r.rows[0]!.reason).toBe('server error: POST /v1/chat/completions: no complete response within 0.2 s (--timeout-s)');
   });
 
+  it('a server that keeps a stream open after data: [DONE]: the request ends at [DONE], as for OpenAI\'s clients (it waited for --timeout-s)', async () => {
+    const s = await start({ keepOpenAfterDone: true });
+    const r = await sweep({ endpoint: s.url, cells: '8:2', concurrency: '1,2', timeoutS: '600', warmup: '0' });
+    expect(r.code, r.rows.map((x) => x.reason).join('; ')).toBe(0);
+    expect(r.rows.map((x) => x.status)).toEqual(['ok', 'ok']);
+  });
+
   it('keeps --shared-prefix: every prompt text of the run starts with the same words', async () => {
     const s = await start({});
     const r = await sweep({ endpoint: s.url, api: 'completions', cells: '16:2', concurrency: '2', sharedPrefix: '6' });

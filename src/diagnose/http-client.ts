@@ -109,20 +109,30 @@ export class DiagnoseClient {
     };
   }
 
-  private async send(method: 'GET' | 'POST', path: string, body: unknown, signal?: AbortSignal): Promise<{ res: Response; t0: number }> {
+  /**
+   * One request, limited to --timeout-s from its start to its body's end: `end()` (called when the
+   * body is read, or given up) stops the clock. The limit is a timer of its own that aborts the
+   * request's controller, not AbortSignal.timeout inside AbortSignal.any: on Node 20 the combined
+   * signal can lose the timeout to garbage collection, and a stream whose body never ended (a server
+   * that keeps the connection open) was waited on for ever.
+   */
+  private async send(method: 'GET' | 'POST', path: string, body: unknown, ctl = new AbortController()): Promise<{ res: Response; t0: number; end: () => void }> {
     const url = `${this.baseUrl}${path}`;
-    const timeout = AbortSignal.timeout(this.timeoutMs);
+    const timer = setTimeout(() => ctl.abort(new DOMException(`no answer within ${this.timeoutMs / 1000} s`, 'TimeoutError')), this.timeoutMs);
+    timer.unref();
+    const end = () => clearTimeout(timer);
     const t0 = performance.now();
     try {
       const res = await fetch(url, {
         method,
         headers: this.headers(body !== undefined),
         ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
-        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+        signal: ctl.signal,
       });
       this.answered = true;
-      return { res, t0 };
+      return { res, t0, end };
     } catch (err) {
+      end();
       throw describeFetchError(err, url, this.timeoutMs);
     }
   }
@@ -154,13 +164,15 @@ export class DiagnoseClient {
   }
 
   private async reply(method: 'GET' | 'POST', path: string, body?: unknown): Promise<HttpReply> {
-    const { res, t0 } = await this.send(method, path, body);
+    const { res, t0, end } = await this.send(method, path, body);
     let text: string;
     try {
       text = await this.cappedText(res, `${method} ${path}`);
     } catch (err) {
       if (err instanceof EndpointError) throw err;
       throw describeFetchError(err, `${this.baseUrl}${path}`, this.timeoutMs);
+    } finally {
+      end();
     }
     let parsed: unknown = null;
     try { parsed = JSON.parse(text); } catch { /* not JSON: the caller sees text */ }
@@ -183,14 +195,14 @@ export class DiagnoseClient {
    */
   async stream(path: string, body: unknown, onEvent?: (e: StreamEvent, index: number) => 'cancel' | void): Promise<StreamReply> {
     const ctl = new AbortController();
-    const { res, t0 } = await this.send('POST', path, body, ctl.signal);
+    const { res, t0, end } = await this.send('POST', path, body, ctl);
     const url = `${this.baseUrl}${path}`;
     const events: StreamEvent[] = [];
     if (res.status < 200 || res.status >= 300 || !res.body) {
       const text = await this.cappedText(res, `POST ${path}`).catch((err: unknown) => {
         if (err instanceof ReplyTooLarge) throw err;
         return '';
-      });
+      }).finally(end);
       let errorBody: unknown = text;
       try { errorBody = JSON.parse(text); } catch { /* keep the text */ }
       return { status: res.status, errorBody, events, done: false, cancelled: false, seconds: (performance.now() - t0) / 1000, contentType: res.headers.get('content-type') ?? '' };
@@ -222,9 +234,11 @@ export class DiagnoseClient {
       }
     };
     try {
-      while (!cancelled) {
-        const { value, done: end } = await reader.read();
-        if (end) break;
+      // data: [DONE] ends the stream, as it does for OpenAI's clients: what a server sends after it,
+      // or a connection it keeps open, is not waited for.
+      while (!cancelled && !done) {
+        const { value, done: closed } = await reader.read();
+        if (closed) break;
         readAtMs = performance.now() - t0;
         reads++;
         bytes += value.byteLength;
@@ -234,18 +248,19 @@ export class DiagnoseClient {
         }
         buf += dec.decode(value, { stream: true });
         let m: RegExpExecArray | null;
-        while (!cancelled && (m = /\r?\n\r?\n/.exec(buf)) !== null) {
+        while (!cancelled && !done && (m = /\r?\n\r?\n/.exec(buf)) !== null) {
           const block = buf.slice(0, m.index);
           buf = buf.slice(m.index + m[0].length);
           handle(block);
         }
       }
-      if (!cancelled && buf.trim() !== '') handle(buf);
+      if (!cancelled && !done && buf.trim() !== '') handle(buf);
     } catch (err) {
       if (err instanceof ReplyTooLarge) throw err;
       if (!cancelled) throw describeFetchError(err, url, this.timeoutMs);
     } finally {
-      if (cancelled) await reader.cancel().catch(() => {});
+      end();
+      if (cancelled || done) await reader.cancel().catch(() => {});
     }
     return { status: res.status, errorBody: null, events, done, cancelled, seconds: (performance.now() - t0) / 1000, contentType: res.headers.get('content-type') ?? '' };
   }

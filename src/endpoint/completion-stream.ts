@@ -206,6 +206,9 @@ export async function streamCompletion(
         if (out.error === null && parser.pending > MAX_EVENT_BYTES) out.error = `the stream sent over ${MAX_EVENT_BYTES / (1024 * 1024)} MiB without ending an event`;
         // The request has failed: stop reading (the pool closes the connection, which also cancels it on the server).
         if (out.error !== null) throw new StreamFailed(out.error);
+        // data: [DONE] ends the stream, as for OpenAI's clients: a server that keeps the connection
+        // open after it (or sends more) does not hold the request until --timeout-s.
+        return done && streaming ? 'end' : undefined;
       },
     }, { timeoutMs, signal });
   } catch (err) {

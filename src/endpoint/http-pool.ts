@@ -35,8 +35,13 @@ export interface StreamHandlers {
   /** The response status and headers arrived. */
   /** `contentType`: the response's content-type header ('' when none). */
   onResponse?(status: number, atMs: number, contentType: string): void;
-  /** A piece of the response body (UTF-8), with its arrival time. */
-  onData(text: string, atMs: number): void;
+  /**
+   * A piece of the response body (UTF-8), with its arrival time. 'end': the response is complete
+   * (an SSE stream's data: [DONE]): the request resolves now, and what the server still sends, or a
+   * connection it keeps open, is drained without waiting (the connection returns to the pool when
+   * the server ends it).
+   */
+  onData(text: string, atMs: number): void | 'end';
 }
 
 export interface RequestLimits {
@@ -167,7 +172,15 @@ export class HttpPool {
         responded = true;
         guarded(() => h.onResponse?.(res.statusCode ?? 0, performance.now(), String(res.headers['content-type'] ?? '')));
         res.setEncoding('utf8');
-        res.on('data', (d: string) => { if (!settled) guarded(() => h.onData(d, performance.now())); });
+        res.on('data', (d: string) => {
+          if (settled) return;
+          guarded(() => {
+            if (h.onData(d, performance.now()) !== 'end' || settled) return;
+            settled = true;
+            cleanup();
+            resolve(res.statusCode ?? 0);
+          });
+        });
         res.on('end', () => {
           if (settled) return;
           settled = true;

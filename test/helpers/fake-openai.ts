@@ -21,6 +21,8 @@ export interface FakeBehaviour {
   failFromTokens?: number;
   /** Streamed requests get their headers and then nothing, ever (a hung server). */
   hang?: boolean;
+  /** A stream's response is never ended after its data: [DONE] (the connection kept open). */
+  keepOpenAfterDone?: boolean;
   /** /tokenize and /detokenize offered (default true). */
   tokenize?: boolean;
   /** /metrics: none, or vLLM's finished-request counter (default none). */
@@ -126,7 +128,7 @@ export async function startFakeOpenAI(b: FakeBehaviour = {}): Promise<FakeServer
         send({ id: 'x', choices: [choice('', n < maxTokens ? 'stop' : 'length')], ...(continuous ? { usage: u(sent) } : {}) });
         if (usage) send({ id: 'x', choices: [], usage: u(sent) });
         res.write('data: [DONE]\n\n');
-        res.end();
+        if (!b.keepOpenAfterDone) res.end();
         streamedOn.add(req.socket);
         inFlight--;
         successes++;
