@@ -830,6 +830,15 @@ describe('request isolation: the cancelled request', () => {
     expect(iso.not_determinable).toMatch(/cancelled request streamed no text/);
     expect(iso.cancelled_mid_stream).toBe(false);
   });
+
+  it('a model whose answer starts with whitespace: the cancel waits for text to judge (it cancelled at the "\\n\\n" and was never judged)', async () => {
+    const { report } = await diagnoseFake({
+      override: (r) => (isCancelled(r) ? { sse: [chunk({ role: 'assistant', content: '' }), chunk({ content: '\n\n' }), chunk({ content: 'plain words' }), chunk({ content: ' more' }), chunk({}, 'stop'), '[DONE]'] } : undefined),
+    });
+    const cancelled = (report.request_isolation.requests as Json[]).find((x) => x.cancelled)!;
+    expect(cancelled).toMatchObject({ concurrent_text: '\n\nplain words', pass: true, judged_by: 'foreign_words_only' });
+    expect(report.request_isolation.cancelled_mid_stream).toBe(true);
+  });
 });
 
 describe('one "did it run" rule for every check (docs/diagnose.md, "What ran means")', () => {

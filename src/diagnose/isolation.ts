@@ -151,7 +151,7 @@ function undeterminedWhy(requests: readonly RequestReport[]): string {
   const out: string[] = [];
   const n = requests.filter((r) => r.pass === null && !r.cancelled).length;
   if (n > 0) out.push(`${n} request(s) neither held their own word alone nor gave their solo answer under load (cross-talk, or a server that is not batch-invariant: the word check cannot tell)`);
-  if (requests.some((r) => r.pass === null && r.cancelled)) out.push('the cancelled request streamed no text before it was cancelled or ended');
+  if (requests.some((r) => r.pass === null && r.cancelled)) out.push('the cancelled request streamed no text other than whitespace before it was cancelled or ended');
   return out.join('; ');
 }
 
@@ -226,9 +226,11 @@ export async function runIsolation(s: Session, o: IsolationOptions): Promise<Che
     const solo: Completion[] = [];
     for (let i = 0; i < cancelIndex; i++) solo.push(await greedy(s, prompts[i]!.prompt, o.maxTokens));
 
-    // Cancelled on the first chunk that carries text (the role-only chunk before it has none, and
-    // a cancel there would leave nothing to check for foreign words).
+    // Cancelled once the stream has carried text other than whitespace (the role-only chunk before
+    // it has none, and a cancel there, or after a model's leading "\n\n", would leave nothing the
+    // judgement can check for foreign words: it was never judged on such models).
     let sawFinishBeforeCancel = false;
+    let streamed = '';
     const cancelled = (async () => {
       const st = await s.client.stream('/v1/chat/completions',
         s.userBody(prompts[cancelIndex]!.prompt, { maxTokens: Math.max(64, o.maxTokens * 8), stream: true }),
@@ -237,7 +239,8 @@ export async function runIsolation(s: Session, o: IsolationOptions): Promise<Che
           if (c?.finish_reason) sawFinishBeforeCancel = true;
           const delta = c?.delta as Json | undefined;
           const piece = typeof delta?.content === 'string' ? delta.content : typeof c?.text === 'string' ? c.text : '';
-          return piece !== '' ? 'cancel' : undefined;
+          streamed += piece;
+          return streamed.trim() !== '' ? 'cancel' : undefined;
         });
       requireStatus(st.status, st.errorBody, 'the cancelled stream');
       // As for the decode runs: an answer to stream: true with no SSE events is not a stream; nothing to check.
