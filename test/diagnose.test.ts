@@ -959,6 +959,18 @@ describe('protocol-stop-sequence: the text must be the reference cut before the 
     expect(protocolCheck(report, 'protocol-stop-sequence')).toMatchObject({ pass: false });
   });
 
+  it('a reference answer with no stop string to take (one character repeated): skipped, not failed', async () => {
+    const { report } = await diagnoseFake({
+      override: (r, dflt) => {
+        if (r.path !== '/v1/chat/completions' || r.body?.stop || r.body?.stream || !JSON.stringify(r.body).includes('lowercase English alphabet')) return undefined;
+        const d = dflt() as { json: Json };
+        d.json.choices[0].message.content = 'a'.repeat(32);
+        return d;
+      },
+    });
+    expect(protocolCheck(report, 'protocol-stop-sequence')).toMatchObject({ pass: null, skipped: expect.stringMatching(/has no 3 characters whose first occurrence follows other text: no stop string to test$/) });
+  });
+
   it('the stop string is never one whose first occurrence leaves no text before it', () => {
     // 'abc' from the middle first occurs at 0: the next candidate is taken.
     expect(stopFromReference('abcabcx')).toEqual({ stop: 'bcx', before: 'abca' });

@@ -418,6 +418,10 @@ describe('against servers that send exactly the wrong bytes', () => {
     const r = await sweep({ endpoint: s.url, cells: '8:4', concurrency: '1' });
     expect(r.code).toBe(3);
     expect(r.rows[0]!.reason).toBe(`endpoint ${s.url}: GET /v1/models lists no model (give --model)`);
+    // A body that is not JSON (an HTML page from a proxy) is said to be that, not an empty list.
+    const html = await start({ models: { status: 200, body: '<html>not json</html>' } });
+    expect((await sweep({ endpoint: html.url, cells: '8:4', concurrency: '1' })).rows[0]!.reason)
+      .toBe(`endpoint ${html.url}: GET /v1/models answered with a body that is not JSON (give --model)`);
     // With --model the run goes on.
     const ok = await sweep({ endpoint: s.url, model: 'wire-model', cells: '8:4', concurrency: '1', warmup: '0' });
     expect(ok.code).toBe(0);

@@ -99,7 +99,8 @@ async function discover(client: DiagnoseClient, model: string | undefined, keyGi
   if (chosen === undefined) {
     return {
       model: null, maxModelLen, models: r.body ?? r.text,
-      reason: r.status === 200 ? 'GET /v1/models lists no model; give --model NAME'
+      reason: r.status === 200
+        ? `GET /v1/models ${r.body === null ? 'answered with a body that is not JSON' : !Array.isArray((r.body as Json).data) ? 'answered without a data list' : 'lists no model'}; give --model NAME`
         : r.status === 404 ? `GET /v1/models: HTTP 404: ${errorMessage(r.body, r.text)}; is --endpoint the server's base URL (such as http://host:8000)?`
           : r.status === 401 || r.status === 403 ? `GET /v1/models: HTTP ${r.status}: ${errorMessage(r.body, r.text)}; the server refused ${keyGiven ? 'the key given with --api-key-env' : 'a request without a key: give one with --api-key-env VAR'}`
             : `GET /v1/models: HTTP ${r.status}: ${errorMessage(r.body, r.text)}; give --model NAME`,

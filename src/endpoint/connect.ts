@@ -88,7 +88,11 @@ export async function connectEndpoint(cfg: SweepConfig, env: NodeJS.ProcessEnv):
     : [];
   const ids = list.map((m) => m.id).filter((x): x is string => typeof x === 'string');
   const model = ep.model ?? ids[0];
-  if (model === undefined) return failed(`endpoint ${ep.url}: GET /v1/models lists no model (give --model)`);
+  if (model === undefined) {
+    // What the server answered, so a broken /v1/models (an HTML page, a proxy's error) is not taken for an empty list.
+    const what = models === null ? 'answered with a body that is not JSON' : !Array.isArray(data) ? 'answered without a data list' : 'lists no model';
+    return failed(`endpoint ${ep.url}: GET /v1/models ${what} (give --model)`);
+  }
   if (ep.model !== null && ids.length && !ids.includes(ep.model)) notes.push(`--model ${ep.model} is not among the served models (${ids.join(', ')})`);
   const entry = list.find((m) => m.id === model);
   const maxLen = typeof entry?.max_model_len === 'number' ? entry.max_model_len : null;
