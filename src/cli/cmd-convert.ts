@@ -108,8 +108,10 @@ export function convertCommand(setResult: (code: number) => void): Command {
           for (const t of res.tensorTypes.values()) counts.set(t, (counts.get(t) ?? 0) + 1);
           const types = [...counts].map(([t, n]) => `${n} ${t}`).join(', ');
           const notes: string[] = [];
-          if (res.quantizerThreads > 1) notes.push(`${res.quantizerThreads} quantizer threads`);
-          if (threads !== undefined && threads > cpus) notes.push(`--threads ${threads} capped at the ${cpus} usable CPUs`);
+          // How many quantizer threads ran (none for a float type, which has nothing to quantize), and
+          // a --threads cap only where threads ran.
+          if (res.quantizerThreads > 0) notes.push(`${res.quantizerThreads} quantizer thread${res.quantizerThreads === 1 ? '' : 's'}`);
+          if (res.quantizerThreads > 0 && threads !== undefined && threads > cpus) notes.push(`--threads ${threads} capped at the ${cpus} usable CPUs`);
           process.stderr.write(
             `convert: wrote ${out} (${res.dtype}; ${res.tensorCount} tensors: ${types}; ` +
             `${(res.fileBytes / 2 ** 20).toFixed(1)} MiB) in ${res.seconds.toFixed(1)} s` +

@@ -77,7 +77,7 @@ export interface ConvertResult {
   fileBytes: number;
   /** GGUF tensor name -> ggml type name, for reporting. */
   tensorTypes: Map<string, string>;
-  /** Threads that ran the block quantizers (1: this thread). */
+  /** Threads that ran the block quantizers (1: this thread; 0: nothing to quantize, a float dtype). */
   quantizerThreads: number;
   seconds: number;
 }
@@ -620,7 +620,7 @@ export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOption
   const job = startWrite(ckpt, outFile, opts);
   try {
     for (const _ of writeSteps(job));
-    return finishWrite(job, outFile, opts, 1);
+    return finishWrite(job, outFile, opts, pooledPieces(job.plans) > 0 ? 1 : 0);
   } catch (err) {
     abortWrite(job);
     throw err;
@@ -694,7 +694,7 @@ export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts:
     pool = EncodePool.create(quantizerWorkers(job.plans, opts.threads ?? 1));
     if (pool) await writeWithPool(job, pool);
     else for (const _ of writeSteps(job)) await new Promise((r) => setImmediate(r));
-    const workers = pool?.size ?? 1;
+    const workers = pooledPieces(job.plans) > 0 ? pool?.size ?? 1 : 0;
     await pool?.close();
     pool = null;
     return finishWrite(job, outFile, opts, workers);

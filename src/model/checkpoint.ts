@@ -244,7 +244,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
     unrecognised.push(name);
   }
   if (visionSkipped) notes.push(`skipped ${visionSkipped} vision tensor(s) (${VISION_PREFIX}*)`);
-  if (mtpSkipped) notes.push(`skipped ${mtpSkipped} MTP tensor(s) (mtp.*; load with mtp to include them)`);
+  if (mtpSkipped) notes.push(`skipped ${mtpSkipped} MTP tensor(s) (mtp.*, the multi-token-prediction head; bench convert --mtp writes them)`);
   if (unrecognised.length) notes.push(`ignored ${unrecognised.length} unrecognised tensor(s), e.g. ${unrecognised[0]}`);
 
   // --- tied / untied head
