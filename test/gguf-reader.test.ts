@@ -55,6 +55,7 @@ describe('GGUF reader', () => {
   it('names the field at fault', () => {
     const b = () => Buffer.from(good);
     expect(gguf(Buffer.from('GGUX'))).toMatch(/not a GGUF file/);
+    expect(gguf(Buffer.alloc(0))).toMatch(/an empty file \(0 bytes\), not a GGUF file$/);
     expect(gguf(good.subarray(0, 30))).toMatch(/^the tensor count is 2 \(at offset 8\), but at most 0 tensor infos fit/);
     expect(gguf(good.subarray(0, at('t.flag') + 3))).toMatch(/^length of the key of metadata entry #3 is 6 \(at offset \d+\), but at most 3 bytes fit/);
     expect(gguf(good.subarray(0, at('t.flag') + 8))).toMatch(/^truncated: the value type of t\.flag needs 4 bytes at offset \d+, but the file ends at \d+/);

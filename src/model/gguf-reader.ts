@@ -250,6 +250,7 @@ export function parseGgufBuffer(buf: Buffer, file: string, fileSize = buf.length
 
 function parseBuffer(buf: Buffer, file: string, fileSize: number): GgufFile {
   const c = new Cursor(buf, file, fileSize);
+  if (fileSize === 0) throw new GgufError(`${file}: an empty file (0 bytes), not a GGUF file`);
   if (buf.length < 4 || buf.toString('latin1', 0, 4) !== 'GGUF') {
     throw new GgufError(`${file}: not a GGUF file (the first 4 bytes are not "GGUF")`);
   }
