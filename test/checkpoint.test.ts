@@ -474,6 +474,29 @@ describe('damaged checkpoints', () => {
       .toBe(`${file2}: tensor model.language_model.layers.1.mlp.down_proj.weight has shape [512, 128], expected [128, 512]`);
   });
 
+  it('a NaN or an infinity in a vector (a norm, the conv taps, a gate constant): refused at load, naming the tensor as the file does', async () => {
+    const fx = await smallFixture();
+    const file = path.join(fx.dir, 'model.safetensors');
+    const bytes = readFileSync(file);
+    const headerLen = Number(bytes.readBigUInt64LE(0));
+    const header = JSON.parse(bytes.subarray(8, 8 + headerLen).toString('utf8')) as Record<string, { dtype: string; data_offsets: [number, number] }>;
+    const poke = (suffix: string, at: number, bits: number) => {
+      const [name, e] = Object.entries(header).find(([k]) => k.endsWith(suffix))!;
+      const copy = Buffer.from(bytes);
+      const size = e.dtype === 'F32' ? 4 : 2;
+      if (size === 4) copy.writeUInt32LE(bits, 8 + headerLen + e.data_offsets[0] + at * 4);
+      else copy.writeUInt16LE(bits >>> 16, 8 + headerLen + e.data_offsets[0] + at * 2); // the top half of the f32 bits: bf16
+      writeFileSync(file, copy);
+      return name;
+    };
+    const norm = poke('layers.1.input_layernorm.weight', 5, 0x7fc00000);
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`tensor ${norm} in ${file}: element 5 is NaN (a damaged file: a vector's values are finite)`);
+    const conv = poke('layers.0.linear_attn.conv1d.weight', 9, 0xff800000);
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`tensor ${conv} in ${file}: element 9 is infinite (a damaged file: a vector's values are finite)`);
+    writeFileSync(file, bytes);
+    expect(() => loadCheckpoint(fx.dir)).not.toThrow();
+  });
+
   it('index naming a missing shard, and stray layers beyond the config', async () => {
     const fx = await smallFixture({ shards: 2 });
     const shard = path.join(fx.dir, 'model-00002-of-00002.safetensors');

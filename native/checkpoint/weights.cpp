@@ -133,8 +133,9 @@ HostVec HostWeights::bind_vec(const TensorEntry& t, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = element_f32(src, t.dtype, static_cast<size_t>(i));
     // A NaN or an infinity in a vector (a norm, the conv taps, the gates' constants) is a damaged
-    // file: refused here, as a quantized model would not show it later (the activation quantization
-    // of a quantized matrix turns a NaN into a finite value, as llama.cpp's does).
+    // file: a quantized model would not show it later (the activation quantization of a quantized
+    // matrix turns a NaN into a finite value, as llama.cpp's does). The loaders refuse it first
+    // (src/model/vector-check.ts); this is the engine's own check, for any other caller.
     if (!std::isfinite(v))
       throw std::runtime_error("tensor " + t.name + " in " + t.file + ": element " + std::to_string(i) + " is " +
                                (std::isnan(v) ? "NaN" : "infinite") + " (a damaged file: a vector's values are finite)");

@@ -12,6 +12,7 @@ import { displayName } from '../util/text.js';
 import { parseConfigDetailed } from './config.js';
 import { LM_HEAD_ROLE, layerRoles, modelRole, mtpRoles, type TensorRole } from './tensor-roles.js';
 import { numel, readSafetensorsHeader, shapeStr, type SafetensorsEntry } from './safetensors.js';
+import { checkVectorsFinite } from './vector-check.js';
 import { CheckpointError, type Checkpoint, type DType, type TensorRef, type TextConfig } from './types.js';
 
 export const PREFIX_NESTED = 'model.language_model.';
@@ -296,7 +297,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
       );
     }
     tensors.set(exp.name, {
-      name: exp.name, file: loc.file, offset: loc.entry.offset, nbytes: loc.entry.nbytes, dtype: loc.entry.dtype, shape: loc.entry.shape.slice(),
+      name: exp.name, ...(loc.fullName !== exp.name ? { storedName: loc.fullName } : {}), file: loc.file, offset: loc.entry.offset, nbytes: loc.entry.nbytes, dtype: loc.entry.dtype, shape: loc.entry.shape.slice(),
       role: exp.role.role, layer: exp.layer, ...(exp.role.fold ? { fold: exp.role.fold } : {}),
     });
     if (exp.group !== 'mtp') {
@@ -323,6 +324,7 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
 
   let dtype: DType = 'BF16';
   for (const d of ['F32', 'F16', 'BF16'] as DType[]) if (dtypeParams[d] > dtypeParams[dtype]) dtype = d;
+  checkVectorsFinite(tensors.values());
 
   return {
     dir: absDir,

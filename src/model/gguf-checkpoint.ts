@@ -13,6 +13,7 @@ import { closeSync, existsSync, openSync, readdirSync, readSync, statSync } from
 import path from 'node:path';
 import { displayName } from '../util/text.js';
 import { expectedTensors } from './checkpoint.js';
+import { checkVectorsFinite } from './vector-check.js';
 import { parseConfigDetailed } from './config.js';
 import { ggmlTypeInfo, GgufError, parseGgufHeader, type GgufFile, type GgufTensor } from './gguf-reader.js';
 import { layerRoles, LM_HEAD_ROLE, modelRole } from './tensor-roles.js';
@@ -383,6 +384,7 @@ export function loadGgufCheckpoint(file: string, opts: { hash?: boolean } = {}):
 
   let dtype: WeightDType = 'F32';
   for (const [d, n] of typeParams) if (n > (typeParams.get(dtype) ?? 0)) dtype = d;
+  checkVectorsFinite(tensors.values());
   const ftype = meta(first, 'general.file_type', 'n', true);
   const format: WeightFormat = {
     container: 'gguf',
