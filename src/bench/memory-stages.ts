@@ -1,10 +1,9 @@
 // --memory-stages FILE: the engine's memory counters at each stage of the model's life, appended as JSON lines.
 import { appendFileSync } from 'node:fs';
-import path from 'node:path';
 import type { EngineHandle } from '../engine/types.js';
 import type { ModelCheckpoint } from '../model/types.js';
 import { weightsPath } from '../model/weight-format.js';
-import { makeMissingDirs } from '../util/output-dir.js';
+import { makeParentDirs } from '../util/output-dir.js';
 
 export type MemoryStage = 'weights_bound' | 'warmup_forward' | 'first_generation';
 
@@ -86,9 +85,8 @@ export function memoryStageRows(stage: MemoryStage, engine: EngineHandle, ckpt: 
  * checkOutputFile). Returns null, or why it could not (the caller warns; the sweep goes on).
  */
 export function appendMemoryStage(file: string, rows: readonly MemoryStageRow[]): string | null {
-  const dir = path.dirname(path.resolve(file));
   try {
-    makeMissingDirs(dir);
+    makeParentDirs(file);
     appendFileSync(file, rows.map((r) => JSON.stringify(r) + '\n').join(''));
     return null;
   } catch (err) {

@@ -12,7 +12,7 @@ import { EndpointError, normalizeBaseUrl } from '../diagnose/http-client.js';
 import { summaryTable } from '../diagnose/report.js';
 import { UsageError } from '../util/usage-error.js';
 import { countArg, endpointUrlArg, numberArg } from './flag-values.js';
-import { checkOutputFile, makeMissingDirs } from '../util/output-dir.js';
+import { checkOutputFile, makeParentDirs } from '../util/output-dir.js';
 
 /** Exit status when the endpoint cannot be reached or never answers. */
 export const EXIT_UNREACHABLE = 4;
@@ -93,7 +93,7 @@ async function runDiagnoseCommand(f: DiagnoseFlags): Promise<number> {
   const json = `${JSON.stringify(report, null, 2)}\n`;
   if (f.output !== undefined) {
     try {
-      makeMissingDirs(path.dirname(path.resolve(f.output)));
+      makeParentDirs(f.output);
       writeFileSync(f.output, json);
     } catch (err) {
       // Checked before the run, yet it failed (the disk filled, the path changed): the report is not lost.

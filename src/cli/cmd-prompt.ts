@@ -14,7 +14,7 @@ import { engineLimits } from '../engine/limits.js';
 import { checkKvMemoryForDevice, engineOptionsFrom } from '../engine/options.js';
 import { ENGINE_FLAG_MAX, ENGINE_FLAGS, resolveEngineFlags, resolveModelPathFlags, type RawEngineFlags } from './engine-flags.js';
 import { choiceArg, countArg, idListArg, numberArg } from './flag-values.js';
-import { checkNamesFile, checkOutputFile, makeMissingDirs } from '../util/output-dir.js';
+import { checkNamesFile, checkOutputFile, makeParentDirs } from '../util/output-dir.js';
 import { UsageError } from '../util/usage-error.js';
 
 interface PromptOpts extends Omit<RawEngineFlags, 'maxSeq' | 'maxSeqs'> {
@@ -187,7 +187,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     let logitsNote = '';
     if (opts.logitsOut && result.logits) {
       try {
-        makeMissingDirs(path.dirname(path.resolve(opts.logitsOut)));
+        makeParentDirs(opts.logitsOut);
         writeFileSync(opts.logitsOut, Buffer.from(result.logits.buffer, result.logits.byteOffset, result.logits.byteLength));
         logitsNote = ` (--logits-out holds the ${result.logits.length / ckpt.config.vocabSize} rows computed)`;
       } catch (err) {

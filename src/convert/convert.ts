@@ -577,8 +577,11 @@ function startWrite(ckpt: Checkpoint, outFile: string, opts: ConvertOptions): Wr
   return { plans, w, files: new SourceFiles(), tmp, t0, put };
 }
 
-/** Complete the file and move it into place (nothing is awaited after the rename). */
-function finishWrite(job: WriteJob, outFile: string, opts: ConvertOptions, quantizerThreads: number): ConvertResult {
+/**
+ * Complete the file and move it into place (nothing is awaited after the rename). `threads`: the
+ * quantizer threads the write had (none ran when it had nothing to quantize).
+ */
+function finishWrite(job: WriteJob, outFile: string, opts: ConvertOptions, threads: number): ConvertResult {
   job.files.close();
   failingAs(`writing ${job.tmp}`, () => job.w.close());
   const fileBytes = failingAs(`writing ${job.tmp}`, () => statSync(job.tmp).size);
@@ -589,7 +592,7 @@ function finishWrite(job: WriteJob, outFile: string, opts: ConvertOptions, quant
     tensorCount: job.plans.length,
     fileBytes,
     tensorTypes: new Map(job.plans.map((p) => [p.ggufName, ggmlTypeName(p.type)])),
-    quantizerThreads,
+    quantizerThreads: pooledPieces(job.plans) > 0 ? threads : 0,
     seconds: (performance.now() - job.t0) / 1000,
   };
 }
@@ -620,7 +623,7 @@ export function writeGguf(ckpt: Checkpoint, outFile: string, opts: ConvertOption
   const job = startWrite(ckpt, outFile, opts);
   try {
     for (const _ of writeSteps(job));
-    return finishWrite(job, outFile, opts, pooledPieces(job.plans) > 0 ? 1 : 0);
+    return finishWrite(job, outFile, opts, 1);
   } catch (err) {
     abortWrite(job);
     throw err;
@@ -694,7 +697,7 @@ export async function writeGgufParallel(ckpt: Checkpoint, outFile: string, opts:
     pool = EncodePool.create(quantizerWorkers(job.plans, opts.threads ?? 1));
     if (pool) await writeWithPool(job, pool);
     else for (const _ of writeSteps(job)) await new Promise((r) => setImmediate(r));
-    const workers = pooledPieces(job.plans) > 0 ? pool?.size ?? 1 : 0;
+    const workers = pool?.size ?? 1;
     await pool?.close();
     pool = null;
     return finishWrite(job, outFile, opts, workers);

@@ -172,21 +172,17 @@ export class HttpPool {
         responded = true;
         guarded(() => h.onResponse?.(res.statusCode ?? 0, performance.now(), String(res.headers['content-type'] ?? '')));
         res.setEncoding('utf8');
-        res.on('data', (d: string) => {
-          if (settled) return;
-          guarded(() => {
-            if (h.onData(d, performance.now()) !== 'end' || settled) return;
-            settled = true;
-            cleanup();
-            resolve(res.statusCode ?? 0);
-          });
-        });
-        res.on('end', () => {
+        // The response is complete: at its end, or where the handler says so (its data: [DONE]).
+        const complete = () => {
           if (settled) return;
           settled = true;
           cleanup();
           resolve(res.statusCode ?? 0);
+        };
+        res.on('data', (d: string) => {
+          if (!settled) guarded(() => { if (h.onData(d, performance.now()) === 'end') complete(); });
         });
+        res.on('end', complete);
         res.on('error', (err) => fail(new HttpFailure(`${method} ${u.pathname}: the response broke off (${err.message})`, 'network')));
         res.on('aborted', () => fail(new HttpFailure(`${method} ${u.pathname}: the server closed the connection mid-response`, 'network')));
       });

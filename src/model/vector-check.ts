@@ -5,15 +5,16 @@
 // (llama.cpp's numerics), so its logits would be finite and wrong.
 import { closeSync, openSync, readSync } from 'node:fs';
 import { TENSOR_ROLES } from './tensor-roles.js';
-import { CheckpointError, type WeightRef } from './types.js';
+import { DTYPE_SIZE } from './safetensors.js';
+import { CheckpointError, type DType, type WeightRef } from './types.js';
 
 const VECTOR_ROLES: ReadonlySet<string> = new Set(TENSOR_ROLES.filter((r) => r.kind !== 'matrix').map((r) => r.role));
 
-/** Per stored float type: its element size and the exponent bits that are all ones in a NaN or an infinity (the rest: the mantissa). */
-const SPECIAL: Record<string, { bytes: 2 | 4; exp: number; mant: number }> = {
-  F32: { bytes: 4, exp: 0x7f800000, mant: 0x007fffff },
-  F16: { bytes: 2, exp: 0x7c00, mant: 0x03ff },
-  BF16: { bytes: 2, exp: 0x7f80, mant: 0x007f },
+/** Per stored float type: the exponent bits that are all ones in a NaN or an infinity, and the mantissa's. */
+const SPECIAL: Record<string, { exp: number; mant: number }> = {
+  F32: { exp: 0x7f800000, mant: 0x007fffff },
+  F16: { exp: 0x7c00, mant: 0x03ff },
+  BF16: { exp: 0x7f80, mant: 0x007f },
 };
 
 /** Throws CheckpointError naming the first vector tensor (by its name in its file) that holds a NaN or an infinity. */
@@ -23,6 +24,7 @@ export function checkVectorsFinite(tensors: Iterable<Pick<WeightRef, 'name' | 's
     for (const t of tensors) {
       const s = SPECIAL[t.dtype];
       if (!VECTOR_ROLES.has(t.role) || s === undefined) continue;
+      const size = DTYPE_SIZE[t.dtype as DType];
       let fd = fds.get(t.file);
       if (fd === undefined) {
         fd = openSync(t.file, 'r');
@@ -35,10 +37,10 @@ export function checkVectorsFinite(tensors: Iterable<Pick<WeightRef, 'name' | 's
         if (n === 0) break; // bounds were checked by the loader; a file shortened meanwhile reads as what is there
         got += n;
       }
-      for (let i = 0; i + s.bytes <= got; i += s.bytes) {
-        const bits = s.bytes === 4 ? buf.readUInt32LE(i) : buf.readUInt16LE(i);
+      for (let i = 0; i + size <= got; i += size) {
+        const bits = size === 4 ? buf.readUInt32LE(i) : buf.readUInt16LE(i);
         if ((bits & s.exp) !== s.exp) continue;
-        throw new CheckpointError(`tensor ${t.storedName ?? t.name} in ${t.file}: element ${i / s.bytes} is ${(bits & s.mant) !== 0 ? 'NaN' : 'infinite'} (a damaged file: a vector's values are finite)`);
+        throw new CheckpointError(`tensor ${t.storedName ?? t.name} in ${t.file}: element ${i / size} is ${(bits & s.mant) !== 0 ? 'NaN' : 'infinite'} (a damaged file: a vector's values are finite)`);
       }
     }
   } finally {

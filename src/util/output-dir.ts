@@ -8,8 +8,8 @@ import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, stat
 import path from 'node:path';
 import { UsageError } from './usage-error.js';
 
-/** The levels of `dir` that do not exist yet, outermost first; throws when the nearest existing one is a file. */
-function missingLevels(flag: string, dir: string): string[] {
+/** The levels of `dir` that do not exist yet, outermost first, and the nearest level that does. */
+function unmadeLevels(dir: string): { missing: string[]; nearest: string } {
   const missing: string[] = [];
   let at = path.resolve(dir);
   while (!existsSync(at)) {
@@ -18,8 +18,14 @@ function missingLevels(flag: string, dir: string): string[] {
     if (up === at) break;
     at = up;
   }
-  if (existsSync(at) && !statSync(at).isDirectory()) {
-    throw new UsageError(`${flag}: ${at} is a file, not a directory`);
+  return { missing, nearest: at };
+}
+
+/** unmadeLevels' missing levels; throws when the nearest existing one is a file. */
+function missingLevels(flag: string, dir: string): string[] {
+  const { missing, nearest } = unmadeLevels(dir);
+  if (existsSync(nearest) && !statSync(nearest).isDirectory()) {
+    throw new UsageError(`${flag}: ${nearest} is a file, not a directory`);
   }
   return missing;
 }
@@ -69,17 +75,12 @@ export function ensureOutputDir(flag: string, dir: string): void {
 }
 
 /**
- * The missing levels of `dir` made, one at a time, by a writer at run time (checked before the work by
- * checkOutputFile): a failure is a plain error with its code (ENOTDIR for a file in the way), for the
- * writer's own message.
+ * The missing directories of the file `file` made, one level at a time, by its writer at run time
+ * (checked before the work by checkOutputFile): a failure is a plain error with its code (ENOTDIR for
+ * a file in the way), for the writer's own message.
  */
-export function makeMissingDirs(dir: string): void {
-  const missing: string[] = [];
-  for (let at = path.resolve(dir); !existsSync(at); at = path.dirname(at)) {
-    missing.unshift(at);
-    if (path.dirname(at) === at) break;
-  }
-  for (const d of missing) mkdirSync(d);
+export function makeParentDirs(file: string): void {
+  for (const d of unmadeLevels(path.dirname(path.resolve(file))).missing) mkdirSync(d);
 }
 
 /** A file a command will write whose directory is made when missing (ensureOutputDir), and is not a directory. */
@@ -89,7 +90,7 @@ export function prepareOutputFile(flag: string, file: string): void {
 }
 
 /**
- * A file a command writes later, its missing directories made then (makeMissingDirs, called by the
+ * A file a command writes later, its missing directories made then (makeParentDirs, called by the
  * writer), as `--output`'s are: checked now without making anything. With its directory there, as
  * checkWritableFile; without it, what making it would meet (a file in the way, a parent that takes no
  * new files), as checkOutputDir.
@@ -129,7 +130,7 @@ export function checkWritableFile(flag: string, file: string, opts: { replaced?:
 }
 
 /** The directory a file would be written in exists and takes new files. */
-export function checkWritableParent(flag: string, file: string, checked?: CheckedDirs): void {
+function checkWritableParent(flag: string, file: string, checked?: CheckedDirs): void {
   const dir = path.dirname(file);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) {
     missingLevels(flag, dir); // a file in the way is named as one
