@@ -28,6 +28,7 @@ import { GgmlType, GgufValueType, GgufWriter, ggmlTypeName } from '../src/conver
 import { fallbackType, planQuantTypes, QUANT_DTYPES, QUANT_SCHEMES, useMoreBits, type QuantDtype } from '../src/convert/quant-mix.js';
 import { f16ToF32 } from '../src/convert/quantize.js';
 import { usableCpus } from '../src/engine/native.js';
+import { loadGgufCheckpoint } from '../src/model/gguf-checkpoint.js';
 import { parseGguf, type GgufFile } from '../src/model/gguf-reader.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
 import type { TextConfig } from '../src/model/types.js';
@@ -479,6 +480,17 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
       expect(d, `${name} (${ggmlTypeName(a.tensors.get(name)!.type)}): first differing byte ${d}`).toBe(-1);
     }
   }, 120_000);
+
+  it('the loader names each file\'s format: the file type, or the base type of a pure K file (ours and llama-quantize\'s alike)', () => {
+    for (const [dtype, file] of ours) {
+      const want = dtype === 'q4_k' || dtype === 'q5_k' ? `${dtype.toUpperCase()} (pure)` : QUANT_SCHEMES[dtype].llama.ftypeName;
+      for (const f of [file, theirs.get(dtype)!]) {
+        const m = loadGgufCheckpoint(f, { hash: false });
+        expect(m.format!.name, `${dtype}: ${f}`).toBe(want);
+        expect(m.notes.some((n) => n.includes(`reported as ${want}`)), `${dtype}: the note`).toBe(want.endsWith('(pure)'));
+      }
+    }
+  });
 
   it('exercises what it claims: K-quants, the more-bits layers and the fallbacks', () => {
     const types = (dtype: QuantDtype) => new Set([...parseGguf(ours.get(dtype)!).tensors.values()].map((t) => ggmlTypeName(t.type)));

@@ -59,6 +59,30 @@ export function isGgufQuantName(quant: string): boolean {
   return GGUF_QUANT_NAMES.includes(q) || QUANT_SHAPE_RE.test(q);
 }
 
+/**
+ * llama-quantize's K mixes (Q4_K_S/M, Q5_K_S/M) give the output matrix (the tied embedding where
+ * there is none) Q6_K, or Q8_0 / F16 where its rows are not a multiple of 256 / 32, unless the file
+ * was written with --pure, which keeps general.file_type but gives every matrix the base type.
+ */
+const K_MIX_FILE_TYPES: ReadonlySet<number> = new Set([14, 15, 16, 17]);
+
+/**
+ * The weights' format name: general.file_type's (`Q4_K_M`), except that a K-mix file type whose
+ * output matrix is quantized and whose tensors hold none of the mix's Q6_K / Q8_0 is named for what
+ * it holds (`Q4_K (pure)`, with a note): a pure Q4_K file and a Q4_K_M one of the same model differ
+ * in speed and quality. Without a file type: the dominant element type.
+ */
+function formatName(ftype: number | undefined, dtype: WeightDType, typeCounts: Record<string, number>, headDtype: WeightDType, notes: string[]): string {
+  const declared = ftype !== undefined ? FILE_TYPE_NAMES.get(ftype) : undefined;
+  if (declared === undefined) return dtype;
+  const headQuantized = headDtype !== 'F32' && headDtype !== 'F16' && headDtype !== 'BF16';
+  if (!K_MIX_FILE_TYPES.has(ftype!) || !headQuantized || typeCounts.Q6_K || typeCounts.Q8_0) return declared;
+  const base = declared.slice(0, 4); // Q4_K_M -> Q4_K
+  const name = `${base} (pure)`;
+  notes.push(`general.file_type says ${declared}, but no tensor has that mix's Q6_K / Q8_0 types: a pure ${base} file (as llama-quantize --pure writes it), reported as ${name}`);
+  return name;
+}
+
 export interface LoadedModel extends ModelCheckpoint {
   notes: string[];
 }
@@ -388,7 +412,7 @@ export function loadGgufCheckpoint(file: string, opts: { hash?: boolean } = {}):
   const ftype = meta(first, 'general.file_type', 'n', true);
   const format: WeightFormat = {
     container: 'gguf',
-    name: (ftype !== undefined ? FILE_TYPE_NAMES.get(ftype) : undefined) ?? dtype,
+    name: formatName(ftype, dtype, typeCounts, (tensors.get(LM_HEAD_ROLE.hf) ?? tensors.get(modelRole('embed').hf)!).dtype, notes),
     bitsPerWeight: paramCount ? weightBits / paramCount : 0,
     tensorTypes: typeCounts,
     files: parts.map((p) => path.basename(p)),
