@@ -267,6 +267,23 @@ describe('loadCheckpoint', () => {
     expect(loadCheckpoint(fx2.dir).config.tieWordEmbeddings).toBe(true);
   });
 
+  it('a config.json dtype the tensors do not have: a note, and the weights run as stored', async () => {
+    const fx = await smallFixture();
+    const dtypeNote = (ck: { notes: string[] }) => ck.notes.find((n) => n.startsWith('config.json says'));
+    const plain = loadCheckpoint(fx.dir);
+    expect(plain.dtype).toBe('BF16');
+    expect(dtypeNote(plain)).toBeUndefined();
+    editConfig(fx.dir, (c) => { c.text_config.dtype = 'float32'; });
+    const f32 = loadCheckpoint(fx.dir);
+    expect(f32.dtype).toBe('BF16');
+    expect(dtypeNote(f32)).toBe('config.json says dtype float32, but the weights are stored BF16 (most parameters): they run as stored');
+    // transformers 4's key at the top level, when text_config states none.
+    editConfig(fx.dir, (c) => { delete c.text_config.dtype; delete c.dtype; c.torch_dtype = 'float16'; });
+    expect(dtypeNote(loadCheckpoint(fx.dir))).toMatch(/^config\.json says torch_dtype float16, but the weights are stored BF16/);
+    editConfig(fx.dir, (c) => { c.torch_dtype = 'auto'; });
+    expect(dtypeNote(loadCheckpoint(fx.dir))).toBeUndefined();
+  });
+
   it('includes mtp.* only when asked', async () => {
     const fx = await smallFixture({ mtp: true });
     const plain = loadCheckpoint(fx.dir);

@@ -89,6 +89,19 @@ export interface LoadOptions {
   mtp?: boolean;
 }
 
+/** config.json's dtype names (`dtype`, or `torch_dtype` before transformers 5) as the safetensors dtypes. */
+const HF_DTYPES: Readonly<Record<string, DType>> = { bfloat16: 'BF16', float16: 'F16', float32: 'F32' };
+
+/** The dtype config.json states (its text_config's, else the top level's), or null. */
+function statedDtype(json: unknown): { key: string; value: string } | null {
+  const top = typeof json === 'object' && json !== null ? (json as Record<string, unknown>) : {};
+  const text = typeof top.text_config === 'object' && top.text_config !== null ? (top.text_config as Record<string, unknown>) : {};
+  for (const o of [text, top]) {
+    for (const key of ['dtype', 'torch_dtype']) if (typeof o[key] === 'string') return { key, value: o[key] as string };
+  }
+  return null;
+}
+
 /** A Checkpoint plus human-readable notes about anything the loader tolerated or ignored. */
 export interface LoadedCheckpoint extends Checkpoint {
   notes: string[];
@@ -325,6 +338,10 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
   let dtype: DType = 'BF16';
   for (const d of ['F32', 'F16', 'BF16'] as DType[]) if (dtypeParams[d] > dtypeParams[dtype]) dtype = d;
   checkVectorsFinite(tensors.values());
+  const statedType = statedDtype(configJson.value);
+  if (statedType && HF_DTYPES[statedType.value] !== undefined && HF_DTYPES[statedType.value] !== dtype) {
+    notes.push(`config.json says ${statedType.key} ${statedType.value}, but the weights are stored ${dtype} (most parameters): they run as stored`);
+  }
 
   return {
     dir: absDir,
