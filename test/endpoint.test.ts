@@ -375,6 +375,8 @@ describe('against servers that send exactly the wrong bytes', () => {
       ['{"choices":[null]}', /the stream sent an event whose choices\[0\] is not an object: null/],
       ['{"choices":[7]}', /choices\[0\] is not an object: 7 \(a number\)/],
       ['{"choices":"x"}', /the stream sent an event whose choices is not a list: "x" \(a string\)/],
+      // Another wire's event (llama.cpp's /completion): its text would have been dropped, the row ok with no tokens.
+      ['{"content":"w7 ","stop":false}', /the stream sent an event with no choices list \(not an OpenAI \/v1\/chat\/completions chunk\): \{"content":"w7 ","stop":false\} \(an object\)/],
     ];
     for (const [bad, reason] of cases) {
       const s = await start({ stream: (b) => { const ev = wordStream(Number(b.max_tokens)); return [ev[0]!, bad, ...ev.slice(1)]; } });
@@ -384,6 +386,14 @@ describe('against servers that send exactly the wrong bytes', () => {
       expect(r.rows[0]!.reason).toMatch(/^server error: /);
       expect(r.rows[0]!.reason).toMatch(reason);
     }
+  });
+
+  it('a stream of no choice at all (only a usage chunk, then [DONE]): an error row, not an ok row of no tokens', async () => {
+    const s = await start({ stream: (b) => wordStream(Number(b.max_tokens)).filter((e) => !e.startsWith('{"choices":[{')) });
+    const r = await sweep({ endpoint: s.url, cells: '8:4', concurrency: '1', warmup: '0' });
+    expect(r.code).toBe(3);
+    expect(r.rows[0]!.status).toBe('error');
+    expect(r.rows[0]!.reason).toMatch(/the stream ended \(data: \[DONE\]\) without a single choice: no text and no finish_reason/);
   });
 
   it('a server that answers stream: true with one JSON body: the error row says it does not stream, exit 3', async () => {

@@ -169,6 +169,13 @@ export async function streamCompletion(
     }
     const usage = usageOf(j.usage);
     if (usage) out.usage = usage;
+    // OpenAI's chunks always carry choices (empty in the usage chunk); an event with neither choices nor
+    // usage is another wire (llama.cpp's /completion `content`, TGI's `token`), whose text this client
+    // would otherwise drop: a row of no tokens marked ok.
+    if ((j.choices === undefined || j.choices === null) && usage === null) {
+      out.error = `the stream sent an event with no choices list (not an OpenAI ${API_PATHS[api]} chunk): ${describeJson(j)}`;
+      return;
+    }
     if (j.choices !== undefined && j.choices !== null && !Array.isArray(j.choices)) {
       out.error = `the stream sent an event whose choices is not a list: ${describeJson(j.choices)}`;
       return;
@@ -222,6 +229,9 @@ export async function streamCompletion(
   }
   const tail = parser.end();
   if (tail) onEvent(tail.data, performance.now());
+  if (!out.error && done && out.chunks.length === 0) {
+    out.error = 'the stream ended (data: [DONE]) without a single choice: no text and no finish_reason';
+  }
   if (!out.error && !done && out.finishReason === null) {
     // A server that ignores stream: true answers one JSON body (no events at all): say that, not "ended early".
     out.error = out.chunks.length === 0 && !/text\/event-stream/i.test(contentType)
