@@ -293,6 +293,14 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['--bogus'], /^bench: unknown option '--bogus'$/],
     [['--ouput', 'x'], /^bench: unknown option '--ouput' \(did you mean --output\?\)$/],
     [['prompt', '--top-k'], /^bench: option '--top-k <k>' argument missing$/],
+    // A value-taking flag followed by a flag: commander took the flag for the value.
+    [['--api', '--cells', '16:4'], /^bench: --api needs a value, but the next argument is the flag --cells \(give --api VALUE\)$/],
+    [['--concurrency', '--cells=16:4'], /^bench: --concurrency needs a value, but the next argument is the flag --cells=16:4 \(give --concurrency VALUE\)$/],
+    [['prompt', '--max-new-tokens', '-h'], /^bench: --max-new-tokens needs a value, but the next argument is the flag -h \(give --max-new-tokens VALUE\)$/],
+    [['serve', '--port', '--host', '0.0.0.0'], /^bench: --port needs a value, but the next argument is the flag --host/],
+    // A value-taking flag given twice: the last had silently won.
+    [['--cells', '512:64', '--concurrency', '1', '--cells', '16:4'], /^bench: --cells is given twice \(512:64, then 16:4\): give it once$/],
+    [['prompt', '--prompt', 'a', '--prompt=b'], /^bench: --prompt is given twice \(a, then b\): give it once$/],
     [['prompt', '--prompt', 'hi', '--logits-out', path.join(file, 'x.bin')], /^bench: --logits-out: .*a-file is a file, not a directory$/],
     [['--model-path', 'synthetic:tiny', '--memory-stages', path.join(file, 'sub', 's.jsonl')], /^bench: --memory-stages: .*a-file is a file, not a directory$/],
     [['prompt', '--prompt', 'hi', '--logits-out', tmp], /^bench: --logits-out: .* is a directory, not a file$/],

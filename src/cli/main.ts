@@ -9,6 +9,7 @@ import { registerConvert } from './cmd-convert.js';
 import { registerDiagnose } from './cmd-diagnose.js';
 import { registerReport } from './cmd-report.js';
 import { registerCompare } from './cmd-compare.js';
+import { guardFlagValues } from './flag-guard.js';
 import { UsageError } from '../util/usage-error.js';
 import { TOOL_VERSION } from '../util/version.js';
 
@@ -38,6 +39,7 @@ export async function main(argv: string[]): Promise<number> {
   registerDiagnose(program, setResult);
   registerReport(program, setResult);
   registerCompare(program, setResult);
+  guardFlagValues(program);
   try {
     await program.parseAsync(argv);
   } catch (err) {
