@@ -1,11 +1,12 @@
 // The --output files of a sweep (src/bench/row-sinks.ts) when the prefix was used before: nothing of the
 // earlier run may sit beside the new run's files as if it were the new run's.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
+import { writeFileAtomic } from '../src/bench/output.js';
 import { runSweep, type SweepIO } from '../src/bench/sweep.js';
 import { resolveSweepConfig } from '../src/cli/sweep-options.js';
 import { fakeBackend } from './helpers/fake-engine.js';
@@ -49,5 +50,53 @@ describe('--output PREFIX over an earlier run', () => {
     // Refused with the sweep's usage checks, before any model loads or row runs.
     expect(() => resolveSweepConfig({ cells: '16:8', concurrency: '1', output: prefix })).toThrow(`--output: ${prefix}.html is a directory, not a file`);
     expect(existsSync(`${prefix}.json`)).toBe(false);
+  });
+});
+
+// /dev/full answers every write with ENOSPC: a full disk, forced, for one of the files.
+describe.skipIf(!existsSync('/dev/full'))('an --output file that cannot be written (a full disk)', () => {
+  function capture(): { io: SweepIO; out: () => string; err: () => string } {
+    const o = new PassThrough();
+    const e = new PassThrough();
+    let out = '';
+    let err = '';
+    o.on('data', (d) => { out += String(d); });
+    e.on('data', (d) => { err += String(d); });
+    return { io: { stdout: o, stderr: e, stderrIsTTY: false, env: {}, argv: ['node', 'bench'], handleSignals: false } as SweepIO, out: () => out, err: () => err };
+  }
+
+  it('PREFIX.jsonl full at the first row: the row still reaches stdout, the sweep stops there, exit 1 naming the file and the errno', async () => {
+    const prefix = path.join(tmp, 'full-jsonl');
+    symlinkSync('/dev/full', `${prefix}.jsonl`);
+    const cfg = { ...resolveSweepConfig({ cells: '16:8,32:4', concurrency: '1,2', warmup: '0', blockSize: '4', maxSeq: '256' }), output: prefix };
+    const c = capture();
+    expect(await runSweep(cfg, fakeBackend(), c.io)).toBe(1);
+    const lines = c.out().trim().split('\n');
+    expect(lines).toHaveLength(2); // the header and the row measured when the file failed
+    expect(lines[1]).toMatch(/^16,8,1,/);
+    expect(c.err()).toContain(`--output ${prefix}: writing ${prefix}.jsonl failed: no space left on device (ENOSPC); the sweep stopped after 1 row(s) (stdout has every finished row; the files hold those written before the failure)`);
+    // The files hold what was written before: the header, a report of no rows; nothing half-written beside them.
+    expect(readFileSync(`${prefix}.csv`, 'utf8').trim().split('\n')).toHaveLength(1);
+    expect(JSON.parse(readFileSync(`${prefix}.json`, 'utf8')).rows).toEqual([]);
+    expect(readdirSync(tmp).filter((n) => n.startsWith('full-jsonl') && n.includes('.tmp-'))).toEqual([]);
+  });
+
+  it('PREFIX.csv full at its header: no row runs, exit 1 naming the file', async () => {
+    const prefix = path.join(tmp, 'full-csv');
+    symlinkSync('/dev/full', `${prefix}.csv`);
+    const cfg = { ...resolveSweepConfig({ cells: '16:8', concurrency: '1,2', warmup: '0', blockSize: '4', maxSeq: '256' }), output: prefix };
+    const c = capture();
+    expect(await runSweep(cfg, fakeBackend(), c.io)).toBe(1);
+    expect(c.out().trim().split('\n')).toHaveLength(1);
+    expect(c.err()).toContain(`writing ${prefix}.csv failed: no space left on device (ENOSPC); the sweep stopped after 0 row(s)`);
+  });
+
+  it('an atomic write that fails leaves the file as it was and removes its half-written sibling', () => {
+    const file = path.join(tmp, 'atomic.json');
+    writeFileSync(file, 'before');
+    symlinkSync('/dev/full', `${file}.tmp-${process.pid}`);
+    expect(() => writeFileAtomic(file, 'after')).toThrow(/ENOSPC/);
+    expect(existsSync(`${file}.tmp-${process.pid}`)).toBe(false);
+    expect(readFileSync(file, 'utf8')).toBe('before');
   });
 });

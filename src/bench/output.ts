@@ -1,6 +1,6 @@
 // Kill-safe output files for --output PREFIX: every write is synchronous and reaches the disk before the
 // next row starts, so a SIGKILL leaves every finished row behind.
-import { closeSync, fsyncSync, openSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { e2eMs, ttftOf, type TimedRequest } from './metrics.js';
 
 /** Append-only file written with write(2) + fsync(2) per record. */
@@ -32,14 +32,20 @@ export function writeFileAtomic(file: string, text: string): void {
   const tmp = `${file}.tmp-${process.pid}`;
   const fd = openSync(tmp, 'w');
   try {
-    const buf = Buffer.from(text, 'utf8');
-    let off = 0;
-    while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
+    try {
+      const buf = Buffer.from(text, 'utf8');
+      let off = 0;
+      while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, file);
+  } catch (err) {
+    // A failed write (a full disk) leaves the file as it was and no half-written sibling.
+    try { rmSync(tmp, { force: true }); } catch { /* the write's own error is the one to report */ }
+    throw err;
   }
-  renameSync(tmp, file);
 }
 
 /** One PREFIX.jsonl line: a timed request's raw native timings. */

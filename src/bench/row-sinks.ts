@@ -4,6 +4,7 @@ import { readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
+import { errnoText } from '../util/errno-text.js';
 import { ensureOutputDir } from '../util/output-dir.js';
 import { latencyBlock, type Report, type ReportRow } from './report.js';
 import { firstTimedPass, rowSamples } from './row-samples.js';
@@ -77,17 +78,25 @@ export function removeStaleOutputs(prefix: string): void {
   }
 }
 
-/** The row stream: stdout (csv format) and the --output files, each row flushed as it completes. */
+/**
+ * The row stream: stdout (csv format) and the --output files, each row flushed as it completes. A file
+ * that cannot be written (the disk filled, the directory went away) ends the files, not the row: the
+ * row still reaches stdout, `failure` says which file and why, and `onFilesFailed` stops the sweep
+ * after it (every later row could only reach stdout).
+ */
 export class RowSinks {
   private csvFile: SyncAppender | null = null;
   private jsonlFile: SyncAppender | null = null;
   private stdoutBroken = false;
+  /** The first write of an --output file that failed (`writing F failed: no space left on device (ENOSPC)`), or null. */
+  failure: string | null = null;
 
   constructor(
     private readonly cfg: SweepConfig,
     private readonly io: SinkIO,
     private readonly report: Report,
     onStdoutGone: () => void,
+    private readonly onFilesFailed: (failure: string) => void = () => {},
   ) {
     io.stdout.on('error', (err: NodeJS.ErrnoException) => {
       // A closed pipe (bench | head) ends the sweep quietly; the files, if any, still get every finished row.
@@ -101,44 +110,61 @@ export class RowSinks {
     if (!this.stdoutBroken) this.io.stdout.write(text);
   }
 
+  /** One write of an --output file; after a failure, none. */
+  private file(name: string, write: () => void): void {
+    if (this.failure !== null) return;
+    try {
+      write();
+    } catch (err) {
+      this.failure = `writing ${name} failed: ${errnoText(err) ?? (err instanceof Error ? err.message : String(err))}`;
+      this.onFilesFailed(this.failure);
+    }
+  }
+
   begin(): void {
     const header = csvHeaderLine();
     if (this.cfg.format === 'csv') this.stdout(header);
-    if (this.cfg.output !== null) {
+    const prefix = this.cfg.output;
+    if (prefix !== null) {
       // The prefix's missing directories are made only now, once the model has loaded (or failed to:
       // its error rows are written), so a refused run (a bad --model-path) leaves nothing behind;
       // sweep-options.ts checked before the load that they can be made.
-      ensureOutputDir('--output', path.dirname(path.resolve(this.cfg.output)));
-      removeStaleOutputs(this.cfg.output);
-      this.csvFile = new SyncAppender(`${this.cfg.output}.csv`);
-      this.csvFile.append(header);
-      this.jsonlFile = new SyncAppender(`${this.cfg.output}.jsonl`);
+      ensureOutputDir('--output', path.dirname(path.resolve(prefix)));
+      removeStaleOutputs(prefix);
+      this.file(`${prefix}.csv`, () => {
+        this.csvFile = new SyncAppender(`${prefix}.csv`);
+        this.csvFile.append(header);
+      });
+      this.file(`${prefix}.jsonl`, () => { this.jsonlFile = new SyncAppender(`${prefix}.jsonl`); });
       this.writeJson();
     }
   }
 
   /** Request lines and the report first, the CSV row last: a row in PREFIX.csv is a row in PREFIX.json. */
   row(row: SweepRow, out: RowOutcome | null): void {
-    if (out && this.jsonlFile && out.timed.length) {
+    const jsonl = this.jsonlFile;
+    if (out && jsonl && out.timed.length) {
       const first = firstTimedPass(out.timed);
-      this.jsonlFile.append(out.timed.map((t) => requestLine(row.isl, row.osl, row.concurrency, t, first)).join(''));
+      this.file(jsonl.file, () => jsonl.append(out.timed.map((t) => requestLine(row.isl, row.osl, row.concurrency, t, first)).join('')));
     }
     this.writeJson();
     const line = csvRowLine(row);
-    this.csvFile?.append(line);
+    const csv = this.csvFile;
+    if (csv) this.file(csv.file, () => csv.append(line));
     if (this.cfg.format === 'csv') this.stdout(line);
   }
 
   writeJson(): void {
-    if (this.cfg.output !== null) writeFileAtomic(`${this.cfg.output}.json`, JSON.stringify(this.report, null, 2) + '\n');
+    const prefix = this.cfg.output;
+    if (prefix !== null) this.file(`${prefix}.json`, () => writeFileAtomic(`${prefix}.json`, JSON.stringify(this.report, null, 2) + '\n'));
   }
 
   finish(rows: readonly SweepRow[]): void {
     this.writeJson();
     if (this.cfg.format === 'json') this.stdout(JSON.stringify(this.report, null, 2) + '\n');
     else if (this.cfg.format === 'md') this.stdout(markdownTable(rows));
-    this.csvFile?.close();
-    this.jsonlFile?.close();
+    for (const f of [this.csvFile, this.jsonlFile]) {
+      try { f?.close(); } catch { /* a close that fails loses nothing more: every row was fsynced */ }
+    }
   }
 }
-

@@ -71,6 +71,8 @@ export interface SweepIO {
 export const EXIT_OK = 0;
 export const EXIT_USAGE = 2;
 export const EXIT_ROWS_FAILED = 3;
+/** An --output file could not be written (a full disk): the sweep stopped after that row. */
+export const EXIT_FAILED = 1;
 export { EXIT_INTERRUPTED, EXIT_TERMINATED } from './sweep-signals.js';
 
 export function engineOptions(cfg: SweepConfig, device: Device): EngineOptions {
@@ -105,7 +107,9 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
   const abort = io.abort ?? new AbortController();
   const signals = watchStopSignals(renderer, abort, io.handleSignals);
   let engine: RequestEngine | null = null;
-  const sinks = new RowSinks(cfg, io, report, () => abort.abort());
+  // An --output file that cannot be written stops the sweep after the row it failed on (which still
+  // reaches stdout): exit 1, the file and the reason named.
+  const sinks = new RowSinks(cfg, io, report, () => abort.abort(), () => abort.abort());
   const rows: SweepRow[] = [];
   try {
     const usable = backend.usableCpus();
@@ -157,7 +161,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
           sinks.row(r, null);
         }
       }
-      return finish(EXIT_ROWS_FAILED);
+      return finish(sinks.failure !== null ? EXIT_FAILED : EXIT_ROWS_FAILED);
     }
     if (cfg.latencyOnly) renderer.note('--latency-only: concurrency 1 only');
     if (cfg.skipTraining) {
@@ -168,6 +172,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
 
     const interrupted = await runRows(cfg, engine, target, cfg.profile || cfg.profilePipeline, abort.signal, renderer, report, sinks, rows);
     report.status = interrupted ? 'interrupted' : 'complete';
+    if (sinks.failure !== null) return finish(EXIT_FAILED);
     if (interrupted) return finish(signals.stopCode());
     return finish(rows.every((r) => r.status === 'ok') ? EXIT_OK : EXIT_ROWS_FAILED);
   } finally {
@@ -181,6 +186,10 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
     report.finishedAt = new Date().toISOString();
     sinks.finish(rows);
     renderer.summary(report.rows, report.status === 'interrupted');
+    if (sinks.failure !== null) {
+      const left = rows.length < cfg.cells.length * cfg.concurrency.length ? `; the sweep stopped after ${rows.length} row(s)` : '';
+      renderer.error(`--output ${cfg.output}: ${sinks.failure}${left} (stdout has every finished row; the files hold those written before the failure)`);
+    }
     return code;
   }
 }
