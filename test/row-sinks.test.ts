@@ -100,3 +100,29 @@ describe.skipIf(!existsSync('/dev/full'))('an --output file that cannot be writt
     expect(readFileSync(file, 'utf8')).toBe('before');
   });
 });
+
+describe('a signal once the rows are done (the page rendering)', () => {
+  it.each([['SIGTERM', 143], ['SIGINT', 130]] as const)('%s: the process leaves with %i, PREFIX.json records that status, stderr says the page was not written', async (sig, code) => {
+    const prefix = path.join(tmp, `late-${sig}`);
+    const cfg = { ...resolveSweepConfig({ cells: '16:8', concurrency: '1', warmup: '0', blockSize: '4', maxSeq: '256' }), output: prefix };
+    let err = '';
+    const e = new PassThrough();
+    e.on('data', (d) => { err += String(d); });
+    class Exit extends Error { constructor(readonly code: number) { super(`exit ${code}`); } }
+    let pageCode: number | null = null;
+    const io: SweepIO = {
+      stdout: sink(), stderr: e, stderrIsTTY: false, env: {}, argv: ['node', 'bench'], handleSignals: true,
+      // The signal arrives while the page renders: forced, by emitting it from there.
+      afterSweep: async (c) => { pageCode = c; process.emit(sig, sig); return c; },
+      exit: (c) => { throw new Exit(c); },
+    };
+    const listeners = process.listenerCount(sig);
+    await expect(runSweep(cfg, fakeBackend(), io)).rejects.toMatchObject({ code });
+    expect(pageCode).toBe(0); // the sweep itself was complete
+    const rep = JSON.parse(readFileSync(`${prefix}.json`, 'utf8'));
+    expect(rep.status).toBe('complete');
+    expect(rep.exit_code).toBe(code);
+    expect(err).toContain(`${sig}: stopped before ${prefix}.html was written (the other files are complete; \`bench report ${prefix}.json\` writes it)`);
+    expect(process.listenerCount(sig)).toBe(listeners); // the handlers are gone
+  });
+});

@@ -65,6 +65,13 @@ export interface SweepIO {
   argv: string[];
   /** Install SIGINT/SIGTERM handlers (the CLI does; unit tests drive `abort` instead). */
   handleSignals: boolean;
+  /**
+   * After the rows and the engine's close, still under the sweep's signal handlers: the CLI renders
+   * PREFIX.html here. Takes the sweep's exit code and returns the command's.
+   */
+  afterSweep?: (code: number) => Promise<number>;
+  /** How a signal after the rows ends the process (process.exit; a test records it instead). */
+  exit?: (code: number) => never;
   abort?: AbortController;
 }
 
@@ -111,74 +118,94 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
   // reaches stdout): exit 1, the file and the reason named.
   const sinks = new RowSinks(cfg, io, report, () => abort.abort(), () => abort.abort());
   const rows: SweepRow[] = [];
+  // A signal once the rows are done (the engine closing, the page rendering): the report records the
+  // exit status the shell will see, and the process leaves at once.
+  const leave = (sig: NodeJS.Signals, code: number): never => {
+    report.exitCode = code;
+    sinks.writeJson();
+    renderer.warn(`${sig}: stopped${cfg.output !== null && io.afterSweep ? ` before ${cfg.output}.html was written (the other files are complete; \`bench report ${cfg.output}.json\` writes it)` : ''}`);
+    renderer.close();
+    return (io.exit ?? process.exit)(code);
+  };
+  let code: number;
   try {
-    const usable = backend.usableCpus();
-    const header = {
-      toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, logicalCores: machine.logicalCores, usableCpus: usable,
-      // No engine here (an endpoint), or one that computes on the GPU: its CPU threads are not the figures'.
-      engineThreads: cfg.endpoint || device === 'cuda' ? null : cfg.threads || usable,
-    };
-    renderer.header(header);
-    const over = oversubscriptionWarning(header);
-    if (over !== null) report.notes.push(over);
-    for (const w of cfg.warnings ?? []) { renderer.warn(w); report.notes.push(w); }
-    let target: RowsTarget;
-    let loadError: string | null = null;
-    if (cfg.endpoint) {
-      if (!backend.connectEndpoint) throw new Error('internal: this sweep backend cannot reach an endpoint');
-      const conn = await backend.connectEndpoint(cfg, io.env);
-      engine = conn.engine;
-      loadError = conn.loadError;
-      report.endpoint = conn.provenance;
-      if (conn.header) renderer.endpoint(conn.header, sweepLine(cfg));
-      for (const n of conn.notes) { renderer.note(n); report.notes.push(n); }
-      target = {
-        local: null, vocab: conn.vocab, maxSeq: conn.maxSeq ?? Number.MAX_SAFE_INTEGER, maxSeqSource: "the server's max_model_len",
-        probe: (cell) => conn.probe(cell), commonPrefixTokens: conn.header?.overheadTokens ?? 0,
-      };
-    } else {
-      const loaded = await loadModel(cfg, backend, device, opts!, gpus, renderer, report);
-      const local = loaded.engine;
-      engine = local;
-      loadError = loaded.loadError;
-      target = {
-        local: local && { engine: local, ckpt: loaded.ckpt }, vocab: promptVocab(loaded.ckpt.config.vocabSize), maxSeq: loaded.opts.maxSeq,
-        probe: () => engineCounterProbe(local!), // rows run only once the engine loaded
-      };
-    }
-    signals.loaded();
-    // An endpoint's load error names the endpoint itself (`endpoint URL unreachable: ...`).
-    const failure = cfg.endpoint ? String(loadError) : `model failed to load: ${loadError}`;
-    if (engine === null) {
-      renderer.error(failure);
-      report.status = 'load_failed';
-      sinks.begin();
-      for (const cell of cfg.cells) {
-        for (const c of cfg.concurrency) {
-          const r = rowFromError(cell.isl, cell.osl, c, failure);
-          rows.push(r);
-          report.rows.push(r);
-          sinks.row(r, null);
-        }
-      }
-      return finish(sinks.failure !== null ? EXIT_FAILED : EXIT_ROWS_FAILED);
-    }
-    if (cfg.latencyOnly) renderer.note('--latency-only: concurrency 1 only');
-    if (cfg.skipTraining) {
-      const msg = 'Training benchmark: none in lumen-bench (--skip-training accepted; there is nothing to skip)';
-      renderer.note(msg);
-      report.notes.push(msg);
-    }
-
-    const interrupted = await runRows(cfg, engine, target, cfg.profile || cfg.profilePipeline, abort.signal, renderer, report, sinks, rows);
-    report.status = interrupted ? 'interrupted' : 'complete';
-    if (sinks.failure !== null) return finish(EXIT_FAILED);
-    if (interrupted) return finish(signals.stopCode());
-    return finish(rows.every((r) => r.status === 'ok') ? EXIT_OK : EXIT_ROWS_FAILED);
+    code = await sweep();
+    code = io.afterSweep ? await io.afterSweep(code) : code;
   } finally {
     renderer.close();
     signals.dispose();
-    if (engine !== null) await engine.close();
+  }
+  return code;
+
+  async function sweep(): Promise<number> {
+    try {
+      const usable = backend.usableCpus();
+      const header = {
+        toolVersion: TOOL_VERSION, cpuModel: machine.cpuModel, logicalCores: machine.logicalCores, usableCpus: usable,
+        // No engine here (an endpoint), or one that computes on the GPU: its CPU threads are not the figures'.
+        engineThreads: cfg.endpoint || device === 'cuda' ? null : cfg.threads || usable,
+      };
+      renderer.header(header);
+      const over = oversubscriptionWarning(header);
+      if (over !== null) report.notes.push(over);
+      for (const w of cfg.warnings ?? []) { renderer.warn(w); report.notes.push(w); }
+      let target: RowsTarget;
+      let loadError: string | null = null;
+      if (cfg.endpoint) {
+        if (!backend.connectEndpoint) throw new Error('internal: this sweep backend cannot reach an endpoint');
+        const conn = await backend.connectEndpoint(cfg, io.env);
+        engine = conn.engine;
+        loadError = conn.loadError;
+        report.endpoint = conn.provenance;
+        if (conn.header) renderer.endpoint(conn.header, sweepLine(cfg));
+        for (const n of conn.notes) { renderer.note(n); report.notes.push(n); }
+        target = {
+          local: null, vocab: conn.vocab, maxSeq: conn.maxSeq ?? Number.MAX_SAFE_INTEGER, maxSeqSource: "the server's max_model_len",
+          probe: (cell) => conn.probe(cell), commonPrefixTokens: conn.header?.overheadTokens ?? 0,
+        };
+      } else {
+        const loaded = await loadModel(cfg, backend, device, opts!, gpus, renderer, report);
+        const local = loaded.engine;
+        engine = local;
+        loadError = loaded.loadError;
+        target = {
+          local: local && { engine: local, ckpt: loaded.ckpt }, vocab: promptVocab(loaded.ckpt.config.vocabSize), maxSeq: loaded.opts.maxSeq,
+          probe: () => engineCounterProbe(local!), // rows run only once the engine loaded
+        };
+      }
+      signals.loaded();
+      // An endpoint's load error names the endpoint itself (`endpoint URL unreachable: ...`).
+      const failure = cfg.endpoint ? String(loadError) : `model failed to load: ${loadError}`;
+      if (engine === null) {
+        renderer.error(failure);
+        report.status = 'load_failed';
+        sinks.begin();
+        for (const cell of cfg.cells) {
+          for (const c of cfg.concurrency) {
+            const r = rowFromError(cell.isl, cell.osl, c, failure);
+            rows.push(r);
+            report.rows.push(r);
+            sinks.row(r, null);
+          }
+        }
+        return finish(sinks.failure !== null ? EXIT_FAILED : EXIT_ROWS_FAILED);
+      }
+      if (cfg.latencyOnly) renderer.note('--latency-only: concurrency 1 only');
+      if (cfg.skipTraining) {
+        const msg = 'Training benchmark: none in lumen-bench (--skip-training accepted; there is nothing to skip)';
+        renderer.note(msg);
+        report.notes.push(msg);
+      }
+
+      const interrupted = await runRows(cfg, engine, target, cfg.profile || cfg.profilePipeline, abort.signal, renderer, report, sinks, rows);
+      report.status = interrupted ? 'interrupted' : 'complete';
+      if (sinks.failure !== null) return finish(EXIT_FAILED);
+      if (interrupted) return finish(signals.stopCode());
+      return finish(rows.every((r) => r.status === 'ok') ? EXIT_OK : EXIT_ROWS_FAILED);
+    } finally {
+      signals.afterRows(leave);
+      if (engine !== null) await engine.close();
+    }
   }
 
   function finish(code: number): number {

@@ -88,8 +88,10 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
         env: process.env,
         argv: process.argv,
         handleSignals: true,
+        // The page is rendered under the sweep's signal handlers: a signal meanwhile says it was not written.
+        ...(cfg.output !== null ? { afterSweep: (c: number) => writeHtml(cfg.output!, c) } : {}),
       });
-      setResult(cfg.output !== null ? await writeHtml(cfg.output, code) : code);
+      setResult(code);
     });
 }
 
