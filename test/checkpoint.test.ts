@@ -399,6 +399,20 @@ describe('damaged checkpoints', () => {
     expect(checkpointError(() => loadCheckpoint(fx.dir))).toMatch(/config\.json: not valid JSON/);
   });
 
+  it('JSON files: a leading byte-order mark is ignored; a character one cannot see is named by its code point', async () => {
+    const fx = await smallFixture();
+    const file = path.join(fx.dir, 'config.json');
+    const text = readFileSync(file, 'utf8');
+    writeFileSync(file, `\ufeff${text}`); // an editor's "UTF-8 with BOM"
+    expect(loadCheckpoint(fx.dir).config.numLayers).toBe(4);
+    writeFileSync(file, `\u200b${text}`);
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`${file}: not valid JSON: unexpected character U+200B`);
+    writeFileSync(file, `\ufeff\ufeff${text}`); // only the first is a byte-order mark
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`${file}: not valid JSON: unexpected character U+FEFF (a byte-order mark)`);
+    writeFileSync(file, `{"a": x}`);
+    expect(checkpointError(() => loadCheckpoint(fx.dir))).toBe(`${file}: not valid JSON: unexpected character "x"`);
+  });
+
   it('truncated safetensors file', async () => {
     const fx = await smallFixture();
     const file = path.join(fx.dir, 'model.safetensors');

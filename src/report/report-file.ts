@@ -30,7 +30,12 @@ export interface SavedReport {
 }
 
 
-const show = (v: unknown): string => (v === undefined ? 'missing' : JSON.stringify(v)?.slice(0, 40) ?? String(v));
+const show = (v: unknown): string => {
+  if (v === undefined) return 'missing';
+  // JSON has no infinity: a number past a double's range (1e999) parses as one, which JSON.stringify writes as null.
+  if (typeof v === 'number' && !Number.isFinite(v)) return `${v} (a number beyond a double's range)`;
+  return JSON.stringify(v)?.slice(0, 40) ?? String(v);
+};
 const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
 
 /** The per-request sample columns of rows[].samples besides `pass` (src/bench/row-samples.ts). */
@@ -95,9 +100,14 @@ export function checkReport(value: unknown, file: string): SavedReport {
   const optNumber = (v: unknown, field: string): void => {
     if (v !== null && v !== undefined && !isNum(v)) bad(field, `is ${show(v)}, expected a number or null`);
   };
-  /** A figure: a number or null, and one that a measurement can be (a ratio of two of them stays finite and non-zero). */
+  /**
+   * A figure: a number or null, and one that a measurement can be: not negative (every figure of a
+   * sweep is a time, a rate, a count or a ratio of them), and of a size whose ratio to another stays
+   * finite and non-zero.
+   */
   const optFigure = (v: unknown, field: string): void => {
     optNumber(v, field);
+    if (isNum(v) && v < 0) bad(field, `is ${v}, a negative figure (no measurement of a sweep is below 0)`);
     if (isNum(v) && v !== 0 && !(Math.abs(v) >= FIGURE_RANGE.min && Math.abs(v) <= FIGURE_RANGE.max)) {
       bad(field, `is ${v}, outside what a measurement can be (${FIGURE_RANGE.min.toExponential()} to ${FIGURE_RANGE.max.toExponential()} in size, or 0)`);
     }
@@ -117,6 +127,9 @@ export function checkReport(value: unknown, file: string): SavedReport {
       else if (c.kind === 'text') optString(r[c.name], `${at}.${c.name}`);
     }
     optNumber(r.cpu_other_share, `${at}.cpu_other_share`);
+    if (isNum(r.cpu_other_share) && !(r.cpu_other_share >= 0 && r.cpu_other_share <= 1)) {
+      bad(`${at}.cpu_other_share`, `is ${r.cpu_other_share}, expected a share of the machine's CPU, 0 to 1`);
+    }
     const d = r.distributions;
     if (d !== null && d !== undefined) {
       if (!isJsonObject(d)) bad(`${at}.distributions`, `is ${show(d)}, expected an object or null`);
@@ -140,7 +153,7 @@ export function checkReport(value: unknown, file: string): SavedReport {
         if (!Array.isArray(col)) bad(`${at}.samples.${k}`, `is ${show(col)}, expected an array`);
         const arr = col as unknown[];
         if (arr.length !== pass.length) bad(`${at}.samples.${k}`, `has ${arr.length} entries, samples.pass ${pass.length}`);
-        arr.forEach((v, j) => { if (v !== null && !isNum(v)) bad(`${at}.samples.${k}[${j}]`, `is ${show(v)}, expected a number or null`); });
+        arr.forEach((v, j) => optFigure(v, `${at}.samples.${k}[${j}]`));
       }
       checkGapBins(so, pass as number[], `${at}.samples`, bad);
     }

@@ -57,7 +57,14 @@ function reasonOf(err: unknown, text: string): string {
     return `${what.charAt(0).toLowerCase()}${what.slice(1)} at ${lineColumn(text, Number(at[2]))}`;
   }
   const tok = /^Unexpected token '(.*?)', /s.exec(msg);
-  if (tok) return `unexpected character ${JSON.stringify(tok[1])}`;
+  if (tok) {
+    // A character one cannot see (a control or format character, a zero-width space) by its code point.
+    const ch = tok[1]!;
+    if ([...ch].length === 1 && /^[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\u00a0\u2000-\u200a\u3000]$/u.test(ch)) {
+      return `unexpected character U+${ch.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}${ch === '\ufeff' ? ' (a byte-order mark)' : ''}`;
+    }
+    return `unexpected character ${JSON.stringify(ch)}`;
+  }
   if (/^Unexpected end of JSON input/.test(msg)) return 'unexpected end of input (truncated?)';
   if (/^".*" is not valid JSON$/s.test(msg)) return 'the text is not a JSON value';
   return oneLine(msg, 120);
@@ -75,7 +82,9 @@ export function parseJsonText(text: string): JsonResult {
 /** Decodes strict UTF-8 and parses JSON; a failure comes back as a one-line reason. */
 export function parseJsonBytes(buf: Uint8Array): JsonResult {
   if (!isUtf8(buf)) return { ok: false, reason: `not valid UTF-8 (byte ${firstInvalidUtf8(buf)})` };
-  return parseJsonText(Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength).toString('utf8'));
+  // A leading byte-order mark (an editor's, saving "UTF-8 with BOM") is ignored, as RFC 8259 allows a parser to.
+  const bom = buf.length >= 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf ? 3 : 0;
+  return parseJsonText(Buffer.from(buf.buffer, buf.byteOffset + bom, buf.byteLength - bom).toString('utf8'));
 }
 
 /**
