@@ -154,6 +154,9 @@ describe('flags', () => {
     for (const v of ['inf', 'INF', 'Infinity', 'infinity', ' Inf ']) expect(resolveSweepConfig({ requestRate: v }).load.requestRate, v).toBe(Infinity);
     expect(usageMessage(() => resolveSweepConfig({ requestRate: '1e-7' }))).toBe('--request-rate: 1e-7 is below the minimum of 0.000001');
     expect(usageMessage(() => resolveSweepConfig({ requestRate: 'fast' }))).toBe("--request-rate: 'fast' is not a number");
+    // Decimal only, as the whole-number flags (Number() reads 0x10 as 16).
+    for (const v of ['0x10', '0b11', '0o7', '1_000', '']) expect(usageMessage(() => resolveSweepConfig({ requestRate: v })), v).toBe(`--request-rate: '${v}' is not a number`);
+    for (const [v, n] of [['2.5', 2.5], ['.5', 0.5], ['5.', 5], ['+3', 3], ['1e2', 100], [' 7 ', 7]] as const) expect(resolveSweepConfig({ requestRate: v }).load.requestRate, v).toBe(n);
     // A number beyond a double is too large or too small, not "not a number".
     expect(usageMessage(() => resolveSweepConfig({ requestRate: '1e400' }))).toBe('--request-rate: 1e400 is too large (beyond the largest number, 1.8e308)');
     expect(usageMessage(() => resolveSweepConfig({ requestRate: '2', burstiness: '-1e999' }))).toBe('--burstiness: -1e999 is too small (at least 0.001)');

@@ -17,7 +17,9 @@ export function parseCount(flag: string, value: string, min: number, max = Numbe
 /** A finite decimal number in [min, max]. An unbounded side is not printed: the message names the bound that was crossed. */
 export function parseNumber(flag: string, value: string, min = -Infinity, max = Infinity): number {
   const n = Number(value);
-  if (value.trim() === '' || Number.isNaN(n)) throw new UsageError(`${flag}: '${value}' is not a number`);
+  // Decimal only, as parseCount: Number() would also read 0x10, 0b11 and 0o7.
+  const decimal = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?$|^[+-]?Infinity$/i.test(value.trim());
+  if (!decimal || Number.isNaN(n)) throw new UsageError(`${flag}: '${value}' is not a number`);
   // A number beyond a double (1e400) reads as infinite: too large, or too small, rather than not a number.
   if (!Number.isFinite(n)) {
     const bound = n > 0 ? max : min;
