@@ -563,6 +563,14 @@ describe('bench report --out', () => {
     // Another file is fine.
     expect(await run([file, '--out', path.join(tmp, 'page.html')])).toBe(0);
     expect(readFileSync(path.join(tmp, 'page.html'), 'utf8')).toMatch(/^<!DOCTYPE html>/);
+    // An existing page is replaced; an existing file of another kind (the run's CSV, another report) is not.
+    expect(await run([file, '--out', path.join(tmp, 'page.html')])).toBe(0);
+    for (const other of ['run.csv', 'other.json']) {
+      const out = path.join(tmp, other);
+      writeFileSync(out, 'isl,osl\n');
+      await expect(run([file, '--out', out]), out).rejects.toThrow(new UsageError(`--out: ${out} exists and is not a page (.html); the page would overwrite it (give a .html file)`));
+      expect(readFileSync(out, 'utf8')).toBe('isl,osl\n');
+    }
   });
 });
 

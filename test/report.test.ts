@@ -291,6 +291,7 @@ describe('bench compare', () => {
   it('a report against itself: no change beyond noise, exit 0', async () => {
     const r = await bench(['compare', `${A}.json`, `${A}.json`]);
     expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe(`bench compare: warning: BASE and NEW are the same file (${A}.json): nothing can have changed\n`);
     expect(r.stdout).toContain('**Provenance**: no difference');
     expect(r.stdout).toContain('**No change beyond noise** (threshold 5%)');
     expect(r.stdout).not.toMatch(/▼|▲/); // no figure flagged either way (the footnote and a contention note may say "regression")

@@ -5,6 +5,7 @@ import { compareReports, DEFAULT_THRESHOLD_PCT } from '../report/compare.js';
 import { COMPARE_FORMATS, formatComparison, type CompareFormat } from '../report/compare-format.js';
 import { readReport } from '../report/report-file.js';
 import { choiceArg, numberArg } from './flag-values.js';
+import { isSameFile } from '../util/same-file.js';
 
 export function registerCompare(program: Command, setResult: (code: number) => void): void {
   program
@@ -27,6 +28,8 @@ export function registerCompare(program: Command, setResult: (code: number) => v
     .option('--format <format>', 'stdout format: md | csv | json (default md)', choiceArg('--format', COMPARE_FORMATS))
     .action((base: string, next: string, opts: { threshold?: number; format?: CompareFormat }) => {
       const c = compareReports(readReport(base), readReport(next), opts.threshold ?? DEFAULT_THRESHOLD_PCT);
+      // Legitimate (the noise floors of a run against itself), and in a CI script a typo that would always pass.
+      if (isSameFile(base, next)) process.stderr.write(`bench compare: warning: BASE and NEW are the same file (${next}): nothing can have changed\n`);
       process.stdout.write(formatComparison(c, opts.format ?? 'md'));
       for (const why of c.not_a_pass) process.stderr.write(`bench compare: not a pass: ${why}\n`);
       setResult(c.exit_code);
