@@ -876,6 +876,19 @@ function io(over: Partial<SweepIO> = {}) {
 }
 
 describe('sweep on a simulated engine', () => {
+  it('the single-request latency comes from the first c=1 row that decodes (osl > 1), not a prefill-only row before it', async () => {
+    const { err, io: sio } = io();
+    const code = await runSweep(sweepCfg({ format: 'json', cells: [{ isl: 32, osl: 1 }, { isl: 16, osl: 8 }] }), fakeBackend(), sio);
+    expect(code).toBe(0);
+    expect(err.text()).toContain('Latency (single request, 16:8)');
+    const j = io();
+    expect(await runSweep(sweepCfg({ format: 'json', cells: [{ isl: 32, osl: 1 }] }), fakeBackend(), j.io)).toBe(0);
+    expect(JSON.parse(j.out.text()).latency.osl).toBe(1); // no row decodes: the first c=1 row all the same
+    const k = io();
+    expect(await runSweep(sweepCfg({ format: 'json', cells: [{ isl: 32, osl: 1 }, { isl: 16, osl: 8 }] }), fakeBackend(), k.io)).toBe(0);
+    expect(JSON.parse(k.out.text()).latency).toMatchObject({ isl: 16, osl: 8 });
+  });
+
   it('streams CSV, writes the three files and exits 0', async () => {
     const prefix = path.join(tmp, 'run1');
     const { out, err, io: sio } = io();

@@ -8,7 +8,7 @@ import type { EngineInfo, EngineOptions, KvCacheDtype } from '../engine/types.js
 import { describeSynthetic } from '../model/synthetic-model.js';
 import type { SyntheticWeights } from '../model/types.js';
 import type { Logger } from './logger.js';
-import type { ReportRow } from './report.js';
+import { latencyRow, type ReportRow } from './report.js';
 import type { RowOutcome } from './runner.js';
 import { textTable } from './table.js';
 import { bytesText } from '../util/bytes-text.js';
@@ -427,7 +427,7 @@ export class HumanRenderer implements SweepRenderer {
     lines.forEach((l, i) => this.line(body[i]![2] === 'ok' ? l : this.c.red(l)));
     for (const r of rows) if (r.status === 'error') this.line(`  ${this.c.red(`${r.isl}:${r.osl} c=${r.concurrency}`)}: ${r.reason}`);
 
-    const single = rows.find((r) => r.status === 'ok' && r.concurrency === 1 && r.latency);
+    const single = latencyRow(rows);
     if (single?.latency) {
       const l = single.latency;
       this.section(`Latency (single request, ${l.isl}:${l.osl})`);

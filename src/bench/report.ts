@@ -76,6 +76,15 @@ export interface ModelSection {
   weight_format: WeightFormatJson;
 }
 
+/**
+ * The row whose single-request latency the summary and the report's `latency` show: the first ok
+ * concurrency-1 row that decodes (osl > 1: inter-token gaps to show), else the first ok concurrency-1 row.
+ */
+export function latencyRow<R extends { status: string; concurrency: number; osl: number; latency: unknown }>(rows: readonly R[]): R | undefined {
+  const c1 = rows.filter((r) => r.status === 'ok' && r.concurrency === 1 && r.latency !== null && r.latency !== undefined);
+  return c1.find((r) => r.osl > 1) ?? c1[0];
+}
+
 export function latencyBlock(row: SweepRow, fig: RowFigures): LatencyBlock {
   const prefillMs = fig.distributions.prefill_ms.mean;
   const n = fig.distributions.ttft_ms.n;
@@ -146,7 +155,7 @@ export class Report {
   toJSON(): Record<string, unknown> {
     const { ctx } = this;
     const cfg = ctx.config;
-    const c1 = this.rows.find((r) => r.status === 'ok' && r.concurrency === 1 && r.latency !== null);
+    const c1 = latencyRow(this.rows);
     const gpu = this.engine?.backend === 'cuda' ? ctx.gpus : [];
     return {
       schema_version: REPORT_SCHEMA_VERSION,
