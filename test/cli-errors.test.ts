@@ -314,3 +314,17 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     expect(r.stderr.trim()).toMatch(message as RegExp);
   });
 });
+
+describe('-v: a usage error is a JSON log line too', () => {
+  it.each([
+    [['-v', '--cells', 'bad'], "--cells: 'bad' is not an isl:osl pair (e.g. 128:128)"],
+    [['-vv', '--ouput', 'x'], "unknown option '--ouput' (did you mean --output?)"],
+    [['serve', '--verbose', '--port', '--host'], '--port needs a value, but the next argument is the flag --host (give --port VALUE)'],
+  ])('%j', async (args, msg) => {
+    const r = await bench(args as string[]);
+    expect(r.code, r.stderr).toBe(2);
+    const lines = r.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'error', tool: 'lumen-bench', event: 'usage_error', msg });
+  });
+});

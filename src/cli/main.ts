@@ -9,6 +9,7 @@ import { registerConvert } from './cmd-convert.js';
 import { registerDiagnose } from './cmd-diagnose.js';
 import { registerReport } from './cmd-report.js';
 import { registerCompare } from './cmd-compare.js';
+import { createLogger } from '../bench/logger.js';
 import { guardFlagValues } from './flag-guard.js';
 import { UsageError } from '../util/usage-error.js';
 import { TOOL_VERSION } from '../util/version.js';
@@ -18,6 +19,10 @@ export async function main(argv: string[]): Promise<number> {
   // without a listener its EPIPE was an uncaught exception that ended a sweep before its first CSV row.
   // (A closed stdout is the sweep's own business: row-sinks.ts.)
   process.stderr.on('error', () => {});
+  // Under -v stderr is JSON lines (for log readers): a usage error is one too.
+  const usageLine = verbosityOf(argv) >= 1
+    ? (msg: string) => createLogger(1).error({ event: 'usage_error' }, msg)
+    : (msg: string) => { process.stderr.write(`bench: ${msg}\n`); };
   const program = new Command('bench');
   program
     .version(TOOL_VERSION)
@@ -27,7 +32,7 @@ export async function main(argv: string[]): Promise<number> {
     // error: one line after `bench:` (its "(Did you mean --x?)" line joined to it).
     .configureOutput({
       writeErr: (s) => process.stderr.write(s),
-      outputError: (s, write) => write(`bench: ${s.replace(/^error: /, '').replace(/\n\(Did you mean (.*)\)\n$/, ' (did you mean $1)\n')}`),
+      outputError: (s) => usageLine(s.replace(/^error: /, '').replace(/\n\(Did you mean (.*)\)\n$/, ' (did you mean $1)').replace(/\n$/, '')),
     });
   let result = 0;
   const setResult = (code: number) => { result = code; };
@@ -49,10 +54,21 @@ export async function main(argv: string[]): Promise<number> {
       return 2;
     }
     if (err instanceof UsageError) {
-      process.stderr.write(`bench: ${err.message}\n`);
+      usageLine(err.message);
       return 2;
     }
     throw err;
   }
   return result;
+}
+
+/** The -v count a command line asks for (`-v`, `-vv`, `--verbose`, before a `--`): its usage errors are logged as JSON from 1. */
+function verbosityOf(argv: readonly string[]): number {
+  let n = 0;
+  for (const a of argv.slice(2)) {
+    if (a === '--') break;
+    if (a === '--verbose') n++;
+    else if (/^-v+$/.test(a)) n += a.length - 1;
+  }
+  return n;
 }
