@@ -1,7 +1,7 @@
 // Synthetic checkpoints: layout, determinism, weight statistics, the CLI command, and the
 // embedded default model.
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -240,6 +240,27 @@ describe('embedded model', () => {
     expect(await ensureEmbeddedModel()).toBe(a);
     expect(existsSync(path.join(a, 'tokenizer.json'))).toBe(true);
     expect(sha(weights)).toBe(hash);
+
+    // A file damaged since it was written (truncated) is written again, not loaded: its size is not the one recorded.
+    truncateSync(weights, 1_000_000);
+    expect(await ensureEmbeddedModel()).toBe(a);
+    expect(sha(weights)).toBe(hash);
+    expect(readdirSync(cache)).toEqual([EMBEDDED_MODEL_NAME]);
+  });
+
+  it('a cache directory that cannot be made is a usage error naming LUMEN_CACHE_DIR (under /proc Node\'s recursive mkdir spun for ever)', async () => {
+    const file = path.join(tempDir('cachefile'), 'a-file');
+    writeFileSync(file, 'x');
+    process.env.LUMEN_CACHE_DIR = path.join(file, 'cache');
+    await expect(ensureEmbeddedModel()).rejects.toThrow(new UsageError(`LUMEN_CACHE_DIR=${path.join(file, 'cache')}: ${file} is a file, not a directory`));
+    const dangling = path.join(tempDir('cachelink'), 'link');
+    symlinkSync(path.join(path.dirname(dangling), 'missing'), dangling);
+    process.env.LUMEN_CACHE_DIR = path.join(dangling, 'cache');
+    await expect(ensureEmbeddedModel()).rejects.toThrow(new UsageError(`LUMEN_CACHE_DIR=${path.join(dangling, 'cache')}: cannot create ${dangling} (a symbolic link to a missing target)`));
+    if (existsSync('/proc/self')) {
+      process.env.LUMEN_CACHE_DIR = '/proc/lumen-no-such-dir/cache';
+      await expect(ensureEmbeddedModel()).rejects.toThrow(/^LUMEN_CACHE_DIR=\/proc\/lumen-no-such-dir\/cache: cannot create \/proc\/lumen-no-such-dir /);
+    }
   });
 
   it('defaults to <repo>/.models when LUMEN_CACHE_DIR is unset', () => {

@@ -5,6 +5,7 @@ import { KvMemoryError } from '../engine/engine.js';
 import { fitMaxSeq, kvMemoryFlags } from '../engine/options.js';
 import type { Device, EngineHandle, EngineOptions } from '../engine/types.js';
 import { modelMaxPositions } from '../model/model-path.js';
+import { embeddedModelError } from '../model/embedded.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError, loadedModelNotes, type ModelCheckpoint, type SyntheticWeights } from '../model/types.js';
 import { weightFormatLine } from '../model/weight-format.js';
@@ -32,7 +33,7 @@ export async function loadModel(
   const embedded = cfg.modelPath === null;
   const modelDir = cfg.modelPath ?? (await backend.ensureEmbeddedModel());
   const badPath = (err: unknown): unknown =>
-    err instanceof CheckpointError && !embedded ? new UsageError(`--model-path: ${err.message}`) : err;
+    !(err instanceof CheckpointError) ? err : embedded ? embeddedModelError(modelDir, err) : new UsageError(`--model-path: ${err.message}`);
   let synthetic: SyntheticWeights | null;
   try {
     synthetic = syntheticWeightsOf(modelDir);

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { Command, Option } from 'commander';
 import { loadModel, loadModelTokenizer, modelMaxPositions, outputClashWithModel } from '../model/model-path.js';
 import { checkTokenizerFitsModel, type loadTokenizer } from '../model/tokenizer.js';
-import { ensureEmbeddedModel } from '../model/embedded.js';
+import { embeddedModelError, ensureEmbeddedModel } from '../model/embedded.js';
 import { describeSynthetic, syntheticWeightsOf } from '../model/synthetic-model.js';
 import { CheckpointError } from '../model/types.js';
 import { KvMemoryError, loadEngine } from '../engine/engine.js';
@@ -102,7 +102,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     ckpt = loadModel(dir, { quant, hash: false });
   } catch (err) {
     // A bad checkpoint is the --model-path argument's fault, as in the sweep: exit 2.
-    if (err instanceof CheckpointError) throw new UsageError(`--model-path: ${err.message}`);
+    if (err instanceof CheckpointError) throw modelPath === null ? embeddedModelError(dir, err) : new UsageError(`--model-path: ${err.message}`);
     throw err;
   }
   if (opts.logitsOut !== undefined) {
@@ -120,7 +120,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
       tokenizer = await loadModelTokenizer(ckpt);
       checkTokenizerFitsModel(tokenizer, ckpt.config.vocabSize, ckpt.dir);
     } catch (err) {
-      if (err instanceof CheckpointError) throw new UsageError(`--model-path: ${err.message}`);
+      if (err instanceof CheckpointError) throw modelPath === null ? embeddedModelError(dir, err) : new UsageError(`--model-path: ${err.message}`);
       throw err;
     }
     let text = opts.prompt as string;

@@ -4,7 +4,7 @@ import { Command, Option } from 'commander';
 import { lookup } from 'node:dns/promises';
 import { resolveDevice } from '../engine/device.js';
 import { checkKvMemoryForDevice } from '../engine/options.js';
-import { ensureEmbeddedModel } from '../model/embedded.js';
+import { embeddedModelError, ensureEmbeddedModel } from '../model/embedded.js';
 import { CheckpointError } from '../model/types.js';
 import { startServer, type RunningServer } from '../serve/server.js';
 import { DEFAULT_TOKENIZER_WORKERS, INLINE_MAX_CHARS, INLINE_MAX_MESSAGES, MAX_TOKENIZER_WORKERS } from '../serve/tokenize-pool.js';
@@ -115,7 +115,7 @@ async function runServe(raw: RawServeOptions): Promise<number> {
       });
     } catch (err) {
       if (err instanceof CheckpointError) {
-        if (embedded) throw err;
+        if (embedded) throw embeddedModelError(modelDir, err);
         throw new UsageError(`--model-path: ${err.message}`);
       }
       const code = (err as NodeJS.ErrnoException).code;

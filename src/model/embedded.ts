@@ -2,9 +2,11 @@
 // cache directory and reused. Generation happens in a temporary sibling directory that is renamed
 // into place, so concurrent or killed runs never observe a half-written model.
 
-import { existsSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { writeSynthCheckpoint } from './synth.js';
+import { errnoText } from '../util/errno-text.js';
+import { checkOutputDir, ensureOutputDir } from '../util/output-dir.js';
 import { REPO_ROOT } from '../util/version.js';
 
 /** Bump when the generated content changes (new directory name -> regenerated). */
@@ -21,9 +23,34 @@ export function embeddedModelDir(): string {
 }
 
 const REQUIRED = ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'generation_config.json'];
+/** The files' sizes as written, so a cache damaged since (a truncated file) is written again, not loaded. */
+const MANIFEST = '.embedded-sizes.json';
 
 function isComplete(dir: string): boolean {
-  return REQUIRED.every((f) => existsSync(path.join(dir, f)));
+  let sizes: unknown;
+  try {
+    sizes = JSON.parse(readFileSync(path.join(dir, MANIFEST), 'utf8'));
+  } catch {
+    return false;
+  }
+  return REQUIRED.every((f) => {
+    try {
+      return statSync(path.join(dir, f)).size === (sizes as Record<string, unknown>)[f];
+    } catch {
+      return false;
+    }
+  });
+}
+
+/** What names the cache's place in a message: the variable that set it, or the default directory. */
+function cacheFlag(): string {
+  return process.env.LUMEN_CACHE_DIR ? `LUMEN_CACHE_DIR=${process.env.LUMEN_CACHE_DIR}` : 'the embedded model\'s cache directory';
+}
+
+/** A load failure of the embedded model, said as the cache's (no flag of the user's named it). */
+export function embeddedModelError(dir: string, err: unknown): Error {
+  const why = err instanceof Error ? err.message : String(err);
+  return new Error(`the embedded model in ${dir} does not load (${why}); remove that directory and it is written again`);
 }
 
 let inFlight: Promise<string> | null = null;
@@ -41,6 +68,9 @@ export function ensureEmbeddedModel(): Promise<string> {
 async function create(dir: string): Promise<string> {
   const parent = path.dirname(dir);
   const base = path.basename(dir);
+  // Made one level at a time, and tried: a cache under /proc had Node's recursive mkdir spin for ever.
+  ensureOutputDir(cacheFlag(), parent);
+  checkOutputDir(cacheFlag(), parent);
   cleanStale(parent, base);
   if (existsSync(dir) && !isComplete(dir)) {
     // Left by something other than this code (renames are atomic): move it aside, then remove it.
@@ -52,7 +82,14 @@ async function create(dir: string): Promise<string> {
   }
   const tmp = path.join(parent, `${base}.tmp-${process.pid}-${Date.now()}-${Math.floor(Math.random() * 1e9)}`);
   try {
-    await writeSynthCheckpoint({ preset: 'tiny', out: tmp, dtype: 'bf16', seed: EMBEDDED_SEED, shards: 1 });
+    try {
+      await writeSynthCheckpoint({ preset: 'tiny', out: tmp, dtype: 'bf16', seed: EMBEDDED_SEED, shards: 1 });
+      const sizes = Object.fromEntries(REQUIRED.map((f) => [f, statSync(path.join(tmp, f)).size]));
+      writeFileSync(path.join(tmp, MANIFEST), JSON.stringify(sizes) + '\n');
+    } catch (err) {
+      // A full disk, a directory that went away: said as the cache's, not as a bare errno.
+      throw new Error(`${cacheFlag()}: writing the embedded model in ${parent} failed: ${errnoText(err) ?? (err instanceof Error ? err.message : String(err))}`);
+    }
     try {
       renameSync(tmp, dir);
     } catch (err) {

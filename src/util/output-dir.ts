@@ -4,7 +4,7 @@
 // file must not be a directory, nor an existing file this process cannot write; an output directory is
 // made one missing level at a time below the nearest existing one (Node's recursive mkdir loops for
 // ever under some read-only trees, such as /proc).
-import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, statSync, unlinkSync } from 'node:fs';
+import { accessSync, closeSync, constants, existsSync, lstatSync, mkdirSync, openSync, statSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import { UsageError } from './usage-error.js';
 
@@ -69,7 +69,10 @@ export function ensureOutputDir(flag: string, dir: string): void {
     try {
       mkdirSync(d);
     } catch (err) {
-      throw new UsageError(`${flag}: cannot create ${d} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+      const code = (err as NodeJS.ErrnoException).code;
+      // Not there for existsSync, there for mkdir: a symbolic link whose target is missing.
+      const dangling = code === 'EEXIST' && lstatSync(d, { throwIfNoEntry: false })?.isSymbolicLink() === true;
+      throw new UsageError(`${flag}: cannot create ${d} (${dangling ? 'a symbolic link to a missing target' : code ?? (err as Error).message})`);
     }
   }
 }
