@@ -1,7 +1,7 @@
 // Synthetic checkpoints: layout, determinism, weight statistics, the CLI command, and the
 // embedded default model.
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -13,6 +13,7 @@ import { DTYPE_SIZE, f32ToBf16, readSafetensorsHeader, readTensorBytes, readTens
 import type { TensorRef } from '../src/model/types.js';
 import { cleanupAllFixtures, smallFixture, SMALL_VOCAB, tempDir } from './helpers/synth-fixture.js';
 import { writeSynthCheckpoint } from '../src/model/synth.js';
+import { loadTokenizer } from '../src/model/tokenizer.js';
 
 afterAll(() => cleanupAllFixtures());
 
@@ -169,6 +170,8 @@ describe('bench synth', () => {
       [['--preset', 'tiny', '--out', out, '--linear-value-heads', '3'], /--linear-value-heads \(linear_num_value_heads\) \(3\) must be a multiple of --linear-key-heads \(2\)/],
       [['--preset', 'tiny', '--out', out, '--heads', '3', '--kv-heads', '2'], /--heads/],
       [['--preset', 'tiny', '--out', out, '--tied', '--untied'], /--tied and --untied/],
+      // 32 bits, as every --seed: 4294967296 had written the weights of seed 668265263.
+      [['--preset', 'tiny', '--out', out, '--seed', '4294967296'], /^--seed: 4294967296 is too large \(at most 4294967295\)$/],
     ];
     for (const [args, re] of cases) {
       const p = program();
@@ -177,6 +180,43 @@ describe('bench synth', () => {
       expect((err as Error).message, args.join(' ')).toMatch(re);
     }
     expect(existsSync(out)).toBe(false);
+  });
+});
+
+describe('bench synth into a directory', () => {
+  const run = async (args: string[]) => {
+    let code = -1;
+    const cmd = new Command('bench').exitOverride().configureOutput({ writeErr: () => {}, writeOut: () => {} });
+    registerSynth(cmd, (c) => { code = c; });
+    const err = await cmd.parseAsync(['node', 'bench', 'synth', ...args]).then(() => null, (e: unknown) => e);
+    return { code, err };
+  };
+
+  it('a chat_template.jinja there is a checkpoint file: refused without --force, removed with it (it replaced the template written)', async () => {
+    const out = path.join(tempDir('cli'), 'tpl');
+    const a = await run(['--preset', 'TINY', '--out', out, '--no-vision']); // any case, as synthetic:<preset>
+    expect(a.err).toBeNull();
+    const chat = async () => (await loadTokenizer(out)).applyChatTemplate([{ role: 'user', content: 'Hi' }], { addGenerationPrompt: true });
+    const rendered = await chat();
+    expect(rendered).toContain('<|im_start|>user');
+    writeFileSync(path.join(out, 'chat_template.jinja'), '{{ "BROKEN" }}');
+    const b = await run(['--preset', 'tiny', '--out', out, '--seed', '3']);
+    expect((b.err as Error).message).toBe(`--out: ${out} already holds a checkpoint (chat_template.jinja); pass --force to overwrite`);
+    const fresh = path.join(tempDir('cli'), 'only-tpl');
+    mkdirSync(fresh);
+    writeFileSync(path.join(fresh, 'chat_template.jinja'), '{{ "BROKEN" }}');
+    expect(((await run(['--preset', 'tiny', '--out', fresh])).err as Error).message).toMatch(/already holds a checkpoint \(chat_template\.jinja\)/);
+    const c = await run(['--preset', 'tiny', '--out', out, '--seed', '3', '--force', '--no-vision']);
+    expect(c.err).toBeNull();
+    expect(existsSync(path.join(out, 'chat_template.jinja'))).toBe(false);
+    expect(await chat()).toBe(rendered);
+  });
+
+  it('a directory that takes no new files: a usage error naming --out before anything is written', async () => {
+    if (!existsSync('/proc/self')) return; // no /proc: nothing here refuses root
+    const r = await run(['--preset', 'tiny', '--out', '/proc/self']);
+    expect(r.err).toBeInstanceOf(UsageError);
+    expect((r.err as Error).message).toMatch(/^--out: cannot create files in \/proc\/self \(/);
   });
 });
 

@@ -3,10 +3,11 @@ import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { UsageError } from '../util/usage-error.js';
-import { ensureOutputDir } from '../util/output-dir.js';
+import { errnoText } from '../util/errno-text.js';
+import { checkOutputDir, ensureOutputDir } from '../util/output-dir.js';
 import { oneOf, parseCount } from './flag-values.js';
 import { isPresetName, PRESET_NAMES } from '../model/presets.js';
-import { DEFAULT_SYNTH_SEED, resolveSynthConfig, synthTensorCount, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
+import { DEFAULT_SYNTH_SEED, isCheckpointFile, MAX_SYNTH_SEED, resolveSynthConfig, synthTensorCount, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
 import { CheckpointError, type TextConfig } from '../model/types.js';
 
 interface SynthFlags {
@@ -83,11 +84,14 @@ export function registerSynth(program: Command, setResult: (code: number) => voi
     .option('--thinking <on|off>', "chat template's default for enable_thinking (default: on for 4b/9b, off otherwise)")
     .action(async (raw: SynthFlags) => {
       if (!raw.preset) throw new UsageError('--preset is required (tiny | 0.8b | 2b | 4b | 9b)');
-      if (!isPresetName(raw.preset)) throw new UsageError(`--preset: unknown preset ${JSON.stringify(raw.preset)} (expected ${PRESET_NAMES.join(', ')})`);
-      const preset = raw.preset;
+      // Any case, as `--model-path synthetic:<preset>` takes it.
+      const preset = raw.preset.toLowerCase();
+      if (!isPresetName(preset)) throw new UsageError(`--preset: unknown preset ${JSON.stringify(raw.preset)} (expected ${PRESET_NAMES.join(', ')})`);
       if (!raw.out) throw new UsageError('--out is required');
       const dtype: SynthDType = oneOf('--dtype', raw.dtype, ['bf16', 'f32'] as const);
-      const seed = intFlag('--seed', raw.seed, 0)!;
+      // 32 bits, as every other --seed: the generator's seeding folds the bits above into the low 32,
+      // so a larger seed would give the weights of a smaller one.
+      const seed = intFlag('--seed', raw.seed, 0, MAX_SYNTH_SEED)!;
       const shards = intFlag('--shards', raw.shards, 1, 99999)!;
       if (raw.untied && raw.tied) throw new UsageError('--tied and --untied are mutually exclusive');
       let thinkingDefault: boolean | undefined;
@@ -127,17 +131,29 @@ export function registerSynth(program: Command, setResult: (code: number) => voi
 
       const out = path.resolve(raw.out);
       ensureOutputDir('--out', out);
+      checkOutputDir('--out', out); // takes new files (tried: root passes every permission check, /sys does not)
       {
-        const present = readdirSync(out).filter((f) => f === 'config.json' || f.endsWith('.safetensors'));
+        // Any file a loader reads from the directory (a chat_template.jinja left there would replace the template written).
+        const present = readdirSync(out).filter(isCheckpointFile);
         if (present.length > 0 && !raw.force) {
           throw new UsageError(`--out: ${out} already holds a checkpoint (${present[0]}); pass --force to overwrite`);
         }
       }
 
-      const r = await writeSynthCheckpoint({
-        preset, out, dtype, seed, shards, overrides, mtp: !!raw.mtp, vision: raw.vision,
-        prefix: raw.flatPrefix ? 'model.' : 'model.language_model.', flatConfig: !!raw.flatConfig, thinkingDefault,
-      });
+      let r;
+      try {
+        r = await writeSynthCheckpoint({
+          preset, out, dtype, seed, shards, overrides, mtp: !!raw.mtp, vision: raw.vision,
+          prefix: raw.flatPrefix ? 'model.' : 'model.language_model.', flatConfig: !!raw.flatConfig, thinkingDefault,
+        });
+      } catch (err) {
+        const why = errnoText(err);
+        if (why === null) throw err;
+        // A full disk, a file that cannot be replaced: one line naming the flag and the errno (exit 1, as convert's).
+        process.stderr.write(`bench synth: --out ${out}: writing failed: ${why}\n`);
+        setResult(1);
+        return;
+      }
       const mtp = r.mtpParamCount ? ` + ${fmtParams(r.mtpParamCount)} MTP` : '';
       process.stderr.write(
         `synth: ${preset} ${dtype} -> ${r.dir} (${fmtParams(r.paramCount)} params${mtp}, ${fmtBytes(r.bytes)}, ${r.seconds.toFixed(1)} s)\n`,

@@ -262,6 +262,21 @@ export function synthTensorCount(config: TextConfig, opts: Pick<SynthOptions, 'm
   return planSynthTensors(config, opts).length;
 }
 
+/** The largest seed: the weights' generator seeds from 32 bits (src/util/rng.ts folds the bits above in). */
+export const MAX_SYNTH_SEED = 0xffffffff;
+
+/**
+ * A file a checkpoint loader reads from a model directory: config and generation config, weights and
+ * their index, tokenizer files and a chat template file (HF's chat_template.jinja / .json).
+ */
+export function isCheckpointFile(name: string): boolean {
+  return name.endsWith('.safetensors') || CHAT_TEMPLATE_FILES.includes(name) ||
+    ['config.json', 'generation_config.json', 'model.safetensors.index.json', 'tokenizer.json', 'tokenizer_config.json'].includes(name);
+}
+
+/** HF's chat template files beside tokenizer_config.json (either replaces the template written into it). */
+const CHAT_TEMPLATE_FILES: readonly string[] = ['chat_template.jinja', 'chat_template.json'];
+
 /**
  * Writes a synthetic Qwen3.5 checkpoint directory: config.json, generation_config.json,
  * model.safetensors (or N shards + model.safetensors.index.json), tokenizer.json,
@@ -272,7 +287,7 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
   const dtype: SynthDType = opts.dtype ?? 'bf16';
   if (dtype !== 'bf16' && dtype !== 'f32') throw new Error(`synth: dtype must be bf16 or f32 (got ${String(dtype)})`);
   const seed = opts.seed ?? DEFAULT_SYNTH_SEED;
-  if (!Number.isSafeInteger(seed) || seed < 0) throw new Error(`synth: seed must be a non-negative integer (got ${seed})`);
+  if (!Number.isSafeInteger(seed) || seed < 0 || seed > MAX_SYNTH_SEED) throw new Error(`synth: seed must be an integer 0..${MAX_SYNTH_SEED} (got ${seed})`);
   const nShards = opts.shards ?? 1;
   if (!Number.isInteger(nShards) || nShards < 1) throw new Error(`synth: shards must be a positive integer (got ${nShards})`);
   const config = resolveSynthConfig(opts.preset, opts.overrides);
@@ -287,9 +302,10 @@ export async function writeSynthCheckpoint(opts: SynthOptions): Promise<SynthRes
   if (nShards > planned.length) throw new Error(`synth: ${nShards} shards but only ${planned.length} tensors`);
   const dir = path.resolve(opts.out);
   mkdirSync(dir, { recursive: true });
-  // Weight files of an earlier write (another shard count) would be picked up by a loader.
+  // Weight files of an earlier write (another shard count) would be picked up by a loader, and a
+  // chat template file would replace the one written into tokenizer_config.json.
   for (const f of readdirSync(dir)) {
-    if (/^model.*\.safetensors$/.test(f) || f === 'model.safetensors.index.json') rmSync(path.join(dir, f), { force: true });
+    if (/^model.*\.safetensors$/.test(f) || f === 'model.safetensors.index.json' || CHAT_TEMPLATE_FILES.includes(f)) rmSync(path.join(dir, f), { force: true });
   }
 
   const totalData = planned.reduce((s, t) => s + t.nbytes, 0);
