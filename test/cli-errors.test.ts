@@ -304,6 +304,11 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['prompt', '--prompt', 'hi', '--logits-out', path.join(file, 'x.bin')], /^bench: --logits-out: .*a-file is a file, not a directory$/],
     [['--model-path', 'synthetic:tiny', '--memory-stages', path.join(file, 'sub', 's.jsonl')], /^bench: --memory-stages: .*a-file is a file, not a directory$/],
     [['prompt', '--prompt', 'hi', '--logits-out', tmp], /^bench: --logits-out: .* is a directory, not a file$/],
+    // `-` made a file named `-` in the working directory.
+    [['prompt', '--prompt', 'hi', '--logits-out', '-'], /^bench: --logits-out -: writes a file, not stdout; give the file's name$/],
+    [['--model-path', 'synthetic:tiny', '--memory-stages', '-'], /^bench: --memory-stages -: writes a file, not stdout; give the file's name$/],
+    // An empty path had been the working directory.
+    [['prompt', '--model-path', '', '--prompt', 'hi'], /^bench: --model-path: empty \(give a checkpoint directory, a \.gguf file or synthetic:<preset>\)$/],
     // A directory by its form, not there yet: before the model loads (it ran, then failed with EISDIR).
     [['prompt', '--prompt', 'hi', '--logits-out', `${path.join(tmp, 'not-yet')}/`], /^bench: --logits-out .*not-yet\/: names a directory, not a file; give the file's name too$/],
   ])('%j', async (args, message) => {
@@ -326,5 +331,13 @@ describe('-v: a usage error is a JSON log line too', () => {
     const lines = r.stderr.trim().split('\n');
     expect(lines).toHaveLength(1);
     expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'error', tool: 'lumen-bench', event: 'usage_error', msg });
+  });
+});
+
+describe('bench prompt with an empty prompt text', () => {
+  it('names the text, not a --prompt flag that was not given (exit 2)', async () => {
+    const r = await bench(['prompt', '']);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr.trim().split('\n').pop()).toBe('bench: prompt: the prompt text "" encodes to no tokens');
   });
 });

@@ -134,7 +134,7 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
       }
     }
     ids = tokenizer.encode(text);
-    if (ids.length === 0) throw new UsageError('--prompt: the prompt encodes to no tokens');
+    if (ids.length === 0) throw new UsageError(`prompt: the prompt text ${JSON.stringify(opts.prompt)} encodes to no tokens`);
   }
   // Qwen's end-of-turn ids, where the vocabulary has them (a small synthetic vocabulary does not).
   const stop = [...new Set([...QWEN_STOP_IDS, ckpt.config.eosTokenId, ...(tokenizer?.eosTokenIds ?? [])])].filter((t) => t >= 0 && t < ckpt.config.vocabSize);

@@ -105,6 +105,8 @@ export function resolveModelPathFlags(raw: RawEngineFlags): { modelPath: string 
     if (!/^[A-Za-z0-9_]+$/.test(raw.quant)) throw new UsageError(`--quant: '${raw.quant}' is not a quantization name (e.g. Q4_K_M)`);
   }
   if (raw.modelPath === undefined) return { modelPath: null };
+  // An empty path resolves to the working directory: a model nobody named.
+  if (raw.modelPath.trim() === '') throw new UsageError('--model-path: empty (give a checkpoint directory, a .gguf file or synthetic:<preset>)');
   if (isSyntheticModelPath(raw.modelPath)) {
     let weights;
     try {

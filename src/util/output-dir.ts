@@ -110,6 +110,8 @@ export function checkOutputFile(flag: string, file: string, opts: { replaced?: b
  * called "new" when the directory does not exist yet.
  */
 export function checkNamesFile(flag: string, given: string): void {
+  // `-` is stdout by convention, which these files are not written to: it made a file named `-`.
+  if (given === '-') throw new UsageError(`${flag} -: writes a file, not stdout; give the file's name`);
   const last = given.split('/').pop()!;
   if (last === '' || last === '.' || last === '..') {
     throw new UsageError(`${flag} ${given}: names a directory, not a file; give the file's name too`);
