@@ -123,12 +123,14 @@ describe('choosing a GGUF file', () => {
 
   it('none or several matching: one line listing what the directory holds', () => {
     expect(() => selectGguf(dir, 'Q4_K_M')).toThrow(/no GGUF file named for --quant Q4_K_M \(the directory holds: model-F32\.gguf, model-Q8_0\.gguf\)/);
-    expect(() => selectGguf(dir)).toThrow(/several GGUF files \(model-F32\.gguf, model-Q8_0\.gguf\); choose one with --quant/);
+    expect(() => selectGguf(dir)).toThrow(/several GGUF files \(model-F32\.gguf, model-Q8_0\.gguf\); choose one with --quant, or give the file's path as --model-path$/);
     const two = join(work, 'two');
     mkdirSync(two);
     copyFileSync(q8, join(two, 'a-Q8_0.gguf'));
     copyFileSync(q8, join(two, 'b.q8_0.gguf'));
-    expect(() => selectGguf(two, 'q8_0')).toThrow(/more than one GGUF file named for --quant q8_0 \(the directory holds: a-Q8_0\.gguf, b\.q8_0\.gguf\)/);
+    expect(() => selectGguf(two, 'q8_0')).toThrow(/more than one GGUF file named for --quant q8_0 \(the directory holds: a-Q8_0\.gguf, b\.q8_0\.gguf\); give the file's path as --model-path$/);
+    // Two of one quantization: --quant cannot tell them apart, so it is not offered.
+    expect(() => selectGguf(two)).toThrow(/several GGUF files \(a-Q8_0\.gguf, b\.q8_0\.gguf\); give the file's path as --model-path$/);
     expect(selectGguf(join(two, 'a-Q8_0.gguf'), 'Q8_0')).toBe(join(two, 'a-Q8_0.gguf'));
   });
 

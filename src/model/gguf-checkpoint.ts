@@ -198,12 +198,15 @@ export function selectGguf(modelPath: string, quant?: string): string {
   if (quant === undefined) {
     if (models.length === 1) return models[0]!;
     if (models.length === 0) throw new CheckpointError(`${abs}: ${withLeftOut}`);
-    throw new CheckpointError(`${abs}: several GGUF files (${listed}); choose one with --quant`);
+    // --quant tells files apart by the quantization their names carry; two of one quantization only by path.
+    const quants = models.map((f) => quantOfGgufName(f));
+    const byQuant = quants.every((q) => q !== null) && new Set(quants).size === quants.length;
+    throw new CheckpointError(`${abs}: several GGUF files (${listed}); ${byQuant ? 'choose one with --quant, or give' : 'give'} the file's path as --model-path`);
   }
   if (unknownQuant !== null) throw new CheckpointError(`${abs}: ${unknownQuant}; the directory holds: ${withLeftOut}`);
   const hits = models.filter((f) => nameHasQuant(f, quant));
   if (hits.length === 0) throw new CheckpointError(`${abs}: no GGUF file named for --quant ${quant} (the directory holds: ${withLeftOut})`);
-  if (hits.length > 1) throw new CheckpointError(`${abs}: more than one GGUF file named for --quant ${quant} (the directory holds: ${listed})`);
+  if (hits.length > 1) throw new CheckpointError(`${abs}: more than one GGUF file named for --quant ${quant} (the directory holds: ${listed}); give the file's path as --model-path`);
   return hits[0]!;
 }
 
