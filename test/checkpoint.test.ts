@@ -284,6 +284,14 @@ describe('loadCheckpoint', () => {
     expect(dtypeNote(loadCheckpoint(fx.dir))).toBeUndefined();
   });
 
+  it("bench synth's provenance in config.json: a note that the weights are random", async () => {
+    const fx = await smallFixture();
+    const synthNote = (ck: { notes: string[] }) => ck.notes.find((n) => n.startsWith('random weights'));
+    expect(synthNote(loadCheckpoint(fx.dir))).toMatch(/^random weights written by bench synth \(preset tiny, seed \d+, dtype bf16\): the figures time the shape; the text means nothing$/);
+    editConfig(fx.dir, (c) => { delete c.lumen_synth; });
+    expect(synthNote(loadCheckpoint(fx.dir))).toBeUndefined();
+  });
+
   it('includes mtp.* only when asked', async () => {
     const fx = await smallFixture({ mtp: true });
     const plain = loadCheckpoint(fx.dir);

@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { parseJsonBytes, preview } from '../util/json.js';
+import { isJsonObject, parseJsonBytes, preview } from '../util/json.js';
 import { displayName } from '../util/text.js';
 import { parseConfigDetailed } from './config.js';
 import { LM_HEAD_ROLE, layerRoles, modelRole, mtpRoles, type TensorRole } from './tensor-roles.js';
@@ -338,6 +338,12 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
   let dtype: DType = 'BF16';
   for (const d of ['F32', 'F16', 'BF16'] as DType[]) if (dtypeParams[d] > dtypeParams[dtype]) dtype = d;
   checkVectorsFinite(tensors.values());
+  // `bench synth`'s provenance: random weights, whose figures time the shape but whose text means nothing.
+  const synth = isJsonObject(configJson.value) ? configJson.value.lumen_synth : undefined;
+  if (isJsonObject(synth)) {
+    const said = ['preset', 'seed', 'dtype'].filter((k) => typeof synth[k] === 'string' || typeof synth[k] === 'number').map((k) => `${k} ${String(synth[k])}`);
+    notes.push(`random weights written by bench synth${said.length ? ` (${said.join(', ')})` : ''}: the figures time the shape; the text means nothing`);
+  }
   const statedType = statedDtype(configJson.value);
   if (statedType && HF_DTYPES[statedType.value] !== undefined && HF_DTYPES[statedType.value] !== dtype) {
     notes.push(`config.json says ${statedType.key} ${statedType.value}, but the weights are stored ${dtype} (most parameters): they run as stored`);
