@@ -66,9 +66,9 @@ describe('bench prompt on bad checkpoints', () => {
   });
 });
 
-async function bench(args: string[]): Promise<{ code: number; stdout: string; stderr: string; signal: string | null }> {
+async function bench(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stdout: string; stderr: string; signal: string | null }> {
   try {
-    const r = await run(process.execPath, [BENCH, ...args], { timeout: 60_000, killSignal: 'SIGKILL' });
+    const r = await run(process.execPath, [BENCH, ...args], { timeout: 60_000, killSignal: 'SIGKILL', env: { ...process.env, ...env } });
     return { code: 0, stdout: r.stdout, stderr: r.stderr, signal: null };
   } catch (err) {
     const e = err as { code?: number; stdout?: string; stderr?: string; signal?: string | null };
@@ -331,6 +331,15 @@ describe('-v: a usage error is a JSON log line too', () => {
     const lines = r.stderr.trim().split('\n');
     expect(lines).toHaveLength(1);
     expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'error', tool: 'lumen-bench', event: 'usage_error', msg });
+  });
+
+  it('any other error too (the engine not built: exit 1)', async () => {
+    const r = await bench(['-v', '--cells', '8:2', '--concurrency', '1'], { LUMEN_ADDON: '/nonexistent/lumen_engine.node' });
+    expect(r.code, r.stderr).toBe(1);
+    const last = JSON.parse(r.stderr.trim().split('\n').pop()!);
+    expect(last).toMatchObject({ level: 'error', event: 'error' });
+    expect(last.msg).toMatch(/^native engine not built: \/nonexistent\/lumen_engine\.node is missing/);
+    for (const l of r.stderr.trim().split('\n')) expect(() => JSON.parse(l), l).not.toThrow();
   });
 });
 

@@ -19,8 +19,9 @@ export async function main(argv: string[]): Promise<number> {
   // without a listener its EPIPE was an uncaught exception that ended a sweep before its first CSV row.
   // (A closed stdout is the sweep's own business: row-sinks.ts.)
   process.stderr.on('error', () => {});
-  // Under -v stderr is JSON lines (for log readers): a usage error is one too.
-  const usageLine = verbosityOf(argv) >= 1
+  // Under -v stderr is JSON lines (for log readers): a usage error, and any other error, is one too.
+  const verbose = verbosityOf(argv) >= 1;
+  const usageLine = verbose
     ? (msg: string) => createLogger(1).error({ event: 'usage_error' }, msg)
     : (msg: string) => { process.stderr.write(`bench: ${msg}\n`); };
   const program = new Command('bench');
@@ -56,6 +57,10 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof UsageError) {
       usageLine(err.message);
       return 2;
+    }
+    if (verbose) {
+      createLogger(1).error({ event: 'error' }, err instanceof Error ? err.message : String(err));
+      return 1;
     }
     throw err;
   }
