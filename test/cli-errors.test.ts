@@ -291,6 +291,8 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['prompt', '--prompt', 'hi', '--think'], /^bench: --think applies with --chat/],
     // commander's own usage errors read as the others: one line after `bench:`.
     [['--bogus'], /^bench: unknown option '--bogus'$/],
+    // A command without -v: its errors stay plain lines (-v is not its flag).
+    [['synth', '-v'], /^bench: unknown option '-v'$/],
     [['--ouput', 'x'], /^bench: unknown option '--ouput' \(did you mean --output\?\)$/],
     [['prompt', '--top-k'], /^bench: option '--top-k <k>' argument missing$/],
     // A value-taking flag followed by a flag: commander took the flag for the value.
@@ -299,8 +301,10 @@ describe('output paths and flags that do not apply: exit 2 naming the flag, befo
     [['prompt', '--max-new-tokens', '-h'], /^bench: --max-new-tokens needs a value, but the next argument is the flag -h \(give --max-new-tokens VALUE\)$/],
     [['serve', '--port', '--host', '0.0.0.0'], /^bench: --port needs a value, but the next argument is the flag --host/],
     // A value-taking flag given twice: the last had silently won.
-    [['--cells', '512:64', '--concurrency', '1', '--cells', '16:4'], /^bench: --cells is given twice \(512:64, then 16:4\): give it once$/],
-    [['prompt', '--prompt', 'a', '--prompt=b'], /^bench: --prompt is given twice \(a, then b\): give it once$/],
+    [['--cells', '512:64', '--concurrency', '1', '--cells', '16:4'], /^bench: --cells is given twice \(the second would silently replace the first\): give it once$/],
+    [['prompt', '--prompt', 'a', '--prompt=b'], /^bench: --prompt is given twice /],
+    // The values are not printed: one may be a secret.
+    [['serve', '--api-key', 's3cretKEY', '--api-key', 'other'], /^bench: --api-key is given twice \(the second would silently replace the first\): give it once$/],
     [['prompt', '--prompt', 'hi', '--logits-out', path.join(file, 'x.bin')], /^bench: --logits-out: .*a-file is a file, not a directory$/],
     [['--model-path', 'synthetic:tiny', '--memory-stages', path.join(file, 'sub', 's.jsonl')], /^bench: --memory-stages: .*a-file is a file, not a directory$/],
     [['prompt', '--prompt', 'hi', '--logits-out', tmp], /^bench: --logits-out: .* is a directory, not a file$/],
@@ -324,6 +328,7 @@ describe('-v: a usage error is a JSON log line too', () => {
   it.each([
     [['-v', '--cells', 'bad'], "--cells: 'bad' is not an isl:osl pair (e.g. 128:128)"],
     [['-vv', '--ouput', 'x'], "unknown option '--ouput' (did you mean --output?)"],
+    [['-qv', '--cells', 'bad'], "--cells: 'bad' is not an isl:osl pair (e.g. 128:128)"],
     [['serve', '--verbose', '--port', '--host'], '--port needs a value, but the next argument is the flag --host (give --port VALUE)'],
   ])('%j', async (args, msg) => {
     const r = await bench(args as string[]);

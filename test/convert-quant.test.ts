@@ -482,6 +482,7 @@ describe.each(SHAPES)('whole model, $name', (shape) => {
   }, 120_000);
 
   it('the loader names each file\'s format: the file type, or the base type of a pure K file (ours and llama-quantize\'s alike)', () => {
+    expect(ours.size).toBe((shape.dtypes ?? QUANT_DTYPES).length);
     for (const [dtype, file] of ours) {
       const want = dtype === 'q4_k' || dtype === 'q5_k' ? `${dtype.toUpperCase()} (pure)` : QUANT_SCHEMES[dtype].llama.ftypeName;
       for (const f of [file, theirs.get(dtype)!]) {

@@ -4,7 +4,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
+import { PassThrough, Writable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 import { writeFileAtomic } from '../src/bench/output.js';
 import { runSweep, type SweepIO } from '../src/bench/sweep.js';
@@ -89,6 +89,32 @@ describe.skipIf(!existsSync('/dev/full'))('an --output file that cannot be writt
     expect(await runSweep(cfg, fakeBackend(), c.io)).toBe(1);
     expect(c.out().trim().split('\n')).toHaveLength(1);
     expect(c.err()).toContain(`writing ${prefix}.csv failed: no space left on device (ENOSPC); the sweep stopped after 0 row(s)`);
+  });
+
+  it('the report\'s last write failing (the disk fills after the last row): exit 1, the error line, no page rendered', async () => {
+    const prefix = path.join(tmp, 'full-last');
+    const cfg = { ...resolveSweepConfig({ cells: '16:8', concurrency: '1', warmup: '0', blockSize: '4', maxSeq: '256' }), output: prefix };
+    let chunks = 0;
+    // The last row reaching stdout is the last thing before the report's final write: the disk fills there.
+    const stdout = new Writable({
+      write(_chunk, _enc, cb) {
+        if (++chunks === 2) symlinkSync('/dev/full', `${prefix}.json.tmp-${process.pid}`);
+        cb();
+      },
+    });
+    let err = '';
+    const e = new PassThrough();
+    e.on('data', (d) => { err += String(d); });
+    let paged = false;
+    const io = {
+      stdout, stderr: e, stderrIsTTY: false, env: {}, argv: ['node', 'bench'], handleSignals: false,
+      afterSweep: async (c: number) => { paged = true; return c; },
+    } as SweepIO;
+    expect(await runSweep(cfg, fakeBackend(), io)).toBe(1);
+    expect(chunks).toBe(2);
+    expect(err).toContain(`writing ${prefix}.json failed: no space left on device (ENOSPC) (stdout has every finished row`);
+    expect(paged).toBe(false);
+    expect(existsSync(`${prefix}.json.tmp-${process.pid}`)).toBe(false);
   });
 
   it('an atomic write that fails leaves the file as it was and removes its half-written sibling', () => {

@@ -69,7 +69,7 @@ export interface SweepIO {
    * After the rows and the engine's close, still under the sweep's signal handlers: the CLI renders
    * PREFIX.html here. Takes the sweep's exit code and returns the command's.
    */
-  afterSweep?: (code: number) => Promise<number>;
+  afterSweep?: (code: number, error: (msg: string) => void) => Promise<number>;
   /** How a signal after the rows ends the process (process.exit; a test records it instead). */
   exit?: (code: number) => never;
   abort?: AbortController;
@@ -128,9 +128,11 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
     return (io.exit ?? process.exit)(code);
   };
   let code: number;
+  let finished = false;
   try {
     code = await sweep();
-    code = io.afterSweep ? await io.afterSweep(code) : code;
+    // No page from a report the sweep could not finish writing (its error line says so).
+    if (io.afterSweep && sinks.failure === null) code = await io.afterSweep(code, (msg) => renderer.error(msg));
   } finally {
     renderer.close();
     signals.dispose();
@@ -203,15 +205,19 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
       if (interrupted) return finish(signals.stopCode());
       return finish(rows.every((r) => r.status === 'ok') ? EXIT_OK : EXIT_ROWS_FAILED);
     } finally {
-      signals.afterRows(leave);
+      // Only after the rows ended normally: a signal after an internal error is no clean stop.
+      if (finished) signals.afterRows(leave);
       if (engine !== null) await engine.close();
     }
   }
 
-  function finish(code: number): number {
-    report.exitCode = code;
+  function finish(sweepCode: number): number {
+    finished = true;
+    report.exitCode = sweepCode;
     report.finishedAt = new Date().toISOString();
     sinks.finish(rows);
+    // The report's last write failing (the disk filled after the last row) fails the command too.
+    const code = sinks.failure !== null ? EXIT_FAILED : sweepCode;
     renderer.summary(report.rows, report.status === 'interrupted');
     if (sinks.failure !== null) {
       const left = rows.length < cfg.cells.length * cfg.concurrency.length ? `; the sweep stopped after ${rows.length} row(s)` : '';

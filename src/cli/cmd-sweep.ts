@@ -89,19 +89,20 @@ export function sweepCommand(backend: SweepBackend, setResult: (code: number) =>
         argv: process.argv,
         handleSignals: true,
         // The page is rendered under the sweep's signal handlers: a signal meanwhile says it was not written.
-        ...(cfg.output !== null ? { afterSweep: (c: number) => writeHtml(cfg.output!, c) } : {}),
+        ...(cfg.output !== null ? { afterSweep: (c: number, error: (msg: string) => void) => writeHtml(cfg.output!, c, error) } : {}),
       });
       setResult(code);
     });
 }
 
 /** PREFIX.html from the PREFIX.json the sweep left (finished, interrupted or failed to load). */
-async function writeHtml(prefix: string, code: number): Promise<number> {
+async function writeHtml(prefix: string, code: number, error: (msg: string) => void): Promise<number> {
   try {
     await writeHtmlReport(`${prefix}.json`, `${prefix}.html`);
     return code;
   } catch (err) {
-    process.stderr.write(`bench: ${prefix}.html: ${err instanceof Error ? err.message : String(err)} (the other files are complete; \`bench report ${prefix}.json\` retries)\n`);
+    // Through the sweep's renderer: a JSON log line under -v.
+    error(`${prefix}.html: ${err instanceof Error ? err.message : String(err)} (the other files are complete; \`bench report ${prefix}.json\` retries)`);
     return code === 0 ? 1 : code;
   }
 }

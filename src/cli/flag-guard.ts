@@ -21,18 +21,16 @@ export function guardFlagValues(cmd: Command): void {
   for (const o of cmd.options) {
     if (!o.required && !o.optional) continue;
     const name = flagName(o);
-    let given: string | undefined;
+    let given = false;
     // Before commander's own listener (which runs the value parser) so the parser never sees a flag.
     // (A Command is an EventEmitter; commander's typings leave that out.)
     (cmd as unknown as EventEmitter).prependListener(`option:${o.name()}`, (value: unknown) => {
       if (typeof value === 'string' && (flags.has(value) || flags.has(value.replace(/=.*$/s, '')))) {
         throw new UsageError(`${name} needs a value, but the next argument is the flag ${value} (give ${name} VALUE)`);
       }
-      const text = typeof value === 'string' ? value : '(no value)';
-      if (given !== undefined && !o.variadic) {
-        throw new UsageError(`${name} is given twice (${given}, then ${text}): give it once`);
-      }
-      given = text;
+      // The values are not repeated in the message: one may be a secret (--api-key, a URL with credentials).
+      if (given && !o.variadic) throw new UsageError(`${name} is given twice (the second would silently replace the first): give it once`);
+      given = true;
     });
   }
   for (const sub of cmd.commands) guardFlagValues(sub);

@@ -67,13 +67,23 @@ export async function main(argv: string[]): Promise<number> {
   return result;
 }
 
-/** The -v count a command line asks for (`-v`, `-vv`, `--verbose`, before a `--`): its usage errors are logged as JSON from 1. */
+/** The commands that take -v (the sweep is the default: a command line that names none). */
+const VERBOSE_COMMANDS: ReadonlySet<string> = new Set(['sweep', 'serve']);
+
+/**
+ * The -v count a command line asks for of a command that takes -v (`-v`, `-vv`, `-qv`, `--verbose`,
+ * before a `--`): its errors are logged as JSON from 1. The command is the first argument when it is
+ * not an option (commander dispatches a subcommand only from there); otherwise the default sweep.
+ */
 function verbosityOf(argv: readonly string[]): number {
+  const args = argv.slice(2);
+  const command = args[0] !== undefined && !args[0].startsWith('-') ? args[0] : 'sweep';
+  if (!VERBOSE_COMMANDS.has(command)) return 0;
   let n = 0;
-  for (const a of argv.slice(2)) {
+  for (const a of args) {
     if (a === '--') break;
     if (a === '--verbose') n++;
-    else if (/^-v+$/.test(a)) n += a.length - 1;
+    else if (/^-[a-zA-Z]+$/.test(a)) n += [...a].filter((c) => c === 'v').length;
   }
   return n;
 }

@@ -2,8 +2,9 @@
 // cache directory and reused. Generation happens in a temporary sibling directory that is renamed
 // into place, so concurrent or killed runs never observe a half-written model.
 
-import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
+import { readSafetensorsHeader } from './safetensors.js';
 import { writeSynthCheckpoint } from './synth.js';
 import { errnoText } from '../util/errno-text.js';
 import { checkOutputDir, ensureOutputDir } from '../util/output-dir.js';
@@ -23,28 +24,27 @@ export function embeddedModelDir(): string {
 }
 
 const REQUIRED = ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'generation_config.json'];
-/** The files' sizes as written, so a cache damaged since (a truncated file) is written again, not loaded. */
-const MANIFEST = '.embedded-sizes.json';
 
+/**
+ * Every file there, and the weights whole: model.safetensors as long as its own header says (a file
+ * truncated since it was written is written again, not loaded). Read from the files themselves, so a
+ * cache written by an earlier version, or kept on read-only storage, is used as it is.
+ */
 function isComplete(dir: string): boolean {
-  let sizes: unknown;
+  if (!REQUIRED.every((f) => existsSync(path.join(dir, f)))) return false;
   try {
-    sizes = JSON.parse(readFileSync(path.join(dir, MANIFEST), 'utf8'));
+    const h = readSafetensorsHeader(path.join(dir, 'model.safetensors'));
+    let end = 0;
+    for (const t of h.tensors.values()) end = Math.max(end, t.offset + t.nbytes);
+    return end === h.fileSize;
   } catch {
     return false;
   }
-  return REQUIRED.every((f) => {
-    try {
-      return statSync(path.join(dir, f)).size === (sizes as Record<string, unknown>)[f];
-    } catch {
-      return false;
-    }
-  });
 }
 
 /** What names the cache's place in a message: the variable that set it, or the default directory. */
 function cacheFlag(): string {
-  return process.env.LUMEN_CACHE_DIR ? `LUMEN_CACHE_DIR=${process.env.LUMEN_CACHE_DIR}` : 'the embedded model\'s cache directory';
+  return process.env.LUMEN_CACHE_DIR ? `LUMEN_CACHE_DIR=${process.env.LUMEN_CACHE_DIR}` : 'the embedded model\'s cache directory (LUMEN_CACHE_DIR places it elsewhere)';
 }
 
 /** A load failure of the embedded model, said as the cache's (no flag of the user's named it). */
@@ -84,8 +84,6 @@ async function create(dir: string): Promise<string> {
   try {
     try {
       await writeSynthCheckpoint({ preset: 'tiny', out: tmp, dtype: 'bf16', seed: EMBEDDED_SEED, shards: 1 });
-      const sizes = Object.fromEntries(REQUIRED.map((f) => [f, statSync(path.join(tmp, f)).size]));
-      writeFileSync(path.join(tmp, MANIFEST), JSON.stringify(sizes) + '\n');
     } catch (err) {
       // A full disk, a directory that went away: said as the cache's, not as a bare errno.
       throw new Error(`${cacheFlag()}: writing the embedded model in ${parent} failed: ${errnoText(err) ?? (err instanceof Error ? err.message : String(err))}`);

@@ -60,26 +60,34 @@ export function isGgufQuantName(quant: string): boolean {
 }
 
 /**
- * llama-quantize's K mixes (Q4_K_S/M, Q5_K_S/M) give the output matrix (the tied embedding where
- * there is none) Q6_K, or Q8_0 / F16 where its rows are not a multiple of 256 / 32, unless the file
- * was written with --pure, which keeps general.file_type but gives every matrix the base type.
+ * llama-quantize's K mixes (Q4_K_S/M, Q5_K_S/M) and their base type: the mixes give some matrices
+ * more bits (the output or tied embedding Q6_K, attn_v / ffn_down on some layers Q5_K or Q6_K),
+ * unless the file was written with --pure, which keeps general.file_type but gives every matrix the
+ * base type, or its fallback where a row is not a multiple of 256 (Q5_0, Q5_1; F16 below 32).
  */
-const K_MIX_FILE_TYPES: ReadonlySet<number> = new Set([14, 15, 16, 17]);
+const K_MIX_BASE: ReadonlyMap<number, { base: string; fallback: string }> = new Map([
+  [14, { base: 'Q4_K', fallback: 'Q5_0' }], [15, { base: 'Q4_K', fallback: 'Q5_0' }],
+  [16, { base: 'Q5_K', fallback: 'Q5_1' }], [17, { base: 'Q5_K', fallback: 'Q5_1' }],
+]);
 
 /**
  * The weights' format name: general.file_type's (`Q4_K_M`), except that a K-mix file type whose
- * output matrix is quantized and whose tensors hold none of the mix's Q6_K / Q8_0 is named for what
- * it holds (`Q4_K (pure)`, with a note): a pure Q4_K file and a Q4_K_M one of the same model differ
- * in speed and quality. Without a file type: the dominant element type.
+ * matrices all hold its base type (or that type's fallbacks), the output matrix included, is named
+ * for what it holds (`Q4_K (pure)`, with a note): a pure Q4_K file and a Q4_K_M one of the same model
+ * differ in speed and quality. Without a file type: the dominant element type.
  */
 function formatName(ftype: number | undefined, dtype: WeightDType, typeCounts: Record<string, number>, headDtype: WeightDType, notes: string[]): string {
   const declared = ftype !== undefined ? FILE_TYPE_NAMES.get(ftype) : undefined;
   if (declared === undefined) return dtype;
-  const headQuantized = headDtype !== 'F32' && headDtype !== 'F16' && headDtype !== 'BF16';
-  if (!K_MIX_FILE_TYPES.has(ftype!) || !headQuantized || typeCounts.Q6_K || typeCounts.Q8_0) return declared;
-  const base = declared.slice(0, 4); // Q4_K_M -> Q4_K
-  const name = `${base} (pure)`;
-  notes.push(`general.file_type says ${declared}, but no tensor has that mix's Q6_K / Q8_0 types: a pure ${base} file (as llama-quantize --pure writes it), reported as ${name}`);
+  const mix = K_MIX_BASE.get(ftype!);
+  if (mix === undefined) return declared;
+  const allowed = new Set([mix.base, mix.fallback, 'F16', 'F32', 'BF16']);
+  // The output matrix quantized (F16 where its rows are not a multiple of 32, as in the mix: told apart
+  // there by the other matrices), and no matrix of another type.
+  const pure = (headDtype === mix.base || headDtype === mix.fallback || headDtype === 'F16') && Object.keys(typeCounts).every((t) => allowed.has(t));
+  if (!pure) return declared;
+  const name = `${mix.base} (pure)`;
+  notes.push(`general.file_type says ${declared}, but every matrix is ${mix.base} (or its fallback ${mix.fallback}), none of the mix's more-bits types: a pure ${mix.base} file (as llama-quantize --pure writes it), reported as ${name}`);
   return name;
 }
 
@@ -199,8 +207,9 @@ export function selectGguf(modelPath: string, quant?: string): string {
     if (models.length === 1) return models[0]!;
     if (models.length === 0) throw new CheckpointError(`${abs}: ${withLeftOut}`);
     // --quant tells files apart by the quantization their names carry; two of one quantization only by path.
+    // --quant picks a file whose quantization no other file's name carries.
     const quants = models.map((f) => quantOfGgufName(f));
-    const byQuant = quants.every((q) => q !== null) && new Set(quants).size === quants.length;
+    const byQuant = quants.some((q) => q !== null && quants.indexOf(q) === quants.lastIndexOf(q));
     throw new CheckpointError(`${abs}: several GGUF files (${listed}); ${byQuant ? 'choose one with --quant, or give' : 'give'} the file's path as --model-path`);
   }
   if (unknownQuant !== null) throw new CheckpointError(`${abs}: ${unknownQuant}; the directory holds: ${withLeftOut}`);

@@ -70,6 +70,8 @@ export function ensureOutputDir(flag: string, dir: string): void {
       mkdirSync(d);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
+      // Made meanwhile by another process (two first runs making one cache): there, which is what was asked.
+      if (code === 'EEXIST' && statSync(d, { throwIfNoEntry: false })?.isDirectory() === true) continue;
       // Not there for existsSync, there for mkdir: a symbolic link whose target is missing.
       const dangling = code === 'EEXIST' && lstatSync(d, { throwIfNoEntry: false })?.isSymbolicLink() === true;
       throw new UsageError(`${flag}: cannot create ${d} (${dangling ? 'a symbolic link to a missing target' : code ?? (err as Error).message})`);
