@@ -31,6 +31,17 @@ function expectOneLineError(r: { code: number; stderr: string; signal: string | 
 }
 
 describe('bench prompt on bad checkpoints', () => {
+  it('a chat template that does not parse stops --chat only (a raw text prompt does not use it)', async () => {
+    const f = await synthFixture({ vision: false });
+    const tc = path.join(f.dir, 'tokenizer_config.json');
+    writeFileSync(tc, JSON.stringify({ ...JSON.parse(readFileSync(tc, 'utf8')), chat_template: '{% if %}' }));
+    const raw = await bench(['prompt', '--model-path', f.dir, '--prompt', 'hello', '--max-new-tokens', '1']);
+    expect(raw.code, raw.stderr).toBe(0);
+    const chat = await bench(['prompt', '--model-path', f.dir, '--prompt', 'hello', '--max-new-tokens', '1', '--chat']);
+    expect(chat.code, chat.stderr).toBe(2);
+    expect(chat.stderr.trim().split('\n').pop()).toMatch(/^bench: --(chat|model-path): .*tokenizer_config\.json: chat template does not parse/);
+  });
+
   it('names config.json when it is missing', async () => {
     const f = await smallFixture();
     rmSync(path.join(f.dir, 'config.json'));

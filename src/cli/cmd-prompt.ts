@@ -117,7 +117,8 @@ async function runPrompt(opts: PromptOpts): Promise<number> {
     if (bad !== undefined) throw new UsageError(`--prompt-ids: token ${bad} is outside the vocabulary (${ckpt.config.vocabSize})`);
   } else {
     try {
-      tokenizer = await loadModelTokenizer(ckpt);
+      // The chat template only with --chat: a broken one does not stop a raw text prompt.
+      tokenizer = await loadModelTokenizer(ckpt, { chatTemplate: !!opts.chat });
       checkTokenizerFitsModel(tokenizer, ckpt.config.vocabSize, ckpt.dir);
     } catch (err) {
       if (err instanceof CheckpointError) throw modelPath === null ? embeddedModelError(dir, err) : new UsageError(`--model-path: ${err.message}`);

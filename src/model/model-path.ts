@@ -80,16 +80,27 @@ export const TOKENIZER_CHECK_TEXT = 'Hello world, 123!\n\tOver the river: caf\u0
  * tokenizer.json beside the file when present (and it must give the GGUF vocabulary's ids on a
  * test text), else the GGUF's own tokenizer.ggml.* metadata and tokenizer.chat_template.
  */
-export async function loadModelTokenizer(model: ModelCheckpoint): Promise<LoadedTokenizer> {
-  return (await loadModelTokenizerParts(model)).tokenizer;
+export async function loadModelTokenizer(model: ModelCheckpoint, opts: TokenizerLoadOptions = {}): Promise<LoadedTokenizer> {
+  return (await loadModelTokenizerParts(model, opts)).tokenizer;
+}
+
+export interface TokenizerLoadOptions {
+  /**
+   * false: the chat template is neither parsed nor checked (a caller that only encodes text, such as
+   * `bench prompt` without --chat: a template this engine cannot parse, or a broken one, is no reason to
+   * refuse it, as Hugging Face's tokenizers fail only when the template is applied).
+   */
+  chatTemplate?: boolean;
 }
 
 /**
  * loadModelTokenizer's tokenizer and the parts it was built from (a worker thread builds the same
  * tokenizer from a copy of them: src/serve/tokenize-pool.ts).
  */
-export async function loadModelTokenizerParts(model: ModelCheckpoint): Promise<{ tokenizer: LoadedTokenizer; parts: TokenizerParts }> {
-  const built = (parts: TokenizerParts) => ({ tokenizer: buildTokenizer(parts), parts });
+export async function loadModelTokenizerParts(model: ModelCheckpoint, opts: TokenizerLoadOptions = {}): Promise<{ tokenizer: LoadedTokenizer; parts: TokenizerParts }> {
+  const built = (parts: TokenizerParts) => ({
+    tokenizer: buildTokenizer(opts.chatTemplate === false ? { ...parts, templateSource: undefined } : parts), parts,
+  });
   if (model.syntheticWeights) return built(syntheticTokenizerParts(model));
   if (model.format?.container !== 'gguf') return built(readTokenizerParts(model.dir));
   const header = ggufHeaderOf(model);
