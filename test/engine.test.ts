@@ -59,6 +59,24 @@ describe('batched serving', () => {
     expect(gaps.flatMap((g) => g.decode)).toHaveLength(12);
   });
 
+  it('a closed loop: sessions whose requests ended in one step resubmit in one turn, and their next requests are prefilled in one step', async () => {
+    // The ended requests' events reach JS in one delivery (they had been pushed one by one, so a
+    // delivery could fall between two of them: the sessions resubmitted in separate turns and the
+    // first was admitted alone, its TTFT the others' minus a prefill).
+    const e = await engine({ prefillChunk: 512, stepTokenBudget: 2048 });
+    const sessions = 4;
+    const passes = 6;
+    const byPass: number[][] = Array.from({ length: passes }, () => []);
+    await Promise.all(Array.from({ length: sessions }, async (_x, s) => {
+      for (let p = 0; p < passes; p++) {
+        const r = await e.submit({ prompt: promptIds(128, 1000 + p * sessions + s), maxTokens: 16, ignoreEos: true }).done;
+        byPass[p]!.push(r.tokenMs[0]!);
+      }
+    }));
+    // Every pass's first tokens share one emission time: one prefill step for the four prompts.
+    for (let p = 0; p < passes; p++) expect(new Set(byPass[p]).size, `pass ${p}`).toBe(1);
+  });
+
   it('paged and continuous KV layouts give identical tokens and logits', async () => {
     const prompt = promptIds(70, 3);
     const a = await greedy(await engine({ kvcache: 'paged' }), prompt, 16, true);

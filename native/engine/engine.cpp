@@ -145,6 +145,15 @@ void Engine::push(EngineEvent e) {
   if (notify_) notify_();
 }
 
+void Engine::push_all(std::vector<EngineEvent>&& evs) {
+  if (evs.empty()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& e : evs) events_.push_back(std::move(e));
+  }
+  if (notify_) notify_();
+}
+
 std::vector<EngineEvent> Engine::drain() {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<EngineEvent> out;
@@ -637,7 +646,8 @@ void Engine::admit_incoming() {
   }
 }
 
-void Engine::finish(Sequence& s, const char* reason, const std::string& error, const char* error_code) {
+void Engine::finish(Sequence& s, const char* reason, const std::string& error, const char* error_code,
+                    std::vector<EngineEvent>* out) {
   if (s.done) return;
   s.done = true;
   scheduler_->remove(s);
@@ -664,7 +674,8 @@ void Engine::finish(Sequence& s, const char* reason, const std::string& error, c
     stats_.retires++;
   }
   const uint64_t id = s.id;
-  push(std::move(e));
+  if (out != nullptr) out->push_back(std::move(e));
+  else push(std::move(e));
   seqs_.erase(id);
 }
 
@@ -872,11 +883,16 @@ void Engine::step_once() {
     notify_();
     last_step_notify_ns_ = t_emit;
   }
-  for (Sequence* s : finished) finish(*s, s->stop_hit ? "stop" : "length");
+  // The requests that ended in this step reach the caller in one delivery: pushed one by one, a
+  // delivery between two of them split them, and a closed loop's sessions resubmitted in separate
+  // turns, the first admitted alone (its next prompt prefilled before the others').
+  std::vector<EngineEvent> done;
+  for (Sequence* s : finished) finish(*s, s->stop_hit ? "stop" : "length", {}, "", &done);
   for (Sequence* s : failed)
     finish(*s, "error", "the logits that choose generated token " + std::to_string(s->generated) +
                             " (0-based) are not all finite (NaN or infinite): the weights hold NaN or infinite values, or the computation overflowed",
-           "non_finite_logits");
+           "non_finite_logits", &done);
+  push_all(std::move(done));
 }
 
 }  // namespace lumen

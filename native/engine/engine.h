@@ -205,8 +205,12 @@ class Engine : private CounterSink {
   void load();
   void step_once();
   void admit_incoming();
-  void finish(Sequence& s, const char* reason, const std::string& error = {}, const char* error_code = "");
+  // `out`: the kDone event is appended there (to be pushed with others, push_all) instead of pushed.
+  void finish(Sequence& s, const char* reason, const std::string& error = {}, const char* error_code = "",
+              std::vector<EngineEvent>* out = nullptr);
   void push(EngineEvent e);
+  // Several events in one lock and one notification: the caller drains them in one delivery.
+  void push_all(std::vector<EngineEvent>&& evs);
   void sync_pool_stats();  // with mu_ held
   void size_kv_pool(int n_snapshots);  // load(): blocks_ and pool_tokens_, after the weights are bound
   void init_kv_caches(int n_snapshots);  // load(): size_kv_pool, then the backend's KV, state and snapshot caches
