@@ -387,6 +387,13 @@ describe('row figures', () => {
     expect(f.wrongLength).toBe(0);
   });
 
+  it('a row of one token per request (osl = 1) decodes nothing: its decode window is not measured (null), not 0', () => {
+    const f = computeRowFigures(16, 1, timed(req(1, 100, [110]), req(2, 100, [112])), null);
+    expect(f.decodeTokens).toBe(0);
+    expect(f.decodeWindowMs).toBeNull();
+    expect(f.decodeTokS).toBeNull();
+  });
+
   it('aggregates decode over the union of decode spans and keeps prefill-overlapped gaps out of itl', () => {
     // A decodes 10..30; B enqueues at 15 and gets its first token at 20, then decodes 20..40.
     const a = req(1, 0, [10, 15, 20, 25, 30]);

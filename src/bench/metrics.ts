@@ -29,7 +29,8 @@ export interface RowFigures {
   /** decodeTokens * 1000 / decodeWindowMs. */
   decodeTokS: number | null;
   decodeTokens: number;
-  decodeWindowMs: number;
+  /** The time at least one request was decoding (ms); null when no request decoded (every osl = 1): not measured, not 0. */
+  decodeWindowMs: number | null;
   generatedTokens: number;
   /** Timed requests that generated fewer (or more) than osl tokens. */
   wrongLength: number;
@@ -236,7 +237,7 @@ export function computeRowFigures(
     prefillChunkMaxMs: chunk.max,
     decodeTokS: decodeTokens > 0 && decodeWindowMs > 0 ? (decodeTokens * 1000) / decodeWindowMs : null,
     decodeTokens,
-    decodeWindowMs,
+    decodeWindowMs: windows.length > 0 ? decodeWindowMs : null,
     generatedTokens: generated,
     wrongLength,
     minGenerated: minGen,
