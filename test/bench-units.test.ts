@@ -748,7 +748,7 @@ describe('row runner on a simulated engine', () => {
     const n1 = await notes(200, 122);
     expect(n1).toContain('prompts=cold');
     expect(n1).toContain('shared-prefix=122; the prefix cache served 120 of the 122 shared prompt tokens per timed request (it resumes from a recurrent-state snapshot: every 256 tokens and at the end of each earlier prompt)');
-    expect(await notes(300, 128)).toMatch(/the prefix cache served 128 of the 128 shared prompt tokens per timed request(;|$)/);
+    expect(await notes(300, 128)).toMatch(/the prefix cache served 128 of the 128 shared prompt tokens per timed request: ttft_ms and prefill_tok_s count those tokens as ingested, so they are not cold-prefill figures(;|$)/);
     // The whole prompt shared: identical prompts, served warm, and no "hits although unique" warning.
     const n2 = await notes(250, 300);
     expect(n2).toMatch(/^prompts=identical \(--shared-prefix covers the whole prompt/);
@@ -757,7 +757,7 @@ describe('row runner on a simulated engine', () => {
     await e.close();
     const off = createFakeEngine({ ...engineOpts, prefixCache: false });
     expect((await runRow(off, rowSettings({ cell: { isl: 200, osl: 4 }, sharedPrefix: 128, noPrefixCache: true }), new AbortController().signal)).row.notes)
-      .toContain('the prefix cache served 0 of the 128 shared prompt tokens per timed request (the engine has no prefix cache here)');
+      .toMatch(/the prefix cache served 0 of the 128 shared prompt tokens per timed request \(the engine has no prefix cache here\)(;|$)/); // nothing served: no "ingested" remark
     expect((await runRow(off, rowSettings({ cell: { isl: 100, osl: 4 }, sharedPrefix: 128, noPrefixCache: true }), new AbortController().signal)).row.notes)
       .toMatch(/^prompts=identical \(--shared-prefix covers the whole prompt: every prompt is the same; the engine has no prefix cache here, so each is prefilled cold\)/);
     await off.close();
@@ -775,6 +775,11 @@ describe('row runner on a simulated engine', () => {
     const r = await runRow(e, rowSettings({ prompts: 'repeat', concurrency: 2 }), new AbortController().signal);
     expect(r.row.notes).toMatch(/prompts=repeat/);
     expect(r.figures!.cachedPromptTokens).toBeGreaterThan(0);
+    // What the cache served, per timed request, and that the prefill figures count it as ingested.
+    const per = r.timed.map((t) => t.result.cachedPromptTokens);
+    const mean = per.reduce((a, b) => a + b, 0) / per.length;
+    expect(r.row.notes).toContain(`the prefix cache served ${Number.isInteger(mean) ? mean : mean.toFixed(1)} of the 16 prompt tokens per timed request`);
+    expect(r.row.notes).toContain('ttft_ms and prefill_tok_s count those tokens as ingested');
     await e.close();
   });
 

@@ -361,7 +361,19 @@ export async function runRow(
         : served < shared ? `it resumes from a recurrent-state snapshot: every ${(engine as Partial<EngineHandle>).info?.snapshotInterval ?? '?'} tokens and at the end of each earlier prompt`
         : null;
       notes.push(`the prefix cache served ${perRequest} of the ${shared} shared prompt tokens per timed request` +
-        (why !== null ? ` (${why})` : '') + (preemptions > 0 ? ' (hits of the recomputes after preemptions included)' : ''));
+        (why !== null ? ` (${why})` : '') + (preemptions > 0 ? ' (hits of the recomputes after preemptions included)' : '') +
+        (served > 0 ? ': ttft_ms and prefill_tok_s count those tokens as ingested, so they are not cold-prefill figures' : ''));
+    }
+    // Repeated prompts: what the cache served, measured, and how unevenly (a pass before the cache
+    // holds the prompt is cold, the next warm: one row then mixes both).
+    if (st.prompts === 'repeat' && subject === 'engine' && timed.length > 0 && !st.noPrefixCache) {
+      const per = timed.map((t) => t.result.cachedPromptTokens);
+      const lo = Math.min(...per);
+      const hi = Math.max(...per);
+      const mean = per.reduce((a, b) => a + b, 0) / per.length;
+      notes.push(`the prefix cache served ${Number.isInteger(mean) ? mean : mean.toFixed(1)} of the ${isl} prompt tokens per timed request` +
+        (lo !== hi ? ` (from ${lo} to ${hi}: cold and warm requests in one row)` : '') +
+        (hi > 0 ? ': ttft_ms and prefill_tok_s count those tokens as ingested' : ''));
     }
     // Unique prompts should never hit a prefix cache beyond their shared prefix; a server that kept the
     // prompts of an earlier run with the same --seed serves them warm.
