@@ -123,7 +123,8 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
   const leave = (sig: NodeJS.Signals, code: number): never => {
     report.exitCode = code;
     sinks.writeJson();
-    renderer.warn(`${sig}: stopped${cfg.output !== null && io.afterSweep ? ` before ${cfg.output}.html was written (the other files are complete; \`bench report ${cfg.output}.json\` writes it)` : ''}`);
+    const page = cfg.output !== null && io.afterSweep !== undefined && sinks.failure === null;
+    renderer.warn(`${sig}: stopped${page ? ` before ${cfg.output}.html was written (the other files are complete; \`bench report ${cfg.output}.json\` writes it)` : ''}`);
     renderer.close();
     return (io.exit ?? process.exit)(code);
   };
