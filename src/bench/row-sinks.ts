@@ -4,7 +4,7 @@ import { readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { csvHeaderLine, csvRowLine, errorRow, markdownTable, type SweepRow } from './csv.js';
 import { SyncAppender, requestLine, writeFileAtomic } from './output.js';
-import { errnoText } from '../util/errno-text.js';
+import { failureText } from '../util/errno-text.js';
 import { ensureOutputDir } from '../util/output-dir.js';
 import { latencyBlock, type Report, type ReportRow } from './report.js';
 import { firstTimedPass, rowSamples } from './row-samples.js';
@@ -116,7 +116,7 @@ export class RowSinks {
     try {
       write();
     } catch (err) {
-      this.failure = `writing ${name} failed: ${errnoText(err) ?? (err instanceof Error ? err.message : String(err))}`;
+      this.failure = `writing ${name} failed: ${failureText(err)}`;
       this.onFilesFailed(this.failure);
     }
   }

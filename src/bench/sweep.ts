@@ -191,7 +191,7 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
             sinks.row(r, null);
           }
         }
-        return finish(sinks.failure !== null ? EXIT_FAILED : EXIT_ROWS_FAILED);
+        return finish(EXIT_ROWS_FAILED);
       }
       if (cfg.latencyOnly) renderer.note('--latency-only: concurrency 1 only');
       if (cfg.skipTraining) {
@@ -202,7 +202,6 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
 
       const interrupted = await runRows(cfg, engine, target, cfg.profile || cfg.profilePipeline, abort.signal, renderer, report, sinks, rows);
       report.status = interrupted ? 'interrupted' : 'complete';
-      if (sinks.failure !== null) return finish(EXIT_FAILED);
       if (interrupted) return finish(signals.stopCode());
       return finish(rows.every((r) => r.status === 'ok') ? EXIT_OK : EXIT_ROWS_FAILED);
     } finally {
@@ -212,13 +211,14 @@ export async function runSweep(cfg: SweepConfig, backend: SweepBackend, io: Swee
     }
   }
 
+  /** The rows' ending; an --output file that failed, before or at the report's last write, makes it EXIT_FAILED. */
   function finish(sweepCode: number): number {
     finished = true;
-    report.exitCode = sweepCode;
+    const codeNow = () => (sinks.failure !== null ? EXIT_FAILED : sweepCode);
+    report.exitCode = codeNow();
     report.finishedAt = new Date().toISOString();
     sinks.finish(rows);
-    // The report's last write failing (the disk filled after the last row) fails the command too.
-    const code = sinks.failure !== null ? EXIT_FAILED : sweepCode;
+    const code = codeNow(); // the last write failing (the disk filled after the last row) fails the command too
     renderer.summary(report.rows, report.status === 'interrupted');
     if (sinks.failure !== null) {
       const left = rows.length < cfg.cells.length * cfg.concurrency.length ? `; the sweep stopped after ${rows.length} row(s)` : '';

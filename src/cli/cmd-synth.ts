@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import { UsageError } from '../util/usage-error.js';
 import { errnoText } from '../util/errno-text.js';
-import { checkOutputDir, ensureOutputDir } from '../util/output-dir.js';
+import { ensureWritableDir } from '../util/output-dir.js';
 import { oneOf, parseCount } from './flag-values.js';
 import { isPresetName, PRESET_NAMES } from '../model/presets.js';
 import { DEFAULT_SYNTH_SEED, isCheckpointFile, MAX_SYNTH_SEED, resolveSynthConfig, synthTensorCount, writeSynthCheckpoint, type SynthDType } from '../model/synth.js';
@@ -130,8 +130,7 @@ export function registerSynth(program: Command, setResult: (code: number) => voi
       }
 
       const out = path.resolve(raw.out);
-      ensureOutputDir('--out', out);
-      checkOutputDir('--out', out); // takes new files (tried: root passes every permission check, /sys does not)
+      ensureWritableDir('--out', out); // tried for new files: root passes every permission check, /sys does not take them
       {
         // Any file a loader reads from the directory (a chat_template.jinja left there would replace the template written).
         const present = readdirSync(out).filter(isCheckpointFile);

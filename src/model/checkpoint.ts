@@ -94,8 +94,8 @@ const HF_DTYPES: Readonly<Record<string, DType>> = { bfloat16: 'BF16', float16: 
 
 /** The dtype config.json states (its text_config's, else the top level's), or null. */
 function statedDtype(json: unknown): { key: string; value: string } | null {
-  const top = typeof json === 'object' && json !== null ? (json as Record<string, unknown>) : {};
-  const text = typeof top.text_config === 'object' && top.text_config !== null ? (top.text_config as Record<string, unknown>) : {};
+  const top = isJsonObject(json) ? json : {};
+  const text = isJsonObject(top.text_config) ? top.text_config : {};
   for (const o of [text, top]) {
     for (const key of ['dtype', 'torch_dtype']) if (typeof o[key] === 'string') return { key, value: o[key] as string };
   }

@@ -6,8 +6,8 @@ import { existsSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { readSafetensorsHeader } from './safetensors.js';
 import { writeSynthCheckpoint } from './synth.js';
-import { errnoText } from '../util/errno-text.js';
-import { checkOutputDir, ensureOutputDir } from '../util/output-dir.js';
+import { failureText } from '../util/errno-text.js';
+import { ensureWritableDir } from '../util/output-dir.js';
 import { REPO_ROOT } from '../util/version.js';
 
 /** Bump when the generated content changes (new directory name -> regenerated). */
@@ -69,8 +69,7 @@ async function create(dir: string): Promise<string> {
   const parent = path.dirname(dir);
   const base = path.basename(dir);
   // Made one level at a time, and tried: a cache under /proc had Node's recursive mkdir spin for ever.
-  ensureOutputDir(cacheFlag(), parent);
-  checkOutputDir(cacheFlag(), parent);
+  ensureWritableDir(cacheFlag(), parent);
   cleanStale(parent, base);
   if (existsSync(dir) && !isComplete(dir)) {
     // Left by something other than this code (renames are atomic): move it aside, then remove it.
@@ -86,7 +85,7 @@ async function create(dir: string): Promise<string> {
       await writeSynthCheckpoint({ preset: 'tiny', out: tmp, dtype: 'bf16', seed: EMBEDDED_SEED, shards: 1 });
     } catch (err) {
       // A full disk, a directory that went away: said as the cache's, not as a bare errno.
-      throw new Error(`${cacheFlag()}: writing the embedded model in ${parent} failed: ${errnoText(err) ?? (err instanceof Error ? err.message : String(err))}`);
+      throw new Error(`${cacheFlag()}: writing the embedded model in ${parent} failed: ${failureText(err)}`);
     }
     try {
       renameSync(tmp, dir);

@@ -206,8 +206,7 @@ export function selectGguf(modelPath: string, quant?: string): string {
   if (quant === undefined) {
     if (models.length === 1) return models[0]!;
     if (models.length === 0) throw new CheckpointError(`${abs}: ${withLeftOut}`);
-    // --quant tells files apart by the quantization their names carry; two of one quantization only by path.
-    // --quant picks a file whose quantization no other file's name carries.
+    // --quant picks a file whose quantization no other file's name carries; two of one quantization only a path tells apart.
     const quants = models.map((f) => quantOfGgufName(f));
     const byQuant = quants.some((q) => q !== null && quants.indexOf(q) === quants.lastIndexOf(q));
     throw new CheckpointError(`${abs}: several GGUF files (${listed}); ${byQuant ? 'choose one with --quant, or give' : 'give'} the file's path as --model-path`);

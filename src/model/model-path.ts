@@ -14,7 +14,7 @@ import {
 } from './gguf-checkpoint.js';
 import { ggufTokenizerParts } from './gguf-tokenizer.js';
 import { syntheticModel, syntheticTokenizerParts, syntheticWeightsOf } from './synthetic-model.js';
-import { buildTokenizer, readTokenizerParts, tokenizerFilesOf, type LoadedTokenizer, type TokenizerParts } from './tokenizer.js';
+import { buildTokenizer, isTokenizerFileName, readTokenizerParts, tokenizerFilesOf, type LoadedTokenizer, type TokenizerParts } from './tokenizer.js';
 import { CheckpointError, type ModelCheckpoint } from './types.js';
 import { isSameFile, sameFileAmong } from '../util/same-file.js';
 
@@ -150,7 +150,7 @@ export function isModelInputName(model: Pick<ModelCheckpoint, 'dir' | 'format'>,
   if (!isSameFile(path.dirname(abs), model.dir)) return false;
   const name = path.basename(abs);
   const weights = model.format?.container === 'gguf' ? isGgufPath(name) : isCheckpointFileName(name);
-  return weights || Object.values(tokenizerFilesOf(model.dir)).some((f) => path.basename(f) === name);
+  return weights || isTokenizerFileName(name);
 }
 
 /**

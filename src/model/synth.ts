@@ -30,10 +30,11 @@
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseConfig, textConfigToJson } from './config.js';
-import { countParams, expectedTensors, PREFIX_NESTED } from './checkpoint.js';
+import { countParams, expectedTensors, isCheckpointFileName, PREFIX_NESTED } from './checkpoint.js';
 import { presetConfig, presetThinksByDefault, type PresetName } from './presets.js';
 import { DTYPE_SIZE, f32ArrayToBf16, numel, SafetensorsWriter, type TensorSpec } from './safetensors.js';
 import { buildSynthTokenizer, BPE_VOCAB_SIZE, SPECIAL_TOKENS, synthTokenizerConfig } from './synth-tokenizer.js';
+import { isTokenizerFileName } from './tokenizer.js';
 import type { DType, TextConfig } from './types.js';
 import { Rng, standardNormalTable, uniformTable } from '../util/rng.js';
 
@@ -266,12 +267,11 @@ export function synthTensorCount(config: TextConfig, opts: Pick<SynthOptions, 'm
 export const MAX_SYNTH_SEED = 0xffffffff;
 
 /**
- * A file a checkpoint loader reads from a model directory: config and generation config, weights and
- * their index, tokenizer files and a chat template file (HF's chat_template.jinja / .json).
+ * A file of a checkpoint in a model directory: one its loaders read there (the checkpoint's config,
+ * index and weights; the tokenizer's files), or HF's other chat template file (chat_template.json).
  */
 export function isCheckpointFile(name: string): boolean {
-  return name.endsWith('.safetensors') || CHAT_TEMPLATE_FILES.includes(name) ||
-    ['config.json', 'generation_config.json', 'model.safetensors.index.json', 'tokenizer.json', 'tokenizer_config.json'].includes(name);
+  return isCheckpointFileName(name) || isTokenizerFileName(name) || CHAT_TEMPLATE_FILES.includes(name);
 }
 
 /** HF's chat template files beside tokenizer_config.json (either replaces the template written into it). */

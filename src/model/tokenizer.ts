@@ -86,6 +86,11 @@ export async function loadTokenizer(dir: string): Promise<LoadedTokenizer> {
   return buildTokenizer(readTokenizerParts(dir));
 }
 
+/** Whether a file name is one of tokenizerFilesOf's: a name the tokenizer's loader reads in a model directory. */
+export function isTokenizerFileName(name: string): boolean {
+  return Object.values(tokenizerFilesOf('.')).some((f) => path.basename(f) === name);
+}
+
 /** The files readTokenizerParts reads from a checkpoint directory (each one that exists), by role. */
 export function tokenizerFilesOf(dir: string): { tokenizer: string; config: string; template: string; generation: string; model: string } {
   const absDir = path.resolve(dir);

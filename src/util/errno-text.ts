@@ -10,3 +10,8 @@ export function errnoText(err: unknown): string | null {
   const meaning = getSystemErrorMap().get(e.errno)?.[1];
   return meaning !== undefined ? `${meaning} (${e.code})` : e.code;
 }
+
+/** errnoText, else the error's message: what a write failure says after `writing F failed: `. */
+export function failureText(err: unknown): string {
+  return errnoText(err) ?? (err instanceof Error ? err.message : String(err));
+}

@@ -79,6 +79,12 @@ export function ensureOutputDir(flag: string, dir: string): void {
   }
 }
 
+/** An output directory made (ensureOutputDir) and tried for new files: a directory that refuses them is a usage error too. */
+export function ensureWritableDir(flag: string, dir: string): void {
+  ensureOutputDir(flag, dir);
+  checkCanCreateIn(flag, path.resolve(dir));
+}
+
 /**
  * The missing directories of the file `file` made, one level at a time, by its writer at run time
  * (checked before the work by checkOutputFile): a failure is a plain error with its code (ENOTDIR for
