@@ -16,17 +16,31 @@ export interface NativeLlama {
   describe: string;
 }
 
-/** The native build when scripts/build-llama-native.sh has made one; null otherwise. */
+/** The main native build when scripts/build-llama-native.sh has made one; null otherwise. */
 export function findNativeLlama(): NativeLlama | null {
+  return findBuild('--print');
+}
+
+/**
+ * On a CPU with AMX, the build that keeps it (scripts/build-llama-native.sh): its product crashes on
+ * more than one token row of a Qwen3.5 GGUF, so it runs only one-token batches; null elsewhere.
+ */
+export function findNativeLlamaAmx(): NativeLlama | null {
+  return findBuild('--print-amx');
+}
+
+function findBuild(which: '--print' | '--print-amx'): NativeLlama | null {
   let bin: string;
   try {
-    bin = execFileSync('bash', [path.join(REPO_ROOT, 'scripts', 'build-llama-native.sh'), '--print'], { encoding: 'utf8', cwd: REPO_ROOT }).trim();
+    bin = execFileSync('bash', [path.join(REPO_ROOT, 'scripts', 'build-llama-native.sh'), which], { encoding: 'utf8', cwd: REPO_ROOT }).trim();
   } catch {
     return null;
   }
   const stamp = path.join(bin, '..', 'lumen-source-commit');
   const commit = existsSync(stamp) ? readFileSync(stamp, 'utf8').trim() : null;
-  return { bin, commit, describe: `native build (GGML_NATIVE=ON) of the bundled source ${commit?.slice(0, 12) ?? '?'} at ${bin}` };
+  const flagsFile = path.join(bin, '..', 'lumen-build-flags');
+  const flags = existsSync(flagsFile) ? readFileSync(flagsFile, 'utf8').trim() : 'GGML_NATIVE=ON';
+  return { bin, commit, describe: `native build (${flags}) of the bundled source ${commit?.slice(0, 12) ?? '?'} at ${bin}` };
 }
 
 function run(n: NativeLlama, tool: string, args: string[]): string {
@@ -72,10 +86,15 @@ export function parseLlamaBench(out: string, ask: LlamaBenchAsk): number {
 
 const describeAsk = (a: LlamaBenchAsk) => `prompt ${a.prompt}, gen ${a.gen}, depth ${a.depth}`;
 
-/** llama-bench: tokens/s of one test (a prompt of `prompt` tokens, or `gen` tokens after `depth` tokens of context), flash attention on. */
-export function llamaBench(n: NativeLlama, gguf: string, threads: number, t: { prompt: number; gen: number; depth: number }): number {
+/**
+ * llama-bench: tokens/s of one test (a prompt of `prompt` tokens, or `gen` tokens after `depth` tokens
+ * of context), flash attention on; `oneTokenBatches` makes every batch one token (`-ub 1`: the depth's
+ * prompt too, untimed), for the AMX build.
+ */
+export function llamaBench(n: NativeLlama, gguf: string, threads: number, t: { prompt: number; gen: number; depth: number },
+                           oneTokenBatches = false): number {
   const out = run(n, 'llama-bench', ['-m', gguf, '-t', String(threads), '-fa', '1', '-ngl', '0', '-r', '1', '-o', 'json',
-    '-p', String(t.prompt), '-n', String(t.gen), '-d', String(t.depth)]);
+    '-p', String(t.prompt), '-n', String(t.gen), '-d', String(t.depth), ...(oneTokenBatches ? ['-ub', '1'] : [])]);
   return parseLlamaBench(out, { model: gguf, threads, ...t });
 }
 

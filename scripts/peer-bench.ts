@@ -31,7 +31,7 @@ import { parseOrExitCode, UsageError } from '../src/util/usage-error.js';
 import { REPO_ROOT } from '../src/util/version.js';
 import { benchIds, median } from './bench-model.js';
 import { DEFAULT_QUANTS, ensurePeerFiles, parseQuantList, type PeerFiles } from './bench-quant-model.js';
-import { findNativeLlama, llamaBatchedDecode, llamaBench, type NativeLlama } from './llama-native.js';
+import { findNativeLlama, findNativeLlamaAmx, llamaBatchedDecode, llamaBench, type NativeLlama } from './llama-native.js';
 import {
   DECODE_BYTES_RULE, PREFILL_FLOPS_RULE, decodeStepBytes, formatTarget, judgeTargets, prefillFlopsPerToken, type StepBytes, type TargetResult,
 } from './peer-roofline.js';
@@ -311,6 +311,8 @@ interface SharedLlama {
   kind: 'native' | 'prebuilt';
   describe: string;
   native: NativeLlama | null;
+  /** On an AMX CPU, the native build with AMX, which gives the single-stream decode (see findNativeLlamaAmx). */
+  amxDecode: NativeLlama | null;
   prebuilt: Awaited<ReturnType<typeof import('node-llama-cpp').getLlama>> | null;
   dispose(): Promise<void>;
 }
@@ -318,11 +320,16 @@ interface SharedLlama {
 async function sharedLlama(opt: Options): Promise<SharedLlama> {
   const native = opt.llama === 'prebuilt' ? null : findNativeLlama();
   if (opt.llama === 'native' && native === null) throw new UsageError('--llama native: no native build; run `bash scripts/build-llama-native.sh` first');
-  if (native !== null) return { kind: 'native', describe: native.describe, native, prebuilt: null, dispose: async () => {} };
+  if (native !== null) {
+    const amx = findNativeLlamaAmx();
+    const describe = amx === null ? native.describe
+      : `${native.describe}; decode c=1 from the ${amx.describe}, one-token batches (-ub 1)`;
+    return { kind: 'native', describe, native, amxDecode: amx, prebuilt: null, dispose: async () => {} };
+  }
   const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
   const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
   return {
-    kind: 'prebuilt', native: null, prebuilt: llama,
+    kind: 'prebuilt', native: null, amxDecode: null, prebuilt: llama,
     describe: 'the prebuilt CPU library of node-llama-cpp 3.21.1 (one of its per-ISA CPU builds, chosen at load), in this process',
     dispose: async () => { await llama.dispose(); },
   };
@@ -337,7 +344,9 @@ async function referenceLlama(opt: Options, shared: SharedLlama, gguf: string, c
     return {
       round: async () => ({
         prefill: llamaBench(native, gguf, opt.threads, { prompt: opt.isl, gen: 0, depth: 0 }),
-        decode1: llamaBench(native, gguf, opt.threads, { prompt: 0, gen: opt.decodeTokens, depth: opt.decodePrompt }),
+        decode1: shared.amxDecode === null
+          ? llamaBench(native, gguf, opt.threads, { prompt: 0, gen: opt.decodeTokens, depth: opt.decodePrompt })
+          : llamaBench(shared.amxDecode, gguf, opt.threads, { prompt: 0, gen: opt.decodeTokens, depth: opt.decodePrompt }, true),
         decode8: llamaBatchedDecode(native, gguf, opt.threads, opt.decodePrompt, opt.decodeTokens, 8),
       }),
       dispose: async () => {},
