@@ -657,12 +657,14 @@ void q8_quantize_act(const float* x, int64_t M, int64_t K, void* xq, void* out) 
 
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // Pairs ahead that a tile of R activation rows asks for in each stream: for 1..3 rows (the decode
-// streams) the next pair (0, 2, 3, 4 and 6 measured no faster: docs/performance.md, seventeenth
-// session); 4+ rows spend 4+ times as long on a pair, and read from memory faster 2..6 pairs ahead
-// than 1 (twenty-fifth session); 8 rows, with the far lines below, 8 pairs ahead (4 and 6 slower,
-// 12 and 16 no faster; 8 at 4 rows slower: thirty-first session).
+// streams) two (on the AMD EPYC Zen 5 none of 0, 2, 3, 4 and 6 beat one, seventeenth session; on an
+// Intel Xeon the one-row tile read at 0.72 of a plain read one pair ahead and at 0.89 two or three
+// ahead, and the engine's c=1 decode ran 2 % faster: docs/performance.md, forty-sixth session);
+// 4+ rows spend 4+ times as long on a pair, and read from memory faster 2..6 pairs ahead than 1
+// (twenty-fifth session); 8 rows, with the far lines below, 8 pairs ahead (4 and 6 slower, 12 and
+// 16 no faster; 8 at 4 rows slower: thirty-first session).
 template <int R>
-constexpr int kQ8Ahead = R >= 8 ? 8 : R >= 4 ? 4 : 1;
+constexpr int kQ8Ahead = R >= 8 ? 8 : R >= 4 ? 4 : 2;
 // Tiles of 4+ rows also ask for 2 lines of each pair 48 KiB further on, to L2: with the stream's
 // far end already requested, the tiles from memory ran faster at 4 and 8 rows (8 to 192 KiB and
 // 1..17 lines a pair measured; without them the 8-row tile 8 pairs ahead was no faster than 4); at
