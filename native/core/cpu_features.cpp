@@ -30,6 +30,7 @@ const CpuFeatures& cpu_features() {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     r.avx512bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
     r.avx512vnni = r.avx512 && __builtin_cpu_supports("avx512vnni");
+    r.intel = __builtin_cpu_is("intel");
     return r;
   }();
   return f;

@@ -9,6 +9,9 @@ struct CpuFeatures {
   bool avx512 = false;      // F + BW + VL + DQ
   bool avx512bf16 = false;  // vdpbf16ps
   bool avx512vnni = false;  // vpdpbusd (the quantized dot products; every AVX-512 BF16 CPU has it)
+  // An Intel CPU: where a kernel's best way to read memory was measured to differ between the Intel
+  // Xeon and the AMD EPYC machines (software prefetch in the one-row bf16 decode tile).
+  bool intel = false;
 };
 
 const CpuFeatures& cpu_features();
