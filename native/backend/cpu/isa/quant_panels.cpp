@@ -30,6 +30,7 @@
 #include "backend/cpu/isa/simd.h"
 #include "backend/cpu/kernels.h"
 #include "core/aligned.h"
+#include "core/cpu_features.h"
 #include "core/quant_ref.h"
 
 namespace lumen::cpu::LUMEN_ISA {
@@ -665,13 +666,19 @@ void q8_quantize_act(const float* x, int64_t M, int64_t K, void* xq, void* out) 
 // 16 no faster; 8 at 4 rows slower: thirty-first session).
 template <int R>
 constexpr int kQ8Ahead = R >= 8 ? 8 : R >= 4 ? 4 : 2;
-// Tiles of 4+ rows also ask for 2 lines of each pair 48 KiB further on, to L2: with the stream's
-// far end already requested, the tiles from memory ran faster at 4 and 8 rows (8 to 192 KiB and
-// 1..17 lines a pair measured; without them the 8-row tile 8 pairs ahead was no faster than 4); at
-// 1..3 rows, where the tiles are bound by the read alone, they ran slower (docs/performance.md,
-// thirty-first session). Near a matrix's end they point past it: prefetches never fault.
+// Tiles of 4+ rows also ask for lines of each pair 48 KiB further on, to L2: with the stream's far
+// end already requested, the tiles from memory ran faster at 4 and 8 rows (on the AMD EPYC 8 to 192
+// KiB and 1..17 lines a pair measured, 2 lines fastest; without them the 8-row tile 8 pairs ahead
+// was no faster than 4); at 1..3 rows, where the tiles are bound by the read alone, they ran slower
+// (docs/performance.md, thirty-first session). On an Intel Xeon 8 lines a pair read x1.15 faster
+// than 2 at 8 rows (17 x1.03) and the engine's c=8 decode ran x1.10 (forty-sixth session), where on
+// the EPYC 8 had read ~6 % slower than 2: so 8 on Intel CPUs, 2 elsewhere. Near a matrix's end they
+// point past it: prefetches never fault.
 constexpr size_t kQ8FarBytes = size_t{48} << 10;
-constexpr int kQ8FarLines = 2;
+inline int q8_far_lines() {
+  static const int lines = lumen::cpu_features().intel ? 8 : 2;
+  return lines;
+}
 // S panels (pp[s]) against R activation rows (a: their records of block 0, the first of the tile's
 // group, bstride records per block): ys[s][m * ldy + i] for the first nvalid[s] rows i of panel s.
 // Per row and block one chain of 8 vpdpbusd from the correction, each by its 4 activation bytes
@@ -682,6 +689,7 @@ constexpr int kQ8FarLines = 2;
 template <int R, int S>
 void tile_q8(const uint8_t* const* pp, const Q8ActRec* a, int64_t bstride, int64_t nb, float* const* ys, int64_t ldy,
              const int* nvalid) {
+  const int far_lines = R >= 4 ? q8_far_lines() : 0;
   __m512 acc[S][R];
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < R; ++m) acc[s][m] = _mm512_setzero_ps();
@@ -695,7 +703,7 @@ void tile_q8(const uint8_t* const* pp, const Q8ActRec* a, int64_t bstride, int64
         _mm_prefetch(reinterpret_cast<const char*>(pair + kQ8Ahead<R> * kQ8Pair + 64 * (8 * h + l)), _MM_HINT_T0);
       if constexpr (R >= 4)
         if (h == 0)
-          for (int l = 0; l < kQ8FarLines; ++l) _mm_prefetch(reinterpret_cast<const char*>(pair + kQ8FarBytes + 64 * l), _MM_HINT_T2);
+          for (int l = 0; l < far_lines; ++l) _mm_prefetch(reinterpret_cast<const char*>(pair + kQ8FarBytes + 64 * l), _MM_HINT_T2);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + 32 * h)));
       __m512i w[8];
       for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(ch + 64 * j);
