@@ -1,6 +1,9 @@
 // llama.cpp built natively for this machine (scripts/build-llama-native.sh): found, described, and run
 // through its own tools on a GGUF: llama-bench for prefill and single-stream decode, llama-batched-bench
-// for the aggregate decode of several sequences. The strongest llama.cpp anchor for bench:peer (the
+// for the aggregate decode of several sequences. Both load the weights into their own memory (`-lm
+// none`), as this engine does, not mapped from the page cache: where the page cache's pages sit is the
+// host's doing, and once moved them read llama.cpp's bf16 decode at 8.6 tok/s against 12.5 loaded,
+// minutes apart on one machine (docs/performance.md, "An Intel Xeon with AMX"). The strongest llama.cpp anchor for bench:peer (the
 // prebuilt library node-llama-cpp ships picks one of its per-ISA CPU builds at load time, compiled
 // without -march=native).
 import { execFileSync } from 'node:child_process';
@@ -59,13 +62,13 @@ export interface LlamaBenchAsk { model: string; threads: number; prompt: number;
 
 /** The fields of a llama-bench JSON row that say which test it is (tools/llama-bench/llama-bench.cpp). */
 interface LlamaBenchRow {
-  model_filename: string; n_threads: number; flash_attn: number; n_prompt: number; n_gen: number; n_depth: number; avg_ts: number;
+  model_filename: string; n_threads: number; flash_attn: number; load_mode: string; n_prompt: number; n_gen: number; n_depth: number; avg_ts: number;
 }
 
 /**
  * The tokens/s of the test asked for, from llama-bench's `-o json` output: the row with that prompt,
  * generation and depth, which must also be of that file and thread count with flash attention on
- * (llama-bench prints `flash_attn` as its enum: 1 = enabled). A row that differs in any of those
+ * (llama-bench prints `flash_attn` as its enum: 1 = enabled) and the weights loaded (`load_mode` none). A row that differs in any of those
  * is an error naming each difference, not a figure of some other test.
  */
 export function parseLlamaBench(out: string, ask: LlamaBenchAsk): number {
@@ -79,6 +82,7 @@ export function parseLlamaBench(out: string, ask: LlamaBenchAsk): number {
   if (row.model_filename !== ask.model) wrong.push(`model_filename ${JSON.stringify(row.model_filename)}, asked ${JSON.stringify(ask.model)}`);
   if (row.n_threads !== ask.threads) wrong.push(`n_threads ${String(row.n_threads)}, asked ${ask.threads}`);
   if (row.flash_attn !== 1) wrong.push(`flash_attn ${String(row.flash_attn)}, asked 1 (on)`);
+  if (row.load_mode !== 'none') wrong.push(`load_mode ${JSON.stringify(row.load_mode)}, asked "none" (weights loaded, not mapped)`);
   if (typeof row.avg_ts !== 'number' || !(row.avg_ts > 0)) wrong.push(`avg_ts ${String(row.avg_ts)}, not a rate`);
   if (wrong.length > 0) throw new Error(`llama-bench's row for ${describeAsk(ask)} is not the test asked for: ${wrong.join('; ')}`);
   return row.avg_ts!;
@@ -93,7 +97,7 @@ const describeAsk = (a: LlamaBenchAsk) => `prompt ${a.prompt}, gen ${a.gen}, dep
  */
 export function llamaBench(n: NativeLlama, gguf: string, threads: number, t: { prompt: number; gen: number; depth: number },
                            oneTokenBatches = false): number {
-  const out = run(n, 'llama-bench', ['-m', gguf, '-t', String(threads), '-fa', '1', '-ngl', '0', '-r', '1', '-o', 'json',
+  const out = run(n, 'llama-bench', ['-m', gguf, '-t', String(threads), '-fa', '1', '-ngl', '0', '-lm', 'none', '-r', '1', '-o', 'json',
     '-p', String(t.prompt), '-n', String(t.gen), '-d', String(t.depth), ...(oneTokenBatches ? ['-ub', '1'] : [])]);
   return parseLlamaBench(out, { model: gguf, threads, ...t });
 }
@@ -124,7 +128,7 @@ export function parseBatchedBench(out: string, ask: BatchedAsk): number {
 
 /** llama-batched-bench: the aggregate decode tokens/s of `sequences` sequences after each prefilled `prompt` tokens. */
 export function llamaBatchedDecode(n: NativeLlama, gguf: string, threads: number, prompt: number, gen: number, sequences: number): number {
-  const out = run(n, 'llama-batched-bench', ['-m', gguf, '-t', String(threads), '-tb', String(threads), '-fa', 'on', '-ngl', '0',
+  const out = run(n, 'llama-batched-bench', ['-m', gguf, '-t', String(threads), '-tb', String(threads), '-fa', 'on', '-ngl', '0', '-lm', 'none',
     '-c', String(sequences * (prompt + gen) + 16), '-b', '2048', '-ub', '512', '-npp', String(prompt), '-ntg', String(gen), '-npl', String(sequences),
     '--output-format', 'jsonl']);
   return parseBatchedBench(out, { threads, prompt, gen, sequences });

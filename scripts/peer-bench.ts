@@ -353,7 +353,8 @@ async function referenceLlama(opt: Options, shared: SharedLlama, gguf: string, c
     };
   }
   const llama = shared.prebuilt!;
-  const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0 });
+  // Loaded into the process's memory as the native tools' `-lm none` (llama-native.ts), not mapped.
+  const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0, useMmap: false });
   const ctx1 = await model.createContext({ contextSize: Math.max(opt.isl + 8, ctxLen), sequences: 1, threads: opt.threads, batchSize: 512 });
   const ctx8 = await model.createContext({ contextSize: 8 * ctxLen, sequences: 8, threads: opt.threads, batchSize: 512 });
 

@@ -402,7 +402,7 @@ describe('llama.cpp\'s tools\' output', () => {
   // The shape tools/llama-bench/llama-bench.cpp prints with -o json (fields abridged), after log lines.
   const benchRow = (o: Record<string, unknown>) => ({
     build_commit: '80fb11ac', model_filename: '/m/peer-0.8b-q8_0-abc.gguf', model_type: 'qwen35 0.8B Q8_0', n_batch: 2048, n_ubatch: 512,
-    n_threads: 2, type_k: 'f16', type_v: 'f16', n_gpu_layers: 0, flash_attn: 1, n_prompt: 0, n_gen: 48, n_depth: 128,
+    n_threads: 2, type_k: 'f16', type_v: 'f16', n_gpu_layers: 0, flash_attn: 1, load_mode: 'none', n_prompt: 0, n_gen: 48, n_depth: 128,
     avg_ns: 1_700_000_000, stddev_ns: 0, avg_ts: 28.25, stddev_ts: 0, samples_ns: [1_700_000_000], samples_ts: [28.25], ...o,
   });
   const benchOut = (...rows: Record<string, unknown>[]) => `load_backend: loaded CPU backend\n${JSON.stringify(rows.map(benchRow), null, 2)}\n`;
@@ -417,6 +417,8 @@ describe('llama.cpp\'s tools\' output', () => {
     expect(() => parseLlamaBench(benchOut({ n_threads: 16 }), ask)).toThrow(/not the test asked for: n_threads 16, asked 2/);
     expect(() => parseLlamaBench(benchOut({ flash_attn: 0 }), ask)).toThrow(/flash_attn 0, asked 1/);
     expect(() => parseLlamaBench(benchOut({ flash_attn: -1 }), ask)).toThrow(/flash_attn -1, asked 1/);
+    // Mapped from the page cache: another memory than ours (llama-native.ts).
+    expect(() => parseLlamaBench(benchOut({ load_mode: 'mmap' }), ask)).toThrow(/load_mode "mmap", asked "none"/);
     expect(() => parseLlamaBench(benchOut({ model_filename: '/m/peer-0.8b-q4_k_m-abc.gguf' }), ask)).toThrow(/model_filename "\/m\/peer-0.8b-q4_k_m-abc.gguf", asked "\/m\/peer-0.8b-q8_0-abc.gguf"/);
     expect(() => parseLlamaBench(benchOut({ n_threads: 1, flash_attn: 0 }), ask)).toThrow(/n_threads 1, asked 2; flash_attn 0/);
     expect(() => parseLlamaBench(benchOut({ n_depth: 0 }), ask)).toThrow(/no result for prompt 0, gen 48, depth 128/);
