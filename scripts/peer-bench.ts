@@ -13,6 +13,7 @@
 // (scripts/peer-roofline.ts); for the quantized types, issue 19's targets are judged.
 // Usage: npm run bench:peer -- [--quant bf16,q8_0,q4_k_m] [--threads N] [--rounds N] [--prepare]
 import { writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { Command, Option } from 'commander';
 import { steadyDecodeRate } from '../src/bench/metrics.js';
 import { choiceArg, countArg } from '../src/cli/flag-values.js';
@@ -323,7 +324,7 @@ async function sharedLlama(opt: Options): Promise<SharedLlama> {
   if (native !== null) {
     const amx = findNativeLlamaAmx();
     const describe = amx === null ? native.describe
-      : `${native.describe}; decode c=1 from the ${amx.describe}, one-token batches (-ub 1)`;
+      : `${native.describe}; decode c=1 the higher of that build's and the ${amx.describe}'s, run with one-token batches (-ub 1)`;
     return { kind: 'native', describe, native, amxDecode: amx, prebuilt: null, dispose: async () => {} };
   }
   const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
@@ -335,6 +336,20 @@ async function sharedLlama(opt: Options): Promise<SharedLlama> {
   };
 }
 
+/**
+ * llama.cpp's c=1 decode from the native build; on an AMX CPU from both builds, the higher taken (the
+ * AMX build's one-row path reads Q8_0 far faster, the main build's Q4_K a little: docs/performance.md,
+ * "An Intel Xeon with AMX"), both printed.
+ */
+function decode1Native(opt: Options, shared: SharedLlama, gguf: string): number {
+  const t = { prompt: 0, gen: opt.decodeTokens, depth: opt.decodePrompt };
+  const main = llamaBench(shared.native!, gguf, opt.threads, t);
+  if (shared.amxDecode === null) return main;
+  const amx = llamaBench(shared.amxDecode, gguf, opt.threads, t, true);
+  process.stderr.write(`  llama.cpp c=1 on ${path.basename(gguf)}: main build ${main.toFixed(2)}, AMX build ${amx.toFixed(2)} tok/s; the higher taken\n`);
+  return Math.max(main, amx);
+}
+
 /** llama.cpp on one GGUF: the native build's tools, or the prebuilt library with this file loaded. */
 async function referenceLlama(opt: Options, shared: SharedLlama, gguf: string, ctxLen: number): Promise<Reference> {
   const ids = benchIds;
@@ -344,9 +359,7 @@ async function referenceLlama(opt: Options, shared: SharedLlama, gguf: string, c
     return {
       round: async () => ({
         prefill: llamaBench(native, gguf, opt.threads, { prompt: opt.isl, gen: 0, depth: 0 }),
-        decode1: shared.amxDecode === null
-          ? llamaBench(native, gguf, opt.threads, { prompt: 0, gen: opt.decodeTokens, depth: opt.decodePrompt })
-          : llamaBench(shared.amxDecode, gguf, opt.threads, { prompt: 0, gen: opt.decodeTokens, depth: opt.decodePrompt }, true),
+        decode1: decode1Native(opt, shared, gguf),
         decode8: llamaBatchedDecode(native, gguf, opt.threads, opt.decodePrompt, opt.decodeTokens, 8),
       }),
       dispose: async () => {},
