@@ -15,8 +15,9 @@
 # which takes the Q4_0/Q8_0/K-quant weights there, crashes (SIGSEGV in ggml_backend_amx_mul_mat) on
 # any product of more than one token row with a Qwen3.5 GGUF, so a prompt or a batched decode never
 # finishes (the crash upstream users report as llama.cpp issue 20824). The second (build-amx) keeps
-# AMX: its one-row product takes another path that runs, and is faster than the main build's, so
-# bench:peer takes llama.cpp's single-stream decode from it (with one-token batches: `-ub 1`).
+# AMX: its one-row product takes another path that runs (for Q8_0 far faster than the main build's),
+# so bench:peer takes llama.cpp's single-stream decode as the higher of the two builds' figures, this
+# one run with one-token batches (`-ub 1`).
 # docs/performance.md, "An Intel Xeon with AMX", has the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,11 +1,11 @@
 // llama.cpp built natively for this machine (scripts/build-llama-native.sh): found, described, and run
 // through its own tools on a GGUF: llama-bench for prefill and single-stream decode, llama-batched-bench
-// for the aggregate decode of several sequences. Both load the weights into their own memory (`-lm
-// none`), as this engine does, not mapped from the page cache: where the page cache's pages sit is the
-// host's doing, and once moved them read llama.cpp's bf16 decode at 8.6 tok/s against 12.5 loaded,
-// minutes apart on one machine (docs/performance.md, "An Intel Xeon with AMX"). The strongest llama.cpp anchor for bench:peer (the
+// for the aggregate decode of several sequences. The strongest llama.cpp anchor for bench:peer (the
 // prebuilt library node-llama-cpp ships picks one of its per-ISA CPU builds at load time, compiled
-// without -march=native).
+// without -march=native). Both tools load the weights into their own memory (`-lm none`), as this
+// engine does, not mapped from the page cache: where the page cache's pages sit is the host's doing,
+// and mapped, llama.cpp's bf16 decode once read 8.6 tok/s against 12.5 loaded, minutes apart on one
+// machine (docs/performance.md, "An Intel Xeon with AMX").
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -68,8 +68,9 @@ interface LlamaBenchRow {
 /**
  * The tokens/s of the test asked for, from llama-bench's `-o json` output: the row with that prompt,
  * generation and depth, which must also be of that file and thread count with flash attention on
- * (llama-bench prints `flash_attn` as its enum: 1 = enabled) and the weights loaded (`load_mode` none). A row that differs in any of those
- * is an error naming each difference, not a figure of some other test.
+ * (llama-bench prints `flash_attn` as its enum: 1 = enabled) and the weights loaded (`load_mode`
+ * none). A row that differs in any of those is an error naming each difference, not a figure of
+ * some other test.
  */
 export function parseLlamaBench(out: string, ask: LlamaBenchAsk): number {
   const open = out.indexOf('[');

@@ -312,7 +312,7 @@ interface SharedLlama {
   kind: 'native' | 'prebuilt';
   describe: string;
   native: NativeLlama | null;
-  /** On an AMX CPU, the native build with AMX, which gives the single-stream decode (see findNativeLlamaAmx). */
+  /** On an AMX CPU, the native build with AMX, the other build decode1Native measures (see findNativeLlamaAmx). */
   amxDecode: NativeLlama | null;
   prebuilt: Awaited<ReturnType<typeof import('node-llama-cpp').getLlama>> | null;
   dispose(): Promise<void>;
@@ -341,11 +341,11 @@ async function sharedLlama(opt: Options): Promise<SharedLlama> {
  * AMX build's one-row path reads Q8_0 far faster, the main build's Q4_K a little: docs/performance.md,
  * "An Intel Xeon with AMX"), both printed.
  */
-function decode1Native(opt: Options, shared: SharedLlama, gguf: string): number {
+function decode1Native(opt: Options, native: NativeLlama, amxBuild: NativeLlama | null, gguf: string): number {
   const t = { prompt: 0, gen: opt.decodeTokens, depth: opt.decodePrompt };
-  const main = llamaBench(shared.native!, gguf, opt.threads, t);
-  if (shared.amxDecode === null) return main;
-  const amx = llamaBench(shared.amxDecode, gguf, opt.threads, t, true);
+  const main = llamaBench(native, gguf, opt.threads, t);
+  if (amxBuild === null) return main;
+  const amx = llamaBench(amxBuild, gguf, opt.threads, t, true);
   process.stderr.write(`  llama.cpp c=1 on ${path.basename(gguf)}: main build ${main.toFixed(2)}, AMX build ${amx.toFixed(2)} tok/s; the higher taken\n`);
   return Math.max(main, amx);
 }
@@ -359,7 +359,7 @@ async function referenceLlama(opt: Options, shared: SharedLlama, gguf: string, c
     return {
       round: async () => ({
         prefill: llamaBench(native, gguf, opt.threads, { prompt: opt.isl, gen: 0, depth: 0 }),
-        decode1: decode1Native(opt, shared, gguf),
+        decode1: decode1Native(opt, native, shared.amxDecode, gguf),
         decode8: llamaBatchedDecode(native, gguf, opt.threads, opt.decodePrompt, opt.decodeTokens, 8),
       }),
       dispose: async () => {},

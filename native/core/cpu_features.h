@@ -10,7 +10,8 @@ struct CpuFeatures {
   bool avx512bf16 = false;  // vdpbf16ps
   bool avx512vnni = false;  // vpdpbusd (the quantized dot products; every AVX-512 BF16 CPU has it)
   // An Intel CPU: where a kernel's best way to read memory was measured to differ between the Intel
-  // Xeon and the AMD EPYC machines (software prefetch in the one-row bf16 decode tile).
+  // Xeon and the AMD EPYC machines (the one-row bf16 decode tile's software prefetch, the Q8_0 tiles'
+  // far lines).
   bool intel = false;
 };
 
