@@ -11,6 +11,7 @@ interface TableCheck {
   logprobSumMaxRelErr: number; topValueCases: number; topValueMismatches: number; topKCases: number; topKMismatches: number; topKMarksMissed: number;
   streamSumMaxRelErr: number; rowMatmulCases: number; rowMatmulMaxErr: number; rowStreamBatchMismatches: number;
   packedMatmulCases?: number; packedMatmulMaxErr?: number; packedRowCases?: number; packedRowMismatches?: number; // AVX-512 BF16 only
+  packedBatchRows?: number; packedBatchMismatches?: number;
   quant?: Record<string, QuantCheck>; // AVX2, and AVX-512 with VNNI
 }
 
@@ -25,7 +26,7 @@ const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K', 'IQ
 
 describe('CPU kernels against scalar references', () => {
   const addon = loadAddon() as unknown as {
-    kernelCheck(): Record<string, TableCheck>; cpuInfo(): { avx2: boolean; avx512: boolean; avx512bf16: boolean };
+    kernelCheck(): Record<string, TableCheck>; cpuInfo(): { avx2: boolean; avx512: boolean; avx512bf16: boolean; amxUsed: boolean };
   };
   const res = addon.kernelCheck();
   const info = addon.cpuInfo();
@@ -34,6 +35,8 @@ describe('CPU kernels against scalar references', () => {
     expect(Object.keys(res).length).toBeGreaterThan(0);
     if (info.avx2) expect(res.avx2).toBeDefined();
     if (info.avx512) expect(res.avx512).toBeDefined();
+    // The AVX-512 table's checks are run once more with AMX off where it runs on AMX tiles.
+    expect(res.avx512NoAmx !== undefined).toBe(info.amxUsed);
   });
 
   for (const isa of ['avx2', 'avx512']) {
@@ -100,10 +103,13 @@ describe('CPU kernels against scalar references', () => {
     });
   }
 
-  // The block-quantized kernels, per type, on random valid blocks (native/testing/quant_check.cpp).
-  for (const isa of ['avx2', 'avx512']) {
+  // The block-quantized kernels, per type, on random valid blocks (native/testing/quant_check.cpp);
+  // on a CPU whose AVX-512 table runs products on AMX tiles, also with them switched off
+  // (avx512NoAmx: the VNNI tiles the table runs on other CPUs).
+  const noAmxWhy = (isa: string) => (isa === 'avx512NoAmx' ? ' [skipped: this CPU has no AMX tiles for this process, so the AVX-512 table above ran without them]' : '');
+  for (const isa of ['avx2', 'avx512', 'avx512NoAmx']) {
     const q = res[isa]?.quant;
-    const why = q !== undefined ? '' : ` [skipped: this CPU cannot run the ${isa} table${isa === 'avx512' ? ' (AVX-512 with VNNI)' : ''}]`;
+    const why = q !== undefined ? '' : noAmxWhy(isa) || ` [skipped: this CPU cannot run the ${isa} table${isa === 'avx512' ? ' (AVX-512 with VNNI)' : ''}]`;
     it.runIf(q !== undefined).each(QUANT_TYPES)(`${isa}: %s dequantization, activation quantization and packed dot products${why}`, (type) => {
       const r = q![type]!;
       expect(r.dequantElements).toBeGreaterThan(1000);
@@ -160,12 +166,22 @@ describe('CPU kernels against scalar references', () => {
   }
 
   // Packed panels exist only with vdpbf16ps; without it the bf16 path widens to f32 (no packing).
-  it.runIf(info.avx512bf16)(`avx512: the packed bf16 matmul matches for whole, cut and sliced panel ranges, and rows read back from the panels are the stored ones${info.avx512bf16 ? '' : ' [skipped: this CPU has no AVX-512 BF16]'}`, () => {
-    const r = res.avx512!;
-    expect(r.packedMatmulCases).toBeGreaterThan(300);
-    expect(r.packedMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact bf16 products, relative to the sum of |terms|
-    // Rows read back from the panels (a packed embedding's lookup): the stored values, bit for bit.
-    expect(r.packedRowCases).toBe(3 * (5 + 16 + 72 + 200));
-    expect(r.packedRowMismatches).toBe(0);
-  });
+  // With AMX tiles (avx512; avx512NoAmx the same table with them off) the products run on them.
+  for (const isa of ['avx512', 'avx512NoAmx']) {
+    const run = info.avx512bf16 && res[isa] !== undefined;
+    const why = run ? '' : noAmxWhy(isa) || ' [skipped: this CPU has no AVX-512 BF16]';
+    it.runIf(run)(`${isa}: the packed bf16 matmul matches for whole, cut and sliced panel ranges, each row of a batch has the bits of the row alone, and rows read back from the panels are the stored ones${why}`, () => {
+      const r = res[isa]!;
+      expect(r.packedMatmulCases).toBeGreaterThan(300);
+      expect(r.packedMatmulMaxErr).toBeLessThan(1e-5); // fp32 sums of exact bf16 products, relative to the sum of |terms|
+      // Batch invariance: every row of a 2..23-row product, whole and in the decode streams, has
+      // the bits of the same row alone (whole and streamed). On AMX the tile unit's sums are not
+      // vdpbf16ps's, so every batch size (one row included) must run on it.
+      expect(r.packedBatchRows).toBeGreaterThan(3000);
+      expect(r.packedBatchMismatches).toBe(0);
+      // Rows read back from the panels (a packed embedding's lookup): the stored values, bit for bit.
+      expect(r.packedRowCases).toBe(3 * (5 + 16 + 72 + 200));
+      expect(r.packedRowMismatches).toBe(0);
+    });
+  }
 });

@@ -26,6 +26,8 @@ Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
   obj.Set("avx2", f.avx2);
   obj.Set("avx512", f.avx512);
   obj.Set("avx512bf16", f.avx512bf16);
+  obj.Set("amx", f.amx);
+  obj.Set("amxUsed", lumen::amx_usable());
   obj.Set("isa", lumen::active_isa_name());
   obj.Set("usableCpus", lumen::usable_cpus());
   auto limits = Napi::Object::New(env);

@@ -3,9 +3,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <thread>
 
+#include <cpuid.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace lumen {
 
@@ -31,6 +35,9 @@ const CpuFeatures& cpu_features() {
     r.avx512bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
     r.avx512vnni = r.avx512 && __builtin_cpu_supports("avx512vnni");
     r.intel = __builtin_cpu_is("intel");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    // CPUID leaf 7: EDX bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8.
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) r.amx = (d >> 22 & 1) && (d >> 24 & 1) && (d >> 25 & 1);
     return r;
   }();
   return f;
@@ -55,6 +62,26 @@ Isa active_isa() {
   }();
   return isa;
 }
+
+bool amx_usable() {
+  static const bool usable = [] {
+    if (!cpu_features().amx || active_isa() != Isa::avx512) return false;
+    const char* env = std::getenv("LUMEN_AMX");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    // Linux keeps the 8 KiB of tile data out of a process's saved state until it asks for it.
+    constexpr long kReqPerm = 0x1023, kGetPerm = 0x1022, kTileData = 18;
+    if (syscall(SYS_arch_prctl, kReqPerm, kTileData) != 0) return false;
+    unsigned long mask = 0;
+    return syscall(SYS_arch_prctl, kGetPerm, &mask) == 0 && (mask >> kTileData & 1);
+  }();
+  return usable;
+}
+
+namespace {
+std::atomic<bool> amx_on{true};
+}
+bool amx_enabled() { return amx_on.load(std::memory_order_relaxed) && amx_usable(); }
+void set_amx_enabled(bool on) { amx_on.store(on, std::memory_order_relaxed); }
 
 const char* active_isa_name() { return active_isa() == Isa::avx512 ? "avx512-bf16" : "avx2"; }
 

@@ -13,6 +13,9 @@ struct CpuFeatures {
   // Xeon and the AMD EPYC machines (the one-row bf16 decode tile's software prefetch, the Q8_0 tiles'
   // far lines).
   bool intel = false;
+  // AMX-TILE + AMX-INT8 + AMX-BF16 (Intel's tile unit), as CPUID reports them; whether this process
+  // may use the tiles is amx_usable()'s question.
+  bool amx = false;
 };
 
 const CpuFeatures& cpu_features();
@@ -31,5 +34,14 @@ bool isa_supported(Isa isa);
 // (forcing a path the CPU lacks falls back to avx2 with a warning on stderr).
 Isa active_isa();
 const char* active_isa_name();
+
+// Whether the kernels may use AMX tiles: the CPU has them (cpu_features().amx), Linux granted this
+// process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here), the AVX-512 table
+// is active, and LUMEN_AMX is not 0 in the environment. Resolved once.
+bool amx_usable();
+// Whether they use it now: amx_usable() unless set_amx_enabled(false) switched it off (the kernel
+// checks run both paths with it; the switch is process-wide, so not for use while products run).
+bool amx_enabled();
+void set_amx_enabled(bool on);
 
 }  // namespace lumen

@@ -48,6 +48,77 @@ double matmul_err(const std::vector<float>& x, const std::vector<float>& w, int6
   return err;
 }
 
+// Packed bf16 matmul (AVX-512 BF16 only) in every way the backend calls it: whole panel ranges,
+// odd chunks (tile groups cut short), and the sliced streams of decode-sized batches with the
+// remainder panels apart. Against a double sum of the same bf16-rounded operands, relative to
+// the sum of |terms|. Every output is first set to NaN, so a panel left out fails too. Batch
+// invariance: every row of a batch has the bits of the same row computed alone, whole and in the
+// decode streams (a sequence's tokens must not depend on the batch around them, nor a token
+// recomputed in a prefill after a preemption on the one decoded first).
+void check_packed(Napi::Object& obj, const cpu::Kernels& K) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  double mm_err = 0;
+  int mm_cases = 0, row_cases = 0, row_mismatches = 0, batch_rows = 0, batch_mismatches = 0;
+  for (int64_t Kd : {2, 64, 1030})
+    for (int64_t N : {5, 16, 72, 200})
+      for (int64_t M : {1, 2, 5, 6, 7, 8, 9, 16, 17, 23}) {
+        std::vector<uint16_t> w(static_cast<size_t>(N * Kd)), xb(static_cast<size_t>(M * Kd));
+        for (auto& v : w) v = f32_to_bf16(u(rng));
+        for (auto& v : xb) v = f32_to_bf16(u(rng));
+        // The same bf16 values as f32, for the reference.
+        std::vector<float> wf(w.size()), xf(xb.size());
+        for (size_t i = 0; i < w.size(); ++i) wf[i] = bf16_to_f32(w[i]);
+        for (size_t i = 0; i < xb.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
+        std::vector<uint16_t> packed(static_cast<size_t>(cpu::packed_elems(N, Kd)));
+        const int64_t P = (N + cpu::kPanel - 1) / cpu::kPanel;
+        K.pack_bf16(w.data(), N, Kd, 0, P, packed.data());
+        // The rows read back from the panels (the embedding's lookup), bit for bit.
+        if (M == 1) {
+          std::vector<float> row(static_cast<size_t>(Kd));
+          for (int64_t n = 0; n < N; ++n) {
+            cpu::packed_bf16_row(packed.data(), Kd, n, row.data());
+            row_cases += 1;
+            row_mismatches += std::memcmp(row.data(), wf.data() + n * Kd, static_cast<size_t>(Kd) * 4) != 0;
+          }
+        }
+        // mode 0: whole; 1: in chunks of 5 panels; 2: as the backend's decode streams read them
+        // (cpu::decode_streams of them, far apart, the remainder panels apart).
+        auto run = [&](int mode, int64_t rows, const uint16_t* x, float* y) {
+          if (mode == 0) K.matmul_packed(x, rows, Kd, packed.data(), N, 0, P, y, N, 0);
+          if (mode == 1)
+            for (int64_t p0 = 0; p0 < P; p0 += 5) K.matmul_packed(x, rows, Kd, packed.data(), N, p0, std::min(P, p0 + 5), y, N, 0);
+          if (mode == 2) {
+            const int64_t S = cpu::decode_streams(true, rows), Q = P / S;
+            for (int64_t p0 = 0; p0 < Q; p0 += 2) K.matmul_packed(x, rows, Kd, packed.data(), N, p0, std::min(Q, p0 + 2), y, N, Q);
+            K.matmul_packed(x, rows, Kd, packed.data(), N, S * Q, P, y, N, 0);
+          }
+        };
+        for (int mode = 0; mode < 3; ++mode) {
+          if (mode == 2 && M > 16) continue;  // the backend slices decode-sized batches only
+          std::vector<float> y(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
+          run(mode, M, xb.data(), y.data());
+          mm_err = std::max(mm_err, matmul_err(xf, wf, M, N, Kd, y));
+          ++mm_cases;
+          if (M == 1 || mode == 1) continue;
+          // Each row alone, whole and in the decode streams.
+          for (int64_t m = 0; m < M; ++m)
+            for (int alone : {0, 2}) {
+              std::vector<float> y1(static_cast<size_t>(N), std::numeric_limits<float>::quiet_NaN());
+              run(alone, 1, xb.data() + m * Kd, y1.data());
+              batch_rows += 1;
+              batch_mismatches += std::memcmp(y1.data(), y.data() + m * N, static_cast<size_t>(N) * 4) != 0;
+            }
+        }
+      }
+  obj.Set("packedMatmulCases", mm_cases);
+  obj.Set("packedMatmulMaxErr", mm_err);
+  obj.Set("packedRowCases", row_cases);
+  obj.Set("packedRowMismatches", row_mismatches);
+  obj.Set("packedBatchRows", batch_rows);
+  obj.Set("packedBatchMismatches", batch_mismatches);
+}
+
 Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes& probes) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -793,56 +864,7 @@ Napi::Object check_table(Napi::Env env, const cpu::Kernels& K, const cpu::Probes
     obj.Set("rowStreamBatchMismatches", batch_mismatches);
   }
 
-  // Packed bf16 matmul (AVX-512 BF16 only) in every way the backend calls it: whole panel ranges,
-  // odd chunks (tile groups cut short), and the sliced streams of decode-sized batches with the
-  // remainder panels apart. Against a double sum of the same bf16-rounded operands, relative to
-  // the sum of |terms|. Every output is first set to NaN, so a panel left out fails too.
-  if (K.pack_bf16 && cpu_features().avx512bf16) {
-    double mm_err = 0;
-    int mm_cases = 0, row_cases = 0, row_mismatches = 0;
-    for (int64_t Kd : {2, 64, 1030})
-      for (int64_t N : {5, 16, 72, 200})
-        for (int64_t M : {1, 2, 5, 6, 7, 8, 9, 16, 17, 23}) {
-          std::vector<uint16_t> w(static_cast<size_t>(N * Kd)), xb(static_cast<size_t>(M * Kd));
-          for (auto& v : w) v = f32_to_bf16(u(rng));
-          for (auto& v : xb) v = f32_to_bf16(u(rng));
-          // The same bf16 values as f32, for the reference.
-          std::vector<float> wf(w.size()), xf(xb.size());
-          for (size_t i = 0; i < w.size(); ++i) wf[i] = bf16_to_f32(w[i]);
-          for (size_t i = 0; i < xb.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
-          std::vector<uint16_t> packed(static_cast<size_t>(cpu::packed_elems(N, Kd)));
-          // The backend slices batches of up to 6 rows in quarters, of 7..16 in thirds.
-          const int64_t S = M <= 6 ? 4 : 3;
-          const int64_t P = (N + cpu::kPanel - 1) / cpu::kPanel, Q = P / S;
-          K.pack_bf16(w.data(), N, Kd, 0, P, packed.data());
-          // The rows read back from the panels (the embedding's lookup), bit for bit.
-          if (M == 1) {
-            std::vector<float> row(static_cast<size_t>(Kd));
-            for (int64_t n = 0; n < N; ++n) {
-              cpu::packed_bf16_row(packed.data(), Kd, n, row.data());
-              row_cases += 1;
-              row_mismatches += std::memcmp(row.data(), wf.data() + n * Kd, static_cast<size_t>(Kd) * 4) != 0;
-            }
-          }
-          for (int mode = 0; mode < 3; ++mode) {
-            if (mode == 2 && M > 16) continue;  // the backend slices decode-sized batches only
-            std::vector<float> y(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
-            if (mode == 0) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, 0, P, y.data(), N, 0);
-            if (mode == 1)
-              for (int64_t p0 = 0; p0 < P; p0 += 5) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, p0, std::min(P, p0 + 5), y.data(), N, 0);
-            if (mode == 2) {
-              for (int64_t p0 = 0; p0 < Q; p0 += 2) K.matmul_packed(xb.data(), M, Kd, packed.data(), N, p0, std::min(Q, p0 + 2), y.data(), N, Q);
-              K.matmul_packed(xb.data(), M, Kd, packed.data(), N, S * Q, P, y.data(), N, 0);
-            }
-            mm_err = std::max(mm_err, matmul_err(xf, wf, M, N, Kd, y));
-            ++mm_cases;
-          }
-        }
-    obj.Set("packedMatmulCases", mm_cases);
-    obj.Set("packedMatmulMaxErr", mm_err);
-    obj.Set("packedRowCases", row_cases);
-    obj.Set("packedRowMismatches", row_mismatches);
-  }
+  if (K.pack_bf16 && cpu_features().avx512bf16) check_packed(obj, K);
   return obj;
 }
 
@@ -857,6 +879,18 @@ Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
   // The quantized kernels use VNNI in the AVX-512 table (every CPU with AVX-512 BF16 has it).
   if (f.avx2 && f.fma) res.Get("avx2").As<Napi::Object>().Set("quant", check_quant_table(env, cpu::avx2::table));
   if (f.avx512 && f.avx512vnni) res.Get("avx512").As<Napi::Object>().Set("quant", check_quant_table(env, cpu::avx512::table));
+  // Where the AVX-512 table's products run on AMX tiles, the same checks with them switched off:
+  // the vdpbf16ps and VNNI tiles the table runs elsewhere.
+  if (amx_usable()) {
+    struct AmxOff {
+      AmxOff() { set_amx_enabled(false); }
+      ~AmxOff() { set_amx_enabled(true); }
+    } off;
+    auto o = Napi::Object::New(env);
+    if (cpu::avx512::table.pack_bf16) check_packed(o, cpu::avx512::table);
+    o.Set("quant", check_quant_table(env, cpu::avx512::table));
+    res.Set("avx512NoAmx", o);
+  }
   return res;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/gdn_cpu.h"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/top_k.h"
 
@@ -192,8 +193,13 @@ inline bool packs_bf16(const Kernels& k, DType t, int64_t cols) {
   return k.pack_bf16 != nullptr && t == DType::bf16 && cols % 2 == 0;
 }
 // The weight streams a decode-sized product reads side by side (matmul_packed's and the stream
-// kernels' slice): 3 for packed bf16 panels at 7..16 rows (the 8-row tile spans 3 panels), else 4.
-inline int decode_streams(bool packed, int64_t rows) { return packed && rows > 6 ? 3 : 4; }
+// kernels' slice): 3 for packed bf16 panels at 7..16 rows (the 8-row tile spans 3 panels), else 4;
+// on AMX, packed panels at 1..6 rows read as one stream (measured: docs/performance.md,
+// forty-seventh session).
+inline int decode_streams(bool packed, int64_t rows) {
+  if (packed && rows <= 6 && amx_enabled()) return 1;
+  return packed && rows > 6 ? 3 : 4;
+}
 
 const Kernels& kernels();
 

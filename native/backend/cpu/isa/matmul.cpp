@@ -3,7 +3,9 @@
 // the weight packing into vdpbf16ps panels, x rounded to bf16, and the packed-panel tiles. How a
 // product is split over the threads is the backend's (cpu/matmul.cpp).
 #include <algorithm>
+#include <cstring>
 
+#include "backend/cpu/isa/amx.h"
 #include "backend/cpu/isa/entry_points.h"
 #include "backend/cpu/isa/simd.h"
 #include "backend/cpu/kernels.h"
@@ -372,10 +374,137 @@ inline void packed_rows8(const uint16_t* xb, int64_t M, int64_t K, const uint16_
   }
 }
 
+// On AMX (where lumen::amx_enabled()): R <= 16 token rows x NR <= 4 panels (panel j the step-th
+// after panel j - 1) with the tile unit's bf16 products, for every batch size, decode at one row
+// included, so a row's outputs never depend on the rows beside it. A panel's 32-value steps
+// ([K / 2][16][2] bf16: 16 pairs of 16 outputs) are the B tile's own layout, read in place; x's R
+// rows, 32 values at a time, the A tile. Each output is one f32 sum over K in order (the tile
+// unit's, on the same bf16 operands as vdpbf16ps: kernelCheck holds it to the same bound), the
+// last K % 32 values added by vdpbf16ps. Tiles (amx_bf16_config): 0..3 the panels' sums, 4 x's
+// rows, 5 and 6 the panels' steps in turn.
+amx::TileConfig amx_bf16_config(int R) {
+  amx::TileConfig c;
+  for (int t = 0; t < 4; ++t) c.set(t, R, 64);
+  c.set(4, R, 64);
+  c.set(5, 16, 64);
+  c.set(6, 16, 64);
+  c.set(7, R, 64);
+  return c;
+}
+
+template <int NR>
+void amx_bf16_tile(const uint16_t* xb, int R, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
+                   int64_t ldy, int64_t step, bool prefetch) {
+  const int64_t pstride = step * kPanel * K;  // elements from one panel of the tile to the next
+  const int64_t steps = K / 32;
+  const int64_t xstride = K * 2;
+  LUMEN_TILE_ZERO(0);
+  if constexpr (NR > 1) LUMEN_TILE_ZERO(1);
+  if constexpr (NR > 2) LUMEN_TILE_ZERO(2);
+  if constexpr (NR > 3) LUMEN_TILE_ZERO(3);
+  int64_t i0 = 0;
+  if constexpr (NR == 1) {
+    // One panel: even and odd steps on their own x and value tiles, so a step's loads need not
+    // wait for the previous step's product to have read its tiles.
+    for (; i0 + 2 <= steps; i0 += 2) {
+      const uint16_t* w = panel0 + i0 * 512;
+      if (prefetch)
+        for (int l = 0; l < 32; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 512 + 32 * l), _MM_HINT_T0);
+      LUMEN_TILE_LOAD(4, xb + 32 * i0, xstride);
+      LUMEN_TILE_LOAD(5, w, 64);
+      LUMEN_TILE_LOAD(7, xb + 32 * i0 + 32, xstride);
+      LUMEN_TILE_LOAD(6, w + 512, 64);
+      LUMEN_TILE_DPBF16PS(0, 4, 5);
+      LUMEN_TILE_DPBF16PS(0, 7, 6);
+    }
+  }
+  for (int64_t i = i0; i < steps; ++i) {
+    const uint16_t* w = panel0 + i * 512;
+    if (prefetch)
+      for (int j = 0; j < NR; ++j)
+        for (int l = 0; l < 16; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + j * pstride + 512 + 32 * l), _MM_HINT_T0);
+    LUMEN_TILE_LOAD(4, xb + 32 * i, xstride);
+    LUMEN_TILE_LOAD(5, w, 64);
+    LUMEN_TILE_DPBF16PS(0, 4, 5);
+    if constexpr (NR > 1) {
+      LUMEN_TILE_LOAD(6, w + pstride, 64);
+      LUMEN_TILE_DPBF16PS(1, 4, 6);
+    }
+    if constexpr (NR > 2) {
+      LUMEN_TILE_LOAD(5, w + 2 * pstride, 64);
+      LUMEN_TILE_DPBF16PS(2, 4, 5);
+    }
+    if constexpr (NR > 3) {
+      LUMEN_TILE_LOAD(6, w + 3 * pstride, 64);
+      LUMEN_TILE_DPBF16PS(3, 4, 6);
+    }
+  }
+  alignas(64) float c[NR][16][16];
+  LUMEN_TILE_STORE(0, c[0], 64);
+  if constexpr (NR > 1) LUMEN_TILE_STORE(1, c[1], 64);
+  if constexpr (NR > 2) LUMEN_TILE_STORE(2, c[2], 64);
+  if constexpr (NR > 3) LUMEN_TILE_STORE(3, c[3], 64);
+  for (int j = 0; j < NR; ++j) {
+    const int64_t n = n0 + j * step * kPanel;
+    const __mmask16 mask = panel_mask(N, n);
+    const uint16_t* wp = panel0 + j * pstride;
+    for (int m = 0; m < R; ++m) {
+      __m512 acc = _mm512_load_ps(c[j][m]);
+      for (int64_t kp = steps * 16; kp < K / 2; ++kp) {
+        int32_t pair;
+        std::memcpy(&pair, xb + m * K + 2 * kp, 4);
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(pair), (__m512bh)_mm512_loadu_si512(wp + kp * 32));
+      }
+      _mm512_mask_storeu_ps(y + m * ldy + n, mask, acc);
+    }
+  }
+}
+
+// Rows [0, M) in tiles of 16 (the last what is left) against NR panels.
+template <int NR>
+void amx_bf16_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* panel0, int64_t N, int64_t n0, float* y,
+                   int64_t ldy, int64_t step, int& configured) {
+  for (int64_t m = 0; m < M; m += 16) {
+    const int R = static_cast<int>(std::min<int64_t>(16, M - m));
+    if (R != configured) {
+      amx::configure(amx_bf16_config(R));
+      configured = R;
+    }
+    amx_bf16_tile<NR>(xb + m * K, R, K, panel0, N, n0, y + m * ldy, ldy, step, m == 0);
+  }
+}
+
+// matmul_packed's contract on the tile unit: the same streams (slice > 0: 3 of them for 7..16
+// rows, else 4) and adjacent groups of 4 panels that stay in L2 while every row tile passes them.
+void matmul_packed_amx(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
+                       int64_t p1, float* y, int64_t ldy, int64_t slice) {
+  int configured = 0;
+  if (slice > 0) {
+    const bool three = decode_streams(true, M) == 3;
+    for (int64_t p = p0; p < p1; ++p) {
+      if (three)
+        amx_bf16_rows<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice, configured);
+      else if (decode_streams(true, M) == 1)
+        amx_bf16_rows<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice, configured);
+      else
+        amx_bf16_rows<4>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice, configured);
+    }
+  } else {
+    int64_t p = p0;
+    for (; p + 4 <= p1; p += 4) amx_bf16_rows<4>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, 1, configured);
+    for (; p < p1; ++p) amx_bf16_rows<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, 1, configured);
+  }
+  if (configured) amx::release();
+}
+
 }  // namespace
 
 void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0, int64_t p1,
                    float* y, int64_t ldy, int64_t slice) {
+  if (lumen::amx_enabled()) {
+    matmul_packed_amx(xb, M, K, packed, N, p0, p1, y, ldy, slice);
+    return;
+  }
   if (slice > 0 && M >= 7 && M <= 16) {
     // Panels p, p + slice, p + 2 slice for p in [p0, p1): three streams far apart.
     for (int64_t p = p0; p < p1; ++p)
