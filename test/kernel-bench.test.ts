@@ -28,7 +28,7 @@ describe('kernelBench', () => {
         expect(r.type).toBe(type);
         expect(r.rows).toBe(rows);
         // The layout the engine keeps the type in on this ISA (cpu/weights.cpp).
-        const layout = type === 'BF16' ? (r.isa === 'avx512-bf16' ? 'bf16 panels (vdpbf16ps)' : 'rows')
+        const layout = type === 'BF16' ? ({ 'avx512-bf16': 'bf16 panels (vdpbf16ps)', 'avx512-bf16+amx': 'bf16 panels (AMX tiles)' }[r.isa] ?? 'rows')
           : ['Q4_K', 'Q8_0'].includes(type) ? 'quantized panels' : ['F32'].includes(type) ? 'rows' : 'quantized rows';
         expect(r.layout).toBe(layout);
         // Whole 16-row panels, at least 32 per thread (4 streams of 8 panels each).
@@ -142,7 +142,7 @@ describe('probeMachine', () => {
     const r = probe(1, 'peak');
     expect(r.threads).toBe(1);
     expect(r.peakGflops).toBeGreaterThan(0);
-    expect(r.peakKind).toBe(addon.cpuInfo().isa === 'avx512-bf16' ? 'bf16 dot (vdpbf16ps)' : 'f32 FMA');
+    expect(r.peakKind).toBe({ 'avx512-bf16': 'bf16 dot (vdpbf16ps)', 'avx512-bf16+amx': 'bf16 tiles (AMX tdpbf16ps)' }[addon.cpuInfo().isa] ?? 'f32 FMA');
     expect(r.readGBs).toBeUndefined();
   });
 

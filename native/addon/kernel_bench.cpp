@@ -414,7 +414,7 @@ Napi::Value KernelBench(const Napi::CallbackInfo& info) {
     res.Set("isa", active_isa_name());  // the ISA path as every bench header names it (cpuInfo().isa)
     res.Set("type", dtype_info(t).name);
     // The layout the kernel read, as the engine stores this type on this ISA.
-    res.Set("layout", packed_bf16 ? "bf16 panels (vdpbf16ps)" : panel_type ? "quantized panels" : quant ? "quantized rows" : "rows");
+    res.Set("layout", packed_bf16 ? (amx_enabled() ? "bf16 panels (AMX tiles)" : "bf16 panels (vdpbf16ps)") : panel_type ? "quantized panels" : quant ? "quantized rows" : "rows");
     res.Set("rows", o.rows);
     res.Set("k", static_cast<double>(o.k));
     res.Set("n", static_cast<double>(n));

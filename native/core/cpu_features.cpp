@@ -83,6 +83,9 @@ std::atomic<bool> amx_on{true};
 bool amx_enabled() { return amx_on.load(std::memory_order_relaxed) && amx_usable(); }
 void set_amx_enabled(bool on) { amx_on.store(on, std::memory_order_relaxed); }
 
-const char* active_isa_name() { return active_isa() == Isa::avx512 ? "avx512-bf16" : "avx2"; }
+const char* active_isa_name() {
+  if (active_isa() == Isa::avx2) return "avx2";
+  return amx_usable() ? "avx512-bf16+amx" : "avx512-bf16";
+}
 
 }  // namespace lumen

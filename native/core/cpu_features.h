@@ -33,6 +33,8 @@ bool isa_supported(Isa isa);
 // The ISA the kernels run with: the best the CPU supports, unless LUMEN_ISA=avx2|avx512 forces one
 // (forcing a path the CPU lacks falls back to avx2 with a warning on stderr).
 Isa active_isa();
+// "avx2", "avx512-bf16", or "avx512-bf16+amx" where the AVX-512 table's packed bf16 products run on
+// AMX tiles (amx_usable()): what every bench header and JSON names as the ISA path.
 const char* active_isa_name();
 
 // Whether the kernels may use AMX tiles: the CPU has them (cpu_features().amx), Linux granted this

@@ -879,16 +879,15 @@ Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
   // The quantized kernels use VNNI in the AVX-512 table (every CPU with AVX-512 BF16 has it).
   if (f.avx2 && f.fma) res.Get("avx2").As<Napi::Object>().Set("quant", check_quant_table(env, cpu::avx2::table));
   if (f.avx512 && f.avx512vnni) res.Get("avx512").As<Napi::Object>().Set("quant", check_quant_table(env, cpu::avx512::table));
-  // Where the AVX-512 table's products run on AMX tiles, the same checks with them switched off:
-  // the vdpbf16ps and VNNI tiles the table runs elsewhere.
-  if (amx_usable()) {
+  // Where the AVX-512 table's packed bf16 products run on AMX tiles, the same checks with them
+  // switched off: the vdpbf16ps tiles the table runs elsewhere.
+  if (amx_usable() && cpu::avx512::table.pack_bf16) {
     struct AmxOff {
       AmxOff() { set_amx_enabled(false); }
       ~AmxOff() { set_amx_enabled(true); }
     } off;
     auto o = Napi::Object::New(env);
-    if (cpu::avx512::table.pack_bf16) check_packed(o, cpu::avx512::table);
-    o.Set("quant", check_quant_table(env, cpu::avx512::table));
+    check_packed(o, cpu::avx512::table);
     res.Set("avx512NoAmx", o);
   }
   return res;

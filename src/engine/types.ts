@@ -179,7 +179,7 @@ export interface ProfileReport {
 
 export interface EngineInfo {
   backend: Device;
-  /** CPU kernel path (avx2 | avx512-bf16) or GPU name. */
+  /** CPU kernel path (avx2 | avx512-bf16 | avx512-bf16+amx) or GPU name. */
   isa: string;
   threads: number;
   weightBytes: number;

@@ -12,6 +12,9 @@ struct Probes {
   // `iters` rounds of independent multiply-adds in registers; returns the FLOPs done (bf16 dot
   // products where the ISA has them).
   double (*fma_burn)(int64_t iters);
+  // The same with AMX bf16 tile products (tdpbf16ps), where the table has them (else null); only
+  // for a thread that may use the tiles (lumen::amx_enabled()).
+  double (*tile_burn)(int64_t iters);
 };
 
 // The table of the ISA chosen at run time (the same choice as kernels()).

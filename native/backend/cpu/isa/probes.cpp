@@ -2,6 +2,9 @@
 // side-by-side streams, and a register-only multiply-add burn. Not model kernels: their own table.
 #include "backend/cpu/isa/simd.h"
 #include "backend/cpu/probes.h"
+#if defined(__AVX512BF16__)
+#include "backend/cpu/isa/amx.h"
+#endif
 
 namespace lumen::cpu::LUMEN_ISA {
 namespace {
@@ -70,6 +73,31 @@ double fma_burn(int64_t iters) {
 #endif
 }
 
+#if defined(__AVX512BF16__)
+// 4 independent chains of 16 x 16 x 32 bf16 tile products (the widest the tiles take), on tiles
+// loaded once: 16384 FLOPs each.
+double tile_burn(int64_t iters) {
+  amx::TileConfig c;
+  for (int t = 0; t < 6; ++t) c.set(t, 16, 64);
+  amx::configure(c);
+  alignas(64) static const uint16_t ones[16 * 32] = {};
+  LUMEN_TILE_LOAD(4, ones, 64);
+  LUMEN_TILE_LOAD(5, ones, 64);
+  LUMEN_TILE_ZERO(0);
+  LUMEN_TILE_ZERO(1);
+  LUMEN_TILE_ZERO(2);
+  LUMEN_TILE_ZERO(3);
+  for (int64_t it = 0; it < iters; ++it) {
+    LUMEN_TILE_DPBF16PS(0, 4, 5);
+    LUMEN_TILE_DPBF16PS(1, 4, 5);
+    LUMEN_TILE_DPBF16PS(2, 4, 5);
+    LUMEN_TILE_DPBF16PS(3, 4, 5);
+  }
+  amx::release();
+  return static_cast<double>(iters) * 4 * 16384;
+}
+#endif
+
 }  // namespace
 
 extern const Probes probe_table;
@@ -79,6 +107,12 @@ const Probes probe_table = {
 #else
     "avx2",
 #endif
-    stream_sum, fma_burn};
+    stream_sum, fma_burn,
+#if defined(__AVX512BF16__)
+    tile_burn,
+#else
+    nullptr,
+#endif
+};
 
 }  // namespace lumen::cpu::LUMEN_ISA

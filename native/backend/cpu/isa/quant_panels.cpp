@@ -23,10 +23,8 @@
 // integer sums are exact whatever their order, so every size gives the bits of the other tiles
 // (kernelCheck compares them).
 #include <algorithm>
-#include <cstddef>
 #include <cstring>
 
-#include "backend/cpu/isa/amx.h"
 #include "backend/cpu/isa/entry_points.h"
 #include "backend/cpu/isa/quant_simd.h"
 #include "backend/cpu/isa/simd.h"
@@ -128,8 +126,9 @@ inline __m512i q4_group_sum(const __m512i (&w)[8], const int8_t* x, int g, __m51
 }
 
 // Block b's mins part and the f32 steps of R activation rows (is: each row's scale sum).
-inline void q4_finish_rows(const uint8_t* blk, const __m512i* is, int R, const float* xd, const int16_t* xg, int64_t nb,
-                           int64_t b, float (*acc)[NP], float (*accm)[NP]) {
+template <int R>
+inline void q4_finish(const uint8_t* blk, const __m512i* is, const float* xd, const int16_t* xg, int64_t nb,
+                      int64_t b, float (&acc)[R][NP], float (&accm)[R][NP]) {
   const __m512i k3f = _mm512_set1_epi8(0x3F), k0f = _mm512_set1_epi8(0x0F), k03 = _mm512_set1_epi8(0x03);
   const __m512i u1 = _mm512_loadu_si512(blk + 128), u2 = _mm512_loadu_si512(blk + 192);
   const __m512i mn03 = _mm512_and_si512(u1, k3f);
@@ -147,11 +146,6 @@ inline void q4_finish_rows(const uint8_t* blk, const __m512i* is, int R, const f
     _mm512_store_ps(acc[m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[m]), _mm512_mul_ps(dw, x), _mm512_load_ps(acc[m])));
     _mm512_store_ps(accm[m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dm, x), _mm512_load_ps(accm[m])));
   }
-}
-template <int R>
-inline void q4_finish(const uint8_t* blk, const __m512i* is, const float* xd, const int16_t* xg, int64_t nb,
-                      int64_t b, float (&acc)[R][NP], float (&accm)[R][NP]) {
-  q4_finish_rows(blk, is, R, xd, xg, nb, b, acc, accm);
 }
 
 // Q4_K: S panels (pp[s], each from block 0) against R activation rows (xs[m]; their scales
@@ -229,66 +223,6 @@ void tile_q4(const uint8_t* const* pp, const BlockQ8_K* const* xs, const float* 
     for (int m = 0; m < R; ++m)
       _mm512_mask_storeu_ps(ys[s] + m * ldy, keep, _mm512_sub_ps(_mm512_load_ps(acc[s][m]), _mm512_load_ps(accm[s][m])));
   }
-}
-
-// Q4_K on AMX (where lumen::amx_enabled()): one panel against R activation rows (R <= 16; x0: the
-// first row's q8_K blocks, rb bytes between rows; xd / xg from that row on) with the tile unit's
-// int8 products: per block and group a tile of R x 32 activation bytes (read in place from the q8_K
-// rows) times the group's 32 x 16 panel values (the chunks' nibbles stored out as the tile's 8
-// rows: the panel's chunk order is the B tile's own, 4 values of 16 rows a row) gives each output's
-// exact integer sum of the group, then scaled and summed as tile_q4 does: the same integer sums,
-// so the same bits. Tiles (configured by the caller, amx_q4_config): 0, 1 sums of the even and odd
-// groups; 2, 3 their activation tiles; 4, 5 their value tiles.
-amx::TileConfig amx_q4_config(int R) {
-  amx::TileConfig c;
-  for (int t = 0; t < 2; ++t) {
-    c.set(t, R, 64);
-    c.set(2 + t, R, 32);
-    c.set(4 + t, 8, 64);
-  }
-  return c;
-}
-
-void tile_q4_amx(const uint8_t* pp, const uint8_t* x0, size_t rb, int R, const float* xd, const int16_t* xg, int64_t nb,
-                 float* ys, int64_t ldy, int nvalid) {
-  alignas(64) float acc[NP][NP] = {}, accm[NP][NP] = {};
-  alignas(64) uint8_t vals[8][512];
-  alignas(64) int32_t sums[2][NP][NP];
-  __m512i is[NP];
-  constexpr size_t kQs = offsetof(BlockQ8_K, qs);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = pp + static_cast<size_t>(b) * kQ4Block;
-    const Q4Scales sc = q4_scales(blk);
-    for (int g = 0; g < 8; ++g) {
-      for (int l = 0; l < (g == 7 ? 8 : 4); ++l) _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Block + 256 * g + 64 * l), _MM_HINT_T0);
-      __m512i w[8];
-      q4_values(blk, g, w);
-      for (int j = 0; j < 8; ++j) _mm512_store_si512(vals[g] + 64 * j, w[j]);
-    }
-    for (int m = 0; m < R; ++m) is[m] = _mm512_setzero_si512();
-    const uint8_t* a = x0 + static_cast<size_t>(b) * sizeof(BlockQ8_K) + kQs;
-    for (int g = 0; g < 8; g += 2) {
-      LUMEN_TILE_LOAD(2, a + 32 * g, rb);
-      LUMEN_TILE_LOAD(4, vals[g], 64);
-      LUMEN_TILE_ZERO(0);
-      LUMEN_TILE_DPBSUD(0, 2, 4);
-      LUMEN_TILE_LOAD(3, a + 32 * (g + 1), rb);
-      LUMEN_TILE_LOAD(5, vals[g + 1], 64);
-      LUMEN_TILE_ZERO(1);
-      LUMEN_TILE_DPBSUD(1, 3, 5);
-      LUMEN_TILE_STORE(0, sums[0], 64);
-      LUMEN_TILE_STORE(1, sums[1], 64);
-      const __m512i s0 = dword_byte(g < 4 ? sc.sc03 : sc.sc47, g % 4);
-      const __m512i s1 = dword_byte(g < 4 ? sc.sc03 : sc.sc47, (g + 1) % 4);
-      for (int m = 0; m < R; ++m)
-        is[m] = _mm512_add_epi32(_mm512_add_epi32(is[m], _mm512_mullo_epi32(_mm512_load_si512(sums[0][m]), s0)),
-                                 _mm512_mullo_epi32(_mm512_load_si512(sums[1][m]), s1));
-    }
-    q4_finish_rows(blk, is, R, xd, xg, nb, b, acc, accm);
-  }
-  const __mmask16 keep = static_cast<__mmask16>((1u << nvalid) - 1);
-  for (int m = 0; m < R; ++m)
-    _mm512_mask_storeu_ps(ys + m * ldy, keep, _mm512_sub_ps(_mm512_load_ps(acc[m]), _mm512_load_ps(accm[m])));
 }
 
 #else
@@ -574,27 +508,6 @@ void panels_q4(const void* xq, int64_t M, int64_t K, const void* packed, int64_t
   // Panels p0 .. p1 in blocks that stay in L2 while every tile of 8 activation rows passes them
   // (the first tile's prefetches bring them in).
   const int npan = static_cast<int>(std::clamp<int64_t>((int64_t{96} << 10) / static_cast<int64_t>(panel), 1, 8));
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-  if (lumen::amx_enabled()) {
-    // The same blocks of panels, tiles of 16 rows (the last one what is left).
-    int configured = 0;
-    for (int64_t q0 = p0; q0 < p1; q0 += npan) {
-      const int64_t q1 = std::min(p1, q0 + npan);
-      for (int64_t m = 0; m < M; m += NP) {
-        const int R = static_cast<int>(std::min<int64_t>(NP, M - m));
-        if (R != configured) {
-          amx::configure(amx_q4_config(R));
-          configured = R;
-        }
-        for (int64_t q = q0; q < q1; ++q)
-          tile_q4_amx(base + static_cast<size_t>(q) * panel, x + static_cast<size_t>(m) * rb, rb, R, as.xd.as<float>() + m * nb,
-                      as.xg.as<int16_t>() + m * nb * 8, nb, y + m * ldy + q * NP, ldy, valid(q));
-      }
-    }
-    amx::release();
-    return;
-  }
-#endif
   for (int64_t q0 = p0; q0 < p1; q0 += npan) {
     const int64_t q1 = std::min(p1, q0 + npan);
     for (int64_t m = 0; m < M; m += 8)
