@@ -8,7 +8,6 @@
 // (tilerelease) before it returns, so no tile state outlives a kernel call: the thread switches
 // and signals between calls save no tile data.
 #include <cstdint>
-#include <cstring>
 
 namespace lumen::cpu::amx {
 
@@ -35,9 +34,7 @@ inline void release() { asm volatile("tilerelease" ::: "memory"); }
 #define LUMEN_TILE_STORE(T, base, stride) \
   asm volatile("tilestored %%tmm" #T ", (%0,%1,1)" ::"r"(base), "r"(static_cast<int64_t>(stride)) : "memory")
 #define LUMEN_TILE_ZERO(T) asm volatile("tilezero %%tmm" #T ::)
-// C (int32) += A (int8, signed) . B (uint8): C[m][n] += sum_k A[m][4 k + i] B[k][4 n + i].
-#define LUMEN_TILE_DPBSUD(C, A, B) asm volatile("tdpbsud %%tmm" #B ", %%tmm" #A ", %%tmm" #C ::)
-// C (f32) += A (bf16 pairs) . B (bf16 pairs).
+// C (f32) += A (bf16 pairs) . B (bf16 pairs): C[m][n] += sum_k A[m][2 k + i] B[k][2 n + i].
 #define LUMEN_TILE_DPBF16PS(C, A, B) asm volatile("tdpbf16ps %%tmm" #B ", %%tmm" #A ", %%tmm" #C ::)
 
 }  // namespace lumen::cpu::amx

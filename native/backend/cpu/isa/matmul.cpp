@@ -474,20 +474,22 @@ void amx_bf16_rows(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* pan
   }
 }
 
-// matmul_packed's contract on the tile unit: the same streams (slice > 0: 3 of them for 7..16
-// rows, else 4) and adjacent groups of 4 panels that stay in L2 while every row tile passes them.
+// matmul_packed's contract on the tile unit: with slice > 0 the decode streams decode_streams
+// gives (on AMX one at 1..6 rows, three far apart at 7..16), else adjacent groups of 4 panels that
+// stay in L2 while every row tile passes them.
 void matmul_packed_amx(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* packed, int64_t N, int64_t p0,
                        int64_t p1, float* y, int64_t ldy, int64_t slice) {
   int configured = 0;
   if (slice > 0) {
-    const bool three = decode_streams(true, M) == 3;
+    const int streams = decode_streams(true, M);
     for (int64_t p = p0; p < p1; ++p) {
-      if (three)
-        amx_bf16_rows<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice, configured);
-      else if (decode_streams(true, M) == 1)
-        amx_bf16_rows<1>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice, configured);
+      const uint16_t* panel = packed + p * kPanel * K;
+      if (streams == 1)
+        amx_bf16_rows<1>(xb, M, K, panel, N, p * kPanel, y, ldy, slice, configured);
+      else if (streams == 3)
+        amx_bf16_rows<3>(xb, M, K, panel, N, p * kPanel, y, ldy, slice, configured);
       else
-        amx_bf16_rows<4>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, slice, configured);
+        amx_bf16_rows<4>(xb, M, K, panel, N, p * kPanel, y, ldy, slice, configured);
     }
   } else {
     int64_t p = p0;

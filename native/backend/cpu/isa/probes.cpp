@@ -75,14 +75,23 @@ double fma_burn(int64_t iters) {
 
 #if defined(__AVX512BF16__)
 // 4 independent chains of 16 x 16 x 32 bf16 tile products (the widest the tiles take), on tiles
-// loaded once: 16384 FLOPs each.
+// loaded once: 16384 FLOPs each, on varied values in [-1, 1) as weights and activations are (tiles
+// of zeros read the same rate here).
 double tile_burn(int64_t iters) {
+  alignas(64) uint16_t a[16 * 32], b[16 * 32];
+  uint32_t r = 12345;
+  for (int i = 0; i < 16 * 32; ++i) {
+    r = r * 1664525u + 1013904223u;
+    // sign, exponent 119..126 (2^-8 .. 2^-1), 7 mantissa bits from the generator's high bits
+    a[i] = static_cast<uint16_t>((r >> 31) << 15 | (119u + (r >> 28 & 7)) << 7 | (r >> 21 & 0x7f));
+    r = r * 1664525u + 1013904223u;
+    b[i] = static_cast<uint16_t>((r >> 31) << 15 | (119u + (r >> 28 & 7)) << 7 | (r >> 21 & 0x7f));
+  }
   amx::TileConfig c;
   for (int t = 0; t < 6; ++t) c.set(t, 16, 64);
   amx::configure(c);
-  alignas(64) static const uint16_t ones[16 * 32] = {};
-  LUMEN_TILE_LOAD(4, ones, 64);
-  LUMEN_TILE_LOAD(5, ones, 64);
+  LUMEN_TILE_LOAD(4, a, 64);
+  LUMEN_TILE_LOAD(5, b, 64);
   LUMEN_TILE_ZERO(0);
   LUMEN_TILE_ZERO(1);
   LUMEN_TILE_ZERO(2);
