@@ -1,7 +1,8 @@
 // The vectorised elementwise CPU kernels of every ISA this CPU runs (AVX2 and AVX-512 tables,
 // whichever the engine would not pick at run time included) against scalar references.
+import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { loadAddon } from '../src/engine/native.js';
+import { addonPath, loadAddon } from '../src/engine/native.js';
 
 interface TableCheck {
   argmaxCases: number; argmaxMismatches: number; argmaxNonFiniteMissed: number; maxValueMismatches: number; swigluMaxRelErr: number; swigluNanPropagates: boolean;
@@ -37,6 +38,24 @@ describe('CPU kernels against scalar references', () => {
     if (info.avx512) expect(res.avx512).toBeDefined();
     // The packed bf16 checks run once more with AMX off where the products run on AMX tiles.
     expect(res.avx512NoAmx !== undefined).toBe(info.amxUsed && info.avx512bf16);
+  });
+
+  it('names AMX in the ISA path exactly when the products use it, and LUMEN_AMX=0 keeps them off it', () => {
+    const isaWith = (amx: string | undefined) => {
+      const env = { ...process.env };
+      if (amx === undefined) delete env.LUMEN_AMX;
+      else env.LUMEN_AMX = amx;
+      const r = spawnSync(process.execPath, ['-e', 'const i = require(process.argv[1]).cpuInfo(); console.log(JSON.stringify([i.isa, i.amx, i.amxUsed]))', addonPath()],
+        { env, encoding: 'utf8' });
+      expect(r.status).toBe(0);
+      return JSON.parse(r.stdout) as [string, boolean, boolean];
+    };
+    const [isa, amx, used] = isaWith(undefined);
+    expect(isa.endsWith('+amx')).toBe(used);
+    if (used) expect(amx).toBe(true); // the CPU's tiles, granted to the process
+    const [isaOff, , usedOff] = isaWith('0');
+    expect(usedOff).toBe(false);
+    expect(isaOff).toBe(isa.replace('+amx', ''));
   });
 
   for (const isa of ['avx2', 'avx512']) {

@@ -56,6 +56,8 @@ export interface NativeEngine {
 export interface NativeAddon {
   cpuInfo(): {
     avx2: boolean; avx512: boolean; avx512bf16: boolean; isa: string; cudaBuilt: boolean;
+    /** AMX tiles on this CPU; amxUsed: granted to this process and not switched off (LUMEN_AMX=0). */
+    amx: boolean; amxUsed: boolean;
     /** CPUs this process may use (its affinity mask): what --threads 0 means. */
     usableCpus: number;
     engineLimits: { maxConvKernel: number; maxLinearHeadDim: number; maxLogitsAllBytes: number };
@@ -67,9 +69,14 @@ const cached = new Map<string, NativeAddon>();
 /** The native interface version this code expects (kAbiVersion in native/addon/addon.cpp). */
 export const ADDON_ABI = 8;
 
-/** The native addon: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
+/** The native addon's file: `file`, else $LUMEN_ADDON (e.g. an AddressSanitizer build), else build/Release. */
+export function addonPath(file?: string): string {
+  return path.resolve(file ?? process.env.LUMEN_ADDON ?? path.join(REPO_ROOT, 'build', 'Release', 'lumen_engine.node'));
+}
+
+/** The native addon at addonPath(file). */
 export function loadAddon(file?: string): NativeAddon {
-  const f = path.resolve(file ?? process.env.LUMEN_ADDON ?? path.join(REPO_ROOT, 'build', 'Release', 'lumen_engine.node'));
+  const f = addonPath(file);
   const hit = cached.get(f);
   if (hit) return hit;
   if (!existsSync(f)) {
