@@ -507,8 +507,8 @@ void matmul_packed(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* pac
     matmul_packed_amx(xb, M, K, packed, N, p0, p1, y, ldy, slice);
     return;
   }
-  if (slice > 0 && M >= 7 && M <= 16) {
-    // Panels p, p + slice, p + 2 slice for p in [p0, p1): three streams far apart.
+  if (slice > 0 && decode_streams(true, M) == 3) {
+    // Panels p, p + slice, p + 2 slice for p in [p0, p1): three streams far apart (7..16 rows).
     for (int64_t p = p0; p < p1; ++p)
       packed_rows8<3>(xb, M, K, packed + p * kPanel * K, N, p * kPanel, y, ldy, p + 1 < p1, slice);
     return;

@@ -80,12 +80,14 @@ double fma_burn(int64_t iters) {
 double tile_burn(int64_t iters) {
   alignas(64) uint16_t a[16 * 32], b[16 * 32];
   uint32_t r = 12345;
+  // A bf16 of sign, exponent 119..126 (2^-8 .. 2^-1) and 7 mantissa bits from a linear congruence.
+  auto next = [&r] {
+    r = r * 1664525u + 1013904223u;
+    return static_cast<uint16_t>((r >> 31) << 15 | (119u + (r >> 28 & 7)) << 7 | (r >> 21 & 0x7f));
+  };
   for (int i = 0; i < 16 * 32; ++i) {
-    r = r * 1664525u + 1013904223u;
-    // sign, exponent 119..126 (2^-8 .. 2^-1), 7 mantissa bits from the generator's high bits
-    a[i] = static_cast<uint16_t>((r >> 31) << 15 | (119u + (r >> 28 & 7)) << 7 | (r >> 21 & 0x7f));
-    r = r * 1664525u + 1013904223u;
-    b[i] = static_cast<uint16_t>((r >> 31) << 15 | (119u + (r >> 28 & 7)) << 7 | (r >> 21 & 0x7f));
+    a[i] = next();
+    b[i] = next();
   }
   amx::TileConfig c;
   for (int t = 0; t < 6; ++t) c.set(t, 16, 64);
